@@ -1,0 +1,1 @@
+"""absl-flag command-line pipelines: thin shells over the tfmcu library."""

@@ -1,0 +1,55 @@
+"""Shared absl plumbing: user mistakes become one line on stderr and exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable, Sequence
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags  # noqa: E402
+
+
+class UsageError(ValueError):
+    """A bad flag combination or argument found after flag parsing."""
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    from tfmcu.ir import GraphError
+    from tfmcu.models import ModelError
+    from tfmcu.scheduler import ScheduleError
+    from tfmcu.spec import SpecError
+
+    return (UsageError, GraphError, ModelError, ScheduleError, SpecError, FileNotFoundError, IsADirectoryError,
+            PermissionError)
+
+
+def fail(prog: str, message: str) -> None:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def run(main: Callable[[Sequence[str]], int | None]) -> None:
+    prog = os.path.basename(sys.argv[0]).removesuffix(".py")
+    if prog == "__main__":
+        prog = (main.__module__ or "tfmcu").rsplit(".", 1)[-1]
+
+    def parse(argv: list[str]) -> list[str]:
+        try:
+            rest = flags.FLAGS(argv)
+        except flags.Error as e:
+            fail(prog, str(e).splitlines()[0])
+        if len(rest) > 1:
+            fail(prog, f"unexpected arguments: {' '.join(rest[1:])}")
+        return rest
+
+    def wrapped(argv: Sequence[str]) -> int | None:
+        try:
+            return main(argv)
+        except user_errors() as e:
+            fail(prog, str(e).splitlines()[0] if str(e) else type(e).__name__)
+        return None
+
+    app.run(wrapped, flags_parser=parse)

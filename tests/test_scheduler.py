@@ -1,0 +1,206 @@
+"""Profiler and patch scheduler on the IR (pure Python; no TensorFlow).
+
+The region math is checked two ways here: against hand-derived MobileNetV2 figures (the paper's 75x75 input patch,
++42% patch-stage MACs) and against a brute-force dependency propagation (boolean masks pushed backwards pixel by
+pixel) on random graphs. The float numerical proof with Keras lives in test_patch_numerics.py.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from tfmcu import ir, profiler, scheduler
+from tfmcu.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec
+
+MBV2 = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]
+
+
+def mbv2_spec(resolution: int = 224, width: float = 1.0) -> NetSpec:
+    stages = [StageSpec([BlockSpec(c, kernel=3, expand=t, stride=s if i == 0 else 1) for i in range(n)])
+              for t, c, n, s in MBV2]
+    return NetSpec(name="mbv2", resolution=resolution, width_multiplier=width, stages=stages,
+                   head=HeadSpec(1280, scale_last_channels=True))
+
+
+def random_spec(rng: random.Random, padding: str) -> NetSpec:
+    stages = []
+    for _ in range(rng.randint(2, 3)):
+        c = rng.choice([8, 16])
+        blocks = [BlockSpec(c, kernel=rng.choice([1, 3, 5, 7]), expand=rng.choice([1, 3]),
+                            stride=rng.choice([1, 2]) if i == 0 else 1) for i in range(rng.randint(1, 3))]
+        stages.append(StageSpec(blocks))
+    return NetSpec(name="rand", resolution=rng.choice([29, 32, 40, 47]), padding=padding,
+                   stem=StemSpec(8, kernel=rng.choice([1, 3, 5, 7]), stride=rng.choice([1, 2])), stages=stages,
+                   head=HeadSpec(16, num_classes=4))
+
+
+# ----------------------------------------------------------------------------- profiler
+def test_mbv2_profile_matches_hand_computation():
+    g = ir.from_spec(mbv2_spec())
+    p = profiler.profile(g)
+    # Published: 300M MACs (Sandler et al. 2018, Table 3).
+    assert abs(p.macs - 300e6) / 300e6 < 0.01
+    # Peak: block 2's stride-2 depthwise reads 112x112x96 and writes 56x56x96 (TFLM measures the same head).
+    assert p.peak_sram_per_layer_bytes == 112 * 112 * 96 + 56 * 56 * 96 == 1_505_280
+    assert p.peak_layer == "block2_depthwise"
+    # The stem holds the input image and its output.
+    stem = p.layers[0]
+    assert stem.memory_bytes == 224 * 224 * 3 + 112 * 112 * 32
+    assert stem.memory_bytes_excluding_input == 112 * 112 * 32
+    # Residual branch: block 3's depthwise keeps the block input alive (56x56x24) besides its own in/out.
+    dw3 = next(layer for layer in p.layers if layer.name == "block3_depthwise")
+    assert dw3.memory_bytes == 56 * 56 * 24 + 2 * 56 * 56 * 144
+    assert p.flash_bytes == sum(op.weights + 4 * op.biases for op in g.ops)
+    assert [b.index for b in p.blocks] == list(range(19))  # stem, 17 blocks, head
+
+
+# ----------------------------------------------------------------------------- scheduler vs the paper
+def test_mbv2_patch_stage_matches_paper():
+    g = ir.from_spec(mbv2_spec())
+    s = scheduler.plan(g, 4, n_blocks=5)
+    assert s.stage_outputs == ["block4_project/out"]
+    assert g.tensors["block4_project/out"].hw == (28, 28)
+    assert s.input_patch_size == (75, 75)  # paper: 75x75
+    assert s.stage_macs_patched_padded / s.stage_macs - 1 == pytest.approx(0.42, abs=0.01)  # paper: +42%
+    assert s.stage_macs < s.stage_macs_patched_exact < s.stage_macs_patched_padded
+    # Stage memory: 28x28x32 output buffer + the biggest patch working set.
+    assert s.stage_peak_bytes_excluding_input > 28 * 28 * 32
+    assert s.stage_peak_bytes > 224 * 224 * 3 + 28 * 28 * 32
+    assert s.stage_peak_bytes_excluding_input >= 28 * 28 * 32 + 75 * 75 * 3
+    assert s.peak_sram_bytes < profiler.profile(g).peak_sram_per_layer_bytes / 4
+
+
+def test_corner_patch_padding_and_regions():
+    g = ir.from_spec(mbv2_spec())
+    s = scheduler.plan(g, 4, n_blocks=5)
+    stem = 0
+    # Top-left patch: the stem (TF SAME, stride 2 on even input: pad 0 top/left, 1 bottom/right) needs no pad
+    # at the top-left, and the 3x3 depthwise of block 1 (pad 1) does.
+    r = s.region(stem, (0, 0))
+    assert r.reads[0][2] == (0, 0, 0, 0)
+    dw1 = next(i for i, op in enumerate(g.ops) if op.name == "block1_depthwise")
+    r = s.region(dw1, (0, 0))
+    assert r.reads[0][2][0] == 1 and r.reads[0][2][2] == 1
+    # Bottom-right patch: the stem pads one row/column at the bottom/right.
+    r = s.region(stem, (3, 3))
+    assert r.reads[0][2] == (0, 1, 0, 1)
+    assert r.out[0][1] == 112 and r.out[1][1] == 112
+
+
+def test_uneven_and_rectangular_grids():
+    g = ir.from_spec(mbv2_spec(160))
+    s = scheduler.plan(g, (2, 3), n_blocks=5)
+    assert s.grid == (2, 3) and s.patches == 6
+    assert [w.band for w in s.cols] == [(0, 7), (7, 14), (14, 20)]
+    t = s.stage_outputs[0]
+    covered = np.zeros(g.tensors[t].hw, dtype=int)
+    for i, j in s.patch_iter():
+        (r0, r1), (c0, c1) = s.region(s.stage[-1], (i, j)).out
+        covered[r0:r1, c0:c1] += 1
+    assert (covered == 1).all()  # output patches tile the stage output exactly once
+
+
+def test_stage_by_ops_and_errors():
+    g = ir.from_spec(mbv2_spec(96))
+    s = scheduler.plan(g, 2, n_ops=4)
+    assert s.stage == [0, 1, 2, 3]
+    with pytest.raises(scheduler.ScheduleError, match="MEAN"):
+        scheduler.plan(g, 2, n_ops=len(g.ops) - 1)
+    with pytest.raises(scheduler.ScheduleError, match="blocks"):
+        scheduler.plan(g, 2, n_blocks=99)
+    with pytest.raises(scheduler.ScheduleError, match="do not fit"):
+        scheduler.plan(g, 13, n_blocks=5)
+
+
+def test_se_block_is_not_patchable():
+    spec = NetSpec(name="se", resolution=64, stages=[StageSpec([BlockSpec(16, se=0.25)]),
+                                                     StageSpec([BlockSpec(24, stride=2)])])
+    g = ir.from_spec(spec)
+    with pytest.raises(scheduler.ScheduleError, match="block1_se_squeeze"):
+        scheduler.plan(g, 2, n_blocks=2)
+    assert scheduler.max_stage_blocks(g) == 1
+
+
+# ----------------------------------------------------------------------------- auto mode
+def test_auto_picks_least_macs_that_fits():
+    g = ir.from_spec(mbv2_spec(224, 0.35))
+    prof = profiler.profile(g)
+    budget = prof.peak_sram_per_layer_bytes // 2
+    res = scheduler.auto(g, budget)
+    assert res.feasible and res.best.schedule is not None
+    fitting = [c for c in res.candidates if c.peak_sram_bytes <= budget]
+    assert res.best.macs == min(c.macs for c in fitting)
+    assert res.best.peak_sram_bytes <= budget
+    # A budget the per-layer net fits picks no patching (least MACs).
+    big = scheduler.auto(g, prof.peak_sram_per_layer_bytes)
+    assert big.best.schedule is None
+    # A MAC-overhead cap is honoured.
+    capped = scheduler.auto(g, budget, max_mac_overhead=0.05)
+    if capped.feasible:
+        assert capped.best.mac_overhead <= 0.05
+    # Impossible budget: says the smallest achievable peak.
+    none = scheduler.auto(g, 1024)
+    assert not none.feasible and "smallest achievable peak" in none.message
+    assert none.smallest.peak_sram_bytes == min(c.peak_sram_bytes for c in none.candidates)
+
+
+def test_auto_without_input_counts_less():
+    g = ir.from_spec(mbv2_spec(224, 0.35))
+    res = scheduler.auto(g, 10**9, count_input=False)
+    for c in res.candidates:
+        assert c.peak_sram_bytes_excluding_input <= c.peak_sram_bytes
+
+
+# ----------------------------------------------------------------------------- brute force
+def _brute_force_need(g: ir.Graph, idx: list[int], outs: list[str], rows: tuple[int, int],
+                      cols: tuple[int, int]) -> dict[str, np.ndarray]:
+    """Boolean mask of every tensor pixel the output patch depends on, propagated op by op."""
+    need = {}
+    for t in outs:
+        m = np.zeros(g.tensors[t].hw, bool)
+        m[rows[0]:rows[1], cols[0]:cols[1]] = True
+        need[t] = m
+    for i in reversed(idx):
+        op = g.ops[i]
+        out = None
+        for t in op.outputs:
+            if t in need:
+                out = need[t] if out is None else out | need[t]
+        for t in op.inputs:
+            h, w = g.tensors[t].hw
+            m = need.setdefault(t, np.zeros((h, w), bool))
+            if not op.is_window:
+                m |= out
+                continue
+            for y, x in zip(*np.nonzero(out)):
+                y0 = y * op.stride[0] - op.padding[0]
+                x0 = x * op.stride[1] - op.padding[2]
+                for ky in range(op.kernel[0]):
+                    for kx in range(op.kernel[1]):
+                        yy, xx = y0 + ky * op.dilation[0], x0 + kx * op.dilation[1]
+                        if 0 <= yy < h and 0 <= xx < w:
+                            m[yy, xx] = True
+    return need
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_regions_match_brute_force(seed):
+    rng = random.Random(seed)
+    spec = random_spec(rng, "same" if seed % 2 else "symmetric")
+    g = ir.from_spec(spec)
+    n = rng.randint(1, scheduler.max_stage_blocks(g))
+    p = rng.randint(2, 3)
+    try:
+        s = scheduler.plan(g, p, n_blocks=n)
+    except scheduler.ScheduleError:
+        pytest.skip("grid larger than the stage output for this random net")
+    for (i, j) in s.patch_iter():
+        rows, cols = s.rows[i].band, s.cols[j].band
+        need = _brute_force_need(g, s.stage, s.stage_outputs, rows, cols)
+        for t, mask in need.items():
+            ys, xs = np.nonzero(mask)
+            box = ((ys.min(), ys.max() + 1), (xs.min(), xs.max() + 1))
+            assert box == (s.rows[i].need[t], s.cols[j].need[t]), (t, (i, j))
