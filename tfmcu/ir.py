@@ -185,6 +185,7 @@ class Graph:
 
     def validate(self) -> "Graph":
         seen = set(self.inputs)
+        top_block = -1
         for i, op in enumerate(self.ops):
             for t in op.inputs:
                 if t not in self.tensors:
@@ -195,9 +196,9 @@ class Graph:
                 if t not in self.tensors:
                     raise GraphError(f"{op.describe(i)} writes unknown tensor '{t}'")
                 seen.add(t)
-            blocks = [o.block for o in self.ops[: i + 1]]
-            if op.block < max(blocks):
-                raise GraphError(f"{op.describe(i)} belongs to block {op.block} after block {max(blocks)} began")
+            if op.block < top_block:
+                raise GraphError(f"{op.describe(i)} belongs to block {op.block} after block {top_block} began")
+            top_block = max(top_block, op.block)
         return self
 
     def copy(self) -> "Graph":
@@ -326,6 +327,8 @@ def from_spec(spec: NetSpec, with_head: bool = True) -> Graph:
         if h.num_classes:
             x = b.op("classifier", FULLY_CONNECTED, [x], (1, h.num_classes), in_channels=c,
                      out_channels=h.num_classes, weights=c * h.num_classes, biases=h.num_classes)
+    if not any(op.block == b.block for op in b.ops):
+        b.block_names.pop(b.block, None)  # no head ops
     return Graph(name=spec.name, tensors=b.tensors, ops=b.ops, inputs=["input"], outputs=[x], source="spec",
                  block_names=b.block_names).validate()
 

@@ -1,0 +1,49 @@
+# tfmcu — build, test and run. GNU make + bash.
+#   make setup   Debian packages, .venv (pinned), Bazel offline repositories (idempotent, fast when done)
+#   make test    bazel test //... (every test: Python, C, firmware), then a one-line summary
+#   make pytest  the Python tests directly with pytest (quick dev loop)
+#   make demo    python -m pipelines.demo
+#   make bench   python -m pipelines.bench
+#   make clean   remove Bazel outputs and out/ (keeps .venv; `make distclean` removes it too)
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := test
+
+VENV   := .venv
+PYTHON := $(VENV)/bin/python
+BAZEL  ?= bazel
+
+export TF_USE_LEGACY_KERAS := 1
+export TF_CPP_MIN_LOG_LEVEL := 2
+
+.PHONY: setup test pytest demo bench clean distclean
+
+setup:
+	@bash tools/setup.sh
+
+# Bazel's exit code is kept; the summary always runs (it also fails on failed tests or none at all).
+# The build event file lists exactly this run's tests, so stale test.xml files of deleted tests don't count.
+test: setup
+	@rc=0; \
+	$(BAZEL) test //... --build_event_json_file=bazel-testlogs-bep.json || rc=$$?; \
+	$(PYTHON) tools/test_summary.py --bep bazel-testlogs-bep.json || { [ $$rc -ne 0 ] || rc=1; }; \
+	if [ $$rc -eq 4 ]; then echo "make test: bazel found no test targets" >&2; fi; \
+	exit $$rc
+
+pytest: setup
+	$(PYTHON) -m pytest tests -q
+
+demo: setup
+	$(PYTHON) -m pipelines.demo
+
+bench: setup
+	$(PYTHON) -m pipelines.bench
+
+clean:
+	-$(BAZEL) clean 2>/dev/null
+	rm -rf out bazel-testlogs-bep.json
+	find . -path ./.venv -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	-$(BAZEL) clean --expunge 2>/dev/null
+	rm -rf $(VENV) .bazel_local *.egg-info
