@@ -108,6 +108,8 @@ class Op:
     @property
     def patchable(self) -> bool:
         """Spatially local: each output pixel depends on a bounded input window (so it can run on a patch)."""
+        if self.attrs.get("patchable") is False:  # set by a lowering (e.g. PAD of channels, constant operands)
+            return False
         if self.type in WINDOW_OPS or self.type in (QUANTIZE, DEQUANTIZE, ACTIVATION):
             return True
         if self.type in (ADD, MUL, CONCAT):

@@ -1,0 +1,99 @@
+"""Shared fixtures: convert tf_keras models to .tflite once per session.
+
+* ``float_tflite(model) -> bytes``: plain float conversion.
+* ``int8_tflite(model, rep_shape=None, float_io=False) -> bytes``: full-integer int8 (``Optimize.DEFAULT``,
+  ``TFLITE_BUILTINS_INT8``, int8 input/output unless ``float_io``) calibrated on a few seeded random batches.
+* ``tflite_file(data, name) -> str``: the bytes written to the session's tmp dir (for path-based APIs).
+
+Conversions are cached by (model architecture + weights + settings), in memory and as files in a session tmp dir, so
+several tests (and test files) can ask for the same model cheaply. TensorFlow is imported only when a conversion is
+actually requested.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+class TFLiteCache:
+    def __init__(self, root: Path):
+        self.root = root
+        self._mem: dict[str, bytes] = {}
+
+    def _key(self, model: Any, kind: str) -> str:
+        h = hashlib.sha1(model.to_json().encode())
+        for w in model.get_weights():
+            h.update(w.tobytes())
+        h.update(kind.encode())
+        return f"{model.name}-{h.hexdigest()[:16]}"
+
+    def _get(self, key: str, convert) -> bytes:
+        if key not in self._mem:
+            path = self.root / f"{key}.tflite"
+            if not path.exists():
+                path.write_bytes(convert())
+            self._mem[key] = path.read_bytes()
+        return self._mem[key]
+
+    def float(self, model: Any) -> bytes:
+        def convert() -> bytes:
+            import tensorflow as tf
+            return tf.lite.TFLiteConverter.from_keras_model(model).convert()
+        return self._get(self._key(model, "float"), convert)
+
+    def int8(self, model: Any, rep_shape: tuple[int, ...] | None = None, float_io: bool = False,
+             samples: int = 2, seed: int = 0) -> bytes:
+        shape = tuple(rep_shape) if rep_shape else (1,) + tuple(int(d) for d in model.input_shape[1:])
+
+        def convert() -> bytes:
+            import numpy as np
+            import tensorflow as tf
+
+            rng = np.random.default_rng(seed)
+
+            def rep():
+                for _ in range(samples):
+                    yield [rng.uniform(-1.0, 1.0, shape).astype(np.float32)]
+
+            conv = tf.lite.TFLiteConverter.from_keras_model(model)
+            conv.optimizations = [tf.lite.Optimize.DEFAULT]
+            conv.representative_dataset = rep
+            conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+            if not float_io:
+                conv.inference_input_type = tf.int8
+                conv.inference_output_type = tf.int8
+            return conv.convert()
+        return self._get(self._key(model, f"int8-{shape}-{float_io}-{samples}-{seed}"), convert)
+
+    def file(self, data: bytes, name: str) -> str:
+        path = self.root / f"{name}.tflite"
+        path.write_bytes(data)
+        return str(path)
+
+
+@pytest.fixture(scope="session")
+def tflite_cache(tmp_path_factory) -> TFLiteCache:
+    return TFLiteCache(tmp_path_factory.mktemp("tflite"))
+
+
+@pytest.fixture(scope="session")
+def float_tflite(tflite_cache):
+    return tflite_cache.float
+
+
+@pytest.fixture(scope="session")
+def int8_tflite(tflite_cache):
+    return tflite_cache.int8
+
+
+@pytest.fixture(scope="session")
+def tflite_file(tflite_cache):
+    return tflite_cache.file
