@@ -19,11 +19,20 @@ class UsageError(ValueError):
 def user_errors() -> tuple[type[BaseException], ...]:
     from tfmcu.ir import GraphError
     from tfmcu.models import ModelError
+    from tfmcu.rewrite import RewriteError
     from tfmcu.scheduler import ScheduleError
     from tfmcu.spec import SpecError
+    from tfmcu.tflite_schema import SchemaError
 
-    return (UsageError, GraphError, ModelError, ScheduleError, SpecError, FileNotFoundError, IsADirectoryError,
-            PermissionError)
+    errors: tuple[type[BaseException], ...] = (UsageError, GraphError, ModelError, RewriteError, ScheduleError,
+                                               SpecError, SchemaError, FileNotFoundError, IsADirectoryError,
+                                               PermissionError)
+    try:
+        from tfmcu.tflm import TFLMError
+        errors += (TFLMError,)
+    except ImportError:  # pragma: no cover - the TFLM wheel is part of the pinned environment
+        pass
+    return errors
 
 
 def fail(prog: str, message: str) -> None:
@@ -53,3 +62,16 @@ def run(main: Callable[[Sequence[str]], int | None]) -> None:
         return None
 
     app.run(wrapped, flags_parser=parse)
+
+
+def parse_patches(value: str) -> tuple[int, int]:
+    """--patches: P (a PxP grid) or PxQ (rows x columns)."""
+    try:
+        parts = [int(v) for v in value.lower().split("x")]
+    except ValueError:
+        raise UsageError(f"--patches={value}: expected P, PxQ or auto") from None
+    if len(parts) == 1:
+        parts *= 2
+    if len(parts) != 2 or min(parts) < 1:
+        raise UsageError(f"--patches={value}: expected P, PxQ or auto with P, Q >= 1")
+    return parts[0], parts[1]

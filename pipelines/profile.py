@@ -38,18 +38,6 @@ flags.DEFINE_bool("quiet", False, "Do not print the table.")
 flags.mark_flag_as_required("model")
 
 
-def parse_patches(value: str) -> tuple[int, int]:
-    try:
-        parts = [int(v) for v in value.lower().split("x")]
-    except ValueError:
-        raise _cli.UsageError(f"--patches={value}: expected P, PxQ or auto") from None
-    if len(parts) == 1:
-        parts *= 2
-    if len(parts) != 2 or min(parts) < 1:
-        raise _cli.UsageError(f"--patches={value}: expected P, PxQ or auto with P, Q >= 1")
-    return parts[0], parts[1]
-
-
 def main(argv: Sequence[str]) -> None:
     from tfmcu import models, report, scheduler
 
@@ -60,7 +48,7 @@ def main(argv: Sequence[str]) -> None:
         raise _cli.UsageError("--patches=auto needs --sram_kb")
     grid = None
     if FLAGS.patches is not None and not auto_mode:
-        grid = parse_patches(FLAGS.patches)
+        grid = _cli.parse_patches(FLAGS.patches)
         if FLAGS.patch_blocks is None and FLAGS.patch_ops is None:
             raise _cli.UsageError("--patches needs --patch_blocks or --patch_ops (or use --patches=auto)")
     try:

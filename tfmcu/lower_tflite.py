@@ -224,6 +224,10 @@ class _Lowering:
                 produced.add(nm)
             irop = self._lower_op(i, typ, op, in_idx, out_idx, act_in, act_out)
             irop.src_index = i
+            irop.attrs["tflite_inputs"] = in_idx
+            irop.attrs["tflite_outputs"] = out_idx
+            irop.attrs["tflite_tensor_index"] = {self.ir_name(t): t for t in act_in + act_out}
+            irop.attrs["tflite_num_tensors"] = len(self.raw)
             if self.unknown_dims(act_out[0]):
                 irop.attrs["dynamic_shape"] = True  # output size not known statically (counted with 1s)
             irop.attrs.setdefault("tflite_op", typ)
@@ -382,6 +386,7 @@ class _Lowering:
             attrs["depth_multiplier"] = mult
             irtype, groups = ir.DEPTHWISE, cin
         weights = int(np.prod(fshape))
+        attrs.update(self._weight_quant(in_idx[1]))
         bias = in_idx[2] if len(in_idx) > 2 else -1
         biases = int(np.prod(self.shape(bias))) if bias >= 0 else 0
         if not self.is_activation(in_idx[0]):
@@ -438,6 +443,13 @@ class _Lowering:
         return ir.Op(type=ir.PAD, padding=padding, in_channels=in_shape[-1] if in_shape else 1,
                      out_channels=out_shape[-1] if out_shape else 1, attrs=attrs, **base)
 
+    def _weight_quant(self, t: int) -> dict[str, Any]:
+        """How many scales the weights carry (per-channel arrays in TFLM's persistent arena) and their type."""
+        w = self._tensor(t)
+        q = w.quantization
+        return {"weight_scales": 0 if q is None or q.scale is None else len(q.scale),
+                "weights_dtype": ts.dtype_name(w.type)}
+
     def _fully_connected(self, i: int, typ: str, opts: Any, in_idx: list[int], base: dict, act: str) -> ir.Op:
         if len(in_idx) < 2 or in_idx[1] < 0:
             raise self.fail(i, typ, "needs an input and a weights tensor")
@@ -446,6 +458,7 @@ class _Lowering:
             raise self.fail(i, typ, f"weights have shape {list(wshape)}, expected [out, in]")
         bias = in_idx[2] if len(in_idx) > 2 else -1
         attrs: dict[str, Any] = {"keep_num_dims": bool(getattr(opts, "keepNumDims", False))}
+        attrs.update(self._weight_quant(in_idx[1]))
         if self.is_activation(in_idx[1]):
             attrs["dynamic_weights"] = True
         return ir.Op(type=ir.FULLY_CONNECTED, in_channels=int(wshape[1]), out_channels=int(wshape[0]),

@@ -375,8 +375,9 @@ class AutoResult:
 
 
 def candidates(graph: ir.Graph, patch_options: Iterable[int] = (1, 2, 3, 4), unit: str = "blocks",
-               mac_metric: str = "exact") -> list[Candidate]:
-    """Every (p, n) schedule of the graph (p = 1 is the plain per-layer network)."""
+               mac_metric: str = "exact", rectangular: bool = False) -> list[Candidate]:
+    """Every (p, n) schedule of the graph (p = 1 is the plain per-layer network); with ``rectangular`` every
+    ph x pw grid with ph, pw from ``patch_options`` (not both 1)."""
     prof = profile(graph)
     out = [Candidate((1, 1), None, None, prof.peak_sram_per_layer_bytes,
                      prof.peak_sram_per_layer_bytes_excluding_input, prof.macs, 0.0)]
@@ -384,15 +385,16 @@ def candidates(graph: ir.Graph, patch_options: Iterable[int] = (1, 2, 3, 4), uni
         stages = [(n, None) for n in range(1, max_stage_blocks(graph) + 1)]
     else:
         stages = [(None, k) for k in range(1, largest_prefix(graph) + 1) if k < len(graph.ops)]
-    for (n, k), p in itertools.product(stages, sorted(set(patch_options))):
-        if p <= 1:
-            continue
+    opts = sorted(set(patch_options))
+    grids = [(a, b) for a in opts for b in opts if max(a, b) > 1] if rectangular else \
+        [(p, p) for p in opts if p > 1]
+    for (n, k), grid in itertools.product(stages, grids):
         try:
-            s = plan(graph, p, n_blocks=n, n_ops=k)
+            s = plan(graph, grid, n_blocks=n, n_ops=k)
         except ScheduleError:
             continue
         macs = s.macs_patched_exact if mac_metric == "exact" else s.macs_patched_padded
-        out.append(Candidate((p, p), n, k, s.peak_sram_bytes, s.peak_sram_bytes_excluding_input, macs,
+        out.append(Candidate(grid, n, k, s.peak_sram_bytes, s.peak_sram_bytes_excluding_input, macs,
                              macs / s.macs - 1.0 if s.macs else 0.0, s))
     return out
 

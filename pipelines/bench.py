@@ -1,0 +1,120 @@
+"""`make bench`: long measurements that do not belong in `make test`.
+
+Section "rewrite": model x schedule -> TFLM arena of the original and rewritten model (measured by TFLM itself,
+input image counted), ratio, predicted vs measured, MAC overhead (padded / exact), op count, bit-exactness on a
+few random inputs. Writes out/bench/rewrite.json and out/bench/rewrite.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any, Sequence
+
+from pipelines import _cli
+from absl import flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("out_dir", "out/bench", "Where the tables go.")
+flags.DEFINE_list("sections", ["rewrite"], "Sections to run.")
+flags.DEFINE_string("zoo_cache", "out/zoo", "Cache of converted zoo models.")
+flags.DEFINE_integer("samples", 8, "Random inputs for the bit-exactness check.", lower_bound=1)
+
+# model -> (auto-mode budget as a fraction of the original's measured arena, fixed schedules)
+REWRITE_BENCH = {
+    "mbv2_100_224": (0.4, [((4, 4), 5, "pad"), ((4, 4), 5, "strips"), ((3, 4), 5, "strips"), ((3, 3), 5, "strips")]),
+    "mbv2_035_144": (0.5, [((4, 4), 5, "pad"), ((3, 3), 5, "strips"), ((2, 2), 5, "strips")]),
+}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def rewrite_section(out_dir: str) -> dict[str, Any]:
+    import numpy as np
+
+    from tfmcu import lower_tflite, rewrite, scheduler, zoo
+    from tfmcu.tflm import measure_arena, random_inputs, run_tflm
+    from tfmcu.tflm_memory import predict_arena
+
+    rows = []
+    for name, (fraction, fixed) in REWRITE_BENCH.items():
+        t0 = time.time()
+        log(f"[rewrite] {name}: converting (cached in {FLAGS.zoo_cache}) ...")
+        data = zoo.build(name, FLAGS.zoo_cache)
+        graph = lower_tflite.from_tflite(data, name=name)
+        m0 = measure_arena(data)
+        p0 = predict_arena(graph)
+        inputs = random_inputs(data, FLAGS.samples, seed=0)
+        ref = run_tflm(data, inputs)
+        runs: list[tuple[str, Any]] = []
+        budget = int(m0.total * fraction)
+        log(f"[rewrite] {name}: auto mode under {budget / 1024:.0f} kB ({fraction:.0%} of the original arena) ...")
+        auto = rewrite.auto_rewrite(data, graph, budget, progress=lambda n, t, w: log(f"    [{n}/{t}] {w}"))
+        if auto.chosen is not None:
+            runs.append((f"auto <= {budget / 1024:.0f} kB", auto.chosen))
+        else:
+            log(f"    {auto.message}")
+        for grid, n, border in fixed:
+            cand = next(c for c in scheduler.candidates(graph, sorted(set(grid)), rectangular=True)
+                        if c.patches == grid and c.n_blocks == n)
+            runs.append((f"{grid[0]}x{grid[1]}, n={n}, {border}", rewrite.evaluate(data, graph, cand, name, border)))
+        for label, ev in runs:
+            m1 = measure_arena(ev.result.model)
+            got = run_tflm(ev.result.model, inputs)
+            exact = all(np.array_equal(a[0], b[0]) for a, b in zip(ref, got))
+            s = ev.candidate.schedule
+            row = {
+                "model": name, "schedule": label, "grid": list(ev.candidate.patches), "patch_blocks": s.n_blocks,
+                "border": ev.border, "bit_exact": exact,
+                "tflm_original_bytes": m0.total, "tflm_rewritten_bytes": m1.total,
+                "tflm_original_head": m0.head, "tflm_rewritten_head": m1.head,
+                "tflm_original_tail": m0.tail, "tflm_rewritten_tail": m1.tail,
+                "ratio": round(m0.total / m1.total, 3),
+                "predicted_original_bytes": p0.total, "predicted_rewritten_bytes": ev.predicted.total,
+                "prediction_error_original": round(p0.total / m0.total - 1, 4),
+                "prediction_error_rewritten": round(ev.predicted.total / m1.total - 1, 4),
+                "analytic_peak_bytes": s.peak_sram_bytes,
+                "mac_overhead_padded": round(s.macs_patched_padded / s.macs - 1, 4),
+                "mac_overhead_exact": round(s.macs_patched_exact / s.macs - 1, 4),
+                "ops_original": ev.result.ops_before, "ops_rewritten": ev.result.ops_after,
+                "flash_original": len(data), "flash_rewritten": len(ev.result.model),
+            }
+            rows.append(row)
+            log(f"    {label}: {m0.total:,} -> {m1.total:,} B ({row['ratio']:.2f}x), predicted "
+                f"{ev.predicted.total:,} ({row['prediction_error_rewritten']:+.1%}), exact={exact}")
+        log(f"[rewrite] {name}: done in {time.time() - t0:.0f} s")
+    md = ["| model | schedule | TFLM arena original (B) | rewritten (B) | ratio | predicted orig / rewr (err) | "
+          "MAC overhead padded / exact | ops | Flash (B) | bit-exact |",
+          "|---|---|---:|---:|---:|---|---|---|---|---|"]
+    for r in rows:
+        md.append(f"| {r['model']} | {r['schedule']} | {r['tflm_original_bytes']:,} | {r['tflm_rewritten_bytes']:,} | "
+                  f"{r['ratio']:.2f}x | {r['predicted_original_bytes']:,} ({r['prediction_error_original']:+.1%}) / "
+                  f"{r['predicted_rewritten_bytes']:,} ({r['prediction_error_rewritten']:+.1%}) | "
+                  f"+{r['mac_overhead_padded']:.1%} / +{r['mac_overhead_exact']:.1%} | "
+                  f"{r['ops_original']} -> {r['ops_rewritten']} | {r['flash_original']:,} -> "
+                  f"{r['flash_rewritten']:,} | {'yes' if r['bit_exact'] else 'NO'} |")
+    return {"rows": rows, "markdown": "\n".join(md) + "\n"}
+
+
+def main(argv: Sequence[str]) -> None:
+    from tfmcu.report import write_outputs
+
+    os.makedirs(FLAGS.out_dir, exist_ok=True)
+    sections = {"rewrite": rewrite_section}
+    unknown = [s for s in FLAGS.sections if s not in sections]
+    if unknown:
+        raise _cli.UsageError(f"unknown bench section(s) {', '.join(unknown)}; known: {', '.join(sections)}")
+    for name in FLAGS.sections:
+        res = sections[name](FLAGS.out_dir)
+        write_outputs({os.path.join(FLAGS.out_dir, f"{name}.json"): res["rows"],
+                       os.path.join(FLAGS.out_dir, f"{name}.md"): res["markdown"]})
+        print(f"## {name}\n\n{res['markdown']}")
+        print(json.dumps({"section": name, "rows": len(res["rows"])}))
+
+
+if __name__ == "__main__":
+    _cli.run(main)

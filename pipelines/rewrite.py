@@ -1,0 +1,162 @@
+"""Rewrite any int8 .tflite so its patch stage runs patch by patch in stock TFLM / TFLite, bit-exact.
+
+    python -m pipelines.rewrite --tflite=model.tflite --out=patched.tflite --patches=auto --sram_kb=256
+    python -m pipelines.rewrite --tflite=model.tflite --out=patched.tflite --patches=4 --patch_blocks=5
+    python -m pipelines.rewrite --tflite=model.tflite --out=patched.tflite --patches=3x2 --patch_ops=9
+
+Auto mode tries schedules in order of MACs and keeps the first whose rewritten model's predicted TFLM arena
+(planned activations + the persistent data each extra op instance costs) fits --sram_kb and is smaller than the
+original's; then it measures both models in the real TFLM interpreter and falls back to the unpatched model if the
+rewritten one is not smaller (saying so).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Sequence
+
+from pipelines import _cli
+from absl import flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("tflite", None, "Input int8 .tflite model (any producer).")
+flags.DEFINE_string("out", None, "Output .tflite path.")
+flags.DEFINE_string("patches", "auto", "P (PxP grid), PxQ, or 'auto' (needs --sram_kb).")
+flags.DEFINE_integer("patch_blocks", None, "Patch stage = the first N blocks.", lower_bound=1)
+flags.DEFINE_integer("patch_ops", None, "Patch stage = the first K operators.", lower_bound=1)
+flags.DEFINE_float("sram_kb", None, "Auto mode: TFLM arena budget in kB (1 kB = 1024 B).", lower_bound=0)
+flags.DEFINE_float("max_mac_overhead", None, "Auto mode: largest allowed MAC overhead (0.2 = +20%).",
+                   lower_bound=0)
+flags.DEFINE_list("patch_options", ["1", "2", "3", "4"], "Auto mode: patch counts p to try.")
+flags.DEFINE_enum("stage_unit", "blocks", ["blocks", "ops"], "Auto mode: enumerate stages by blocks or ops.")
+flags.DEFINE_enum("mode", "builtin", ["builtin", "custom"],
+                  "builtin: unroll into TFLite builtin ops; custom: one TFMCU_PATCH_STAGE op (later issue).")
+flags.DEFINE_enum("border", "auto", ["auto", "strips", "pad"],
+                  "Border padding of patches: PAD the patch buffer, or VALID + padded border strips for strided "
+                  "ops whose input is the patch's largest buffer ('strips'); auto mode tries both.")
+flags.DEFINE_bool("measure", True, "Measure both models' arenas in the TFLM interpreter (auto mode needs it to "
+                                   "guarantee the rewritten arena is not larger).")
+flags.DEFINE_string("json_out", None, "Write a JSON report here.")
+flags.mark_flag_as_required("tflite")
+flags.mark_flag_as_required("out")
+
+
+def _progress(n: int, total: int, what: str) -> None:
+    print(f"\r  [{n}/{total}] {what:<60}", end="", file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str]) -> None:
+    from tfmcu import lower_tflite, rewrite, scheduler
+    from tfmcu import tflite_schema as ts
+    from tfmcu.report import write_outputs
+
+    path = FLAGS.tflite
+    if not os.path.isfile(path):
+        raise _cli.UsageError(f"{path}: no such file")
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        graph = lower_tflite.from_tflite(data, name=os.path.splitext(os.path.basename(path))[0])
+    except ts.SchemaError as e:
+        raise _cli.UsageError(f"{path}: {e}" if path not in str(e) else str(e)) from None
+    if FLAGS.mode == "custom":
+        raise _cli.UsageError("--mode=custom (one TFMCU_PATCH_STAGE op) is not available yet; use --mode=builtin")
+    if FLAGS.patch_blocks is not None and FLAGS.patch_ops is not None:
+        raise _cli.UsageError("give --patch_blocks or --patch_ops, not both")
+    auto_mode = FLAGS.patches.lower() == "auto"
+    if auto_mode and FLAGS.sram_kb is None:
+        raise _cli.UsageError("--patches=auto needs --sram_kb")
+    if not auto_mode and FLAGS.patch_blocks is None and FLAGS.patch_ops is None:
+        raise _cli.UsageError("--patches needs --patch_blocks or --patch_ops (or use --patches=auto)")
+    if os.path.abspath(FLAGS.out) == os.path.abspath(FLAGS.tflite):
+        raise _cli.UsageError("--out must differ from --tflite")
+    try:
+        options = tuple(int(p) for p in FLAGS.patch_options)
+    except ValueError:
+        raise _cli.UsageError(f"--patch_options={','.join(FLAGS.patch_options)}: expected integers") from None
+    graph_where = path
+
+    report: dict = {"input": path, "output": FLAGS.out, "mode": FLAGS.mode}
+    if auto_mode:
+        sram = int(FLAGS.sram_kb * 1024)
+        print(f"auto: trying schedules for {path} under {FLAGS.sram_kb:.0f} kB ...", file=sys.stderr)
+        borders = ("strips", "pad") if FLAGS.border == "auto" else (FLAGS.border,)
+        res = rewrite.auto_rewrite(data, graph, sram, options, FLAGS.max_mac_overhead, FLAGS.stage_unit,
+                                   graph_where, progress=_progress, borders=borders)
+        print("", file=sys.stderr)
+        report["auto"] = {"message": res.message, "evaluated": [e.to_dict() for e in res.evaluated]}
+        report["predicted"] = {"original": _pred(res.original.predicted)}
+        if res.chosen is None and res.original.predicted.total > sram:
+            raise _cli.UsageError(f"{path}: {res.message}")
+        chosen = res.chosen
+    else:
+        grid = _cli.parse_patches(FLAGS.patches)
+        schedule = scheduler.plan(graph, grid, n_blocks=FLAGS.patch_blocks, n_ops=FLAGS.patch_ops)
+        cand = scheduler.Candidate(grid, FLAGS.patch_blocks, FLAGS.patch_ops, schedule.peak_sram_bytes,
+                                   schedule.peak_sram_bytes_excluding_input, schedule.macs_patched_exact,
+                                   schedule.macs_patched_exact / schedule.macs - 1, schedule)
+        original = rewrite.evaluate(data, graph, scheduler.Candidate((1, 1), None, None, 0, 0, schedule.macs, 0.0),
+                                    graph_where)
+        chosen = rewrite.evaluate(data, graph, cand, graph_where,
+                                  border="strips" if FLAGS.border == "auto" else FLAGS.border)
+        report["predicted"] = {"original": _pred(original.predicted)}
+        res = None
+
+    out_bytes = data if chosen is None else chosen.result.model
+    message = res.message if res is not None else "rewritten as requested"
+    if chosen is not None:
+        report["predicted"]["rewritten"] = _pred(chosen.predicted)
+        report["schedule"] = chosen.result.schedule
+        report["ops"] = {"original": chosen.result.ops_before, "rewritten": chosen.result.ops_after}
+    if FLAGS.measure:
+        from tfmcu.tflm import measure_arena
+
+        m_orig = measure_arena(data, where=path)
+        report["tflm"] = {"original": _arena(m_orig)}
+        if chosen is not None:
+            m_rw = measure_arena(out_bytes, where=FLAGS.out)
+            report["tflm"]["rewritten"] = _arena(m_rw)
+            if auto_mode and m_rw.total >= m_orig.total:
+                message = (f"the rewritten model's measured TFLM arena ({m_rw.total} B) is not smaller than the "
+                           f"original's ({m_orig.total} B): falling back to no patching (output = input model)")
+                out_bytes, chosen = data, None
+    report["message"] = message
+    report["patched"] = chosen is not None
+    report["flash_bytes"] = {"original": len(data), "output": len(out_bytes)}
+    write_outputs({FLAGS.out: out_bytes, FLAGS.json_out: report})
+    _summary(report)
+
+
+def _pred(p) -> dict:
+    return {"arena_total_bytes": p.total, "arena_head_bytes": p.head, "arena_tail_bytes": p.tail}
+
+
+def _arena(a) -> dict:
+    return {"arena_total_bytes": a.total, "arena_head_bytes": a.head, "arena_tail_bytes": a.tail}
+
+
+def _summary(r: dict) -> None:
+    print(r["message"])
+    if r.get("schedule"):
+        s = r["schedule"]
+        g = s["grid"]
+        stage = f"{s['patch_blocks']} blocks" if s["patch_blocks"] is not None else f"{s['patch_ops']} ops"
+        print(f"schedule: {g[0]}x{g[1]} patches over the first {stage}; ops {r['ops']['original']} -> "
+              f"{r['ops']['rewritten']}; MACs +{s['mac_overhead_exact'] * 100:.1f}% (exact), "
+              f"+{s['mac_overhead_padded'] * 100:.1f}% (padded)")
+    rows = [("predicted", r.get("predicted", {})), ("TFLM measured", r.get("tflm", {}))]
+    for label, d in rows:
+        if not d:
+            continue
+        o = d.get("original", {}).get("arena_total_bytes")
+        w = d.get("rewritten", {}).get("arena_total_bytes")
+        line = f"{label:>14}: original {o:,} B" if o is not None else f"{label:>14}:"
+        if w is not None:
+            line += f", rewritten {w:,} B ({o / w:.2f}x smaller)"
+        print(line)
+    print(f"{'Flash':>14}: {r['flash_bytes']['original']:,} -> {r['flash_bytes']['output']:,} B; wrote {r['output']}")
+
+
+if __name__ == "__main__":
+    _cli.run(main)

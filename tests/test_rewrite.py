@@ -1,0 +1,192 @@
+"""Builtin-op rewriter: bit-exact in TFLite and TFLM on a zoo of int8 models, metadata kept, Flash bounded, errors.
+
+Every zoo model is converted here from tf_keras (random weights, calibrated batch norm so int8 outputs vary) and
+covers the features listed in ``tfmcu.zoo.ZOO[name].features``: kernels 1/3/5/7, strides 1/2, SAME/VALID and
+symmetric (PAD) padding, ReLU/ReLU6/none, residual ADDs, projection shortcuts, MAX_POOL, per-channel and per-tensor
+quantization, float input (QUANTIZE inside the stage), tf_keras.applications models.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+from tfmcu import lower_tflite, rewrite, scheduler, zoo  # noqa: E402
+from tfmcu import tflite_schema as ts  # noqa: E402
+from tfmcu.tflm import random_inputs, run_tflite, run_tflm  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SUITE = [name for name, m in zoo.ZOO.items() if not m.tags]
+GRIDS = {"mbv2_035_96": 3, "kernels_symmetric": (2, 3), "keras_mobilenet_v2": 4, "keras_mobilenet_v1": (3, 2),
+         "resnet_like": 3, "tiny_per_tensor": 2, "tiny_float_input": 3}
+SAMPLES = 6
+
+
+@pytest.fixture(scope="session")
+def zoo_dir(tmp_path_factory):
+    return os.environ.get("TFMCU_ZOO_CACHE") or str(tmp_path_factory.mktemp("zoo"))
+
+
+@pytest.fixture(scope="session")
+def models(zoo_dir):
+    cache: dict[str, bytes] = {}
+
+    def get(name: str) -> bytes:
+        if name not in cache:
+            cache[name] = zoo.build(name, zoo_dir)
+        return cache[name]
+    return get
+
+
+def _schedule(name: str, data: bytes) -> tuple:
+    g = lower_tflite.from_tflite(data, name=name)
+    entry = zoo.ZOO[name]
+    return g, scheduler.plan(g, GRIDS[name], n_blocks=entry.patch_blocks, n_ops=entry.patch_ops)
+
+
+def test_suite_covers_the_features():
+    features = {f for name in SUITE for f in zoo.ZOO[name].features}
+    for needed in ("residual ADD", "projection shortcut", "per-tensor quantization", "per-channel", "k5/k7",
+                   "MAX_POOL SAME", "tf_keras.applications", "VALID conv", "no activation", "ReLU", "ReLU6",
+                   "float input -> QUANTIZE in the stage", "symmetric padding (PAD + VALID)"):
+        assert needed in features, needed
+    assert len(SUITE) >= 6
+
+
+@pytest.mark.parametrize("name", SUITE)
+def test_rewritten_model_is_bit_exact(models, name):
+    data = models(name)
+    g, s = _schedule(name, data)
+    res = rewrite.rewrite_builtin(data, g, s, where=name)
+    assert res.ops_after > res.ops_before
+    inputs = random_inputs(data, SAMPLES, seed=1)
+    ref = run_tflite(data, inputs)
+    got = run_tflite(res.model, inputs)
+    micro_ref = run_tflm(data, inputs)
+    micro = run_tflm(res.model, inputs)
+    outs = np.stack([r[0] for r in ref]).astype(np.float64)
+    assert outs.std(axis=0).max() > 0, "outputs do not vary with the input: the check would prove nothing"
+    for k in range(SAMPLES):
+        for a, b, c, d in zip(ref[k], got[k], micro_ref[k], micro[k]):
+            assert a.dtype == b.dtype and np.array_equal(a, b), f"TFLite sample {k}"
+            assert np.array_equal(c, d), f"TFLM sample {k}"
+            assert np.array_equal(a, c), f"TFLite vs TFLM sample {k}"
+
+
+def test_stage_structure_and_flash(models):
+    data = models("mbv2_035_96")
+    g, s = _schedule("mbv2_035_96", data)
+    res = rewrite.rewrite_builtin(data, g, s)
+    m0, m1 = ts.load_model(data), ts.load_model(res.model)
+    names = [ts.op_name(m1, op) for op in m1.subgraphs[0].operators]
+    stage_ops = len(s.stage)
+    assert names.count("CONV_2D") + names.count("DEPTHWISE_CONV_2D") >= 9 * (stage_ops - 1)
+    assert "SLICE" in names and "PAD" in names and "CONCATENATION" in names
+    # Weights are shared, not duplicated: the big constant buffers are the same set.
+    def big(m):
+        meta = {mm.buffer for mm in m.metadata or []}
+        return sorted(len(b.data) for i, b in enumerate(m.buffers)
+                      if i not in meta and b.data is not None and len(b.data) > 256)
+    assert big(m1) == big(m0)
+    # Flash grows only by the new small tensors' and operators' metadata (and the schedule record).
+    meta = len(json.dumps(res.schedule))
+    growth = len(res.model) - len(data) - meta
+    assert growth <= 160 * (res.new_tensors + res.ops_after - res.ops_before), growth
+    # Convs in the stage now run VALID on patch tensors.
+    conv_pads = {op.builtinOptions.padding for op, n in zip(m1.subgraphs[0].operators, names)
+                 if n in ("CONV_2D", "DEPTHWISE_CONV_2D")}
+    assert ts.Padding.VALID in conv_pads
+
+
+def test_schedule_metadata_and_associated_files_are_kept(models, tmp_path):
+    data = models("tiny_per_tensor")
+    m = ts.load_model(data)
+    buf = ts.BufferT()
+    buf.data = np.frombuffer(b"labels-v1", dtype=np.uint8).copy()
+    m.buffers.append(buf)
+    meta = ts.schema.MetadataT()
+    meta.name = b"TFLITE_METADATA"
+    meta.buffer = len(m.buffers) - 1
+    m.metadata = list(m.metadata or []) + [meta]
+    flat = ts.write_model(m)
+    zbuf = io.BytesIO(flat)
+    zbuf.seek(0, io.SEEK_END)
+    with zipfile.ZipFile(zbuf, "a") as zf:
+        zf.writestr("labels.txt", "shirt\nshoe\nbag\n")
+    with_files = zbuf.getvalue()
+    g, s = _schedule("tiny_per_tensor", with_files)
+    res = rewrite.rewrite_builtin(with_files, g, s)
+    out = ts.load_model(res.model)
+    names = {(mm.name.decode() if isinstance(mm.name, bytes) else mm.name) for mm in out.metadata}
+    assert {"TFLITE_METADATA", rewrite.SCHEDULE_METADATA} <= names
+    assert zipfile.ZipFile(io.BytesIO(res.model)).read("labels.txt") == b"shirt\nshoe\nbag\n"
+    rec = rewrite.read_schedule(res.model)
+    assert rec["grid"] == [2, 2] and rec["patch_blocks"] == 3 and rec["tool"] == "tfmcu"
+    assert rec["peak_sram_bytes"] == s.peak_sram_bytes and len(rec["regions"]) == len(s.stage)
+    inputs = random_inputs(with_files, 2)
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(run_tflm(with_files, inputs), run_tflm(res.model, inputs)))
+
+
+def test_unsupported_stage_errors(models):
+    data = models("mbv2_035_96")
+    g = lower_tflite.from_tflite(data)
+    mean = next(i for i, op in enumerate(g.ops) if op.type == "mean")
+    with pytest.raises(scheduler.ScheduleError) as e:
+        scheduler.plan(g, 2, n_ops=mean + 1)
+    msg = str(e.value)
+    assert f"op {mean}" in msg or f"tflite op {g.ops[mean].src_index}" in msg
+    assert "MEAN" in msg and "largest stage that works" in msg
+
+
+# ----------------------------------------------------------------------------- pipeline
+def run_rewrite(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, "-m", "pipelines.rewrite", *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=600)
+
+
+def test_pipeline_auto_mode(models, tmp_path):
+    src = tmp_path / "m.tflite"
+    src.write_bytes(models("mbv2_035_96"))
+    out, rep = tmp_path / "p.tflite", tmp_path / "r.json"
+    from tfmcu.tflm import measure_arena
+
+    original = measure_arena(src.read_bytes()).total
+    budget_kb = int(original * 0.75 / 1024)
+    r = run_rewrite(f"--tflite={src}", f"--out={out}", "--patches=auto", f"--sram_kb={budget_kb}",
+                    f"--json_out={rep}")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(rep.read_text())
+    assert d["patched"] and d["tflm"]["rewritten"]["arena_total_bytes"] < d["tflm"]["original"]["arena_total_bytes"]
+    assert d["predicted"]["rewritten"]["arena_total_bytes"] <= budget_kb * 1024
+    assert rewrite.read_schedule(out.read_bytes())["mode"] == "builtin"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tflite={tmp}/missing.tflite"], "no such file"),
+    (["--tflite={tmp}/fake.tflite"], "not a TFLite"),
+    (["--tflite={tmp}/m.tflite", "--patches=auto"], "--sram_kb"),
+    (["--tflite={tmp}/m.tflite", "--patches=auto", "--sram_kb=4"], "smallest achievable"),
+    (["--tflite={tmp}/m.tflite", "--patches=2", "--patch_ops=16"], "cannot run patch by patch"),
+    (["--tflite={tmp}/m.tflite", "--patches=2"], "--patch_blocks"),
+])
+def test_pipeline_bad_input(models, tmp_path, args, message):
+    (tmp_path / "m.tflite").write_bytes(models("tiny_per_tensor"))
+    (tmp_path / "fake.tflite").write_bytes(b"\x00" * 64)
+    out = tmp_path / "out.tflite"
+    r = run_rewrite(*[a.format(tmp=tmp_path) for a in args], f"--out={out}", "--measure=false")
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith(("auto:", "\r", "  ["))]
+    lines = [ln for ln in lines if "error:" in ln]
+    assert len(lines) == 1 and message in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+    assert not out.exists()

@@ -1,0 +1,143 @@
+"""`pipelines/verify.py` contract: bit-exact comparison of two models in TF Lite and TFLM, arena figures (measured and
+predicted), exit codes 0 / 1 / 2, one-line errors and no partial output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from tfmcu import tflite_schema as ts  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_verify(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONPATH=os.pathsep.join([ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                                    if p]))
+    return subprocess.run([sys.executable, "-m", "pipelines.verify", *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=300)
+
+
+def build(seed: int):
+    import tf_keras as keras
+
+    keras.utils.set_random_seed(seed)
+    L = keras.layers
+    i = keras.Input((16, 16, 3))
+    x = L.Conv2D(8, 3, strides=2, padding="same", activation="relu")(i)
+    x = L.DepthwiseConv2D(3, padding="same", activation="relu")(x)
+    x = L.Add()([x, L.Conv2D(8, 1)(x)])
+    x = L.Dense(6)(L.GlobalAveragePooling2D()(x))
+    return keras.Model(i, x, name=f"verify_net_{seed}")
+
+
+@pytest.fixture(scope="session")
+def models(int8_tflite, tmp_path_factory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("verify_models")
+    paths = {}
+    for name, seed in (("a", 0), ("b", 1)):  # same architecture, different weights
+        paths[name] = str(root / f"{name}.tflite")
+        with open(paths[name], "wb") as f:
+            f.write(int8_tflite(build(seed)))
+    m = ts.load_model(open(paths["a"], "rb").read())
+    code = ts.OperatorCodeT()
+    code.builtinCode = code.deprecatedBuiltinCode = ts.BuiltinOperator.CUSTOM
+    code.customCode = "TFMCU_PATCH_STAGE"
+    m.operatorCodes.append(code)
+    op = m.subgraphs[0].operators[0]
+    op.opcodeIndex, op.builtinOptions, op.builtinOptionsType, op.customOptions = len(m.operatorCodes) - 1, None, 0, [0]
+    paths["custom"] = str(root / "custom.tflite")
+    with open(paths["custom"], "wb") as f:
+        f.write(ts.write_model(m))
+    return paths
+
+
+def test_model_against_itself(models, tmp_path):
+    j = tmp_path / "v.json"
+    x = np.random.default_rng(7).integers(-128, 128, (3, 16, 16, 3)).astype(np.int8)
+    np.save(tmp_path / "x.npy", x)
+    r = run_verify(f"--original={models['a']}", f"--rewritten={models['a']}", "--samples=12",
+                   f"--inputs={tmp_path / 'x.npy'}", f"--json_out={j}", "--seed=3")
+    assert r.returncode == 0, r.stderr
+    assert "BIT-EXACT" in r.stdout and "TFLM arena total" in r.stdout
+    d = json.loads(j.read_text())
+    assert d["bit_exact"] is True and d["samples"] == 15 and d["random_samples"] == 12 and d["input_samples"] == 3
+    assert d["mismatches"]["count"] == 0 and d["seed"] == 3
+    size = os.path.getsize(models["a"])
+    assert d["flash_bytes"] == {"original": size, "rewritten": size}
+    assert d["ops"]["original"] == d["ops"]["rewritten"] == 6
+    for role in ("original", "rewritten"):
+        assert d["tflite_vs_tflm"][role]["agree"] is True
+        t, p = d["tflm"][role], d["predicted"][role]
+        assert t["arena_total_bytes"] == t["arena_head_bytes"] + t["arena_tail_bytes"] > 0
+        assert p == t  # the prediction is exact for this model
+
+
+def test_different_weights_mismatch(models, tmp_path):
+    j = tmp_path / "v.json"
+    r = run_verify(f"--original={models['a']}", f"--rewritten={models['b']}", "--samples=5", f"--json_out={j}")
+    assert r.returncode == 1, r.stderr
+    assert "MISMATCH" in r.stdout
+    d = json.loads(j.read_text())
+    assert d["bit_exact"] is False and d["mismatches"]["count"] > 0
+    first = d["mismatches"]["first"][0]
+    assert {"sample", "interpreter", "max_abs_diff"} <= set(first) and first["max_abs_diff"] > 0
+    assert first["interpreter"] in ("tflite-reference", "tflm")
+    assert d["tflite_vs_tflm"]["original"]["agree"] and d["tflite_vs_tflm"]["rewritten"]["agree"]
+
+
+def test_float_inputs_are_quantized(models, tmp_path):
+    np.save(tmp_path / "xf.npy", np.random.default_rng(1).uniform(-1, 1, (2, 1, 16, 16, 3)).astype(np.float32))
+    j = tmp_path / "v.json"
+    r = run_verify(f"--original={models['a']}", f"--rewritten={models['a']}", "--samples=0",
+                   f"--inputs={tmp_path / 'xf.npy'}", f"--json_out={j}", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ""
+    d = json.loads(j.read_text())
+    assert d["samples"] == d["input_samples"] == 2 and d["random_samples"] == 0
+
+
+@pytest.mark.parametrize("case", ["missing", "not_tflite", "signature", "inputs_shape", "inputs_dtype", "custom",
+                                  "nothing"])
+def test_bad_input_exit_2(models, tmp_path, case):
+    j = tmp_path / "v.json"
+    a = models["a"]
+    np.save(tmp_path / "bad.npy", np.zeros((2, 8, 8, 3), np.int8))
+    np.save(tmp_path / "badtype.npy", np.zeros((2, 16, 16, 3), np.int32))
+    (tmp_path / "junk.tflite").write_bytes(b"not a model at all")
+    other = tmp_path / "other.tflite"
+    if case == "signature":
+        import tensorflow as tf
+        import tf_keras as keras
+
+        m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        other.write_bytes(tf.lite.TFLiteConverter.from_keras_model(m).convert())
+    args = {
+        "missing": [f"--original={tmp_path / 'nope.tflite'}", f"--rewritten={a}"],
+        "not_tflite": [f"--original={a}", f"--rewritten={tmp_path / 'junk.tflite'}"],
+        "signature": [f"--original={a}", f"--rewritten={other}"],
+        "inputs_shape": [f"--original={a}", f"--rewritten={a}", f"--inputs={tmp_path / 'bad.npy'}"],
+        "inputs_dtype": [f"--original={a}", f"--rewritten={a}", f"--inputs={tmp_path / 'badtype.npy'}"],
+        "custom": [f"--original={a}", f"--rewritten={models['custom']}"],
+        "nothing": [f"--original={a}", f"--rewritten={a}", "--samples=0"],
+    }[case]
+    r = run_verify(*args, f"--json_out={j}")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("verify:")]
+    assert len(lines) == 1 and lines[0].startswith("verify: error: "), r.stderr
+    assert "Traceback" not in r.stderr
+    assert not j.exists()
+    expected = {"missing": "no such file", "not_tflite": "not a TFLite", "signature": "signature mismatch",
+                "inputs_shape": "expected (N, 16, 16, 3)", "inputs_dtype": "dtype int32",
+                "custom": "custom-mode models need the tfmcu host runner (not available yet)",
+                "nothing": "nothing to compare"}[case]
+    assert expected in lines[0]
