@@ -55,9 +55,13 @@ def rewrite_section(out_dir: str) -> dict[str, Any]:
         log(f"[rewrite] {name}: auto mode under {budget / 1024:.0f} kB ({fraction:.0%} of the original arena) ...")
         auto = rewrite.auto_rewrite(data, graph, budget, progress=lambda n, t, w: log(f"    [{n}/{t}] {w}"))
         if auto.chosen is not None:
-            runs.append((f"auto <= {budget / 1024:.0f} kB", auto.chosen))
+            runs.append((f"auto least MACs <= {budget / 1024:.0f} kB", auto.chosen))
         else:
             log(f"    {auto.message}")
+        log(f"[rewrite] {name}: auto mode, smallest arena ...")
+        smallest = rewrite.smallest_arena(data, graph, progress=lambda n, t, w: log(f"    [{n}/{t}] {w}"))
+        if smallest.chosen is not None:
+            runs.append(("auto smallest arena", smallest.chosen))
         for grid, n, border in fixed:
             cand = next(c for c in scheduler.candidates(graph, sorted(set(grid)), rectangular=True)
                         if c.patches == grid and c.n_blocks == n)

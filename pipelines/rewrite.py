@@ -29,6 +29,9 @@ flags.DEFINE_float("sram_kb", None, "Auto mode: TFLM arena budget in kB (1 kB = 
 flags.DEFINE_float("max_mac_overhead", None, "Auto mode: largest allowed MAC overhead (0.2 = +20%).",
                    lower_bound=0)
 flags.DEFINE_list("patch_options", ["1", "2", "3", "4"], "Auto mode: patch counts p to try.")
+flags.DEFINE_enum("objective", "macs", ["macs", "arena"],
+                  "Auto mode: 'macs' = least MACs whose predicted arena fits --sram_kb; 'arena' = smallest "
+                  "predicted TFLM arena (--sram_kb optional, checked if given).")
 flags.DEFINE_enum("stage_unit", "blocks", ["blocks", "ops"], "Auto mode: enumerate stages by blocks or ops.")
 flags.DEFINE_enum("mode", "builtin", ["builtin", "custom"],
                   "builtin: unroll into TFLite builtin ops; custom: one TFMCU_PATCH_STAGE op (later issue).")
@@ -65,8 +68,8 @@ def main(argv: Sequence[str]) -> None:
     if FLAGS.patch_blocks is not None and FLAGS.patch_ops is not None:
         raise _cli.UsageError("give --patch_blocks or --patch_ops, not both")
     auto_mode = FLAGS.patches.lower() == "auto"
-    if auto_mode and FLAGS.sram_kb is None:
-        raise _cli.UsageError("--patches=auto needs --sram_kb")
+    if auto_mode and FLAGS.sram_kb is None and FLAGS.objective == "macs":
+        raise _cli.UsageError("--patches=auto needs --sram_kb (or --objective=arena)")
     if not auto_mode and FLAGS.patch_blocks is None and FLAGS.patch_ops is None:
         raise _cli.UsageError("--patches needs --patch_blocks or --patch_ops (or use --patches=auto)")
     if os.path.abspath(FLAGS.out) == os.path.abspath(FLAGS.tflite):
@@ -79,16 +82,25 @@ def main(argv: Sequence[str]) -> None:
 
     report: dict = {"input": path, "output": FLAGS.out, "mode": FLAGS.mode}
     if auto_mode:
-        sram = int(FLAGS.sram_kb * 1024)
-        print(f"auto: trying schedules for {path} under {FLAGS.sram_kb:.0f} kB ...", file=sys.stderr)
+        sram = int(FLAGS.sram_kb * 1024) if FLAGS.sram_kb is not None else None
         borders = ("strips", "pad") if FLAGS.border == "auto" else (FLAGS.border,)
-        res = rewrite.auto_rewrite(data, graph, sram, options, FLAGS.max_mac_overhead, FLAGS.stage_unit,
-                                   graph_where, progress=_progress, borders=borders)
+        if FLAGS.objective == "macs":
+            print(f"auto: least-MACs schedule for {path} under {FLAGS.sram_kb:.0f} kB ...", file=sys.stderr)
+            res = rewrite.auto_rewrite(data, graph, sram, options, FLAGS.max_mac_overhead, FLAGS.stage_unit,
+                                       graph_where, progress=_progress, borders=borders)
+        else:
+            print(f"auto: smallest-arena schedule for {path} ...", file=sys.stderr)
+            res = rewrite.smallest_arena(data, graph, options, FLAGS.max_mac_overhead, FLAGS.stage_unit,
+                                         graph_where, progress=_progress, borders=borders)
         print("", file=sys.stderr)
         report["auto"] = {"message": res.message, "evaluated": [e.to_dict() for e in res.evaluated]}
         report["predicted"] = {"original": _pred(res.original.predicted)}
-        if res.chosen is None and res.original.predicted.total > sram:
-            raise _cli.UsageError(f"{path}: {res.message}")
+        best = res.chosen or res.original
+        if sram is not None and best.predicted.total > sram:
+            msg = res.message if FLAGS.objective == "macs" else (
+                f"no schedule fits {FLAGS.sram_kb:.1f} kB; smallest achievable predicted TFLM arena is "
+                f"{best.predicted.total / 1024:.1f} kB")
+            raise _cli.UsageError(f"{path}: {msg}")
         chosen = res.chosen
     else:
         grid = _cli.parse_patches(FLAGS.patches)

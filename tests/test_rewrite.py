@@ -73,6 +73,9 @@ def test_rewritten_model_is_bit_exact(models, name):
     got = run_tflite(res.model, inputs)
     micro_ref = run_tflm(data, inputs)
     micro = run_tflm(res.model, inputs)
+    # The auto mode's pruning bound never exceeds what TFLM really needs.
+    from tfmcu.tflm import measure_arena
+    assert rewrite.lower_bound(s, measure_arena(data).tail) <= measure_arena(res.model).total
     outs = np.stack([r[0] for r in ref]).astype(np.float64)
     assert outs.std(axis=0).max() > 0, "outputs do not vary with the input: the check would prove nothing"
     for k in range(SAMPLES):

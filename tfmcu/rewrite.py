@@ -538,6 +538,13 @@ def evaluate(data: bytes, graph: ir.Graph, candidate: Any, where: str = "model",
     return Evaluated(candidate, result, predict_arena(from_tflite(result.model), model=result.model), border)
 
 
+def lower_bound(schedule: PatchSchedule, original_tail: int) -> int:
+    """A floor under the TFLM arena of any builtin rewrite of ``schedule``: the planned head holds at least the
+    unchanged rest of the net's peak and one patch's whole working set at once, and the persistent tail only
+    grows with the extra op instances."""
+    return max(schedule.rest_peak_bytes, schedule.patch_peak_bytes) + original_tail
+
+
 def auto_rewrite(data: bytes, graph: ir.Graph, sram_bytes: int, patch_options: tuple[int, ...] = (1, 2, 3, 4),
                  max_mac_overhead: float | None = None, unit: str = "blocks", where: str = "model",
                  progress: Any = None, rectangular: bool = True,
@@ -545,7 +552,7 @@ def auto_rewrite(data: bytes, graph: ir.Graph, sram_bytes: int, patch_options: t
     """The least-MACs schedule whose rewritten model's predicted TFLM arena fits ``sram_bytes`` and is smaller
     than the original's. Candidates are tried in order of MACs, so the first that fits is the answer; a candidate
     whose lower bound (the unchanged rest of the net's analytic peak + the original's persistent arena) already
-    exceeds the budget is skipped without rewriting."""
+    exceeds the budget (``lower_bound``) is skipped without rewriting."""
     from tfmcu import scheduler
 
     cands = scheduler.candidates(graph, patch_options, unit, rectangular=rectangular)
@@ -557,7 +564,7 @@ def auto_rewrite(data: bytes, graph: ir.Graph, sram_bytes: int, patch_options: t
     floor = original.predicted.tail
     todo = [(c, b) for c in cands[1:] for b in borders
             if max_mac_overhead is None or c.mac_overhead <= max_mac_overhead + 1e-12]
-    feasible = [(c, b) for c, b in todo if c.schedule.rest_peak_bytes + floor <= sram_bytes]
+    feasible = [(c, b) for c, b in todo if lower_bound(c.schedule, floor) <= sram_bytes]
     feasible.sort(key=lambda cb: (cb[0].macs, cb[0].patches[0] * cb[0].patches[1], borders.index(cb[1])))
     evaluated = [original]
     for n, (cand, border) in enumerate(feasible):
@@ -577,7 +584,7 @@ def auto_rewrite(data: bytes, graph: ir.Graph, sram_bytes: int, patch_options: t
     cap = "" if max_mac_overhead is None else f" with MAC overhead <= {max_mac_overhead * 100:.0f}%"
     tried = evaluated[1:] or evaluated
     best = min(tried, key=lambda e: e.predicted.total)
-    lower = min((c.schedule.rest_peak_bytes + floor for c, _ in todo), default=original.predicted.total)
+    lower = min((lower_bound(c.schedule, floor) for c, _ in todo), default=original.predicted.total)
     return AutoRewrite(None, original, evaluated,
                        f"no schedule fits {sram_bytes / 1024:.1f} kB{cap}; smallest achievable predicted TFLM arena "
                        f"is {min(best.predicted.total, original.predicted.total) / 1024:.1f} kB"
@@ -585,3 +592,39 @@ def auto_rewrite(data: bytes, graph: ir.Graph, sram_bytes: int, patch_options: t
                        + (f" ({len(tried)} schedules tried; the others need at least {lower / 1024:.1f} kB)"
                           if len(todo) > len(tried) else ""),
                        skipped=len(todo) - len(feasible))
+
+
+def smallest_arena(data: bytes, graph: ir.Graph, patch_options: tuple[int, ...] = (1, 2, 3, 4),
+                   max_mac_overhead: float | None = None, unit: str = "blocks", where: str = "model",
+                   progress: Any = None, rectangular: bool = True,
+                   borders: tuple[str, ...] = ("strips", "pad")) -> AutoRewrite:
+    """The schedule with the smallest predicted TFLM arena (branch and bound on ``lower_bound``)."""
+    from tfmcu import scheduler
+
+    cands = scheduler.candidates(graph, patch_options, unit, rectangular=rectangular)
+    original = evaluate(data, graph, cands[0], where)
+    floor = original.predicted.tail
+    todo = sorted(((lower_bound(c.schedule, floor), c, b) for c in cands[1:] for b in borders
+                   if max_mac_overhead is None or c.mac_overhead <= max_mac_overhead + 1e-12),
+                  key=lambda x: (x[0], x[1].macs))
+    best, evaluated = original, [original]
+    for n, (bound, cand, border) in enumerate(todo):
+        if bound >= best.predicted.total:
+            break
+        if progress:
+            progress(n + 1, len(todo), f"{scheduler.describe_choice(cand)} ({border})")
+        try:
+            ev = evaluate(data, graph, cand, where, border)
+        except RewriteError:
+            continue
+        evaluated.append(ev)
+        if ev.predicted.total < best.predicted.total:
+            best = ev
+    if best is original:
+        return AutoRewrite(None, original, evaluated, "no schedule has a smaller predicted TFLM arena than the "
+                                                      "original model: no patching")
+    return AutoRewrite(best, original, evaluated,
+                       f"smallest predicted TFLM arena: {scheduler.describe_choice(best.candidate)} ({best.border} "
+                       f"borders), {best.predicted.total / 1024:.1f} kB (original "
+                       f"{original.predicted.total / 1024:.1f} kB), MACs +{best.candidate.mac_overhead * 100:.1f}% "
+                       f"({len(evaluated) - 1} of {len(todo)} schedules rewritten, the rest bounded out)")

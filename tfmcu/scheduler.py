@@ -198,6 +198,7 @@ class PatchSchedule:
     stage_macs_patched_padded: int
     stage_macs_patched_exact: int
     macs: int
+    patch_peak_bytes: int = 0  # largest working set of one patch (its own tensors incl. its input window)
     step_memory: list[int] = field(default_factory=list)  # per op: peak over patches (stage) / per layer (rest)
     step_memory_excluding_input: list[int] = field(default_factory=list)
 
@@ -312,6 +313,7 @@ def plan(graph: ir.Graph, patches: int | tuple[int, int], n_blocks: int | None =
     in_bytes = sum(graph.tensors[t].nbytes for t in ins if t in graph.inputs)
     produced = {t for i in idx for t in graph.ops[i].outputs}
     mem, mem_x = list(per_layer), list(per_layer_x)
+    patch_peak = 0
     for i in idx:
         alive = [t for t, (a, b) in life.items() if a <= i <= b and (t in produced or t in ins) and t not in outs]
         peak_in = peak_x = 0
@@ -328,6 +330,7 @@ def plan(graph: ir.Graph, patches: int | tuple[int, int], n_blocks: int | None =
             peak_in, peak_x = max(peak_in, patch_in), max(peak_x, patch_x)
         mem[i] = out_bytes + in_bytes + peak_in
         mem_x[i] = out_bytes + peak_x
+        patch_peak = max(patch_peak, peak_x)
     last = idx[-1]
     rest = range(last + 1, len(graph.ops))
     input_patch = max((_length(w.need_unclipped[t]) for w in rows for t in ins), default=0), \
@@ -339,7 +342,8 @@ def plan(graph: ir.Graph, patches: int | tuple[int, int], n_blocks: int | None =
         rest_peak_bytes=max((mem[i] for i in rest), default=0),
         rest_peak_bytes_excluding_input=max((mem_x[i] for i in rest), default=0),
         stage_macs=stage_macs, stage_macs_patched_padded=stage_padded, stage_macs_patched_exact=stage_exact,
-        macs=sum(ir.op_macs(graph, op) for op in graph.ops), step_memory=mem, step_memory_excluding_input=mem_x)
+        macs=sum(ir.op_macs(graph, op) for op in graph.ops), patch_peak_bytes=patch_peak, step_memory=mem,
+        step_memory_excluding_input=mem_x)
 
 
 # ----------------------------------------------------------------------------- auto mode
