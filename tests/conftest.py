@@ -54,23 +54,10 @@ class TFLiteCache:
         shape = tuple(rep_shape) if rep_shape else (1,) + tuple(int(d) for d in model.input_shape[1:])
 
         def convert() -> bytes:
-            import numpy as np
-            import tensorflow as tf
+            from tfmcu.convert import random_representative, to_int8_tflite
 
-            rng = np.random.default_rng(seed)
-
-            def rep():
-                for _ in range(samples):
-                    yield [rng.uniform(-1.0, 1.0, shape).astype(np.float32)]
-
-            conv = tf.lite.TFLiteConverter.from_keras_model(model)
-            conv.optimizations = [tf.lite.Optimize.DEFAULT]
-            conv.representative_dataset = rep
-            conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-            if not float_io:
-                conv.inference_input_type = tf.int8
-                conv.inference_output_type = tf.int8
-            return conv.convert()
+            return to_int8_tflite(model, random_representative(shape[1:], samples=samples, seed=seed),
+                                  float_io=float_io)
         return self._get(self._key(model, f"int8-{shape}-{float_io}-{samples}-{seed}"), convert)
 
     def file(self, data: bytes, name: str) -> str:
