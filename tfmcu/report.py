@@ -132,6 +132,9 @@ def atomic_write(path: str, write: Any, binary: bool = False) -> None:
     try:
         with os.fdopen(fd, "wb" if binary else "w") as f:
             write(f)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; outputs get the usual permissions
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
