@@ -46,7 +46,10 @@ flags.mark_flag_as_required("out")
 
 
 def _progress(n: int, total: int, what: str) -> None:
-    print(f"\r  [{n}/{total}] {what:<60}", end="", file=sys.stderr, flush=True)
+    if sys.stderr.isatty():
+        print(f"\r  [{n}/{total}] {what:<60}", end="", file=sys.stderr, flush=True)
+    elif n == 1 or n % 10 == 0:
+        print(f"  [{n}/{total}] {what}", file=sys.stderr, flush=True)
 
 
 def main(argv: Sequence[str]) -> None:
@@ -92,7 +95,8 @@ def main(argv: Sequence[str]) -> None:
             print(f"auto: smallest-arena schedule for {path} ...", file=sys.stderr)
             res = rewrite.smallest_arena(data, graph, options, FLAGS.max_mac_overhead, FLAGS.stage_unit,
                                          graph_where, progress=_progress, borders=borders)
-        print("", file=sys.stderr)
+        if sys.stderr.isatty():
+            print("", file=sys.stderr)
         report["auto"] = {"message": res.message, "evaluated": [e.to_dict() for e in res.evaluated]}
         report["predicted"] = {"original": _pred(res.original.predicted)}
         best = res.chosen or res.original
