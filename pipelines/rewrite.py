@@ -67,7 +67,7 @@ def main(argv: Sequence[str]) -> None:
     except ts.SchemaError as e:
         raise _cli.UsageError(f"{path}: {e}" if path not in str(e) else str(e)) from None
     if FLAGS.mode == "custom":
-        raise _cli.UsageError("--mode=custom (one TFMCU_PATCH_STAGE op) is not available yet; use --mode=builtin")
+        return _custom_mode(data, graph, path)
     if FLAGS.patch_blocks is not None and FLAGS.patch_ops is not None:
         raise _cli.UsageError("give --patch_blocks or --patch_ops, not both")
     auto_mode = FLAGS.patches.lower() == "auto"
@@ -142,6 +142,43 @@ def main(argv: Sequence[str]) -> None:
     report["flash_bytes"] = {"original": len(data), "output": len(out_bytes)}
     write_outputs({FLAGS.out: out_bytes, FLAGS.json_out: report})
     _summary(report)
+
+
+def _custom_mode(data: bytes, graph, path: str) -> None:
+    """--mode=custom: the stage becomes one TFMCU_PATCH_STAGE op run by tfmcu's C kernels."""
+    from tfmcu import custom_stage, scheduler
+    from tfmcu.report import write_outputs
+
+    if FLAGS.patches.lower() == "auto":
+        sram = int(FLAGS.sram_kb * 1024) if FLAGS.sram_kb is not None else None
+        options = tuple(int(p) for p in FLAGS.patch_options)
+        res, _, message = custom_stage.auto_custom(data, graph, sram, options, FLAGS.max_mac_overhead,
+                                                   FLAGS.stage_unit, path, progress=_progress)
+        if res is None:
+            raise _cli.UsageError(f"{path}: {message}")
+    else:
+        schedule = scheduler.plan(graph, _cli.parse_patches(FLAGS.patches), n_blocks=FLAGS.patch_blocks,
+                                  n_ops=FLAGS.patch_ops)
+        res = custom_stage.rewrite_custom(data, graph, schedule, path)
+        message = "rewritten as requested"
+    mem = custom_stage.memory_report(res.model, FLAGS.out, measure=FLAGS.measure)
+    report = {"input": path, "output": FLAGS.out, "mode": "custom", "message": message, "patched": True,
+              "schedule": res.schedule, "ops": {"original": res.ops_before, "rewritten": res.ops_after},
+              "custom_mode": mem, "flash_bytes": {"original": len(data), "output": len(res.model)}}
+    if FLAGS.measure:
+        from tfmcu.tflm import measure_arena
+        report["tflm"] = {"original": _arena(measure_arena(data, where=path))}
+    write_outputs({FLAGS.out: res.model, FLAGS.json_out: report})
+    print(message)
+    s = res.schedule
+    print(f"schedule: {s['grid'][0]}x{s['grid'][1]} patches, stage of {len(s['stage_ops_tflite'])} ops -> one "
+          f"{custom_stage.CUSTOM_CODE} op; scratch {mem['scratch_bytes']:,} B")
+    sa = mem["single_arena"]
+    orig = report.get("tflm", {}).get("original", {}).get("arena_total_bytes")
+    vs = f" (original TFLM arena {orig:,} B: {orig / sa['total_bytes']:.2f}x smaller)" if orig else ""
+    print(f"single-arena peak: {sa['total_bytes']:,} B with the input, {sa['total_bytes_excluding_input']:,} B "
+          f"without{vs}")
+    print(f"Flash: {len(data):,} -> {len(res.model):,} B; wrote {FLAGS.out}")
 
 
 def _pred(p) -> dict:

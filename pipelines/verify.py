@@ -13,8 +13,10 @@ reported too (informational). TFLM's arena is measured (``tfmcu.tflm.measure_are
 (``tfmcu.tflm_memory.predict_arena``) for both.
 
 Exit status: 0 bit-exact, 1 any mismatch (the JSON is still written), 2 bad input (missing file, not a TFLite model,
-the two models' input/output signatures differ, bad --inputs, a model with a TFMCU_PATCH_STAGE custom op, an
-interpreter crash): one line on stderr and no output file.
+the two models' input/output signatures differ, bad --inputs, an interpreter crash): one line on stderr and no
+output file. A rewritten model in custom mode (one TFMCU_PATCH_STAGE op) runs in tfmcu's host runner: the stage in
+the C kernels, the rest in TF Lite and in TFLM; its arena is reported "as run here" (the rest's TFLM arena +
+scratch + input) and as the single-arena peak a TFLM adapter would have (``custom_mode``).
 """
 
 from __future__ import annotations
@@ -165,18 +167,36 @@ def predict(data: bytes, where: str) -> dict[str, Any]:
     return d
 
 
+def predict_custom(mem: dict[str, Any], data: bytes, where: str) -> dict[str, Any]:
+    """Predicted "as run" arena of a custom-mode model: the rest's predicted TFLM arena + scratch + input."""
+    from tfmcu.custom_stage import load_custom
+
+    rest = predict(load_custom(data, where).rest, where + " (rest)")
+    if rest["arena_total_bytes"] is None:
+        return rest
+    extra = mem["scratch_bytes"] + mem["input_bytes"]
+    return {"arena_total_bytes": rest["arena_total_bytes"] + extra, "arena_head_bytes": rest["arena_head_bytes"] + extra,
+            "arena_tail_bytes": rest["arena_tail_bytes"]}
+
+
 def run_verify(paths: dict[str, str], n_random: int, seed: int, inputs_path: str | None, resolver: str,
                max_details: int) -> dict[str, Any]:
     from tfmcu import tflm
 
     data = {r: read_model(paths[r]) for r in ROLES}
     infos = {}
+    custom = {}
     for r in ROLES:
         try:
             infos[r] = tflm.model_info(data[r], paths[r])
-            tflm.check_runnable(infos[r], paths[r])
+            custom[r] = tflm.PATCH_STAGE_OP in infos[r].custom_ops
+            if not custom[r]:
+                tflm.check_runnable(infos[r], paths[r])
         except tflm.TFLMError as e:
             raise _cli.UsageError(str(e)) from None
+    if custom["original"]:
+        raise _cli.UsageError(f"{paths['original']}: the original must be a model stock TFLM runs, not a "
+                              f"custom-mode model")
     check_signatures(infos)
     samples = tflm.random_inputs(data["original"], n_random, seed) if n_random else []
     real = load_inputs(inputs_path, infos["original"]) if inputs_path else []
@@ -185,7 +205,8 @@ def run_verify(paths: dict[str, str], n_random: int, seed: int, inputs_path: str
     all_samples = samples + real
 
     def job(role: str) -> Any:
-        return tflm.evaluate(data[role], all_samples, resolver, where=paths[role], isolate=True)
+        func = "evaluate_custom" if custom[role] else "evaluate"
+        return tflm.isolated(func, data[role], all_samples, resolver, paths[role], where=paths[role])
 
     try:
         with ThreadPoolExecutor(max_workers=2) as pool:
@@ -223,7 +244,9 @@ def run_verify(paths: dict[str, str], n_random: int, seed: int, inputs_path: str
                        "first": mismatches[:max_details]},
         "tflite_vs_tflm": agreement,
         "tflm": {r: _arena(results[r].arena) for r in ROLES},
-        "predicted": {r: predict(data[r], paths[r]) for r in ROLES},
+        "predicted": {r: (predict_custom(results[r].arena.custom, data[r], paths[r]) if custom[r]
+                          else predict(data[r], paths[r])) for r in ROLES},
+        "custom_mode": {r: results[r].arena.custom for r in ROLES if custom[r]},
         "flash_bytes": {r: len(data[r]) for r in ROLES},
         "ops": {r: infos[r].num_ops for r in ROLES},
     }

@@ -178,6 +178,7 @@ class ArenaStats:
     tail: int
     by_type: dict[str, Allocation] = field(default_factory=dict)
     arena_size: int = 0  # the arena the interpreter was given for the measurement
+    custom: dict[str, Any] | None = None  # custom-mode models: tfmcu.custom_stage.memory_report
 
     def to_dict(self) -> dict[str, Any]:
         return {"total": self.total, "head": self.head, "tail": self.tail, "arena_size": self.arena_size,
@@ -231,7 +232,8 @@ def _default_arena(model: bytes) -> int:
 def check_runnable(info: ModelInfo, where: str = "model") -> None:
     """Refuse models TFLM's stock op resolver cannot run with a clear one-line message."""
     if PATCH_STAGE_OP in info.custom_ops:
-        raise TFLMError(f"{where}: custom-mode models need the tfmcu host runner (not available yet)")
+        raise TFLMError(f"{where}: custom-mode models ({PATCH_STAGE_OP}) run in tfmcu's host runner "
+                        f"(tfmcu.custom_stage.HostRunner), not in stock TFLM")
     if info.custom_ops:
         raise TFLMError(f"{where}: custom ops {', '.join(info.custom_ops)} are not available in stock TFLM")
 
@@ -453,6 +455,30 @@ def evaluate(model: bytes, samples: Sequence[Any], resolver: str | None = "refer
     _phase("TFLM")
     outs = run_tflm(model, samples, where=where)
     return Evaluation(tfl, outs, measure_arena(model, where=where))
+
+
+def evaluate_custom(model: bytes, samples: Sequence[Any], resolver: str | None = "reference",
+                    where: str = "model") -> Evaluation:
+    """``evaluate`` for a custom-mode model (one TFMCU_PATCH_STAGE op): the stage runs in the C kernels, the rest
+    in TF Lite and in TFLM. The arena is the "as run here" figure: the rest's TFLM arena + scratch + input."""
+    from tfmcu.custom_stage import HostRunner, memory_report
+    from tfmcu.rewrite import RewriteError
+
+    model = bytes(model)
+    try:
+        runner = HostRunner(model, where)
+        _phase("TF Lite")
+        tfl = runner.run(samples, rest="tflite") if resolver else None
+        _phase("TFLM")
+        outs = runner.run(samples, rest="tflm")
+        mem = memory_report(model, where)
+    except RewriteError as e:
+        raise TFLMError(str(e)) from None
+    rest = mem["rest_tflm"]
+    extra = mem["scratch_bytes"] + mem["input_bytes"]
+    arena = ArenaStats(rest["arena_total_bytes"] + extra, rest["arena_head_bytes"] + extra, rest["arena_tail_bytes"],
+                       custom=mem)
+    return Evaluation(tfl, outs, arena)
 
 
 _PHASE = "tfmcu-tflm-phase: "

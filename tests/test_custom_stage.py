@@ -1,0 +1,113 @@
+"""Custom mode: the patch stage as one TFMCU_PATCH_STAGE op run by the C kernels, the rest by TFLM / TFLite.
+
+Bit-exact against the original model on every zoo model of the verify suite; the op reads the original weight
+tensors (no Flash duplication); memory reported as run here and as the single-arena peak; pipelines accept it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+from tfmcu import custom_stage, lower_tflite, scheduler, zoo  # noqa: E402
+from tfmcu import tflite_schema as ts  # noqa: E402
+from tfmcu.tflm import random_inputs, run_tflite, run_tflm  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SUITE = [name for name, m in zoo.ZOO.items() if not m.tags]
+GRIDS = {"mbv2_035_96": 4, "kernels_symmetric": (3, 2), "keras_mobilenet_v2": 3, "keras_mobilenet_v1": (2, 3),
+         "resnet_like": 3, "tiny_per_tensor": 2, "tiny_float_input": 3}
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory):
+    cache_dir = os.environ.get("TFMCU_ZOO_CACHE") or str(tmp_path_factory.mktemp("zoo"))
+    cache: dict[str, bytes] = {}
+
+    def get(name: str) -> bytes:
+        if name not in cache:
+            cache[name] = zoo.build(name, cache_dir)
+        return cache[name]
+    return get
+
+
+def _custom(models, name: str):
+    data = models(name)
+    g = lower_tflite.from_tflite(data, name=name)
+    e = zoo.ZOO[name]
+    s = scheduler.plan(g, GRIDS[name], n_blocks=e.patch_blocks, n_ops=e.patch_ops)
+    return data, s, custom_stage.rewrite_custom(data, g, s, name)
+
+
+@pytest.mark.parametrize("name", SUITE)
+def test_custom_mode_is_bit_exact(models, name):
+    data, s, res = _custom(models, name)
+    assert res.ops_after == res.ops_before - len(s.stage) + 1
+    runner = custom_stage.HostRunner(res.model, name)
+    inputs = random_inputs(data, 5, seed=3)
+    ref_tflm, ref_tflite = run_tflm(data, inputs), run_tflite(data, inputs)
+    got_tflm, got_tflite = runner.run(inputs, rest="tflm"), runner.run(inputs, rest="tflite")
+    assert np.stack([r[0] for r in ref_tflm]).astype(float).std(axis=0).max() > 0
+    for a, b, c, d in zip(ref_tflm, got_tflm, ref_tflite, got_tflite):
+        assert np.array_equal(a[0], b[0]) and np.array_equal(c[0], d[0])
+
+
+def test_custom_op_reads_original_weights_and_costs_little_flash(models):
+    data, s, res = _custom(models, "mbv2_035_96")
+    m0, m1 = ts.load_model(data), ts.load_model(res.model)
+    op = m1.subgraphs[0].operators[0]
+    assert ts.op_name(m1, op) == f"custom:{custom_stage.CUSTOM_CODE}"
+    big = lambda m: sorted(len(b.data) for b in m.buffers if b.data is not None and len(b.data) > 1024)  # noqa
+    # Every filter of the stage is still there once; only int32 multiplier/shift arrays (8 B per channel) and the
+    # options are new.
+    channels = sum(zoo_out for zoo_out in (op_.out_channels for op_ in (s.graph.ops[k] for k in s.stage))
+                   if zoo_out)
+    assert len(res.model) - len(data) <= 8 * channels + len(bytes(op.customOptions)) + 4096 + \
+        len(json.dumps(res.schedule))
+    assert set(big(m0)) >= set(x for x in big(m1) if x > 8 * 1024)
+    rec = json.loads(bytes(m1.buffers[[mm.buffer for mm in m1.metadata
+                                       if mm.name == b"tfmcu_schedule"][0]].data).decode())
+    assert rec["mode"] == "custom" and rec["scratch_bytes"] > 0
+
+
+def test_memory_report(models):
+    data, s, res = _custom(models, "mbv2_035_96")
+    mem = custom_stage.memory_report(res.model)
+    pred = custom_stage.memory_report(res.model, measure=False)
+    assert mem == pred  # the TFLM predictor is exact on the rest of the graph
+    sa, run = mem["single_arena"], mem["as_run"]
+    assert sa["total_bytes"] <= run["total_bytes"] + sa["persistent_bytes"]
+    assert sa["total_bytes_excluding_input"] <= sa["total_bytes"]
+    assert mem["scratch_bytes"] >= 1 and mem["input_bytes"] == 96 * 96 * 3
+    from tfmcu.tflm import measure_arena
+    assert sa["total_bytes"] < measure_arena(data).total
+
+
+def _run(module: str, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=600)
+
+
+def test_pipelines_in_custom_mode(models, tmp_path):
+    src = tmp_path / "m.tflite"
+    src.write_bytes(models("tiny_float_input"))
+    out, rep, ver = tmp_path / "c.tflite", tmp_path / "r.json", tmp_path / "v.json"
+    r = _run("pipelines.rewrite", f"--tflite={src}", f"--out={out}", "--mode=custom", "--patches=2",
+             "--patch_blocks=3", f"--json_out={rep}")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(rep.read_text())["custom_mode"]["scratch_bytes"] > 0
+    r = _run("pipelines.verify", f"--original={src}", f"--rewritten={out}", "--samples=8", f"--json_out={ver}")
+    assert r.returncode == 0, r.stderr + r.stdout
+    d = json.loads(ver.read_text())
+    assert d["bit_exact"] and "rewritten" in d["custom_mode"]
+    r = _run("pipelines.rewrite", f"--tflite={src}", f"--out={tmp_path / 'a.tflite'}", "--mode=custom",
+             "--patches=auto", "--sram_kb=1", "--measure=false")
+    assert r.returncode == 2 and "no schedule fits" in r.stderr and not (tmp_path / "a.tflite").exists()
