@@ -18,7 +18,7 @@ from absl import flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out_dir", "out/bench", "Where the tables go.")
-flags.DEFINE_list("sections", ["rewrite"], "Sections to run.")
+flags.DEFINE_list("sections", ["rewrite", "custom"], "Sections to run.")
 flags.DEFINE_string("zoo_cache", "out/zoo", "Cache of converted zoo models.")
 flags.DEFINE_integer("samples", 8, "Random inputs for the bit-exactness check.", lower_bound=1)
 
@@ -104,11 +104,76 @@ def rewrite_section(out_dir: str) -> dict[str, Any]:
     return {"rows": rows, "markdown": "\n".join(md) + "\n"}
 
 
+# model -> custom-mode schedules (grid, n blocks)
+CUSTOM_BENCH = {
+    "mbv2_100_224": [((4, 4), 5), ((3, 4), 5), ((2, 2), 5)],
+    "mbv2_035_144": [((4, 4), 5), ((3, 3), 5)],
+}
+
+
+def custom_section(out_dir: str) -> dict[str, Any]:
+    """Custom mode (one TFMCU_PATCH_STAGE op, C kernels): single-arena peak (b) and "as run" (a) vs the original's
+    TFLM arena, with and without the input image; activations alone vs the original's planned head."""
+    import numpy as np
+
+    from tfmcu import custom_stage, lower_tflite, scheduler, zoo
+    from tfmcu.tflm import measure_arena, random_inputs, run_tflm
+
+    rows = []
+    for name, schedules in CUSTOM_BENCH.items():
+        data = zoo.build(name, FLAGS.zoo_cache)
+        graph = lower_tflite.from_tflite(data, name=name)
+        m0 = measure_arena(data)
+        inputs = random_inputs(data, FLAGS.samples, seed=0)
+        ref = run_tflm(data, inputs)
+        in_bytes = int(np.prod(graph.tensors[graph.inputs[0]].shape)) * graph.tensors[graph.inputs[0]].itemsize
+        for grid, n in schedules:
+            s = scheduler.plan(graph, grid, n_blocks=n)
+            res = custom_stage.rewrite_custom(data, graph, s, name)
+            got = custom_stage.HostRunner(res.model, name).run(inputs)
+            exact = all(np.array_equal(a[0], b[0]) for a, b in zip(ref, got))
+            mem = custom_stage.memory_report(res.model, name)
+            sa, run = mem["single_arena"], mem["as_run"]
+            row = {
+                "model": name, "grid": list(grid), "patch_blocks": n, "bit_exact": exact,
+                "tflm_original_bytes": m0.total, "tflm_original_head": m0.head,
+                "scratch_bytes": mem["scratch_bytes"], "analytic_patch_peak_bytes": s.patch_peak_bytes,
+                "rest_head_bytes": mem["rest_tflm"]["arena_head_bytes"],
+                "single_arena_bytes": sa["total_bytes"], "single_arena_bytes_excluding_input": sa["total_bytes_excluding_input"],
+                "as_run_bytes": run["total_bytes"], "as_run_bytes_excluding_input": run["total_bytes_excluding_input"],
+                "ratio_single_arena": round(m0.total / sa["total_bytes"], 3),
+                "ratio_single_arena_excluding_input": round((m0.total - in_bytes) / sa["total_bytes_excluding_input"], 3),
+                "activation_bytes": sa["activation_bytes"],
+                "activation_bytes_excluding_input": sa["activation_bytes_excluding_input"],
+                "ratio_activations": round(m0.head / sa["activation_bytes"], 3),
+                "ratio_activations_excluding_input": round(m0.head / sa["activation_bytes_excluding_input"], 3),
+                "mac_overhead_padded": round(s.macs_patched_padded / s.macs - 1, 4),
+                "mac_overhead_exact": round(s.macs_patched_exact / s.macs - 1, 4),
+                "flash_original": len(data), "flash_custom": len(res.model),
+            }
+            rows.append(row)
+            log(f"[custom] {name} {grid[0]}x{grid[1]} n={n}: single arena {sa['total_bytes']:,} B "
+                f"({row['ratio_single_arena']:.2f}x), activations {sa['activation_bytes']:,} B "
+                f"({row['ratio_activations']:.2f}x), exact={exact}")
+    md = ["| model | schedule | TFLM original total / head (B) | scratch (B) | rest head (B) | single arena (b) with / "
+          "without input (B) | ratio with / without | activations with / without (B) | ratio vs head | as run (a) "
+          "with / without (B) | bit-exact |", "|---|---|---|---:|---:|---|---|---|---|---|---|"]
+    for r in rows:
+        md.append(f"| {r['model']} | {r['grid'][0]}x{r['grid'][1]}, n={r['patch_blocks']} | "
+                  f"{r['tflm_original_bytes']:,} / {r['tflm_original_head']:,} | {r['scratch_bytes']:,} | "
+                  f"{r['rest_head_bytes']:,} | {r['single_arena_bytes']:,} / {r['single_arena_bytes_excluding_input']:,} | "
+                  f"{r['ratio_single_arena']:.2f}x / {r['ratio_single_arena_excluding_input']:.2f}x | "
+                  f"{r['activation_bytes']:,} / {r['activation_bytes_excluding_input']:,} | "
+                  f"{r['ratio_activations']:.2f}x / {r['ratio_activations_excluding_input']:.2f}x | "
+                  f"{r['as_run_bytes']:,} / {r['as_run_bytes_excluding_input']:,} | {'yes' if r['bit_exact'] else 'NO'} |")
+    return {"rows": rows, "markdown": "\n".join(md) + "\n"}
+
+
 def main(argv: Sequence[str]) -> None:
     from tfmcu.report import write_outputs
 
     os.makedirs(FLAGS.out_dir, exist_ok=True)
-    sections = {"rewrite": rewrite_section}
+    sections = {"rewrite": rewrite_section, "custom": custom_section}
     unknown = [s for s in FLAGS.sections if s not in sections]
     if unknown:
         raise _cli.UsageError(f"unknown bench section(s) {', '.join(unknown)}; known: {', '.join(sections)}")
