@@ -138,6 +138,6 @@ def test_bad_input_exit_2(models, tmp_path, case):
     assert not j.exists()
     expected = {"missing": "no such file", "not_tflite": "not a TFLite", "signature": "signature mismatch",
                 "inputs_shape": "expected (N, 16, 16, 3)", "inputs_dtype": "dtype int32",
-                "custom": "custom-mode models need the tfmcu host runner (not available yet)",
+                "custom": "invalid TFMCU_PATCH_STAGE options",
                 "nothing": "nothing to compare"}[case]
     assert expected in lines[0]

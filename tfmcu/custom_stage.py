@@ -147,7 +147,12 @@ def load_custom(data: bytes, where: str = "model") -> CustomModel:
     if len(found) != 1 or found[0] != 0:
         raise RewriteError(f"{where}: expected one {CUSTOM_CODE} operator as the first operator")
     op = ops[0]
-    desc = flexbuffers.Loads(np.asarray(op.customOptions, dtype=np.uint8).tobytes())
+    try:
+        desc = flexbuffers.Loads(np.asarray(op.customOptions, dtype=np.uint8).tobytes())
+        if not isinstance(desc, dict):
+            raise ValueError("not a map")
+    except Exception as e:  # flexbuffers raises assorted errors on garbage
+        raise RewriteError(f"{where}: invalid {CUSTOM_CODE} options ({type(e).__name__}: {e})") from None
     if desc.get("version") != FORMAT_VERSION:
         raise RewriteError(f"{where}: {CUSTOM_CODE} options version {desc.get('version')}; "
                            f"this tfmcu reads version {FORMAT_VERSION}")
