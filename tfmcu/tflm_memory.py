@@ -166,6 +166,7 @@ class PlannedBuffer:
     first: int  # allocation scope of creation
     last: int  # allocation scope of last use
     offset: int = -1
+    offline: int = -1  # offset fixed by an offline plan (OfflineMemoryAllocation metadata); -1 = planned online
 
 
 def align_up(n: int, a: int) -> int:
@@ -178,22 +179,27 @@ def greedy_plan(buffers: Sequence[PlannedBuffer]) -> int:
     n = len(buffers)
     if n == 0:
         return 0
-    # Online buffers enter the sort array from its end (buffer 0 last), then a stable descending bubble sort.
-    order = sorted(range(n - 1, -1, -1), key=lambda i: -buffers[i].size)
+    # Offline-planned buffers come first in index order at their fixed offsets; online buffers enter the sort
+    # array from its end (buffer 0 last), then a stable descending bubble sort.
+    fixed = [i for i in range(n) if buffers[i].offline >= 0]
+    order = fixed + sorted((i for i in range(n - 1, -1, -1) if buffers[i].offline < 0), key=lambda i: -buffers[i].size)
     placed: list[tuple[int, int]] = []  # (offset, buffer id), sorted by offset; equal offsets keep insertion order
     first = buffers[order[0]]
-    first.offset = 0
-    placed.append((0, order[0]))
+    first.offset = max(first.offline, 0)
+    placed.append((first.offset, order[0]))
     for bid in order[1:]:
         b = buffers[bid]
         candidate = 0
-        for off, pid in placed:  # first fit over the time-overlapping buffers, in offset order
-            p = buffers[pid]
-            if p.first > b.last or b.first > p.last:
-                continue
-            if off - candidate >= b.size:
-                break
-            candidate = max(candidate, off + p.size)
+        if b.offline >= 0:
+            candidate = b.offline
+        else:
+            for off, pid in placed:  # first fit over the time-overlapping buffers, in offset order
+                p = buffers[pid]
+                if p.first > b.last or b.first > p.last:
+                    continue
+                if off - candidate >= b.size:
+                    break
+                candidate = max(candidate, off + p.size)
         b.offset = candidate
         # Insert after every entry with offset <= candidate (TFLM: new entry goes before the first larger offset;
         # it only replaces the list head when strictly smaller).
@@ -370,8 +376,10 @@ def lifetimes(graph: ir.Graph) -> dict[str, tuple[int, int]]:
 
 
 def plan_head(graph: ir.Graph, allocs: Sequence[OpAlloc] | None = None,
-              key: dict[str, float] | None = None) -> tuple[int, list[PlannedBuffer]]:
-    """The head TFLM plans: (bytes, the planned buffers with their offsets, in AddBuffer order)."""
+              key: dict[str, float] | None = None,
+              offline: dict[str, int] | None = None) -> tuple[int, list[PlannedBuffer]]:
+    """The head TFLM plans: (bytes, the planned buffers with their offsets, in AddBuffer order). ``offline``:
+    tensor name -> offset fixed by an offline plan."""
     allocs = allocs if allocs is not None else [op_allocations(graph, op) for op in graph.ops]
     key = key if key is not None else _tensor_order(graph)[0]
     life = lifetimes(graph)
@@ -383,7 +391,8 @@ def plan_head(graph: ir.Graph, allocs: Sequence[OpAlloc] | None = None,
         nbytes = graph.tensors[name].nbytes
         if nbytes > 0:
             first, last = life[name]
-            buffers.append(PlannedBuffer(name, align_up(nbytes, ALIGN), first, last))
+            buffers.append(PlannedBuffer(name, align_up(nbytes, ALIGN), first, last,
+                                         offline=(offline or {}).get(name, -1)))
     for i, a in enumerate(allocs):
         for k, nbytes in enumerate(a.scratch):
             buffers.append(PlannedBuffer(f"scratch:{i}:{k}", align_up(nbytes, ALIGN), i + 1, i + 1))
@@ -455,12 +464,16 @@ def predict_arena(graph: ir.Graph, model: bytes | None = None) -> ArenaPredictio
 
     ``model``: the .tflite bytes ``graph`` was lowered from, if at hand: its tensor indices, tensor count and weight
     quantization are then read from it (``annotate_from_tflite`` on a copy), which makes the tail exact for models
-    that share constant tensors between operators. Never runs TFLM."""
+    that share constant tensors between operators, and an offline memory plan in its metadata is honoured.
+    Never runs TFLM."""
+    offline = None
     if model is not None:
         graph = annotate_from_tflite(graph.copy(), model)
+        from tfmcu.memory_plan import read_offline_plan
+        offline = read_offline_plan(model, graph)
     allocs = [op_allocations(graph, op) for op in graph.ops]
     key, num_tensors, exact = _tensor_order(graph)
-    head, buffers = plan_head(graph, allocs, key)
+    head, buffers = plan_head(graph, allocs, key, offline)
     tail = predict_tail(graph, allocs, num_tensors)
     details = {
         "num_tensors": num_tensors,

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent project setup, run by `make setup` (and so by `make test`, `make demo`, ...).
-#   1. Debian packages (Bazel 4.2.3 + its offline rule sets, the Fashion-MNIST data set), only if missing.
+#   1. Debian packages (Bazel 4.2.3 + its offline rule sets, the Fashion-MNIST data set, the arm-none-eabi
+#      cross compiler with newlib, QEMU for Arm), only if missing.
 #   2. .venv with the pinned Python packages (tools/requirements.lock) + this project in editable mode;
 #      skipped when a stamp shows that nothing it depends on has changed.
 #   3. Bazel's offline local repositories under .bazel_local/ (a patched copy of Debian's rules_cc).
@@ -9,7 +10,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-APT_PACKAGES=(bazel-bootstrap bazel-rules-java bazel-rules-cc dataset-fashion-mnist)
+# gcc-arm-none-eabi + libnewlib-arm-none-eabi + qemu-system-arm: firmware built for Cortex-M4/M7 and run
+# under QEMU by `bazel test //...` (tools/bazel/arm, tools/qemu, tflm_patch_kernels/firmware).
+APT_PACKAGES=(bazel-bootstrap bazel-rules-java bazel-rules-cc dataset-fashion-mnist
+              gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm)
 VENV=.venv
 PY=$VENV/bin/python3
 LOCK=tools/requirements.lock

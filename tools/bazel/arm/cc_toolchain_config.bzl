@@ -96,6 +96,13 @@ def _impl(ctx):
                     "-D__TIMESTAMP__=\"redacted\"",
                     "-D__TIME__=\"redacted\"",
                 ]),
+                # Pointer/integer mix-ups are errors (GCC 14 makes them so): on a 32-bit target they
+                # silently compile into wrong constants, e.g. NULL in an int32_t field.
+                _flags([ACTION_NAMES.c_compile], [
+                    "-Werror=int-conversion",
+                    "-Werror=incompatible-pointer-types",
+                    "-Werror=implicit-function-declaration",
+                ]),
                 _flags(_CXX_COMPILE, ["-fno-exceptions", "-fno-rtti", "-fno-threadsafe-statics"]),
             ],
         ),

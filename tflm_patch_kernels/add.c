@@ -1,0 +1,38 @@
+/* ADD int8: see add.h. */
+#include "add.h"
+
+static int8_t tfmcu_add_element(const TfmcuAddParams* params, int8_t a, int8_t b) {
+  const int32_t shifted1 = ((int32_t)a + params->input1_offset) * ((int32_t)1 << params->left_shift);
+  const int32_t shifted2 = ((int32_t)b + params->input2_offset) * ((int32_t)1 << params->left_shift);
+  const int32_t scaled1 =
+      tfmcu_multiply_by_quantized_multiplier(shifted1, params->input1_multiplier, params->input1_shift);
+  const int32_t scaled2 =
+      tfmcu_multiply_by_quantized_multiplier(shifted2, params->input2_multiplier, params->input2_shift);
+  const int32_t raw = tfmcu_multiply_by_quantized_multiplier(scaled1 + scaled2, params->output_multiplier,
+                                                             params->output_shift) +
+                      params->output_offset;
+  return (int8_t)tfmcu_clamp(raw, params->act_min, params->act_max);
+}
+
+TfmcuStatus tfmcu_add_s8(const TfmcuAddParams* params, const TfmcuConstView* input1, const TfmcuConstView* input2,
+                         const TfmcuView* output) {
+  if (params == NULL || input1 == NULL || input2 == NULL || output == NULL) {
+    return kTfmcuErrorNullPointer;
+  }
+  if (input1->height != output->height || input1->width != output->width ||
+      input1->channels != output->channels || input2->height != output->height ||
+      input2->width != output->width || input2->channels != output->channels ||
+      params->left_shift < 0 || params->left_shift > 30) {
+    return kTfmcuErrorShapeMismatch;
+  }
+  const int32_t row_elements = output->width * output->channels;
+  for (int32_t y = 0; y < output->height; ++y) {
+    const int8_t* a = input1->data + (ptrdiff_t)y * input1->row_stride;
+    const int8_t* b = input2->data + (ptrdiff_t)y * input2->row_stride;
+    int8_t* out = output->data + (ptrdiff_t)y * output->row_stride;
+    for (int32_t i = 0; i < row_elements; ++i) {
+      out[i] = tfmcu_add_element(params, a[i], b[i]);
+    }
+  }
+  return kTfmcuOk;
+}

@@ -1,0 +1,40 @@
+/* ADD, int8, same-shape operands (TFLite's reference integer Add with general rescaling).
+ *
+ * Both inputs are brought to a common scale with 20 bits of headroom (left_shift = 20), scaled by their own
+ * multipliers, summed, and requantized to the output scale; the multipliers/shifts are TFLite's
+ * (QuantizeMultiplierSmallerThanOneExp of s1 / (2 max(s1, s2)), s2 / (2 max(s1, s2)),
+ * 2 max(s1, s2) / (2^20 s_out)), computed offline.
+ */
+#ifndef TFMCU_PATCH_KERNELS_ADD_H_
+#define TFMCU_PATCH_KERNELS_ADD_H_
+
+#include "tfmcu_common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+  int32_t input1_offset;  /* -(input 1 zero point) */
+  int32_t input2_offset;  /* -(input 2 zero point) */
+  int32_t output_offset;  /* output zero point */
+  int32_t left_shift;     /* 20 for int8 */
+  int32_t input1_multiplier;
+  int32_t input1_shift;   /* <= 0 */
+  int32_t input2_multiplier;
+  int32_t input2_shift;
+  int32_t output_multiplier;
+  int32_t output_shift;
+  int32_t act_min;
+  int32_t act_max;
+} TfmcuAddParams;
+
+/* output = input1 + input2 pixel by pixel; the three boxes must have the same height, width and channels. */
+TfmcuStatus tfmcu_add_s8(const TfmcuAddParams* params, const TfmcuConstView* input1, const TfmcuConstView* input2,
+                         const TfmcuView* output);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif  /* TFMCU_PATCH_KERNELS_ADD_H_ */

@@ -1,0 +1,43 @@
+/* CONV_2D, int8 (TFLite's reference ConvPerChannel semantics), on one box of the input.
+ *
+ * Any kernel size, stride, dilation and group count; per-channel (or per-tensor, replicated) requantization with
+ * offline multipliers/shifts; the fused activation as the clamp range [act_min, act_max].
+ */
+#ifndef TFMCU_PATCH_KERNELS_CONV2D_H_
+#define TFMCU_PATCH_KERNELS_CONV2D_H_
+
+#include "tfmcu_common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+  const int8_t* filter;              /* [out_channels][kernel_h][kernel_w][in_channels / groups], read in place */
+  const int32_t* bias;               /* [out_channels], or NULL */
+  const int32_t* output_multiplier;  /* [out_channels], Q31 (TFLite QuantizeMultiplier) */
+  const int32_t* output_shift;       /* [out_channels], > 0 left, < 0 right */
+  int32_t kernel_h;
+  int32_t kernel_w;
+  int32_t stride_h;
+  int32_t stride_w;
+  int32_t dilation_h;
+  int32_t dilation_w;
+  int32_t groups;         /* in_channels / filter depth (1 for an ordinary convolution) */
+  int32_t input_offset;   /* -(input zero point) */
+  int32_t output_offset;  /* output zero point */
+  int32_t act_min;
+  int32_t act_max;
+} TfmcuConvParams;
+
+/* Computes output->height x output->width pixels. Output pixel (y, x) reads input rows
+ * y * stride_h - pad_top + i * dilation_h (i < kernel_h), likewise columns; rows/columns outside the input box are
+ * border padding and contribute nothing (= the input zero point). */
+TfmcuStatus tfmcu_conv2d_s8(const TfmcuConvParams* params, const TfmcuConstView* input, int32_t pad_top,
+                            int32_t pad_left, const TfmcuView* output);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif  /* TFMCU_PATCH_KERNELS_CONV2D_H_ */

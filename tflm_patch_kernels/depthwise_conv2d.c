@@ -1,0 +1,56 @@
+/* DEPTHWISE_CONV_2D int8: see depthwise_conv2d.h. */
+#include "depthwise_conv2d.h"
+
+TfmcuStatus tfmcu_depthwise_conv2d_s8(const TfmcuDepthwiseConvParams* params, const TfmcuConstView* input,
+                                      int32_t pad_top, int32_t pad_left, const TfmcuView* output) {
+  if (params == NULL || input == NULL || output == NULL || params->filter == NULL ||
+      params->output_multiplier == NULL || params->output_shift == NULL) {
+    return kTfmcuErrorNullPointer;
+  }
+  const int32_t in_channels = input->channels;
+  const int32_t out_channels = output->channels;
+  const int32_t multiplier = params->depth_multiplier;
+  if (multiplier <= 0 || in_channels * multiplier != out_channels) {
+    return kTfmcuErrorShapeMismatch;
+  }
+
+  for (int32_t out_y = 0; out_y < output->height; ++out_y) {
+    const int32_t in_y_origin = out_y * params->stride_h - pad_top;
+    int8_t* out_row = output->data + (ptrdiff_t)out_y * output->row_stride;
+    for (int32_t out_x = 0; out_x < output->width; ++out_x) {
+      const int32_t in_x_origin = out_x * params->stride_w - pad_left;
+      int8_t* out_pixel = out_row + (ptrdiff_t)out_x * out_channels;
+      for (int32_t in_c = 0; in_c < in_channels; ++in_c) {
+        for (int32_t m = 0; m < multiplier; ++m) {
+          const int32_t out_c = m + in_c * multiplier;
+          int32_t acc = 0;
+          for (int32_t fy = 0; fy < params->kernel_h; ++fy) {
+            const int32_t in_y = in_y_origin + fy * params->dilation_h;
+            if (in_y < 0 || in_y >= input->height) {
+              continue;  /* border padding */
+            }
+            const int8_t* in_row = input->data + (ptrdiff_t)in_y * input->row_stride + in_c;
+            const int8_t* filter_row = params->filter + (ptrdiff_t)fy * params->kernel_w * out_channels + out_c;
+            for (int32_t fx = 0; fx < params->kernel_w; ++fx) {
+              const int32_t in_x = in_x_origin + fx * params->dilation_w;
+              if (in_x < 0 || in_x >= input->width) {
+                continue;
+              }
+              const int32_t in_val = in_row[(ptrdiff_t)in_x * in_channels];
+              const int32_t filter_val = filter_row[(ptrdiff_t)fx * out_channels];
+              acc += filter_val * (in_val + params->input_offset);
+            }
+          }
+          if (params->bias != NULL) {
+            acc += params->bias[out_c];
+          }
+          acc = tfmcu_multiply_by_quantized_multiplier(acc, params->output_multiplier[out_c],
+                                                       params->output_shift[out_c]);
+          acc += params->output_offset;
+          out_pixel[out_c] = (int8_t)tfmcu_clamp(acc, params->act_min, params->act_max);
+        }
+      }
+    }
+  }
+  return kTfmcuOk;
+}

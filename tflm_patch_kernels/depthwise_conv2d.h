@@ -1,0 +1,40 @@
+/* DEPTHWISE_CONV_2D, int8 (TFLite's reference DepthwiseConvPerChannel semantics), on one box of the input.
+ *
+ * Output channel m + c * depth_multiplier is computed from input channel c (depth_multiplier 1 in MobileNets).
+ */
+#ifndef TFMCU_PATCH_KERNELS_DEPTHWISE_CONV2D_H_
+#define TFMCU_PATCH_KERNELS_DEPTHWISE_CONV2D_H_
+
+#include "tfmcu_common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+  const int8_t* filter;              /* [1][kernel_h][kernel_w][out_channels], read in place */
+  const int32_t* bias;               /* [out_channels], or NULL */
+  const int32_t* output_multiplier;  /* [out_channels], Q31 */
+  const int32_t* output_shift;       /* [out_channels] */
+  int32_t kernel_h;
+  int32_t kernel_w;
+  int32_t stride_h;
+  int32_t stride_w;
+  int32_t dilation_h;
+  int32_t dilation_w;
+  int32_t depth_multiplier;  /* out_channels / in_channels */
+  int32_t input_offset;      /* -(input zero point) */
+  int32_t output_offset;     /* output zero point */
+  int32_t act_min;
+  int32_t act_max;
+} TfmcuDepthwiseConvParams;
+
+/* Same geometry as tfmcu_conv2d_s8: positions outside the input box are border padding and skipped. */
+TfmcuStatus tfmcu_depthwise_conv2d_s8(const TfmcuDepthwiseConvParams* params, const TfmcuConstView* input,
+                                      int32_t pad_top, int32_t pad_left, const TfmcuView* output);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif  /* TFMCU_PATCH_KERNELS_DEPTHWISE_CONV2D_H_ */

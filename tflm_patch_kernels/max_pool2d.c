@@ -1,0 +1,39 @@
+/* MAX_POOL_2D int8: see max_pool2d.h. */
+#include "max_pool2d.h"
+
+static int32_t tfmcu_max_i32(int32_t a, int32_t b) { return a > b ? a : b; }
+static int32_t tfmcu_min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
+
+TfmcuStatus tfmcu_max_pool2d_s8(const TfmcuPoolParams* params, const TfmcuConstView* input, int32_t pad_top,
+                                int32_t pad_left, const TfmcuView* output) {
+  if (params == NULL || input == NULL || output == NULL) {
+    return kTfmcuErrorNullPointer;
+  }
+  if (input->channels != output->channels) {
+    return kTfmcuErrorShapeMismatch;
+  }
+  const int32_t channels = output->channels;
+  for (int32_t out_y = 0; out_y < output->height; ++out_y) {
+    const int32_t in_y_origin = out_y * params->stride_h - pad_top;
+    const int32_t fy_start = tfmcu_max_i32(0, -in_y_origin);
+    const int32_t fy_end = tfmcu_min_i32(params->filter_h, input->height - in_y_origin);
+    for (int32_t out_x = 0; out_x < output->width; ++out_x) {
+      const int32_t in_x_origin = out_x * params->stride_w - pad_left;
+      const int32_t fx_start = tfmcu_max_i32(0, -in_x_origin);
+      const int32_t fx_end = tfmcu_min_i32(params->filter_w, input->width - in_x_origin);
+      int8_t* out_pixel = output->data + (ptrdiff_t)out_y * output->row_stride + (ptrdiff_t)out_x * channels;
+      for (int32_t c = 0; c < channels; ++c) {
+        int32_t max = -128;
+        for (int32_t fy = fy_start; fy < fy_end; ++fy) {
+          const int8_t* in_row = input->data + (ptrdiff_t)(in_y_origin + fy) * input->row_stride + c;
+          for (int32_t fx = fx_start; fx < fx_end; ++fx) {
+            const int32_t v = in_row[(ptrdiff_t)(in_x_origin + fx) * channels];
+            max = v > max ? v : max;
+          }
+        }
+        out_pixel[c] = (int8_t)tfmcu_clamp(max, params->act_min, params->act_max);
+      }
+    }
+  }
+  return kTfmcuOk;
+}

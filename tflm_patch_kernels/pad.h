@@ -1,0 +1,26 @@
+/* PAD / PADV2, int8, spatial padding only: copies the input box and fills the border around it with a value
+ * (TFLite: the output zero point for PAD, the constant for PADV2). Only the output box asked for is written, so a
+ * patch pays only for the padding that lies inside its own box. */
+#ifndef TFMCU_PATCH_KERNELS_PAD_H_
+#define TFMCU_PATCH_KERNELS_PAD_H_
+
+#include "tfmcu_common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+  int32_t value;  /* fill value, an int8 in [-128, 127] */
+} TfmcuPadParams;
+
+/* Output pixel (y, x) = input pixel (y - pad_top, x - pad_left) where that lies inside the input box, else
+ * `value` in every channel. Input and output have the same channels. */
+TfmcuStatus tfmcu_pad_s8(const TfmcuPadParams* params, const TfmcuConstView* input, int32_t pad_top,
+                         int32_t pad_left, const TfmcuView* output);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif  /* TFMCU_PATCH_KERNELS_PAD_H_ */

@@ -1,0 +1,120 @@
+/* Each C kernel alone against TFLite reference-kernel outputs (golden_kernels.h, from gen_golden.py).
+ *
+ * Every case runs twice: on packed buffers, and with input and output boxes placed inside larger poisoned buffers
+ * (row stride > width * channels, an offset origin) to check the strides and that nothing outside the output box
+ * is written. Exit status 0 = all cases bit-exact. */
+#include <stdio.h>
+#include <string.h>
+
+#include "tflm_patch_kernels/tests/golden_kernels.h"
+
+#define MAX_ELEMENTS 4096
+#define MARGIN 3 /* extra pixels around a box in the strided run */
+
+static float g_float_input[MAX_ELEMENTS];
+static int8_t g_input[MAX_ELEMENTS];
+static int8_t g_input2[MAX_ELEMENTS];
+static int8_t g_output[MAX_ELEMENTS];
+
+static TfmcuStatus run(const TfmcuGoldenKernelCase* c, const void* input, const int8_t* input2, int32_t in_stride,
+                       int8_t* output, int32_t out_stride) {
+  TfmcuConstView in = {(const int8_t*)input, c->in_h, c->in_w, c->in_c, in_stride};
+  TfmcuConstView in2 = {input2, c->in_h, c->in_w, c->in_c, in_stride};
+  TfmcuView out = {output, c->out_h, c->out_w, c->out_c, out_stride};
+  switch (c->type) {
+    case kTfmcuOpConv2D:
+      return tfmcu_conv2d_s8((const TfmcuConvParams*)c->params, &in, c->pad_top, c->pad_left, &out);
+    case kTfmcuOpDepthwiseConv2D:
+      return tfmcu_depthwise_conv2d_s8((const TfmcuDepthwiseConvParams*)c->params, &in, c->pad_top, c->pad_left,
+                                       &out);
+    case kTfmcuOpAdd:
+      return tfmcu_add_s8((const TfmcuAddParams*)c->params, &in, &in2, &out);
+    case kTfmcuOpPad:
+      return tfmcu_pad_s8((const TfmcuPadParams*)c->params, &in, c->pad_top, c->pad_left, &out);
+    case kTfmcuOpAveragePool2D:
+      return tfmcu_avg_pool2d_s8((const TfmcuPoolParams*)c->params, &in, c->pad_top, c->pad_left, &out);
+    case kTfmcuOpMaxPool2D:
+      return tfmcu_max_pool2d_s8((const TfmcuPoolParams*)c->params, &in, c->pad_top, c->pad_left, &out);
+    case kTfmcuOpQuantize: {
+      TfmcuConstViewF32 fin = {(const float*)input, c->in_h, c->in_w, c->in_c, in_stride};
+      return tfmcu_quantize_f32_s8((const TfmcuQuantizeParams*)c->params, &fin, &out);
+    }
+    default:
+      return kTfmcuErrorUnsupportedOp;
+  }
+}
+
+static int check_case(const TfmcuGoldenKernelCase* c) {
+  const int32_t in_row = c->in_w * c->in_c;
+  const int32_t out_row = c->out_w * c->out_c;
+  const int32_t out_size = c->out_h * out_row;
+  int failures = 0;
+
+  /* 1. Packed buffers. */
+  memset(g_output, 0x5A, sizeof(g_output));
+  TfmcuStatus s = run(c, c->input, c->input2, in_row, g_output, out_row);
+  if (s != kTfmcuOk || memcmp(g_output, c->expected, (size_t)out_size) != 0) {
+    printf("%s: packed run %s\n", c->name, s != kTfmcuOk ? tfmcu_status_string(s) : "differs from TFLite");
+    failures++;
+  }
+
+  /* 2. Boxes inside larger buffers: MARGIN pixels on every side. */
+  const int32_t in_stride = (c->in_w + 2 * MARGIN) * c->in_c;
+  const int32_t out_stride = (c->out_w + 2 * MARGIN) * c->out_c;
+  const int32_t in_origin = MARGIN * in_stride + MARGIN * c->in_c;
+  const int32_t out_origin = MARGIN * out_stride + MARGIN * c->out_c;
+  const int32_t out_total = (c->out_h + 2 * MARGIN) * out_stride;
+  if ((c->in_h + 2 * MARGIN) * in_stride > MAX_ELEMENTS || out_total > MAX_ELEMENTS) {
+    printf("%s: case too large for the test buffers\n", c->name);
+    return failures + 1;
+  }
+  memset(g_input, 0x7F, sizeof(g_input)); /* poison: any read outside the box would change results */
+  memset(g_input2, 0x7F, sizeof(g_input2));
+  for (int32_t i = 0; i < MAX_ELEMENTS; ++i) {
+    g_float_input[i] = 1e6f;
+  }
+  for (int32_t y = 0; y < c->in_h; ++y) {
+    if (c->type == kTfmcuOpQuantize) {
+      memcpy(&g_float_input[in_origin + y * in_stride], (const float*)c->input + y * in_row,
+             (size_t)in_row * sizeof(float));
+    } else {
+      memcpy(&g_input[in_origin + y * in_stride], (const int8_t*)c->input + y * in_row, (size_t)in_row);
+      if (c->input2 != NULL) {
+        memcpy(&g_input2[in_origin + y * in_stride], c->input2 + y * in_row, (size_t)in_row);
+      }
+    }
+  }
+  memset(g_output, 0x5A, sizeof(g_output));
+  const void* input = c->type == kTfmcuOpQuantize ? (const void*)&g_float_input[in_origin]
+                                                  : (const void*)&g_input[in_origin];
+  s = run(c, input, &g_input2[in_origin], in_stride, &g_output[out_origin], out_stride);
+  int bad = s != kTfmcuOk;
+  for (int32_t y = 0; y < c->out_h + 2 * MARGIN && !bad; ++y) {
+    for (int32_t x = 0; x < out_stride && !bad; ++x) {
+      const int32_t px = x / c->out_c - MARGIN;
+      const int32_t row = y - MARGIN;
+      const int8_t got = g_output[y * out_stride + x];
+      if (row >= 0 && row < c->out_h && px >= 0 && px < c->out_w) {
+        bad = got != c->expected[row * out_row + px * c->out_c + x % c->out_c];
+      } else {
+        bad = got != 0x5A; /* written outside the output box */
+      }
+    }
+  }
+  if (bad) {
+    printf("%s: strided run %s\n", c->name, s != kTfmcuOk ? tfmcu_status_string(s) : "differs");
+    failures++;
+  }
+  printf("%-32s %s\n", c->name, failures ? "FAIL" : "ok");
+  return failures;
+}
+
+int main(void) {
+  int failures = 0;
+  const int n = (int)(sizeof(kGoldenKernelCases) / sizeof(kGoldenKernelCases[0]));
+  for (int i = 0; i < n; ++i) {
+    failures += check_case(&kGoldenKernelCases[i]);
+  }
+  printf("%d of %d kernel cases bit-exact\n", n - failures, n);
+  return failures != 0;
+}

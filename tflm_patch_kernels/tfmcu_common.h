@@ -1,0 +1,123 @@
+/* Shared types and integer math of the tfmcu patch kernels (portable C99, no allocation, no globals).
+ *
+ * Tensors are int8 NHWC feature maps with batch 1. A kernel never sees a whole tensor: it sees a *view*, a box of
+ * rows x columns x all channels inside some larger buffer (a patch buffer in scratch memory, or the full stage
+ * input / output). Channels are contiguous, one pixel follows the other (pixel stride = channels), and
+ * `row_stride` elements separate two rows (>= width * channels when the box is narrower than its buffer).
+ *
+ * Border padding: window kernels take the rows/columns of padding that lie above/left of their input box
+ * (pad_top, pad_left). Input positions outside the box are *not read*: a convolution skips them (the same as
+ * reading the input zero point, as TFLite's reference kernels do at the image border), pooling leaves them out of
+ * the window (TFLite averages over valid pixels only), PAD writes its fill value there. The caller (the patch
+ * executor) guarantees that every position outside the box is outside the feature map, so no padding is ever
+ * materialised for a conv, depthwise conv or pooling layer.
+ *
+ * The fixed-point helpers reproduce TFLite's reference integer math bit for bit (gemmlowp's
+ * SaturatingRoundingDoublingHighMul and RoundingDivideByPOT, TFLite's double-rounding
+ * MultiplyByQuantizedMultiplier). Quantized multipliers and shifts are computed offline (tfmcu/patch_kernels.py,
+ * TFLite's QuantizeMultiplier); shift > 0 is a left shift, shift < 0 a right shift, as in TFLite.
+ */
+#ifndef TFMCU_PATCH_KERNELS_TFMCU_COMMON_H_
+#define TFMCU_PATCH_KERNELS_TFMCU_COMMON_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes returned by the kernels and the stage executor (0 = success). */
+typedef enum {
+  kTfmcuOk = 0,
+  kTfmcuErrorNullPointer = 1,      /* a required pointer is NULL */
+  kTfmcuErrorScratchTooSmall = 2,  /* scratch_size < the stage's scratch_bytes */
+  kTfmcuErrorInvalidStage = 3,     /* the stage description is inconsistent (see tfmcu_stage_check) */
+  kTfmcuErrorUnsupportedOp = 4,    /* unknown layer type or data type */
+  kTfmcuErrorShapeMismatch = 5,    /* channels / box sizes of a kernel call do not fit together */
+  kTfmcuErrorEmptyWindow = 6       /* an average-pool window with no valid input pixel (TFLite fails too) */
+} TfmcuStatus;
+
+/* A read-only int8 box: `data` points at (row 0, column 0, channel 0) of the box. */
+typedef struct {
+  const int8_t* data;
+  int32_t height;
+  int32_t width;
+  int32_t channels;
+  int32_t row_stride; /* elements from one row of the box to the next */
+} TfmcuConstView;
+
+/* A writable int8 box (same layout). */
+typedef struct {
+  int8_t* data;
+  int32_t height;
+  int32_t width;
+  int32_t channels;
+  int32_t row_stride;
+} TfmcuView;
+
+/* A read-only float32 box (the float input of a QUANTIZE layer). */
+typedef struct {
+  const float* data;
+  int32_t height;
+  int32_t width;
+  int32_t channels;
+  int32_t row_stride;
+} TfmcuConstViewF32;
+
+/* Window geometry shared by AVERAGE_POOL_2D and MAX_POOL_2D. act_min/act_max: the fused activation as an int8
+ * clamp range (TFLite's CalculateActivationRangeQuantized, computed offline). */
+typedef struct {
+  int32_t filter_h;
+  int32_t filter_w;
+  int32_t stride_h;
+  int32_t stride_w;
+  int32_t act_min;
+  int32_t act_max;
+} TfmcuPoolParams;
+
+/* gemmlowp SaturatingRoundingDoublingHighMul: high 32 bits of 2*a*b, rounded half away from zero, saturating the
+ * single overflow case a == b == INT32_MIN. */
+static inline int32_t tfmcu_saturating_rounding_doubling_high_mul(int32_t a, int32_t b) {
+  if (a == INT32_MIN && b == INT32_MIN) {
+    return INT32_MAX;
+  }
+  const int64_t ab = (int64_t)a * (int64_t)b;
+  const int64_t nudge = ab >= 0 ? ((int64_t)1 << 30) : (1 - ((int64_t)1 << 30));
+  /* C99 division truncates toward zero, like the C++ original. */
+  return (int32_t)((ab + nudge) / ((int64_t)1 << 31));
+}
+
+/* Arithmetic shift right (floor division by 2^exponent) without relying on implementation-defined >> of negative
+ * values. */
+static inline int32_t tfmcu_shift_right_floor(int32_t x, int32_t exponent) {
+  return x >= 0 ? (x >> exponent) : ~((~x) >> exponent);
+}
+
+/* gemmlowp RoundingDivideByPOT: x / 2^exponent rounded to nearest, ties away from zero. 0 <= exponent <= 31. */
+static inline int32_t tfmcu_rounding_divide_by_pot(int32_t x, int32_t exponent) {
+  const int32_t mask = (int32_t)(((int64_t)1 << exponent) - 1);
+  const int32_t remainder = x & mask;
+  const int32_t threshold = (mask >> 1) + (x < 0 ? 1 : 0);
+  return tfmcu_shift_right_floor(x, exponent) + (remainder > threshold ? 1 : 0);
+}
+
+/* TFLite's MultiplyByQuantizedMultiplier (double rounding, the default build): x * multiplier * 2^shift with
+ * multiplier a Q31 value in [2^30, 2^31). A left shift wraps like the 32-bit hardware multiply TFLite performs. */
+static inline int32_t tfmcu_multiply_by_quantized_multiplier(int32_t x, int32_t multiplier, int32_t shift) {
+  const int32_t left_shift = shift > 0 ? shift : 0;
+  const int32_t right_shift = shift > 0 ? 0 : -shift;
+  const int32_t shifted = (int32_t)((uint32_t)x << left_shift);
+  return tfmcu_rounding_divide_by_pot(tfmcu_saturating_rounding_doubling_high_mul(shifted, multiplier),
+                                      right_shift);
+}
+
+static inline int32_t tfmcu_clamp(int32_t x, int32_t lo, int32_t hi) {
+  return x < lo ? lo : (x > hi ? hi : x);
+}
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif  /* TFMCU_PATCH_KERNELS_TFMCU_COMMON_H_ */

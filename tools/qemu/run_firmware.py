@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""Runs a firmware ELF under qemu-system-arm and reports what it measured.
+
+usage: run_firmware.py --elf FW.elf --machine mps2-an386 [--plugin libinsn_count.so] [--expect EXPECT.json]
+                       [--range LO:HI | --range-symbol FUNC] [--timeout 120] [--report OUT.json] [--quiet]
+
+- Sizes: .text/.rodata/.data/.bss/.stack of the ELF (arm-none-eabi-size -A).
+- Runs `qemu-system-arm -M MACHINE -icount shift=0 -semihosting ...` with a wall-clock timeout; the
+  firmware's exit status (semihosting SYS_EXIT_EXTENDED) is QEMU's. `-icount shift=0` makes the MPS2 timer,
+  and so the firmware's "ticks", deterministic (one tick per 40 instructions).
+- With --plugin (tools/qemu/insn_count.c), exact instruction counts: the plugin watches the ELF's
+  tfmcu_cost_begin / tfmcu_cost_end markers and its regions are matched, in order, to the regions the
+  firmware names in its result line; each gets "insns" (and "range_insns": those inside --range or the function
+  --range-symbol). The timer must agree (insns ~ 40 x ticks).
+- Parses the firmware's one `TFMCU_RESULT {json}` line (tflm_patch_kernels/firmware/harness.h).
+- --expect: a JSON file {"expect": {key: value, ...}} (e.g. a checksum computed on the host); every key
+  must be in the result with exactly that value.
+
+Prints a short human summary and one line `TFMCU_REPORT {json}` (result + sizes + counts); writes the
+report to --report, and into $TEST_UNDECLARED_OUTPUTS_DIR when run by `bazel test`. Exit status: 0 if
+QEMU exited 0, a result line was found, its status is 0 and every expectation holds; else 1 (or QEMU's
+non-zero status).
+
+Standard library only: it runs with any python3 (Bazel's sh_test uses /usr/bin/python3).
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+RESULT_RE = re.compile(r"^TFMCU_RESULT (\{.*\})\s*$", re.M)
+PLUGIN_RE = re.compile(r"^INSN_COUNT (\{.*\})\s*$", re.M)
+TICK_INSNS = 40  # MPS2 timer at 25 MHz; -icount shift=0 runs one instruction per ns
+
+
+def _tool(name, override):
+    path = override or shutil.which(name) or os.path.join("/usr/bin", name)
+    if not os.path.exists(path):
+        raise SystemExit("run_firmware: %s not found (make setup installs it)" % name)
+    return path
+
+
+def elf_sizes(elf, size_tool):
+    """Section sizes (bytes) from `size -A`; plus flash/ram totals."""
+    out = subprocess.run([size_tool, "-A", elf], check=True, capture_output=True, text=True).stdout
+    sections = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0].startswith(".") and parts[1].isdigit():
+            sections[parts[0]] = int(parts[1])
+    get = lambda *names: sum(sections.get(n, 0) for n in names)  # noqa: E731
+    text = get(".vectors", ".text", ".ARM.exidx", ".ARM.extab", ".init_array")
+    return {
+        "text": text,
+        "rodata": get(".rodata"),
+        "data": get(".data"),
+        "bss": get(".bss"),
+        "stack": get(".stack"),
+        "flash": text + get(".rodata", ".data"),
+        "ram": get(".data", ".bss", ".stack"),
+    }
+
+
+def elf_symbols(elf, nm_tool, names):
+    out = subprocess.run([nm_tool, elf], check=True, capture_output=True, text=True).stdout
+    found = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[2] in names:
+            found[parts[2]] = int(parts[0], 16)
+    return found
+
+
+def symbol_range(elf, nm_tool, name):
+    """"LO:HI" of function `name` (from `nm -S`), for the plugin's range count."""
+    out = subprocess.run([nm_tool, "-S", elf], check=True, capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[3] == name:
+            lo = int(parts[0], 16) & ~1
+            return "0x%x:0x%x" % (lo, lo + int(parts[1], 16))
+    raise SystemExit("run_firmware: no sized symbol %s in %s" % (name, elf))
+
+
+def run_qemu(args, plugin_out):
+    cmd = [
+        _tool("qemu-system-arm", args.qemu),
+        "-M", args.machine,
+        "-nographic", "-monitor", "none", "-serial", "none",
+        "-semihosting-config", "enable=on,target=native",
+    ]
+    if not args.no_icount:
+        cmd += ["-icount", "shift=0"]
+    if args.plugin:
+        syms = elf_symbols(args.elf, _tool("arm-none-eabi-nm", args.nm), {"tfmcu_cost_begin", "tfmcu_cost_end"})
+        if len(syms) != 2:
+            raise SystemExit("run_firmware: %s lacks tfmcu_cost_begin/tfmcu_cost_end (link the harness)" % args.elf)
+        popts = ["begin=0x%x" % syms["tfmcu_cost_begin"], "end=0x%x" % syms["tfmcu_cost_end"], "out=" + plugin_out]
+        if args.range_symbol:
+            args.range = symbol_range(args.elf, _tool("arm-none-eabi-nm", args.nm), args.range_symbol)
+        if args.range:
+            popts.append("range=" + args.range)
+        cmd += ["-plugin", ",".join([os.path.abspath(args.plugin)] + popts)]
+    cmd += ["-kernel", args.elf]
+    try:
+        # QEMU 7.2 writes semihosting output to stderr: merge the streams, in order.
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=args.timeout)
+        return p.returncode, p.stdout.decode(errors="replace"), cmd
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode(errors="replace")
+        return None, out, cmd
+
+
+def check_expect(result, expect):
+    problems = []
+    for key, want in expect.items():
+        if key not in result:
+            problems.append("%s: missing (want %r)" % (key, want))
+        elif result[key] != want:
+            problems.append("%s: got %r, want %r" % (key, result[key], want))
+    return problems
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--elf", required=True)
+    ap.add_argument("--machine", required=True, help="mps2-an386 (Cortex-M4) or mps2-an500 (Cortex-M7)")
+    ap.add_argument("--plugin", help="the insn_count QEMU plugin (.so)")
+    ap.add_argument("--range", help="LO:HI addresses whose instructions the plugin counts separately")
+    ap.add_argument("--range-symbol", help="the same for one function, e.g. tfmcu_conv2d_s8")
+    ap.add_argument("--expect", help='JSON file {"expect": {key: value}}')
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds (wall clock)")
+    ap.add_argument("--report", help="write the report JSON here")
+    ap.add_argument("--no-icount", action="store_true", help="run without -icount (ticks become host time)")
+    ap.add_argument("--quiet", action="store_true", help="no firmware output echo")
+    ap.add_argument("--qemu")
+    ap.add_argument("--size-tool")
+    ap.add_argument("--nm")
+    args = ap.parse_args(argv)
+
+    problems = []
+    sizes = elf_sizes(args.elf, _tool("arm-none-eabi-size", args.size_tool))
+    with tempfile.TemporaryDirectory() as tmp:
+        plugin_out = os.path.join(tmp, "insn_count.txt")
+        rc, output, cmd = run_qemu(args, plugin_out)
+        plugin_text = open(plugin_out).read() if os.path.exists(plugin_out) else ""
+
+    if not args.quiet:
+        sys.stdout.write(output if output.endswith("\n") or not output else output + "\n")
+    if rc is None:
+        problems.append("timed out after %gs" % args.timeout)
+    elif rc != 0:
+        problems.append("qemu exit status %d" % rc)
+    if "Lockup" in output:
+        # A fault whose exception frame cannot be pushed: usually the stack ran past its limit (mps2.ld).
+        problems.append("CPU lockup (stack overflow past __stack_limit?)")
+
+    results = RESULT_RE.findall(output)
+    result = None
+    if not results:
+        problems.append("no TFMCU_RESULT line in the output")
+    else:
+        if len(results) > 1:
+            problems.append("%d TFMCU_RESULT lines (want one)" % len(results))
+        try:
+            result = json.loads(results[-1])
+        except ValueError as e:
+            problems.append("TFMCU_RESULT is not JSON: %s" % e)
+
+    counts = None
+    if args.plugin:
+        m = PLUGIN_RE.search(plugin_text)
+        if not m:
+            problems.append("the instruction-count plugin wrote nothing")
+        else:
+            counts = json.loads(m.group(1))
+    if result is not None:
+        if result.get("status") != 0:
+            problems.append("firmware status %r, failures: %s" % (result.get("status"), result.get("failures")))
+        regions = result.get("regions", [])
+        if counts is not None:
+            if counts["open"] or counts["bad_nesting"] or counts["dropped"]:
+                problems.append("plugin: unbalanced cost regions %s" % counts)
+            if len(counts["regions"]) != len(regions):
+                problems.append("plugin counted %d regions, firmware named %d" % (len(counts["regions"]), len(regions)))
+            else:
+                for reg, cnt in zip(regions, counts["regions"]):
+                    reg["insns"] = cnt["insns"]
+                    if args.range:
+                        reg["range_insns"] = cnt["range_insns"]
+                    # The timer is the plugin's independent check (only deterministic with -icount).
+                    if not args.no_icount and abs(cnt["insns"] - TICK_INSNS * reg["ticks"]) > 2 * TICK_INSNS + 64:
+                        problems.append("region %s: plugin %d insns, timer %d ticks (x40 = %d) disagree" % (
+                            reg["name"], cnt["insns"], reg["ticks"], TICK_INSNS * reg["ticks"]))
+            result["insns_total"] = counts["total"]
+        if args.expect:
+            with open(args.expect) as f:
+                problems += check_expect(result, json.load(f)["expect"])
+
+    report = {
+        "elf": os.path.basename(args.elf),
+        "machine": args.machine,
+        "qemu_status": rc,
+        "cost_source": "plugin" if counts is not None else "icount-timer",
+        "sizes": sizes,
+        "result": result,
+        "problems": problems,
+    }
+    _print_summary(report)
+    print("TFMCU_REPORT " + json.dumps(report, sort_keys=True))
+    for path in filter(None, [args.report, os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR")]):
+        if os.path.isdir(path):
+            path = os.path.join(path, os.path.splitext(os.path.basename(args.elf))[0] + ".report.json")
+        with open(path, "w") as f:
+            json.dump(report, f, indent=1, sort_keys=True)
+            f.write("\n")
+    if problems:
+        print("FAILED: " + "; ".join(problems), file=sys.stderr)
+        print("command: " + " ".join(cmd), file=sys.stderr)
+        return rc if rc not in (None, 0) else 1
+    return 0
+
+
+_HARNESS_KEYS = {"target", "sram_budget", "ram_static", "stack_size", "stack_hwm", "regions", "failures", "status",
+                 "insns_total"}
+
+
+def _print_summary(report):
+    s, r = report["sizes"], report["result"] or {}
+    print("== %s on %s (%s)" % (report["elf"], report["machine"], r.get("target", "?")))
+    print("   flash %d (.text %d, .rodata %d, .data %d)   ram %d (.data %d, .bss %d, .stack %d) of budget %s" % (
+        s["flash"], s["text"], s["rodata"], s["data"], s["ram"], s["data"], s["bss"], s["stack"],
+        r.get("sram_budget", "?")))
+    if r:
+        print("   stack high-water mark: %s of %s bytes" % (r.get("stack_hwm"), r.get("stack_size")))
+        own = {k: v for k, v in r.items() if k not in _HARNESS_KEYS}
+        if own:
+            print("   result: " + ", ".join("%s=%s" % kv for kv in own.items()))
+        for reg in r.get("regions", []):
+            print("   region %-24s insns %12s   ticks %10s" % (reg["name"], reg.get("insns", "-"), reg["ticks"]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
