@@ -111,3 +111,26 @@ def test_pipelines_in_custom_mode(models, tmp_path):
     r = _run("pipelines.rewrite", f"--tflite={src}", f"--out={tmp_path / 'a.tflite'}", "--mode=custom",
              "--patches=auto", "--sram_kb=1", "--measure=false")
     assert r.returncode == 2 and "no schedule fits" in r.stderr and not (tmp_path / "a.tflite").exists()
+
+
+def test_offline_memory_plan_is_honoured_by_tflm(models):
+    """The rest of the graph gets an OfflineMemoryAllocation plan when it beats TFLM's greedy planner; TFLM's
+    measured head equals the planned one, the predictor reads the plan, and outputs do not change."""
+    from tfmcu import memory_plan, tflm_memory
+    from tfmcu.tflm import measure_arena
+
+    data, s, res = _custom(models, "mbv2_035_96")
+    cm = custom_stage.load_custom(res.model)
+    g = lower_tflite.from_tflite(cm.rest)
+    head, offsets, greedy = memory_plan.plan(g)
+    assert head <= greedy and offsets
+    planned = memory_plan.read_offline_plan(cm.rest, g)
+    measured = measure_arena(cm.rest)
+    assert measured.head == tflm_memory.predict_arena(g, model=cm.rest).head
+    if planned is not None:
+        assert measured.head == head < greedy
+    # Writing a plan into a builtin model keeps its outputs.
+    out, h2, g2 = memory_plan.with_offline_plan(data)
+    assert h2 <= g2 and measure_arena(out).head == h2
+    inputs = random_inputs(data, 3, seed=5)
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(run_tflm(data, inputs), run_tflm(out, inputs)))

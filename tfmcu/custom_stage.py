@@ -192,6 +192,10 @@ def load_custom(data: bytes, where: str = "model") -> CustomModel:
 
 
 def _rest_model(model: ts.ModelT, stage_output: int) -> tuple[bytes, int]:
+    """The model without its stage (input: the stage output), with an offline memory plan when one beats TFLM's
+    greedy planner (``tfmcu.memory_plan``): that is the head a single-arena deployment plans for the rest."""
+    from tfmcu.memory_plan import with_offline_plan
+
     rest = copy.deepcopy(model)
     sg = rest.subgraphs[0]
     sg.operators = list(sg.operators[1:])
@@ -201,7 +205,8 @@ def _rest_model(model: ts.ModelT, stage_output: int) -> tuple[bytes, int]:
     rest.signatureDefs = []
     rest.metadata = [m for m in rest.metadata or [] if _text(m.name) != SCHEDULE_METADATA]
     _drop_unused_tensors(rest)
-    return ts.write_model(rest), len(sg.tensors)
+    planned, _, _ = with_offline_plan(ts.write_model(rest))
+    return planned, len(sg.tensors)
 
 
 # ----------------------------------------------------------------------------- running

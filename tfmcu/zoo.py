@@ -195,5 +195,10 @@ def build(name: str, cache_dir: str | None = None) -> bytes:
 
 
 def _source_digest() -> str:
-    with open(__file__, "rb") as f:
-        return hashlib.sha1(f.read()).hexdigest()[:8]
+    """Digest of the code a conversion depends on (this file, the spec, presets, builder and converter)."""
+    h = hashlib.sha1()
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in ("zoo.py", "spec.py", "presets.py", "keras_builder.py", "convert.py"):
+        with open(os.path.join(here, name), "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()[:8]

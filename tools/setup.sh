@@ -104,7 +104,11 @@ repos_rc=$(
         echo "$cmd --override_repository=rules_java=/usr/share/bazel/rules/java"
         echo "$cmd --override_repository=remote_coverage_tools=$ROOT/tools/bazel/remote_coverage_tools"
     done
+    # One cache of converted zoo models shared by the test files of a run (tfmcu.zoo keys it by source digest).
+    echo "test --test_env=TFMCU_ZOO_CACHE=$ROOT/.bazel_local/zoo_cache"
+    echo "test --sandbox_writable_path=$ROOT/.bazel_local/zoo_cache"
 )
+mkdir -p .bazel_local/zoo_cache
 if [[ ! -f .bazel_local/repos.bazelrc || $(cat .bazel_local/repos.bazelrc) != "$repos_rc" ]]; then
     log "writing .bazel_local/repos.bazelrc"
     echo "$repos_rc" >.bazel_local/repos.bazelrc
