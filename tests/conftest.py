@@ -84,3 +84,19 @@ def int8_tflite(tflite_cache):
 @pytest.fixture(scope="session")
 def tflite_file(tflite_cache):
     return tflite_cache.file
+
+
+@pytest.fixture(scope="session")
+def zoo_models(tmp_path_factory):
+    """``get(name) -> bytes``: a ``tfmcu.zoo`` model, converted once (cached in $TFMCU_ZOO_CACHE when set, which
+    ``make test`` shares between test files, else in the session's tmp dir)."""
+    from tfmcu import zoo
+
+    cache_dir = os.environ.get("TFMCU_ZOO_CACHE") or str(tmp_path_factory.mktemp("zoo"))
+    cache: dict[str, bytes] = {}
+
+    def get(name: str) -> bytes:
+        if name not in cache:
+            cache[name] = zoo.build(name, cache_dir)
+        return cache[name]
+    return get

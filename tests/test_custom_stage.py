@@ -27,15 +27,8 @@ GRIDS = {"mbv2_035_96": 4, "kernels_symmetric": (3, 2), "keras_mobilenet_v2": 3,
 
 
 @pytest.fixture(scope="session")
-def models(tmp_path_factory):
-    cache_dir = os.environ.get("TFMCU_ZOO_CACHE") or str(tmp_path_factory.mktemp("zoo"))
-    cache: dict[str, bytes] = {}
-
-    def get(name: str) -> bytes:
-        if name not in cache:
-            cache[name] = zoo.build(name, cache_dir)
-        return cache[name]
-    return get
+def models(zoo_models):
+    return zoo_models
 
 
 def _custom(models, name: str):

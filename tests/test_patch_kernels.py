@@ -22,7 +22,6 @@ import os
 import shutil
 import subprocess
 import sys
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -36,7 +35,7 @@ from tfmcu import patch_kernels as pk  # noqa: E402
 from tfmcu import scheduler, zoo  # noqa: E402
 from tfmcu import tflite_schema as ts  # noqa: E402
 from tfmcu.lower_tflite import from_tflite  # noqa: E402
-from tfmcu.tflm import random_inputs, run_tflm  # noqa: E402
+from tfmcu.tflm import tflite_all_tensors, random_inputs, run_tflm  # noqa: E402
 
 FULL = os.environ.get("TFMCU_FULL_TESTS") == "1"
 ARM_FLAGS = ["-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"]
@@ -44,19 +43,6 @@ STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-Wshadow", "-
 
 
 # ============================================================================= helpers
-def tflite_tensors(data: bytes, sample: tuple[np.ndarray, ...]) -> Callable[[int], np.ndarray]:
-    """Every tensor of one TFLite run (reference kernels), by tensor index."""
-    import tensorflow as tf
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        it = tf.lite.Interpreter(model_content=data, experimental_preserve_all_tensors=True,
-                                 experimental_op_resolver_type=tf.lite.experimental.OpResolverType.BUILTIN_REF)
-    it.allocate_tensors()
-    for d, a in zip(it.get_input_details(), sample):
-        it.set_tensor(d["index"], a)
-    it.invoke()
-    return lambda index: np.array(it.get_tensor(index), copy=True)
 
 
 def convert(model: Any, per_tensor: bool = False, float_io: bool = False) -> bytes:
@@ -301,7 +287,7 @@ def test_kernel_bit_exact_with_tflite(case, kernel_models, lib):
     samples = _quantize_samples(data, 3) if case.float_io else random_inputs(data, 3, seed=2)
     micro = run_tflm(data, samples)
     for n, sample in enumerate(samples):
-        tensors = tflite_tensors(data, sample)
+        tensors = tflite_all_tensors(data, sample)
         for op in targets:
             index = op.attrs["tflite_tensor_index"]
             ins = [tensors(index[t]) for t in op.inputs]
@@ -443,7 +429,7 @@ def test_stage_bit_exact_and_scratch_exact(name, grid, stage_models, lib):
     out_index = p.tensor_tflite_index[p.output_tensor]
     outs = []
     for n, (x,) in enumerate(samples):
-        ref = tflite_tensors(sm.data, (x,))(out_index)
+        ref = tflite_all_tensors(sm.data, (x,))(out_index)
         got = pk.run_stage(p, x)
         diff = np.flatnonzero(got != ref)
         assert diff.size == 0, (f"sample {n}: {diff.size} of {ref.size} values differ, first at "
@@ -606,7 +592,7 @@ def test_asan_ubsan_build_runs_emitted_stages(stage_models, tmp_path):
         sm = stage_models(name)
         _, _, p = _stage(sm, grid)
         x = random_inputs(sm.data, 1, seed=9)[0][0]
-        expected = tflite_tensors(sm.data, (x,))(p.tensor_tflite_index[p.output_tensor])
+        expected = tflite_all_tensors(sm.data, (x,))(p.tensor_tflite_index[p.output_tensor])
         ident = pk._c_ident(name)
         parts.append(pk.stage_to_c(p, ident, static=True))
         parts.append(_c_bytes(x, "float" if x.dtype == np.float32 else "int8_t", f"{ident}_input"))

@@ -32,19 +32,8 @@ SAMPLES = 6
 
 
 @pytest.fixture(scope="session")
-def zoo_dir(tmp_path_factory):
-    return os.environ.get("TFMCU_ZOO_CACHE") or str(tmp_path_factory.mktemp("zoo"))
-
-
-@pytest.fixture(scope="session")
-def models(zoo_dir):
-    cache: dict[str, bytes] = {}
-
-    def get(name: str) -> bytes:
-        if name not in cache:
-            cache[name] = zoo.build(name, zoo_dir)
-        return cache[name]
-    return get
+def models(zoo_models):
+    return zoo_models
 
 
 def _schedule(name: str, data: bytes) -> tuple:

@@ -557,3 +557,21 @@ if __name__ == "__main__":
         print("usage: python -m tfmcu.tflm REQUEST.pkl RESULT.pkl  (worker of tfmcu.tflm.isolated)", file=sys.stderr)
         sys.exit(2)
     sys.exit(_worker(sys.argv[1], sys.argv[2]))
+
+
+def tflite_all_tensors(model: bytes, sample: Sequence[np.ndarray]) -> Any:
+    """Every tensor of one ``tf.lite.Interpreter`` run (reference kernels, all intermediates preserved): a
+    function tensor index -> array (used to read a patch stage's output tensor inside a whole model)."""
+    import warnings
+
+    import tensorflow as tf
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        it = tf.lite.Interpreter(model_content=bytes(model), experimental_preserve_all_tensors=True,
+                                 experimental_op_resolver_type=tf.lite.experimental.OpResolverType.BUILTIN_REF)
+    it.allocate_tensors()
+    for d, a in zip(it.get_input_details(), sample):
+        it.set_tensor(d["index"], a)
+    it.invoke()
+    return lambda index: np.array(it.get_tensor(index), copy=True)
