@@ -214,3 +214,28 @@ def get_preset(name: str, resolution: int | None = None, width: float | None = N
     if num_classes is not None:
         kwargs["num_classes"] = num_classes
     return builder(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------- demo net
+def mcunet_demo(width: float = 1.0, resolution: int = 96, num_classes: int = 10) -> NetSpec:
+    """A small MCUNet-style net for ``make demo`` (ours): 96x96 input, ~20M MACs, ~0.2M params.
+
+    MnasNet-like inverted residual blocks with 3x3 / 5x5 kernels and expansion 1-6, no last 1x1 conv (the pooled
+    features go straight to the classifier, as in MCUNet). Like every such net its activation memory is
+    concentrated at the front: at 96x96 the per-layer peak is block 2's 6x expansion at 48x48 (270 kB analytic,
+    ~300 kB of TFLM arena), while everything from 24x24 on needs about a third of it -- which is what patch-based
+    inference of the first blocks removes (``make demo``: a 0.6x budget is met with 1x3 patches over 3 blocks).
+    """
+    act = "relu6"
+    b = BlockSpec
+    stages = [
+        [b(16, 3, 1, 1, activation=act)],
+        [b(24, 3, 6, 2, activation=act), b(24, 3, 3, 1, activation=act)],
+        [b(40, 5, 4, 2, activation=act), b(40, 3, 4, 1, activation=act)],
+        [b(80, 3, 4, 2, activation=act), b(80, 5, 4, 1, activation=act), b(96, 3, 4, 1, activation=act)],
+    ]
+    return _net("mcunet-demo", width, resolution, StemSpec(out_channels=16, kernel=3, stride=2, activation=act),
+                stages, HeadSpec(last_channels=0, num_classes=num_classes, activation=act))
+
+
+PRESETS["mcunet-demo"] = mcunet_demo

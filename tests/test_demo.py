@@ -1,0 +1,51 @@
+"""pipelines.demo: its flags live beside pipelines.verify's (it calls run_verify as a library function), and the
+summary table it writes for the README."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pipelines
+
+SRC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(pipelines.__file__)))
+
+
+def test_demo_and_verify_flags_do_not_collide():
+    """The demo imports pipelines.verify after its own flags are parsed; a flag defined by both would abort it."""
+    code = ("from absl import flags\nimport pipelines.demo\nflags.FLAGS(['demo'])\nimport pipelines.verify\n"
+            "print(flags.FLAGS.budget_fraction, flags.FLAGS.samples)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=SRC_ROOT,
+                          env=dict(os.environ, PYTHONPATH=SRC_ROOT))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["0.6", "200"]
+
+
+def test_summary_table():
+    from pipelines import demo
+
+    s = {
+        "model": "mcunet-demo", "resolution": 96, "dataset": "Fashion-MNIST", "train_samples": 20000, "epochs": 2,
+        "qat_epochs": 1, "qat_steps": 60, "schedule": "1x3 patches over the first 3 blocks", "budget_bytes": 184528,
+        "accuracy": {"float": 0.8937, "qat": 0.8904, "int8_tflite": 0.8855, "int8_tflm": 0.8855,
+                     "keras_test_samples": 10000, "int8_test_samples": 2000, "float_on_int8_samples": 0.888,
+                     "tflite_equals_tflm": True},
+        "per_layer": {"analytic_peak_bytes": 276480, "tflm_arena_bytes": 307568, "predicted_arena_bytes": 307568,
+                      "flash_bytes": 275322, "macs": 19_620_000, "ops": 32},
+        "patched": {"analytic_peak_bytes": 138240, "tflm_arena_bytes": 178544, "predicted_arena_bytes": 178544,
+                    "flash_bytes": 285962, "macs_exact": 19_930_000, "macs_padded": 20_260_000,
+                    "mac_overhead_exact": 0.016, "mac_overhead_padded": 0.033, "ops": 79},
+        "verify": {"bit_exact": True, "samples": 220, "real": 200},
+        "wall_s": 341.0,
+    }
+    table = demo.summary_table(s)
+    lines = table.splitlines()
+    assert lines[0].startswith("| mcunet-demo @ 96, Fashion-MNIST | per-layer | patched (1x3 patches")
+    rows = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[2:4]] for ln in lines[2:] if ln.startswith("|")}
+    assert rows["accuracy, int8 (2000 test images)"] == ["88.55% (TF Lite = TFLM)", "identical (bit-exact outputs)"]
+    assert rows["peak SRAM, analytic"] == ["270.0 kB", "135.0 kB"]
+    assert rows["peak SRAM, TFLM arena measured"] == ["300.4 kB", "174.4 kB"]
+    assert rows["fits the 180.2 kB budget (TFLM)"] == ["no", "yes"]
+    assert rows["MACs"][0] == "19.62M" and "+1.6%" in rows["MACs"][1]
+    assert "wall time 341 s" in table

@@ -1,0 +1,294 @@
+"""tfmcu.train / pipelines.train: a few training steps on a tiny subset, QAT, int8 export with metadata, TF Lite vs
+TFLM agreement, determinism and --resume, checkpoint corruption, specs that do not fit the data, QAT configs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tfmcu import data, train
+from tfmcu.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec
+
+SRC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(train.__file__)))  # holds tfmcu/ and pipelines/
+HAVE_FASHION = os.path.isfile(os.path.join(data.FASHION_MNIST_DIR, "t10k-labels-idx1-ubyte.gz"))
+
+
+def fake_idx_set(folder, n_train: int, n_test: int) -> str:
+    """A tiny MNIST-style IDX data set (class k: a bright column band at 2k)."""
+    import struct
+
+    rng = np.random.default_rng(0)
+    os.makedirs(folder, exist_ok=True)
+    for split, n in (("train", n_train), ("t10k", n_test)):
+        labels = (np.arange(n) % 10).astype(np.uint8)
+        images = rng.integers(0, 40, (n, 28, 28)).astype(np.uint8)
+        for i, k in enumerate(labels):
+            images[i, :, 2 * k:2 * k + 3] = 250
+        for name, a in ((f"{split}-images-idx3-ubyte", images), (f"{split}-labels-idx1-ubyte", labels)):
+            head = bytes([0, 0, 8, a.ndim]) + b"".join(struct.pack(">I", d) for d in a.shape)
+            with open(os.path.join(folder, name), "wb") as f:
+                f.write(head + a.tobytes())
+    return str(folder)
+
+
+def tiny_spec(num_classes: int = 10, in_channels: int = 3, se: float = 0.0) -> NetSpec:
+    b = BlockSpec
+    return NetSpec(name="tiny", resolution=32, in_channels=in_channels,
+                   stem=StemSpec(out_channels=8, kernel=3, stride=2),
+                   stages=[StageSpec([b(8, 3, 1, 1, se=se)]), StageSpec([b(16, 3, 3, 2), b(16, 3, 3, 1)])],
+                   head=HeadSpec(last_channels=0, num_classes=num_classes)).validate()
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("train")
+    spec_path = root / "tiny.json"
+    spec_path.write_text(tiny_spec().to_json())
+    data_dir = None
+    if not HAVE_FASHION:  # a synthetic stand-in keeps the test meaningful where the Debian package is missing
+        data_dir = fake_idx_set(root / "fake", n_train=400, n_test=100)
+    return root, str(spec_path), data_dir
+
+
+def config(spec_path: str, data_dir, **kw) -> train.TrainConfig:
+    recipe = train.Recipe(epochs=2, qat_epochs=1, batch_size=16, lr=0.05, bn_recalibration_batches=2)
+    base = dict(model=spec_path, dataset="fashion_mnist", data_dir=data_dir, recipe=recipe, val_split=32,
+                train_subset=96, steps_per_epoch=3, qat_steps_per_epoch=2, test_subset=64, int8_eval_samples=48,
+                calibration_samples=16, seed=3, verbose=0)
+    base.update(kw)
+    return train.TrainConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def run_a(workdir):
+    root, spec_path, data_dir = workdir
+    out = root / "a"
+    report = train.train(config(spec_path, data_dir), str(out), log=lambda m: None)
+    return out, report
+
+
+def test_train_qat_export_and_agreement(run_a):
+    out, r = run_a
+    for key in ("tflite", "spec", "labels", "report", "curves", "confusion"):
+        assert os.path.isfile(r["files"][key]), key
+    assert [e["epoch"] for e in r["history"]["float"]] == [1, 2]
+    assert [e["epoch"] for e in r["history"]["qat"]] == [1]
+    acc = r["accuracy"]
+    for k in ("float", "qat", "int8_tflite", "int8_tflm"):
+        assert 0.0 <= acc[k] <= 1.0
+    assert acc["int8_test_samples"] == 48 and acc["keras_test_samples"] == 64
+    # TF Lite (reference kernels) and TFLM agree sample for sample, so the two accuracies are equal.
+    assert r["tflite_vs_tflm"]["agree"] and r["tflite_vs_tflm"]["mismatching_samples"] == 0
+    assert acc["int8_tflite"] == acc["int8_tflm"]
+    m = r["memory"]
+    assert m["analytic_peak_bytes"] > 0 and m["tflm_arena_bytes"] >= m["analytic_peak_bytes"] * 0.5
+    assert r["macs"] > 0 and r["flash_bytes"] > r["flash_bytes_without_metadata"]
+    assert sum(map(sum, r["confusion_matrix"])) == 48
+    on_disk = json.loads(open(r["files"]["report"]).read())
+    assert on_disk["accuracy"] == r["accuracy"]
+    with open(r["files"]["curves"], "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_exported_model_is_full_int8_with_metadata(run_a):
+    from tfmcu import metadata, tflm
+    from tfmcu import tflite_schema as ts
+
+    _, r = run_a
+    model = open(r["files"]["tflite"], "rb").read()
+    info = tflm.model_info(model)
+    assert [t.dtype for t in info.inputs] == ["int8"] and [t.dtype for t in info.outputs] == ["int8"]
+    assert info.inputs[0].shape == (1, 32, 32, 3) and info.outputs[0].shape == (1, 10)
+    m = ts.load_model(model)
+    ops = {ts.op_name(m, op) for op in m.subgraphs[0].operators}
+    assert "FULLY_CONNECTED" not in ops and {"CONV_2D", "DEPTHWISE_CONV_2D", "MEAN", "RESHAPE"} <= ops
+    assert "QUANTIZE" not in ops and "DEQUANTIZE" not in ops
+    md = metadata.read_metadata(model)
+    assert md["labels"] == data.FASHION_MNIST_LABELS
+    assert metadata.normalization(md) == ([127.5] * 3, [127.5] * 3)
+    assert md["name"] == "tiny"
+
+
+def test_rewritten_model_keeps_metadata(run_a):
+    from tfmcu import metadata, rewrite, scheduler, tflm
+    from tfmcu.lower_tflite import from_tflite
+
+    _, r = run_a
+    model = open(r["files"]["tflite"], "rb").read()
+    graph = from_tflite(model)
+    res = rewrite.rewrite_builtin(model, graph, scheduler.plan(graph, 2, n_blocks=2))
+    assert metadata.read_metadata(res.model)["labels"] == data.FASHION_MNIST_LABELS
+    xs = tflm.random_inputs(model, 3, seed=0)
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(tflm.run_tflm(model, xs), tflm.run_tflm(res.model, xs)))
+
+
+def test_resume_after_interruption_matches_uninterrupted_run(run_a, workdir, monkeypatch):
+    """Deterministic: a run stopped after float epoch 1 and resumed ends with the same numbers and the same
+    .tflite bytes as the uninterrupted run with the same seed."""
+    root, spec_path, data_dir = workdir
+    out_a, ra = run_a
+    out = root / "b"
+    real_save = train.Checkpoints.save
+
+    class Stop(Exception):
+        pass
+
+    def save_then_stop(self, *args, **kwargs):
+        real_save(self, *args, **kwargs)
+        raise Stop()
+
+    monkeypatch.setattr(train.Checkpoints, "save", save_then_stop)
+    with pytest.raises(Stop):
+        train.train(config(spec_path, data_dir), str(out), log=lambda m: None)
+    monkeypatch.setattr(train.Checkpoints, "save", real_save)
+    state = json.loads((out / "checkpoints" / "state.json").read_text())
+    assert (state["phase"], state["epoch"]) == ("float", 1)
+
+    logs = []
+    rb = train.train(config(spec_path, data_dir, resume=True), str(out), log=logs.append)
+    assert any("resumed after float epoch 1" in m for m in logs)
+    strip = lambda h: [{k: v for k, v in e.items() if "seconds" not in k} for e in h]  # noqa: E731
+    assert strip(ra["history"]["float"]) == strip(rb["history"]["float"])
+    assert strip(ra["history"]["qat"]) == strip(rb["history"]["qat"])
+    assert ra["accuracy"] == rb["accuracy"]
+    assert open(ra["files"]["tflite"], "rb").read() == open(rb["files"]["tflite"], "rb").read()
+
+
+def test_corrupted_checkpoints(run_a, workdir, tmp_path):
+    import shutil
+
+    root, spec_path, data_dir = workdir
+    out_a, _ = run_a
+    # 1. unreadable state file
+    bad = tmp_path / "bad_state"
+    shutil.copytree(out_a / "checkpoints", bad / "checkpoints")
+    (bad / "checkpoints" / "state.json").write_text("{not json")
+    with pytest.raises(train.TrainError, match="corrupted checkpoint state") as e:
+        train.train(config(spec_path, data_dir, resume=True), str(bad), log=lambda m: None)
+    assert "\n" not in str(e.value)
+    # 2. truncated checkpoint data
+    trunc = tmp_path / "truncated"
+    shutil.copytree(out_a / "checkpoints", trunc / "checkpoints")
+    state = json.loads((trunc / "checkpoints" / "state.json").read_text())
+    for f in os.listdir(trunc / "checkpoints"):
+        if f.startswith(state["checkpoint"] + ".data"):
+            p = trunc / "checkpoints" / f
+            p.write_bytes(p.read_bytes()[:100])
+    with pytest.raises(train.TrainError, match="corrupted or incompatible") as e:
+        train.train(config(spec_path, data_dir, resume=True), str(trunc), log=lambda m: None)
+    assert "\n" not in str(e.value)
+    # 3. a checkpoint of other settings
+    other = tmp_path / "other"
+    shutil.copytree(out_a / "checkpoints", other / "checkpoints")
+    with pytest.raises(train.TrainError, match="another model, data set or recipe"):
+        train.train(config(spec_path, data_dir, resume=True, seed=4), str(other), log=lambda m: None)
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(num_classes=5), "the spec has 5 classes"),
+    (dict(num_classes=0), "no classifier"),
+    (dict(in_channels=2), "2-channel input"),
+])
+def test_spec_that_does_not_fit_the_data(workdir, tmp_path, change, message):
+    _, _, data_dir = workdir
+    spec = tiny_spec(num_classes=change.get("num_classes", 10), in_channels=change.get("in_channels", 3))
+    if change.get("num_classes") == 0:
+        spec = spec.replace(head=HeadSpec(last_channels=0, num_classes=0, pooling="avg"))
+    p = tmp_path / "s.json"
+    p.write_text(spec.to_json())
+    with pytest.raises(train.TrainError, match=message):
+        train.train(config(str(p), data_dir), str(tmp_path / "o"), log=lambda m: None)
+
+
+def test_recipe_validation():
+    with pytest.raises(train.TrainError, match="nothing to train"):
+        train.Recipe(epochs=0, qat_epochs=0).validate()
+    with pytest.raises(train.TrainError, match="label_smoothing"):
+        train.Recipe(label_smoothing=1.5).validate()
+    assert train.Recipe().validate().weight_decay == 4e-5
+
+
+def test_qat_of_squeeze_excite_needs_a_config():
+    """tfmot's default registry lacks Multiply (squeeze-excite): quantize() annotates it by configuration."""
+    import tensorflow_model_optimization as tfmot
+
+    from tfmcu.keras_builder import build_keras
+
+    model = build_keras(tiny_spec(se=0.25), seed=0)
+    with pytest.raises(RuntimeError, match="Multiply"):
+        tfmot.quantization.keras.quantize_model(model)
+    qat, notes = train.quantize(model)
+    assert notes and "Multiply" in notes[0]
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
+    assert qat(x).shape == (2, 10)
+    plain, _ = train.quantize(build_keras(tiny_spec(), seed=0))
+    assert any(type(layer).__name__ == "QuantizeWrapperV2" for layer in plain.layers)
+
+
+def test_cli_bad_dataset_is_one_line_exit_2(tmp_path):
+    (tmp_path / "empty").mkdir()
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=SRC_ROOT)
+    for dataset, message in ((str(tmp_path / "empty"), "no class folders"),
+                             (str(tmp_path / "missing"), "not fashion_mnist, mnist or an existing folder")):
+        proc = subprocess.run([sys.executable, "-m", "pipelines.train", f"--dataset={dataset}",
+                               f"--out_dir={tmp_path / 'out'}"],
+                              capture_output=True, text=True, env=env, cwd=SRC_ROOT)
+        assert proc.returncode == 2, proc.stderr
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and message in lines[0] and "Traceback" not in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "pipelines.train", f"--data_dir={tmp_path / 'nope'}",
+                           f"--out_dir={tmp_path / 'out'}"],
+                          capture_output=True, text=True, env=env, cwd=SRC_ROOT)
+    assert proc.returncode == 2 and "apt-get install dataset-fashion-mnist" in proc.stderr
+
+
+MIRRORED_SCRIPT = """
+import json, os, sys
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from tfmcu import train
+real = train.make_strategy
+train.make_strategy = lambda name: (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) if name == "mirrored"
+                                    else real(name))
+spec_path, data_dir, out = sys.argv[1], (sys.argv[2] or None), sys.argv[3]
+recipe = train.Recipe(epochs=1, qat_epochs=1, batch_size=16, lr=0.05, bn_recalibration_batches=2)
+cfg = train.TrainConfig(model=spec_path, data_dir=data_dir, recipe=recipe, val_split=32, train_subset=64,
+                        steps_per_epoch=2, qat_steps_per_epoch=2, test_subset=32, int8_eval_samples=16,
+                        calibration_samples=8, strategy="mirrored", verbose=0)
+r = train.train(cfg, out, log=lambda m: None)
+print(json.dumps({"strategy": r["strategy"], "agree": r["tflite_vs_tflm"]["agree"]}))
+"""
+
+
+def test_mirrored_strategy_two_replicas(workdir, tmp_path):
+    """--strategy=mirrored end to end (float, BN re-calibration, QAT, export) on two logical CPU devices."""
+    _, spec_path, data_dir = workdir
+    script = tmp_path / "mirrored.py"
+    script.write_text(MIRRORED_SCRIPT)
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=SRC_ROOT)
+    proc = subprocess.run([sys.executable, str(script), spec_path, data_dir or "", str(tmp_path / "out")],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result == {"strategy": {"name": "mirrored", "replicas": 2}, "agree": True}
+
+
+def test_cli_spec_that_does_not_fit_is_one_line_exit_2(workdir, tmp_path):
+    _, _, data_dir = workdir
+    p = tmp_path / "five.json"
+    p.write_text(tiny_spec(num_classes=5).to_json())
+    args = [sys.executable, "-m", "pipelines.train", f"--model={p}", f"--out_dir={tmp_path / 'out'}"]
+    if data_dir:
+        args.append(f"--data_dir={data_dir}")
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=SRC_ROOT)
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, cwd=SRC_ROOT)
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "the spec has 5 classes" in lines[0] and "head.num_classes to 10" in lines[0]
