@@ -12,9 +12,9 @@
    Flash; MACs).
 
 Step 0 prints the paper's example first: MobileNetV2-224 per layer vs 4x4 patches (mbv2_224_profile.json,
-mbv2_224_memory.png). Everything goes under --out_dir (default out/demo): profile.json, memory.png (per-layer vs patched, with the budget),
-model_int8.tflite, model_int8_patched.tflite, train_report.json, training_curves.png, confusion_matrix.png,
-rewrite.json, verify.json, summary.md, summary.json (+ spec.json, labels.txt, checkpoints/).
+mbv2_224_memory.png). Everything goes under --out_dir (default out/demo): profile.json, memory.png (per-layer vs
+patched, with the budget), model_int8.tflite, model_int8_patched.tflite, train_report.json, training_curves.png,
+confusion_matrix.png, rewrite.json, verify.json, summary.md, summary.json (+ spec.json, labels.txt, checkpoints/).
 """
 
 from __future__ import annotations
@@ -108,10 +108,13 @@ def main(argv: Sequence[str]) -> int:
 
 def run_demo() -> int:
     from tfmcu import data, ir, models, report, rewrite, scheduler, tflm, train
-
-    logging.set_verbosity(logging.WARNING)  # TensorFlow's INFO chatter (saver, converter) through absl
     from tfmcu.lower_tflite import from_tflite
     from pipelines import verify
+
+    logging.set_verbosity(logging.WARNING)  # TensorFlow's INFO chatter (saver, converter) through absl
+    ds_probe = data.load(FLAGS.dataset)  # fails first, with install instructions, if the data are missing
+    spec = models.load_spec(FLAGS.model, resolution=FLAGS.resolution,
+                            num_classes=None if FLAGS.model.endswith(".json") else ds_probe.num_classes)
 
     t0 = time.time()
     out = FLAGS.out_dir
@@ -127,9 +130,6 @@ def run_demo() -> int:
     report.write_outputs({path("mbv2_224_profile.json"): mb, path("mbv2_224_memory.png"): report.plot_memory(mb)})
 
     # ------------------------------------------------------------------ 1. profile
-    ds_probe = data.load(FLAGS.dataset)  # fails early, with install instructions, if the data are missing
-    spec = models.load_spec(FLAGS.model, resolution=FLAGS.resolution,
-                            num_classes=None if FLAGS.model.endswith(".json") else ds_probe.num_classes)
     log(f"== 1/6 profile {spec.name} @ {spec.resolution} (analytic, per layer) ==")
     prof = report.profile_report(ir.from_spec(spec))
     log(report.format_table(prof).split("\n\nblock", 1)[1].join(["block", ""]).rstrip())
