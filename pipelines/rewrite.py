@@ -38,6 +38,11 @@ flags.DEFINE_enum("mode", "builtin", ["builtin", "custom"],
 flags.DEFINE_enum("border", "auto", ["auto", "strips", "pad"],
                   "Border padding of patches: PAD the patch buffer, or VALID + padded border strips for strided "
                   "ops whose input is the patch's largest buffer ('strips'); auto mode tries both.")
+flags.DEFINE_bool("inplace", False,
+                  "Custom mode: plan the rest of the graph in place (an op's output may overlap an input that dies "
+                  "there, TinyEngine-style) where TFLM's reference kernels read before they overwrite. Valid for "
+                  "TFLM's reference kernels (the tflite-micro wheel, TFLM's default build), not for optimized "
+                  "kernels such as CMSIS-NN; verify checks it bit-exact in TFLM.")
 flags.DEFINE_bool("measure", True, "Measure both models' arenas in the TFLM interpreter (auto mode needs it to "
                                    "guarantee the rewritten arena is not larger).")
 flags.DEFINE_string("json_out", None, "Write a JSON report here.")
@@ -68,6 +73,8 @@ def main(argv: Sequence[str]) -> None:
         raise _cli.UsageError(f"{path}: {e}" if path not in str(e) else str(e)) from None
     if FLAGS.mode == "custom":
         return _custom_mode(data, graph, path)
+    if FLAGS.inplace:
+        raise _cli.UsageError("--inplace is supported with --mode=custom only")
     if FLAGS.patch_blocks is not None and FLAGS.patch_ops is not None:
         raise _cli.UsageError("give --patch_blocks or --patch_ops, not both")
     auto_mode = FLAGS.patches.lower() == "auto"
@@ -153,13 +160,14 @@ def _custom_mode(data: bytes, graph, path: str) -> None:
         sram = int(FLAGS.sram_kb * 1024) if FLAGS.sram_kb is not None else None
         options = tuple(int(p) for p in FLAGS.patch_options)
         res, _, message = custom_stage.auto_custom(data, graph, sram, options, FLAGS.max_mac_overhead,
-                                                   FLAGS.stage_unit, path, progress=_progress)
+                                                   FLAGS.stage_unit, path, progress=_progress,
+                                                   inplace=FLAGS.inplace)
         if res is None:
             raise _cli.UsageError(f"{path}: {message}")
     else:
         schedule = scheduler.plan(graph, _cli.parse_patches(FLAGS.patches), n_blocks=FLAGS.patch_blocks,
                                   n_ops=FLAGS.patch_ops)
-        res = custom_stage.rewrite_custom(data, graph, schedule, path)
+        res = custom_stage.rewrite_custom(data, graph, schedule, path, inplace=FLAGS.inplace)
         message = "rewritten as requested"
     mem = custom_stage.memory_report(res.model, FLAGS.out, measure=FLAGS.measure)
     report = {"input": path, "output": FLAGS.out, "mode": "custom", "message": message, "patched": True,
@@ -172,7 +180,8 @@ def _custom_mode(data: bytes, graph, path: str) -> None:
     print(message)
     s = res.schedule
     print(f"schedule: {s['grid'][0]}x{s['grid'][1]} patches, stage of {len(s['stage_ops_tflite'])} ops -> one "
-          f"{custom_stage.CUSTOM_CODE} op; scratch {mem['scratch_bytes']:,} B")
+          f"{custom_stage.CUSTOM_CODE} op; scratch {mem['scratch_bytes']:,} B; rest of the graph planned "
+          f"{'in place' if FLAGS.inplace else 'without overlaps'}")
     sa = mem["single_arena"]
     orig = report.get("tflm", {}).get("original", {}).get("arena_total_bytes")
     vs = f" (original TFLM arena {orig:,} B: {orig / sa['total_bytes']:.2f}x smaller)" if orig else ""

@@ -25,7 +25,7 @@ from tfmcu import ir
 from tfmcu import patch_kernels as pk
 from tfmcu import tflite_schema as ts
 from tfmcu.rewrite import (RewriteError, RewriteResult, _drop_unused_tensors, _schedule_record, _set_metadata,
-                           _Writer, append_zip, split_appended_zip, SCHEDULE_METADATA)
+                           _Writer, append_zip, read_schedule, split_appended_zip, SCHEDULE_METADATA)
 from tfmcu.scheduler import PatchSchedule
 
 CUSTOM_CODE = "TFMCU_PATCH_STAGE"
@@ -39,8 +39,11 @@ def is_custom_model(data: bytes) -> bool:
 
 
 # ----------------------------------------------------------------------------- writing
-def rewrite_custom(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where: str = "model") -> RewriteResult:
-    """Replace ``schedule``'s stage of the .tflite ``data`` by one TFMCU_PATCH_STAGE operator."""
+def rewrite_custom(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where: str = "model",
+                   inplace: bool = False) -> RewriteResult:
+    """Replace ``schedule``'s stage of the .tflite ``data`` by one TFMCU_PATCH_STAGE operator. ``inplace``: the
+    rest of the graph gets an in-place memory plan (``tfmcu.memory_plan``; valid for TFLM's reference kernels),
+    recorded in the schedule metadata."""
     flat, members = split_appended_zip(data)
     try:
         packed = pk.pack_stage(flat, graph, schedule)
@@ -106,6 +109,7 @@ def rewrite_custom(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where:
     record = _schedule_record(schedule)
     record["mode"] = "custom"
     record["scratch_bytes"] = int(packed.scratch_bytes)
+    record["memory_plan"] = "inplace" if inplace else "disjoint"
     _set_metadata(model, SCHEDULE_METADATA, json.dumps(record).encode())
     out = append_zip(ts.write_model(model), members)
     return RewriteResult(out, len(original_ops), len(sg.operators), w.new_tensors, record)
@@ -187,13 +191,15 @@ def load_custom(data: bytes, where: str = "model") -> CustomModel:
         buffer_offsets=offsets, buffer_sizes=np.zeros_like(offsets, dtype=np.int64),
         scratch_bytes=int(desc["scratch_bytes"]), lower_bound_bytes=0, plan_strategies=[])
     packed.refresh_c()
-    rest, rest_tensors = _rest_model(model, int(op.outputs[0]))
+    record = read_schedule(flat) or {}
+    rest, rest_tensors = _rest_model(model, int(op.outputs[0]), inplace=record.get("memory_plan") == "inplace")
     return CustomModel(packed, rest, ins[0], len(sg.tensors), rest_tensors)
 
 
-def _rest_model(model: ts.ModelT, stage_output: int) -> tuple[bytes, int]:
+def _rest_model(model: ts.ModelT, stage_output: int, inplace: bool = False) -> tuple[bytes, int]:
     """The model without its stage (input: the stage output), with an offline memory plan when one beats TFLM's
-    greedy planner (``tfmcu.memory_plan``): that is the head a single-arena deployment plans for the rest."""
+    greedy planner (``tfmcu.memory_plan``, in-place if ``inplace``): that is the head a single-arena deployment
+    plans for the rest."""
     from tfmcu.memory_plan import with_offline_plan
 
     rest = copy.deepcopy(model)
@@ -205,7 +211,7 @@ def _rest_model(model: ts.ModelT, stage_output: int) -> tuple[bytes, int]:
     rest.signatureDefs = []
     rest.metadata = [m for m in rest.metadata or [] if _text(m.name) != SCHEDULE_METADATA]
     _drop_unused_tensors(rest)
-    planned, _, _ = with_offline_plan(ts.write_model(rest))
+    planned, _, _ = with_offline_plan(ts.write_model(rest), inplace=inplace)
     return planned, len(sg.tensors)
 
 
@@ -273,7 +279,8 @@ def memory_report(data: bytes, where: str = "model", measure: bool = True) -> di
 
 def auto_custom(data: bytes, graph: ir.Graph, sram_bytes: int | None, patch_options: tuple[int, ...] = (1, 2, 3, 4),
                 max_mac_overhead: float | None = None, unit: str = "blocks", where: str = "model",
-                count_input: bool = True, progress: Any = None) -> tuple[RewriteResult | None, dict[str, Any], str]:
+                count_input: bool = True, progress: Any = None,
+                inplace: bool = False) -> tuple[RewriteResult | None, dict[str, Any], str]:
     """Custom mode's auto schedule: with a budget, the least-MACs schedule whose predicted single-arena peak (b)
     fits; without one, the smallest predicted single-arena peak."""
     from tfmcu import scheduler
@@ -292,7 +299,7 @@ def auto_custom(data: bytes, graph: ir.Graph, sram_bytes: int | None, patch_opti
             floor = min(floor or cand.schedule.rest_peak_bytes, cand.schedule.rest_peak_bytes)
             continue  # the rest of the net alone needs more
         try:
-            res = rewrite_custom(data, graph, cand.schedule, where)
+            res = rewrite_custom(data, graph, cand.schedule, where, inplace=inplace)
         except RewriteError:
             continue
         mem = memory_report(res.model, where, measure=False)

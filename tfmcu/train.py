@@ -65,14 +65,6 @@ class TrainError(ValueError):
     """A training setting, checkpoint or spec that cannot be used; one line."""
 
 
-# ============================================================================= the demo network
-def mcunet_demo_spec(num_classes: int = 10, resolution: int = 96) -> NetSpec:
-    """A small MCUNet-style net for the demo (see ``tfmcu.presets.mcunet_demo``, which returns the same spec)."""
-    from tfmcu.presets import mcunet_demo
-
-    return mcunet_demo(resolution=resolution, num_classes=num_classes)
-
-
 # ============================================================================= configuration
 @dataclass
 class Recipe:
@@ -984,5 +976,5 @@ def format_summary(r: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["Recipe", "TrainConfig", "TrainError", "train", "quantize", "make_optimizer", "mcunet_demo_spec",
-           "format_summary"]
+__all__ = ["Recipe", "TrainConfig", "TrainError", "train", "quantize", "make_optimizer", "classifier_as_conv",
+           "recalibrate_bn", "format_summary"]

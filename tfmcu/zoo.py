@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -187,10 +188,17 @@ def build(name: str, cache_dir: str | None = None) -> bytes:
                           float_io=entry.float_io, per_tensor=entry.per_tensor)
     if path:
         os.makedirs(cache_dir, exist_ok=True)
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        # Several test processes may build the same model at once: each writes its own temporary file and the
+        # rename is atomic, so readers see either no file or a whole one.
+        fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=cache_dir)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
     return data
 
 
