@@ -1,8 +1,12 @@
-"""`make bench`: long measurements that do not belong in `make test`.
+"""`make bench`: long measurements that do not belong in `make test`. Each section writes
+out/bench/<section>.json (rows for scripts) and out/bench/<section>.md (the table); pick with --sections.
 
-Section "rewrite": model x schedule -> TFLM arena of the original and rewritten model (measured by TFLM itself,
-input image counted), ratio, predicted vs measured, MAC overhead (padded / exact), op count, bit-exactness on a
-few random inputs. Writes out/bench/rewrite.json and out/bench/rewrite.md.
+- rewrite: model x schedule -> TFLM arena of the original and the builtin-rewritten model (measured by TFLM itself,
+  input image counted), ratio, predicted vs measured, MAC overhead (padded / exact), op count, bit-exactness.
+- custom: custom mode (one TFMCU_PATCH_STAGE op): single-arena peak (b) and as-run (a) memory with and without the
+  input image, rest of the graph planned disjoint and in place, bit-exactness.
+- firmware: the patch stage on Cortex-M4/M7 under QEMU, p x p vs p = 1 instruction counts against MAC overhead.
+- train: the full training recipe on Fashion-MNIST at 96x96 (about 1.5 h on 2 cores; resumes from checkpoints).
 """
 
 from __future__ import annotations
@@ -16,9 +20,12 @@ from typing import Any, Sequence
 from pipelines import _cli
 from absl import flags
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out_dir", "out/bench", "Where the tables go.")
-flags.DEFINE_list("sections", ["rewrite", "custom"], "Sections to run.")
+flags.DEFINE_list("sections", ["rewrite", "custom", "firmware", "train"],
+                  "Sections to run (train alone takes about 1.5 h on 2 CPU cores).")
 flags.DEFINE_string("zoo_cache", "out/zoo", "Cache of converted zoo models.")
 flags.DEFINE_integer("samples", 8, "Random inputs for the bit-exactness check.", lower_bound=1)
 
@@ -184,6 +191,54 @@ def custom_section(out_dir: str) -> dict[str, Any]:
     return {"rows": rows, "markdown": "\n".join(md) + "\n"}
 
 
+# Section "firmware": the patch stage on Cortex-M4/M7 under QEMU (bazel sh_tests of tflm_patch_kernels/firmware),
+# patched (p x p) and per-layer (p = 1) in one firmware; instructions counted by tools/qemu's plugin.
+FIRMWARE_TESTS = ["model_mbv2_035_96_cortex_m4_test", "model_mbv2_035_96_cortex_m7_test",
+                  "model_mbv2_100_224_cortex_m4_test"]  # the last one is tagged manual: only run here
+
+
+def firmware_section(out_dir: str) -> dict[str, Any]:
+    import subprocess
+
+    pkg = "tflm_patch_kernels/firmware"
+    targets = [f"//{pkg}:{t}" for t in FIRMWARE_TESTS]
+    log(f"[firmware] bazel test {' '.join(targets)} (converts MobileNetV2-224 once: about a minute)")
+    r = subprocess.run([os.environ.get("BAZEL", "bazel"), "test", *targets, "--test_output=errors"],
+                       cwd=ROOT, capture_output=True, text=True)
+    if r.returncode != 0:
+        tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-15:])
+        raise RuntimeError(f"bazel test failed (exit {r.returncode}):\n{tail}")
+    rows = []
+    for t in FIRMWARE_TESTS:
+        with open(os.path.join(ROOT, "bazel-testlogs", pkg, t, "test.log")) as f:
+            line = next(x for x in f if x.startswith("TFMCU_REPORT "))
+        rep = json.loads(line[len("TFMCU_REPORT "):])
+        res = rep["result"]
+        insns = {reg["name"]: reg["insns"] for reg in res["regions"]}
+        ip, il = insns["stage_patched"], insns["stage_layer"]
+        mp, ml = res["macs_patched"], res["macs_layer"]
+        rows.append({
+            "test": t, "model": res["model"], "target": res["target"], "machine": rep["machine"],
+            "grid": res["grid"], "bit_exact": res["output_hash_patched"] == res["output_hash_layer"] == res[
+                "expected_hash"],
+            "insns_patched": ip, "insns_layer": il, "macs_patched": mp, "macs_layer": ml,
+            "latency_overhead": round(ip / il - 1, 4), "mac_overhead_exact": round(mp / ml - 1, 4),
+            "overhead_ratio": round((ip / il - 1) / (mp / ml - 1), 3) if mp > ml else None,
+            "insns_per_mac_layer": round(il / ml, 2), "insns_per_mac_patched": round(ip / mp, 2),
+            "scratch_patched": res["scratch_touched_patched"], "scratch_layer": res["scratch_touched_layer"],
+            "stack_hwm": res["stack_hwm"], "flash": rep["sizes"]["flash"], "ram_static": res["ram_static"],
+        })
+    md = ["| firmware | core | grid | instructions patched / per-layer | latency overhead | exact MAC overhead | "
+          "ratio | instructions / MAC | scratch patched / per-layer (B) | stack (B) | output = TF Lite |",
+          "|---|---|---|---|---:|---:|---:|---:|---|---:|---|"]
+    for r in rows:
+        md.append(f"| {r['model']} | {r['target']} ({r['machine']}) | {r['grid']} vs 1x1 | {r['insns_patched']:,} / "
+                  f"{r['insns_layer']:,} | +{r['latency_overhead']:.1%} | +{r['mac_overhead_exact']:.1%} | "
+                  f"{r['overhead_ratio']:.2f} | {r['insns_per_mac_layer']:.1f} | {r['scratch_patched']:,} / "
+                  f"{r['scratch_layer']:,} | {r['stack_hwm']} | {'yes' if r['bit_exact'] else 'NO'} |")
+    return {"rows": rows, "markdown": "\n".join(md) + "\n"}
+
+
 # Section "train": the full training recipe (pipelines.train defaults) on Fashion-MNIST at 96x96; the target is int8
 # accuracy within 1 point of float. Long: about 1.5 h on 2 CPU cores. Resumes from its checkpoints if interrupted.
 TRAIN_BENCH = [("mcunet-demo", "fashion_mnist", 96)]
@@ -226,7 +281,8 @@ def main(argv: Sequence[str]) -> None:
     from tfmcu.report import write_outputs
 
     os.makedirs(FLAGS.out_dir, exist_ok=True)
-    sections = {"rewrite": rewrite_section, "custom": custom_section, "train": train_section}
+    sections = {"rewrite": rewrite_section, "custom": custom_section, "firmware": firmware_section,
+                "train": train_section}
     unknown = [s for s in FLAGS.sections if s not in sections]
     if unknown:
         raise _cli.UsageError(f"unknown bench section(s) {', '.join(unknown)}; known: {', '.join(sections)}")

@@ -104,6 +104,19 @@ def test_pipelines_in_custom_mode(models, tmp_path):
     r = _run("pipelines.rewrite", f"--tflite={src}", f"--out={tmp_path / 'a.tflite'}", "--mode=custom",
              "--patches=auto", "--sram_kb=1", "--measure=false")
     assert r.returncode == 2 and "no schedule fits" in r.stderr and not (tmp_path / "a.tflite").exists()
+    # In-place rest of the graph: recorded, smaller, still bit-exact in verify; builtin mode refuses the flag.
+    ip, ip_rep = tmp_path / "ip.tflite", tmp_path / "ip.json"
+    r = _run("pipelines.rewrite", f"--tflite={src}", f"--out={ip}", "--mode=custom", "--patches=2",
+             "--patch_blocks=3", "--inplace", f"--json_out={ip_rep}")
+    assert r.returncode == 0 and "planned in place" in r.stdout, r.stderr
+    d0, d1 = json.loads(rep.read_text()), json.loads(ip_rep.read_text())
+    assert d1["schedule"]["memory_plan"] == "inplace" and d0["schedule"]["memory_plan"] == "disjoint"
+    assert (d1["custom_mode"]["rest_tflm"]["arena_head_bytes"] <= d0["custom_mode"]["rest_tflm"]["arena_head_bytes"])
+    r = _run("pipelines.verify", f"--original={src}", f"--rewritten={ip}", "--samples=8")
+    assert r.returncode == 0, r.stderr + r.stdout
+    r = _run("pipelines.rewrite", f"--tflite={src}", f"--out={tmp_path / 'b.tflite'}", "--patches=2",
+             "--patch_blocks=3", "--inplace")
+    assert r.returncode == 2 and "--inplace" in r.stderr and not (tmp_path / "b.tflite").exists()
 
 
 def test_offline_memory_plan_is_honoured_by_tflm(models):

@@ -108,23 +108,30 @@ def qemu_firmware_test(name, firmware, core, expect = None, timeout_s = 50, size
         **kwargs
     )
 
-def model_stage_firmware(name, model, patches, cores = ("cortex_m4", "cortex_m7"), timeout_s = 50,
-                         kernels = "//tflm_patch_kernels:patch_kernels", **kwargs):
+def model_stage_firmware(name, model, patches, blocks = None, cores = ("cortex_m4", "cortex_m7"), timeout_s = 50,
+                         size = "small", tags = [], kernels = "//tflm_patch_kernels:patch_kernels", **kwargs):
     """Firmware running zoo `model`'s patch stage on the C executor (model_main.c), p x p and 1 x 1, and its tests.
 
     Targets: genrule `<name>_gen` (gen_model_stage.py: converts the model with TF, packs both schedules,
     computes TF Lite's stage output), used through platform_files `<name>_c` and `<name>_expect` so that it
     runs once and firmware and test see the same outputs; firmware `<name>` / `<name>_<core>`
     (mps2_firmware); sh_tests `<name>_<core>_test`, which require the firmware's output hashes to equal
-    TF Lite's.
+    TF Lite's. `blocks`: the patch stage's length (default: the zoo entry's); `tags` go to the firmware and the
+    tests (["manual"] keeps a slow model out of `bazel test //...`: `make bench` runs it).
     """
     native.genrule(
         name = name + "_gen",
         outs = [name + "_stage.c", name + "_expect.json"],
         # TensorFlow's start-up noise goes to a log that is shown only when the generator fails.
-        cmd = ("log=$$(mktemp); $(location //tflm_patch_kernels/firmware:gen_model_stage) --model %s --patches %d " +
+        cmd = ("log=$$(mktemp); $(location //tflm_patch_kernels/firmware:gen_model_stage) --model %s --patches %d%s " +
                "--out-c $(location %s_stage.c) --out-expect $(location %s_expect.json) >$$log 2>&1 " +
-               "|| { cat $$log >&2; rm -f $$log; exit 1; }; rm -f $$log") % (model, patches, name, name),
+               "|| { cat $$log >&2; rm -f $$log; exit 1; }; rm -f $$log") % (
+            model,
+            patches,
+            " --blocks %d" % blocks if blocks else "",
+            name,
+            name,
+        ),
         tools = ["//tflm_patch_kernels/firmware:gen_model_stage"],
         # Built only through platform_files (one run for every configuration that uses the outputs).
         tags = ["manual"],
@@ -140,6 +147,7 @@ def model_stage_firmware(name, model, patches, cores = ("cortex_m4", "cortex_m7"
         ],
         deps = [kernels],
         cores = cores,
+        tags = tags,
         **kwargs
     )
     for core in cores:
@@ -149,4 +157,6 @@ def model_stage_firmware(name, model, patches, cores = ("cortex_m4", "cortex_m7"
             expect = ":%s_expect" % name,
             firmware = ":%s_%s" % (name, core),
             timeout_s = timeout_s,
+            size = size,
+            tags = tags,
         )
