@@ -155,7 +155,8 @@ def custom_section(out_dir: str) -> dict[str, Any]:
                 "tflm_original_inplace_bytes": m0_in.total, "tflm_original_inplace_head": m0_in.head,
                 "scratch_bytes": mem["scratch_bytes"], "analytic_patch_peak_bytes": s.patch_peak_bytes,
                 "rest_head_bytes": mem["rest_tflm"]["arena_head_bytes"],
-                "single_arena_bytes": sa["total_bytes"], "single_arena_bytes_excluding_input": sa["total_bytes_excluding_input"],
+                "single_arena_bytes": sa["total_bytes"],
+                "single_arena_bytes_excluding_input": sa["total_bytes_excluding_input"],
                 "as_run_bytes": run["total_bytes"], "as_run_bytes_excluding_input": run["total_bytes_excluding_input"],
                 "ratio_single_arena": round(m0.total / sa["total_bytes"], 3),
                 "tflm_original_bytes_excluding_input": m0_x.total, "tflm_original_head_excluding_input": m0_x.head,
@@ -172,17 +173,20 @@ def custom_section(out_dir: str) -> dict[str, Any]:
             log(f"[custom] {name} {grid[0]}x{grid[1]} n={n}, rest {plan}: single arena {sa['total_bytes']:,} B "
                 f"({row['ratio_single_arena']:.2f}x), activations {sa['activation_bytes']:,} B "
                 f"({row['ratio_activations']:.2f}x), exact={exact}")
-    md = ["| model | schedule | rest plan | TFLM original total / head (B) | scratch (B) | rest head (B) | single arena "
-          "(b) with / without input (B) | ratio with / without | activations with / without (B) | ratio vs head | "
-          "as run (a) with / without (B) | bit-exact |", "|---|---|---|---|---:|---:|---|---|---|---|---|---|"]
+    md = ["| model | schedule | rest plan | TFLM original total / head (B) | scratch (B) | rest head (B) | single "
+          "arena (b) with / without input (B) | ratio with / without | activations with / without (B) | "
+          "ratio vs head | as run (a) with / without (B) | bit-exact |",
+          "|---|---|---|---|---:|---:|---|---|---|---|---|---|"]
     for r in rows:
         md.append(f"| {r['model']} | {r['grid'][0]}x{r['grid'][1]}, n={r['patch_blocks']} | {r['rest_memory_plan']} | "
                   f"{r['tflm_original_bytes']:,} / {r['tflm_original_head']:,} | {r['scratch_bytes']:,} | "
-                  f"{r['rest_head_bytes']:,} | {r['single_arena_bytes']:,} / {r['single_arena_bytes_excluding_input']:,} | "
+                  f"{r['rest_head_bytes']:,} | {r['single_arena_bytes']:,} / "
+                  f"{r['single_arena_bytes_excluding_input']:,} | "
                   f"{r['ratio_single_arena']:.2f}x / {r['ratio_single_arena_excluding_input']:.2f}x | "
                   f"{r['activation_bytes']:,} / {r['activation_bytes_excluding_input']:,} | "
                   f"{r['ratio_activations']:.2f}x / {r['ratio_activations_excluding_input']:.2f}x | "
-                  f"{r['as_run_bytes']:,} / {r['as_run_bytes_excluding_input']:,} | {'yes' if r['bit_exact'] else 'NO'} |")
+                  f"{r['as_run_bytes']:,} / {r['as_run_bytes_excluding_input']:,} | "
+                  f"{'yes' if r['bit_exact'] else 'NO'} |")
     md.append("")
     for name in CUSTOM_BENCH:
         r = next(r for r in rows if r["model"] == name)
