@@ -1,9 +1,6 @@
 /* AVERAGE_POOL_2D int8: see avg_pool2d.h. */
 #include "avg_pool2d.h"
 
-static int32_t tfmcu_max_i32(int32_t a, int32_t b) { return a > b ? a : b; }
-static int32_t tfmcu_min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
-
 TfmcuStatus tfmcu_avg_pool2d_s8(const TfmcuPoolParams* params, const TfmcuConstView* input, int32_t pad_top,
                                 int32_t pad_left, const TfmcuView* output) {
   if (params == NULL || input == NULL || output == NULL) {

@@ -1,9 +1,6 @@
 /* MAX_POOL_2D int8: see max_pool2d.h. */
 #include "max_pool2d.h"
 
-static int32_t tfmcu_max_i32(int32_t a, int32_t b) { return a > b ? a : b; }
-static int32_t tfmcu_min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
-
 TfmcuStatus tfmcu_max_pool2d_s8(const TfmcuPoolParams* params, const TfmcuConstView* input, int32_t pad_top,
                                 int32_t pad_left, const TfmcuView* output) {
   if (params == NULL || input == NULL || output == NULL) {

@@ -116,6 +116,9 @@ static inline int32_t tfmcu_clamp(int32_t x, int32_t lo, int32_t hi) {
   return x < lo ? lo : (x > hi ? hi : x);
 }
 
+static inline int32_t tfmcu_max_i32(int32_t a, int32_t b) { return a > b ? a : b; }
+static inline int32_t tfmcu_min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
+
 #ifdef __cplusplus
 }  /* extern "C" */
 #endif

@@ -191,7 +191,7 @@ def load_custom(data: bytes, where: str = "model") -> CustomModel:
         buffer_offsets=offsets, buffer_sizes=np.zeros_like(offsets, dtype=np.int64),
         scratch_bytes=int(desc["scratch_bytes"]), lower_bound_bytes=0, plan_strategies=[])
     packed.refresh_c()
-    record = read_schedule(flat) or {}
+    record = read_schedule(model) or {}
     rest, rest_tensors = _rest_model(model, int(op.outputs[0]), inplace=record.get("memory_plan") == "inplace")
     return CustomModel(packed, rest, ins[0], len(sg.tensors), rest_tensors)
 

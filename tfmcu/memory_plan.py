@@ -147,21 +147,8 @@ def _first_fit(buffers: list[Any], overlap: dict[tuple[str, str], int] | None = 
     same time; ``overlap[(out, in)] = D`` also allows ``out`` to start D or more bytes before ``in`` (in-place).
     ``groups``: buffers tied together at relative offsets, placed as one (in the order of their first member)."""
     overlap = overlap or {}
-    if not overlap:
-        placed: list[Any] = []
-        for b in buffers:
-            candidate = 0
-            for p in sorted(placed, key=lambda q: q.offset):
-                if p.first > b.last or b.first > p.last:
-                    continue
-                if p.offset - candidate >= b.size:
-                    break
-                candidate = max(candidate, p.offset + p.size)
-            b.offset = candidate
-            placed.append(b)
-        return max((b.offset + b.size for b in buffers), default=0)
     units = groups if groups is not None else [[(b, 0)] for b in buffers]
-    placed = []
+    placed: list[Any] = []
     for unit in units:
         cmin = -min(rel for _, rel in unit)  # keeps every member at offset >= 0
         forbidden = []
@@ -230,11 +217,12 @@ def plan(graph: ir.Graph, tries: int | None = None, seed: int = 0,
     """(planned head bytes, tensor name -> offset, TFLM greedy head) for ``graph``'s activation tensors.
     ``inplace``: outputs may overlap dying inputs where TFLM's reference kernels allow it (``inplace_pairs``);
     ``tries`` (default 400, 2000 in place) placements are searched, fewer when one reaches the lower bound."""
-    from tfmcu.tflm_memory import plan_head
+    from tfmcu.tflm_memory import ALIGN, align_up, plan_head
 
     tries = tries if tries is not None else (2000 if inplace else 400)
     greedy, buffers = plan_head(graph)
-    overlap = {k: _align_distance(d) for k, d in inplace_pairs(graph).items()} if inplace else {}
+    # Distances rounded up to TFLM's 16-byte buffer alignment (a larger distance is always safe).
+    overlap = {k: align_up(d, ALIGN) for k, d in inplace_pairs(graph).items()} if inplace else {}
     tensors = [b for b in buffers if b.name in graph.tensors]
     others = [b for b in buffers if b.name not in graph.tensors]  # kernel scratch: left to TFLM
     base = sorted(tensors + others, key=lambda b: -b.size)
@@ -253,13 +241,6 @@ def plan(graph: ir.Graph, tries: int | None = None, seed: int = 0,
         if best_head <= bound:
             break
     return best_head, best, greedy
-
-
-def _align_distance(d: int) -> int:
-    """In-place distances rounded up to TFLM's 16-byte buffer alignment (a larger distance is always safe)."""
-    from tfmcu.tflm_memory import ALIGN, align_up
-
-    return align_up(d, ALIGN)
 
 
 def with_offline_plan(data: bytes, graph: ir.Graph | None = None, tries: int | None = None,

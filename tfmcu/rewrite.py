@@ -479,9 +479,10 @@ def _set_metadata(model: ts.ModelT, name: str, payload: bytes) -> None:
     model.metadata = entries + [m]
 
 
-def read_schedule(data: bytes) -> dict[str, Any] | None:
-    """The schedule a rewritten model records in its metadata (None for other models)."""
-    model = ts.load_model(data)
+def read_schedule(data: bytes | ts.ModelT) -> dict[str, Any] | None:
+    """The schedule a rewritten model (bytes or an already loaded model) records in its metadata (None for other
+    models)."""
+    model = data if isinstance(data, ts.ModelT) else ts.load_model(data)
     for m in model.metadata or []:
         if _text(m.name) == SCHEDULE_METADATA:
             raw = model.buffers[m.buffer].data
