@@ -1,38 +1,200 @@
-"""Shared absl plumbing: user mistakes become one line on stderr and exit code 2, never a traceback."""
+"""Shared absl plumbing: every flag that several pipelines take is defined here, once, with one default; user
+mistakes become one line on stderr and exit code 2, never a traceback.
+
+Flag groups (a pipeline calls the ``define_*`` functions it needs; defining a group twice in one process is a no-op):
+
+* model: ``--model`` (default mcunet-demo), ``--resolution``, ``--width``;
+* schedule: ``--patches`` (default: none, i.e. no patching), ``--patch_blocks``, ``--patch_ops``, ``--sram_kb``,
+  ``--objective``, ``--max_mac_overhead``, ``--patch_options``, ``--stage_unit``, ``--mac_metric``,
+  ``--count_input`` -> ``schedule_request()``;
+* output: ``--json_out``, ``--plot_out``, ``--quiet``, ``--out_dir`` (default: each pipeline's own folder);
+* training: the recipe and data flags; each defaults to "the job's own setting" (``tfmcu.train.TrainConfig`` for
+  ``train``, ``tfmcu.flows.demo.demo_training`` for ``demo``) -> ``training_config(base)``;
+* ``--seed`` (0).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ INFO and WARNING lines
 
 from absl import app, flags  # noqa: E402
 
+from tfmcu.errors import TfmcuError, UsageError  # noqa: E402
+from tfmcu.flows.common import ScheduleRequest, parse_patch_options  # noqa: E402
+from tfmcu.flows.demo import demo_training  # noqa: E402
+from tfmcu.plan.search import MAC_METRICS, UNITS, SearchOptions  # noqa: E402
+from tfmcu.train.config import STRATEGIES, Recipe, TrainConfig  # noqa: E402
 
-class UsageError(ValueError):
-    """A bad flag combination or argument found after flag parsing."""
+FLAGS = flags.FLAGS
 
 
-def user_errors() -> tuple[type[BaseException], ...]:
-    from tfmcu.ir import GraphError
-    from tfmcu.models import ModelError
-    from tfmcu.rewrite import RewriteError
-    from tfmcu.scheduler import ScheduleError
-    from tfmcu.spec import SpecError
-    from tfmcu.tflite_schema import SchemaError
+def _define(kind: str, name: str, default: Any, *args: Any, **kw: Any) -> None:
+    """``flags.DEFINE_<kind>(name, default, *args, **kw)`` unless the flag exists (defined by another group)."""
+    if name not in FLAGS:
+        getattr(flags, f"DEFINE_{kind}")(name, default, *args, **kw)
 
-    errors: tuple[type[BaseException], ...] = (UsageError, GraphError, ModelError, RewriteError, ScheduleError,
-                                               SpecError, SchemaError, FileNotFoundError, IsADirectoryError,
-                                               PermissionError)
-    try:
-        from tfmcu.tflm import TFLMError
-        errors += (TFLMError,)
-    except ImportError:  # pragma: no cover - the TFLM wheel is part of the pinned environment
-        pass
-    return errors
+
+# ============================================================================= groups
+def define_model_flags() -> None:
+    _define("string", "model", "mcunet-demo", "Preset name (mbv2, mbv2-rd, mnasnet-a1, fbnet-a, proxyless-mobile, "
+                                              "mcunet-demo), spec JSON file, .tflite or Keras file.")
+    _define("integer", "resolution", None, "Input resolution (presets and spec JSON only).", lower_bound=16)
+    _define("float", "width", None, "Width multiplier (presets and spec JSON only).", lower_bound=0.05)
+
+
+def define_budget_flag() -> None:
+    _define("float", "sram_kb", None, "SRAM budget in kB (1 kB = 1024 B).", lower_bound=0)
+
+
+def define_schedule_flags() -> None:
+    _define("string", "patches", None, "Patch grid: P (PxP), PxQ, or 'auto' (searched: least MACs under --sram_kb, "
+                                       "or the smallest with --objective=memory). Omitted: no patching.")
+    _define("integer", "patch_blocks", None, "Patch stage = the first N blocks (the stem conv is block 0).",
+            lower_bound=1)
+    _define("integer", "patch_ops", None, "Patch stage = the first K operators (instead of --patch_blocks).",
+            lower_bound=1)
+    define_budget_flag()
+    _define("enum", "objective", "macs", ["macs", "memory"],
+            "Auto mode: 'macs' = least MACs whose memory fits --sram_kb; 'memory' = the smallest memory "
+            "(--sram_kb optional, checked if given).")
+    _define("float", "max_mac_overhead", None, "Auto mode: largest allowed MAC overhead (0.2 = +20%).",
+            lower_bound=0)
+    _define("list", "patch_options", ["1", "2", "3", "4"], "Auto mode: patches per side to try (PxQ grids).")
+    _define("enum", "stage_unit", "blocks", list(UNITS), "Auto mode: patch stages by blocks or by operators.")
+    _define("enum", "mac_metric", "exact", list(MAC_METRICS), "Auto mode: which MAC count to minimise.")
+    _define("bool", "count_input", True, "Count the input image against --sram_kb.")
+
+
+def define_output_flags(plot: bool = False, quiet: bool = False) -> None:
+    _define("string", "json_out", None, "Write the JSON report here.")
+    if plot:
+        _define("string", "plot_out", None, "Write the PNG plot here.")
+    if quiet:
+        _define("bool", "quiet", False, "Do not print the summary.")
+
+
+def define_out_dir() -> None:
+    _define("string", "out_dir", None, "Output folder (default: out/<pipeline>).")
+
+
+def define_seed_flag() -> None:
+    _define("integer", "seed", 0, "Seed of everything random (weights, data order, random inputs).")
+
+
+# flag -> (absl kind, TrainConfig / Recipe field, extra keyword arguments, help)
+_TRAINING: dict[str, tuple[str, str, dict[str, Any], str]] = {
+    "dataset": ("string", "dataset", {}, "fashion_mnist, mnist, or a folder <root>/<class>/*.png|jpg"),
+    "data_dir": ("string", "data_dir", {}, "Folder with the IDX files of fashion_mnist / mnist"),
+    "epochs": ("integer", "recipe.epochs", {"lower_bound": 0}, "Float training epochs"),
+    "qat_epochs": ("integer", "recipe.qat_epochs", {"lower_bound": 0},
+                   "Quantization-aware training epochs (0: post-training quantization)"),
+    "batch_size": ("integer", "recipe.batch_size", {"lower_bound": 1}, "Global batch size"),
+    "lr": ("float", "recipe.lr", {"lower_bound": 0}, "Peak learning rate (SGD, cosine decay to 0)"),
+    "qat_lr": ("float", "recipe.qat_lr", {"lower_bound": 0}, "QAT learning rate (lr / 10 if not set)"),
+    "momentum": ("float", "recipe.momentum", {"lower_bound": 0, "upper_bound": 0.999}, "SGD momentum"),
+    "nesterov": ("bool", "recipe.nesterov", {}, "Nesterov momentum"),
+    "weight_decay": ("float", "recipe.weight_decay", {"lower_bound": 0}, "Weight decay on conv / dense kernels"),
+    "label_smoothing": ("float", "recipe.label_smoothing", {"lower_bound": 0, "upper_bound": 0.99},
+                        "Label smoothing (e.g. 0.1)"),
+    "warmup_epochs": ("float", "recipe.warmup_epochs", {"lower_bound": 0},
+                      "Linear warm-up epochs before the cosine decay"),
+    "bn_momentum": ("float", "recipe.bn_momentum", {"lower_bound": 0.5, "upper_bound": 0.9999},
+                    "Batch-norm moving-average momentum"),
+    "bn_recalibration_batches": ("integer", "recipe.bn_recalibration_batches", {"lower_bound": 0},
+                                 "Re-estimate batch-norm statistics on this many training batches after each epoch "
+                                 "(0: off)"),
+    "augment": ("bool", "recipe.augment", {}, "Random shift (and flip where the classes allow it)"),
+    "flip": ("enum", "recipe.flip", {"enum_values": ["auto", "yes", "no"]}, "Horizontal flips: auto = not for digits"),
+    "val_split": ("float", "val_split", {"lower_bound": 0},
+                  "Validation samples held out of the training set (or a fraction < 1)"),
+    "train_subset": ("integer", "train_subset", {"lower_bound": 1}, "Train on a seeded subset of this many samples"),
+    "steps_per_epoch": ("integer", "steps_per_epoch", {"lower_bound": 1}, "Cap the steps of an epoch"),
+    "qat_steps_per_epoch": ("integer", "qat_steps_per_epoch", {"lower_bound": 1}, "Cap the steps of a QAT epoch"),
+    "test_subset": ("integer", "test_subset", {"lower_bound": 1},
+                    "Float / QAT accuracy on a seeded subset of N test samples"),
+    "int8_eval_samples": ("integer", "int8_eval_samples", {"lower_bound": 1},
+                          "int8 accuracy (TF Lite and TFLM) on a seeded subset of N test samples"),
+    "calibration_samples": ("integer", "calibration_samples", {"lower_bound": 1},
+                            "Representative training images for the int8 conversion"),
+    "test_fraction": ("float", "test_fraction", {"lower_bound": 0.01, "upper_bound": 0.9},
+                      "Image folders without a test/ folder: test share of each class"),
+    "deterministic": ("bool", "deterministic", {}, "tf.config.experimental.enable_op_determinism()"),
+    "strategy": ("enum", "strategy", {"enum_values": list(STRATEGIES)}, "tf.distribute strategy"),
+    "resume": ("bool", "resume", {}, "Continue from the last checkpoint in --out_dir/checkpoints"),
+    "classifier_as_conv": ("bool", "classifier_as_conv", {}, "Export the classifier as a 1x1 CONV_2D "
+                                                             "(TF Lite == TFLM)"),
+}
+
+
+def _field(config: TrainConfig, target: str) -> Any:
+    obj: Any = config
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def define_training_flags() -> None:
+    """The training flags; unset, each keeps the job's own setting (shown in --help: train's full recipe, and the
+    demo's short run where it differs)."""
+    define_model_flags()
+    define_seed_flag()
+    full, short = TrainConfig(), demo_training()
+    for name, (kind, target, kw, help_text) in _TRAINING.items():
+        kw = dict(kw)
+        a, b = _field(full, target), _field(short, target)
+        default = f"train: {a}" + (f", demo: {b}" if b != a else "")
+        args = (kw.pop("enum_values"),) if kind == "enum" else ()
+        _define(kind, name, None, *args, f"{help_text} ({default}).", **kw)
+    _define("bool", "progress", True, "Progress bars (Keras; one line per epoch when not on a terminal).")
+
+
+# ============================================================================= flags -> library options
+def schedule_request() -> ScheduleRequest:
+    search = SearchOptions(patch_options=parse_patch_options(FLAGS.patch_options), unit=FLAGS.stage_unit,
+                           max_mac_overhead=FLAGS.max_mac_overhead, mac_metric=FLAGS.mac_metric,
+                           count_input=FLAGS.count_input, objective=FLAGS.objective)
+    return ScheduleRequest(FLAGS.patches, FLAGS.patch_blocks, FLAGS.patch_ops, FLAGS.sram_kb, search)
+
+
+def training_config(base: TrainConfig) -> TrainConfig:
+    """``base`` with every training flag the user gave (flags left unset keep ``base``'s value)."""
+    config: dict[str, Any] = {"model": FLAGS.model, "resolution": FLAGS.resolution or base.resolution,
+                              "width": FLAGS.width, "seed": FLAGS.seed}
+    recipe: dict[str, Any] = {}
+    for name, (_, target, _, _) in _TRAINING.items():
+        value = getattr(FLAGS, name)
+        if value is None:
+            continue
+        if target.startswith("recipe."):
+            recipe[target[len("recipe."):]] = value
+        else:
+            config[target] = int(value) if name == "val_split" and value >= 1 else value
+    if not FLAGS.progress:
+        config["verbose"] = 0
+    return dataclasses.replace(base, recipe=dataclasses.replace(base.recipe or Recipe(), **recipe), **config)
+
+
+def out_dir(pipeline: str) -> str:
+    return FLAGS.out_dir or os.path.join("out", pipeline)
+
+
+def progress(n: int, total: int, what: str) -> None:
+    """Progress lines of a long search on stderr (in place on a terminal)."""
+    if sys.stderr.isatty():
+        print(f"\r  [{n}/{total}] {what:<60}", end="" if n < total else "\n", file=sys.stderr, flush=True)
+    elif n == 1 or n % 10 == 0 or n == total:
+        print(f"  [{n}/{total}] {what}", file=sys.stderr, flush=True)
+
+
+# ============================================================================= running
+USER_ERRORS: tuple[type[BaseException], ...] = (TfmcuError, FileNotFoundError, IsADirectoryError,
+                                                NotADirectoryError, PermissionError)
 
 
 def fail(prog: str, message: str) -> None:
@@ -41,13 +203,14 @@ def fail(prog: str, message: str) -> None:
 
 
 def run(main: Callable[[Sequence[str]], int | None]) -> None:
+    """``app.run(main)`` with flag errors and ``USER_ERRORS`` as one line on stderr and exit status 2."""
     prog = os.path.basename(sys.argv[0]).removesuffix(".py")
     if prog == "__main__":
         prog = (main.__module__ or "tfmcu").rsplit(".", 1)[-1]
 
     def parse(argv: list[str]) -> list[str]:
         try:
-            rest = flags.FLAGS(argv)
+            rest = FLAGS(argv)
         except flags.Error as e:
             fail(prog, str(e).splitlines()[0])
         if len(rest) > 1:
@@ -57,21 +220,13 @@ def run(main: Callable[[Sequence[str]], int | None]) -> None:
     def wrapped(argv: Sequence[str]) -> int | None:
         try:
             return main(argv)
-        except user_errors() as e:
+        except USER_ERRORS as e:
             fail(prog, str(e).splitlines()[0] if str(e) else type(e).__name__)
         return None
 
     app.run(wrapped, flags_parser=parse)
 
 
-def parse_patches(value: str) -> tuple[int, int]:
-    """--patches: P (a PxP grid) or PxQ (rows x columns)."""
-    try:
-        parts = [int(v) for v in value.lower().split("x")]
-    except ValueError:
-        raise UsageError(f"--patches={value}: expected P, PxQ or auto") from None
-    if len(parts) == 1:
-        parts *= 2
-    if len(parts) != 2 or min(parts) < 1:
-        raise UsageError(f"--patches={value}: expected P, PxQ or auto with P, Q >= 1")
-    return parts[0], parts[1]
+__all__ = ["FLAGS", "UsageError", "define_budget_flag", "define_model_flags", "define_out_dir",
+           "define_output_flags", "define_schedule_flags", "define_seed_flag", "define_training_flags", "out_dir",
+           "progress", "run", "schedule_request", "training_config"]

@@ -54,7 +54,7 @@ class TFLiteCache:
         shape = tuple(rep_shape) if rep_shape else (1,) + tuple(int(d) for d in model.input_shape[1:])
 
         def convert() -> bytes:
-            from tfmcu.convert import random_representative, to_int8_tflite
+            from tfmcu.nets.convert import random_representative, to_int8_tflite
 
             return to_int8_tflite(model, random_representative(shape[1:], samples=samples, seed=seed),
                                   float_io=float_io)
@@ -88,9 +88,9 @@ def tflite_file(tflite_cache):
 
 @pytest.fixture(scope="session")
 def zoo_models(tmp_path_factory):
-    """``get(name) -> bytes``: a ``tfmcu.zoo`` model, converted once (cached in $TFMCU_ZOO_CACHE when set, which
+    """``get(name) -> bytes``: a ``tfmcu.nets.zoo`` model, converted once (cached in $TFMCU_ZOO_CACHE when set, which
     ``make test`` shares between test files, else in the session's tmp dir)."""
-    from tfmcu import zoo
+    from tfmcu.nets import zoo
 
     cache_dir = os.environ.get("TFMCU_ZOO_CACHE") or str(tmp_path_factory.mktemp("zoo"))
     cache: dict[str, bytes] = {}

@@ -16,9 +16,15 @@ import pytest
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-from tfmcu import custom_stage, lower_tflite, scheduler, zoo  # noqa: E402
-from tfmcu import tflite_schema as ts  # noqa: E402
-from tfmcu.tflm import random_inputs, run_tflite, run_tflm  # noqa: E402
+from tfmcu.graph import from_tflite as lower_tflite  # noqa: E402
+from tfmcu.nets import zoo  # noqa: E402
+from tfmcu.plan import regions as scheduler  # noqa: E402
+from tfmcu.runtime.host import HostRunner  # noqa: E402
+from tfmcu.runtime.model_io import random_inputs  # noqa: E402
+from tfmcu.runtime.tflite import run_tflite  # noqa: E402
+from tfmcu.runtime.tflm import measure_arena, run_tflm  # noqa: E402
+from tfmcu.stage import custom as custom_stage  # noqa: E402
+from tfmcu.tflite import schema as ts  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUITE = [name for name, m in zoo.ZOO.items() if not m.tags]
@@ -43,7 +49,7 @@ def _custom(models, name: str):
 def test_custom_mode_is_bit_exact(models, name):
     data, s, res = _custom(models, name)
     assert res.ops_after == res.ops_before - len(s.stage) + 1
-    runner = custom_stage.HostRunner(res.model, name)
+    runner = HostRunner(res.model, name)
     inputs = random_inputs(data, 5, seed=3)
     ref_tflm, ref_tflite = run_tflm(data, inputs), run_tflite(data, inputs)
     got_tflm, got_tflite = runner.run(inputs, rest="tflm"), runner.run(inputs, rest="tflite")
@@ -56,7 +62,7 @@ def test_custom_op_reads_original_weights_and_costs_little_flash(models):
     data, s, res = _custom(models, "mbv2_035_96")
     m0, m1 = ts.load_model(data), ts.load_model(res.model)
     op = m1.subgraphs[0].operators[0]
-    assert ts.op_name(m1, op) == f"custom:{custom_stage.CUSTOM_CODE}"
+    assert ts.op_name(m1, op) == f"custom:{custom_stage.PATCH_STAGE_OP}"
     big = lambda m: sorted(len(b.data) for b in m.buffers if b.data is not None and len(b.data) > 1024)  # noqa
     # Every filter of the stage is still there once; only int32 multiplier/shift arrays (8 B per channel) and the
     # options are new.
@@ -72,14 +78,13 @@ def test_custom_op_reads_original_weights_and_costs_little_flash(models):
 
 def test_memory_report(models):
     data, s, res = _custom(models, "mbv2_035_96")
-    mem = custom_stage.memory_report(res.model)
-    pred = custom_stage.memory_report(res.model, measure=False)
+    mem = custom_stage.memory_report(res.model, measure=measure_arena)
+    pred = custom_stage.memory_report(res.model)
     assert mem == pred  # the TFLM predictor is exact on the rest of the graph
-    sa, run = mem["single_arena"], mem["as_run"]
-    assert sa["total_bytes"] <= run["total_bytes"] + sa["persistent_bytes"]
-    assert sa["total_bytes_excluding_input"] <= sa["total_bytes"]
+    sa = mem["single_arena"]
+    # The packed stage holds exactly the scheduler's analytic stage peak: input + stage output + scratch.
+    assert mem["input_bytes"] + mem["stage_output_bytes"] + mem["scratch_bytes"] == s.stage_peak_bytes
     assert mem["scratch_bytes"] >= 1 and mem["input_bytes"] == 96 * 96 * 3
-    from tfmcu.tflm import measure_arena
     assert sa["total_bytes"] < measure_arena(data).total
 
 
@@ -97,10 +102,14 @@ def test_pipelines_in_custom_mode(models, tmp_path):
              "--patch_blocks=3", f"--json_out={rep}")
     assert r.returncode == 0, r.stderr
     assert json.loads(rep.read_text())["custom_mode"]["scratch_bytes"] > 0
+    # Hole 12: custom mode's memory comes from a formula until a TFLM kernel exists: every report says so.
+    assert "ESTIMATED" in r.stdout and json.loads(rep.read_text())["custom_mode"]["estimated"].startswith("estimated")
     r = _run("pipelines.verify", f"--original={src}", f"--rewritten={out}", "--samples=8", f"--json_out={ver}")
     assert r.returncode == 0, r.stderr + r.stdout
     d = json.loads(ver.read_text())
     assert d["bit_exact"] and "rewritten" in d["custom_mode"]
+    assert d["arena_kind"]["rewritten"].startswith("estimated") and d["arena_kind"]["original"] == "measured by TFLM"
+    assert "ESTIMATED" in r.stdout
     r = _run("pipelines.rewrite", f"--tflite={src}", f"--out={tmp_path / 'a.tflite'}", "--mode=custom",
              "--patches=auto", "--sram_kb=1", "--measure=false")
     assert r.returncode == 2 and "no schedule fits" in r.stderr and not (tmp_path / "a.tflite").exists()
@@ -122,21 +131,21 @@ def test_pipelines_in_custom_mode(models, tmp_path):
 def test_offline_memory_plan_is_honoured_by_tflm(models):
     """The rest of the graph gets an OfflineMemoryAllocation plan when it beats TFLM's greedy planner; TFLM's
     measured head equals the planned one, the predictor reads the plan, and outputs do not change."""
-    from tfmcu import memory_plan, tflm_memory
-    from tfmcu.tflm import measure_arena
+    from tfmcu.plan import arena as tflm_memory
+    from tfmcu.plan import memory_plan
 
     data, s, res = _custom(models, "mbv2_035_96")
     cm = custom_stage.load_custom(res.model)
     g = lower_tflite.from_tflite(cm.rest)
     head, offsets, greedy = memory_plan.plan(g)
-    assert head <= greedy and offsets
+    assert offsets
     planned = memory_plan.read_offline_plan(cm.rest, g)
     measured = measure_arena(cm.rest)
     assert measured.head == tflm_memory.predict_arena(g, model=cm.rest).head
-    if planned is not None:
-        assert measured.head == head < greedy
+    assert planned is not None  # this rest of the graph has a plan that beats TFLM's greedy planner
+    assert measured.head == head < greedy
     # Writing a plan into a builtin model keeps its outputs.
     out, h2, g2 = memory_plan.with_offline_plan(data)
-    assert h2 <= g2 and measure_arena(out).head == h2
+    assert measure_arena(out).head == h2
     inputs = random_inputs(data, 3, seed=5)
     assert all(np.array_equal(a[0], b[0]) for a, b in zip(run_tflm(data, inputs), run_tflm(out, inputs)))

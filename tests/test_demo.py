@@ -1,9 +1,10 @@
-"""pipelines.demo: its flags live beside pipelines.verify's (it calls run_verify as a library function), and the
-summary table it writes for the README."""
+"""pipelines.demo: its flags live beside pipelines.verify's, the summary table it writes for the README, a budget
+that cannot be met stops it before any training, and a small end-to-end run shows only the pipeline's own lines."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -23,7 +24,7 @@ def test_demo_and_verify_flags_do_not_collide():
 
 
 def test_summary_table():
-    from pipelines import demo
+    from tfmcu.flows import demo
 
     s = {
         "model": "mcunet-demo", "resolution": 96, "dataset": "Fashion-MNIST", "train_samples": 20000, "epochs": 2,
@@ -49,3 +50,44 @@ def test_summary_table():
     assert rows["fits the 180.2 kB budget (TFLM)"] == ["no", "yes"]
     assert rows["MACs"][0] == "19.62M" and "+1.6%" in rows["MACs"][1]
     assert "wall time 341 s" in table
+
+
+def _demo(*args: str, cwd: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=SRC_ROOT, TF_USE_LEGACY_KERAS="1")
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # what a user's shell has: nothing
+    return subprocess.run([sys.executable, "-m", "pipelines.demo", *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=900)
+
+
+# A short run: the same pipeline on 512 images (1 float epoch of 8 steps, 1 QAT epoch of 2 steps).
+SMALL = ["--train_subset=512", "--batch_size=64", "--epochs=1", "--qat_epochs=1", "--qat_steps_per_epoch=2",
+         "--val_split=64", "--test_subset=128", "--int8_eval_samples=32", "--verify_random=2", "--verify_real=4",
+         "--bn_recalibration_batches=2", "--calibration_samples=32"]
+
+
+def test_impossible_budget_stops_before_training(tmp_path):
+    """Hole 6: a budget no schedule meets used to fail only after training; it is checked first."""
+    out = tmp_path / "demo"
+    r = _demo(f"--out_dir={out}", "--sram_kb=8", *SMALL, cwd=str(tmp_path))
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    errors = [ln for ln in r.stderr.splitlines() if "error:" in ln]
+    assert len(errors) == 1 and "no patch schedule fits 8.0 kB; nothing trained" in errors[0], r.stderr
+    assert "== 2/6 train" not in r.stdout
+    assert not (out / "checkpoints").exists() and not (out / "model_int8.tflite").exists()
+
+
+def test_small_demo_end_to_end_shows_only_its_own_lines(tmp_path):
+    """The whole demo on a short run; hole 13: TensorFlow's C++ start-up lines (absl's pre-init notice, the CUDA
+    probe's 'failed call to cuInit' on a machine without a GPU) go to out_dir/tensorflow.log, not to the user."""
+    out = tmp_path / "demo"
+    r = _demo(f"--out_dir={out}", *SMALL, cwd=str(tmp_path))
+    assert r.returncode in (0, 1), r.stdout[-3000:] + r.stderr[-3000:]
+    text = r.stdout + r.stderr
+    noise = [ln for ln in text.splitlines()
+             if re.match(r"^[IWEF]\d{4} ", ln) or "absl::InitializeLog" in ln or "cuInit" in ln or "cuda" in ln]
+    assert not noise, noise[:5]
+    log = (out / "tensorflow.log").read_text()
+    assert "absl::InitializeLog" in log or "cuda" in log.lower()
+    summary = (out / "summary.md").read_text()
+    assert "| peak SRAM, TFLM arena measured |" in summary and "identical (bit-exact outputs)" in summary
+    assert "== 6/6 summary ==" in r.stdout

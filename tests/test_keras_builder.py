@@ -9,9 +9,10 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tf_keras  # noqa: E402
 
-from tfmcu import ir  # noqa: E402
-from tfmcu.keras_builder import BN_EPSILON, BN_MOMENTUM, build_keras  # noqa: E402
-from tfmcu.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec  # noqa: E402
+from tfmcu.graph import ir  # noqa: E402
+from tfmcu.graph.from_spec import from_spec  # noqa: E402
+from tfmcu.nets.keras_builder import BN_EPSILON, BN_MOMENTUM, build_keras  # noqa: E402
+from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec  # noqa: E402
 
 L = tf_keras.layers
 
@@ -58,7 +59,7 @@ def test_output_shapes_both_paddings(padding, res, expect_hw):
     head = HeadSpec(0, "none", 0)
     m = build_keras(small(padding, res, head=head), seed=1)
     assert m.output_shape == (None, expect_hw, expect_hw, 32)
-    g = ir.from_spec(small(padding, res, head=head))
+    g = from_spec(small(padding, res, head=head))
     assert g.tensors[g.outputs[0]].shape == (1, expect_hw, expect_hw, 32)
     m2 = build_keras(small(padding, res), seed=1)
     assert m2.output_shape == (None, 5)
@@ -68,7 +69,7 @@ def test_layer_names_match_ir_ops():
     spec = small("symmetric", 33, se=0.25, groups=2)
     m = build_keras(spec, seed=0)
     names = by_name(m)
-    g = ir.from_spec(spec)
+    g = from_spec(spec)
     for op in g.ops:
         assert op.name in names, op.name
     for op in g.ops:
@@ -125,7 +126,7 @@ def test_se_groups_residual_structure():
 def test_param_counts_match_ir_weights():
     spec = small("symmetric", 33, se=0.25, groups=2)
     m = build_keras(spec, seed=0)
-    g = ir.from_spec(spec)
+    g = from_spec(spec)
     kernels = sum(int(np.prod(layer.kernel.shape)) if hasattr(layer, "kernel")
                   else int(np.prod(layer.depthwise_kernel.shape)) if hasattr(layer, "depthwise_kernel") else 0
                   for layer in m.layers)

@@ -12,10 +12,12 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
-from tfmcu import ir  # noqa: E402
-from tfmcu.keras_builder import build_keras  # noqa: E402
-from tfmcu.lower_keras import block_of_name, from_keras, load_keras  # noqa: E402
-from tfmcu.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec  # noqa: E402
+from tfmcu.graph import ir  # noqa: E402
+from tfmcu.graph.from_keras import from_keras, load_keras  # noqa: E402
+from tfmcu.graph.from_spec import from_spec  # noqa: E402
+from tfmcu.graph.names import block_of_name  # noqa: E402
+from tfmcu.nets.keras_builder import build_keras  # noqa: E402
+from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec  # noqa: E402
 
 L = tf_keras.layers
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -69,14 +71,14 @@ SPECS = {
 @pytest.mark.parametrize("key", list(SPECS))
 def test_from_keras_equals_from_spec(key):
     spec = SPECS[key]
-    assert_same_graph(from_keras(build_keras(spec, seed=0)), ir.from_spec(spec))
+    assert_same_graph(from_keras(build_keras(spec, seed=0)), from_spec(spec))
 
 
 @pytest.mark.parametrize("padding", ["same", "symmetric"])
 def test_mbv2_spec_equals_from_spec(padding):
     spec = mbv2_spec(padding)
     g = from_keras(build_keras(spec, seed=0))
-    assert_same_graph(g, ir.from_spec(spec))
+    assert_same_graph(g, from_spec(spec))
     macs = sum(ir.op_macs(g, op) for op in g.ops)
     assert 295e6 < macs < 306e6
     assert g.num_blocks == 19 and g.block_name(18) == "head"
@@ -86,7 +88,7 @@ def test_fold_symmetric_pad_off_keeps_pad_ops():
     spec = small("symmetric", 33)
     m = build_keras(spec, seed=0)
     g = from_keras(m, fold_symmetric_pad=False)
-    ref = ir.from_spec(spec)
+    ref = from_spec(spec)
     pads = [op for op in g.ops if op.type == ir.PAD]
     assert {op.name for op in pads} == {f"{op.name}_pad" for op in ref.ops if op.kernel[0] > 1}
     by = {op.name: op for op in g.ops}
@@ -103,7 +105,7 @@ def test_quantization_aware_model_lowers_like_float():
     tfmot = pytest.importorskip("tensorflow_model_optimization")
     spec = small("symmetric", 33, se=0.0)
     qat = tfmot.quantization.keras.quantize_model(build_keras(spec, seed=0))
-    assert_same_graph(from_keras(qat), ir.from_spec(spec))
+    assert_same_graph(from_keras(qat), from_spec(spec))
 
 
 # ------------------------------------------------------------------------- Keras MobileNetV2
@@ -392,7 +394,7 @@ def test_block_of_name_prefix():
 
 
 def test_lower_keras_imports_no_tensorflow():
-    code = "import sys, tfmcu.lower_keras as m; m.block_of_name('block_1_pad'); " \
+    code = "import sys, tfmcu.graph.from_keras, tfmcu.graph.names as m; m.block_of_name('block_1_pad'); " \
            "assert 'tensorflow' not in sys.modules and 'tf_keras' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
@@ -405,7 +407,7 @@ def test_load_keras_roundtrip_and_errors(tmp_path):
     for ext in ("keras", "h5"):
         path = str(tmp_path / f"m.{ext}")
         m.save(path)
-        assert_same_graph(load_keras(path), ir.from_spec(spec))
+        assert_same_graph(load_keras(path), from_spec(spec))
     with pytest.raises(ir.GraphError, match="missing.keras"):
         load_keras(str(tmp_path / "missing.keras"))
     bad = tmp_path / "bad.h5"

@@ -1,4 +1,4 @@
-"""tfmcu.lower_tflite: .tflite (float and int8, real converter output) -> graph IR.
+"""tfmcu.graph.from_tflite: .tflite (float and int8, real converter output) -> graph IR.
 
 The converted models come from tests/conftest.py (cached per session). Cross-checks: the same network lowered from
 its spec (``ir.from_spec``) and from Keras (``lower_keras.from_keras``) has the same convs, windows and MACs.
@@ -13,10 +13,13 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 import numpy as np
 import pytest
 
-from tfmcu import ir, presets
-from tfmcu import tflite_schema as ts
-from tfmcu.lower_tflite import assign_blocks, from_tflite, layer_of, name_components
-from tfmcu.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec
+from tfmcu.graph import ir
+from tfmcu.graph.from_spec import from_spec
+from tfmcu.graph.from_tflite import from_tflite
+from tfmcu.graph.names import assign_blocks, layer_of, name_components
+from tfmcu.nets import presets
+from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec
+from tfmcu.tflite import schema as ts
 
 tf = pytest.importorskip("tensorflow")
 tf_keras = pytest.importorskip("tf_keras")
@@ -61,7 +64,7 @@ def small_spec(padding: str, resolution: int = 32) -> NetSpec:
 
 
 def spec_keras(spec: NetSpec) -> "tf_keras.Model":
-    from tfmcu.keras_builder import build_keras
+    from tfmcu.nets.keras_builder import build_keras
 
     model = build_keras(spec, seed=3)
     # A non-zero classifier bias: the converter drops an all-zero FULLY_CONNECTED bias.
@@ -153,7 +156,7 @@ def test_small_model_ops(kind, small_float, small_int8):
 
 
 def test_small_model_matches_keras_lowering(small, small_int8):
-    from tfmcu.lower_keras import from_keras
+    from tfmcu.graph.from_keras import from_keras
 
     k = from_keras(small)
     assert total_macs(small_int8) == total_macs(k) > 0
@@ -182,7 +185,7 @@ def test_spec_model_matches_from_spec(padding, resolution, kind, int8_tflite, fl
     spec = small_spec(padding, resolution)
     model = spec_keras(spec)
     data = int8_tflite(model) if kind == "int8" else float_tflite(model)
-    g, ref = from_tflite(data), ir.from_spec(spec)
+    g, ref = from_tflite(data), from_spec(spec)
     assert total_macs(g) == total_macs(ref)
     assert g.num_blocks == ref.num_blocks == spec.num_blocks + 1
     assert g.block_names == ref.block_names
@@ -244,7 +247,7 @@ def test_mobilenetv2_int8(mbv2, mbv2_int8):
     conv_1, pool, fc = g.ops[-4:-1]  # (Keras numbers default layer names per session: global_average_pooling2d_N)
     assert (conv_1.name, fc.name) == ("Conv_1", "predictions") and pool.name.startswith("global_average_pooling2d")
     # Same MACs, op by op, as the MobileNetV2 preset lowered from its spec.
-    ref = ir.from_spec(presets.mbv2(width=0.35, resolution=96, num_classes=1000))
+    ref = from_spec(presets.mbv2(width=0.35, resolution=96, num_classes=1000))
     ours, theirs = of_type(g, *MAC_OPS), of_type(ref, *MAC_OPS)
     assert [ir.op_macs(g, op) for op in ours] == [ir.op_macs(ref, op) for op in theirs]
     assert [(op.kernel, op.stride, op.padding, op.weights) for op in ours] == \
@@ -254,11 +257,11 @@ def test_mobilenetv2_int8(mbv2, mbv2_int8):
     assert total_macs(g) == total_macs(ref) == 11_934_128
     assert {t.itemsize for t in g.tensors.values()} == {1}
     # And the Keras lowering of the same model.
-    from tfmcu.lower_keras import from_keras
+    from tfmcu.graph.from_keras import from_keras
 
     assert total_macs(from_keras(mbv2)) == total_macs(g)
     # Downstream: the analytic memory profile is the spec's.
-    from tfmcu.profiler import profile
+    from tfmcu.plan.profiler import profile
 
     assert profile(g).peak_sram_per_layer_bytes == profile(ref).peak_sram_per_layer_bytes
 
@@ -338,7 +341,7 @@ def test_anonymous_model_gets_structural_blocks(float_tflite):
 # ============================================================================ blocks without TensorFlow
 def test_structural_blocks_reproduce_spec_blocks():
     spec = presets.mbv2(width=0.35, resolution=96)
-    ref = ir.from_spec(spec)
+    ref = from_spec(spec)
     g = ref.copy()
     names = assign_blocks(g.ops, g.tensors, g.inputs, g.outputs, parser=lambda name: (None, ""))
     assert [op.block for op in g.ops] == [op.block for op in ref.ops]
@@ -346,7 +349,7 @@ def test_structural_blocks_reproduce_spec_blocks():
 
 
 def test_name_blocks_and_one_block_per_op_fallback():
-    ref = ir.from_spec(small_spec("same"))
+    ref = from_spec(small_spec("same"))
     g = ref.copy()
     for op in g.ops:
         op.attrs["tensor_name"] = f"net/{op.name}_relu/Relu6;net/{op.name}/Conv2D"

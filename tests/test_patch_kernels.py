@@ -1,4 +1,4 @@
-"""C patch kernels (tflm_patch_kernels/, through tfmcu.patch_kernels): bit-exact with TFLite's reference kernels.
+"""C patch kernels (tflm_patch_kernels/, through tfmcu.kernels): bit-exact with TFLite's reference kernels.
 
 * Each kernel alone (``patch_kernels.run_op``) on single-op int8 models converted here: CONV_2D k1/3/5/7, s1/s2,
   SAME/VALID, dilation, groups, per-channel and per-tensor, none/relu/relu6/relu_n1_to_1; DEPTHWISE_CONV_2D incl.
@@ -12,7 +12,7 @@
 * An ASan + UBSan build of the library running C stages emitted by ``stage_to_c`` (exact-size heap buffers);
   ``-Wall -Wextra -Werror`` host and arm-none-eabi builds; the build cache; validation of broken descriptions.
 
-``TFMCU_FULL_TESTS=1`` adds the slow zoo models (keras_mobilenet_v2 and MobileNetV2-1.0-224, 4x4 over 5 blocks).
+The slow zoo models (keras_mobilenet_v2, MobileNetV2-1.0-224 4x4 over 5 blocks) run too: ``make test`` has the time.
 """
 
 from __future__ import annotations
@@ -31,13 +31,16 @@ import pytest
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from tfmcu import patch_kernels as pk  # noqa: E402
-from tfmcu import scheduler, zoo  # noqa: E402
-from tfmcu import tflite_schema as ts  # noqa: E402
-from tfmcu.lower_tflite import from_tflite  # noqa: E402
-from tfmcu.tflm import tflite_all_tensors, random_inputs, run_tflm  # noqa: E402
+from tfmcu import kernels  # noqa: E402
+from tfmcu.graph.from_tflite import from_tflite  # noqa: E402
+from tfmcu.kernels import binding, codegen, ops, pack, quant  # noqa: E402
+from tfmcu.nets import zoo  # noqa: E402
+from tfmcu.plan import regions as scheduler  # noqa: E402
+from tfmcu.runtime.model_io import random_inputs  # noqa: E402
+from tfmcu.runtime.tflite import tflite_all_tensors  # noqa: E402
+from tfmcu.runtime.tflm import run_tflm  # noqa: E402
+from tfmcu.tflite import schema as ts  # noqa: E402
 
-FULL = os.environ.get("TFMCU_FULL_TESTS") == "1"
 ARM_FLAGS = ["-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"]
 STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-Wshadow", "-Wconversion"]
 
@@ -46,7 +49,7 @@ STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-Wshadow", "-
 
 
 def convert(model: Any, per_tensor: bool = False, float_io: bool = False) -> bytes:
-    from tfmcu.convert import random_representative, to_int8_tflite
+    from tfmcu.nets.convert import random_representative, to_int8_tflite
 
     return to_int8_tflite(model, random_representative(tuple(model.input_shape[1:]), samples=3),
                           float_io=float_io, per_tensor=per_tensor)
@@ -76,39 +79,39 @@ def set_dilation(data: bytes, dilation: int, ops: tuple[str, ...] = ("CONV_2D", 
 
 @pytest.fixture(scope="session")
 def lib():
-    return pk.library()
+    return binding.library()
 
 
 # ============================================================================= offline quantization math
 def test_quantize_multiplier_matches_tflite_rules():
-    assert pk.quantize_multiplier(0.0) == (0, 0)
-    assert pk.quantize_multiplier(0.5) == (1 << 30, 0)
-    assert pk.quantize_multiplier(1.0) == (1 << 30, 1)
-    assert pk.quantize_multiplier(0.75) == (3 << 29, 0)
+    assert quant.quantize_multiplier(0.0) == (0, 0)
+    assert quant.quantize_multiplier(0.5) == (1 << 30, 0)
+    assert quant.quantize_multiplier(1.0) == (1 << 30, 1)
+    assert quant.quantize_multiplier(0.75) == (3 << 29, 0)
     # A mantissa that rounds up to 2^31 is halved and the shift incremented.
-    assert pk.quantize_multiplier(1.0 - 2.0 ** -40) == (1 << 30, 1)
+    assert quant.quantize_multiplier(1.0 - 2.0 ** -40) == (1 << 30, 1)
     # Rounding of the Q31 mantissa is half away from zero (std::round), also for negative multipliers.
-    assert pk.quantize_multiplier(0.5 + 2.0 ** -32) == ((1 << 30) + 1, 0)
-    assert pk.quantize_multiplier(-(0.5 + 2.0 ** -32)) == (-((1 << 30) + 1), 0)
+    assert quant.quantize_multiplier(0.5 + 2.0 ** -32) == ((1 << 30) + 1, 0)
+    assert quant.quantize_multiplier(-(0.5 + 2.0 ** -32)) == (-((1 << 30) + 1), 0)
     # Shifts below -31 flush to zero; -31 itself is kept.
-    assert pk.quantize_multiplier(2.0 ** -33) == (0, 0)
-    assert pk.quantize_multiplier(2.0 ** -32) == (1 << 30, -31)
+    assert quant.quantize_multiplier(2.0 ** -33) == (0, 0)
+    assert quant.quantize_multiplier(2.0 ** -32) == (1 << 30, -31)
     rng = np.random.default_rng(0)
     for x in rng.uniform(1e-6, 4.0, 200):
-        m, s = pk.quantize_multiplier(float(x))
+        m, s = quant.quantize_multiplier(float(x))
         assert (1 << 30) <= m < (1 << 31)
         assert abs(m * 2.0 ** (s - 31) - x) <= x * 2.0 ** -30
 
 
 def test_activation_ranges():
-    assert pk.activation_range("none", 0.1, 3) == (-128, 127)
-    assert pk.activation_range("relu", 0.1, -5) == (-5, 127)
+    assert quant.activation_range("none", 0.1, 3) == (-128, 127)
+    assert quant.activation_range("relu", 0.1, -5) == (-5, 127)
     # 6 / 0.05 = 120 (float32) -> 120 + (-100) = 20.
-    assert pk.activation_range("relu6", 0.05, -100) == (-100, 20)
-    assert pk.activation_range("relu6", 0.01, -128) == (-128, 127)
-    assert pk.activation_range("relu_n1_to_1", 0.25, 0) == (-4, 4)
-    with pytest.raises(pk.PatchKernelError, match="tanh"):
-        pk.activation_range("tanh", 0.1, 0)
+    assert quant.activation_range("relu6", 0.05, -100) == (-100, 20)
+    assert quant.activation_range("relu6", 0.01, -128) == (-128, 127)
+    assert quant.activation_range("relu_n1_to_1", 0.25, 0) == (-4, 4)
+    with pytest.raises(kernels.PatchKernelError, match="tanh"):
+        quant.activation_range("tanh", 0.1, 0)
 
 
 # ============================================================================= kernels alone
@@ -292,7 +295,7 @@ def test_kernel_bit_exact_with_tflite(case, kernel_models, lib):
             index = op.attrs["tflite_tensor_index"]
             ins = [tensors(index[t]) for t in op.inputs]
             ref = tensors(index[op.outputs[0]])
-            got = pk.run_op(data, ins, op.src_index, graph=g)
+            got = binding.run_op(data, ins, op.src_index, graph=g)
             assert got.shape == ref.shape
             diff = np.flatnonzero(got != ref)
             assert diff.size == 0, (f"{op.describe()} sample {n}: {diff.size} of {ref.size} values differ, first "
@@ -306,10 +309,10 @@ def test_kernel_bit_exact_with_tflite(case, kernel_models, lib):
 def test_quantize_saturates(lib):
     """Out-of-range and non-finite floats: saturation (what Cortex-M's VCVT gives TFLM); NaN -> zero point. TFLite
     on x86 casts |x / scale| >= 2^31 to INT32_MIN (undefined behaviour in C++), i.e. -128 even for +1e9."""
-    spec = pk.LayerSpec(pk.OP_QUANTIZE, dict(scale=0.05, zero_point=-3), {}, "q", 0)
+    spec = ops.LayerSpec(ops.OP_QUANTIZE, dict(scale=0.05, zero_point=-3), {}, "q", 0)
     x = np.float32([1e9, -1e9, np.inf, -np.inf, np.nan, 0.025, -0.025, 0.075, 6.2, -6.5]).reshape(1, 1, 10, 1)
     out = np.zeros(x.shape, np.int8)
-    pk.call_kernel(spec, [x], out)
+    binding.call_kernel(spec, [x], out)
     # In float32: 0.025 / 0.05 = 0.5 -> 1 (half away from zero), -0.5 -> -1, 0.075 / 0.05 = 1.5 -> 2,
     # 6.2 / 0.05 = 123.99999 -> 124.
     assert out.reshape(-1).tolist() == [127, -128, 127, -128, -3, -2, -4, -1, 121, -128]
@@ -317,17 +320,17 @@ def test_quantize_saturates(lib):
 
 def test_kernels_report_bad_shapes(lib):
     out = np.zeros((1, 4, 4, 8), np.int8)
-    spec = pk.LayerSpec(pk.OP_CONV, dict(kernel_h=1, kernel_w=1, stride_h=1, stride_w=1, dilation_h=1, dilation_w=1,
+    spec = ops.LayerSpec(ops.OP_CONV, dict(kernel_h=1, kernel_w=1, stride_h=1, stride_w=1, dilation_h=1, dilation_w=1,
                                          groups=3, input_offset=0, output_offset=0, act_min=-128, act_max=127),
                         dict(filter=np.zeros((8, 1, 1, 2), np.int8), bias=None,
                              output_multiplier=np.full(8, 1 << 30, np.int32), output_shift=np.zeros(8, np.int32)),
                         "bad", 0)
-    with pytest.raises(pk.PatchKernelError, match="shape mismatch"):
-        pk.call_kernel(spec, [np.zeros((1, 4, 4, 6), np.int8)], out)  # 8 output channels not divisible by 3
-    pool = pk.LayerSpec(pk.OP_AVG_POOL, dict(filter_h=2, filter_w=2, stride_h=1, stride_w=1, act_min=-128,
+    with pytest.raises(kernels.PatchKernelError, match="shape mismatch"):
+        binding.call_kernel(spec, [np.zeros((1, 4, 4, 6), np.int8)], out)  # 8 output channels not divisible by 3
+    pool = ops.LayerSpec(ops.OP_AVG_POOL, dict(filter_h=2, filter_w=2, stride_h=1, stride_w=1, act_min=-128,
                                              act_max=127), {}, "pool", 0)
-    with pytest.raises(pk.PatchKernelError, match="without input pixels"):
-        pk.call_kernel(pool, [np.zeros((1, 4, 4, 8), np.int8)], out, pad_top=3)
+    with pytest.raises(kernels.PatchKernelError, match="without input pixels"):
+        binding.call_kernel(pool, [np.zeros((1, 4, 4, 8), np.int8)], out, pad_top=3)
 
 
 # ============================================================================= the stage executor
@@ -398,10 +401,10 @@ def stage_models(tmp_path_factory) -> Callable[[str], StageModel]:
     return get
 
 
-def _stage(sm: StageModel, grid: Any) -> tuple[Any, Any, pk.PackedStage]:
+def _stage(sm: StageModel, grid: Any) -> tuple[Any, Any, pack.PackedStage]:
     g = from_tflite(sm.data, name=sm.name)
     s = scheduler.plan(g, grid, n_blocks=sm.n_blocks, n_ops=sm.n_ops)
-    return g, s, pk.pack_stage(sm.data, g, s)
+    return g, s, pack.pack_stage(sm.data, g, s)
 
 
 def _analytic_working_set(g: Any, s: Any) -> int:
@@ -414,13 +417,11 @@ def _analytic_working_set(g: Any, s: Any) -> int:
 @pytest.mark.parametrize("name,grid", [(n, g) for n in STAGES for g in GRIDS[n]],
                          ids=lambda v: v if isinstance(v, str) else str(v).replace(" ", ""))
 def test_stage_bit_exact_and_scratch_exact(name, grid, stage_models, lib):
-    if name in ZOO_FULL and not FULL:
-        pytest.skip(f"{name}: slow conversion, run with TFMCU_FULL_TESTS=1")
     sm = stage_models(name)
     g, s, p = _stage(sm, grid)
-    assert pk.check_stage(p) == (0, -1)
+    assert binding.check_stage(p) == (0, -1)
     if name == "all_kernels":
-        kinds = {pk.OP_NAMES[layer.type] for layer in p.layers}
+        kinds = {ops.OP_NAMES[layer.type] for layer in p.layers}
         assert kinds == {"CONV_2D", "DEPTHWISE_CONV_2D", "ADD", "PAD", "AVERAGE_POOL_2D", "MAX_POOL_2D"}, kinds
         assert any(layer.params.get("dilation_h") == 2 for layer in p.layers)
         assert any(layer.params.get("depth_multiplier") == 2 for layer in p.layers)
@@ -430,29 +431,27 @@ def test_stage_bit_exact_and_scratch_exact(name, grid, stage_models, lib):
     outs = []
     for n, (x,) in enumerate(samples):
         ref = tflite_all_tensors(sm.data, (x,))(out_index)
-        got = pk.run_stage(p, x)
+        got = binding.run_stage(p, x)
         diff = np.flatnonzero(got != ref)
         assert diff.size == 0, (f"sample {n}: {diff.size} of {ref.size} values differ, first at "
                                 f"{np.unravel_index(diff[0], ref.shape)}")
         outs.append(ref)
     assert np.stack(outs).astype(np.float64).std(axis=0).max() > 0, "outputs do not vary: the check proves nothing"
     # Scratch: touched == planned == C's figure == the scheduler's analytic patch working set.
-    touched, out = pk.touched_scratch(p, samples[0][0])
+    touched, out = binding.touched_scratch(p, samples[0][0])
     assert np.array_equal(out, outs[0])
-    assert touched == p.scratch_bytes == pk.scratch_bytes(p) == pk.c_scratch_bytes(p)
+    assert touched == p.scratch_bytes == binding.c_scratch_bytes(p)
     assert p.lower_bound_bytes == _analytic_working_set(g, s)
     assert p.scratch_bytes == p.lower_bound_bytes, "the offline plan is above the alive-tensor bound"
     print(f"{name} {s.grid[0]}x{s.grid[1]}: {len(p.layers)} layers, scratch {p.scratch_bytes} B "
           f"(analytic {_analytic_working_set(g, s)} B), stage peak {s.stage_peak_bytes} B")
     # One byte less is refused before anything runs.
-    with pytest.raises(pk.PatchKernelError, match="scratch buffer too small"):
-        pk.run_stage(p, samples[0][0], np.zeros(p.scratch_bytes, np.uint8), p.scratch_bytes - 1)
+    with pytest.raises(kernels.PatchKernelError, match="scratch buffer too small"):
+        binding.run_stage(p, samples[0][0], np.zeros(p.scratch_bytes, np.uint8), p.scratch_bytes - 1)
 
 
 def test_mbv2_224_scratch_matches_analytic_working_set(stage_models, lib):
     """MobileNetV2-1.0-224, 4x4 patches over 5 blocks: the figure of the paper's headline setting."""
-    if not FULL:
-        pytest.skip("MobileNetV2-1.0-224 conversion is slow: run with TFMCU_FULL_TESTS=1")
     sm = stage_models("mbv2_100_224")
     g, s, p = _stage(sm, 4)
     assert p.scratch_bytes == _analytic_working_set(g, s)
@@ -464,31 +463,30 @@ def test_stage_validation_rejects_broken_descriptions(stage_models, lib):
     sm = stage_models("all_kernels")
     _, _, p = _stage(sm, (3, 2))
     x = random_inputs(sm.data, 1, seed=1)[0][0]
-    good = pk.run_stage(p, x)
+    good = binding.run_stage(p, x)
 
-    def broken(mutate: Callable[[pk.PackedStage], None]) -> tuple[int, int]:
+    def broken(mutate: Callable[[pack.PackedStage], None]) -> tuple[int, int]:
         _, _, q = _stage(sm, (3, 2))
         mutate(q)
-        q.refresh_c()
-        return pk.check_stage(q)
+        return binding.check_stage(q)
 
-    def overlap(q: pk.PackedStage) -> None:  # two live buffers at the same offset
+    def overlap(q: pack.PackedStage) -> None:  # two live buffers at the same offset
         t = [t for t in range(len(q.tensor_names)) if q.buffer_offsets[0, t] >= 0]
         q.buffer_offsets[0, t[1]] = q.buffer_offsets[0, t[0]]
 
-    def negative_offset(q: pk.PackedStage) -> None:
+    def negative_offset(q: pack.PackedStage) -> None:
         t = [t for t in range(len(q.tensor_names)) if q.buffer_offsets[-1, t] >= 0]
         q.buffer_offsets[-1, t[-1]] = -4
 
     # Span rows are [out_start, out_stop, in_start[2], in_stop[2], pad_before[2], pad_after[2]].
-    def window(q: pk.PackedStage) -> None:  # padding that does not add up to the window
+    def window(q: pack.PackedStage) -> None:  # padding that does not add up to the window
         q.col_spans[0, 1, 6] += 1
 
-    def uncovered(q: pk.PackedStage) -> None:  # the output is not covered completely
+    def uncovered(q: pack.PackedStage) -> None:  # the output is not covered completely
         last = q.tensor_producers[q.output_tensor]  # an ADD: reads == output span
         q.row_spans[-1, last, [1, 4, 5]] -= 1
 
-    def scratch(q: pk.PackedStage) -> None:
+    def scratch(q: pack.PackedStage) -> None:
         q.scratch_bytes += 4
 
     for mutate in (overlap, negative_offset, window, uncovered, scratch):
@@ -496,11 +494,10 @@ def test_stage_validation_rejects_broken_descriptions(stage_models, lib):
         assert rc == 3, mutate.__name__  # kTfmcuErrorInvalidStage
     q = _stage(sm, (3, 2))[2]
     q.layers[2].params["depth_multiplier"] = 3
-    q.refresh_c()
-    assert pk.check_stage(q) == (3, 2)
-    with pytest.raises(pk.PatchKernelError, match="invalid stage"):
-        pk.run_stage(q, x)
-    assert np.array_equal(pk.run_stage(p, x), good)
+    assert binding.check_stage(q) == (3, 2)
+    with pytest.raises(kernels.PatchKernelError, match="invalid stage"):
+        binding.run_stage(q, x)
+    assert np.array_equal(binding.run_stage(p, x), good)
 
 
 def test_unsupported_ops_are_named(stage_models):
@@ -514,22 +511,22 @@ def test_unsupported_ops_are_named(stage_models):
     data = convert(tf_keras.Model(i, layers.Dense(2)(layers.GlobalAveragePooling2D()(x))))
     g = from_tflite(data)
     s = scheduler.plan(g, 2, n_ops=3)
-    with pytest.raises(pk.PatchKernelError, match=r"MUL has no C patch kernel"):
-        pk.pack_stage(data, g, s)
+    with pytest.raises(kernels.PatchKernelError, match=r"MUL has no C patch kernel"):
+        pack.pack_stage(data, g, s)
 
 
 def test_committed_golden_vectors_are_current():
     """tflm_patch_kernels/tests/golden_*.h (the C unit tests' data) are what gen_golden.py writes today."""
     import importlib.util
 
-    path = pk.source_dir() / "tests" / "gen_golden.py"
+    path = binding.source_dir().parent / "tools" / "gen" / "gen_golden.py"
     if not path.is_file():
         pytest.skip(f"{path} not available here")
     spec = importlib.util.spec_from_file_location("tfmcu_gen_golden", path)
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
     for name, text in (("golden_kernels.h", gen.golden_kernels()), ("golden_stage.h", gen.golden_stage())):
-        assert (path.parent / name).read_text() == text, f"{name} is stale: run {path}"
+        assert (binding.source_dir() / "tests" / name).read_text() == text, f"{name} is stale: run {path}"
 
 
 # ============================================================================= C builds: sanitizers, warnings
@@ -560,11 +557,16 @@ static int run_case(const char* name, const TfmcuStage* stage, const void* input
     printf("%s: sizes disagree\n", name);
     failures++;
   }
-  if (tfmcu_stage_run(stage, input, output, scratch, scratch_bytes - 1) != kTfmcuErrorScratchTooSmall) {
+  TfmcuPreparedStage prepared;
+  if (tfmcu_stage_prepare(stage, &prepared, NULL) != kTfmcuOk) {
+    printf("%s: prepare failed\n", name);
+    failures++;
+  }
+  if (tfmcu_stage_run(&prepared, input, output, scratch, scratch_bytes - 1) != kTfmcuErrorScratchTooSmall) {
     printf("%s: a too small scratch buffer was accepted\n", name);
     failures++;
   }
-  TfmcuStatus status = tfmcu_stage_run(stage, input, output, scratch, scratch_bytes);
+  TfmcuStatus status = tfmcu_stage_run(&prepared, input, output, scratch, scratch_bytes);
   if (status != kTfmcuOk) {
     printf("%s: %s\n", name, tfmcu_status_string(status));
     failures++;
@@ -593,8 +595,8 @@ def test_asan_ubsan_build_runs_emitted_stages(stage_models, tmp_path):
         _, _, p = _stage(sm, grid)
         x = random_inputs(sm.data, 1, seed=9)[0][0]
         expected = tflite_all_tensors(sm.data, (x,))(p.tensor_tflite_index[p.output_tensor])
-        ident = pk._c_ident(name)
-        parts.append(pk.stage_to_c(p, ident, static=True))
+        ident = codegen.c_ident(name)
+        parts.append(codegen.stage_to_c(p, ident, static=True))
         parts.append(_c_bytes(x, "float" if x.dtype == np.float32 else "int8_t", f"{ident}_input"))
         parts.append(_c_bytes(expected, "int8_t", f"{ident}_expected"))
         calls.append(f'  failures += run_case("{name}", &{ident}, {ident}_input, sizeof({ident}_input), '
@@ -602,11 +604,11 @@ def test_asan_ubsan_build_runs_emitted_stages(stage_models, tmp_path):
     parts.append("int main(void) {\n  int failures = 0;\n" + "".join(calls) + "  return failures != 0;\n}\n")
     main_c = tmp_path / "asan_main.c"
     main_c.write_text("".join(parts))
-    src = pk.source_dir()
+    src = binding.source_dir()
     exe = tmp_path / "asan_main"
     flags = ["-std=c99", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
              "-fno-omit-frame-pointer", "-Wall", "-Wextra", "-Werror"]
-    cmd = [cc, *flags, "-I", str(src), str(main_c), *[str(f) for f in pk.sources(src) if f.suffix == ".c"],
+    cmd = [cc, *flags, "-I", str(src), str(main_c), *[str(f) for f in binding.sources(src) if f.suffix == ".c"],
            "-o", str(exe)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -622,10 +624,10 @@ def test_library_builds_warning_free(target, tmp_path):
     if cc is None:
         print(f"SKIP: {target} compiler not installed (apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi)")
         pytest.skip(f"{target} compiler not installed")
-    src = pk.source_dir()
+    src = binding.source_dir()
     flags = STRICT + (ARM_FLAGS if target != "host" else [])
     for opt in ("-O0", "-O2", "-Os"):
-        for f in pk.sources(src):
+        for f in binding.sources(src):
             if f.suffix != ".c":
                 continue
             obj = tmp_path / f"{f.stem}{opt}.o"
@@ -634,7 +636,7 @@ def test_library_builds_warning_free(target, tmp_path):
             assert r.returncode == 0, f"{target} {opt} {f.name}:\n{r.stderr}"
             assert not r.stderr.strip(), r.stderr
     if target != "host":  # no heap, no global mutable state: nothing in .data/.bss, no malloc/free references
-        r = subprocess.run([cc, *flags, "-O2", "-c", *[str(f) for f in pk.sources(src) if f.suffix == ".c"]],
+        r = subprocess.run([cc, *flags, "-O2", "-c", *[str(f) for f in binding.sources(src) if f.suffix == ".c"]],
                            capture_output=True, text=True, cwd=tmp_path, timeout=120)
         assert r.returncode == 0, r.stderr
         nm = shutil.which("arm-none-eabi-nm")
@@ -651,11 +653,12 @@ def test_ctypes_structs_match_the_c_layout(tmp_path):
     cc = shutil.which("cc")
     if cc is None:
         pytest.skip("no C compiler")
-    structs = {"TfmcuConvParams": pk.ConvParams, "TfmcuDepthwiseConvParams": pk.DepthwiseConvParams,
-               "TfmcuAddParams": pk.AddParams, "TfmcuPadParams": pk.PadParams, "TfmcuPoolParams": pk.PoolParams,
-               "TfmcuQuantizeParams": pk.QuantizeParams, "TfmcuTensor": pk.CTensor, "TfmcuLayer": pk.CLayer,
-               "TfmcuSpan": pk.CSpan, "TfmcuStage": pk.CStage, "TfmcuConstView": pk.ConstView,
-               "TfmcuView": pk.View, "TfmcuConstViewF32": pk.ConstView}
+    structs = {"TfmcuConvParams": ops.ConvParams, "TfmcuDepthwiseConvParams": ops.DepthwiseConvParams,
+               "TfmcuAddParams": ops.AddParams, "TfmcuPadParams": ops.PadParams, "TfmcuPoolParams": ops.PoolParams,
+               "TfmcuQuantizeParams": ops.QuantizeParams, "TfmcuTensor": binding.CTensor, "TfmcuLayer": binding.CLayer,
+               "TfmcuSpan": binding.CSpan, "TfmcuStage": binding.CStage, "TfmcuConstView": binding.ConstView,
+               "TfmcuPreparedStage": binding.CPreparedStage,
+               "TfmcuView": binding.View, "TfmcuConstViewF32": binding.ConstView}
     lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "patch_stage.h"', "int main(void) {"]
     for cname, cls in structs.items():
         lines.append(f'  printf("{cname} %zu\\n", sizeof({cname}));')
@@ -664,7 +667,7 @@ def test_ctypes_structs_match_the_c_layout(tmp_path):
     lines.append("  return 0;\n}")
     (tmp_path / "layout.c").write_text("\n".join(lines))
     exe = tmp_path / "layout"
-    r = subprocess.run([cc, "-std=c99", "-I", str(pk.source_dir()), str(tmp_path / "layout.c"), "-o", str(exe)],
+    r = subprocess.run([cc, "-std=c99", "-I", str(binding.source_dir()), str(tmp_path / "layout.c"), "-o", str(exe)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     c_layout = dict(ln.rsplit(" ", 1) for ln in subprocess.run([str(exe)], capture_output=True,
@@ -678,8 +681,8 @@ def test_ctypes_structs_match_the_c_layout(tmp_path):
 # ============================================================================= building the library
 def test_library_cache_and_concurrent_builds(tmp_path):
     env = dict(os.environ, TFMCU_CACHE_DIR=str(tmp_path / "cache"))
-    code = "from tfmcu import patch_kernels as pk; print(pk.build_library()); pk.library()"
-    root = os.path.dirname(os.path.dirname(os.path.abspath(pk.__file__)))
+    code = "from tfmcu.kernels import binding; print(binding.build_library()); binding.library()"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(binding.__file__))))
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env=env) for _ in range(3)]
@@ -692,10 +695,10 @@ def test_library_cache_and_concurrent_builds(tmp_path):
     assert [f.name for f in (tmp_path / "cache").iterdir()] == [os.path.basename(lib_path)]  # no temp files left
     # A changed source gives a new library; the old one stays.
     src = tmp_path / "src"
-    shutil.copytree(pk.source_dir(), src, ignore=shutil.ignore_patterns("firmware", "tests", "BUILD"))
-    first = pk.build_library(src=src, out_dir=tmp_path / "cache")
+    shutil.copytree(binding.source_dir(), src, ignore=shutil.ignore_patterns("firmware", "tests", "BUILD"))
+    first = binding.build_library(src=src, out_dir=tmp_path / "cache")
     with open(src / "patch_stage.c", "a") as f:
         f.write("\n/* changed */\n")
-    second = pk.build_library(src=src, out_dir=tmp_path / "cache")
+    second = binding.build_library(src=src, out_dir=tmp_path / "cache")
     assert first != second and first.exists() and second.exists()
     ctypes.CDLL(str(second))

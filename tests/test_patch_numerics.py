@@ -19,9 +19,11 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 tf_keras = pytest.importorskip("tf_keras")
 
-from tfmcu import ir, scheduler  # noqa: E402
-from tfmcu.keras_builder import build_keras  # noqa: E402
-from tfmcu.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec  # noqa: E402
+from tfmcu.graph import ir  # noqa: E402
+from tfmcu.graph.from_spec import from_spec  # noqa: E402
+from tfmcu.nets.keras_builder import build_keras  # noqa: E402
+from tfmcu.plan import regions as scheduler  # noqa: E402
+from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec  # noqa: E402
 
 
 def random_spec(rng: random.Random, padding: str) -> NetSpec:
@@ -97,7 +99,7 @@ def run_patched(model, graph: ir.Graph, s: scheduler.PatchSchedule, image: np.nd
 def test_patched_stage_equals_full_layer(seed):
     rng = random.Random(seed)
     spec = random_spec(rng, "same" if seed % 2 == 0 else "symmetric")
-    graph = ir.from_spec(spec)
+    graph = from_spec(spec)
     n = rng.randint(1, scheduler.max_stage_blocks(graph))
     out_t = scheduler.check_stage(graph, scheduler.stage_ops(graph, n_blocks=n))[1][0]
     oh, ow = graph.tensors[out_t].hw

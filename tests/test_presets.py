@@ -1,4 +1,4 @@
-"""Published-architecture presets (tfmcu.presets) against the published MACs and parameter counts.
+"""Published-architecture presets (tfmcu.nets.presets) against the published MACs and parameter counts.
 
 No TensorFlow: specs are lowered with the pure-python ``tfmcu.ir.from_spec``.
 
@@ -19,7 +19,7 @@ Published figures (width 1.0, 224x224, 1000 classes):
   proxyless-mobile  320M MACs, 4.1M params  -- ProxylessNAS-Mobile (Cai et al., ICLR 2019); figures as given in the
                     task brief (the exact parameter count below pins the architecture independently).
 
-Architecture sources (re-expressed as spec data in tfmcu/presets.py, not copied):
+Architecture sources (re-expressed as spec data in tfmcu/nets/presets.py, not copied):
   mbv2              keras-team/keras keras/applications/mobilenet_v2.py (+ the paper's Table 2).
   mnasnet-a1        tensorflow/tpu models/official/mnasnet/mnasnet_models.py (mnasnet_a1) and mnasnet_model.py.
   fbnet-a           facebookresearch/mobile-vision mobile_cv/arch/fbnet_v2/fbnet_modeldef_cls_fbnet.py (fbnet_a),
@@ -46,9 +46,10 @@ import json
 
 import pytest
 
-from tfmcu import ir
-from tfmcu.presets import PRESETS, get_preset
-from tfmcu.spec import NetSpec, SpecError, make_divisible
+from tfmcu.graph import ir
+from tfmcu.graph.from_spec import from_spec
+from tfmcu.nets.presets import PRESETS, get_preset
+from tfmcu.nets.spec import NetSpec, SpecError, make_divisible
 
 PUBLISHED = {  # name: (MACs, params) at width 1.0, 224x224, 1000 classes
     "mbv2": (300e6, 3.4e6),
@@ -61,19 +62,19 @@ RESOLUTIONS = (96, 128, 160, 192, 224, 256)
 
 
 def macs(spec: NetSpec) -> int:
-    g = ir.from_spec(spec)
+    g = from_spec(spec)
     return sum(ir.op_macs(g, op) for op in g.ops)
 
 
 def params(spec: NetSpec) -> int:
-    return sum(op.params for op in ir.from_spec(spec).ops)
+    return sum(op.params for op in from_spec(spec).ops)
 
 
 def unfolded_params(spec: NetSpec, bn_values: int) -> int:
     """Parameter count of the float model before BN folding: every conv that carries a folded BN has ``bn_values``
     values per output channel instead of one bias; SE convs and the classifier keep their real biases."""
     total = 0
-    for op in ir.from_spec(spec).ops:
+    for op in from_spec(spec).ops:
         real_bias = op.type == ir.FULLY_CONNECTED or "_se_" in op.name
         total += op.weights + (op.biases if real_bias else bn_values * op.biases)
     return total
@@ -178,7 +179,7 @@ def test_fbnet_a_counts_without_e1_expansion_convs():
     # Documents the FBNet-A gap: the paper's 249M includes 1x1 convs in the five e1 blocks that the spec omits.
     spec = get_preset("fbnet-a")
     missing = 0
-    g = ir.from_spec(spec)
+    g = from_spec(spec)
     for blk in spec.resolve():
         if blk.expand == 1:
             dw = next(op for op in g.ops if op.name == f"{blk.name}_depthwise")
@@ -257,7 +258,7 @@ def test_resolutions(name):
     for r in RESOLUTIONS:
         spec = get_preset(name, resolution=r)
         assert spec.resolution == r
-        g = ir.from_spec(spec)
+        g = from_spec(spec)
         assert g.tensors["input"].shape == (1, r, r, 3)
         counts.append(macs(spec))
         p = params(spec)
@@ -281,22 +282,22 @@ def test_widths(name, width):
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_num_classes(name):
     spec = get_preset(name, num_classes=10)
-    fc = [op for op in ir.from_spec(spec).ops if op.type == ir.FULLY_CONNECTED]
+    fc = [op for op in from_spec(spec).ops if op.type == ir.FULLY_CONNECTED]
     assert len(fc) == 1 and fc[0].out_channels == 10
 
 
 def test_mbv2_rd_meets_the_papers_targets():
     """MbV2-RD (MCUNetV2 Sec. 3.2): at 224 with 4x4 patches the patch input is 63x63 (MobileNetV2: 75x75), the
     padded MAC overhead about +18% in the stage and +3% overall, about 301M MACs in total."""
-    from tfmcu import scheduler
+    from tfmcu.plan import regions as scheduler
 
-    rd = ir.from_spec(get_preset("mbv2-rd"))
+    rd = from_spec(get_preset("mbv2-rd"))
     s = scheduler.plan(rd, 4, n_blocks=3)
     assert s.input_patch_size == (63, 63)
     assert s.graph.tensors[s.stage_outputs[0]].shape == (1, 28, 28, 32)
     assert abs(s.macs - 301e6) / 301e6 < 0.01
     assert 0.15 <= s.stage_macs_patched_padded / s.stage_macs - 1 <= 0.21
     assert 0.02 <= s.macs_patched_padded / s.macs - 1 <= 0.04
-    base = scheduler.plan(ir.from_spec(get_preset("mbv2")), 4, n_blocks=5)
+    base = scheduler.plan(from_spec(get_preset("mbv2")), 4, n_blocks=5)
     assert base.input_patch_size == (75, 75)
     assert s.macs_patched_padded / s.macs < base.macs_patched_padded / base.macs

@@ -59,7 +59,7 @@ def test_auto_mode_and_rectangular_grid(tmp_path):
 
 
 def test_spec_json_model(tmp_path):
-    from tfmcu.presets import get_preset
+    from tfmcu.nets.presets import get_preset
 
     spec = tmp_path / "net.json"
     spec.write_text(get_preset("mnasnet-a1", resolution=160).to_json())

@@ -20,9 +20,16 @@ import pytest
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-from tfmcu import lower_tflite, rewrite, scheduler, zoo  # noqa: E402
-from tfmcu import tflite_schema as ts  # noqa: E402
-from tfmcu.tflm import random_inputs, run_tflite, run_tflm  # noqa: E402
+from tfmcu.graph import from_tflite as lower_tflite  # noqa: E402
+from tfmcu.nets import zoo  # noqa: E402
+from tfmcu.plan.arena import predict_arena  # noqa: E402
+from tfmcu.plan import regions as scheduler  # noqa: E402
+from tfmcu.runtime.model_io import random_inputs  # noqa: E402
+from tfmcu.runtime.tflite import run_tflite  # noqa: E402
+from tfmcu.runtime.tflm import measure_arena, run_tflm  # noqa: E402
+from tfmcu.stage import builtin as rewrite  # noqa: E402
+from tfmcu.stage.common import SCHEDULE_METADATA, read_schedule  # noqa: E402
+from tfmcu.tflite import schema as ts  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUITE = [name for name, m in zoo.ZOO.items() if not m.tags]
@@ -62,9 +69,12 @@ def test_rewritten_model_is_bit_exact(models, name):
     got = run_tflite(res.model, inputs)
     micro_ref = run_tflm(data, inputs)
     micro = run_tflm(res.model, inputs)
-    # The auto mode's pruning bound never exceeds what TFLM really needs.
-    from tfmcu.tflm import measure_arena
-    assert rewrite.lower_bound(s, measure_arena(data).tail) <= measure_arena(res.model).total
+    # The predictor is exact on the rewriter's own output (what auto mode relies on), and the auto mode's pruning
+    # bound never exceeds what TFLM really needs.
+    m0, m1 = measure_arena(data), measure_arena(res.model)
+    assert predict_arena(g, model=data).total == m0.total
+    assert predict_arena(lower_tflite.from_tflite(res.model), model=res.model).total == m1.total
+    assert rewrite.lower_bound(s, m0.tail) <= m1.total
     outs = np.stack([r[0] for r in ref]).astype(np.float64)
     assert outs.std(axis=0).max() > 0, "outputs do not vary with the input: the check would prove nothing"
     for k in range(SAMPLES):
@@ -119,9 +129,9 @@ def test_schedule_metadata_and_associated_files_are_kept(models, tmp_path):
     res = rewrite.rewrite_builtin(with_files, g, s)
     out = ts.load_model(res.model)
     names = {(mm.name.decode() if isinstance(mm.name, bytes) else mm.name) for mm in out.metadata}
-    assert {"TFLITE_METADATA", rewrite.SCHEDULE_METADATA} <= names
+    assert {"TFLITE_METADATA", SCHEDULE_METADATA} <= names
     assert zipfile.ZipFile(io.BytesIO(res.model)).read("labels.txt") == b"shirt\nshoe\nbag\n"
-    rec = rewrite.read_schedule(res.model)
+    rec = read_schedule(res.model)
     assert rec["grid"] == [2, 2] and rec["patch_blocks"] == 3 and rec["tool"] == "tfmcu"
     assert rec["peak_sram_bytes"] == s.peak_sram_bytes and len(rec["regions"]) == len(s.stage)
     inputs = random_inputs(with_files, 2)
@@ -150,8 +160,6 @@ def test_pipeline_auto_mode(models, tmp_path):
     src = tmp_path / "m.tflite"
     src.write_bytes(models("mbv2_035_96"))
     out, rep = tmp_path / "p.tflite", tmp_path / "r.json"
-    from tfmcu.tflm import measure_arena
-
     original = measure_arena(src.read_bytes()).total
     budget_kb = int(original * 0.75 / 1024)
     r = run_rewrite(f"--tflite={src}", f"--out={out}", "--patches=auto", f"--sram_kb={budget_kb}",
@@ -160,7 +168,7 @@ def test_pipeline_auto_mode(models, tmp_path):
     d = json.loads(rep.read_text())
     assert d["patched"] and d["tflm"]["rewritten"]["arena_total_bytes"] < d["tflm"]["original"]["arena_total_bytes"]
     assert d["predicted"]["rewritten"]["arena_total_bytes"] <= budget_kb * 1024
-    assert rewrite.read_schedule(out.read_bytes())["mode"] == "builtin"
+    assert read_schedule(out.read_bytes())["mode"] == "builtin"
 
 
 @pytest.mark.parametrize("args, message", [
@@ -182,3 +190,123 @@ def test_pipeline_bad_input(models, tmp_path, args, message):
     assert len(lines) == 1 and message in lines[0], r.stderr
     assert "Traceback" not in r.stderr
     assert not out.exists()
+
+
+# ----------------------------------------------------------------------------- holes found as a new user (issue 8)
+@pytest.fixture(scope="session")
+def resnet8(int8_tflite) -> bytes:
+    """An MLPerf-Tiny-style ResNet-8 (32x32x3): its first two convs both feed ops outside a two-op stage (the
+    second conv and the residual ADD), so such a stage has no tensor of its own."""
+    import tf_keras
+
+    L = tf_keras.layers
+    tf_keras.utils.set_random_seed(8)
+    i = tf_keras.Input((32, 32, 3))
+    x = L.Conv2D(16, 3, padding="same", activation="relu")(i)
+    for filters, stride in ((16, 1), (32, 2), (64, 2)):
+        y = L.Conv2D(filters, 3, stride, padding="same", activation="relu")(x)
+        y = L.Conv2D(filters, 3, padding="same")(y)
+        if stride != 1:
+            x = L.Conv2D(filters, 1, stride)(x)
+        x = L.ReLU()(L.Add()([x, y]))
+    x = L.Dense(10)(L.GlobalAveragePooling2D()(x))
+    return int8_tflite(tf_keras.Model(i, x, name="resnet8"))
+
+
+def test_stage_without_its_own_tensors(resnet8, tmp_path):
+    """Hole 1: --patches=2 --patch_ops=2 on ResNet-8 died with 'max() arg is an empty sequence'."""
+    src, out, rep = tmp_path / "r8.tflite", tmp_path / "p.tflite", tmp_path / "r.json"
+    src.write_bytes(resnet8)
+    g = lower_tflite.from_tflite(resnet8)
+    s = scheduler.plan(g, 2, n_ops=2)
+    assert len(s.stage_outputs) == 2 and all(t in s.stage_outputs for k in s.stage for t in g.ops[k].outputs)
+    r = run_rewrite(f"--tflite={src}", f"--out={out}", "--patches=2", "--patch_ops=2", f"--json_out={rep}")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(rep.read_text())
+    assert d["predicted"]["rewritten"] == d["tflm"]["rewritten"]
+    inputs = random_inputs(resnet8, 3, seed=4)
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(run_tflm(resnet8, inputs), run_tflm(out.read_bytes(),
+                                                                                               inputs)))
+    # Custom mode cannot run a stage with two outputs: one line, no output.
+    r = run_rewrite(f"--tflite={src}", f"--out={out}.c", "--mode=custom", "--patches=2", "--patch_ops=2")
+    assert r.returncode == 2 and "one input and one output" in r.stderr and "Traceback" not in r.stderr
+    assert not os.path.exists(f"{out}.c")
+
+
+@pytest.mark.parametrize("mode", ["builtin", "custom"])
+def test_checks_are_the_same_in_every_mode(models, tmp_path, mode):
+    """Hole 2: custom mode accepted --out equal to --tflite and gave a traceback for --patch_options=a."""
+    src = tmp_path / "m.tflite"
+    data = models("tiny_per_tensor")
+    src.write_bytes(data)
+    for args, message in ((["--patches=2", "--patch_blocks=3", f"--out={src}"], "--out must differ"),
+                          (["--patches=auto", "--sram_kb=100", "--patch_options=a", f"--out={tmp_path}/o.tflite"],
+                           "--patch_options=a"),
+                          (["--patches=2x", "--patch_blocks=3", f"--out={tmp_path}/o.tflite"], "--patches=2x")):
+        r = run_rewrite(f"--tflite={src}", f"--mode={mode}", *args)
+        errors = [ln for ln in r.stderr.splitlines() if "error:" in ln]
+        assert r.returncode == 2 and len(errors) == 1 and message in errors[0], r.stderr
+        assert "Traceback" not in r.stderr
+    assert src.read_bytes() == data and not (tmp_path / "o.tflite").exists()
+
+
+@pytest.mark.parametrize("mode", ["builtin", "custom"])
+def test_outputs_are_all_or_nothing(models, tmp_path, mode):
+    """Hole 3: a bad --json_out (a folder, a path under a file) left --out behind or gave a traceback."""
+    src, out = tmp_path / "m.tflite", tmp_path / "o.tflite"
+    src.write_bytes(models("tiny_per_tensor"))
+    (tmp_path / "a_folder").mkdir()
+    (tmp_path / "a_file").write_text("x")
+    for bad in (tmp_path / "a_folder", tmp_path / "a_file" / "r.json"):
+        r = run_rewrite(f"--tflite={src}", f"--out={out}", f"--mode={mode}", "--patches=2", "--patch_blocks=3",
+                        f"--json_out={bad}", "--measure=false")
+        errors = [ln for ln in r.stderr.splitlines() if "error:" in ln]
+        assert r.returncode == 2 and len(errors) == 1 and "--json_out" in errors[0], r.stderr
+        assert "Traceback" not in r.stderr and not out.exists()
+    assert sorted(os.listdir(tmp_path)) == ["a_file", "a_folder", "m.tflite"]  # no temporary files either
+
+
+def test_no_fit_message_states_the_true_minimum(models):
+    """Hole 7: with nothing fitting, the message named the unpatched model's arena as "the smallest achievable"
+    although pruning had skipped every patched schedule; now the search finds the true minimum."""
+    from tfmcu.plan.search import SearchOptions, candidates, search
+    from tfmcu.stage.builtin import BuiltinArenaCost
+
+    data = models("mbv2_035_96")
+    g = lower_tflite.from_tflite(data)
+    cost = BuiltinArenaCost(data, g, "mbv2_035_96")
+    opts = SearchOptions(patch_options=(2, 4), rectangular=False)
+    res = search(g, cost, 4096, opts)
+    assert not res.feasible
+    every = [cost.evaluate(c, v).cost for c in candidates(g, opts)[1:] for v in cost.variants]
+    assert res.smallest.cost == min(every) < res.baseline.cost
+    assert f"smallest achievable predicted TFLM arena is {res.smallest.cost / 1024:.1f} kB" in res.message
+    assert res.smallest.describe() in res.message
+
+
+def test_measured_arena_must_fit_the_budget(models, tmp_path, monkeypatch):
+    """Hole 8: auto mode checked only the prediction against --sram_kb; the measurement decides."""
+    from tfmcu.errors import UsageError
+    from tfmcu.flows import rewrite as flow
+    from tfmcu.flows.common import ScheduleRequest
+
+    src, out = tmp_path / "m.tflite", tmp_path / "o.tflite"
+    data = models("mbv2_035_96")
+    src.write_bytes(data)
+    budget_kb = int(measure_arena(data).total * 0.75 / 1024)
+    opts = flow.RewriteOptions(str(src), str(out), schedule=ScheduleRequest("auto", sram_kb=budget_kb))
+    real = flow.measure_arena
+
+    def pessimistic(model, where="model", **kw):  # the rewritten model measures above the budget
+        stats = real(model, where=where, **kw)
+        if bytes(model) != data:
+            stats.total = budget_kb * 1024 + 16
+        return stats
+
+    monkeypatch.setattr(flow, "measure_arena", pessimistic)
+    with pytest.raises(UsageError, match="measured TFLM arena is .* more than --sram_kb"):
+        flow.run(opts, log=lambda m: None)
+    assert not out.exists()
+    monkeypatch.setattr(flow, "measure_arena", real)
+    rep = flow.run(opts, log=lambda m: None)
+    assert rep["patched"] and rep["tflm"]["rewritten"]["arena_total_bytes"] <= budget_kb * 1024 and out.exists()

@@ -12,8 +12,12 @@ import random
 import numpy as np
 import pytest
 
-from tfmcu import ir, profiler, scheduler
-from tfmcu.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec
+from tfmcu.graph import ir
+from tfmcu.graph.from_spec import from_spec
+from tfmcu.plan import profiler
+from tfmcu.plan import regions as scheduler
+from tfmcu.plan.search import AnalyticCost, SearchOptions, search
+from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec
 
 MBV2 = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]
 
@@ -39,7 +43,7 @@ def random_spec(rng: random.Random, padding: str) -> NetSpec:
 
 # ----------------------------------------------------------------------------- profiler
 def test_mbv2_profile_matches_hand_computation():
-    g = ir.from_spec(mbv2_spec())
+    g = from_spec(mbv2_spec())
     p = profiler.profile(g)
     # Published: 300M MACs (Sandler et al. 2018, Table 3).
     assert abs(p.macs - 300e6) / 300e6 < 0.01
@@ -59,7 +63,7 @@ def test_mbv2_profile_matches_hand_computation():
 
 # ----------------------------------------------------------------------------- scheduler vs the paper
 def test_mbv2_patch_stage_matches_paper():
-    g = ir.from_spec(mbv2_spec())
+    g = from_spec(mbv2_spec())
     s = scheduler.plan(g, 4, n_blocks=5)
     assert s.stage_outputs == ["block4_project/out"]
     assert g.tensors["block4_project/out"].hw == (28, 28)
@@ -74,7 +78,7 @@ def test_mbv2_patch_stage_matches_paper():
 
 
 def test_corner_patch_padding_and_regions():
-    g = ir.from_spec(mbv2_spec())
+    g = from_spec(mbv2_spec())
     s = scheduler.plan(g, 4, n_blocks=5)
     stem = 0
     # Top-left patch: the stem (TF SAME, stride 2 on even input: pad 0 top/left, 1 bottom/right) needs no pad
@@ -91,7 +95,7 @@ def test_corner_patch_padding_and_regions():
 
 
 def test_uneven_and_rectangular_grids():
-    g = ir.from_spec(mbv2_spec(160))
+    g = from_spec(mbv2_spec(160))
     s = scheduler.plan(g, (2, 3), n_blocks=5)
     assert s.grid == (2, 3) and s.patches == 6
     assert [w.band for w in s.cols] == [(0, 7), (7, 14), (14, 20)]
@@ -104,7 +108,7 @@ def test_uneven_and_rectangular_grids():
 
 
 def test_stage_by_ops_and_errors():
-    g = ir.from_spec(mbv2_spec(96))
+    g = from_spec(mbv2_spec(96))
     s = scheduler.plan(g, 2, n_ops=4)
     assert s.stage == [0, 1, 2, 3]
     with pytest.raises(scheduler.ScheduleError, match="MEAN"):
@@ -118,38 +122,44 @@ def test_stage_by_ops_and_errors():
 def test_se_block_is_not_patchable():
     spec = NetSpec(name="se", resolution=64, stages=[StageSpec([BlockSpec(16, se=0.25)]),
                                                      StageSpec([BlockSpec(24, stride=2)])])
-    g = ir.from_spec(spec)
+    g = from_spec(spec)
     with pytest.raises(scheduler.ScheduleError, match="block1_se_squeeze"):
         scheduler.plan(g, 2, n_blocks=2)
     assert scheduler.max_stage_blocks(g) == 1
 
 
 # ----------------------------------------------------------------------------- auto mode
+def auto(g, budget, max_mac_overhead=None, count_input=True):
+    """The analytic schedule search (tfmcu.plan.search) with the least-MACs objective."""
+    return search(g, AnalyticCost(count_input), budget,
+                  SearchOptions(max_mac_overhead=max_mac_overhead, count_input=count_input))
+
+
 def test_auto_picks_least_macs_that_fits():
-    g = ir.from_spec(mbv2_spec(224, 0.35))
+    g = from_spec(mbv2_spec(224, 0.35))
     prof = profiler.profile(g)
     budget = prof.peak_sram_per_layer_bytes // 2
-    res = scheduler.auto(g, budget)
-    assert res.feasible and res.best.schedule is not None
+    res = auto(g, budget)
+    assert res.feasible and res.chosen.candidate.schedule is not None
     fitting = [c for c in res.candidates if c.peak_sram_bytes <= budget]
-    assert res.best.macs == min(c.macs for c in fitting)
-    assert res.best.peak_sram_bytes <= budget
+    assert res.chosen.candidate.macs == min(c.macs for c in fitting)
+    assert res.chosen.candidate.peak_sram_bytes <= budget
     # A budget the per-layer net fits picks no patching (least MACs).
-    big = scheduler.auto(g, prof.peak_sram_per_layer_bytes)
-    assert big.best.schedule is None
+    big = auto(g, prof.peak_sram_per_layer_bytes)
+    assert big.chosen.candidate.schedule is None
     # A MAC-overhead cap is honoured.
-    capped = scheduler.auto(g, budget, max_mac_overhead=0.05)
+    capped = auto(g, budget, max_mac_overhead=0.05)
     if capped.feasible:
-        assert capped.best.mac_overhead <= 0.05
+        assert capped.chosen.candidate.mac_overhead <= 0.05
     # Impossible budget: says the smallest achievable peak.
-    none = scheduler.auto(g, 1024)
+    none = auto(g, 1024)
     assert not none.feasible and "smallest achievable peak" in none.message
-    assert none.smallest.peak_sram_bytes == min(c.peak_sram_bytes for c in none.candidates)
+    assert none.smallest.candidate.peak_sram_bytes == min(c.peak_sram_bytes for c in none.candidates)
 
 
 def test_auto_without_input_counts_less():
-    g = ir.from_spec(mbv2_spec(224, 0.35))
-    res = scheduler.auto(g, 10**9, count_input=False)
+    g = from_spec(mbv2_spec(224, 0.35))
+    res = auto(g, 10**9, count_input=False)
     for c in res.candidates:
         assert c.peak_sram_bytes_excluding_input <= c.peak_sram_bytes
 
@@ -190,7 +200,7 @@ def _brute_force_need(g: ir.Graph, idx: list[int], outs: list[str], rows: tuple[
 def test_regions_match_brute_force(seed):
     rng = random.Random(seed)
     spec = random_spec(rng, "same" if seed % 2 else "symmetric")
-    g = ir.from_spec(spec)
+    g = from_spec(spec)
     n = rng.randint(1, scheduler.max_stage_blocks(g))
     p = rng.randint(2, 3)
     try:

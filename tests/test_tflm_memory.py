@@ -1,5 +1,6 @@
-"""TFLM arena: ``tfmcu.tflm_memory.predict_arena`` against the tflite-micro wheel's own figures
-(``tfmcu.tflm.measure_arena``), and the ``tfmcu.tflm`` helpers (measuring, running, random inputs, isolation).
+"""TFLM arena: ``tfmcu.plan.arena.predict_arena`` against the tflite-micro wheel's own figures
+(``tfmcu.runtime.tflm.measure_arena``), and the ``tfmcu.runtime`` helpers (measuring, running, random inputs,
+isolation).
 
 With the model's TFLite facts (``predict_arena(graph, model=bytes)``) head, tail, total and every per-type line of
 ``print_allocations`` are predicted exactly; from the IR alone the head is exact and the total within a few percent
@@ -16,10 +17,13 @@ import pytest
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from tfmcu import ir, tflm  # noqa: E402
-from tfmcu import tflite_schema as ts  # noqa: E402
-from tfmcu import tflm_memory as tm  # noqa: E402
-from tfmcu.lower_tflite import from_tflite  # noqa: E402
+from tfmcu.graph import ir  # noqa: E402
+from tfmcu.graph.from_tflite import from_tflite  # noqa: E402
+from tfmcu.plan import arena as tm  # noqa: E402
+from tfmcu.plan.placer import Buffer  # noqa: E402
+from tfmcu.runtime import capture, model_io, tflite, tflm  # noqa: E402
+from tfmcu.stage.custom import PATCH_STAGE_OP  # noqa: E402
+from tfmcu.tflite import schema as ts  # noqa: E402
 
 
 # ============================================================================= model builders
@@ -172,11 +176,11 @@ def mbv2_035(keras, int8_tflite) -> bytes:
 # ============================================================================= the greedy planner itself
 def test_greedy_planner_matches_tflm_unit_tests():
     # GreedyMemoryPlannerTest.TestGreedyMedium and TestOverlapCase (tflite-micro memory_planner tests).
-    bufs = [tm.PlannedBuffer(str(i), s, a, b) for i, (s, a, b) in
+    bufs = [Buffer(str(i), s, a, b) for i, (s, a, b) in
             enumerate([(10, 0, 1), (20, 1, 2), (30, 2, 3), (40, 3, 4), (50, 0, 1)])]
     assert tm.greedy_plan(bufs) == 90
     assert [b.offset for b in bufs] == [50, 70, 40, 0, 0]
-    bufs = [tm.PlannedBuffer(str(i), s, a, b) for i, (s, a, b) in enumerate([(100, 0, 1), (50, 2, 3), (20, 1, 2)])]
+    bufs = [Buffer(str(i), s, a, b) for i, (s, a, b) in enumerate([(100, 0, 1), (50, 2, 3), (20, 1, 2)])]
     assert tm.greedy_plan(bufs) == 120
     assert tm.greedy_plan([]) == 0
 
@@ -301,7 +305,7 @@ def test_parse_allocations():
 def test_capture_fds_restores_descriptors_on_error():
     before = os.fstat(2).st_ino, os.fstat(1).st_ino
     with pytest.raises(RuntimeError):
-        with tflm.capture_fds() as out:
+        with capture.capture_fds() as out:
             os.write(2, b"from C\n")
             raise RuntimeError("boom")
     assert "from C" in out[0]
@@ -314,7 +318,7 @@ def test_not_a_model_and_custom_ops(small_cnn):
     m = ts.load_model(small_cnn)
     code = ts.OperatorCodeT()
     code.builtinCode = code.deprecatedBuiltinCode = ts.BuiltinOperator.CUSTOM
-    code.customCode = tflm.PATCH_STAGE_OP
+    code.customCode = PATCH_STAGE_OP
     m.operatorCodes.append(code)
     op = m.subgraphs[0].operators[0]
     op.opcodeIndex, op.builtinOptions, op.builtinOptionsType = len(m.operatorCodes) - 1, None, 0
@@ -336,35 +340,35 @@ def test_crash_is_isolated(residual):
 # ============================================================================= running
 def test_tflm_matches_tflite_reference(residual, float_input):
     for data in (residual, float_input):
-        x = tflm.random_inputs(data, 4, seed=1)
-        a, b = tflm.run_tflm(data, x), tflm.run_tflite(data, x)
+        x = model_io.random_inputs(data, 4, seed=1)
+        a, b = tflm.run_tflm(data, x), tflite.run_tflite(data, x)
         assert len(a) == len(b) == 4
         for u, v in zip(a, b):
             assert all(np.array_equal(p, q) for p, q in zip(u, v))
-        builtin = tflm.run_tflite(data, x[:1], resolver="builtin")
+        builtin = tflite.run_tflite(data, x[:1], resolver="builtin")
         assert builtin[0][0].shape == a[0][0].shape
 
 
 def test_multi_input_samples(two_inputs):
-    info = tflm.model_info(two_inputs)
+    info = model_io.model_info(two_inputs)
     assert len(info.inputs) == 2 and len(info.outputs) == 2
-    x = tflm.random_inputs(two_inputs, 3, seed=2)
+    x = model_io.random_inputs(two_inputs, 3, seed=2)
     assert all(isinstance(s, tuple) and len(s) == 2 for s in x)
     outs = tflm.run_tflm(two_inputs, x)
     assert len(outs) == 3 and len(outs[0]) == 2
-    ref = tflm.run_tflite(two_inputs, x)
+    ref = tflite.run_tflite(two_inputs, x)
     assert all(np.array_equal(p, q) for u, v in zip(outs, ref) for p, q in zip(u, v))
     with pytest.raises(tflm.TFLMError, match="has 1 arrays"):
         tflm.run_tflm(two_inputs, [x[0][:1]])
 
 
 def test_random_inputs(small_cnn, float_input):
-    x = tflm.random_inputs(small_cnn, 5, seed=3)
+    x = model_io.random_inputs(small_cnn, 5, seed=3)
     assert len(x) == 5 and x[0][0].dtype == np.int8 and x[0][0].shape == (1, 32, 32, 3)
-    assert np.array_equal(x[0][0], tflm.random_inputs(small_cnn, 1, seed=3)[0][0])
+    assert np.array_equal(x[0][0], model_io.random_inputs(small_cnn, 1, seed=3)[0][0])
     assert x[0][0].min() < -100 and x[0][0].max() > 100
-    f = tflm.random_inputs(float_input, 2, seed=0)[0][0]
-    lo, hi = tflm.input_range(float_input, tflm.model_info(float_input).inputs[0])
+    f = model_io.random_inputs(float_input, 2, seed=0)[0][0]
+    lo, hi = model_io.input_range(float_input, model_io.model_info(float_input).inputs[0])
     assert f.dtype == np.float32 and lo <= f.min() and f.max() <= hi and lo < 0 < hi
     with pytest.raises(tflm.TFLMError, match="shape"):
         tflm.run_tflm(small_cnn, [np.zeros((1, 8, 8, 3), np.int8)])

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from tfmcu import data, train
-from tfmcu.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec
+from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec
 
-SRC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(train.__file__)))  # holds tfmcu/ and pipelines/
+SRC_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(train.__file__))))  # tfmcu/, pipelines/
 HAVE_FASHION = os.path.isfile(os.path.join(data.FASHION_MNIST_DIR, "t10k-labels-idx1-ubyte.gz"))
 
 
@@ -96,8 +96,9 @@ def test_train_qat_export_and_agreement(run_a):
 
 
 def test_exported_model_is_full_int8_with_metadata(run_a):
-    from tfmcu import metadata, tflm
-    from tfmcu import tflite_schema as ts
+    from tfmcu.runtime import model_io as tflm
+    from tfmcu.tflite import metadata
+    from tfmcu.tflite import schema as ts
 
     _, r = run_a
     model = open(r["files"]["tflite"], "rb").read()
@@ -115,15 +116,18 @@ def test_exported_model_is_full_int8_with_metadata(run_a):
 
 
 def test_rewritten_model_keeps_metadata(run_a):
-    from tfmcu import metadata, rewrite, scheduler, tflm
-    from tfmcu.lower_tflite import from_tflite
+    from tfmcu.graph.from_tflite import from_tflite
+    from tfmcu.plan import regions as scheduler
+    from tfmcu.runtime import model_io, tflm
+    from tfmcu.stage import builtin as rewrite
+    from tfmcu.tflite import metadata
 
     _, r = run_a
     model = open(r["files"]["tflite"], "rb").read()
     graph = from_tflite(model)
     res = rewrite.rewrite_builtin(model, graph, scheduler.plan(graph, 2, n_blocks=2))
     assert metadata.read_metadata(res.model)["labels"] == data.FASHION_MNIST_LABELS
-    xs = tflm.random_inputs(model, 3, seed=0)
+    xs = model_io.random_inputs(model, 3, seed=0)
     assert all(np.array_equal(a[0], b[0]) for a, b in zip(tflm.run_tflm(model, xs), tflm.run_tflm(res.model, xs)))
 
 
@@ -217,7 +221,7 @@ def test_qat_of_squeeze_excite_needs_a_config():
     """tfmot's default registry lacks Multiply (squeeze-excite): quantize() annotates it by configuration."""
     import tensorflow_model_optimization as tfmot
 
-    from tfmcu.keras_builder import build_keras
+    from tfmcu.nets.keras_builder import build_keras
 
     model = build_keras(tiny_spec(se=0.25), seed=0)
     with pytest.raises(RuntimeError, match="Multiply"):
@@ -254,8 +258,9 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 from tfmcu import train
-real = train.make_strategy
-train.make_strategy = lambda name: (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) if name == "mirrored"
+from tfmcu.train import qat
+real = qat.make_strategy
+qat.make_strategy = lambda name: (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) if name == "mirrored"
                                     else real(name))
 spec_path, data_dir, out = sys.argv[1], (sys.argv[2] or None), sys.argv[3]
 recipe = train.Recipe(epochs=1, qat_epochs=1, batch_size=16, lr=0.05, bn_recalibration_batches=2)

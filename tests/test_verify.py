@@ -14,7 +14,7 @@ import pytest
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from tfmcu import tflite_schema as ts  # noqa: E402
+from tfmcu.tflite import schema as ts  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -107,13 +107,17 @@ def test_float_inputs_are_quantized(models, tmp_path):
 
 
 @pytest.mark.parametrize("case", ["missing", "not_tflite", "signature", "inputs_shape", "inputs_dtype", "custom",
-                                  "nothing"])
+                                  "nothing", "inputs_corrupt_npz", "inputs_object_npz", "inputs_strings"])
 def test_bad_input_exit_2(models, tmp_path, case):
     j = tmp_path / "v.json"
     a = models["a"]
     np.save(tmp_path / "bad.npy", np.zeros((2, 8, 8, 3), np.int8))
     np.save(tmp_path / "badtype.npy", np.zeros((2, 16, 16, 3), np.int32))
     (tmp_path / "junk.tflite").write_bytes(b"not a model at all")
+    np.savez(tmp_path / "good.npz", arr_0=np.zeros((2, 16, 16, 3), np.int8))
+    (tmp_path / "corrupt.npz").write_bytes((tmp_path / "good.npz").read_bytes()[:200])  # truncated zip
+    np.savez(tmp_path / "object.npz", arr_0=np.array([{"a": 1}, None], dtype=object))
+    np.save(tmp_path / "strings.npy", np.array(["a", "b"]))
     other = tmp_path / "other.tflite"
     if case == "signature":
         import tensorflow as tf
@@ -129,6 +133,9 @@ def test_bad_input_exit_2(models, tmp_path, case):
         "inputs_dtype": [f"--original={a}", f"--rewritten={a}", f"--inputs={tmp_path / 'badtype.npy'}"],
         "custom": [f"--original={a}", f"--rewritten={models['custom']}"],
         "nothing": [f"--original={a}", f"--rewritten={a}", "--samples=0"],
+        "inputs_corrupt_npz": [f"--original={a}", f"--rewritten={a}", f"--inputs={tmp_path / 'corrupt.npz'}"],
+        "inputs_object_npz": [f"--original={a}", f"--rewritten={a}", f"--inputs={tmp_path / 'object.npz'}"],
+        "inputs_strings": [f"--original={a}", f"--rewritten={a}", f"--inputs={tmp_path / 'strings.npy'}"],
     }[case]
     r = run_verify(*args, f"--json_out={j}")
     assert r.returncode == 2, (r.stdout, r.stderr)
@@ -139,5 +146,31 @@ def test_bad_input_exit_2(models, tmp_path, case):
     expected = {"missing": "no such file", "not_tflite": "not a TFLite", "signature": "signature mismatch",
                 "inputs_shape": "expected (N, 16, 16, 3)", "inputs_dtype": "dtype int32",
                 "custom": "invalid TFMCU_PATCH_STAGE options",
-                "nothing": "nothing to compare"}[case]
+                "nothing": "nothing to compare", "inputs_corrupt_npz": "not a readable .npy/.npz",
+                "inputs_object_npz": "not a readable .npy/.npz", "inputs_strings": "numbers are needed"}[case]
     assert expected in lines[0]
+
+
+def test_resolver_reaches_the_rest_of_a_custom_mode_model(models, monkeypatch):
+    """Hole 4: --resolver=builtin was ignored for custom-mode models (their rest always ran with the reference
+    kernels) yet reported as tflite-builtin."""
+    from tfmcu.graph.from_tflite import from_tflite
+    from tfmcu.plan.regions import plan
+    from tfmcu.runtime import host
+    from tfmcu.runtime.model_io import random_inputs
+    from tfmcu.stage.custom import rewrite_custom
+
+    data = open(models["a"], "rb").read()
+    g = from_tflite(data)
+    custom = rewrite_custom(data, g, plan(g, 2, n_ops=2)).model
+    seen = []
+    real = host.run_tflite
+
+    def spy(model, samples, resolver="reference", where="model", **kw):
+        seen.append(resolver)
+        return real(model, samples, resolver, where, **kw)
+
+    monkeypatch.setattr(host, "run_tflite", spy)
+    samples = random_inputs(data, 2, seed=1)
+    run = host.evaluate(custom, samples, resolver="builtin")
+    assert seen == ["builtin"] and run.custom_mode and len(run.tflite) == 2

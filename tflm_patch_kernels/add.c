@@ -36,3 +36,27 @@ TfmcuStatus tfmcu_add_s8(const TfmcuAddParams* params, const TfmcuConstView* inp
   }
   return kTfmcuOk;
 }
+
+/* ------------------------------------------------------------------------------ op interface (op_table.c) */
+
+TfmcuStatus tfmcu_add_op_check(const void* params, const int32_t* in_channels, int32_t out_channels) {
+  const TfmcuAddParams* p = (const TfmcuAddParams*)params;
+  if (p == NULL || in_channels == NULL) {
+    return kTfmcuErrorNullPointer;
+  }
+  if (in_channels[0] != out_channels || in_channels[1] != out_channels || p->left_shift < 0 ||
+      p->left_shift > 30 || p->act_min > p->act_max) {
+    return kTfmcuErrorInvalidStage;
+  }
+  return kTfmcuOk;
+}
+
+TfmcuStatus tfmcu_add_op_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top, int32_t pad_left,
+                             const TfmcuView* output) {
+  (void)pad_top;
+  (void)pad_left;
+  if (inputs == NULL) {
+    return kTfmcuErrorNullPointer;
+  }
+  return tfmcu_add_s8((const TfmcuAddParams*)params, &inputs[0], &inputs[1], output);
+}

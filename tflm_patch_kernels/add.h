@@ -33,6 +33,12 @@ typedef struct {
 TfmcuStatus tfmcu_add_s8(const TfmcuAddParams* params, const TfmcuConstView* input1, const TfmcuConstView* input2,
                          const TfmcuView* output);
 
+/* The uniform op interface (tfmcu_common.h, listed in op_table.c): params check, run on inputs[2] (a pointwise
+ * op: no window, the padding arguments are ignored). */
+TfmcuStatus tfmcu_add_op_check(const void* params, const int32_t* in_channels, int32_t out_channels);
+TfmcuStatus tfmcu_add_op_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top, int32_t pad_left,
+                             const TfmcuView* output);
+
 #ifdef __cplusplus
 }  /* extern "C" */
 #endif

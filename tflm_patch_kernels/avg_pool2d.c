@@ -39,3 +39,18 @@ TfmcuStatus tfmcu_avg_pool2d_s8(const TfmcuPoolParams* params, const TfmcuConstV
   }
   return kTfmcuOk;
 }
+
+/* ------------------------------------------------------------------------------ op interface (op_table.c) */
+
+void tfmcu_avg_pool2d_op_window(const void* params, TfmcuWindow* window) {
+  tfmcu_pool_window((const TfmcuPoolParams*)params, window);
+}
+
+TfmcuStatus tfmcu_avg_pool2d_op_check(const void* params, const int32_t* in_channels, int32_t out_channels) {
+  return tfmcu_pool_check((const TfmcuPoolParams*)params, in_channels, out_channels);
+}
+
+TfmcuStatus tfmcu_avg_pool2d_op_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
+                                    int32_t pad_left, const TfmcuView* output) {
+  return tfmcu_avg_pool2d_s8((const TfmcuPoolParams*)params, inputs, pad_top, pad_left, output);
+}

@@ -54,3 +54,34 @@ TfmcuStatus tfmcu_depthwise_conv2d_s8(const TfmcuDepthwiseConvParams* params, co
   }
   return kTfmcuOk;
 }
+
+/* ------------------------------------------------------------------------------ op interface (op_table.c) */
+
+void tfmcu_depthwise_conv2d_op_window(const void* params, TfmcuWindow* window) {
+  const TfmcuDepthwiseConvParams* p = (const TfmcuDepthwiseConvParams*)params;
+  window->kernel[0] = p->kernel_h;
+  window->kernel[1] = p->kernel_w;
+  window->stride[0] = p->stride_h;
+  window->stride[1] = p->stride_w;
+  window->dilation[0] = p->dilation_h;
+  window->dilation[1] = p->dilation_w;
+}
+
+TfmcuStatus tfmcu_depthwise_conv2d_op_check(const void* params, const int32_t* in_channels, int32_t out_channels) {
+  const TfmcuDepthwiseConvParams* p = (const TfmcuDepthwiseConvParams*)params;
+  if (p == NULL || in_channels == NULL || p->filter == NULL || p->output_multiplier == NULL ||
+      p->output_shift == NULL) {
+    return kTfmcuErrorNullPointer;
+  }
+  if (p->depth_multiplier <= 0 || in_channels[0] * p->depth_multiplier != out_channels || p->kernel_h <= 0 ||
+      p->kernel_w <= 0 || p->stride_h <= 0 || p->stride_w <= 0 || p->dilation_h <= 0 || p->dilation_w <= 0 ||
+      p->act_min > p->act_max) {
+    return kTfmcuErrorInvalidStage;
+  }
+  return kTfmcuOk;
+}
+
+TfmcuStatus tfmcu_depthwise_conv2d_op_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
+                                          int32_t pad_left, const TfmcuView* output) {
+  return tfmcu_depthwise_conv2d_s8((const TfmcuDepthwiseConvParams*)params, inputs, pad_top, pad_left, output);
+}

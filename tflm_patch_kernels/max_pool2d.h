@@ -14,6 +14,13 @@ extern "C" {
 TfmcuStatus tfmcu_max_pool2d_s8(const TfmcuPoolParams* params, const TfmcuConstView* input, int32_t pad_top,
                                 int32_t pad_left, const TfmcuView* output);
 
+/* The uniform op interface (tfmcu_common.h, listed in op_table.c): window geometry, params check, run on
+ * inputs[1]. */
+void tfmcu_max_pool2d_op_window(const void* params, TfmcuWindow* window);
+TfmcuStatus tfmcu_max_pool2d_op_check(const void* params, const int32_t* in_channels, int32_t out_channels);
+TfmcuStatus tfmcu_max_pool2d_op_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
+                                    int32_t pad_left, const TfmcuView* output);
+
 #ifdef __cplusplus
 }  /* extern "C" */
 #endif

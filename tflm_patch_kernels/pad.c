@@ -32,3 +32,31 @@ TfmcuStatus tfmcu_pad_s8(const TfmcuPadParams* params, const TfmcuConstView* inp
   }
   return kTfmcuOk;
 }
+
+/* ------------------------------------------------------------------------------ op interface (op_table.c) */
+
+/* A 1 x 1 window, stride 1: output pixel (y, x) reads input pixel (y - pad_top, x - pad_left). */
+void tfmcu_pad_op_window(const void* params, TfmcuWindow* window) {
+  (void)params;
+  for (int32_t axis = 0; axis < 2; ++axis) {
+    window->kernel[axis] = 1;
+    window->stride[axis] = 1;
+    window->dilation[axis] = 1;
+  }
+}
+
+TfmcuStatus tfmcu_pad_op_check(const void* params, const int32_t* in_channels, int32_t out_channels) {
+  const TfmcuPadParams* p = (const TfmcuPadParams*)params;
+  if (p == NULL || in_channels == NULL) {
+    return kTfmcuErrorNullPointer;
+  }
+  if (in_channels[0] != out_channels || p->value < -128 || p->value > 127) {
+    return kTfmcuErrorInvalidStage;
+  }
+  return kTfmcuOk;
+}
+
+TfmcuStatus tfmcu_pad_op_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top, int32_t pad_left,
+                             const TfmcuView* output) {
+  return tfmcu_pad_s8((const TfmcuPadParams*)params, inputs, pad_top, pad_left, output);
+}

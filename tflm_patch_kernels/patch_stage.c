@@ -3,38 +3,6 @@
 
 /* ------------------------------------------------------------------------------------------ layer geometry */
 
-static int32_t tfmcu_expected_inputs(int32_t type) {
-  return type == kTfmcuOpAdd ? 2 : 1;
-}
-
-static int tfmcu_is_window_op(int32_t type) {
-  return type == kTfmcuOpConv2D || type == kTfmcuOpDepthwiseConv2D || type == kTfmcuOpPad ||
-         type == kTfmcuOpAveragePool2D || type == kTfmcuOpMaxPool2D;
-}
-
-/* Kernel, stride and dilation of a window layer along axis 0 (rows) or 1 (columns). */
-static void tfmcu_window(const TfmcuLayer* layer, int32_t axis, int32_t* kernel, int32_t* stride,
-                         int32_t* dilation) {
-  *kernel = 1;
-  *stride = 1;
-  *dilation = 1;
-  if (layer->type == kTfmcuOpConv2D) {
-    const TfmcuConvParams* p = (const TfmcuConvParams*)layer->params;
-    *kernel = axis == 0 ? p->kernel_h : p->kernel_w;
-    *stride = axis == 0 ? p->stride_h : p->stride_w;
-    *dilation = axis == 0 ? p->dilation_h : p->dilation_w;
-  } else if (layer->type == kTfmcuOpDepthwiseConv2D) {
-    const TfmcuDepthwiseConvParams* p = (const TfmcuDepthwiseConvParams*)layer->params;
-    *kernel = axis == 0 ? p->kernel_h : p->kernel_w;
-    *stride = axis == 0 ? p->stride_h : p->stride_w;
-    *dilation = axis == 0 ? p->dilation_h : p->dilation_w;
-  } else if (layer->type == kTfmcuOpAveragePool2D || layer->type == kTfmcuOpMaxPool2D) {
-    const TfmcuPoolParams* p = (const TfmcuPoolParams*)layer->params;
-    *kernel = axis == 0 ? p->filter_h : p->filter_w;
-    *stride = axis == 0 ? p->stride_h : p->stride_w;
-  }
-}
-
 static int32_t tfmcu_dim(const TfmcuTensor* t, int32_t axis) {
   return axis == 0 ? t->height : t->width;
 }
@@ -91,65 +59,15 @@ static int64_t tfmcu_buffer_bytes(const TfmcuStage* s, int32_t row_band, int32_t
     return kTfmcuErrorInvalidStage;    \
   } while (0)
 
+/* The op's own params check (op table), against the channels of the layer's tensors. The layer's type, inputs and
+ * output were checked before. */
 static TfmcuStatus tfmcu_check_layer_params(const TfmcuStage* s, int32_t l) {
   const TfmcuLayer* layer = &s->layers[l];
-  const TfmcuTensor* in = &s->tensors[layer->inputs[0]];
-  const TfmcuTensor* out = &s->tensors[layer->output];
-  switch (layer->type) {
-    case kTfmcuOpConv2D: {
-      const TfmcuConvParams* p = (const TfmcuConvParams*)layer->params;
-      if (p->filter == NULL || p->output_multiplier == NULL || p->output_shift == NULL) {
-        return kTfmcuErrorNullPointer;
-      }
-      if (p->groups <= 0 || in->channels % p->groups != 0 || out->channels % p->groups != 0 ||
-          p->kernel_h <= 0 || p->kernel_w <= 0 || p->stride_h <= 0 || p->stride_w <= 0 || p->dilation_h <= 0 ||
-          p->dilation_w <= 0 || p->act_min > p->act_max) {
-        return kTfmcuErrorInvalidStage;
-      }
-      return kTfmcuOk;
-    }
-    case kTfmcuOpDepthwiseConv2D: {
-      const TfmcuDepthwiseConvParams* p = (const TfmcuDepthwiseConvParams*)layer->params;
-      if (p->filter == NULL || p->output_multiplier == NULL || p->output_shift == NULL) {
-        return kTfmcuErrorNullPointer;
-      }
-      if (p->depth_multiplier <= 0 || in->channels * p->depth_multiplier != out->channels || p->kernel_h <= 0 ||
-          p->kernel_w <= 0 || p->stride_h <= 0 || p->stride_w <= 0 || p->dilation_h <= 0 || p->dilation_w <= 0 ||
-          p->act_min > p->act_max) {
-        return kTfmcuErrorInvalidStage;
-      }
-      return kTfmcuOk;
-    }
-    case kTfmcuOpAdd: {
-      const TfmcuAddParams* p = (const TfmcuAddParams*)layer->params;
-      const TfmcuTensor* in2 = &s->tensors[layer->inputs[1]];
-      if (in->channels != out->channels || in2->channels != out->channels || p->left_shift < 0 ||
-          p->left_shift > 30 || p->act_min > p->act_max) {
-        return kTfmcuErrorInvalidStage;
-      }
-      return kTfmcuOk;
-    }
-    case kTfmcuOpPad: {
-      const TfmcuPadParams* p = (const TfmcuPadParams*)layer->params;
-      if (in->channels != out->channels || p->value < -128 || p->value > 127) {
-        return kTfmcuErrorInvalidStage;
-      }
-      return kTfmcuOk;
-    }
-    case kTfmcuOpAveragePool2D:
-    case kTfmcuOpMaxPool2D: {
-      const TfmcuPoolParams* p = (const TfmcuPoolParams*)layer->params;
-      if (in->channels != out->channels || p->filter_h <= 0 || p->filter_w <= 0 || p->stride_h <= 0 ||
-          p->stride_w <= 0 || p->act_min > p->act_max) {
-        return kTfmcuErrorInvalidStage;
-      }
-      return kTfmcuOk;
-    }
-    case kTfmcuOpQuantize:
-      return in->channels == out->channels ? kTfmcuOk : kTfmcuErrorInvalidStage;
-    default:
-      return kTfmcuErrorUnsupportedOp;
+  int32_t in_channels[TFMCU_MAX_LAYER_INPUTS];
+  for (int32_t k = 0; k < layer->num_inputs; ++k) {
+    in_channels[k] = s->tensors[layer->inputs[k]].channels;
   }
+  return tfmcu_op_info(layer->type)->check(layer->params, in_channels, s->tensors[layer->output].channels);
 }
 
 /* Tensors, layers and spans (everything but the scratch plan). */
@@ -188,13 +106,14 @@ static TfmcuStatus tfmcu_check_structure(const TfmcuStage* s, int32_t* failed_la
       }
       return kTfmcuErrorNullPointer;
     }
-    if (layer->type < kTfmcuOpConv2D || layer->type > kTfmcuOpQuantize) {
+    const TfmcuOpInfo* op = tfmcu_op_info(layer->type);
+    if (op == NULL) {
       if (failed_layer != NULL) {
         *failed_layer = l;
       }
       return kTfmcuErrorUnsupportedOp;
     }
-    if (layer->num_inputs != tfmcu_expected_inputs(layer->type) || layer->output < 0 ||
+    if (layer->num_inputs != op->num_inputs || layer->output < 0 ||
         layer->output >= s->num_tensors || s->tensors[layer->output].producer != l) {
       TFMCU_FAIL(l);
     }
@@ -203,8 +122,7 @@ static TfmcuStatus tfmcu_check_structure(const TfmcuStage* s, int32_t* failed_la
       if (t < 0 || t >= s->num_tensors || (t != s->input_tensor && s->tensors[t].producer >= l)) {
         TFMCU_FAIL(l);
       }
-      const int32_t want = layer->type == kTfmcuOpQuantize ? kTfmcuFloat32 : kTfmcuInt8;
-      if (s->tensors[t].dtype != want) {
+      if (s->tensors[t].dtype != op->input_dtype) {
         TFMCU_FAIL(l);
       }
     }
@@ -227,8 +145,11 @@ static TfmcuStatus tfmcu_check_structure(const TfmcuStage* s, int32_t* failed_la
         if (span->out_start < 0 || span->out_stop <= span->out_start || span->out_stop > out_dim) {
           TFMCU_FAIL(l);
         }
-        int32_t kernel, stride, dilation;
-        tfmcu_window(layer, axis, &kernel, &stride, &dilation);
+        const TfmcuOpInfo* op = tfmcu_op_info(layer->type);
+        TfmcuWindow window = {{1, 1}, {1, 1}, {1, 1}};
+        if (op->window != NULL) {
+          op->window(layer->params, &window);
+        }
         for (int32_t k = 0; k < layer->num_inputs; ++k) {
           const int32_t t = layer->inputs[k];
           const int32_t in_dim = tfmcu_dim(&s->tensors[t], axis);
@@ -240,10 +161,10 @@ static TfmcuStatus tfmcu_check_structure(const TfmcuStage* s, int32_t* failed_la
               (before > 0 && start != 0) || (after > 0 && stop != in_dim)) {
             TFMCU_FAIL(l);  /* padding only at the feature-map border */
           }
-          if (tfmcu_is_window_op(layer->type)) {
-            const int64_t window = (int64_t)(span->out_stop - span->out_start - 1) * stride +
-                                   (int64_t)(kernel - 1) * dilation + 1;
-            if ((int64_t)before + (stop - start) + after != window) {
+          if (op->window != NULL) {
+            const int64_t reach = (int64_t)(span->out_stop - span->out_start - 1) * window.stride[axis] +
+                                  (int64_t)(window.kernel[axis] - 1) * window.dilation[axis] + 1;
+            if ((int64_t)before + (stop - start) + after != reach) {
               TFMCU_FAIL(l);
             }
           } else if (start != span->out_start || stop != span->out_stop || before != 0 || after != 0) {
@@ -347,10 +268,35 @@ size_t tfmcu_stage_output_bytes(const TfmcuStage* stage) {
   return (size_t)out->height * (size_t)out->width * (size_t)out->channels;
 }
 
+/* ------------------------------------------------------------------------------------------ prepare */
+
+TfmcuStatus tfmcu_stage_prepare(const TfmcuStage* stage, TfmcuPreparedStage* prepared, int32_t* failed_layer) {
+  if (prepared == NULL) {
+    if (failed_layer != NULL) {
+      *failed_layer = -1;
+    }
+    return kTfmcuErrorNullPointer;
+  }
+  prepared->stage = NULL;
+  prepared->scratch_bytes = 0;
+  prepared->output_bytes = 0;
+  prepared->ready = 0;
+  const TfmcuStatus status = tfmcu_stage_check(stage, failed_layer);
+  if (status != kTfmcuOk) {
+    return status;
+  }
+  const TfmcuTensor* out = &stage->tensors[stage->output_tensor];
+  prepared->stage = stage;
+  prepared->scratch_bytes = stage->scratch_bytes;
+  prepared->output_bytes = (uint32_t)out->height * (uint32_t)out->width * (uint32_t)out->channels;
+  prepared->ready = 1;
+  return kTfmcuOk;
+}
+
 /* ------------------------------------------------------------------------------------------ execution */
 
-/* Where a tensor lives during one patch: its buffer, the full-tensor coordinates of the buffer's first pixel and
- * its row stride in elements. */
+/* Where a tensor lives during one patch: its buffer, the full-tensor coordinates of the buffer's first pixel, its
+ * row stride in elements and the bytes of one element. */
 typedef struct {
   const void* read;  /* int8_t or float (stage input) */
   int8_t* write;     /* NULL for the stage input */
@@ -358,6 +304,7 @@ typedef struct {
   int32_t col0;
   int32_t row_stride;
   int32_t channels;
+  int32_t element_bytes;
 } TfmcuBuffer;
 
 static TfmcuBuffer tfmcu_buffer(const TfmcuStage* s, int32_t i, int32_t j, int32_t t, const void* input,
@@ -365,6 +312,7 @@ static TfmcuBuffer tfmcu_buffer(const TfmcuStage* s, int32_t i, int32_t j, int32
   TfmcuBuffer buf;
   const TfmcuTensor* tensor = &s->tensors[t];
   buf.channels = tensor->channels;
+  buf.element_bytes = tensor->dtype == kTfmcuFloat32 ? (int32_t)sizeof(float) : 1;
   if (t == s->input_tensor) {
     buf.read = input;
     buf.write = NULL;
@@ -393,10 +341,12 @@ static ptrdiff_t tfmcu_element(const TfmcuBuffer* buf, int32_t row, int32_t col)
   return (ptrdiff_t)(row - buf->row0) * buf->row_stride + (ptrdiff_t)(col - buf->col0) * buf->channels;
 }
 
+/* The box layer input k reads (a float32 input: `data` points at floats, row_stride counts floats). */
 static TfmcuConstView tfmcu_read_view(const TfmcuBuffer* buf, const TfmcuSpan* rows, const TfmcuSpan* cols,
                                       int32_t k) {
   TfmcuConstView v;
-  v.data = (const int8_t*)buf->read + tfmcu_element(buf, rows->in_start[k], cols->in_start[k]);
+  const ptrdiff_t element = tfmcu_element(buf, rows->in_start[k], cols->in_start[k]);
+  v.data = (const int8_t*)(const void*)((const unsigned char*)buf->read + element * buf->element_bytes);
   v.height = rows->in_stop[k] - rows->in_start[k];
   v.width = cols->in_stop[k] - cols->in_start[k];
   v.channels = buf->channels;
@@ -410,58 +360,33 @@ static TfmcuStatus tfmcu_run_layer(const TfmcuStage* s, int32_t i, int32_t j, in
   const TfmcuSpan* rows = tfmcu_span(s, 0, i, l);
   const TfmcuSpan* cols = tfmcu_span(s, 1, j, l);
   const TfmcuBuffer out_buf = tfmcu_buffer(s, i, j, layer->output, input, output, scratch);
-  const TfmcuBuffer in_buf = tfmcu_buffer(s, i, j, layer->inputs[0], input, output, scratch);
   TfmcuView out;
   out.data = out_buf.write + tfmcu_element(&out_buf, rows->out_start, cols->out_start);
   out.height = rows->out_stop - rows->out_start;
   out.width = cols->out_stop - cols->out_start;
   out.channels = out_buf.channels;
   out.row_stride = out_buf.row_stride;
-  if (layer->type == kTfmcuOpQuantize) {
-    TfmcuConstViewF32 fin;
-    fin.data = (const float*)in_buf.read + tfmcu_element(&in_buf, rows->in_start[0], cols->in_start[0]);
-    fin.height = rows->in_stop[0] - rows->in_start[0];
-    fin.width = cols->in_stop[0] - cols->in_start[0];
-    fin.channels = in_buf.channels;
-    fin.row_stride = in_buf.row_stride;
-    return tfmcu_quantize_f32_s8((const TfmcuQuantizeParams*)layer->params, &fin, &out);
+  TfmcuConstView in[TFMCU_MAX_LAYER_INPUTS];
+  for (int32_t k = 0; k < layer->num_inputs; ++k) {
+    const TfmcuBuffer in_buf = tfmcu_buffer(s, i, j, layer->inputs[k], input, output, scratch);
+    in[k] = tfmcu_read_view(&in_buf, rows, cols, k);
   }
-  const TfmcuConstView in = tfmcu_read_view(&in_buf, rows, cols, 0);
-  const int32_t pad_top = rows->pad_before[0];
-  const int32_t pad_left = cols->pad_before[0];
-
-  switch (layer->type) {
-    case kTfmcuOpConv2D:
-      return tfmcu_conv2d_s8((const TfmcuConvParams*)layer->params, &in, pad_top, pad_left, &out);
-    case kTfmcuOpDepthwiseConv2D:
-      return tfmcu_depthwise_conv2d_s8((const TfmcuDepthwiseConvParams*)layer->params, &in, pad_top, pad_left,
-                                       &out);
-    case kTfmcuOpAdd: {
-      const TfmcuBuffer in2_buf = tfmcu_buffer(s, i, j, layer->inputs[1], input, output, scratch);
-      const TfmcuConstView in2 = tfmcu_read_view(&in2_buf, rows, cols, 1);
-      return tfmcu_add_s8((const TfmcuAddParams*)layer->params, &in, &in2, &out);
-    }
-    case kTfmcuOpPad:
-      return tfmcu_pad_s8((const TfmcuPadParams*)layer->params, &in, pad_top, pad_left, &out);
-    case kTfmcuOpAveragePool2D:
-      return tfmcu_avg_pool2d_s8((const TfmcuPoolParams*)layer->params, &in, pad_top, pad_left, &out);
-    case kTfmcuOpMaxPool2D:
-      return tfmcu_max_pool2d_s8((const TfmcuPoolParams*)layer->params, &in, pad_top, pad_left, &out);
-    default:
-      return kTfmcuErrorUnsupportedOp;
-  }
+  return tfmcu_op_info(layer->type)->run(layer->params, in, rows->pad_before[0], cols->pad_before[0], &out);
 }
 
-TfmcuStatus tfmcu_stage_run(const TfmcuStage* stage, const void* input, int8_t* output, void* scratch,
+TfmcuStatus tfmcu_stage_run(const TfmcuPreparedStage* prepared, const void* input, int8_t* output, void* scratch,
                             size_t scratch_size) {
-  const TfmcuStatus valid = tfmcu_stage_check(stage, NULL);
-  if (valid != kTfmcuOk) {
-    return valid;
-  }
-  if (input == NULL || output == NULL || (stage->scratch_bytes > 0 && scratch == NULL)) {
+  if (prepared == NULL) {
     return kTfmcuErrorNullPointer;
   }
-  if (scratch_size < (size_t)stage->scratch_bytes) {
+  if (prepared->ready != 1 || prepared->stage == NULL) {
+    return kTfmcuErrorInvalidStage;
+  }
+  const TfmcuStage* stage = prepared->stage;
+  if (input == NULL || output == NULL || (prepared->scratch_bytes > 0 && scratch == NULL)) {
+    return kTfmcuErrorNullPointer;
+  }
+  if (scratch_size < (size_t)prepared->scratch_bytes) {
     return kTfmcuErrorScratchTooSmall;
   }
   for (int32_t i = 0; i < stage->grid_rows; ++i) {

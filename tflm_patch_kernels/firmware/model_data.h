@@ -1,4 +1,4 @@
-/* What gen_model_stage.py generates for model_main.c: a model's patch stage packed twice, a test input, the
+/* What tools/gen/gen_model_stage.py generates for model_main.c: a model's patch stage packed twice, a test input, the
  * expected output hash (TF Lite's, computed on the host), and the RAM buffers. */
 #ifndef TFMCU_FIRMWARE_MODEL_DATA_H_
 #define TFMCU_FIRMWARE_MODEL_DATA_H_

@@ -1,12 +1,14 @@
 /* Model firmware: runs a model's patch stage with the C executor (tflm_patch_kernels/patch_stage.h), once as a
  * p x p grid of patches and once layer by layer (1 x 1), and reports for each: the output hash (must equal TF
- * Lite's, computed on the host by gen_model_stage.py), the scratch bytes planned and actually touched, the stack
+ * Lite's, computed on the host by tools/gen/gen_model_stage.py), the scratch bytes planned and actually touched, the stack
  * high-water mark, and (through the harness's cost regions) the instructions executed.
  *
- * Each schedule runs twice, on scratch poisoned with 0xA5 and then 0x5A: the highest byte either run changed is
- * the scratch it touched (it must not exceed the plan, tfmcu_stage_scratch_bytes); the two outputs must agree.
- * Only the first run is inside the cost region. The scratch buffer is sized for the larger (per-layer) plan, so
- * .bss shows the per-layer footprint; the patched run's RAM is input + output + its planned scratch + stack.
+ * Each schedule is validated once by tfmcu_stage_prepare (outside the cost regions, like a TFLM Prepare), then
+ * run by tfmcu_stage_run on the prepared stage (like Eval) twice, on scratch poisoned with 0xA5 and then 0x5A: the
+ * highest byte either run changed is the scratch it touched (it must not exceed the plan,
+ * tfmcu_stage_scratch_bytes); the two outputs must agree. Only the first run is inside the cost region. The
+ * scratch buffer is sized for the larger (per-layer) plan, so .bss shows the per-layer footprint; the patched
+ * run's RAM is input + output + its planned scratch + stack.
  */
 #include <stdint.h>
 #include <string.h>
@@ -27,9 +29,25 @@ static uint32_t touched(uint8_t poison) {
     return n;
 }
 
-static RunResult run(const char *region, const TfmcuStage *stage) {
+/* Prepares `stage` (outside any cost region); on failure records the status and runs nothing. */
+static RunResult prepare(const TfmcuStage *stage, TfmcuPreparedStage *prepared) {
     RunResult r = {0, 0, 0, 0};
+    int32_t failed_layer = -1;
+    TfmcuStatus s = tfmcu_stage_prepare(stage, prepared, &failed_layer);
+    if (s != kTfmcuOk) {
+        r.status = (int)s;
+        tfmcu_puts("tfmcu_stage_prepare: ");
+        tfmcu_puts(tfmcu_status_string(s));
+        tfmcu_puts(", layer ");
+        tfmcu_put_i64(failed_layer);
+        tfmcu_puts("\n");
+    }
+    return r;
+}
+
+static RunResult run(const char *region, const TfmcuPreparedStage *prepared, RunResult r) {
     static const uint8_t poisons[2] = {0xA5, 0x5A};
+    if (r.status != 0) return r; /* not prepared */
     for (int k = 0; k < 2; k++) {
         memset(tfmcu_model_scratch, poisons[k], tfmcu_model_scratch_bytes);
         memset(tfmcu_model_output, 0, tfmcu_model_output_bytes);
@@ -37,7 +55,7 @@ static RunResult run(const char *region, const TfmcuStage *stage) {
             tfmcu_stack_repaint();
             tfmcu_region_begin(region);
         }
-        TfmcuStatus s = tfmcu_stage_run(stage, tfmcu_model_input, tfmcu_model_output, tfmcu_model_scratch,
+        TfmcuStatus s = tfmcu_stage_run(prepared, tfmcu_model_input, tfmcu_model_output, tfmcu_model_scratch,
                                         tfmcu_model_scratch_bytes);
         if (k == 0) {
             tfmcu_region_end();
@@ -64,12 +82,17 @@ static RunResult run(const char *region, const TfmcuStage *stage) {
 int main(void) {
     memcpy(tfmcu_model_input, tfmcu_model_input_flash, tfmcu_model_input_bytes);
 
-    RunResult patched = run("stage_patched", &tfmcu_model_stage_patched);
-    RunResult layer = run("stage_layer", &tfmcu_model_stage_layer);
+    TfmcuPreparedStage prepared_patched, prepared_layer;
+    RunResult patched = prepare(&tfmcu_model_stage_patched, &prepared_patched);
+    RunResult layer = prepare(&tfmcu_model_stage_layer, &prepared_layer);
+    patched = run("stage_patched", &prepared_patched, patched);
+    layer = run("stage_layer", &prepared_layer, layer);
 
     uint32_t planned_patched = (uint32_t)tfmcu_stage_scratch_bytes(&tfmcu_model_stage_patched);
     uint32_t planned_layer = (uint32_t)tfmcu_stage_scratch_bytes(&tfmcu_model_stage_layer);
-    if (patched.status != 0 || layer.status != 0) tfmcu_fail("tfmcu_stage_run returned an error");
+    if (patched.status != 0 || layer.status != 0) {
+        tfmcu_fail("tfmcu_stage_prepare or tfmcu_stage_run returned an error");
+    }
     if (patched.scratch_touched > planned_patched) tfmcu_fail("patched run wrote scratch beyond its plan");
     if (layer.scratch_touched > planned_layer) tfmcu_fail("per-layer run wrote scratch beyond its plan");
     if (patched.hash != tfmcu_model_expected_hash) tfmcu_fail("patched output differs from TF Lite's");

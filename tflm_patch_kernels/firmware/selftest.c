@@ -2,7 +2,7 @@
  *
  * Runs an int8 3x3 convolution (TFLite CONV_2D semantics: NHWC input, OHWI weights, SAME padding, stride 1,
  * int32 bias, per-channel requantization with TFLite's MultiplyByQuantizedMultiplier, output zero point,
- * clamp to int8) over a test pattern that gen_selftest.py generated together with the expected result,
+ * clamp to int8) over a test pattern that tools/gen/gen_selftest.py generated together with the expected result,
  * computed independently on the host in Python. It reports the FNV-1a hash and sum of the output, the MAC
  * count, and, through the harness, the instruction count of the convolution, stack high-water mark and RAM.
  * The Bazel test compares checksum and sum with the host's (tools/qemu/run_firmware.py --expect).

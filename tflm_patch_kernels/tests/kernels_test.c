@@ -1,8 +1,11 @@
-/* Each C kernel alone against TFLite reference-kernel outputs (golden_kernels.h, from gen_golden.py).
+/* Each C kernel alone against TFLite reference-kernel outputs (golden_kernels.h, from tools/gen/gen_golden.py).
  *
  * Every case runs twice: on packed buffers, and with input and output boxes placed inside larger poisoned buffers
  * (row stride > width * channels, an offset origin) to check the strides and that nothing outside the output box
- * is written. Exit status 0 = all cases bit-exact. */
+ * is written. Each run goes through the op table (tfmcu_op_run) and, as a reference, through the kernel called
+ * by name (tfmcu_conv2d_s8, ...): both must give the golden bytes, and the same status and bytes everywhere in
+ * the output buffer. tfmcu_op_run's own errors (unknown type, wrong input count, NULL inputs) are checked too.
+ * Exit status 0 = all cases bit-exact. */
 #include <stdio.h>
 #include <string.h>
 
@@ -15,9 +18,21 @@ static float g_float_input[MAX_ELEMENTS];
 static int8_t g_input[MAX_ELEMENTS];
 static int8_t g_input2[MAX_ELEMENTS];
 static int8_t g_output[MAX_ELEMENTS];
+static int8_t g_reference[MAX_ELEMENTS];
 
+/* Through the op table: the single entry point the stage executor and the Python binding use. */
 static TfmcuStatus run(const TfmcuGoldenKernelCase* c, const void* input, const int8_t* input2, int32_t in_stride,
                        int8_t* output, int32_t out_stride) {
+  /* QUANTIZE: the view's data points at the floats, row_stride counts floats. */
+  const TfmcuConstView in[2] = {{(const int8_t*)input, c->in_h, c->in_w, c->in_c, in_stride},
+                                {input2, c->in_h, c->in_w, c->in_c, in_stride}};
+  TfmcuView out = {output, c->out_h, c->out_w, c->out_c, out_stride};
+  return tfmcu_op_run(c->type, c->params, in, input2 != NULL ? 2 : 1, c->pad_top, c->pad_left, &out);
+}
+
+/* The reference: each kernel called by name, with its own argument list. */
+static TfmcuStatus run_kernel(const TfmcuGoldenKernelCase* c, const void* input, const int8_t* input2,
+                              int32_t in_stride, int8_t* output, int32_t out_stride) {
   TfmcuConstView in = {(const int8_t*)input, c->in_h, c->in_w, c->in_c, in_stride};
   TfmcuConstView in2 = {input2, c->in_h, c->in_w, c->in_c, in_stride};
   TfmcuView out = {output, c->out_h, c->out_w, c->out_c, out_stride};
@@ -44,6 +59,19 @@ static TfmcuStatus run(const TfmcuGoldenKernelCase* c, const void* input, const 
   }
 }
 
+/* run() and run_kernel() on the same inputs, each into a copy of the output buffer `output` (of `total` elements,
+ * the box at `origin`): same status and the same bytes everywhere in the buffer. Leaves run()'s result in
+ * `output`. */
+static TfmcuStatus run_both(const TfmcuGoldenKernelCase* c, const void* input, const int8_t* input2,
+                            int32_t in_stride, int8_t* output, int32_t origin, int32_t out_stride, int32_t total,
+                            int* differs) {
+  memcpy(g_reference, output, (size_t)total);
+  const TfmcuStatus reference = run_kernel(c, input, input2, in_stride, g_reference + origin, out_stride);
+  const TfmcuStatus s = run(c, input, input2, in_stride, output + origin, out_stride);
+  *differs = s != reference || memcmp(output, g_reference, (size_t)total) != 0;
+  return s;
+}
+
 static int check_case(const TfmcuGoldenKernelCase* c) {
   const int32_t in_row = c->in_w * c->in_c;
   const int32_t out_row = c->out_w * c->out_c;
@@ -52,9 +80,14 @@ static int check_case(const TfmcuGoldenKernelCase* c) {
 
   /* 1. Packed buffers. */
   memset(g_output, 0x5A, sizeof(g_output));
-  TfmcuStatus s = run(c, c->input, c->input2, in_row, g_output, out_row);
+  int differs = 0;
+  TfmcuStatus s = run_both(c, c->input, c->input2, in_row, g_output, 0, out_row, out_size, &differs);
   if (s != kTfmcuOk || memcmp(g_output, c->expected, (size_t)out_size) != 0) {
     printf("%s: packed run %s\n", c->name, s != kTfmcuOk ? tfmcu_status_string(s) : "differs from TFLite");
+    failures++;
+  }
+  if (differs) {
+    printf("%s: packed run: tfmcu_op_run differs from the kernel called by name\n", c->name);
     failures++;
   }
 
@@ -87,7 +120,8 @@ static int check_case(const TfmcuGoldenKernelCase* c) {
   memset(g_output, 0x5A, sizeof(g_output));
   const void* input = c->type == kTfmcuOpQuantize ? (const void*)&g_float_input[in_origin]
                                                   : (const void*)&g_input[in_origin];
-  s = run(c, input, &g_input2[in_origin], in_stride, &g_output[out_origin], out_stride);
+  s = run_both(c, input, c->input2 != NULL ? &g_input2[in_origin] : NULL, in_stride, g_output, out_origin,
+               out_stride, out_total, &differs);
   int bad = s != kTfmcuOk;
   for (int32_t y = 0; y < c->out_h + 2 * MARGIN && !bad; ++y) {
     for (int32_t x = 0; x < out_stride && !bad; ++x) {
@@ -105,16 +139,71 @@ static int check_case(const TfmcuGoldenKernelCase* c) {
     printf("%s: strided run %s\n", c->name, s != kTfmcuOk ? tfmcu_status_string(s) : "differs");
     failures++;
   }
-  printf("%-32s %s\n", c->name, failures ? "FAIL" : "ok");
+  if (differs) {
+    printf("%s: strided run: tfmcu_op_run differs from the kernel called by name\n", c->name);
+    failures++;
+  }
+
+  /* 3. tfmcu_op_run's own refusals: a wrong number of inputs, NULL inputs; nothing written. */
+  memset(g_output, 0x5A, sizeof(g_output));
+  const TfmcuConstView in[2] = {{(const int8_t*)c->input, c->in_h, c->in_w, c->in_c, in_row},
+                                {c->input2, c->in_h, c->in_w, c->in_c, in_row}};
+  const TfmcuView out = {g_output, c->out_h, c->out_w, c->out_c, out_row};
+  const int32_t num_inputs = c->input2 != NULL ? 2 : 1;
+  const int32_t wrong_inputs[3] = {0, 3 - num_inputs, 3};
+  for (int k = 0; k < 3; ++k) {
+    if (tfmcu_op_run(c->type, c->params, in, wrong_inputs[k], c->pad_top, c->pad_left, &out) !=
+        kTfmcuErrorShapeMismatch) {
+      printf("%s: tfmcu_op_run accepted %d inputs\n", c->name, (int)wrong_inputs[k]);
+      failures++;
+    }
+  }
+  if (tfmcu_op_run(c->type, c->params, NULL, num_inputs, c->pad_top, c->pad_left, &out) != kTfmcuErrorNullPointer) {
+    printf("%s: tfmcu_op_run accepted NULL inputs\n", c->name);
+    failures++;
+  }
+  for (int32_t i = 0; i < MAX_ELEMENTS; ++i) {
+    if (g_output[i] != 0x5A) {
+      printf("%s: a refused tfmcu_op_run wrote the output\n", c->name);
+      failures++;
+      break;
+    }
+  }  printf("%-32s %s\n", c->name, failures ? "FAIL" : "ok");
+  return failures;
+}
+
+/* Unknown op types are refused by the table, whatever the other arguments. */
+static int check_unknown_types(void) {
+  const TfmcuGoldenKernelCase* c = &kGoldenKernelCases[0];
+  const TfmcuConstView in = {(const int8_t*)c->input, c->in_h, c->in_w, c->in_c, c->in_w * c->in_c};
+  const TfmcuView out = {g_output, c->out_h, c->out_w, c->out_c, c->out_w * c->out_c};
+  const int32_t types[5] = {0, -1, kTfmcuOpQuantize + 1, 1000, INT32_MIN};
+  int failures = 0;
+  for (int k = 0; k < 5; ++k) {
+    if (tfmcu_op_run(types[k], c->params, &in, 1, 0, 0, &out) != kTfmcuErrorUnsupportedOp ||
+        tfmcu_op_info(types[k]) != NULL) {
+      printf("op type %ld accepted\n", (long)types[k]);
+      failures++;
+    }
+  }
+  for (int32_t t = kTfmcuOpConv2D; t <= kTfmcuOpQuantize; ++t) {
+    const TfmcuOpInfo* op = tfmcu_op_info(t);
+    if (op == NULL || op->run == NULL || op->check == NULL) {
+      printf("op type %ld missing from the op table\n", (long)t);
+      failures++;
+    }
+  }
+  printf("%-32s %s\n", "op table: unknown types", failures ? "FAIL" : "ok");
   return failures;
 }
 
 int main(void) {
-  int failures = 0;
+  int failed_cases = 0;
   const int n = (int)(sizeof(kGoldenKernelCases) / sizeof(kGoldenKernelCases[0]));
   for (int i = 0; i < n; ++i) {
-    failures += check_case(&kGoldenKernelCases[i]);
+    failed_cases += check_case(&kGoldenKernelCases[i]) != 0;
   }
-  printf("%d of %d kernel cases bit-exact\n", n - failures, n);
-  return failures != 0;
+  printf("%d of %d kernel cases bit-exact\n", n - failed_cases, n);
+  const int table_failures = check_unknown_types();
+  return failed_cases != 0 || table_failures != 0;
 }

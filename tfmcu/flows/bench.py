@@ -1,0 +1,323 @@
+"""``make bench``: long measurements that do not belong in ``make test`` (``pipelines.bench``). Each section writes
+out/bench/<section>.json (rows for scripts) and out/bench/<section>.md (the table); pick with ``sections``.
+
+- rewrite: model x schedule -> TFLM arena of the original and the builtin-rewritten model (measured by TFLM itself,
+  input image counted), ratio, predicted vs measured, MAC overhead (padded / exact), op count, bit-exactness.
+- custom: custom mode (one TFMCU_PATCH_STAGE op): single-arena peak (b) and as-run (a) memory with and without the
+  input image, ESTIMATED (no TFLM kernel for the op exists yet; the rest of the graph is measured in TFLM), rest of
+  the graph planned disjoint and in place, bit-exactness; the in-place plans' pairs and lower bounds.
+- firmware: the patch stage on Cortex-M4/M7 under QEMU, p x p vs p = 1 instruction counts against MAC overhead.
+- train: the full training recipe on Fashion-MNIST at 96x96 (about 1.5 h on 2 cores; resumes from checkpoints).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from tfmcu.errors import UsageError
+from tfmcu.files import write_outputs
+from tfmcu.graph.from_tflite import from_tflite
+from tfmcu.nets import zoo
+from tfmcu.plan import memory_plan
+from tfmcu.plan.arena import predict_arena
+from tfmcu.plan.regions import plan as plan_schedule
+from tfmcu.plan.search import SearchOptions, candidate_for, search
+from tfmcu.runtime.host import HostRunner
+from tfmcu.runtime.model_io import random_inputs
+from tfmcu.runtime.tflm import measure_arena, run_tflm
+from tfmcu.stage.builtin import BuiltinArenaCost
+from tfmcu.stage.custom import load_custom, memory_report, rewrite_custom
+from tfmcu.train.config import Recipe, TrainConfig
+from tfmcu.train.loop import train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SECTIONS = ("rewrite", "custom", "firmware", "train")
+
+
+@dataclass
+class BenchOptions:
+    out_dir: str = "out/bench"
+    sections: tuple[str, ...] = SECTIONS
+    zoo_cache: str = "out/zoo"  # converted zoo models
+    samples: int = 8  # random inputs for the bit-exactness checks
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# model -> (auto-mode budget as a fraction of the original's measured arena, fixed schedules)
+REWRITE_BENCH = {
+    "mbv2_100_224": (0.4, [((4, 4), 5, "pad"), ((4, 4), 5, "strips"), ((3, 4), 5, "strips"), ((3, 3), 5, "strips")]),
+    "mbv2_035_144": (0.65, [((4, 4), 5, "pad"), ((3, 3), 5, "strips"), ((2, 2), 5, "strips")]),
+}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def rewrite_section(o: BenchOptions) -> dict[str, Any]:
+    rows = []
+    for name, (fraction, fixed) in REWRITE_BENCH.items():
+        t0 = time.time()
+        log(f"[rewrite] {name}: converting (cached in {o.zoo_cache}) ...")
+        data = zoo.build(name, o.zoo_cache)
+        graph = from_tflite(data, name=name)
+        m0 = measure_arena(data)
+        p0 = predict_arena(graph)
+        inputs = random_inputs(data, o.samples, seed=0)
+        ref = run_tflm(data, inputs)
+        runs: list[tuple[str, Any]] = []
+        budget = int(m0.total * fraction)
+        log(f"[rewrite] {name}: auto mode under {budget / 1024:.0f} kB ({fraction:.0%} of the original arena) ...")
+        cost = BuiltinArenaCost(data, graph, name)
+        auto = search(graph, cost, budget, SearchOptions(), progress=lambda n, t, w: log(f"    [{n}/{t}] {w}"))
+        if auto.patched:
+            runs.append((f"auto least MACs <= {budget / 1024:.0f} kB", auto.chosen))
+        else:
+            log(f"    {auto.message}")
+        log(f"[rewrite] {name}: auto mode, smallest arena ...")
+        smallest = search(graph, cost, None, SearchOptions(objective="memory"),
+                          progress=lambda n, t, w: log(f"    [{n}/{t}] {w}"))
+        if smallest.patched:
+            runs.append(("auto smallest arena", smallest.chosen))
+        for grid, n, border in fixed:
+            runs.append((f"{grid[0]}x{grid[1]}, n={n}, {border}", cost.evaluate(candidate_for(graph, grid, n), border)))
+        for label, ev in runs:
+            m1 = measure_arena(ev.result.model)
+            got = run_tflm(ev.result.model, inputs)
+            exact = all(np.array_equal(a[0], b[0]) for a, b in zip(ref, got))
+            s = ev.candidate.schedule
+            row = {
+                "model": name, "schedule": label, "grid": list(ev.candidate.grid), "patch_blocks": s.n_blocks,
+                "border": ev.variant, "bit_exact": exact,
+                "tflm_original_bytes": m0.total, "tflm_rewritten_bytes": m1.total,
+                "tflm_original_head": m0.head, "tflm_rewritten_head": m1.head,
+                "tflm_original_tail": m0.tail, "tflm_rewritten_tail": m1.tail,
+                "ratio": round(m0.total / m1.total, 3),
+                "predicted_original_bytes": p0.total, "predicted_rewritten_bytes": ev.cost,
+                "prediction_error_original": round(p0.total / m0.total - 1, 4),
+                "prediction_error_rewritten": round(ev.cost / m1.total - 1, 4),
+                "analytic_peak_bytes": s.peak_sram_bytes,
+                "mac_overhead_padded": round(s.macs_patched_padded / s.macs - 1, 4),
+                "mac_overhead_exact": round(s.macs_patched_exact / s.macs - 1, 4),
+                "ops_original": ev.result.ops_before, "ops_rewritten": ev.result.ops_after,
+                "flash_original": len(data), "flash_rewritten": len(ev.result.model),
+            }
+            rows.append(row)
+            log(f"    {label}: {m0.total:,} -> {m1.total:,} B ({row['ratio']:.2f}x), predicted "
+                f"{ev.cost:,} ({row['prediction_error_rewritten']:+.1%}), exact={exact}")
+        log(f"[rewrite] {name}: done in {time.time() - t0:.0f} s")
+    md = ["| model | schedule | TFLM arena original (B) | rewritten (B) | ratio | predicted orig / rewr (err) | "
+          "MAC overhead padded / exact | ops | Flash (B) | bit-exact |",
+          "|---|---|---:|---:|---:|---|---|---|---|---|"]
+    for r in rows:
+        md.append(f"| {r['model']} | {r['schedule']} | {r['tflm_original_bytes']:,} | {r['tflm_rewritten_bytes']:,} | "
+                  f"{r['ratio']:.2f}x | {r['predicted_original_bytes']:,} ({r['prediction_error_original']:+.1%}) / "
+                  f"{r['predicted_rewritten_bytes']:,} ({r['prediction_error_rewritten']:+.1%}) | "
+                  f"+{r['mac_overhead_padded']:.1%} / +{r['mac_overhead_exact']:.1%} | "
+                  f"{r['ops_original']} -> {r['ops_rewritten']} | {r['flash_original']:,} -> "
+                  f"{r['flash_rewritten']:,} | {'yes' if r['bit_exact'] else 'NO'} |")
+    return {"rows": rows, "markdown": "\n".join(md) + "\n"}
+
+
+# model -> custom-mode schedules (grid, n blocks)
+CUSTOM_BENCH = {
+    "mbv2_100_224": [((4, 4), 5), ((3, 4), 5), ((2, 2), 5)],
+    "mbv2_035_144": [((4, 4), 5), ((3, 3), 5)],
+}
+
+
+def custom_section(o: BenchOptions) -> dict[str, Any]:
+    """Custom mode (one TFMCU_PATCH_STAGE op, C kernels): single-arena peak (b) and "as run" (a), ESTIMATED (no
+    TFLM kernel for the op yet; the rest of the graph measured in TFLM), vs the original's measured TFLM arena, with
+    and without the input image; activations alone vs the original's planned head; and the in-place plans' figures
+    (pairs, lower bound) the README quotes."""
+    rows = []
+    extras = []
+    for name, schedules in CUSTOM_BENCH.items():
+        data = zoo.build(name, o.zoo_cache)
+        graph = from_tflite(data, name=name)
+        m0 = measure_arena(data)
+        inputs = random_inputs(data, o.samples, seed=0)
+        ref = run_tflm(data, inputs)
+        # The original's arena without the input image: TFLM's plan with the input tensor taking no space
+        # (predicted; the predictor equals TFLM's measurement on these models, see the rewrite section).
+        m0_x = predict_arena(graph, model=data, count_input=False)
+        # For context: the unpatched model with an in-place plan (what in-place alone gives, TFLM-measured).
+        m0_in = measure_arena(memory_plan.with_offline_plan(data, graph, inplace=True)[0])
+        for (grid, n), plan in [(sch, p) for sch in schedules for p in ("disjoint", "inplace")]:
+            s = plan_schedule(graph, grid, n_blocks=n)
+            res = rewrite_custom(data, graph, s, name, inplace=plan == "inplace")
+            got = HostRunner(res.model, name).run(inputs)
+            exact = all(np.array_equal(a[0], b[0]) for a, b in zip(ref, got))
+            mem = memory_report(res.model, name, measure=measure_arena)
+            if plan == "inplace":
+                rest_graph = from_tflite(load_custom(res.model, name).rest)
+                extras.append(inplace_figures(f"{name} {grid[0]}x{grid[1]} n={n}, rest of the graph", rest_graph))
+            sa, run = mem["single_arena"], mem["as_run"]
+            row = {
+                "model": name, "grid": list(grid), "patch_blocks": n, "rest_memory_plan": plan, "bit_exact": exact,
+                "tflm_original_bytes": m0.total, "tflm_original_head": m0.head,
+                "tflm_original_inplace_bytes": m0_in.total, "tflm_original_inplace_head": m0_in.head,
+                "scratch_bytes": mem["scratch_bytes"], "analytic_patch_peak_bytes": s.patch_peak_bytes,
+                "rest_head_bytes": mem["rest_tflm"]["arena_head_bytes"],
+                "single_arena_bytes": sa["total_bytes"],
+                "single_arena_bytes_excluding_input": sa["total_bytes_excluding_input"],
+                "as_run_bytes": run["total_bytes"], "as_run_bytes_excluding_input": run["total_bytes_excluding_input"],
+                "ratio_single_arena": round(m0.total / sa["total_bytes"], 3),
+                "tflm_original_bytes_excluding_input": m0_x.total, "tflm_original_head_excluding_input": m0_x.head,
+                "ratio_single_arena_excluding_input": round(m0_x.total / sa["total_bytes_excluding_input"], 3),
+                "activation_bytes": sa["activation_bytes"],
+                "activation_bytes_excluding_input": sa["activation_bytes_excluding_input"],
+                "ratio_activations": round(m0.head / sa["activation_bytes"], 3),
+                "ratio_activations_excluding_input": round(m0_x.head / sa["activation_bytes_excluding_input"], 3),
+                "mac_overhead_padded": round(s.macs_patched_padded / s.macs - 1, 4),
+                "mac_overhead_exact": round(s.macs_patched_exact / s.macs - 1, 4),
+                "flash_original": len(data), "flash_custom": len(res.model),
+            }
+            rows.append(row)
+            log(f"[custom] {name} {grid[0]}x{grid[1]} n={n}, rest {plan}: single arena {sa['total_bytes']:,} B "
+                f"({row['ratio_single_arena']:.2f}x), activations {sa['activation_bytes']:,} B "
+                f"({row['ratio_activations']:.2f}x), exact={exact}")
+    md = ["| model | schedule | rest plan | TFLM original total / head (B) | scratch (B) | rest head (B) | single "
+          "arena (b) with / without input (B), estimated | ratio with / without | activations with / without (B) | "
+          "ratio vs head | as run (a) with / without (B), estimated | bit-exact |",
+          "|---|---|---|---|---:|---:|---|---|---|---|---|---|"]
+    for r in rows:
+        md.append(f"| {r['model']} | {r['grid'][0]}x{r['grid'][1]}, n={r['patch_blocks']} | {r['rest_memory_plan']} | "
+                  f"{r['tflm_original_bytes']:,} / {r['tflm_original_head']:,} | {r['scratch_bytes']:,} | "
+                  f"{r['rest_head_bytes']:,} | {r['single_arena_bytes']:,} / "
+                  f"{r['single_arena_bytes_excluding_input']:,} | "
+                  f"{r['ratio_single_arena']:.2f}x / {r['ratio_single_arena_excluding_input']:.2f}x | "
+                  f"{r['activation_bytes']:,} / {r['activation_bytes_excluding_input']:,} | "
+                  f"{r['ratio_activations']:.2f}x / {r['ratio_activations_excluding_input']:.2f}x | "
+                  f"{r['as_run_bytes']:,} / {r['as_run_bytes_excluding_input']:,} | "
+                  f"{'yes' if r['bit_exact'] else 'NO'} |")
+    md.append("")
+    for name in CUSTOM_BENCH:
+        r = next(r for r in rows if r["model"] == name)
+        md.append(f"{name} unpatched, whole model planned in place: TFLM arena {r['tflm_original_inplace_bytes']:,} B "
+                  f"(head {r['tflm_original_inplace_head']:,} B).")
+    extras.append(inplace_figures("mbv2_035_96, whole model (the in-place pairs the tests check in TFLM)",
+                                  from_tflite(zoo.build("mbv2_035_96", o.zoo_cache))))
+    md.append("")
+    md += [f"In-place plan of {e['what']}: {e['pairs']} in-place pairs; planned head {e['head']:,} B, lower bound "
+           f"{e['lower_bound']:,} B (the most bytes alive at one step, less what in-place pairs share), TFLM's "
+           f"greedy head {e['greedy']:,} B." for e in extras]
+    return {"rows": rows + [{"inplace": e} for e in extras], "markdown": "\n".join(md) + "\n"}
+
+
+def inplace_figures(what: str, graph: Any) -> dict[str, Any]:
+    """The in-place plan of ``graph``: its pairs, planned head, lower bound and TFLM's greedy head."""
+    head, _, greedy = memory_plan.plan(graph, inplace=True)
+    return {"what": what, "pairs": len(memory_plan.inplace_pairs(graph)), "head": head, "greedy": greedy,
+            "lower_bound": memory_plan.inplace_lower_bound(graph)}
+
+
+# Section "firmware": the patch stage on Cortex-M4/M7 under QEMU (bazel sh_tests of tflm_patch_kernels/firmware),
+# patched (p x p) and per-layer (p = 1) in one firmware; instructions counted by tools/qemu's plugin.
+FIRMWARE_TESTS = ["model_mbv2_035_96_cortex_m4_test", "model_mbv2_035_96_cortex_m7_test",
+                  "model_mbv2_100_224_cortex_m4_test"]
+
+
+def firmware_section(o: BenchOptions) -> dict[str, Any]:
+    pkg = "tflm_patch_kernels/firmware"
+    targets = [f"//{pkg}:{t}" for t in FIRMWARE_TESTS]
+    log(f"[firmware] bazel test {' '.join(targets)} (converts MobileNetV2-224 once: about a minute)")
+    r = subprocess.run([os.environ.get("BAZEL", "bazel"), "test", *targets, "--test_output=errors"],
+                       cwd=ROOT, capture_output=True, text=True)
+    if r.returncode != 0:
+        tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-15:])
+        raise RuntimeError(f"bazel test failed (exit {r.returncode}):\n{tail}")
+    rows = []
+    for t in FIRMWARE_TESTS:
+        with open(os.path.join(ROOT, "bazel-testlogs", pkg, t, "test.log")) as f:
+            line = next(x for x in f if x.startswith("TFMCU_REPORT "))
+        rep = json.loads(line[len("TFMCU_REPORT "):])
+        res = rep["result"]
+        insns = {reg["name"]: reg["insns"] for reg in res["regions"]}
+        ip, il = insns["stage_patched"], insns["stage_layer"]
+        mp, ml = res["macs_patched"], res["macs_layer"]
+        rows.append({
+            "test": t, "model": res["model"], "target": res["target"], "machine": rep["machine"],
+            "grid": res["grid"], "bit_exact": res["output_hash_patched"] == res["output_hash_layer"] == res[
+                "expected_hash"],
+            "insns_patched": ip, "insns_layer": il, "macs_patched": mp, "macs_layer": ml,
+            "latency_overhead": round(ip / il - 1, 4), "mac_overhead_exact": round(mp / ml - 1, 4),
+            "overhead_ratio": round((ip / il - 1) / (mp / ml - 1), 3) if mp > ml else None,
+            "insns_per_mac_layer": round(il / ml, 2), "insns_per_mac_patched": round(ip / mp, 2),
+            "scratch_patched": res["scratch_touched_patched"], "scratch_layer": res["scratch_touched_layer"],
+            "stack_hwm": res["stack_hwm"], "flash": rep["sizes"]["flash"], "ram_static": res["ram_static"],
+        })
+    md = ["| firmware | core | grid | instructions patched / per-layer | latency overhead | exact MAC overhead | "
+          "ratio | instructions / MAC | scratch patched / per-layer (B) | stack (B) | output = TF Lite |",
+          "|---|---|---|---|---:|---:|---:|---:|---|---:|---|"]
+    for r in rows:
+        md.append(f"| {r['model']} | {r['target']} ({r['machine']}) | {r['grid']} vs 1x1 | {r['insns_patched']:,} / "
+                  f"{r['insns_layer']:,} | +{r['latency_overhead']:.1%} | +{r['mac_overhead_exact']:.1%} | "
+                  f"{r['overhead_ratio']:.2f} | {r['insns_per_mac_layer']:.1f} | {r['scratch_patched']:,} / "
+                  f"{r['scratch_layer']:,} | {r['stack_hwm']} | {'yes' if r['bit_exact'] else 'NO'} |")
+    return {"rows": rows, "markdown": "\n".join(md) + "\n"}
+
+
+# Section "train": the full training recipe (pipelines.train defaults) on Fashion-MNIST at 96x96; the target is int8
+# accuracy within 1 point of float. Long: about 1.5 h on 2 CPU cores. Resumes from its checkpoints if interrupted.
+TRAIN_BENCH = [("mcunet-demo", "fashion_mnist", 96)]
+
+
+def train_section(o: BenchOptions) -> dict[str, Any]:
+    rows = []
+    for model, dataset, resolution in TRAIN_BENCH:
+        t0 = time.time()
+        folder = os.path.join(o.out_dir, "train", f"{model}_{dataset}_{resolution}")
+        cfg = TrainConfig(model=model, dataset=dataset, resolution=resolution, recipe=Recipe(), resume=True)
+        log(f"[train] {model} on {dataset} @ {resolution}: full recipe ({cfg.recipe.epochs} + "
+            f"{cfg.recipe.qat_epochs} QAT epochs), outputs in {folder}")
+        r = train(cfg, folder, log=log)
+        a = r["accuracy"]
+        rows.append({"model": model, "dataset": dataset, "resolution": resolution, "epochs": cfg.recipe.epochs,
+                     "qat_epochs": cfg.recipe.qat_epochs, "float": a["float"], "qat": a["qat"],
+                     "int8_tflite": a["int8_tflite"], "int8_tflm": a["int8_tflm"],
+                     "int8_minus_float_points": round((a["int8_tflm"] - a["float_on_int8_samples"]) * 100, 2),
+                     "test_samples": a["int8_test_samples"], "tflite_equals_tflm": r["tflite_vs_tflm"]["agree"],
+                     "tflm_arena_bytes": r["memory"]["tflm_arena_bytes"],
+                     "analytic_peak_bytes": r["memory"]["analytic_peak_bytes"], "flash_bytes": r["flash_bytes"],
+                     "macs": r["macs"], "wall_s": round(time.time() - t0)})
+    md = ["| model | data | res | epochs (+QAT) | float | QAT | int8 TF Lite | int8 TFLM | int8 - float | "
+          "TF Lite = TFLM | TFLM arena | Flash | MACs |",
+          "|---|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
+    for r in rows:
+        md.append(f"| {r['model']} | {r['dataset']} | {r['resolution']} | {r['epochs']} (+{r['qat_epochs']}) | "
+                  f"{r['float']:.2%} | {r['qat']:.2%} | {r['int8_tflite']:.2%} | {r['int8_tflm']:.2%} | "
+                  f"{r['int8_minus_float_points']:+.2f} pt | {'yes' if r['tflite_equals_tflm'] else 'NO'} | "
+                  f"{r['tflm_arena_bytes'] / 1024:.1f} kB | {r['flash_bytes'] / 1024:.1f} kB | "
+                  f"{r['macs'] / 1e6:.1f}M |")
+    return {"rows": rows, "markdown": "\n".join(md) + "\n"}
+
+
+def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the chosen sections; each writes its JSON and Markdown under ``o.out_dir`` as soon as it is done."""
+    sections: dict[str, Callable[[BenchOptions], dict[str, Any]]] = {
+        "rewrite": rewrite_section, "custom": custom_section, "firmware": firmware_section, "train": train_section}
+    unknown = [s for s in o.sections if s not in sections]
+    if unknown:
+        raise UsageError(f"unknown bench section(s) {', '.join(unknown)}; known: {', '.join(sections)}")
+    done = {}
+    for name in o.sections:
+        res = sections[name](o)
+        write_outputs({os.path.join(o.out_dir, f"{name}.json"): res["rows"],
+                       os.path.join(o.out_dir, f"{name}.md"): res["markdown"]})
+        emit(f"## {name}\n\n{res['markdown']}")
+        emit(json.dumps({"section": name, "rows": len(res["rows"])}))
+        done[name] = res
+    return done

@@ -1,0 +1,191 @@
+"""``rewrite``: any int8 .tflite with its patch stage rewritten, bit-exact (``pipelines.rewrite``).
+
+Modes: ``builtin`` unrolls the stage into per-patch TFLite builtin ops (``tfmcu.stage.builtin``) that stock TFLM and
+TF Lite run; ``custom`` replaces it by one ``TFMCU_PATCH_STAGE`` op run by tfmcu's C kernels
+(``tfmcu.stage.custom``). The schedule is given (``--patches=P|PxQ`` with ``--patch_blocks`` / ``--patch_ops``) or
+searched (``--patches=auto``: ``tfmcu.plan.search`` with the mode's cost function: the predicted TFLM arena of the
+builtin rewrite, or custom mode's estimated single-arena peak; least MACs under ``--sram_kb``, or the smallest).
+
+Everything the options say is checked before any work (``validate``), for both modes. With ``measure`` the arenas
+are then measured in the real TFLM interpreter: in auto mode a builtin rewrite whose measured arena is not smaller
+than the original's falls back to the unpatched model, and an output whose measured arena (custom mode: estimated
+from the rest's measured arena) exceeds ``--sram_kb`` is an error. The model and the JSON report are written
+all-or-nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from tfmcu.errors import UsageError
+from tfmcu.files import check_output_paths, read_bytes, write_outputs
+from tfmcu.flows.common import ScheduleRequest
+from tfmcu.graph.from_tflite import from_tflite
+from tfmcu.plan.search import Evaluation, Progress, candidate_for, candidates, search
+from tfmcu.runtime.tflm import measure_arena
+from tfmcu.stage.builtin import BORDERS, BuiltinArenaCost
+from tfmcu.stage.custom import PATCH_STAGE_OP, CustomArenaCost, memory_report
+from tfmcu.tflite.schema import has_identifier
+
+MODES = ("builtin", "custom")
+BORDER_CHOICES = ("auto",) + BORDERS
+
+
+@dataclass
+class RewriteOptions:
+    tflite: str
+    out: str
+    mode: str = "builtin"
+    schedule: ScheduleRequest = field(default_factory=ScheduleRequest)
+    border: str = "auto"  # builtin mode: "auto" (auto mode tries both; a given grid uses strips), "strips", "pad"
+    inplace: bool = False  # custom mode: plan the rest of the graph in place (TFLM's reference kernels only)
+    measure: bool = True
+    json_out: str | None = None
+
+
+def validate(o: RewriteOptions) -> bytes:
+    """Every check the options allow before any work, the same for every mode; returns the input model's bytes."""
+    if o.mode not in MODES:
+        raise UsageError(f"--mode={o.mode}: expected one of {', '.join(MODES)}")
+    if o.border not in BORDER_CHOICES:
+        raise UsageError(f"--border={o.border}: expected one of {', '.join(BORDER_CHOICES)}")
+    data = read_bytes(o.tflite, "--tflite")
+    if not has_identifier(data):
+        raise UsageError(f"--tflite={o.tflite}: not a TFLite flatbuffer (no 'TFL3' file identifier)")
+    if o.inplace and o.mode != "custom":
+        raise UsageError("--inplace is supported with --mode=custom only")
+    if o.border != "auto" and o.mode != "builtin":
+        raise UsageError("--border applies to --mode=builtin only")
+    if o.schedule.patches is None:
+        raise UsageError("--patches is required: P, PxQ (with --patch_blocks or --patch_ops) or auto")
+    o.schedule.validate()
+    for flag, path in (("--out", o.out), ("--json_out", o.json_out)):
+        if path and os.path.abspath(path) == os.path.abspath(o.tflite):
+            raise UsageError(f"{flag} must differ from --tflite")
+    check_output_paths({"--out": o.out, "--json_out": o.json_out})
+    return data
+
+
+def _arena(stats: Any) -> dict[str, int]:
+    return {"arena_total_bytes": stats.total, "arena_head_bytes": stats.head, "arena_tail_bytes": stats.tail}
+
+
+def _predicted(ev: Evaluation) -> dict[str, int]:
+    d = ev.details
+    if "predicted_arena_bytes" in d and "predicted_arena_head_bytes" in d:
+        return {"arena_total_bytes": d["predicted_arena_bytes"], "arena_head_bytes": d["predicted_arena_head_bytes"],
+                "arena_tail_bytes": d["predicted_arena_tail_bytes"]}
+    return {"arena_total_bytes": ev.cost}
+
+
+def run(o: RewriteOptions, log: Callable[[str], None] = print, progress: Progress | None = None) -> dict[str, Any]:
+    """Rewrite ``o.tflite`` into ``o.out`` (see the module docstring); returns the JSON report."""
+    data = validate(o)
+    path = o.tflite
+    graph = from_tflite(data, name=os.path.splitext(os.path.basename(path))[0])
+    req = o.schedule
+    opts = req.search
+    budget = req.budget_bytes
+    if o.mode == "builtin":
+        borders = BORDERS if o.border == "auto" else (o.border,)
+        cost: Any = BuiltinArenaCost(data, graph, path, borders if req.auto else borders[:1], opts.count_input)
+    else:
+        cost = CustomArenaCost(data, graph, path, o.inplace, opts.count_input)
+    report: dict[str, Any] = {"input": path, "output": o.out, "mode": o.mode}
+    if req.auto:
+        log(f"auto: {'least-MACs' if opts.objective == 'macs' else 'smallest'} schedule for {path} ({o.mode} mode, "
+            f"{cost.what}" + (f", budget {req.sram_kb:g} kB" if budget is not None else "") + ") ...")
+        res = search(graph, cost, budget, opts, progress)
+        report["search"] = res.to_dict()
+        if not res.feasible:
+            raise UsageError(f"{path}: {res.message}")
+        chosen, baseline, message = res.chosen, res.baseline, res.message
+    else:
+        assert req.grid is not None
+        baseline = cost.evaluate(candidates(graph, opts)[0], None)
+        chosen = cost.evaluate(candidate_for(graph, req.grid, req.patch_blocks, req.patch_ops, opts.mac_metric),
+                               cost.variants[0])
+        message = "rewritten as requested"
+    assert chosen is not None
+    patched = chosen.candidate.patched
+    out_bytes = chosen.result.model if patched else data
+    report["predicted" if o.mode == "builtin" else "estimated"] = {"original": _predicted(baseline)}
+    if patched:
+        report["predicted" if o.mode == "builtin" else "estimated"]["rewritten"] = _predicted(chosen)
+        report["schedule"] = chosen.result.schedule
+        report["ops"] = {"original": chosen.result.ops_before, "rewritten": chosen.result.ops_after}
+    if o.measure:
+        m_orig = measure_arena(data, where=path)
+        report["tflm"] = {"original": _arena(m_orig)}
+        if patched and o.mode == "builtin":
+            m_rw = measure_arena(out_bytes, where=o.out)
+            report["tflm"]["rewritten"] = _arena(m_rw)
+            if req.auto and m_rw.total >= m_orig.total:
+                message = (f"the rewritten model's measured TFLM arena ({m_rw.total} B) is not smaller than the "
+                           f"original's ({m_orig.total} B): falling back to no patching (output = input model)")
+                out_bytes, patched = data, False
+    if patched and o.mode == "custom":
+        mem = memory_report(out_bytes, o.out,
+                            measure=(lambda rest: measure_arena(rest, where=f"{o.out} (rest)")) if o.measure else None)
+        report["custom_mode"] = mem
+    if budget is not None and o.measure:
+        fits, figure = _measured_figure(report, patched, o, opts.count_input)
+        if figure is not None and figure > budget:
+            raise UsageError(f"{path}: the output's {fits} is {figure:,} B, more than --sram_kb={req.sram_kb:g} "
+                             f"({budget:,} B); nothing written")
+    report["message"] = message
+    report["patched"] = patched
+    report["flash_bytes"] = {"original": len(data), "output": len(out_bytes)}
+    write_outputs({o.out: out_bytes, o.json_out: report})
+    log(format_summary(report, o.inplace).rstrip())
+    return report
+
+
+def _measured_figure(report: dict[str, Any], patched: bool, o: RewriteOptions,
+                     count_input: bool) -> tuple[str, int | None]:
+    """What the budget is checked against once measured: the output model's TFLM arena (builtin mode or no
+    patching), custom mode's single-arena estimate with the rest measured."""
+    if patched and o.mode == "custom":
+        key = "total_bytes" if count_input else "total_bytes_excluding_input"
+        return ("estimated single-arena peak (rest of the graph measured in TFLM)",
+                report["custom_mode"]["single_arena"][key])
+    role = "rewritten" if patched else "original"
+    if not count_input:  # TFLM always plans its input: the measurement includes the image
+        return "measured TFLM arena", None
+    return "measured TFLM arena", report["tflm"][role]["arena_total_bytes"]
+
+
+def format_summary(r: dict[str, Any], inplace: bool = False) -> str:
+    lines = [r["message"]]
+    s = r.get("schedule")
+    if s:
+        g = s["grid"]
+        stage = f"{s['patch_blocks']} blocks" if s["patch_blocks"] is not None else f"{s['patch_ops']} ops"
+        lines.append(f"schedule: {g[0]}x{g[1]} patches over the first {stage}; ops {r['ops']['original']} -> "
+                     f"{r['ops']['rewritten']}; MACs +{s['mac_overhead_exact'] * 100:.1f}% (exact), "
+                     f"+{s['mac_overhead_padded'] * 100:.1f}% (padded)")
+    if r["mode"] == "custom" and r.get("custom_mode"):
+        mem = r["custom_mode"]
+        sa = mem["single_arena"]
+        lines.append(f"one {PATCH_STAGE_OP} op; scratch {mem['scratch_bytes']:,} B; rest of the graph planned "
+                     f"{'in place' if inplace else 'without overlaps'}")
+        orig = r.get("tflm", {}).get("original", {}).get("arena_total_bytes")
+        vs = f" (original TFLM arena {orig:,} B measured: {orig / sa['total_bytes']:.2f}x smaller)" if orig else ""
+        lines.append(f"single-arena peak, ESTIMATED (no TFLM kernel for the op yet): {sa['total_bytes']:,} B with the "
+                     f"input, {sa['total_bytes_excluding_input']:,} B without{vs}")
+    else:
+        for label, key in (("predicted", "predicted"), ("TFLM measured", "tflm")):
+            d = r.get(key)
+            if not d:
+                continue
+            o = d.get("original", {}).get("arena_total_bytes")
+            w = d.get("rewritten", {}).get("arena_total_bytes")
+            line = f"{label:>14}: original {o:,} B" if o is not None else f"{label:>14}:"
+            if w is not None:
+                line += f", rewritten {w:,} B ({o / w:.2f}x smaller)"
+            lines.append(line)
+    lines.append(f"{'Flash':>14}: {r['flash_bytes']['original']:,} -> {r['flash_bytes']['output']:,} B; "
+                 f"wrote {r['output']}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,313 @@
+"""``verify``: a rewritten .tflite against its original, bit for bit, with TFLM's arena (``pipelines.verify``).
+
+Both models run on the same inputs (``samples`` seeded random ones, ``tfmcu.runtime.model_io.random_inputs``, plus
+the real ones of ``inputs``: a .npy of shape (N, ...) for a single-input model, float data being quantized with the
+input's scale and zero point; a .npz with one such array per input, named ``arr_0``... or by input name) in TF Lite
+(reference kernels by default, the ones TFLM's are ported from; ``resolver="builtin"`` for the optimized ones) and in
+the TFLM interpreter of the tflite-micro wheel, each model in its own child process (an interpreter that aborts
+cannot take the caller down). The rewritten model's outputs must equal the original's bit for bit in both
+interpreters; TF Lite vs TFLM agreement per model is reported too (informational). TFLM's arena is measured
+(``tfmcu.runtime.tflm.measure_arena``) and predicted (``tfmcu.plan.arena.predict_arena``) for both.
+
+A rewritten model in custom mode (one TFMCU_PATCH_STAGE op) runs in ``tfmcu.runtime.host.HostRunner``: the stage in
+the C kernels, the rest in TF Lite (same ``resolver``) and in TFLM. No TFLM kernel for the op exists yet, so its
+arena is ESTIMATED: "as run here" (the rest's measured TFLM arena + scratch + input) and the single-arena peak such
+a kernel would have (``custom_mode``).
+
+Bad input (missing file, not a TFLite model, signatures that differ, bad ``inputs``, a malformed custom-mode model,
+an interpreter crash) is a one-line ``UsageError`` and no output file.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from tfmcu.errors import UsageError
+from tfmcu.files import check_output_paths, read_bytes, write_outputs
+from tfmcu.graph.from_tflite import from_tflite
+from tfmcu.graph.ir import GraphError
+from tfmcu.plan.arena import predict_arena
+from tfmcu.runtime.host import HostRunner, evaluate
+from tfmcu.runtime.model_io import TFLMError, model_info, random_inputs
+from tfmcu.runtime.tflite import RESOLVERS
+from tfmcu.runtime.tflm import check_runnable
+from tfmcu.stage.common import RewriteError
+from tfmcu.stage.custom import PATCH_STAGE_OP, load_custom
+
+ESTIMATED_AS_RUN = ("estimated: the rest of the graph's TFLM arena, measured, + the C kernels' scratch + the input "
+                    "image; no TFLM kernel runs TFMCU_PATCH_STAGE yet")
+
+ROLES = ("original", "rewritten")
+
+
+def _sig(t: Any) -> str:
+    return f"{t.dtype}{list(t.shape)}"
+
+
+def check_signatures(infos: dict[str, Any]) -> None:
+    a, b = infos["original"], infos["rewritten"]
+    for kind in ("inputs", "outputs"):
+        ta, tb = getattr(a, kind), getattr(b, kind)
+        if len(ta) != len(tb):
+            raise UsageError(f"signature mismatch: the original has {len(ta)} {kind}, the rewritten model "
+                                  f"{len(tb)}")
+        for k, (x, y) in enumerate(zip(ta, tb)):
+            if x.signature != y.signature:
+                raise UsageError(f"signature mismatch: {kind[:-1]} {k} is {_sig(x)} in the original, "
+                                      f"{_sig(y)} in the rewritten model")
+
+
+def load_inputs(path: str, info: Any) -> list[tuple[Any, ...]]:
+    """Samples from a .npy (single-input models) or .npz; float data for an integer input is quantized. A file that
+    is not a readable .npy / .npz of numeric arrays is a one-line ``UsageError``."""
+    if not os.path.isfile(path):
+        raise UsageError(f"--inputs={path}: no such file")
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if isinstance(loaded, np.ndarray):
+            if len(info.inputs) != 1:
+                raise UsageError(f"--inputs={path}: the model has {len(info.inputs)} inputs; give a .npz with one "
+                                 f"array per input")
+            arrays = [loaded]
+        else:
+            with loaded:
+                keys = list(loaded.files)
+                arrays = []
+                for k, t in enumerate(info.inputs):
+                    key = f"arr_{k}" if f"arr_{k}" in keys else t.name if t.name in keys else None
+                    if key is None:
+                        raise UsageError(f"--inputs={path}: no array 'arr_{k}' or '{t.name}' for input {k}")
+                    arrays.append(np.asarray(loaded[key]))
+    except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as e:
+        if isinstance(e, UsageError):
+            raise
+        raise UsageError(f"--inputs={path}: not a readable .npy/.npz of numeric arrays ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    for k, a in enumerate(arrays):
+        if a.dtype.kind not in "biuf":
+            raise UsageError(f"--inputs={path}: input {k} holds {a.dtype.name} values; numbers are needed")
+    per_input = []
+    n = None
+    for k, (a, t) in enumerate(zip(arrays, info.inputs)):
+        shape = tuple(t.shape)
+        batch1 = shape[:1] == (1,)
+        if batch1 and a.ndim == len(shape) + 1 and tuple(a.shape[1:]) == shape:
+            a = a.reshape((a.shape[0],) + shape[1:])  # (N, 1, ...) -> (N, ...)
+        want = shape[1:] if batch1 else shape
+        if a.ndim != len(want) + 1 or tuple(a.shape[1:]) != want:
+            raise UsageError(f"--inputs={path}: input {k} has shape {list(a.shape)}, expected "
+                                  f"(N, {', '.join(str(d) for d in want)}) for model input {_sig(t)}")
+        a = _convert(a, t, path, k)
+        if n is not None and a.shape[0] != n:
+            raise UsageError(f"--inputs={path}: inputs have different sample counts ({n} and {a.shape[0]})")
+        n = a.shape[0]
+        per_input.append((a, batch1))
+    if not n:
+        raise UsageError(f"--inputs={path}: no samples")
+    return [tuple(a[i:i + 1] if b1 else a[i] for a, b1 in per_input) for i in range(n)]
+
+
+def _convert(a: Any, t: Any, path: str, k: int) -> Any:
+    want = np.dtype(t.dtype)
+    if a.dtype == want:
+        return a
+    if want.kind in "iu" and a.dtype.kind == "f" and t.scale:
+        lim = np.iinfo(want)
+        q = np.round(a.astype(np.float64) / t.scale) + t.zero_point
+        return np.clip(q, lim.min, lim.max).astype(want)
+    if want.kind == "f" and a.dtype.kind in "fiu":
+        return a.astype(want)
+    raise UsageError(f"--inputs={path}: input {k} has dtype {a.dtype.name}, the model wants {want.name}")
+
+
+def compare(a: list[list[Any]], b: list[list[Any]], offset: int = 0) -> list[dict[str, Any]]:
+    """Samples whose outputs differ: [{sample, output, max_abs_diff}] (first differing output per sample)."""
+    out = []
+    for i, (xa, xb) in enumerate(zip(a, b)):
+        for j, (u, v) in enumerate(zip(xa, xb)):
+            if u.shape != v.shape or u.dtype != v.dtype:
+                out.append({"sample": i + offset, "output": j, "max_abs_diff": None,
+                            "note": f"{u.dtype}{list(u.shape)} vs {v.dtype}{list(v.shape)}"})
+                break
+            if not np.array_equal(u, v):
+                d = np.abs(u.astype(np.float64) - v.astype(np.float64))
+                out.append({"sample": i + offset, "output": j, "max_abs_diff": float(np.nanmax(d))})
+                break
+    return out
+
+
+def _arena(stats: Any) -> dict[str, int]:
+    return {"arena_total_bytes": stats.total, "arena_head_bytes": stats.head, "arena_tail_bytes": stats.tail}
+
+
+def predict(data: bytes, where: str) -> dict[str, Any]:
+    try:
+        p = predict_arena(from_tflite(data, name=os.path.basename(where)), model=data)
+    except GraphError as e:
+        return {"arena_total_bytes": None, "arena_head_bytes": None, "arena_tail_bytes": None,
+                "error": str(e).splitlines()[0]}
+    d = {"arena_total_bytes": p.total, "arena_head_bytes": p.head, "arena_tail_bytes": p.tail}
+    if p.details.get("unmodelled_ops"):
+        d["unmodelled_ops"] = p.details["unmodelled_ops"]
+    return d
+
+
+def predict_custom(mem: dict[str, Any], rest: bytes, where: str) -> dict[str, Any]:
+    """Predicted "as run" arena of a custom-mode model: the rest's predicted TFLM arena + scratch + input."""
+    p = predict(rest, where + " (rest)")
+    if p["arena_total_bytes"] is None:
+        return p
+    extra = mem["scratch_bytes"] + mem["input_bytes"]
+    return {"arena_total_bytes": p["arena_total_bytes"] + extra, "arena_head_bytes": p["arena_head_bytes"] + extra,
+            "arena_tail_bytes": p["arena_tail_bytes"]}
+
+
+@dataclass
+class VerifyOptions:
+    original: str
+    rewritten: str
+    samples: int = 200  # seeded random inputs
+    seed: int = 0
+    inputs: str | None = None  # real inputs: .npy (single input) or .npz
+    resolver: str = "reference"  # TF Lite kernels
+    json_out: str | None = None
+    max_details: int = 5
+    quiet: bool = False
+
+
+def validate(o: VerifyOptions) -> None:
+    if o.resolver not in RESOLVERS:
+        raise UsageError(f"--resolver={o.resolver}: expected one of {', '.join(RESOLVERS)}")
+    if o.samples < 0:
+        raise UsageError(f"--samples={o.samples}: must be >= 0")
+    if o.samples == 0 and not o.inputs:
+        raise UsageError("nothing to compare: --samples=0 and no --inputs")
+    check_output_paths({"--json_out": o.json_out})
+
+
+def verify(o: VerifyOptions) -> dict[str, Any]:
+    """Run both models on the same inputs in TF Lite and TFLM (each in its own child process) and compare; returns
+    the report (see the module docstring)."""
+    validate(o)
+    paths = {"original": o.original, "rewritten": o.rewritten}
+    data = {r: read_bytes(paths[r]) for r in ROLES}
+    infos = {}
+    custom = {}
+    for r in ROLES:
+        try:
+            infos[r] = model_info(data[r], paths[r])
+            custom[r] = PATCH_STAGE_OP in infos[r].custom_ops
+            if custom[r]:
+                HostRunner(data[r], paths[r])  # a malformed custom-mode model fails here, in one line
+            else:
+                check_runnable(infos[r], paths[r])
+        except (TFLMError, RewriteError) as e:
+            raise UsageError(str(e)) from None
+    if custom["original"]:
+        raise UsageError(f"{paths['original']}: the original must be a model stock TFLM runs, not a custom-mode model")
+    check_signatures(infos)
+    samples = random_inputs(data["original"], o.samples, o.seed) if o.samples else []
+    real = load_inputs(o.inputs, infos["original"]) if o.inputs else []
+    if not samples and not real:
+        raise UsageError("nothing to compare: --samples=0 and no --inputs")
+    all_samples = samples + real
+
+    def job(role: str) -> Any:
+        return evaluate(data[role], all_samples, o.resolver, paths[role], isolate=True)
+
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            results = dict(zip(ROLES, pool.map(job, ROLES)))
+    except TFLMError as e:
+        raise UsageError(str(e)) from None
+
+    interpreters = {"tflite": f"tflite-{o.resolver}", "tflm": "tflm"}
+    mismatches = []
+    for key, label in interpreters.items():
+        for m in compare(getattr(results["original"], key), getattr(results["rewritten"], key)):
+            mismatches.append({"interpreter": label, **m})
+    mismatches.sort(key=lambda m: (m["sample"], m["interpreter"]))
+    agreement = {}
+    for r in ROLES:
+        diff = compare(results[r].tflite, results[r].tflm)
+        agreement[r] = {"agree": not diff, "mismatching_samples": len(diff), "first": diff[:o.max_details]}
+    for m in mismatches:
+        m["source"] = "random" if m["sample"] < len(samples) else "inputs"
+    rests = {r: load_custom(data[r], paths[r]).rest for r in ROLES if custom[r]}
+    return {
+        "bit_exact": not mismatches,
+        "samples": len(all_samples),
+        "random_samples": len(samples),
+        "input_samples": len(real),
+        "seed": o.seed,
+        "inputs": o.inputs,
+        "resolver": o.resolver,
+        "interpreters": {r: ({"tflite": f"{interpreters['tflite']} (stage: tfmcu C kernels)",
+                              "tflm": "tflm (stage: tfmcu C kernels)"} if custom[r] else interpreters)
+                         for r in ROLES},
+        "models": dict(paths),
+        "mismatches": {"count": len(mismatches),
+                       "samples": len({m["sample"] for m in mismatches}),
+                       "first": mismatches[:o.max_details]},
+        "tflite_vs_tflm": agreement,
+        "tflm": {r: _arena(results[r].arena) for r in ROLES},
+        "arena_kind": {r: (ESTIMATED_AS_RUN if custom[r] else "measured by TFLM") for r in ROLES},
+        "predicted": {r: (predict_custom(results[r].arena.custom, rests[r], paths[r]) if custom[r]
+                          else predict(data[r], paths[r])) for r in ROLES},
+        "custom_mode": {r: results[r].arena.custom for r in ROLES if custom[r]},
+        "flash_bytes": {r: len(data[r]) for r in ROLES},
+        "ops": {r: infos[r].num_ops for r in ROLES},
+    }
+
+
+def run(o: VerifyOptions, log: Callable[[str], None] = print) -> int:
+    """``verify`` + the JSON report + the summary; the exit status (0 bit-exact, 1 a mismatch)."""
+    rep = verify(o)
+    write_outputs({o.json_out: rep})
+    if not o.quiet:
+        log(format_summary(rep).rstrip())
+    return 0 if rep["bit_exact"] else 1
+
+
+def _n(v: Any) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
+def format_summary(rep: dict[str, Any]) -> str:
+    lines = []
+    o, w = rep["models"]["original"], rep["models"]["rewritten"]
+    lines.append(f"verify: {o} ({rep['ops']['original']} ops) vs {w} ({rep['ops']['rewritten']} ops)")
+    src = f"{rep['random_samples']} random (seed {rep['seed']})"
+    if rep["input_samples"]:
+        src += f" + {rep['input_samples']} from {rep['inputs']}"
+    lines.append(f"samples: {src}; TF Lite kernels: {rep['resolver']}")
+    mm = rep["mismatches"]
+    if rep["bit_exact"]:
+        lines.append(f"outputs: BIT-EXACT in TF Lite and TFLM ({rep['samples']} samples)")
+    else:
+        first = mm["first"][0]
+        lines.append(f"outputs: MISMATCH in {mm['samples']} of {rep['samples']} samples ({mm['count']} sample x "
+                     f"interpreter pairs; first: sample {first['sample']} in {first['interpreter']}, max abs diff "
+                     f"{first['max_abs_diff']})")
+    agree = ", ".join(f"{r} {'yes' if a['agree'] else 'NO (' + str(a['mismatching_samples']) + ' samples)'}"
+                      for r, a in rep["tflite_vs_tflm"].items())
+    lines.append(f"TF Lite == TFLM: {agree}")
+    rows = [("TFLM arena total", "tflm", "arena_total_bytes"), ("TFLM arena head", "tflm", "arena_head_bytes"),
+            ("TFLM arena tail", "tflm", "arena_tail_bytes"), ("predicted total", "predicted", "arena_total_bytes"),
+            ("predicted head", "predicted", "arena_head_bytes"), ("predicted tail", "predicted", "arena_tail_bytes")]
+    lines.append(f"{'bytes':<18} {'original':>12} {'rewritten':>12}")
+    for label, sec, key in rows:
+        lines.append(f"{label:<18} {_n(rep[sec]['original'][key]):>12} {_n(rep[sec]['rewritten'][key]):>12}")
+    lines.append(f"{'flash (file)':<18} {_n(rep['flash_bytes']['original']):>12} "
+                 f"{_n(rep['flash_bytes']['rewritten']):>12}")
+    lines.append(f"{'ops':<18} {rep['ops']['original']:>12} {rep['ops']['rewritten']:>12}")
+    for r in ROLES:
+        if r in rep.get("custom_mode", {}):
+            lines.append(f"{r}: custom mode; its arena figures are ESTIMATED ({ESTIMATED_AS_RUN})")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,303 @@
+"""The C patch kernels' ops, one table: everything Python knows about each op is its row of ``KERNEL_OPS``.
+
+A row (``KernelOp``) holds the op's code (``TfmcuOpType`` in ``tflm_patch_kernels/patch_stage.h``), the TFLite
+builtins it implements, its C params struct (name and ctypes mirror), its number of inputs and the function that
+builds its ``LayerSpec`` from a .tflite operator (params read from the flatbuffer, quantized multipliers computed
+offline by ``tfmcu.kernels.quant``). Adding a C kernel op touches this table once (plus its builder function); the
+C side has its own single table (``tflm_patch_kernels/op_table.c``).
+
+``LayerSpec``: one layer as the C kernels see it (op code, scalar params, constant arrays, name, source op index,
+the op's own padding). ``layer_spec(model, op)``: the LayerSpec of an IR op lowered from ``model``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from tfmcu.graph import ir
+from tfmcu.kernels import PatchKernelError
+from tfmcu.kernels.quant import activation_range, add_params, conv_multipliers
+from tfmcu.tflite import schema as ts
+
+# TfmcuDataType of a tensor (patch_stage.h).
+INT8, FLOAT32 = 0, 1
+# TfmcuStatus (tfmcu_common.h).
+STATUS = {0: "ok", 1: "null pointer", 2: "scratch buffer too small", 3: "invalid stage description",
+          4: "unsupported op or data type", 5: "shape mismatch", 6: "pooling window without input pixels"}
+
+_I32 = ctypes.c_int32
+_PTR = ctypes.c_void_p
+
+
+# ============================================================================= ctypes mirrors of the params structs
+class ConvParams(ctypes.Structure):
+    _fields_ = [("filter", _PTR), ("bias", _PTR), ("output_multiplier", _PTR), ("output_shift", _PTR)] + [
+        (n, _I32) for n in ("kernel_h", "kernel_w", "stride_h", "stride_w", "dilation_h", "dilation_w", "groups",
+                            "input_offset", "output_offset", "act_min", "act_max")]
+
+
+class DepthwiseConvParams(ctypes.Structure):
+    _fields_ = [("filter", _PTR), ("bias", _PTR), ("output_multiplier", _PTR), ("output_shift", _PTR)] + [
+        (n, _I32) for n in ("kernel_h", "kernel_w", "stride_h", "stride_w", "dilation_h", "dilation_w",
+                            "depth_multiplier", "input_offset", "output_offset", "act_min", "act_max")]
+
+
+class AddParams(ctypes.Structure):
+    _fields_ = [(n, _I32) for n in ("input1_offset", "input2_offset", "output_offset", "left_shift",
+                                    "input1_multiplier", "input1_shift", "input2_multiplier", "input2_shift",
+                                    "output_multiplier", "output_shift", "act_min", "act_max")]
+
+
+class PadParams(ctypes.Structure):
+    _fields_ = [("value", _I32)]
+
+
+class PoolParams(ctypes.Structure):
+    _fields_ = [(n, _I32) for n in ("filter_h", "filter_w", "stride_h", "stride_w", "act_min", "act_max")]
+
+
+class QuantizeParams(ctypes.Structure):
+    _fields_ = [("scale", ctypes.c_float), ("zero_point", _I32)]
+
+
+# ============================================================================= layers
+@dataclass
+class LayerSpec:
+    """One layer as the C kernels see it: op code, scalar params, constant arrays (weights, biases, multipliers,
+    shifts) and where it came from."""
+
+    type: int
+    params: dict[str, Any]
+    arrays: dict[str, np.ndarray | None]
+    name: str
+    src_index: int
+    padding: tuple[int, int, int, int] = (0, 0, 0, 0)  # the op's own padding (top, bottom, left, right)
+
+    @property
+    def op(self) -> "KernelOp":
+        return kernel_op(self.type)
+
+    def c_params(self) -> tuple[ctypes.Structure, list[Any]]:
+        """The ctypes params struct (pointing into this spec's arrays, which must stay alive)."""
+        cls = self.op.params
+        values = dict(self.params)
+        keep = []
+        for name, f_type in cls._fields_:
+            if f_type is _PTR:
+                a = self.arrays.get(name)
+                values[name] = None if a is None else a.ctypes.data
+                keep.append(a)
+        return cls(**values), keep
+
+    def check_arrays(self, in_channels: int, out_channels: int) -> None:
+        """The constant arrays are as large as the params say (the C kernels trust them)."""
+        sizes = self.op.array_sizes(self.params, in_channels, out_channels) if self.op.array_sizes else {}
+        for name, n in sizes.items():
+            arr = self.arrays.get(name)
+            if arr is None and name == "bias":
+                continue
+            if arr is None or arr.size != n or arr.dtype != (np.int8 if name == "filter" else np.int32):
+                raise PatchKernelError(f"{self.name}: {name} must hold {n} values for these channels")
+
+
+@dataclass
+class _Source:
+    """The .tflite operator an IR op came from, with helpers for the builders."""
+
+    model: ts.ModelT
+    op: ir.Op
+    name: str  # TFLite builtin name
+    where: str
+    ins: list[int]
+    outs: list[int]
+    activation: str
+
+    def dtype(self, index: int) -> str:
+        return ts.dtype_name(self.model.subgraphs[0].tensors[index].type)
+
+    def int8(self, index: int, what: str) -> None:
+        if self.dtype(index) != "int8":
+            raise PatchKernelError(f"{self.where}: {what} is {self.dtype(index)}, the C kernels take int8")
+
+    def quant(self, index: int) -> tuple[float, int]:
+        t = self.model.subgraphs[0].tensors[index]
+        q = t.quantization
+        if q is None or q.scale is None or len(q.scale) == 0:
+            raise PatchKernelError(f"{self.where}: tensor '{ts.tensor_name(t)}' is not quantized")
+        if len(q.scale) > 1:
+            raise PatchKernelError(f"{self.where}: activation tensor '{ts.tensor_name(t)}' has per-channel "
+                                   f"quantization")
+        zp = int(np.ravel(q.zeroPoint)[0]) if q.zeroPoint is not None and len(q.zeroPoint) else 0
+        return float(np.float32(np.ravel(q.scale)[0])), zp
+
+    def const(self, index: int, what: str) -> np.ndarray:
+        arr = ts.buffer_array(self.model, self.model.subgraphs[0].tensors[index])
+        if arr is None:
+            raise PatchKernelError(f"{self.where}: {what} is not a constant in the model")
+        return arr
+
+    def spec(self, code: int, params: dict[str, Any], arrays: dict[str, Any] | None = None,
+             padding: tuple[int, int, int, int] = (0, 0, 0, 0)) -> LayerSpec:
+        return LayerSpec(code, params, arrays or {}, self.op.name, self.op.src_index, padding)
+
+
+def _conv_like(src: _Source, code: int) -> LayerSpec:
+    op, ins = src.op, src.ins
+    x, w = ins[0], ins[1]
+    b = ins[2] if len(ins) > 2 else -1
+    src.int8(x, "the input")
+    src.int8(src.outs[0], "the output")
+    if src.dtype(w) != "int8":
+        raise PatchKernelError(f"{src.where}: weights are {src.dtype(w)}, the C kernels take int8")
+    (si, zi), (so, zo) = src.quant(x), src.quant(src.outs[0])
+    wq = src.model.subgraphs[0].tensors[w].quantization
+    if wq is None or wq.scale is None or len(wq.scale) == 0:
+        raise PatchKernelError(f"{src.where}: weights are not quantized")
+    if wq.zeroPoint is not None and np.any(np.asarray(wq.zeroPoint) != 0):
+        raise PatchKernelError(f"{src.where}: weights have non-zero zero points")
+    filt = np.ascontiguousarray(src.const(w, "the filter"), dtype=np.int8)
+    out_ch, in_ch = int(op.out_channels), int(op.in_channels)
+    want = ((out_ch, op.kernel[0], op.kernel[1], in_ch // max(int(op.groups), 1)) if code == OP_CONV
+            else (1, op.kernel[0], op.kernel[1], out_ch))
+    if tuple(filt.shape) != want:
+        raise PatchKernelError(f"{src.where}: filter shape {list(filt.shape)}, expected {list(want)}")
+    bias = None
+    if b >= 0:
+        if src.dtype(b) != "int32":
+            raise PatchKernelError(f"{src.where}: bias is {src.dtype(b)}, the C kernels take int32")
+        bias = np.ascontiguousarray(src.const(b, "the bias"), dtype=np.int32).reshape(-1)
+        if bias.size != out_ch:
+            raise PatchKernelError(f"{src.where}: {bias.size} biases for {out_ch} output channels")
+    mult, shift = conv_multipliers(si, wq.scale, so, out_ch)
+    lo, hi = activation_range(src.activation, so, zo)
+    params = dict(kernel_h=op.kernel[0], kernel_w=op.kernel[1], stride_h=op.stride[0], stride_w=op.stride[1],
+                  dilation_h=op.dilation[0], dilation_w=op.dilation[1])
+    if code == OP_CONV:
+        params["groups"] = int(op.groups)
+    else:
+        params["depth_multiplier"] = int(op.attrs.get("depth_multiplier", 1))
+    params.update(input_offset=-zi, output_offset=zo, act_min=lo, act_max=hi)
+    arrays = dict(filter=filt, bias=bias, output_multiplier=mult, output_shift=shift)
+    return src.spec(code, params, arrays, op.padding)
+
+
+def _build_conv(src: _Source) -> LayerSpec:
+    return _conv_like(src, OP_CONV)
+
+
+def _build_depthwise(src: _Source) -> LayerSpec:
+    return _conv_like(src, OP_DEPTHWISE)
+
+
+def _conv_arrays(params: dict[str, Any], in_channels: int, out_channels: int) -> dict[str, int]:
+    depth = in_channels // max(int(params.get("groups", 1)), 1)
+    return {"filter": out_channels * params["kernel_h"] * params["kernel_w"] * depth, "bias": out_channels,
+            "output_multiplier": out_channels, "output_shift": out_channels}
+
+
+def _depthwise_arrays(params: dict[str, Any], in_channels: int, out_channels: int) -> dict[str, int]:
+    return {"filter": params["kernel_h"] * params["kernel_w"] * out_channels, "bias": out_channels,
+            "output_multiplier": out_channels, "output_shift": out_channels}
+
+
+def _build_add(src: _Source) -> LayerSpec:
+    op = src.op
+    if len(op.inputs) != 2 or op.attrs.get("broadcast") or op.attrs.get("constant_operands"):
+        raise PatchKernelError(f"{src.where}: only ADD of two same-shape activations is supported")
+    for i in src.ins[:2] + src.outs[:1]:
+        src.int8(i, f"tensor {i}")
+    (s1, z1), (s2, z2), (so, zo) = (src.quant(i) for i in (src.ins[0], src.ins[1], src.outs[0]))
+    return src.spec(OP_ADD, add_params(s1, z1, s2, z2, so, zo, src.activation))
+
+
+def _build_pad(src: _Source) -> LayerSpec:
+    op = src.op
+    if op.attrs.get("paddings") is None:
+        raise PatchKernelError(f"{src.where}: only constant spatial padding is supported")
+    src.int8(src.ins[0], "the input")
+    value = src.quant(src.outs[0])[1]
+    if src.name == "PADV2" and len(src.ins) > 2 and src.ins[2] >= 0:
+        value = int(np.ravel(src.const(src.ins[2], "the pad value"))[0])
+    pads = np.asarray(op.attrs["paddings"]).reshape(-1, 2)
+    if len(pads) != 4 or pads[0].any() or pads[3].any():
+        raise PatchKernelError(f"{src.where}: padding of batch or channels is not supported")
+    return src.spec(OP_PAD, dict(value=int(value)), padding=op.padding)
+
+
+def _build_pool(src: _Source) -> LayerSpec:
+    op = src.op
+    src.int8(src.ins[0], "the input")
+    src.int8(src.outs[0], "the output")
+    (si, zi), (so, zo) = src.quant(src.ins[0]), src.quant(src.outs[0])
+    if (np.float32(si), zi) != (np.float32(so), zo):
+        raise PatchKernelError(f"{src.where}: input and output quantization differ (TFLite requires them equal)")
+    lo, hi = activation_range(src.activation, so, zo)
+    params = dict(filter_h=op.kernel[0], filter_w=op.kernel[1], stride_h=op.stride[0], stride_w=op.stride[1],
+                  act_min=lo, act_max=hi)
+    return src.spec(OP_AVG_POOL if src.name == "AVERAGE_POOL_2D" else OP_MAX_POOL, params, padding=op.padding)
+
+
+def _build_quantize(src: _Source) -> LayerSpec:
+    if src.dtype(src.ins[0]) != "float32" or src.dtype(src.outs[0]) != "int8":
+        raise PatchKernelError(f"{src.where}: only QUANTIZE float32 -> int8 is supported "
+                               f"({src.dtype(src.ins[0])} -> {src.dtype(src.outs[0])})")
+    scale, zp = src.quant(src.outs[0])
+    return src.spec(OP_QUANTIZE, dict(scale=scale, zero_point=zp))
+
+
+# ============================================================================= the table
+@dataclass(frozen=True)
+class KernelOp:
+    code: int  # TfmcuOpType
+    name: str  # the TFLite op it is named after (messages, C comments)
+    tflite: tuple[str, ...]  # TFLite builtins it implements
+    params: type  # ctypes mirror of the C params struct
+    c_struct: str  # the C params struct
+    inputs: int  # activation inputs
+    build: Callable[[_Source], LayerSpec]
+    input_dtype: int = INT8  # TfmcuDataType of its input(s)
+    array_sizes: Callable[[dict[str, Any], int, int], dict[str, int]] | None = None
+
+
+OP_CONV, OP_DEPTHWISE, OP_ADD, OP_PAD, OP_AVG_POOL, OP_MAX_POOL, OP_QUANTIZE = range(1, 8)
+
+KERNEL_OPS: dict[int, KernelOp] = {k.code: k for k in [
+    KernelOp(OP_CONV, "CONV_2D", ("CONV_2D",), ConvParams, "TfmcuConvParams", 1, _build_conv,
+             array_sizes=_conv_arrays),
+    KernelOp(OP_DEPTHWISE, "DEPTHWISE_CONV_2D", ("DEPTHWISE_CONV_2D",), DepthwiseConvParams,
+             "TfmcuDepthwiseConvParams", 1, _build_depthwise, array_sizes=_depthwise_arrays),
+    KernelOp(OP_ADD, "ADD", ("ADD",), AddParams, "TfmcuAddParams", 2, _build_add),
+    KernelOp(OP_PAD, "PAD", ("PAD", "PADV2"), PadParams, "TfmcuPadParams", 1, _build_pad),
+    KernelOp(OP_AVG_POOL, "AVERAGE_POOL_2D", ("AVERAGE_POOL_2D",), PoolParams, "TfmcuPoolParams", 1, _build_pool),
+    KernelOp(OP_MAX_POOL, "MAX_POOL_2D", ("MAX_POOL_2D",), PoolParams, "TfmcuPoolParams", 1, _build_pool),
+    KernelOp(OP_QUANTIZE, "QUANTIZE", ("QUANTIZE",), QuantizeParams, "TfmcuQuantizeParams", 1, _build_quantize,
+             input_dtype=FLOAT32),
+]}
+OP_NAMES = {code: k.name for code, k in KERNEL_OPS.items()}
+_BY_TFLITE = {name: k for k in KERNEL_OPS.values() for name in k.tflite}
+SUPPORTED_TFLITE = tuple(_BY_TFLITE)
+
+
+def kernel_op(code: int) -> KernelOp:
+    if code not in KERNEL_OPS:
+        raise PatchKernelError(f"unknown C kernel op type {code}")
+    return KERNEL_OPS[code]
+
+
+def layer_spec(model: ts.ModelT, op: ir.Op, index: int | None = None) -> LayerSpec:
+    """The C layer of IR op ``op`` (lowered from ``model``): params read from the flatbuffer, multipliers computed
+    here. Raises PatchKernelError for ops / types the C kernels do not cover."""
+    t_op = model.subgraphs[0].operators[op.src_index]
+    name = ts.op_name(model, t_op)
+    where = f"{op.describe(index)}" + (f" [{name}]" if name.lower() != op.type else "")
+    opts = t_op.builtinOptions
+    act = ts.activation_name(getattr(opts, "fusedActivationFunction", 0)) if opts is not None else "none"
+    kop = _BY_TFLITE.get(name)
+    if kop is None:
+        raise PatchKernelError(f"{where}: {name} has no C patch kernel (supported: {', '.join(SUPPORTED_TFLITE)})")
+    return kop.build(_Source(model, op, name, where, [int(t) for t in t_op.inputs], [int(t) for t in t_op.outputs],
+                             act))

@@ -1,0 +1,193 @@
+"""A patch stage packed for the C executor: ``pack_stage(model_bytes, graph, schedule) -> PackedStage``.
+
+The C description (``TfmcuStage``, see ``tflm_patch_kernels/patch_stage.h``) of a ``tfmcu.plan.regions``
+schedule's patch stage of an int8 .tflite, as plain data: every layer's ``LayerSpec`` (``tfmcu.kernels.ops``: weights
+and biases read from the flatbuffer, multipliers computed offline), the tensor table, per-band spans from the
+schedule's per-axis walks, and the patch buffers of every patch placed in one scratch buffer by the one placer
+(``tfmcu.plan.placer``, offsets aligned to 4 bytes): ``scratch_bytes`` is known before deployment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from tfmcu.graph import ir
+from tfmcu.kernels import PatchKernelError
+from tfmcu.kernels.ops import FLOAT32, INT8, LayerSpec, layer_spec
+from tfmcu.plan.placer import Buffer, alive_bound, place
+from tfmcu.tflite.editor import load
+
+
+# ============================================================================= scratch planning
+@dataclass
+class BufferPlan:
+    offsets: list[int]
+    end: int  # highest byte reached (max offset + size)
+    lower_bound: int  # max over steps of the bytes alive at once
+    strategy: str
+
+
+def plan_buffers(sizes: Sequence[int], lifetimes: Sequence[tuple[int, int]], align: int = 4) -> BufferPlan:
+    """Place buffers (``sizes`` bytes, alive during layers [first, last] inclusive) at offsets so that buffers alive
+    at the same time never overlap: the one placer (lowest aligned offset) under several orders, keeping the
+    plan that reaches the lowest end."""
+    n = len(sizes)
+    buffers = [Buffer(t, int(sizes[t]), lifetimes[t][0], lifetimes[t][1]) for t in range(n)]
+    bound = alive_bound(buffers)
+    orders = {
+        "size": sorted(range(n), key=lambda t: (-sizes[t], lifetimes[t][0], t)),
+        "start": sorted(range(n), key=lambda t: (lifetimes[t][0], -sizes[t], t)),
+        "area": sorted(range(n), key=lambda t: (-(sizes[t] * (lifetimes[t][1] - lifetimes[t][0] + 1)), t)),
+        "long": sorted(range(n), key=lambda t: (-(lifetimes[t][1] - lifetimes[t][0]), -sizes[t], t)),
+    }
+    best: BufferPlan | None = None
+    for strategy, order in orders.items():
+        end = place([buffers[t] for t in order], align=align)
+        if best is None or end < best.end:
+            best = BufferPlan([b.offset if b.size > 0 else 0 for b in buffers], end, bound, strategy)
+    assert best is not None
+    return best
+
+
+@dataclass
+class PackedStage:
+    """A patch stage ready for the C executor, as plain Python / numpy data: what ``TfmcuStage`` (patch_stage.h)
+    holds. ``tfmcu.kernels.binding`` turns it into the C struct, ``tfmcu.kernels.codegen`` into C source."""
+
+    name: str
+    layers: list[LayerSpec]
+    layer_inputs: list[list[int]]
+    layer_outputs: list[int]
+    tensor_names: list[str]
+    tensor_shapes: list[tuple[int, int, int]]  # (H, W, C)
+    tensor_dtypes: list[int]
+    tensor_producers: list[int]
+    tensor_tflite_index: list[int]
+    input_tensor: int
+    output_tensor: int
+    grid: tuple[int, int]
+    row_spans: np.ndarray  # [grid rows, layers, 10] int32 in CSpan field order
+    col_spans: np.ndarray
+    buffer_offsets: np.ndarray  # [patches, tensors] int32, -1 for input/output
+    buffer_sizes: np.ndarray  # [patches, tensors] bytes (0 for input/output)
+    scratch_bytes: int
+    lower_bound_bytes: int  # max over patches and steps of the patch bytes alive at once (analytic)
+    plan_strategies: list[str]
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return (1, *self.tensor_shapes[self.input_tensor])
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        return (1, *self.tensor_shapes[self.output_tensor])
+
+    @property
+    def input_dtype(self) -> Any:
+        return np.float32 if self.tensor_dtypes[self.input_tensor] == FLOAT32 else np.int8
+
+
+SPAN_FIELDS = 10
+
+
+def _span_row(out: tuple[int, int], reads: list[Any]) -> list[int]:
+    row = [out[0], out[1], 0, 0, 0, 0, 0, 0, 0, 0]
+    for k, r in enumerate(reads):
+        row[2 + k], row[4 + k], row[6 + k], row[8 + k] = r.start, r.stop, r.pad_before, r.pad_after
+    return row
+
+
+def pack_stage(model_bytes: bytes, graph: ir.Graph, schedule: Any, align: int = 4,
+               name: str | None = None) -> PackedStage:
+    """The C description of ``schedule``'s patch stage (a ``tfmcu.plan.regions.PatchSchedule`` of ``graph``, which was
+    lowered from ``model_bytes`` by ``tfmcu.graph.from_tflite``). ``align``: patch-buffer offsets are multiples
+    of it."""
+    if graph.source != "tflite":
+        raise PatchKernelError("pack_stage needs a graph lowered from the .tflite itself (tfmcu.graph.from_tflite)")
+    model = load(model_bytes)
+    s = schedule
+    if len(s.stage_inputs) != 1 or len(s.stage_outputs) != 1:
+        raise PatchKernelError(f"the C executor runs stages with one input and one output; this one has inputs "
+                               f"{s.stage_inputs} and outputs {s.stage_outputs}")
+    t_in, t_out = s.stage_inputs[0], s.stage_outputs[0]
+    tensor_names = [t_in]
+    for k in s.stage:
+        for t in graph.ops[k].outputs:
+            if t not in tensor_names:
+                tensor_names.append(t)
+    tid = {t: i for i, t in enumerate(tensor_names)}
+    layers, layer_inputs, layer_outputs = [], [], []
+    producers = [-1] * len(tensor_names)
+    tfl_index = [-1] * len(tensor_names)
+    for pos, k in enumerate(s.stage):
+        op = graph.ops[k]
+        if len(op.outputs) != 1:
+            raise PatchKernelError(f"{op.describe(k)}: ops with {len(op.outputs)} outputs are not supported")
+        spec = layer_spec(model, op, k)
+        layers.append(spec)
+        layer_inputs.append([tid[t] for t in op.inputs])
+        layer_outputs.append(tid[op.outputs[0]])
+        producers[tid[op.outputs[0]]] = pos
+        for t, idx in op.attrs.get("tflite_tensor_index", {}).items():
+            if t in tid:
+                tfl_index[tid[t]] = int(idx)
+    shapes, dtypes = [], []
+    for t in tensor_names:
+        tensor = graph.tensors[t]
+        if not tensor.is_feature_map or tensor.shape[0] != 1:
+            raise PatchKernelError(f"tensor '{t}' has shape {list(tensor.shape)}: expected [1, H, W, C]")
+        shapes.append(tuple(int(d) for d in tensor.shape[1:]))
+        if tensor.dtype not in ("int8", "float32") or (tensor.dtype == "float32" and t != t_in):
+            raise PatchKernelError(f"tensor '{t}' is {tensor.dtype}: the C executor holds int8 patch buffers "
+                                   f"(float32 only as the stage input)")
+        dtypes.append(FLOAT32 if tensor.dtype == "float32" else INT8)
+
+    # Spans per axis band (the schedule's walks are separable).
+    def spans(walks: list[Any]) -> np.ndarray:
+        arr = np.zeros((len(walks), len(s.stage), SPAN_FIELDS), np.int32)
+        for b, w in enumerate(walks):
+            for pos, k in enumerate(s.stage):
+                op = graph.ops[k]
+                if op.outputs[0] not in w.need or any((k, p) not in w.reads for p in range(len(op.inputs))):
+                    raise PatchKernelError(f"{op.describe(k)}: its output is not needed by the stage output")
+                arr[b, pos] = _span_row(w.need[op.outputs[0]], [w.reads[(k, p)] for p in range(len(op.inputs))])
+        return arr
+
+    row_spans, col_spans = spans(s.rows), spans(s.cols)
+
+    # Scratch plan, patch by patch.
+    n_t = len(tensor_names)
+    lifetimes = []
+    for t in range(n_t):
+        readers = [pos for pos, ins in enumerate(layer_inputs) if t in ins]
+        lifetimes.append((producers[t], max(readers + [producers[t]])))
+    scratch_ids = [t for t in range(n_t) if t not in (tid[t_in], tid[t_out])]
+    patches = s.grid[0] * s.grid[1]
+    offsets = np.full((patches, n_t), -1, np.int32)
+    sizes = np.zeros((patches, n_t), np.int64)
+    end = bound = 0
+    strategies = []
+    for i in range(s.grid[0]):
+        for j in range(s.grid[1]):
+            p = i * s.grid[1] + j
+            for t in scratch_ids:
+                pos = producers[t]
+                rows = row_spans[i, pos, 1] - row_spans[i, pos, 0]
+                cols = col_spans[j, pos, 1] - col_spans[j, pos, 0]
+                sizes[p, t] = int(rows) * int(cols) * shapes[t][2]
+            plan = plan_buffers([int(sizes[p, t]) for t in scratch_ids], [lifetimes[t] for t in scratch_ids], align)
+            for t, off in zip(scratch_ids, plan.offsets):
+                offsets[p, t] = off
+            end, bound = max(end, plan.end), max(bound, plan.lower_bound)
+            strategies.append(plan.strategy)
+    if end >= 2 ** 31:
+        raise PatchKernelError(f"scratch of {end} bytes does not fit the C description (int32 offsets)")
+    packed = PackedStage(
+        name=name or graph.name, layers=layers, layer_inputs=layer_inputs, layer_outputs=layer_outputs,
+        tensor_names=tensor_names, tensor_shapes=shapes, tensor_dtypes=dtypes, tensor_producers=producers,
+        tensor_tflite_index=tfl_index, input_tensor=tid[t_in], output_tensor=tid[t_out], grid=tuple(s.grid),
+        row_spans=row_spans, col_spans=col_spans, buffer_offsets=offsets, buffer_sizes=sizes,
+        scratch_bytes=int(end), lower_bound_bytes=int(bound), plan_strategies=strategies)
+    return packed

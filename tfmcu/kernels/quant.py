@@ -1,0 +1,105 @@
+"""Quantization math computed offline, bit for bit as TFLite's kernels compute it at Prepare time.
+
+``quantize_multiplier`` (TFLite's QuantizeMultiplier), ``activation_range`` (CalculateActivationRangeQuantized),
+``conv_multipliers`` (PopulateConvolutionQuantizationParams), ``add_params`` (the int8 ADD preparation). The C
+kernels take the results as plain integers (per-channel arrays in Flash), so they need no floating point at run time
+and no persistent memory.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Sequence
+
+import numpy as np
+
+from tfmcu.kernels import PatchKernelError
+
+
+def _round_half_away(x: float | Fraction) -> int:
+    """std::round: nearest integer, ties away from zero, computed exactly."""
+    f = Fraction(x)
+    n = math.floor(abs(f) + Fraction(1, 2))
+    return n if f >= 0 else -n
+
+
+def quantize_multiplier(real: float) -> tuple[int, int]:
+    """TFLite's QuantizeMultiplier (default double-rounding build): ``real`` (a double) as a Q31 multiplier and a
+    power-of-two exponent, ``real ~= multiplier * 2^(shift - 31)``. frexp-based; a mantissa that rounds up to 2^31
+    is halved (shift + 1); shifts below -31 flush to (0, 0); 0 gives (0, 0)."""
+    real = float(real)
+    if real == 0.0:
+        return 0, 0
+    q, shift = math.frexp(real)
+    q_fixed = _round_half_away(q * float(1 << 31))  # q * 2^31 is exact in double
+    if q_fixed > (1 << 31):
+        raise PatchKernelError(f"multiplier {real!r} cannot be quantized")
+    if q_fixed == (1 << 31):
+        q_fixed //= 2
+        shift += 1
+    if q_fixed > (1 << 31) - 1:
+        raise PatchKernelError(f"multiplier {real!r} cannot be quantized")
+    if shift < -31:
+        shift, q_fixed = 0, 0
+    return int(q_fixed), int(shift)
+
+
+def _f32(x: float) -> np.float32:
+    return np.float32(x)
+
+
+def _quantize_scalar(scale: float, zero_point: int, value: float) -> int:
+    """TFLite's Quantize helper for activation ranges: zero_point + round(value / scale), all in float32."""
+    with np.errstate(all="ignore"):
+        q = _f32(value) / _f32(scale)
+    if not np.isfinite(q) or abs(float(q)) > 2 ** 31:
+        raise PatchKernelError(f"activation bound {value} does not fit scale {scale}")
+    return int(zero_point) + _round_half_away(float(q))
+
+
+def activation_range(activation: str, scale: float, zero_point: int) -> tuple[int, int]:
+    """TFLite's CalculateActivationRangeQuantized for an int8 output: the fused activation as a clamp range."""
+    lo, hi = -128, 127
+    if activation == "none":
+        return lo, hi
+    if activation == "relu":
+        return max(lo, _quantize_scalar(scale, zero_point, 0.0)), hi
+    if activation == "relu6":
+        return max(lo, _quantize_scalar(scale, zero_point, 0.0)), min(hi, _quantize_scalar(scale, zero_point, 6.0))
+    if activation == "relu_n1_to_1":
+        return (max(lo, _quantize_scalar(scale, zero_point, -1.0)),
+                min(hi, _quantize_scalar(scale, zero_point, 1.0)))
+    raise PatchKernelError(f"fused activation {activation!r} is not supported (none, relu, relu6, relu_n1_to_1)")
+
+
+def conv_multipliers(input_scale: float, filter_scales: Sequence[float], output_scale: float,
+                     channels: int) -> tuple[np.ndarray, np.ndarray]:
+    """TFLite's PopulateConvolutionQuantizationParams: per output channel,
+    QuantizeMultiplier(double(input_scale) * double(filter_scale) / double(output_scale)); a per-tensor filter
+    scale is broadcast to every channel."""
+    scales = [float(_f32(s)) for s in np.ravel(filter_scales)]
+    if len(scales) not in (1, channels):
+        raise PatchKernelError(f"{len(scales)} filter scales for {channels} output channels")
+    mult = np.zeros(channels, np.int32)
+    shift = np.zeros(channels, np.int32)
+    for c in range(channels):
+        s = scales[c] if len(scales) > 1 else scales[0]
+        mult[c], shift[c] = quantize_multiplier(float(_f32(input_scale)) * s / float(_f32(output_scale)))
+    return mult, shift
+
+
+def add_params(s1: float, zp1: int, s2: float, zp2: int, s_out: float, zp_out: int,
+               activation: str) -> dict[str, int]:
+    """TFLite's int8 ADD preparation (general rescaling, left shift 20)."""
+    left_shift = 20
+    twice_max = 2.0 * float(max(_f32(s1), _f32(s2)))
+    m1, sh1 = quantize_multiplier(float(_f32(s1)) / twice_max)
+    m2, sh2 = quantize_multiplier(float(_f32(s2)) / twice_max)
+    mo, sho = quantize_multiplier(twice_max / ((1 << left_shift) * float(_f32(s_out))))
+    if max(sh1, sh2, sho) > 0:
+        raise PatchKernelError("ADD rescaling multipliers must be smaller than one")
+    lo, hi = activation_range(activation, s_out, zp_out)
+    return dict(input1_offset=-int(zp1), input2_offset=-int(zp2), output_offset=int(zp_out), left_shift=left_shift,
+                input1_multiplier=m1, input1_shift=sh1, input2_multiplier=m2, input2_shift=sh2,
+                output_multiplier=mo, output_shift=sho, act_min=lo, act_max=hi)

@@ -1,0 +1,211 @@
+"""A zoo of int8 .tflite models built and converted here, covering what real models contain.
+
+Used by the tests (verify suite) and by ``make bench``. Random weights, with batch-norm statistics calibrated on
+random data (one training-mode pass with momentum 0) so activations neither vanish nor saturate and int8 outputs
+really vary from input to input — a bit-exactness check on constant outputs would prove nothing.
+
+Each entry says which features it covers; ``build(name, cache_dir)`` converts once and caches the bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from tfmcu.nets.convert import random_representative, to_int8_tflite
+from tfmcu.nets.presets import get_preset
+from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+
+@dataclass
+class ZooModel:
+    name: str
+    features: list[str]
+    make: Callable[[], Any]  # -> tf_keras.Model
+    float_io: bool = False
+    per_tensor: bool = False
+    patch_blocks: int | None = None  # a sensible patch stage for tests (None: use patch_ops)
+    patch_ops: int | None = None
+    tags: list[str] = field(default_factory=list)
+
+
+def calibrate_batchnorm(model: Any, samples: int = 8, seed: int = 0) -> Any:
+    """Set every BN layer's moving statistics to the batch statistics of random inputs (one pass)."""
+    import tf_keras
+
+    bns = [layer for layer in model.layers if isinstance(layer, tf_keras.layers.BatchNormalization)]
+    if not bns:
+        return model
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1, 1, (samples, *model.input_shape[1:])).astype(np.float32)
+    saved = [bn.momentum for bn in bns]
+    for bn in bns:
+        bn.momentum = 0.0
+        gamma, beta = bn.gamma, bn.beta
+        if gamma is not None:
+            gamma.assign(rng.uniform(0.6, 1.4, gamma.shape).astype(np.float32))
+        if beta is not None:
+            beta.assign(rng.normal(0.2, 0.3, beta.shape).astype(np.float32))
+    model(x, training=True)
+    for bn, m in zip(bns, saved):
+        bn.momentum = m
+    return model
+
+
+def _spec_model(spec_fn: Callable[[], Any]) -> Callable[[], Any]:
+    def make() -> Any:
+        from tfmcu.nets.keras_builder import build_keras  # lazy: imports TensorFlow
+        return calibrate_batchnorm(build_keras(spec_fn(), seed=0))
+    return make
+
+
+def _mbv2_035_96() -> Any:
+    return get_preset("mbv2", width=0.35, resolution=96, num_classes=10)
+
+
+def _kernels_symmetric() -> Any:
+    return NetSpec(name="kernels_symmetric", resolution=64, padding="symmetric",
+                   stem=StemSpec(16, kernel=5, stride=2, activation="relu"),
+                   stages=[StageSpec([BlockSpec(16, kernel=7, expand=3, stride=1, activation="relu"),
+                                      BlockSpec(16, kernel=5, expand=3, activation="relu")]),
+                           StageSpec([BlockSpec(24, kernel=7, expand=4, stride=2, activation="relu")]),
+                           StageSpec([BlockSpec(32, kernel=5, expand=4, stride=2, activation="relu6"),
+                                      BlockSpec(32, kernel=3, expand=4, activation="relu6")])],
+                   head=HeadSpec(64, num_classes=8, activation="relu"))
+
+
+def _keras_mobilenet_v2() -> Any:
+    import tf_keras
+    m = tf_keras.applications.MobileNetV2(alpha=0.35, input_shape=(96, 96, 3), weights=None, classes=10,
+                                          classifier_activation=None)
+    return calibrate_batchnorm(m)
+
+
+def _keras_mobilenet_v1() -> Any:
+    import tf_keras
+    m = tf_keras.applications.MobileNet(alpha=0.25, input_shape=(128, 128, 3), weights=None, classes=10,
+                                        classifier_activation=None, dropout=0.0)
+    return calibrate_batchnorm(m)
+
+
+def _resnet_like() -> Any:
+    """ResNet-style stem (7x7/2 conv, 3x3/2 SAME max pool), projection shortcuts (1x1/2 conv), VALID convs,
+    a linear conv and a 1x1 conv on the stem."""
+    import tf_keras
+    from tf_keras import layers
+
+    inp = tf_keras.Input((72, 72, 3), name="input")
+    x = layers.Conv2D(16, 7, 2, padding="same", use_bias=False, name="stem_conv")(inp)
+    x = layers.BatchNormalization(name="stem_bn")(x)
+    x = layers.ReLU(name="stem_relu")(x)
+    x = layers.MaxPooling2D(3, 2, padding="same", name="stem_pool")(x)
+    for i, (c, s) in enumerate([(16, 1), (24, 2), (32, 2)]):
+        p = f"block{i + 1}"
+        y = layers.Conv2D(c, 3, s, padding="same", use_bias=False, name=f"{p}_conv1")(x)
+        y = layers.BatchNormalization(name=f"{p}_bn1")(y)
+        y = layers.ReLU(name=f"{p}_relu1")(y)
+        y = layers.Conv2D(c, 3, 1, padding="same", use_bias=False, name=f"{p}_conv2")(y)
+        y = layers.BatchNormalization(name=f"{p}_bn2")(y)
+        if s != 1 or x.shape[-1] != c:
+            x = layers.Conv2D(c, 1, s, padding="valid", use_bias=False, name=f"{p}_shortcut")(x)
+            x = layers.BatchNormalization(name=f"{p}_shortcut_bn")(x)
+        x = layers.Add(name=f"{p}_add")([x, y])
+        x = layers.ReLU(name=f"{p}_out")(x)
+    x = layers.Conv2D(48, 3, 1, padding="valid", name="head_valid_conv")(x)
+    x = layers.GlobalAveragePooling2D(name="head_pool")(x)
+    x = layers.Dense(10, name="classifier")(x)
+    return calibrate_batchnorm(tf_keras.Model(inp, x, name="resnet_like"))
+
+
+def _tiny_spec() -> Any:
+    return NetSpec(name="tiny", resolution=48, stem=StemSpec(8, kernel=3, stride=2),
+                   stages=[StageSpec([BlockSpec(8, kernel=3, expand=1)]),
+                           StageSpec([BlockSpec(16, kernel=5, expand=4, stride=2), BlockSpec(16, kernel=3)]),
+                           StageSpec([BlockSpec(24, kernel=3, expand=4, stride=2)])],
+                   head=HeadSpec(32, num_classes=5))
+
+
+def _mbv2_1_224() -> Any:
+    import tf_keras
+    m = tf_keras.applications.MobileNetV2(alpha=1.0, input_shape=(224, 224, 3), weights=None,
+                                          classifier_activation=None)
+    return calibrate_batchnorm(m, samples=2)
+
+
+def _mbv2_035_144() -> Any:
+    import tf_keras
+    m = tf_keras.applications.MobileNetV2(alpha=0.35, input_shape=(144, 144, 3), weights=None,
+                                          classifier_activation=None)
+    return calibrate_batchnorm(m, samples=4)
+
+
+ZOO: dict[str, ZooModel] = {m.name: m for m in [
+    ZooModel("mbv2_035_96", ["spec preset", "residual ADD", "ReLU6", "SAME", "k3", "s1/s2", "per-channel"],
+             _spec_model(_mbv2_035_96), patch_blocks=5),
+    ZooModel("kernels_symmetric", ["k5/k7", "symmetric padding (PAD + VALID)", "ReLU", "ReLU6", "s2 with k5/k7"],
+             _spec_model(_kernels_symmetric), patch_blocks=3),
+    ZooModel("keras_mobilenet_v2", ["tf_keras.applications", "ZeroPadding2D -> PAD", "VALID s2 depthwise"],
+             _keras_mobilenet_v2, patch_blocks=4),
+    ZooModel("keras_mobilenet_v1", ["tf_keras.applications", "plain conv chain", "PAD", "stage by op count"],
+             _keras_mobilenet_v1, patch_ops=9),
+    ZooModel("resnet_like", ["k7 stem", "MAX_POOL SAME", "projection shortcut", "VALID conv", "no activation",
+                             "ReLU"], _resnet_like, patch_blocks=3),
+    ZooModel("tiny_per_tensor", ["per-tensor quantization", "k5"], _spec_model(_tiny_spec), per_tensor=True,
+             patch_blocks=3),
+    ZooModel("tiny_float_input", ["float input -> QUANTIZE in the stage", "float output"], _spec_model(_tiny_spec),
+             float_io=True, patch_blocks=3),
+    ZooModel("mbv2_100_224", ["MobileNetV2 1.0 224 (tf_keras.applications)"], _mbv2_1_224, patch_blocks=5,
+             tags=["large"]),
+    ZooModel("mbv2_035_144", ["MobileNetV2 0.35 144 (tf_keras.applications)"], _mbv2_035_144, patch_blocks=5,
+             tags=["bench"]),
+]}
+
+
+def build(name: str, cache_dir: str | None = None) -> bytes:
+    """The int8 .tflite bytes of zoo model ``name`` (converted once, then cached in ``cache_dir``)."""
+    entry = ZOO[name]
+    path = None
+    if cache_dir:
+        key = hashlib.sha1(repr((entry.name, entry.features, entry.float_io, entry.per_tensor,
+                                 _source_digest())).encode()).hexdigest()[:12]
+        path = os.path.join(cache_dir, f"{name}-{key}.tflite")
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                return f.read()
+    import tf_keras
+
+    tf_keras.utils.set_random_seed(0)
+    model = entry.make()
+    data = to_int8_tflite(model, random_representative(tuple(model.input_shape[1:]), samples=8),
+                          float_io=entry.float_io, per_tensor=entry.per_tensor)
+    if path:
+        os.makedirs(cache_dir, exist_ok=True)
+        # Several test processes may build the same model at once: each writes its own temporary file and the
+        # rename is atomic, so readers see either no file or a whole one.
+        fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=cache_dir)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+    return data
+
+
+def _source_digest() -> str:
+    """Digest of the code a conversion depends on (this file, the spec, presets, builder and converter)."""
+    h = hashlib.sha1()
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in ("zoo.py", "spec.py", "presets.py", "keras_builder.py", "convert.py"):
+        with open(os.path.join(here, name), "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()[:8]

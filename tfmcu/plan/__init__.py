@@ -1,0 +1,2 @@
+"""Planning on the IR: analytic profile, patch regions, TFLM arena prediction, one placer, offline memory plans,
+and the one schedule search."""

@@ -1,0 +1,208 @@
+"""Offline memory plans: tensor offsets better than TFLM's greedy planner, stored where TFLM reads them.
+
+TFLM's greedy planner places buffers largest first, first fit; around residual blocks that leaves holes (MobileNetV2
+after the patch stage: 351,232 B planned where at most 326,144 B are ever alive at once). ``plan`` searches
+placements (first fit over perturbed orders, seeded, starting from TFLM's own order) and keeps the smallest; the
+lower bound is the largest set of buffers alive at one step, and the search stops when it reaches it.
+``with_offline_plan`` writes the offsets as TFLM's "OfflineMemoryAllocation" model metadata
+([version 1, subgraph 0, number of tensors, offset per tensor or -1 for online]); TFLM then places those tensors
+there and plans only the rest (kernel scratch buffers) online. ``tfmcu.plan.arena.predict_arena`` honours such plans.
+
+In-place plans (``inplace=True``, TinyEngine's in-place depthwise generalised): an operator's output may overlap an
+input that dies at that operator when the kernel provably reads every input byte before it overwrites it. TFLM places
+offline-planned tensors where the plan says and never checks overlaps, so the only question is the kernel's order of
+reads and writes. ``inplace_distance`` derives, from TFLM's *reference* int8 kernels' loop order (batch, out_y, out_x,
+out channel; the window read before the output byte is written), the least number of bytes D by which the output
+must start before the input: writing output byte o must not touch an input byte any later step still reads, i.e.
+D >= o + 1 - (smallest input byte read after o is written), maximised over o. Optimised kernels that read in another
+order (CMSIS-NN's im2col / 3x3 depthwise paths) do not share that guarantee: in-place plans are for TFLM's reference
+kernels (the tflite-micro wheel, TFLM's default build), which is where ``verify`` checks them bit-exact.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from typing import Any
+
+import numpy as np
+
+from tfmcu.graph import ir
+from tfmcu.graph.from_tflite import from_tflite
+from tfmcu.plan.arena import ALIGN, builtin_of, lifetimes, offline_offsets, plan_head, tensor_indices
+from tfmcu.plan.placer import alive_bound, align_up, compatible, place
+from tfmcu.tflite import offline_plan
+
+
+# Reference kernels whose read/write order ``inplace_distance`` models (TFLite builtin names).
+INPLACE_BUILTINS = ("CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D", "ADD")
+
+
+def _window_read_base(op: ir.Op, in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> np.ndarray:
+    """Per output pixel (row-major), the element index of the first input element its window reads: the top-left
+    in-image tap (TFLM's reference kernels clip the window to the image), channel 0."""
+    _, h, w, c = in_shape
+    _, ho, wo, _ = out_shape
+    iy0 = np.clip(np.arange(ho, dtype=np.int64) * op.stride[0] - op.padding[0], 0, h - 1)
+    ix0 = np.clip(np.arange(wo, dtype=np.int64) * op.stride[1] - op.padding[2], 0, w - 1)
+    return ((iy0[:, None] * w + ix0[None, :]) * c).reshape(-1)
+
+
+def inplace_distance(graph: ir.Graph, op: ir.Op, tensor: str) -> int | None:
+    """Least D (bytes) such that ``op``'s output may start D bytes before its input ``tensor`` and overlap it, with
+    TFLM's reference int8 kernel reading every input byte before overwriting it; None where that is not modelled
+    (other operators, dilation, groups, broadcasting, batch > 1, tensors other than int8). See the module
+    docstring."""
+    b = builtin_of(op)
+    if b not in INPLACE_BUILTINS or len(op.outputs) != 1 or tensor not in op.inputs:
+        return None
+    x, y = graph.tensors[tensor], graph.tensors[op.outputs[0]]
+    if x.dtype != "int8" or y.dtype != "int8":  # the int8 reference kernels are the ones modelled (and tested)
+        return None
+    if b == "ADD":
+        # Elementwise: output[i] is written after input1[i] and input2[i] are read; later steps read i+1 onwards.
+        if op.attrs.get("broadcast") or tuple(x.shape) != tuple(y.shape):
+            return None
+        return 0
+    if tensor != op.inputs[0] or len(x.shape) != 4 or len(y.shape) != 4 or x.shape[0] != 1 or y.shape[0] != 1:
+        return None
+    if tuple(op.dilation) != (1, 1):
+        return None
+    cin, cout = int(x.shape[3]), int(y.shape[3])
+    j = np.arange(1, cout, dtype=np.int64)  # the next output channel at the same pixel
+    if b == "CONV_2D":
+        if op.groups not in (0, 1):
+            return None
+        first_read = np.zeros_like(j)  # every output channel reads the whole window from channel 0
+    elif b == "DEPTHWISE_CONV_2D":
+        if cout % cin:
+            return None
+        first_read = j // (cout // cin)  # output channel j reads input channel j / multiplier
+    else:  # pooling: channel j reads channel j
+        if cin != cout:
+            return None
+        first_read = j
+    base = _window_read_base(op, tuple(x.shape), tuple(y.shape))
+    pixels = np.arange(len(base), dtype=np.int64)
+    need = 0
+    if cout > 1:  # within a pixel: byte (p, j-1) is written before channel j's reads
+        need = max(need, int((pixels * cout - base).max() + (j - first_read).max()))
+    if len(base) > 1:  # after a pixel's last byte: the smallest first read of any later pixel
+        later_min = np.minimum.accumulate(base[::-1])[::-1][1:]
+        need = max(need, int(((pixels[:-1] + 1) * cout - later_min).max()))
+    return max(need, 0) * x.itemsize
+
+
+def inplace_pairs(graph: ir.Graph) -> dict[tuple[str, str], int]:
+    """(output, input) -> D for every operator input that dies at that operator and may be overlapped by its
+    output (``inplace_distance``). Graph inputs and outputs are excluded: the caller owns them."""
+    life = lifetimes(graph)
+    keep = set(graph.inputs) | set(graph.outputs)
+    pairs: dict[tuple[str, str], int] = {}
+    for i, op in enumerate(graph.ops):
+        if len(op.outputs) != 1 or op.outputs[0] in keep:
+            continue
+        for t in dict.fromkeys(op.inputs):
+            if t in keep or t not in life or life[t][1] != i + 1 or t == op.outputs[0]:
+                continue
+            d = inplace_distance(graph, op, t)
+            if d is not None and d < graph.tensors[op.outputs[0]].nbytes:
+                pairs[(op.outputs[0], t)] = d
+    return pairs
+
+
+def _random_groups(order: list[Any], overlap: dict[tuple[str, str], int], rng: random.Random,
+                   p_merge: float) -> list[list[tuple[Any, int]]]:
+    """Tie a random subset of in-place pairs together at their distance (output D bytes under input), keeping only
+    ties consistent with every other member of the group; groups keep the order of their first member."""
+    by_name = {b.name: b for b in order}
+    group = {b.name: [(b, 0)] for b in order}
+    pairs = [k for k in overlap if k[0] in by_name and k[1] in by_name]
+    rng.shuffle(pairs)
+    for y, x in pairs:
+        if rng.random() >= p_merge or group[y] is group[x]:
+            continue
+        gy, gx = group[y], group[x]
+        rel_y = dict((m.name, r) for m, r in gy)[y]
+        rel_x = dict((m.name, r) for m, r in gx)[x]
+        shift = rel_y + overlap[(y, x)] - rel_x
+        moved = [(m, r + shift) for m, r in gx]
+        if all(compatible(a, ra, b, rb, overlap) for a, ra in gy for b, rb in moved):
+            merged = gy + moved
+            for m, _ in merged:
+                group[m.name] = merged
+    units, seen = [], set()
+    for b in order:
+        g = group[b.name]
+        if id(g) not in seen:
+            seen.add(id(g))
+            units.append(g)
+    return units
+
+
+def _overlaps(graph: ir.Graph) -> dict[tuple[str, str], int]:
+    """``inplace_pairs`` with the distances rounded up to TFLM's 16-byte buffer alignment (a larger distance is
+    always safe)."""
+    return {k: align_up(d, ALIGN) for k, d in inplace_pairs(graph).items()}
+
+
+def lower_bound(graph: ir.Graph, inplace: bool = False) -> int:
+    """No plan of ``graph``'s head is smaller: the most bytes alive at one step (less what in-place pairs share)."""
+    _, buffers = plan_head(graph)
+    return alive_bound(buffers, _overlaps(graph) if inplace else {})
+
+
+def inplace_lower_bound(graph: ir.Graph) -> int:
+    return lower_bound(graph, inplace=True)
+
+
+def plan(graph: ir.Graph, tries: int | None = None, seed: int = 0,
+         inplace: bool = False) -> tuple[int, dict[str, int], int]:
+    """(planned head bytes, tensor name -> offset, TFLM greedy head) for ``graph``'s activation tensors.
+    ``inplace``: outputs may overlap dying inputs where TFLM's reference kernels allow it (``inplace_pairs``);
+    ``tries`` (default 400, 2000 in place) placements are searched, fewer when one reaches the lower bound."""
+    tries = tries if tries is not None else (2000 if inplace else 400)
+    greedy, buffers = plan_head(graph)
+    overlap = _overlaps(graph) if inplace else {}
+    tensors = [b for b in buffers if b.name in graph.tensors]
+    others = [b for b in buffers if b.name not in graph.tensors]  # kernel scratch: left to TFLM
+    base = sorted(tensors + others, key=lambda b: -b.size)
+    bound = alive_bound(base, overlap)
+    best_head, best = greedy, {b.name: b.offset for b in tensors}
+    rng = random.Random(seed)
+    for k in range(tries):
+        order = copy.deepcopy(base)
+        for _ in range(rng.randint(1, 6) if k else 0):
+            i, j = rng.randrange(len(order)), rng.randrange(len(order))
+            order[i], order[j] = order[j], order[i]
+        groups = _random_groups(order, overlap, rng, rng.random()) if overlap and k else None
+        head = place(order, overlap, groups)
+        if head < best_head:
+            best_head, best = head, {b.name: b.offset for b in order if b.name in graph.tensors}
+        if best_head <= bound:
+            break
+    return best_head, best, greedy
+
+
+def with_offline_plan(data: bytes, graph: ir.Graph | None = None, tries: int | None = None,
+                      inplace: bool = False) -> tuple[bytes, int, int]:
+    """``data`` with an OfflineMemoryAllocation plan (replacing any) if it beats TFLM's greedy plan:
+    (model bytes, planned head, greedy head). Associated files appended after the flatbuffer are kept.
+    ``inplace``: see ``plan`` (valid for TFLM's reference kernels only)."""
+    graph = graph or from_tflite(data)
+    head, offsets, greedy = plan(graph, tries, inplace=inplace)
+    if head >= greedy:
+        return data, greedy, greedy
+    return write_offline_plan(data, offsets, graph), head, greedy
+
+
+def write_offline_plan(data: bytes, offsets: dict[str, int], graph: ir.Graph | None = None) -> bytes:
+    """``data`` with the OfflineMemoryAllocation metadata ``offsets`` (tensor name -> byte offset; others online),
+    replacing any plan it had. Associated files appended after the flatbuffer are kept."""
+    index = tensor_indices(graph or from_tflite(data))
+    return offline_plan.write(data, {index[name]: off for name, off in offsets.items()})
+
+
+def read_offline_plan(data: bytes, graph: ir.Graph) -> dict[str, int] | None:
+    """Tensor name -> offset of the model's OfflineMemoryAllocation metadata (None if it has none)."""
+    return offline_offsets(graph, data)

@@ -1,0 +1,349 @@
+"""Patch regions: receptive fields, per-patch regions and border padding, patched MACs and memory.
+
+The patch stage is a prefix of the graph (the first ``n`` blocks, or the first ``k`` ops). Its output is cut into a
+``ph x pw`` grid of non-overlapping output patches. For each patch the needed region of every tensor is found by
+walking the stage backwards (``ir.input_range`` is the one receptive-field formula). Regions are separable: the rows a
+patch needs depend only on its row band and the columns only on its column band, so each axis is walked once per
+band and a patch's region is the product of its row and column ranges.
+
+Accounting (all int8 bytes, as deployed):
+* exact MACs: each op computes only the part of its output that lies inside the feature map and that later ops need;
+* padded MACs (the paper's): each op computes its whole unclipped patch region, i.e. every patch at full size as if
+  the border padding were computed data;
+* memory: the full stage-output buffer(s) + one patch's working set by the same alive-tensor rule the profiler
+  uses; with the input image counted the whole image is held during the stage (each patch reads its window in
+  place), without it only one patch's input window is held (streamed input). Peak = max(stage, rest of the net).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from tfmcu.errors import TfmcuError
+from tfmcu.graph import ir
+from tfmcu.plan.profiler import step_memory
+
+Range = tuple[int, int]
+
+
+class ScheduleError(TfmcuError):
+    """The requested patch stage cannot be built; the message names the op and says what is supported."""
+
+
+# ----------------------------------------------------------------------------- stage selection
+def stage_ops(graph: ir.Graph, n_blocks: int | None = None, n_ops: int | None = None) -> list[int]:
+    """Op indices of the patch stage: ops of blocks < n_blocks, or the first n_ops ops."""
+    if (n_blocks is None) == (n_ops is None):
+        raise ScheduleError("give exactly one of n_blocks or n_ops for the patch stage")
+    if n_blocks is not None:
+        if not 1 <= n_blocks < graph.num_blocks:
+            raise ScheduleError(f"patch stage of {n_blocks} blocks: must be 1..{graph.num_blocks - 1} "
+                                f"(the model has {graph.num_blocks} blocks)")
+        idx = [i for i, op in enumerate(graph.ops) if op.block < n_blocks]
+    else:
+        if not 1 <= n_ops < len(graph.ops):
+            raise ScheduleError(f"patch stage of {n_ops} ops: must be 1..{len(graph.ops) - 1}")
+        idx = list(range(n_ops))
+    return idx
+
+
+def check_stage(graph: ir.Graph, idx: Sequence[int]) -> tuple[list[str], list[str]]:
+    """Stage inputs and outputs; raises ScheduleError naming the first op that cannot run patch by patch."""
+    in_stage = set(idx)
+    produced = {t for i in idx for t in graph.ops[i].outputs}
+    for i in idx:
+        op = graph.ops[i]
+        if not op.patchable:
+            raise ScheduleError(f"{op.describe(i)} cannot run patch by patch (supported: conv, depthwise conv, "
+                                f"pooling, pad, add, concatenation, quantize, elementwise); largest stage that "
+                                f"works: {largest_prefix(graph)} ops")
+        for t in op.inputs + op.outputs:
+            if not graph.tensors[t].is_feature_map:
+                raise ScheduleError(f"{op.describe(i)} has non-feature-map tensor '{t}' "
+                                    f"{list(graph.tensors[t].shape)}")
+    inputs = sorted({t for i in idx for t in graph.ops[i].inputs if t not in produced})
+    cons = graph.consumers()
+    outputs = [t for i in idx for t in graph.ops[i].outputs
+               if t in graph.outputs or any(c not in in_stage for c in cons.get(t, []))]
+    if not outputs:
+        raise ScheduleError("the patch stage has no output used by the rest of the graph")
+    hw = {graph.tensors[t].hw for t in outputs}
+    if len(hw) != 1:
+        raise ScheduleError(f"the patch stage has outputs of different sizes {sorted(hw)}: "
+                            f"choose a stage that ends at one resolution")
+    return inputs, outputs
+
+
+def largest_prefix(graph: ir.Graph) -> int:
+    """Number of leading ops that are all patchable feature-map ops."""
+    n = 0
+    for op in graph.ops:
+        if not op.patchable or not all(graph.tensors[t].is_feature_map for t in op.inputs + op.outputs):
+            break
+        n += 1
+    return n
+
+
+def max_stage_blocks(graph: ir.Graph) -> int:
+    """Largest n such that blocks 0..n-1 can form a patch stage (0 if even block 0 cannot)."""
+    n_ok = largest_prefix(graph)
+    n = 0
+    for b in range(1, graph.num_blocks):
+        last = max(i for i, op in enumerate(graph.ops) if op.block < b)
+        if last >= n_ok:
+            break
+        try:
+            check_stage(graph, stage_ops(graph, n_blocks=b))
+        except ScheduleError:
+            continue
+        n = b
+    return n
+
+
+# ----------------------------------------------------------------------------- one-axis walk
+def split(size: int, parts: int) -> list[Range]:
+    """Split [0, size) into ``parts`` contiguous bands as evenly as possible (larger bands first)."""
+    if not 1 <= parts <= size:
+        raise ScheduleError(f"cannot split {size} rows/columns into {parts} patches")
+    base, extra = divmod(size, parts)
+    bands, start = [], 0
+    for k in range(parts):
+        stop = start + base + (1 if k < extra else 0)
+        bands.append((start, stop))
+        start = stop
+    return bands
+
+
+def _union(a: Range | None, b: Range) -> Range:
+    return b if a is None else (min(a[0], b[0]), max(a[1], b[1]))
+
+
+@dataclass
+class Read:
+    """What op ``op`` reads from its input ``pos`` along one axis: the clipped input range and the zero padding
+    that must be added before/after it (where the window runs past the feature-map border)."""
+
+    start: int
+    stop: int
+    pad_before: int
+    pad_after: int
+
+
+@dataclass
+class AxisWalk:
+    band: Range
+    need: dict[str, Range]  # clipped range of every stage tensor this band needs
+    need_unclipped: dict[str, Range]  # same, without clipping at the border (padded accounting)
+    reads: dict[tuple[int, int], Read]  # (op index, input position) -> read
+
+
+def walk_axis(graph: ir.Graph, idx: Sequence[int], outputs: Sequence[str], axis: int, band: Range) -> AxisWalk:
+    need: dict[str, Range] = {t: band for t in outputs}
+    need_u: dict[str, Range] = {t: band for t in outputs}
+    reads: dict[tuple[int, int], Read] = {}
+    for i in reversed(idx):
+        op = graph.ops[i]
+        out = [need[t] for t in op.outputs if t in need]
+        if not out:
+            continue
+        o = out[0]
+        for r in out[1:]:
+            o = _union(o, r)
+        ou = need_u[op.outputs[0]]
+        for t in op.outputs[1:]:
+            ou = _union(ou, need_u[t])
+        for pos, t in enumerate(op.inputs):
+            size = graph.tensors[t].shape[1 + axis]
+            if op.is_window:
+                a, b = ir.input_range(op, axis, *o)
+                au, bu = ir.input_range(op, axis, *ou)
+            elif size == 1 and graph.tensors[op.outputs[0]].shape[1 + axis] != 1:
+                a, b = au, bu = 0, 1  # broadcast operand
+            else:
+                (a, b), (au, bu) = o, ou
+            ca, cb = max(a, 0), min(b, size)
+            reads[(i, pos)] = Read(ca, cb, ca - a, b - cb)
+            need[t] = _union(need.get(t), (ca, cb))
+            need_u[t] = _union(need_u.get(t), (au, bu))
+    return AxisWalk(band, need, need_u, reads)
+
+
+# ----------------------------------------------------------------------------- schedule
+@dataclass
+class PatchRegion:
+    """One op's work for one patch: output box and, per input, the clipped box read plus border padding."""
+
+    op: int
+    out: tuple[Range, Range]  # (rows, cols)
+    reads: list[tuple[Range, Range, tuple[int, int, int, int]]]  # per input: rows, cols, (top, bottom, left, right)
+
+
+@dataclass
+class PatchSchedule:
+    graph: ir.Graph
+    stage: list[int]
+    n_blocks: int | None
+    grid: tuple[int, int]
+    stage_inputs: list[str]
+    stage_outputs: list[str]
+    rows: list[AxisWalk]
+    cols: list[AxisWalk]
+    input_patch_size: tuple[int, int]
+    stage_peak_bytes: int
+    stage_peak_bytes_excluding_input: int
+    rest_peak_bytes: int
+    rest_peak_bytes_excluding_input: int
+    stage_macs: int
+    stage_macs_patched_padded: int
+    stage_macs_patched_exact: int
+    macs: int
+    patch_peak_bytes: int = 0  # largest working set of one patch (its own tensors incl. its input window)
+    input_bytes: int = 0  # bytes of the stage inputs that are graph inputs (the image, when counted)
+    step_memory: list[int] = field(default_factory=list)  # per op: peak over patches (stage) / per layer (rest)
+    step_memory_excluding_input: list[int] = field(default_factory=list)
+
+    @property
+    def patches(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    @property
+    def peak_sram_bytes(self) -> int:
+        return max(self.stage_peak_bytes, self.rest_peak_bytes)
+
+    @property
+    def peak_sram_bytes_excluding_input(self) -> int:
+        return max(self.stage_peak_bytes_excluding_input, self.rest_peak_bytes_excluding_input)
+
+    @property
+    def macs_patched_padded(self) -> int:
+        return self.macs - self.stage_macs + self.stage_macs_patched_padded
+
+    @property
+    def macs_patched_exact(self) -> int:
+        return self.macs - self.stage_macs + self.stage_macs_patched_exact
+
+    def region(self, op_index: int, patch: tuple[int, int]) -> PatchRegion:
+        r, c = self.rows[patch[0]], self.cols[patch[1]]
+        op = self.graph.ops[op_index]
+        out = (r.need[op.outputs[0]], c.need[op.outputs[0]])
+        reads = []
+        for pos in range(len(op.inputs)):
+            rr, cc = r.reads[(op_index, pos)], c.reads[(op_index, pos)]
+            reads.append(((rr.start, rr.stop), (cc.start, cc.stop),
+                          (rr.pad_before, rr.pad_after, cc.pad_before, cc.pad_after)))
+        return PatchRegion(op_index, out, reads)
+
+    def patch_iter(self) -> Iterable[tuple[int, int]]:
+        return itertools.product(range(self.grid[0]), range(self.grid[1]))
+
+    def block_peaks(self, exclude_input: bool = False) -> dict[int, int]:
+        mem = self.step_memory_excluding_input if exclude_input else self.step_memory
+        peaks: dict[int, int] = {}
+        for i, op in enumerate(self.graph.ops):
+            peaks[op.block] = max(peaks.get(op.block, 0), mem[i])
+        return peaks
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "patches": self.grid[0] if self.grid[0] == self.grid[1] else list(self.grid),
+            "grid": list(self.grid),
+            "patch_blocks": self.n_blocks,
+            "patch_ops": len(self.stage),
+            "stage_inputs": self.stage_inputs,
+            "stage_outputs": self.stage_outputs,
+            "input_patch_size": list(self.input_patch_size),
+            "peak_sram_bytes": self.peak_sram_bytes,
+            "peak_sram_bytes_excluding_input": self.peak_sram_bytes_excluding_input,
+            "stage_peak_bytes": self.stage_peak_bytes,
+            "stage_peak_bytes_excluding_input": self.stage_peak_bytes_excluding_input,
+            "rest_peak_bytes": self.rest_peak_bytes,
+            "rest_peak_bytes_excluding_input": self.rest_peak_bytes_excluding_input,
+            "stage_macs": self.stage_macs,
+            "stage_macs_patched_padded": self.stage_macs_patched_padded,
+            "stage_macs_patched_exact": self.stage_macs_patched_exact,
+            "macs_patched_padded": self.macs_patched_padded,
+            "macs_patched_exact": self.macs_patched_exact,
+            "stage_mac_overhead_padded": _ratio(self.stage_macs_patched_padded, self.stage_macs),
+            "stage_mac_overhead_exact": _ratio(self.stage_macs_patched_exact, self.stage_macs),
+            "mac_overhead_padded": _ratio(self.macs_patched_padded, self.macs),
+            "mac_overhead_exact": _ratio(self.macs_patched_exact, self.macs),
+            "row_bands": [list(w.band) for w in self.rows],
+            "col_bands": [list(w.band) for w in self.cols],
+        }
+
+
+def _ratio(a: int, b: int) -> float:
+    return round(a / b - 1.0, 6) if b else 0.0
+
+
+def _length(r: Range) -> int:
+    return max(r[1] - r[0], 0)
+
+
+def plan(graph: ir.Graph, patches: int | tuple[int, int], n_blocks: int | None = None,
+         n_ops: int | None = None) -> PatchSchedule:
+    """Schedule the stage (first n_blocks blocks or n_ops ops) as a ph x pw grid of patches."""
+    ph, pw = (patches, patches) if isinstance(patches, int) else patches
+    idx = stage_ops(graph, n_blocks, n_ops)
+    ins, outs = check_stage(graph, idx)
+    oh, ow = graph.tensors[outs[0]].hw
+    if ph > oh or pw > ow:
+        raise ScheduleError(f"{ph}x{pw} patches do not fit the {oh}x{ow} stage output")
+    rows = [walk_axis(graph, idx, outs, 0, band) for band in split(oh, ph)]
+    cols = [walk_axis(graph, idx, outs, 1, band) for band in split(ow, pw)]
+
+    # MACs: exact uses clipped regions, padded the unclipped ones (sum over patches factorises per axis).
+    stage_macs = stage_exact = stage_padded = 0
+    for i in idx:
+        op = graph.ops[i]
+        mpp = ir.macs_per_output_pixel(op)
+        if not mpp:
+            continue
+        t = op.outputs[0]
+        stage_macs += ir.op_macs(graph, op)
+        stage_exact += mpp * sum(_length(w.need[t]) for w in rows) * sum(_length(w.need[t]) for w in cols)
+        stage_padded += mpp * (sum(_length(w.need_unclipped[t]) for w in rows)
+                               * sum(_length(w.need_unclipped[t]) for w in cols))
+
+    # Memory: stage steps by patch, rest by layer.
+    life = graph.lifetimes()
+    per_layer = step_memory(graph, life)
+    per_layer_x = step_memory(graph, life, exclude_inputs=True)
+    out_bytes = sum(graph.tensors[t].nbytes for t in outs)
+    in_bytes = sum(graph.tensors[t].nbytes for t in ins if t in graph.inputs)
+    produced = {t for i in idx for t in graph.ops[i].outputs}
+    mem, mem_x = list(per_layer), list(per_layer_x)
+    patch_peak = 0
+    for i in idx:
+        alive = [t for t, (a, b) in life.items() if a <= i <= b and (t in produced or t in ins) and t not in outs]
+        peak_in = peak_x = 0
+        for r, c in itertools.product(rows, cols):
+            patch_in = patch_x = 0
+            for t in alive:
+                tensor = graph.tensors[t]
+                nbytes = _length(r.need[t]) * _length(c.need[t]) * tensor.shape[3] * tensor.itemsize
+                if t in ins:  # stage input: whole image when counted, else one patch window
+                    patch_x += nbytes
+                else:
+                    patch_in += nbytes
+                    patch_x += nbytes
+            peak_in, peak_x = max(peak_in, patch_in), max(peak_x, patch_x)
+        mem[i] = out_bytes + in_bytes + peak_in
+        mem_x[i] = out_bytes + peak_x
+        patch_peak = max(patch_peak, peak_x)
+    last = idx[-1]
+    rest = range(last + 1, len(graph.ops))
+    input_patch = max((_length(w.need_unclipped[t]) for w in rows for t in ins), default=0), \
+        max((_length(w.need_unclipped[t]) for w in cols for t in ins), default=0)
+    return PatchSchedule(
+        graph=graph, stage=list(idx), n_blocks=n_blocks, grid=(ph, pw), stage_inputs=ins, stage_outputs=outs,
+        rows=rows, cols=cols, input_patch_size=input_patch,
+        stage_peak_bytes=max(mem[i] for i in idx), stage_peak_bytes_excluding_input=max(mem_x[i] for i in idx),
+        rest_peak_bytes=max((mem[i] for i in rest), default=0),
+        rest_peak_bytes_excluding_input=max((mem_x[i] for i in rest), default=0),
+        stage_macs=stage_macs, stage_macs_patched_padded=stage_padded, stage_macs_patched_exact=stage_exact,
+        macs=sum(ir.op_macs(graph, op) for op in graph.ops), patch_peak_bytes=patch_peak, input_bytes=in_bytes,
+        step_memory=mem,
+        step_memory_excluding_input=mem_x)

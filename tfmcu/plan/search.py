@@ -1,0 +1,327 @@
+"""The one schedule search: the candidate schedules of a graph, and a budgeted search over a cost function.
+
+* ``candidates(graph, options)``: the unpatched model first, then every patch stage (the first n blocks, or the
+  first k ops with ``unit="ops"``) x grid (``ph x pw`` with ph, pw from ``patch_options``, not both 1; square
+  grids only unless ``rectangular``) that the scheduler can build, with its MACs (exact or padded) and its analytic
+  peak. Candidates above ``max_mac_overhead`` are left out here, once, for every cost function.
+* A cost function (``CostModel``) prices a candidate in bytes: ``evaluate`` builds what it needs and returns an
+  ``Evaluation``; ``lower_bound`` is a cheap floor under that cost, used to skip candidates that cannot win.
+  ``AnalyticCost`` (here) is the analytic peak (``tfmcu.plan.regions``); ``tfmcu.stage.builtin.BuiltinArenaCost``
+  the predicted TFLM arena of the builtin rewrite (one variant per border treatment);
+  ``tfmcu.stage.custom.CustomArenaCost`` the single-arena peak of custom mode (estimated: the TFLM kernel does not
+  exist yet). Every cost function counts the input image or not (``count_input``).
+* ``search(graph, cost, budget, options)`` -> ``SearchResult``, for two objectives:
+  - ``"macs"``: the least-MACs candidate whose cost fits ``budget`` (candidates are evaluated in order of MACs, so
+    the first that fits wins; the unpatched model wins if it fits). A patched candidate must also cost less than
+    the unpatched model.
+  - ``"memory"``: the smallest cost (branch and bound: candidates in order of their lower bound, until the bound
+    reaches the best cost found); checked against ``budget`` when one is given.
+  When nothing fits, the search goes on until the smallest achievable cost is known (every candidate evaluated or
+  ruled out by its lower bound), so the message states a true minimum.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from tfmcu.errors import TfmcuError
+from tfmcu.graph import ir
+from tfmcu.plan.profiler import profile
+from tfmcu.plan.regions import PatchSchedule, ScheduleError, largest_prefix, max_stage_blocks, plan
+
+OBJECTIVES = ("macs", "memory")
+UNITS = ("blocks", "ops")
+MAC_METRICS = ("exact", "padded")
+KB = 1024
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """What is searched and how (shared by every pipeline and cost function)."""
+
+    patch_options: tuple[int, ...] = (1, 2, 3, 4)  # patches per side to try
+    unit: str = "blocks"  # stages by blocks or by ops
+    rectangular: bool = True  # ph x pw grids, not only p x p
+    max_mac_overhead: float | None = None  # e.g. 0.2 = at most +20% MACs
+    mac_metric: str = "exact"  # which MAC count candidates are ordered by
+    count_input: bool = True  # the input image counts against the budget
+    objective: str = "macs"  # "macs" or "memory"
+
+    def validate(self) -> "SearchOptions":
+        if not self.patch_options or any(not isinstance(p, int) or p < 1 for p in self.patch_options):
+            raise ScheduleError(f"patch options {list(self.patch_options)}: expected integers >= 1")
+        if self.unit not in UNITS:
+            raise ScheduleError(f"stage unit {self.unit!r}: expected one of {', '.join(UNITS)}")
+        if self.mac_metric not in MAC_METRICS:
+            raise ScheduleError(f"MAC metric {self.mac_metric!r}: expected one of {', '.join(MAC_METRICS)}")
+        if self.objective not in OBJECTIVES:
+            raise ScheduleError(f"objective {self.objective!r}: expected one of {', '.join(OBJECTIVES)}")
+        if self.max_mac_overhead is not None and self.max_mac_overhead < 0:
+            raise ScheduleError(f"max MAC overhead {self.max_mac_overhead}: expected >= 0")
+        return self
+
+    @property
+    def input_phrase(self) -> str:
+        return "with the input image" if self.count_input else "without the input image"
+
+
+# ============================================================================= candidates
+@dataclass
+class Candidate:
+    grid: tuple[int, int]
+    n_blocks: int | None
+    n_ops: int | None
+    peak_sram_bytes: int  # analytic, input image counted
+    peak_sram_bytes_excluding_input: int
+    macs: int  # by the search's MAC metric
+    mac_overhead: float
+    schedule: PatchSchedule | None = None  # None: the unpatched model
+
+    @property
+    def patched(self) -> bool:
+        return self.schedule is not None
+
+    @property
+    def cells(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    def peak(self, count_input: bool = True) -> int:
+        return self.peak_sram_bytes if count_input else self.peak_sram_bytes_excluding_input
+
+    def describe(self) -> str:
+        if self.schedule is None:
+            return "no patching (per-layer)"
+        stage = f"{self.n_blocks} blocks" if self.n_blocks is not None else f"{self.n_ops} ops"
+        return f"{self.grid[0]}x{self.grid[1]} patches over the first {stage}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"patches": list(self.grid), "patch_blocks": self.n_blocks, "patch_ops": self.n_ops,
+                "peak_sram_bytes": self.peak_sram_bytes,
+                "peak_sram_bytes_excluding_input": self.peak_sram_bytes_excluding_input,
+                "macs": self.macs, "mac_overhead": round(self.mac_overhead, 6)}
+
+
+def candidates(graph: ir.Graph, options: SearchOptions = SearchOptions()) -> list[Candidate]:
+    """The unpatched model, then every schedule the options allow (see the module docstring)."""
+    options.validate()
+    prof = profile(graph)
+    out = [Candidate((1, 1), None, None, prof.peak_sram_per_layer_bytes,
+                     prof.peak_sram_per_layer_bytes_excluding_input, prof.macs, 0.0)]
+    if options.unit == "blocks":
+        stages = [(n, None) for n in range(1, max_stage_blocks(graph) + 1)]
+    else:
+        stages = [(None, k) for k in range(1, largest_prefix(graph) + 1) if k < len(graph.ops)]
+    opts = sorted(set(options.patch_options))
+    grids = ([(a, b) for a in opts for b in opts if max(a, b) > 1] if options.rectangular
+             else [(p, p) for p in opts if p > 1])
+    for (n, k), grid in itertools.product(stages, grids):
+        try:
+            s = plan(graph, grid, n_blocks=n, n_ops=k)
+        except ScheduleError:
+            continue
+        macs = s.macs_patched_exact if options.mac_metric == "exact" else s.macs_patched_padded
+        overhead = macs / s.macs - 1.0 if s.macs else 0.0
+        if options.max_mac_overhead is not None and overhead > options.max_mac_overhead + 1e-12:
+            continue
+        out.append(Candidate(grid, n, k, s.peak_sram_bytes, s.peak_sram_bytes_excluding_input, macs, overhead, s))
+    return out
+
+
+def candidate_for(graph: ir.Graph, grid: tuple[int, int], n_blocks: int | None = None, n_ops: int | None = None,
+                  mac_metric: str = "exact") -> Candidate:
+    """The candidate of one given schedule (``grid == (1, 1)``: the unpatched model)."""
+    if tuple(grid) == (1, 1):
+        return candidates(graph, SearchOptions(patch_options=(1,)))[0]
+    s = plan(graph, tuple(grid), n_blocks=n_blocks, n_ops=n_ops)
+    macs = s.macs_patched_exact if mac_metric == "exact" else s.macs_patched_padded
+    return Candidate(tuple(grid), n_blocks, n_ops, s.peak_sram_bytes, s.peak_sram_bytes_excluding_input, macs,
+                     macs / s.macs - 1.0 if s.macs else 0.0, s)
+
+
+# ============================================================================= cost functions
+@dataclass
+class Evaluation:
+    """A candidate (in one variant of the cost function) and its cost in bytes."""
+
+    candidate: Candidate
+    variant: str | None
+    cost: int
+    result: Any = None  # what the cost function built (e.g. the rewritten model)
+    details: dict[str, Any] = field(default_factory=dict)  # the cost function's figures (JSON-able)
+
+    def describe(self) -> str:
+        return self.candidate.describe() + (f" ({self.variant} borders)" if self.variant else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.candidate.to_dict(), "variant": self.variant, "cost_bytes": self.cost, **self.details}
+
+
+class CostModel(Protocol):
+    what: str  # names the cost in messages: "peak", "predicted TFLM arena", ...
+    variants: tuple[str | None, ...]  # evaluated per patched candidate (e.g. border treatments)
+
+    def evaluate(self, candidate: Candidate, variant: str | None) -> Evaluation:
+        """The candidate's cost; raises a ``TfmcuError`` when it cannot be built (the search skips it)."""
+
+    def lower_bound(self, candidate: Candidate, variant: str | None) -> int:
+        """A floor under ``evaluate(candidate, variant).cost``, cheap to compute."""
+
+
+class AnalyticCost:
+    """The analytic peak SRAM of the patched model (``tfmcu.plan.regions``)."""
+
+    what = "peak"
+    variants: tuple[str | None, ...] = (None,)
+
+    def __init__(self, count_input: bool = True):
+        self.count_input = count_input
+
+    def evaluate(self, candidate: Candidate, variant: str | None) -> Evaluation:
+        return Evaluation(candidate, None, candidate.peak(self.count_input))
+
+    def lower_bound(self, candidate: Candidate, variant: str | None) -> int:
+        return candidate.peak(self.count_input)
+
+
+# ============================================================================= the search
+@dataclass
+class SearchResult:
+    chosen: Evaluation | None  # None: nothing fits the budget
+    baseline: Evaluation  # the unpatched model
+    smallest: Evaluation  # the smallest cost known (the true minimum when nothing fits, or objective "memory")
+    evaluated: list[Evaluation]  # in evaluation order, the baseline first
+    candidates: list[Candidate]
+    budget: int | None
+    options: SearchOptions
+    what: str
+    bounded_out: int = 0  # candidates skipped because their lower bound could not win
+    failed: list[str] = field(default_factory=list)  # why candidates could not be built (one line each)
+    message: str = ""
+
+    @property
+    def feasible(self) -> bool:
+        return self.chosen is not None
+
+    @property
+    def patched(self) -> bool:
+        return self.chosen is not None and self.chosen.candidate.patched
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"objective": self.options.objective, "cost": self.what, "budget_bytes": self.budget,
+                "count_input": self.options.count_input, "feasible": self.feasible, "message": self.message,
+                "chosen": self.chosen.to_dict() if self.chosen else None, "smallest": self.smallest.to_dict(),
+                "evaluated": [e.to_dict() for e in self.evaluated], "bounded_out": self.bounded_out,
+                "failed": len(self.failed), "first_failure": self.failed[0] if self.failed else None}
+
+
+class _Run:
+    """Evaluations of one search, each candidate x variant at most once."""
+
+    def __init__(self, cost: CostModel, progress: Progress | None):
+        self.cost = cost
+        self.progress = progress
+        self.done: dict[tuple[int, str | None], Evaluation | None] = {}
+        self.evaluated: list[Evaluation] = []
+        self.failed: list[str] = []
+
+    def evaluate(self, cand: Candidate, variant: str | None, n: int = 0, total: int = 0) -> Evaluation | None:
+        key = (id(cand), variant)
+        if key not in self.done:
+            if self.progress and total:
+                self.progress(n, total, cand.describe() + (f" ({variant})" if variant else ""))
+            try:
+                ev: Evaluation | None = self.cost.evaluate(cand, variant)
+            except TfmcuError as e:  # this candidate cannot be built (an unsupported op, ...)
+                self.failed.append(str(e).splitlines()[0] if str(e) else type(e).__name__)
+                ev = None
+            if ev is not None:
+                self.evaluated.append(ev)
+            self.done[key] = ev
+        return self.done[key]
+
+
+def _kb(n: int) -> str:
+    return f"{n / KB:.1f} kB"
+
+
+def search(graph: ir.Graph, cost: CostModel, budget: int | None, options: SearchOptions = SearchOptions(),
+           progress: Progress | None = None) -> SearchResult:
+    """Search the candidates of ``graph`` for ``options.objective`` under ``budget`` bytes (see the module
+    docstring)."""
+    options.validate()
+    if options.objective == "macs" and budget is None:
+        raise ScheduleError("the least-MACs objective needs an SRAM budget")
+    cands = candidates(graph, options)
+    run = _Run(cost, progress)
+    baseline = run.evaluate(cands[0], None)
+    if baseline is None:
+        raise ScheduleError(f"the unpatched model cannot be evaluated: {run.failed[0]}")
+    variants = list(cost.variants)
+    todo = [(c, v, cost.lower_bound(c, v)) for c in cands[1:] for v in variants]
+
+    def improves(ev: Evaluation) -> bool:
+        return ev.cost < baseline.cost
+
+    def minimum() -> tuple[Evaluation, int]:
+        """Branch and bound: the smallest cost over all candidates, and how many were bounded out."""
+        best = min((e for e in run.evaluated), key=lambda e: e.cost)
+        order = sorted(todo, key=lambda t: (t[2], t[0].macs, t[0].cells, variants.index(t[1])))
+        for n, (c, v, bound) in enumerate(order):
+            if bound >= best.cost:
+                return best, sum(1 for t in order[n:] if (id(t[0]), t[1]) not in run.done)
+            ev = run.evaluate(c, v, n + 1, len(order))
+            if ev is not None and ev.cost < best.cost:
+                best = ev
+        return best, 0
+
+    chosen: Evaluation | None = None
+    bounded = 0
+    smallest = baseline
+    if options.objective == "macs":
+        assert budget is not None
+        if baseline.cost <= budget:
+            chosen = baseline
+        else:
+            order = sorted(todo, key=lambda t: (t[0].macs, t[2], t[0].cells, variants.index(t[1])))
+            hopeful = [t for t in order if t[2] <= budget]
+            bounded = len(order) - len(hopeful)
+            for n, (c, v, _) in enumerate(hopeful):
+                ev = run.evaluate(c, v, n + 1, len(hopeful))
+                if ev is not None and ev.cost <= budget and improves(ev):
+                    chosen = ev
+                    break
+        smallest = min(run.evaluated, key=lambda e: e.cost)
+    if options.objective == "memory" or chosen is None:
+        smallest, bounded = minimum()
+        if options.objective == "memory":
+            chosen = smallest if (budget is None or smallest.cost <= budget) else None
+    result = SearchResult(chosen, baseline, smallest, run.evaluated, cands, budget, options, cost.what, bounded,
+                          run.failed)
+    result.message = _message(result)
+    return result
+
+
+def _message(r: SearchResult) -> str:
+    o = r.options
+    what, ins = r.what, o.input_phrase
+    cap = "" if o.max_mac_overhead is None else f" with MAC overhead <= {o.max_mac_overhead * 100:.0f}%"
+    tried = (f"{len(r.evaluated) - 1} schedules evaluated, {r.bounded_out} ruled out by a lower bound"
+             + (f", {len(r.failed)} could not be built (first: {r.failed[0]})" if r.failed else ""))
+    if r.chosen is None:
+        assert r.budget is not None
+        return (f"no schedule fits {_kb(r.budget)} ({ins}){cap}; smallest achievable {what} is "
+                f"{_kb(r.smallest.cost)} with {r.smallest.describe()} ({tried})")
+    c = r.chosen
+    if not c.candidate.patched:
+        if o.objective == "macs":
+            return (f"the unpatched model already fits {_kb(r.budget or 0)} ({what} {_kb(c.cost)}, {ins}): "
+                    f"no patching needed")
+        return f"no schedule has a smaller {what} than the unpatched model ({_kb(c.cost)}, {ins}): no patching"
+    figures = (f"{what} {_kb(c.cost)} (unpatched {_kb(r.baseline.cost)}), MACs "
+               f"+{c.candidate.mac_overhead * 100:.1f}%")
+    if o.objective == "macs":
+        return f"fits {_kb(r.budget or 0)} ({ins}): {c.describe()}, {figures}"
+    return f"smallest {what} ({ins}): {c.describe()}, {figures} ({tried})"

@@ -1,0 +1,69 @@
+"""Run .tflite models in TensorFlow Lite's own interpreter (``tf.lite.Interpreter``), the reference for outputs.
+
+``run_tflite(model, samples, resolver)``: outputs per sample with the reference kernels (``"reference"``,
+``OpResolverType.BUILTIN_REF``, the kernels TFLM's are ported from) or the optimized builtin ones (``"builtin"``).
+``tflite_all_tensors(model, sample)``: every tensor of one run (to read an intermediate such as a patch stage's
+output). TensorFlow is imported on first use.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Sequence
+
+import numpy as np
+
+from tfmcu.runtime.isolate import isolated
+from tfmcu.runtime.model_io import TFLMError, as_samples, model_info
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+RESOLVERS = ("reference", "builtin")
+
+
+def run_tflite(model: bytes, samples: Sequence[Any], resolver: str = "reference", where: str = "model",
+               isolate: bool = False) -> list[list[np.ndarray]]:
+    """Outputs of ``tf.lite.Interpreter`` for each sample, with the reference kernels (``resolver="reference"``,
+    ``OpResolverType.BUILTIN_REF``) or the optimized builtin ones (``"builtin"``)."""
+    if isolate:
+        return isolated(run_tflite, bytes(model), list(samples), resolver, where, where=where)
+    import tensorflow as tf  # lazy: TensorFlow takes seconds to import and most callers never need it
+
+    model = bytes(model)
+    info = model_info(model, where)
+    data = as_samples(info, samples, where)
+    kinds = {"reference": tf.lite.experimental.OpResolverType.BUILTIN_REF,
+             "builtin": tf.lite.experimental.OpResolverType.BUILTIN}
+    if resolver not in kinds:
+        raise TFLMError(f"resolver {resolver!r}: expected one of {', '.join(kinds)}")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # tf.lite.Interpreter's deprecation notice
+            interp = tf.lite.Interpreter(model_content=model, experimental_op_resolver_type=kinds[resolver])
+        interp.allocate_tensors()
+    except (RuntimeError, ValueError) as e:
+        raise TFLMError(f"{where}: TF Lite cannot load the model ({str(e).splitlines()[0]})") from None
+    results = []
+    for sample in data:
+        for a, t in zip(sample, info.inputs):
+            interp.set_tensor(t.index, a)
+        interp.invoke()
+        results.append([np.array(interp.get_tensor(t.index), copy=True) for t in info.outputs])
+    return results
+
+
+def tflite_all_tensors(model: bytes, sample: Sequence[np.ndarray]) -> Any:
+    """Every tensor of one ``tf.lite.Interpreter`` run (reference kernels, all intermediates preserved): a
+    function tensor index -> array (used to read a patch stage's output tensor inside a whole model)."""
+    import tensorflow as tf  # lazy: TensorFlow takes seconds to import and most callers never need it
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        it = tf.lite.Interpreter(model_content=bytes(model), experimental_preserve_all_tensors=True,
+                                 experimental_op_resolver_type=tf.lite.experimental.OpResolverType.BUILTIN_REF)
+    it.allocate_tensors()
+    for d, a in zip(it.get_input_details(), sample):
+        it.set_tensor(d["index"], a)
+    it.invoke()
+    return lambda index: np.array(it.get_tensor(index), copy=True)

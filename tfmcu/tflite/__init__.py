@@ -1,0 +1,1 @@
+"""TFLite files: the flatbuffer schema, the one model editor, offline memory plans, TFLite Support metadata."""

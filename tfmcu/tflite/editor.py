@@ -1,0 +1,243 @@
+"""The one .tflite model editor: every tfmcu tool that changes a model goes through ``ModelEditor``.
+
+    ed = ModelEditor(data, where="model.tflite")   # unpacks subgraph 0; keeps the associated files
+    x = ed.tensor_like(src, (1, 8, 8, 16), "tfmcu/p0_0/slice")
+    k = ed.constant(np.asarray([0, 2, 2, 0], np.int32), TensorType.INT32, "tfmcu/begin")
+    op = ed.builtin_operator("SLICE", [src, k, size], [x], BuiltinOptions.SliceOptions, SliceOptionsT())
+    ed.subgraph.operators = [...]
+    ed.drop_unused_tensors()
+    ed.set_metadata("tfmcu_schedule", b"{...}")
+    data = ed.to_bytes()
+
+What it covers: operator codes (builtin, with the least op version that supports int8, and custom), new tensors
+(copies of an existing tensor's type and quantization with a new shape) and constants (deduplicated by value),
+operators, dropping tensors nothing uses any more (renumbering every reference; an offline memory plan indexes
+tensors, so it is dropped too), named metadata buffers, and the zip of associated files that TFLite metadata
+appends after the flatbuffer (``split_appended_zip`` / ``append_zip``): ``to_bytes`` writes it back unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import zipfile
+from typing import Any
+
+import numpy as np
+
+from tfmcu.tflite import schema as ts
+
+# int8 support arrived in these op versions (TFLite's op version tables); other new operator codes get version 1.
+INT8_VERSIONS = {"SLICE": 2, "PAD": 2, "PADV2": 2, "CONCATENATION": 2}
+OFFLINE_PLAN_METADATA = "OfflineMemoryAllocation"
+
+Members = list[tuple[zipfile.ZipInfo, bytes]]
+
+
+def split_appended_zip(data: bytes) -> tuple[bytes, Members]:
+    """The flatbuffer and the associated files TFLite metadata appends as a zip after it (if any)."""
+    try:
+        zf = zipfile.ZipFile(io.BytesIO(data))
+        members = [(info, zf.read(info)) for info in zf.infolist()]
+    except zipfile.BadZipFile:
+        return data, []
+    return data, members
+
+
+def append_zip(model: bytes, members: Members) -> bytes:
+    """``model`` with the associated files ``members`` appended as a zip (unchanged if there are none)."""
+    if not members:
+        return model
+    buf = io.BytesIO(model)
+    buf.seek(0, io.SEEK_END)
+    with zipfile.ZipFile(buf, "a") as zf:
+        for info, payload in members:
+            zf.writestr(info, payload)
+    return buf.getvalue()
+
+
+def get_metadata(model: ts.ModelT, name: str) -> bytes | None:
+    """The bytes of the metadata entry ``name`` of an unpacked model (None if it has none)."""
+    for m in model.metadata or []:
+        if ts.text(m.name) == name:
+            buffers = model.buffers or []
+            if not 0 <= int(m.buffer) < len(buffers) or buffers[m.buffer].data is None:
+                return None
+            return np.asarray(buffers[m.buffer].data, dtype=np.uint8).tobytes()
+    return None
+
+
+def load(data: bytes, where: str = "model") -> ts.ModelT:
+    """The unpacked model of ``data`` (a .tflite that may carry associated files)."""
+    return ts.load_model(split_appended_zip(bytes(data))[0], where)
+
+
+class ModelEditor:
+    """Edits subgraph 0 of a .tflite (see the module docstring)."""
+
+    def __init__(self, data: bytes | ts.ModelT, where: str = "model", members: Members | None = None):
+        if isinstance(data, ts.ModelT):
+            self.model, self.members = data, list(members or [])
+        else:
+            flat, self.members = split_appended_zip(bytes(data))
+            self.model = ts.load_model(flat, where)
+        self.subgraph = self.model.subgraphs[0]
+        self.subgraph.tensors = list(self.subgraph.tensors or [])
+        self.subgraph.operators = list(self.subgraph.operators or [])
+        self.model.buffers = list(self.model.buffers or [])
+        self.model.operatorCodes = list(self.model.operatorCodes or [])
+        self._codes: dict[str, int] = {}
+        self._consts: dict[tuple, int] = {}
+        self.new_tensors = 0
+
+    # ------------------------------------------------------------------ operator codes and operators
+    def builtin_opcode(self, name: str, version: int | None = None) -> int:
+        """Index of the operator code of builtin ``name`` (added if missing); its version is raised to at least
+        ``version`` (default: the least version with int8 support, ``INT8_VERSIONS``, else 1)."""
+        version = version if version is not None else INT8_VERSIONS.get(name, 1)
+        value = getattr(ts.BuiltinOperator, name)
+        for k, code in enumerate(self.model.operatorCodes):
+            if ts.builtin_code(code) == value:
+                code.version = max(int(code.version or 1), version)
+                return k
+        code = ts.OperatorCodeT()
+        code.builtinCode = value
+        code.deprecatedBuiltinCode = min(value, 127)
+        code.version = version
+        self.model.operatorCodes.append(code)
+        return len(self.model.operatorCodes) - 1
+
+    def custom_opcode(self, name: str) -> int:
+        """Index of the operator code of custom op ``name`` (added if missing)."""
+        for k, code in enumerate(self.model.operatorCodes):
+            if ts.builtin_code(code) == ts.BuiltinOperator.CUSTOM and ts.text(code.customCode) == name:
+                return k
+        code = ts.OperatorCodeT()
+        code.builtinCode = ts.BuiltinOperator.CUSTOM
+        code.deprecatedBuiltinCode = ts.BuiltinOperator.CUSTOM
+        code.customCode = name.encode()
+        code.version = 1
+        self.model.operatorCodes.append(code)
+        return len(self.model.operatorCodes) - 1
+
+    def builtin_operator(self, name: str, inputs: list[int], outputs: list[int], options_type: int = 0,
+                         options: Any = None) -> ts.OperatorT:
+        """A new builtin operator (not yet placed in the subgraph's operator list)."""
+        if name not in self._codes:
+            self._codes[name] = self.builtin_opcode(name)
+        op = ts.OperatorT()
+        op.opcodeIndex = self._codes[name]
+        op.inputs = np.asarray(inputs, dtype=np.int32)
+        op.outputs = np.asarray(outputs, dtype=np.int32)
+        op.builtinOptionsType = options_type
+        op.builtinOptions = options
+        return op
+
+    def custom_operator(self, name: str, inputs: list[int], outputs: list[int], options: bytes) -> ts.OperatorT:
+        """A new custom operator with flexbuffer ``options``."""
+        op = ts.OperatorT()
+        op.opcodeIndex = self.custom_opcode(name)
+        op.inputs = np.asarray(inputs, dtype=np.int32)
+        op.outputs = np.asarray(outputs, dtype=np.int32)
+        op.customOptions = np.frombuffer(bytes(options), dtype=np.uint8).copy()
+        op.customOptionsFormat = 0  # FLEXBUFFERS
+        return op
+
+    def op_name(self, op: ts.OperatorT) -> str:
+        return ts.op_name(self.model, op)
+
+    # ------------------------------------------------------------------ tensors and constants
+    def tensor(self, index: int) -> ts.TensorT:
+        return self.subgraph.tensors[index]
+
+    def is_constant(self, index: int) -> bool:
+        return ts.is_constant(self.model, self.subgraph.tensors[index])
+
+    def tensor_like(self, src: int, shape: tuple[int, ...], name: str) -> int:
+        """A new activation tensor with ``src``'s type and quantization and shape ``shape``."""
+        t = copy.deepcopy(self.subgraph.tensors[src])
+        t.shape = np.asarray(shape, dtype=np.int32)
+        t.shapeSignature = None
+        t.name = name.encode()
+        t.buffer = 0
+        self.subgraph.tensors.append(t)
+        self.new_tensors += 1
+        return len(self.subgraph.tensors) - 1
+
+    def constant(self, values: np.ndarray, tensor_type: int, name: str, dedupe: bool = True) -> int:
+        """A constant tensor holding ``values`` (one tensor per distinct value, type and shape when ``dedupe``)."""
+        values = np.ascontiguousarray(values)
+        key = (values.dtype.str, values.shape, values.tobytes(), tensor_type)
+        if dedupe and key in self._consts:
+            return self._consts[key]
+        buf = ts.BufferT()
+        buf.data = np.frombuffer(values.tobytes(), dtype=np.uint8).copy()
+        self.model.buffers.append(buf)
+        t = ts.TensorT()
+        t.shape = np.asarray(values.shape, dtype=np.int32)
+        t.type = tensor_type
+        t.buffer = len(self.model.buffers) - 1
+        t.name = name.encode()
+        self.subgraph.tensors.append(t)
+        self.new_tensors += 1
+        if dedupe:
+            self._consts[key] = len(self.subgraph.tensors) - 1
+        return len(self.subgraph.tensors) - 1
+
+    def drop_unused_tensors(self) -> None:
+        """Remove tensors no operator, input, output or signature uses any more, renumbering every reference. An
+        offline memory plan indexes tensors: it no longer applies and is removed."""
+        model, sg = self.model, self.subgraph
+        used: set[int] = set(int(t) for t in (sg.inputs if sg.inputs is not None else []))
+        used |= set(int(t) for t in (sg.outputs if sg.outputs is not None else []))
+        for op in sg.operators:
+            used |= {int(t) for t in op.inputs if t >= 0} | {int(t) for t in op.outputs if t >= 0}
+            if op.intermediates is not None:
+                used |= {int(t) for t in op.intermediates if t >= 0}
+        for sig in model.signatureDefs or []:
+            for tm in list(sig.inputs or []) + list(sig.outputs or []):
+                used.add(int(tm.tensorIndex))
+        keep = sorted(used)
+        remap = {old: new for new, old in enumerate(keep)}
+        sg.tensors = [sg.tensors[i] for i in keep]
+
+        def fix(values: Any) -> Any:
+            if values is None:
+                return None
+            return np.asarray([remap[int(t)] if t >= 0 else -1 for t in values], dtype=np.int32)
+
+        sg.inputs, sg.outputs = fix(sg.inputs), fix(sg.outputs)
+        for op in sg.operators:
+            op.inputs, op.outputs = fix(op.inputs), fix(op.outputs)
+            if op.intermediates is not None:
+                op.intermediates = fix(op.intermediates)
+        for sig in model.signatureDefs or []:
+            for tm in list(sig.inputs or []) + list(sig.outputs or []):
+                tm.tensorIndex = remap[int(tm.tensorIndex)]
+        self.remove_metadata(OFFLINE_PLAN_METADATA)
+        self._consts.clear()
+
+    # ------------------------------------------------------------------ metadata
+    def get_metadata(self, name: str) -> bytes | None:
+        return get_metadata(self.model, name)
+
+    def set_metadata(self, name: str, payload: bytes) -> None:
+        """Store ``payload`` as metadata entry ``name`` (replacing an entry of that name)."""
+        buf = ts.BufferT()
+        buf.data = np.frombuffer(bytes(payload), dtype=np.uint8).copy()
+        self.model.buffers.append(buf)
+        entries = [m for m in (self.model.metadata or []) if ts.text(m.name) != name]
+        m = ts.schema.MetadataT()
+        m.name = name.encode()
+        m.buffer = len(self.model.buffers) - 1
+        self.model.metadata = entries + [m]
+
+    def remove_metadata(self, name: str) -> None:
+        if self.model.metadata:
+            self.model.metadata = [m for m in self.model.metadata if ts.text(m.name) != name]
+
+    # ------------------------------------------------------------------ output
+    def to_bytes(self, keep_files: bool = True) -> bytes:
+        """The edited model, with the associated files appended again unless ``keep_files`` is False."""
+        flat = ts.write_model(self.model)
+        return append_zip(flat, self.members) if keep_files else flat

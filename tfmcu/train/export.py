@@ -1,0 +1,139 @@
+"""Export and int8 evaluation: the classifier as a 1x1 convolution, inputs quantized like the model's, and the int8
+model run in TF Lite and TFLM side by side."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+import numpy as np
+
+from tfmcu.runtime.capture import capture_fds
+from tfmcu.runtime.model_io import model_info
+from tfmcu.runtime.tflite import run_tflite
+from tfmcu.runtime.tflm import run_tflm
+from tfmcu.tflite import schema as ts
+from tfmcu.tflite.editor import ModelEditor
+from tfmcu.train.config import TrainError
+
+
+def classifier_as_conv(model: bytes) -> tuple[bytes, int]:
+    """Re-express every int8 FULLY_CONNECTED on a ``(1, C)`` input as RESHAPE -> 1x1 CONV_2D -> RESHAPE.
+
+    Why: TF Lite 2.21's reference FULLY_CONNECTED rescales its accumulators with a single rounding, TFLM's with
+    the classic double rounding (SaturatingRoundingDoublingHighMul + RoundingDivideByPOT, which both runtimes'
+    CONV_2D use), so about 2% of samples got a logit 1 LSB apart and the two interpreters could not agree sample
+    for sample. A 1x1 convolution on a 1x1 map is the same arithmetic; TFLM's result is unchanged (same
+    multiplier, same rounding) and TF Lite now matches it. The weights and bias keep their buffers (the filter
+    tensor is only re-shaped to ``(out, 1, 1, C)``), so Flash grows by two tiny shape constants. Returns
+    ``(model, number of FCs converted)``; ops of any other form are left alone."""
+    ed = ModelEditor(model)
+    m, sg = ed.model, ed.subgraph
+    fc_code = ts.BuiltinOperator.FULLY_CONNECTED
+    targets = []
+    for k, op in enumerate(sg.operators):
+        if ts.builtin_code(m.operatorCodes[op.opcodeIndex]) != fc_code:
+            continue
+        ins = [int(i) for i in op.inputs]
+        if len(ins) < 2 or len(op.outputs) != 1:
+            continue
+        x, w, out = sg.tensors[ins[0]], sg.tensors[ins[1]], sg.tensors[int(op.outputs[0])]
+        xs, ws, os_ = ts.tensor_shape(x), ts.tensor_shape(w), ts.tensor_shape(out)
+        users = sum(int(i) == ins[1] for o in sg.operators for i in o.inputs)
+        if (len(xs) == 2 and xs[0] == 1 and len(ws) == 2 and ws[1] == xs[1] and os_ == (1, ws[0]) and users == 1
+                and ts.dtype_name(x.type) == "int8" and ts.dtype_name(w.type) == "int8"):
+            targets.append(k)
+    if not targets:
+        return model, 0
+
+    def shape_const(shape: tuple[int, ...], name: str) -> int:
+        return ed.constant(np.asarray(shape, np.int32), ts.TensorType.INT32, name, dedupe=False)
+
+    conv_code, reshape_code = ed.builtin_opcode("CONV_2D", 3), ed.builtin_opcode("RESHAPE", 1)
+    new_ops = []
+    for k, op in enumerate(sg.operators):
+        if k not in targets:
+            new_ops.append(op)
+            continue
+        ins = [int(i) for i in op.inputs]
+        x_idx, w_idx, out_idx = ins[0], ins[1], int(op.outputs[0])
+        c_in = ts.tensor_shape(sg.tensors[x_idx])[1]
+        c_out = ts.tensor_shape(sg.tensors[w_idx])[0]
+        sg.tensors[w_idx].shape = np.asarray([c_out, 1, 1, c_in], dtype=np.int32)
+        sg.tensors[w_idx].shapeSignature = None
+        x4 = ed.tensor_like(x_idx, (1, 1, 1, c_in), ts.tensor_name(sg.tensors[x_idx]) + "/as_map")
+        y4 = ed.tensor_like(out_idx, (1, 1, 1, c_out), ts.tensor_name(sg.tensors[out_idx]) + "/as_map")
+        r1 = ts.OperatorT()
+        r1.opcodeIndex = reshape_code
+        r1.inputs = np.asarray([x_idx, shape_const((1, 1, 1, c_in), f"fc{k}_in_shape")], dtype=np.int32)
+        r1.outputs = np.asarray([x4], dtype=np.int32)
+        conv = ts.OperatorT()
+        conv.opcodeIndex = conv_code
+        conv.inputs = np.asarray([x4, w_idx] + ins[2:3], dtype=np.int32)
+        conv.outputs = np.asarray([y4], dtype=np.int32)
+        opts = ts.schema.Conv2DOptionsT()
+        opts.padding = ts.Padding.VALID
+        opts.strideH = opts.strideW = 1
+        opts.dilationHFactor = opts.dilationWFactor = 1
+        opts.fusedActivationFunction = int(getattr(op.builtinOptions, "fusedActivationFunction", 0) or 0)
+        conv.builtinOptionsType = ts.BuiltinOptions.Conv2DOptions
+        conv.builtinOptions = opts
+        r2 = ts.OperatorT()
+        r2.opcodeIndex = reshape_code
+        r2.inputs = np.asarray([y4, shape_const((1, c_out), f"fc{k}_out_shape")], dtype=np.int32)
+        r2.outputs = np.asarray([out_idx], dtype=np.int32)
+        new_ops += [r1, conv, r2]
+    sg.operators = new_ops
+    return ed.to_bytes(), len(targets)
+
+
+def quantize_inputs(model: bytes, x: np.ndarray) -> np.ndarray:
+    """Float model inputs -> the int8 input tensor's values (its scale and zero point)."""
+    t = model_info(model).inputs[0]
+    if t.dtype != "int8" or not t.scale:
+        raise TrainError(f"the exported model's input is {t.dtype}, expected quantized int8")
+    q = np.round(x.astype(np.float64) / t.scale) + t.zero_point
+    return np.clip(q, -128, 127).astype(np.int8)
+
+
+def run_int8(model: bytes, xq: np.ndarray, chunk: int = 250, progress: Callable[[int, int], None] | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Outputs (N, classes) of the int8 model in TF Lite (reference kernels) and in TFLM.
+
+    The two interpreters run side by side (TF Lite's ``invoke`` releases the GIL); chunks keep memory flat and
+    feed the progress bar."""
+    n = len(xq)
+    outs_tfl, outs_tflm = [], []
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for start in range(0, n, chunk):
+            samples = [xq[i:i + 1] for i in range(start, min(n, start + chunk))]
+            fa = pool.submit(run_tflite, model, samples, "reference")
+            fb = pool.submit(run_tflm, model, samples)
+            outs_tfl += [o[0].reshape(-1) for o in fa.result()]
+            outs_tflm += [o[0].reshape(-1) for o in fb.result()]
+            if progress:
+                progress(min(n, start + chunk), n)
+    return np.stack(outs_tfl), np.stack(outs_tflm)
+
+
+def confusion(labels: np.ndarray, pred: np.ndarray, k: int) -> np.ndarray:
+    m = np.zeros((k, k), np.int64)
+    np.add.at(m, (labels, pred), 1)
+    return m
+
+
+
+
+def quiet_convert(convert, *args):
+    """The TFLite converter without its stderr chatter (a UserWarning and C++ prints on every conversion); the
+    captured text is shown if the conversion fails."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            with capture_fds((2,)) as text:
+                return convert(*args)
+        except Exception:
+            sys.stderr.write("".join(text)[-4000:] if text else "")
+            raise
