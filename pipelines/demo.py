@@ -1,4 +1,4 @@
-"""`make demo`: the whole toolchain end to end on real data, in about 6 minutes on 2 CPU cores (library:
+"""`make demo`: the whole toolchain end to end on real data, in about 13 minutes on 2 CPU cores (library:
 ``tfmcu.flows.demo``): the paper's example, profile, a budget check before training, train + QAT + int8 export on
 Fashion-MNIST, rewrite under an SRAM budget the per-layer model does not fit, verify, summary table.
 

@@ -1,6 +1,6 @@
 """Published-architecture presets (tfmcu.nets.presets) against the published MACs and parameter counts.
 
-No TensorFlow: specs are lowered with the pure-python ``tfmcu.ir.from_spec``.
+No TensorFlow: specs are lowered with the pure-python ``tfmcu.graph.from_spec``.
 
 Counting convention (used for every preset):
   MACs   = sum of ``ir.op_macs`` over the graph: conv, depthwise and fully-connected MACs, SE convs included

@@ -1,7 +1,7 @@
 """Builtin-op rewriter: bit-exact in TFLite and TFLM on a zoo of int8 models, metadata kept, Flash bounded, errors.
 
 Every zoo model is converted here from tf_keras (random weights, calibrated batch norm so int8 outputs vary) and
-covers the features listed in ``tfmcu.zoo.ZOO[name].features``: kernels 1/3/5/7, strides 1/2, SAME/VALID and
+covers the features listed in ``tfmcu.nets.zoo.ZOO[name].features``: kernels 1/3/5/7, strides 1/2, SAME/VALID and
 symmetric (PAD) padding, ReLU/ReLU6/none, residual ADDs, projection shortcuts, MAX_POOL, per-channel and per-tensor
 quantization, float input (QUANTIZE inside the stage), tf_keras.applications models.
 """

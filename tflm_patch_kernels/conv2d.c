@@ -63,12 +63,7 @@ TfmcuStatus tfmcu_conv2d_s8(const TfmcuConvParams* params, const TfmcuConstView*
 
 void tfmcu_conv2d_op_window(const void* params, TfmcuWindow* window) {
   const TfmcuConvParams* p = (const TfmcuConvParams*)params;
-  window->kernel[0] = p->kernel_h;
-  window->kernel[1] = p->kernel_w;
-  window->stride[0] = p->stride_h;
-  window->stride[1] = p->stride_w;
-  window->dilation[0] = p->dilation_h;
-  window->dilation[1] = p->dilation_w;
+  tfmcu_set_window(window, p->kernel_h, p->kernel_w, p->stride_h, p->stride_w, p->dilation_h, p->dilation_w);
 }
 
 TfmcuStatus tfmcu_conv2d_op_check(const void* params, const int32_t* in_channels, int32_t out_channels) {
@@ -77,9 +72,10 @@ TfmcuStatus tfmcu_conv2d_op_check(const void* params, const int32_t* in_channels
       p->output_shift == NULL) {
     return kTfmcuErrorNullPointer;
   }
-  if (p->groups <= 0 || in_channels[0] % p->groups != 0 || out_channels % p->groups != 0 || p->kernel_h <= 0 ||
-      p->kernel_w <= 0 || p->stride_h <= 0 || p->stride_w <= 0 || p->dilation_h <= 0 || p->dilation_w <= 0 ||
-      p->act_min > p->act_max) {
+  TfmcuWindow window;
+  tfmcu_conv2d_op_window(params, &window);
+  if (p->groups <= 0 || in_channels[0] % p->groups != 0 || out_channels % p->groups != 0 ||
+      !tfmcu_window_valid(&window) || p->act_min > p->act_max) {
     return kTfmcuErrorInvalidStage;
   }
   return kTfmcuOk;

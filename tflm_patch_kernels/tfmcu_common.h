@@ -14,7 +14,7 @@
  *
  * The fixed-point helpers reproduce TFLite's reference integer math bit for bit (gemmlowp's
  * SaturatingRoundingDoublingHighMul and RoundingDivideByPOT, TFLite's double-rounding
- * MultiplyByQuantizedMultiplier). Quantized multipliers and shifts are computed offline (tfmcu/patch_kernels.py,
+ * MultiplyByQuantizedMultiplier). Quantized multipliers and shifts are computed offline (tfmcu/kernels/quant.py,
  * TFLite's QuantizeMultiplier); shift > 0 is a left shift, shift < 0 a right shift, as in TFLite.
  */
 #ifndef TFMCU_PATCH_KERNELS_TFMCU_COMMON_H_
@@ -148,13 +148,24 @@ static inline int32_t tfmcu_max_i32(int32_t a, int32_t b) { return a > b ? a : b
 static inline int32_t tfmcu_min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
 
 /* The op-interface helpers AVERAGE_POOL_2D and MAX_POOL_2D share (their params are the same struct). */
+/* A window's geometry (rows, then columns), and whether it is usable (every size positive). */
+static inline void tfmcu_set_window(TfmcuWindow* window, int32_t kernel_h, int32_t kernel_w, int32_t stride_h,
+                                    int32_t stride_w, int32_t dilation_h, int32_t dilation_w) {
+  window->kernel[0] = kernel_h;
+  window->kernel[1] = kernel_w;
+  window->stride[0] = stride_h;
+  window->stride[1] = stride_w;
+  window->dilation[0] = dilation_h;
+  window->dilation[1] = dilation_w;
+}
+
+static inline int tfmcu_window_valid(const TfmcuWindow* w) {
+  return w->kernel[0] > 0 && w->kernel[1] > 0 && w->stride[0] > 0 && w->stride[1] > 0 && w->dilation[0] > 0 &&
+         w->dilation[1] > 0;
+}
+
 static inline void tfmcu_pool_window(const TfmcuPoolParams* p, TfmcuWindow* window) {
-  window->kernel[0] = p->filter_h;
-  window->kernel[1] = p->filter_w;
-  window->stride[0] = p->stride_h;
-  window->stride[1] = p->stride_w;
-  window->dilation[0] = 1;
-  window->dilation[1] = 1;
+  tfmcu_set_window(window, p->filter_h, p->filter_w, p->stride_h, p->stride_w, 1, 1);
 }
 
 static inline TfmcuStatus tfmcu_pool_check(const TfmcuPoolParams* p, const int32_t* in_channels,

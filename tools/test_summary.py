@@ -99,9 +99,11 @@ def from_bep(tally, bep_path):
                     results[key] = (attempt, res.get("status", "NO_STATUS"), xml)
             elif "aborted" in ev:
                 ab = ev["aborted"]
-                label = (eid.get("targetCompleted") or eid.get("targetConfigured") or eid.get("configuredLabel") or {}).get("label")
+                target = eid.get("targetCompleted") or eid.get("targetConfigured") or eid.get("configuredLabel")
+                label = (target or {}).get("label")
                 if label and ab.get("reason") == "SKIPPED":
-                    skipped_targets[label] = "not built for this platform (target_compatible_with): " + (ab.get("description") or "skipped by Bazel")
+                    why = ab.get("description") or "skipped by Bazel"
+                    skipped_targets[label] = "not built for this platform (target_compatible_with): " + why
 
     with_result = set()
     for (label, run, shard), (_attempt, status, xml) in sorted(results.items()):

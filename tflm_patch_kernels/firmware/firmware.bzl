@@ -64,7 +64,10 @@ def mps2_firmware(name, srcs, deps = [], cores = ("cortex_m4", "cortex_m7"), sta
             "$(location %s)" % _LD,
             "-Wl,--defsym=TFMCU_STACK_SIZE=%d" % stack_size,
         ] + core_select(
-            {core: ["-Wl,--defsym=TFMCU_SRAM_BUDGET=%d" % sram_budget.get(core, CORES[core].sram_budget)] for core in CORES},
+            {
+                core: ["-Wl,--defsym=TFMCU_SRAM_BUDGET=%d" % sram_budget.get(core, CORES[core].sram_budget)]
+                for core in CORES
+            },
             # Another platform: the link stops at mps2.ld's use of the undefined TFMCU_SRAM_BUDGET.
             default = [],
         ),
@@ -137,7 +140,11 @@ def model_stage_firmware(name, model, patches, blocks = None, cores = ("cortex_m
         tags = ["manual"],
     )
     platform_files(name = name + "_c", srcs = [name + "_stage.c"], platform = "//tools/bazel/arm:generator_host")
-    platform_files(name = name + "_expect", srcs = [name + "_expect.json"], platform = "//tools/bazel/arm:generator_host")
+    platform_files(
+        name = name + "_expect",
+        srcs = [name + "_expect.json"],
+        platform = "//tools/bazel/arm:generator_host",
+    )
     mps2_firmware(
         name = name,
         srcs = [

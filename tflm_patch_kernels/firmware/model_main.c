@@ -1,7 +1,7 @@
 /* Model firmware: runs a model's patch stage with the C executor (tflm_patch_kernels/patch_stage.h), once as a
  * p x p grid of patches and once layer by layer (1 x 1), and reports for each: the output hash (must equal TF
- * Lite's, computed on the host by tools/gen/gen_model_stage.py), the scratch bytes planned and actually touched, the stack
- * high-water mark, and (through the harness's cost regions) the instructions executed.
+ * Lite's, computed on the host by tools/gen/gen_model_stage.py), the scratch bytes planned and actually touched, the
+ * stack high-water mark, and (through the harness's cost regions) the instructions executed.
  *
  * Each schedule is validated once by tfmcu_stage_prepare (outside the cost regions, like a TFLM Prepare), then
  * run by tfmcu_stage_run on the prepared stage (like Eval) twice, on scratch poisoned with 0xA5 and then 0x5A: the

@@ -1,6 +1,6 @@
 /* The patch-stage executor on stages emitted by tfmcu.kernels.codegen.stage_to_c (golden_stage.h, from
- * tools/gen/gen_golden.py) against TFLite's stage-output tensor: bit-exact output, the highest scratch byte touched equals
- * the planned scratch size (poisoned scratch, two poison values), too small / missing buffers are refused by
+ * tools/gen/gen_golden.py) against TFLite's stage-output tensor: bit-exact output, the highest scratch byte touched
+ * equals the planned scratch size (poisoned scratch, two poison values), too small / missing buffers are refused by
  * tfmcu_stage_run, broken descriptions by tfmcu_stage_check and tfmcu_stage_prepare, a NULL or not-ready prepared
  * stage by tfmcu_stage_run. Exit status 0 = pass. */
 #include <stdio.h>

@@ -211,10 +211,14 @@ def custom_section(o: BenchOptions) -> dict[str, Any]:
     extras.append(inplace_figures("mbv2_035_96, whole model (the in-place pairs the tests check in TFLM)",
                                   from_tflite(zoo.build("mbv2_035_96", o.zoo_cache))))
     md.append("")
-    md += [f"In-place plan of {e['what']}: {e['pairs']} in-place pairs; planned head {e['head']:,} B, lower bound "
-           f"{e['lower_bound']:,} B (the most bytes alive at one step, less what in-place pairs share), TFLM's "
-           f"greedy head {e['greedy']:,} B." for e in extras]
+    md += [inplace_line(e) for e in extras]
     return {"rows": rows + [{"inplace": e} for e in extras], "markdown": "\n".join(md) + "\n"}
+
+
+def inplace_line(e: dict[str, Any]) -> str:
+    return (f"In-place plan of {e['what']}: {e['pairs']} in-place pairs; planned head {e['head']:,} B, lower bound "
+            f"{e['lower_bound']:,} B (the most bytes alive at one step, less what in-place pairs share), TFLM's "
+            f"greedy head {e['greedy']:,} B.")
 
 
 def inplace_figures(what: str, graph: Any) -> dict[str, Any]:

@@ -120,7 +120,8 @@ def plot_memory(report: dict[str, Any], sram_bytes: int | None = None) -> bytes:
     ax.set_xticks(x)
     ax.set_xticklabels([b["name"] for b in blocks], rotation=60, ha="right", fontsize=8)
     ax.set_ylabel("peak activation memory (kB, int8)")
-    title = f"{report['model']} @ {report['resolution']}: per-layer peak {report['peak_sram_per_layer_bytes'] / KB:.0f} kB"
+    peak_kb = report['peak_sram_per_layer_bytes'] / KB
+    title = f"{report['model']} @ {report['resolution']}: per-layer peak {peak_kb:.0f} kB"
     if has_patch:
         title += f", patched {report['patch']['peak_sram_bytes'] / KB:.0f} kB"
     ax.set_title(title, fontsize=10)

@@ -3,10 +3,10 @@
 Every builder takes ``width`` (global width multiplier, ``NetSpec.width_multiplier``), ``resolution`` and
 ``num_classes`` and returns a validated spec with TF "same" padding. The architectures are re-expressed from the
 reference implementations cited next to each builder (nothing is copied from them); at width 1.0, 224x224 and 1000
-classes they are within 3% of the papers' MACs and parameter counts (see ``tests/test_presets.py`` for the figures and the
-counting convention).
+classes they are within 3% of the papers' MACs and parameter counts (see ``tests/test_presets.py`` for the figures
+and the counting convention).
 
-Spec conventions this file relies on (``tfmcu.spec``):
+Spec conventions this file relies on (``tfmcu.nets.spec``):
 
 * an ``expand == 1`` block has no 1x1 expansion conv (depthwise -> SE -> 1x1 linear projection);
 * SE hidden channels are ``int(block input channels * se)``, the SE reduce conv uses ReLU (MnasNet / TPU code);

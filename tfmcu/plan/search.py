@@ -268,7 +268,7 @@ def search(graph: ir.Graph, cost: CostModel, budget: int | None, options: Search
     def minimum() -> tuple[Evaluation, int]:
         """Branch and bound: the smallest cost over all candidates, and how many were bounded out."""
         best = min((e for e in run.evaluated), key=lambda e: e.cost)
-        order = sorted(todo, key=lambda t: (t[2], t[0].macs, t[0].cells, variants.index(t[1])))
+        order = sorted(todo, key=lambda t: (t[2], t[0].macs))  # stable: ties keep the candidates' order
         for n, (c, v, bound) in enumerate(order):
             if bound >= best.cost:
                 return best, sum(1 for t in order[n:] if (id(t[0]), t[1]) not in run.done)
@@ -285,7 +285,7 @@ def search(graph: ir.Graph, cost: CostModel, budget: int | None, options: Search
         if baseline.cost <= budget:
             chosen = baseline
         else:
-            order = sorted(todo, key=lambda t: (t[0].macs, t[2], t[0].cells, variants.index(t[1])))
+            order = sorted(todo, key=lambda t: (t[0].macs, t[0].cells, variants.index(t[1])))
             hopeful = [t for t in order if t[2] <= budget]
             bounded = len(order) - len(hopeful)
             for n, (c, v, _) in enumerate(hopeful):

@@ -46,7 +46,7 @@ def c_bytes(ctype, name, data, attrs=""):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", required=True, help="a tfmcu.zoo model name, e.g. tiny_per_tensor, mbv2_035_96")
+    ap.add_argument("--model", required=True, help="a tfmcu.nets.zoo model name, e.g. tiny_per_tensor, mbv2_035_96")
     ap.add_argument("--out-c", required=True)
     ap.add_argument("--out-expect", required=True)
     ap.add_argument("--patches", type=int, default=2, help="p: the stage runs as a p x p grid (and as 1 x 1)")
