@@ -334,38 +334,6 @@ def test_kernels_report_bad_shapes(lib):
 
 
 # ============================================================================= the stage executor
-def _all_kernels_model() -> Any:
-    """A stage holding every kernel: PAD (asymmetric), VALID conv, depthwise s2 with multiplier 2, SAME average and
-    max pooling, a grouped conv, residual ADDs with a fused ReLU and different scales, and convs that get dilation 2
-    (SAME, stride 1, edited in the flatbuffer); then a head that ends the stage."""
-    import tf_keras
-    from tf_keras import layers
-
-    tf_keras.utils.set_random_seed(11)
-    i = tf_keras.Input((30, 28, 6))
-    x = layers.ZeroPadding2D(((1, 2), (2, 1)))(i)
-    x = layers.Conv2D(12, 3, padding="valid", activation="relu")(x)
-    x = layers.DepthwiseConv2D(3, 2, padding="same", depth_multiplier=2, activation="relu6")(x)
-    a = layers.AveragePooling2D(3, 1, padding="same")(x)
-    b = layers.Conv2D(24, 3, padding="same", groups=4, activation="relu")(a)
-    x = layers.ReLU()(layers.Add()([a, b]))
-    x = layers.MaxPooling2D(3, 2, padding="same")(x)
-    c = layers.Conv2D(16, 3, padding="same", name="dilated")(x)
-    d = layers.Conv2D(16, 1, activation="relu")(c)
-    x = layers.Add()([c, d])
-    x = layers.GlobalAveragePooling2D()(x)
-    return tf_keras.Model(i, layers.Dense(5)(x), name="all_kernels")
-
-
-def _dilate_named(data: bytes, fragment: str) -> bytes:
-    m = ts.load_model(data)
-    sg = m.subgraphs[0]
-    for op in sg.operators:
-        if ts.op_name(m, op) == "CONV_2D" and fragment in ts.tensor_name(sg.tensors[op.outputs[0]]):
-            op.builtinOptions.dilationHFactor = op.builtinOptions.dilationWFactor = 2
-    return ts.write_model(m)
-
-
 @dataclass
 class StageModel:
     name: str
@@ -391,7 +359,9 @@ def stage_models(tmp_path_factory) -> Callable[[str], StageModel]:
     def get(name: str) -> StageModel:
         if name not in cache:
             if name == "all_kernels":
-                data = _dilate_named(convert(_all_kernels_model()), "dilated")
+                keras_model = zoo.all_kernels_model((30, 28, 6), channels=12, grouped=24, groups=4, tail=16,
+                                                    head_units=5, seed=11)
+                data = zoo.dilate_convs(convert(keras_model), "dilated")
                 g = from_tflite(data)
                 cache[name] = StageModel(name, data, None, scheduler.largest_prefix(g))
             else:

@@ -9,10 +9,12 @@
   when all of them are complete are they renamed into place. If anything fails, the temporary files are removed
   and no output appears (a ``UsageError`` names the path). ``data`` is bytes, str, or anything JSON-serialisable
   (written indented); entries whose path is empty or None are skipped.
+* ``figure_png(fig)``: a matplotlib figure as PNG bytes (tight layout, 110 dpi), the figure closed.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import tempfile
@@ -110,3 +112,14 @@ def write_outputs(outputs: Mapping[str, Any]) -> None:
         for tmp, _ in temps:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+
+def figure_png(fig: Any) -> bytes:
+    """``fig`` (a matplotlib figure) as PNG bytes, laid out tight at 110 dpi; the figure is closed."""
+    import matplotlib.pyplot as plt  # lazy: matplotlib is only needed where a plot is drawn
+
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()

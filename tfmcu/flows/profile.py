@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from tfmcu.errors import UsageError
-from tfmcu.files import check_output_paths, write_outputs
+from tfmcu.files import check_output_paths, figure_png, write_outputs
 from tfmcu.flows.common import ScheduleRequest
 from tfmcu.graph import ir
 from tfmcu.graph.load import load_model
@@ -126,11 +126,7 @@ def plot_memory(report: dict[str, Any], sram_bytes: int | None = None) -> bytes:
         title += f", patched {report['patch']['peak_sram_bytes'] / KB:.0f} kB"
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return figure_png(fig)
 
 
 # ============================================================================= the flow

@@ -20,6 +20,7 @@ import numpy as np
 from tfmcu.nets.convert import random_representative, to_int8_tflite
 from tfmcu.nets.presets import get_preset
 from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec
+from tfmcu.tflite import schema as ts
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
@@ -122,6 +123,43 @@ def _resnet_like() -> Any:
     x = layers.GlobalAveragePooling2D(name="head_pool")(x)
     x = layers.Dense(10, name="classifier")(x)
     return calibrate_batchnorm(tf_keras.Model(inp, x, name="resnet_like"))
+
+
+def all_kernels_model(input_shape: tuple[int, int, int], channels: int, grouped: int, groups: int, tail: int,
+                      head_units: int, seed: int, name: str = "all_kernels") -> Any:
+    """A stage holding every kernel: PAD (asymmetric), VALID conv, depthwise s2 with multiplier 2, SAME average and
+    max pooling, a grouped conv, residual ADDs with a fused ReLU and different scales, and a SAME stride-1 conv named
+    ``dilated`` (give it dilation 2 with ``dilate_convs``); then a head that ends the stage. Shared by the C golden
+    generator (tools/gen/gen_golden.py) and the kernel tests."""
+    import tf_keras
+    from tf_keras import layers as L
+
+    tf_keras.utils.set_random_seed(seed)
+    i = tf_keras.Input(input_shape)
+    x = L.ZeroPadding2D(((1, 2), (2, 1)))(i)
+    x = L.Conv2D(channels, 3, padding="valid", activation="relu")(x)
+    x = L.DepthwiseConv2D(3, 2, padding="same", depth_multiplier=2, activation="relu6")(x)
+    a = L.AveragePooling2D(3, 1, padding="same")(x)
+    b = L.Conv2D(grouped, 3, padding="same", groups=groups, activation="relu")(a)
+    x = L.ReLU()(L.Add()([a, b]))
+    x = L.MaxPooling2D(3, 2, padding="same")(x)
+    c = L.Conv2D(tail, 3, padding="same", name="dilated")(x)
+    x = L.Add()([c, L.Conv2D(tail, 1, activation="relu")(c)])
+    return tf_keras.Model(i, L.Dense(head_units)(L.GlobalAveragePooling2D()(x)), name=name)
+
+
+def dilate_convs(data: bytes, fragment: str) -> bytes:
+    """Dilation 2 on the (SAME, stride 1) convs whose output name contains ``fragment`` (TF's converter never
+    emits dilated CONV_2D ops; shapes do not change for SAME stride 1)."""
+    m = ts.load_model(data)
+    sg = m.subgraphs[0]
+    for op in sg.operators:
+        if ts.op_name(m, op) in ("CONV_2D", "DEPTHWISE_CONV_2D") and fragment in ts.tensor_name(
+                sg.tensors[op.outputs[0]]):
+            if op.builtinOptions.padding != ts.Padding.SAME or op.builtinOptions.strideH != 1:
+                raise ValueError(f"dilate_convs: op {ts.tensor_name(sg.tensors[op.outputs[0]])} is not SAME stride 1")
+            op.builtinOptions.dilationHFactor = op.builtinOptions.dilationWFactor = 2
+    return ts.write_model(m)
 
 
 def _tiny_spec() -> Any:

@@ -199,11 +199,7 @@ class _Training:
             ckpt = tf.train.Checkpoint(model=model, optimizer=opt)
         start = 0
         if state and state["phase"] == "float":
-            self.ckpts.restore(ckpt, state["checkpoint"], "float")
-            start = state["epoch"]
-            self.history["float"] = self.history["float"][:start]
-            self.log(f"[train] resumed after float epoch {start} from "
-                     f"{os.path.join(self.ckpt_dir, state['checkpoint'])}")
+            start = self.resume_phase(ckpt, "float")
         elif state and state["phase"] == "qat":
             if not state.get("float_final"):
                 raise TrainError(f"{self.ckpts.state_path}: corrupted checkpoint state (QAT without the float "
@@ -218,6 +214,17 @@ class _Training:
         self.log(f"[eval] float model on {len(self.test_part)} test samples")
         self.float_acc = float(model.evaluate(self.test_ds, verbose=0, return_dict=True)["accuracy"])
         self.log(f"[eval] float test accuracy {self.float_acc:.4f}")
+
+    def resume_phase(self, ckpt: Any, phase: str) -> int:
+        """Restore ``ckpt`` from the checkpoint the state names for ``phase`` ("float" or "qat"); drop the history
+        of the epochs after it; return the epoch to start from."""
+        label = "float" if phase == "float" else "QAT"
+        self.ckpts.restore(ckpt, self.state["checkpoint"], label)
+        start = self.state["epoch"]
+        self.history[phase] = self.history[phase][:start]
+        self.log(f"[train] resumed after {label} epoch {start} from "
+                 f"{os.path.join(self.ckpt_dir, self.state['checkpoint'])}")
+        return start
 
     # ------------------------------------------------------------------ 3. QAT
     def train_qat(self) -> None:
@@ -242,11 +249,7 @@ class _Training:
             self.log(f"[qat] {note}")
         start = 0
         if state and state["phase"] == "qat":
-            self.ckpts.restore(ckpt, state["checkpoint"], "QAT")
-            start = state["epoch"]
-            self.history["qat"] = self.history["qat"][:start]
-            self.log(f"[train] resumed after QAT epoch {start} from "
-                     f"{os.path.join(self.ckpt_dir, state['checkpoint'])}")
+            start = self.resume_phase(ckpt, "qat")
         t = time.time()
         self.run_phase("qat", model, opt, ckpt, recipe.qat_epochs, start, 1000, float_final)
         self.timing["qat_training"] = time.time() - t

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import numpy as np
+
+from tfmcu.files import figure_png
+
 
 def plot_curves(history: dict[str, list[dict[str, Any]]], title: str) -> bytes:
     import matplotlib
@@ -32,11 +34,7 @@ def plot_curves(history: dict[str, list[dict[str, Any]]], title: str) -> bytes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return figure_png(fig)
 
 
 def plot_confusion(matrix: np.ndarray, names: list[str], title: str) -> bytes:
@@ -63,8 +61,4 @@ def plot_confusion(matrix: np.ndarray, names: list[str], title: str) -> bytes:
     ax.set_xlabel("predicted")
     ax.set_ylabel("true")
     ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return figure_png(fig)
