@@ -23,6 +23,7 @@ from tfmcu.runtime.host import HostRunner  # noqa: E402
 from tfmcu.runtime.model_io import random_inputs  # noqa: E402
 from tfmcu.runtime.tflite import run_tflite  # noqa: E402
 from tfmcu.runtime.tflm import measure_arena, run_tflm  # noqa: E402
+from tfmcu.runtime.tflm_host import run_whole  # noqa: E402
 from tfmcu.stage import custom as custom_stage  # noqa: E402
 from tfmcu.tflite import schema as ts  # noqa: E402
 
@@ -77,15 +78,18 @@ def test_custom_op_reads_original_weights_and_costs_little_flash(models):
 
 
 def test_memory_report(models):
+    """The report's prediction is what TFLM (built from source, with the kernel) measures for the whole model."""
     data, s, res = _custom(models, "mbv2_035_96")
-    mem = custom_stage.memory_report(res.model, measure=measure_arena)
-    pred = custom_stage.memory_report(res.model)
-    assert mem == pred  # the TFLM predictor is exact on the rest of the graph
-    sa = mem["single_arena"]
+    mem = custom_stage.memory_report(res.model)
+    measured = run_whole(res.model, random_inputs(data, 1, seed=2), "m").arena
+    assert mem["predicted"]["arena_head_bytes"] == measured.head_bytes
+    assert abs(mem["predicted"]["arena_total_bytes"] - measured.arena_used_bytes) <= 0.01 * measured.arena_used_bytes
+    assert mem["patch_stage_persistent_bytes"]["host_64bit"] == measured.patch_stage_persistent_bytes
+    assert mem["patch_stage_persistent_bytes"]["cortex_m_32bit"] < measured.patch_stage_persistent_bytes
     # The packed stage holds exactly the scheduler's analytic stage peak: input + stage output + scratch.
     assert mem["input_bytes"] + mem["stage_output_bytes"] + mem["scratch_bytes"] == s.stage_peak_bytes
     assert mem["scratch_bytes"] >= 1 and mem["input_bytes"] == 96 * 96 * 3
-    assert sa["total_bytes"] < measure_arena(data).total
+    assert measured.arena_used_bytes < measure_arena(data).total
 
 
 def _run(module: str, *args: str) -> subprocess.CompletedProcess:
@@ -101,15 +105,21 @@ def test_pipelines_in_custom_mode(models, tmp_path):
     r = _run("pipelines.rewrite", f"--tflite={src}", f"--out={out}", "--mode=custom", "--patches=2",
              "--patch_blocks=3", f"--json_out={rep}")
     assert r.returncode == 0, r.stderr
-    assert json.loads(rep.read_text())["custom_mode"]["scratch_bytes"] > 0
-    # Hole 12: custom mode's memory comes from a formula until a TFLM kernel exists: every report says so.
-    assert "ESTIMATED" in r.stdout and json.loads(rep.read_text())["custom_mode"]["estimated"].startswith("estimated")
+    d = json.loads(rep.read_text())
+    assert d["custom_mode"]["scratch_bytes"] > 0
+    # Custom mode's memory is measured: the whole model in TFLM built from source with the kernel (issue 9).
+    m = d["tflm"]["rewritten"]
+    assert m["measured_by"].startswith("measured by TFLM built from source") and m["patch_stage_persistent_bytes"] > 0
+    assert abs(d["predicted"]["rewritten"]["arena_total_bytes"] - m["arena_total_bytes"]) <= 0.01 * m[
+        "arena_total_bytes"]
+    assert "whole model in TFLM built from source" in r.stdout and "ESTIMATED" not in r.stdout
     r = _run("pipelines.verify", f"--original={src}", f"--rewritten={out}", "--samples=8", f"--json_out={ver}")
     assert r.returncode == 0, r.stderr + r.stdout
     d = json.loads(ver.read_text())
     assert d["bit_exact"] and "rewritten" in d["custom_mode"]
-    assert d["arena_kind"]["rewritten"].startswith("estimated") and d["arena_kind"]["original"] == "measured by TFLM"
-    assert "ESTIMATED" in r.stdout
+    assert d["arena_kind"]["rewritten"].startswith("measured by TFLM built from source")
+    assert d["arena_kind"]["original"].startswith("measured by TFLM")
+    assert "TFMCU_PATCH_STAGE kernel" in r.stdout and "ESTIMATED" not in r.stdout
     r = _run("pipelines.rewrite", f"--tflite={src}", f"--out={tmp_path / 'a.tflite'}", "--mode=custom",
              "--patches=auto", "--sram_kb=1", "--measure=false")
     assert r.returncode == 2 and "no schedule fits" in r.stderr and not (tmp_path / "a.tflite").exists()
@@ -120,7 +130,7 @@ def test_pipelines_in_custom_mode(models, tmp_path):
     assert r.returncode == 0 and "planned in place" in r.stdout, r.stderr
     d0, d1 = json.loads(rep.read_text()), json.loads(ip_rep.read_text())
     assert d1["schedule"]["memory_plan"] == "inplace" and d0["schedule"]["memory_plan"] == "disjoint"
-    assert (d1["custom_mode"]["rest_tflm"]["arena_head_bytes"] <= d0["custom_mode"]["rest_tflm"]["arena_head_bytes"])
+    assert d1["tflm"]["rewritten"]["arena_head_bytes"] <= d0["tflm"]["rewritten"]["arena_head_bytes"]
     r = _run("pipelines.verify", f"--original={src}", f"--rewritten={ip}", "--samples=8")
     assert r.returncode == 0, r.stderr + r.stdout
     r = _run("pipelines.rewrite", f"--tflite={src}", f"--out={tmp_path / 'b.tflite'}", "--patches=2",

@@ -8,9 +8,10 @@ static int8_t tfmcu_add_element(const TfmcuAddParams* params, int8_t a, int8_t b
       tfmcu_multiply_by_quantized_multiplier(shifted1, params->input1_multiplier, params->input1_shift);
   const int32_t scaled2 =
       tfmcu_multiply_by_quantized_multiplier(shifted2, params->input2_multiplier, params->input2_shift);
-  const int32_t raw = tfmcu_multiply_by_quantized_multiplier(scaled1 + scaled2, params->output_multiplier,
-                                                             params->output_shift) +
-                      params->output_offset;
+  const int32_t raw = tfmcu_wrap_add(tfmcu_multiply_by_quantized_multiplier(tfmcu_wrap_add(scaled1, scaled2),
+                                                                            params->output_multiplier,
+                                                                            params->output_shift),
+                                     params->output_offset);
   return (int8_t)tfmcu_clamp(raw, params->act_min, params->act_max);
 }
 
@@ -22,7 +23,7 @@ TfmcuStatus tfmcu_add_s8(const TfmcuAddParams* params, const TfmcuConstView* inp
   if (input1->height != output->height || input1->width != output->width ||
       input1->channels != output->channels || input2->height != output->height ||
       input2->width != output->width || input2->channels != output->channels ||
-      params->left_shift < 0 || params->left_shift > 30) {
+      params->left_shift < 0 || params->left_shift > TFMCU_ADD_MAX_LEFT_SHIFT) {
     return kTfmcuErrorShapeMismatch;
   }
   const int32_t row_elements = output->width * output->channels;
@@ -44,8 +45,11 @@ TfmcuStatus tfmcu_add_op_check(const void* params, const int32_t* in_channels, i
   if (p == NULL || in_channels == NULL) {
     return kTfmcuErrorNullPointer;
   }
+  const int32_t shifts[3] = {p->input1_shift, p->input2_shift, p->output_shift};
   if (in_channels[0] != out_channels || in_channels[1] != out_channels || p->left_shift < 0 ||
-      p->left_shift > 30 || p->act_min > p->act_max) {
+      p->left_shift > TFMCU_ADD_MAX_LEFT_SHIFT || p->act_min > p->act_max || !tfmcu_offset_valid(p->input1_offset) ||
+      !tfmcu_offset_valid(p->input2_offset) || !tfmcu_offset_valid(p->output_offset) ||
+      !tfmcu_shifts_valid(shifts, 3)) {
     return kTfmcuErrorInvalidStage;
   }
   return kTfmcuOk;

@@ -14,6 +14,9 @@
 extern "C" {
 #endif
 
+/* The largest left_shift accepted: (255 + 127) * 2^22 still fits int32 (TFLite uses 20 for int8). */
+#define TFMCU_ADD_MAX_LEFT_SHIFT 22
+
 typedef struct {
   int32_t input1_offset;  /* -(input 1 zero point) */
   int32_t input2_offset;  /* -(input 2 zero point) */

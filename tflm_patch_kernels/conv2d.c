@@ -42,16 +42,16 @@ TfmcuStatus tfmcu_conv2d_s8(const TfmcuConvParams* params, const TfmcuConstView*
             const int8_t* in_pixel = in_group + (ptrdiff_t)in_y * input->row_stride + (ptrdiff_t)in_x * in_channels;
             const int8_t* f = filter + (ptrdiff_t)(fy * params->kernel_w + fx) * filter_depth;
             for (int32_t c = 0; c < filter_depth; ++c) {
-              acc += (int32_t)f[c] * ((int32_t)in_pixel[c] + params->input_offset);
+              acc = tfmcu_wrap_add(acc, (int32_t)f[c] * ((int32_t)in_pixel[c] + params->input_offset));
             }
           }
         }
         if (params->bias != NULL) {
-          acc += params->bias[out_c];
+          acc = tfmcu_wrap_add(acc, params->bias[out_c]);
         }
         acc = tfmcu_multiply_by_quantized_multiplier(acc, params->output_multiplier[out_c],
                                                      params->output_shift[out_c]);
-        acc += params->output_offset;
+        acc = tfmcu_wrap_add(acc, params->output_offset);
         out_pixel[out_c] = (int8_t)tfmcu_clamp(acc, params->act_min, params->act_max);
       }
     }
@@ -75,7 +75,8 @@ TfmcuStatus tfmcu_conv2d_op_check(const void* params, const int32_t* in_channels
   TfmcuWindow window;
   tfmcu_conv2d_op_window(params, &window);
   if (p->groups <= 0 || in_channels[0] % p->groups != 0 || out_channels % p->groups != 0 ||
-      !tfmcu_window_valid(&window) || p->act_min > p->act_max) {
+      !tfmcu_window_valid(&window) || p->act_min > p->act_max || !tfmcu_offset_valid(p->input_offset) ||
+      !tfmcu_offset_valid(p->output_offset)) {
     return kTfmcuErrorInvalidStage;
   }
   return kTfmcuOk;
@@ -84,4 +85,14 @@ TfmcuStatus tfmcu_conv2d_op_check(const void* params, const int32_t* in_channels
 TfmcuStatus tfmcu_conv2d_op_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
                                 int32_t pad_left, const TfmcuView* output) {
   return tfmcu_conv2d_s8((const TfmcuConvParams*)params, inputs, pad_top, pad_left, output);
+}
+
+void tfmcu_conv2d_op_array_sizes(const void* params, const int32_t* in_channels, int32_t out_channels,
+                                 int32_t* elements) {
+  const TfmcuConvParams* p = (const TfmcuConvParams*)params;
+  const int64_t filter = (int64_t)out_channels * p->kernel_h * p->kernel_w * (in_channels[0] / p->groups);
+  elements[0] = filter > INT32_MAX ? INT32_MAX : (int32_t)filter;  /* filter (INT32_MAX: too large for any model) */
+  elements[1] = out_channels;  /* bias */
+  elements[2] = out_channels;  /* output_multiplier */
+  elements[3] = out_channels;  /* output_shift */
 }

@@ -40,6 +40,8 @@ TfmcuStatus tfmcu_conv2d_s8(const TfmcuConvParams* params, const TfmcuConstView*
  * inputs[1]. */
 void tfmcu_conv2d_op_window(const void* params, TfmcuWindow* window);
 TfmcuStatus tfmcu_conv2d_op_check(const void* params, const int32_t* in_channels, int32_t out_channels);
+void tfmcu_conv2d_op_array_sizes(const void* params, const int32_t* in_channels, int32_t out_channels,
+                                 int32_t* elements);
 TfmcuStatus tfmcu_conv2d_op_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
                                 int32_t pad_left, const TfmcuView* output);
 

@@ -38,15 +38,15 @@ TfmcuStatus tfmcu_depthwise_conv2d_s8(const TfmcuDepthwiseConvParams* params, co
               }
               const int32_t in_val = in_row[(ptrdiff_t)in_x * in_channels];
               const int32_t filter_val = filter_row[(ptrdiff_t)fx * out_channels];
-              acc += filter_val * (in_val + params->input_offset);
+              acc = tfmcu_wrap_add(acc, filter_val * (in_val + params->input_offset));
             }
           }
           if (params->bias != NULL) {
-            acc += params->bias[out_c];
+            acc = tfmcu_wrap_add(acc, params->bias[out_c]);
           }
           acc = tfmcu_multiply_by_quantized_multiplier(acc, params->output_multiplier[out_c],
                                                        params->output_shift[out_c]);
-          acc += params->output_offset;
+          acc = tfmcu_wrap_add(acc, params->output_offset);
           out_pixel[out_c] = (int8_t)tfmcu_clamp(acc, params->act_min, params->act_max);
         }
       }
@@ -70,8 +70,9 @@ TfmcuStatus tfmcu_depthwise_conv2d_op_check(const void* params, const int32_t* i
   }
   TfmcuWindow window;
   tfmcu_depthwise_conv2d_op_window(params, &window);
-  if (p->depth_multiplier <= 0 || in_channels[0] * p->depth_multiplier != out_channels ||
-      !tfmcu_window_valid(&window) || p->act_min > p->act_max) {
+  if (p->depth_multiplier <= 0 || (int64_t)in_channels[0] * p->depth_multiplier != out_channels ||
+      !tfmcu_window_valid(&window) || p->act_min > p->act_max || !tfmcu_offset_valid(p->input_offset) ||
+      !tfmcu_offset_valid(p->output_offset)) {
     return kTfmcuErrorInvalidStage;
   }
   return kTfmcuOk;
@@ -80,4 +81,15 @@ TfmcuStatus tfmcu_depthwise_conv2d_op_check(const void* params, const int32_t* i
 TfmcuStatus tfmcu_depthwise_conv2d_op_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
                                           int32_t pad_left, const TfmcuView* output) {
   return tfmcu_depthwise_conv2d_s8((const TfmcuDepthwiseConvParams*)params, inputs, pad_top, pad_left, output);
+}
+
+void tfmcu_depthwise_conv2d_op_array_sizes(const void* params, const int32_t* in_channels, int32_t out_channels,
+                                           int32_t* elements) {
+  (void)in_channels;  /* the filter holds out_channels = in_channels * depth_multiplier columns */
+  const TfmcuDepthwiseConvParams* p = (const TfmcuDepthwiseConvParams*)params;
+  const int64_t filter = (int64_t)p->kernel_h * p->kernel_w * out_channels;
+  elements[0] = filter > INT32_MAX ? INT32_MAX : (int32_t)filter;  /* filter (INT32_MAX: too large for any model) */
+  elements[1] = out_channels;  /* bias */
+  elements[2] = out_channels;  /* output_multiplier */
+  elements[3] = out_channels;  /* output_shift */
 }

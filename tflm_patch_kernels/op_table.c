@@ -1,17 +1,38 @@
 /* The op table: see op_table.h. One row per TfmcuOpType, indexed by its value (row 0 and gaps: unknown). */
 #include "op_table.h"
 
+#include <string.h>
+
+/* The params layout a row states: `arrays` pointer fields, then `words` 4-byte scalars from `first` to `last`
+ * (checked at compile time: a negative array size fails the build). */
+#define TFMCU_LAYOUT(type, arrays, first, last, words)                                                        \
+  typedef char tfmcu_layout_##type[(offsetof(type, first) == (arrays) * sizeof(void*) &&                      \
+                                    offsetof(type, last) == offsetof(type, first) + ((words) - 1) * 4 &&       \
+                                    sizeof(((type*)0)->last) == 4) ? 1 : -1]
+TFMCU_LAYOUT(TfmcuConvParams, 4, kernel_h, act_max, 11);
+TFMCU_LAYOUT(TfmcuDepthwiseConvParams, 4, kernel_h, act_max, 11);
+TFMCU_LAYOUT(TfmcuAddParams, 0, input1_offset, act_max, 12);
+TFMCU_LAYOUT(TfmcuPadParams, 0, value, value, 1);
+TFMCU_LAYOUT(TfmcuPoolParams, 0, filter_h, act_max, 6);
+TFMCU_LAYOUT(TfmcuQuantizeParams, 0, scale, zero_point, 2);
+
+/* {num_inputs, input dtype, sizeof params, num_arrays, num_words, array_sizes, window, check, run} */
 static const TfmcuOpInfo kTfmcuOps[] = {
-    [kTfmcuOpConv2D] = {1, kTfmcuInt8, tfmcu_conv2d_op_window, tfmcu_conv2d_op_check, tfmcu_conv2d_op_run},
-    [kTfmcuOpDepthwiseConv2D] = {1, kTfmcuInt8, tfmcu_depthwise_conv2d_op_window, tfmcu_depthwise_conv2d_op_check,
-                                 tfmcu_depthwise_conv2d_op_run},
-    [kTfmcuOpAdd] = {2, kTfmcuInt8, NULL, tfmcu_add_op_check, tfmcu_add_op_run},
-    [kTfmcuOpPad] = {1, kTfmcuInt8, tfmcu_pad_op_window, tfmcu_pad_op_check, tfmcu_pad_op_run},
-    [kTfmcuOpAveragePool2D] = {1, kTfmcuInt8, tfmcu_avg_pool2d_op_window, tfmcu_avg_pool2d_op_check,
-                               tfmcu_avg_pool2d_op_run},
-    [kTfmcuOpMaxPool2D] = {1, kTfmcuInt8, tfmcu_max_pool2d_op_window, tfmcu_max_pool2d_op_check,
-                           tfmcu_max_pool2d_op_run},
-    [kTfmcuOpQuantize] = {1, kTfmcuFloat32, NULL, tfmcu_quantize_op_check, tfmcu_quantize_op_run},
+    [kTfmcuOpConv2D] = {1, kTfmcuInt8, sizeof(TfmcuConvParams), 4, 11, tfmcu_conv2d_op_array_sizes,
+                        tfmcu_conv2d_op_window, tfmcu_conv2d_op_check, tfmcu_conv2d_op_run},
+    [kTfmcuOpDepthwiseConv2D] = {1, kTfmcuInt8, sizeof(TfmcuDepthwiseConvParams), 4, 11,
+                                 tfmcu_depthwise_conv2d_op_array_sizes, tfmcu_depthwise_conv2d_op_window,
+                                 tfmcu_depthwise_conv2d_op_check, tfmcu_depthwise_conv2d_op_run},
+    [kTfmcuOpAdd] = {2, kTfmcuInt8, sizeof(TfmcuAddParams), 0, 12, NULL, NULL, tfmcu_add_op_check,
+                     tfmcu_add_op_run},
+    [kTfmcuOpPad] = {1, kTfmcuInt8, sizeof(TfmcuPadParams), 0, 1, NULL, tfmcu_pad_op_window, tfmcu_pad_op_check,
+                     tfmcu_pad_op_run},
+    [kTfmcuOpAveragePool2D] = {1, kTfmcuInt8, sizeof(TfmcuPoolParams), 0, 6, NULL, tfmcu_avg_pool2d_op_window,
+                               tfmcu_avg_pool2d_op_check, tfmcu_avg_pool2d_op_run},
+    [kTfmcuOpMaxPool2D] = {1, kTfmcuInt8, sizeof(TfmcuPoolParams), 0, 6, NULL, tfmcu_max_pool2d_op_window,
+                           tfmcu_max_pool2d_op_check, tfmcu_max_pool2d_op_run},
+    [kTfmcuOpQuantize] = {1, kTfmcuFloat32, sizeof(TfmcuQuantizeParams), 0, 2, NULL, NULL, tfmcu_quantize_op_check,
+                          tfmcu_quantize_op_run},
 };
 
 const TfmcuOpInfo* tfmcu_op_info(int32_t type) {
@@ -38,4 +59,27 @@ TfmcuStatus tfmcu_op_run(int32_t type, const void* params, const TfmcuConstView*
     return kTfmcuErrorShapeMismatch;
   }
   return op->run(params, inputs, pad_top, pad_left, output);
+}
+
+TfmcuStatus tfmcu_op_bind(int32_t type, void* params, uint32_t params_size, const int32_t* words, int32_t num_words,
+                          const void* const* arrays, int32_t num_arrays) {
+  const TfmcuOpInfo* op = tfmcu_op_info(type);
+  if (op == NULL) {
+    return kTfmcuErrorUnsupportedOp;
+  }
+  if (params == NULL || words == NULL || (num_arrays > 0 && arrays == NULL)) {
+    return kTfmcuErrorNullPointer;
+  }
+  if (params_size != op->params_size || num_words != op->num_words || num_arrays != op->num_arrays) {
+    return kTfmcuErrorInvalidStage;
+  }
+  char* bytes = (char*)params;
+  memset(bytes, 0, params_size);
+  /* Object pointers share one representation on every target this library supports; memcpy keeps the stores
+   * free of type punning. */
+  for (int32_t k = 0; k < num_arrays; ++k) {
+    memcpy(bytes + (size_t)k * sizeof(void*), &arrays[k], sizeof(void*));
+  }
+  memcpy(bytes + (size_t)num_arrays * sizeof(void*), words, (size_t)num_words * 4u);
+  return kTfmcuOk;
 }

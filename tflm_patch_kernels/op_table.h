@@ -43,6 +43,12 @@ typedef enum {
 typedef struct {
   int32_t num_inputs;     /* 1..TFMCU_MAX_LAYER_INPUTS */
   int32_t input_dtype;    /* TfmcuDataType of every input */
+  /* The params struct's layout, for tfmcu_op_bind: `num_arrays` leading pointer fields (the arrays of
+   * TfmcuOpArraySizesFn, in that order), then `num_words` 4-byte scalar fields (int32_t, or float as its bits). */
+  uint32_t params_size;   /* sizeof the params struct */
+  int32_t num_arrays;     /* 0..TFMCU_MAX_PARAM_ARRAYS */
+  int32_t num_words;
+  TfmcuOpArraySizesFn array_sizes;  /* ops with arrays; NULL otherwise */
   TfmcuOpWindowFn window; /* window ops (conv, depthwise, pooling, PAD); NULL for pointwise ops, whose read box
                              equals their output box */
   TfmcuOpCheckFn check;
@@ -51,6 +57,15 @@ typedef struct {
 
 /* The table row of op type `type`, or NULL for an unknown type. */
 const TfmcuOpInfo* tfmcu_op_info(int32_t type);
+
+/* Fills the params struct of op `type` (`params`, `params_size` bytes, suitably aligned for pointers) from its
+ * scalar words (the struct's scalar fields in order; a float field as its IEEE-754 bits) and its arrays (the leading
+ * pointer fields in order; NULL allowed where the op accepts it, e.g. a conv without bias). This is how a stage
+ * stored as data (the TFMCU_PATCH_STAGE custom options) becomes params structs. Returns kTfmcuErrorUnsupportedOp
+ * for an unknown type, kTfmcuErrorNullPointer for NULL params / words, kTfmcuErrorInvalidStage when params_size,
+ * num_words or num_arrays is not the op's. The params are not checked (the stage's prepare does that). */
+TfmcuStatus tfmcu_op_bind(int32_t type, void* params, uint32_t params_size, const int32_t* words, int32_t num_words,
+                          const void* const* arrays, int32_t num_arrays);
 
 /* Runs one op by type through the table: the same call (and the same bytes and status) as the op's kernel, e.g.
  * tfmcu_conv2d_s8(params, &inputs[0], pad_top, pad_left, output), tfmcu_add_s8(params, &inputs[0], &inputs[1],

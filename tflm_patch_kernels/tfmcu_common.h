@@ -98,6 +98,13 @@ typedef void (*TfmcuOpWindowFn)(const void* params, TfmcuWindow* window);
  * kTfmcuErrorInvalidStage. */
 typedef TfmcuStatus (*TfmcuOpCheckFn)(const void* params, const int32_t* in_channels, int32_t out_channels);
 
+/* The constant arrays an op's params point to, in the order of the struct's leading pointer fields: filter (int8),
+ * bias, output_multiplier, output_shift (int32). Fills elements[k] with the number of elements array k must hold,
+ * for params that passed the op's check (only ops with arrays have this adapter). */
+#define TFMCU_MAX_PARAM_ARRAYS 4
+typedef void (*TfmcuOpArraySizesFn)(const void* params, const int32_t* in_channels, int32_t out_channels,
+                                    int32_t* elements);
+
 /* Runs the kernel on inputs[num_inputs] (one view per input; for a float32 input, `data` points at floats and
  * row_stride counts floats) with the border padding above / left of input 0 (ignored by pointwise ops). Returns
  * the kernel's status. */
@@ -138,6 +145,28 @@ static inline int32_t tfmcu_multiply_by_quantized_multiplier(int32_t x, int32_t 
   const int32_t shifted = (int32_t)((uint32_t)x << left_shift);
   return tfmcu_rounding_divide_by_pot(tfmcu_saturating_rounding_doubling_high_mul(shifted, multiplier),
                                       right_shift);
+}
+
+/* a + b wrapping modulo 2^32 like the hardware adder (no undefined behaviour when params from a model file would
+ * overflow; the same value as a plain int32 sum whenever that sum fits, i.e. for every valid model). */
+static inline int32_t tfmcu_wrap_add(int32_t a, int32_t b) {
+  return (int32_t)((uint32_t)a + (uint32_t)b);
+}
+
+/* A zero-point offset as int8 quantization gives it (|zero point| <= 255 covers int8 and uint8 ranges). */
+static inline int tfmcu_offset_valid(int32_t offset) {
+  return offset >= -255 && offset <= 255;
+}
+
+/* Whether shifts[0..n) are all in the range tfmcu_multiply_by_quantized_multiplier accepts (-31..31; TFLite's
+ * QuantizeMultiplier gives -31..30). Per-channel shifts come from a model file: check them before running. */
+static inline int tfmcu_shifts_valid(const int32_t* shifts, int32_t n) {
+  for (int32_t i = 0; i < n; ++i) {
+    if (shifts[i] < -31 || shifts[i] > 31) {
+      return 0;
+    }
+  }
+  return 1;
 }
 
 static inline int32_t tfmcu_clamp(int32_t x, int32_t lo, int32_t hi) {

@@ -11,9 +11,10 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 # gcc-arm-none-eabi + libnewlib-arm-none-eabi + qemu-system-arm: firmware built for Cortex-M4/M7 and run
-# under QEMU by `bazel test //...` (tools/bazel/arm, tools/qemu, tflm_patch_kernels/firmware).
+# under QEMU by `bazel test //...` (tools/bazel/arm, tools/qemu, tflm_patch_kernels/firmware);
+# libstdc++-arm-none-eabi-dev: the C++ headers (headers only) TFLM needs when cross-compiled for the MCU.
 APT_PACKAGES=(bazel-bootstrap bazel-rules-java bazel-rules-cc dataset-fashion-mnist
-              gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm)
+              gcc-arm-none-eabi libnewlib-arm-none-eabi libstdc++-arm-none-eabi-dev qemu-system-arm)
 # libusb-1.0-0: tflite-support's native metadata module (TFLite model metadata, tfmcu/metadata.py) links against it.
 APT_PACKAGES+=(libusb-1.0-0)
 VENV=.venv
@@ -111,6 +112,16 @@ if [[ ! -f $RULES_CC/.tfmcu-patched || $(cat "$RULES_CC/.tfmcu-patched") != "$cc
     echo "$cc_want" >"$RULES_CC/.tfmcu-patched"
 fi
 
+# The pinned upstream archives of TFLM and its C/C++ dependencies (WORKSPACE): offline builds take them from
+# ../shared/third_party (or $TFMCU_THIRD_PARTY) through --distdir; without it Bazel downloads them from GitHub.
+THIRD_PARTY=${TFMCU_THIRD_PARTY:-$ROOT/../shared/third_party}
+if [[ -d $THIRD_PARTY ]]; then
+    THIRD_PARTY=$(cd "$THIRD_PARTY" && pwd)
+else
+    log "no $THIRD_PARTY (pinned TFLM archives): Bazel will download them from GitHub (set TFMCU_THIRD_PARTY)"
+    THIRD_PARTY=
+fi
+
 # --override_repository needs absolute paths (Bazel 4.2.3 does not expand %workspace% in option values):
 # write them for this clone; .bazelrc imports this file.
 repos_rc=$(
@@ -119,6 +130,7 @@ repos_rc=$(
         echo "$cmd --override_repository=rules_cc=$ROOT/$RULES_CC"
         echo "$cmd --override_repository=rules_java=/usr/share/bazel/rules/java"
         echo "$cmd --override_repository=remote_coverage_tools=$ROOT/tools/bazel/remote_coverage_tools"
+        [[ -z $THIRD_PARTY ]] || echo "$cmd --distdir=$THIRD_PARTY"
     done
     # One cache of converted zoo models shared by the test files of a run (tfmcu.zoo keys it by source digest).
     echo "test --test_env=TFMCU_ZOO_CACHE=$ROOT/.bazel_local/zoo_cache"

@@ -14,6 +14,11 @@
         a zoo model's patch stage on the C executor, p x p and layer by layer, checked against TF Lite
         (tools/gen/gen_model_stage.py, model_main.c): generator, firmware for both cores, a test per core.
 
+    tflm_model_firmware(name = "tflm_mbv2_035_96_custom", model = "mbv2_035_96", patches = 4)
+        a whole zoo model (unpatched, or custom mode with the TFMCU_PATCH_STAGE kernel) in TFLM's MicroInterpreter
+        on the MCU (tools/gen/gen_model_whole.py, tflm_patch_kernels/tflm/firmware_main.cc), checked against
+        TF Lite's output bytes.
+
 The SRAM budget of each core is passed to the linker (mps2.ld asserts .data + .bss + stack fit) and
 printed by the firmware: Cortex-M4 256 KiB (e.g. STM32F412/F429 class), Cortex-M7 320 KiB (STM32F746).
 """
@@ -155,6 +160,62 @@ def model_stage_firmware(name, model, patches, blocks = None, cores = ("cortex_m
         deps = [kernels],
         cores = cores,
         tags = tags,
+        **kwargs
+    )
+    for core in cores:
+        qemu_firmware_test(
+            name = "%s_%s_test" % (name, core),
+            core = core,
+            expect = ":%s_expect" % name,
+            firmware = ":%s_%s" % (name, core),
+            timeout_s = timeout_s,
+            size = size,
+            tags = tags,
+        )
+
+def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None, inplace = False,
+                        cores = ("cortex_m4", "cortex_m7"), timeout_s = 50, size = "small", tags = [],
+                        sram_budget = {}, **kwargs):
+    """A whole zoo model in TFLM on the MCU (see the module docstring): generator, firmware per core, a test per core.
+
+    `patches`: custom mode with a p x p grid (over `blocks`, default the zoo entry's stage; `inplace`: the rest
+    planned in place); None: the unpatched model. `arena_bytes`: the tensor arena in RAM (part of the SRAM budget).
+    """
+    native.genrule(
+        name = name + "_gen",
+        outs = [name + "_model.cc", name + "_expect.json"],
+        cmd = ("log=$$(mktemp); $(location //tools/gen:gen_model_whole) --model %s%s%s%s " +
+               "--out-cc $(location %s_model.cc) --out-expect $(location %s_expect.json) >$$log 2>&1 " +
+               "|| { cat $$log >&2; rm -f $$log; exit 1; }; rm -f $$log") % (
+            model,
+            " --patches %d" % patches if patches else "",
+            " --blocks %d" % blocks if blocks else "",
+            " --inplace" if inplace else "",
+            name,
+            name,
+        ),
+        tools = ["//tools/gen:gen_model_whole"],
+        tags = ["manual"],
+    )
+    platform_files(name = name + "_cc", srcs = [name + "_model.cc"], platform = "//tools/bazel/arm:generator_host")
+    platform_files(
+        name = name + "_expect",
+        srcs = [name + "_expect.json"],
+        platform = "//tools/bazel/arm:generator_host",
+    )
+    mps2_firmware(
+        name = name,
+        srcs = ["//tflm_patch_kernels/tflm:firmware_main.cc", ":%s_cc" % name],
+        deps = [
+            "//tflm_patch_kernels/tflm:firmware_runtime",
+            "//tflm_patch_kernels/tflm:patch_stage_op",
+            "@tflite_micro//:micro",
+            "@tflite_micro//:platform_mcu",
+        ],
+        copts = ["-DTFMCU_ARENA_BYTES=%d" % arena_bytes],
+        cores = cores,
+        tags = tags,
+        sram_budget = sram_budget,
         **kwargs
     )
     for core in cores:

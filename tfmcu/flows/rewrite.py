@@ -4,13 +4,14 @@ Modes: ``builtin`` unrolls the stage into per-patch TFLite builtin ops (``tfmcu.
 TF Lite run; ``custom`` replaces it by one ``TFMCU_PATCH_STAGE`` op run by tfmcu's C kernels
 (``tfmcu.stage.custom``). The schedule is given (``--patches=P|PxQ`` with ``--patch_blocks`` / ``--patch_ops``) or
 searched (``--patches=auto``: ``tfmcu.plan.search`` with the mode's cost function: the predicted TFLM arena of the
-builtin rewrite, or custom mode's estimated single-arena peak; least MACs under ``--sram_kb``, or the smallest).
+rewrite — custom mode with our TFMCU_PATCH_STAGE kernel's op data and scratch; least MACs under ``--sram_kb``, or
+the smallest).
 
 Everything the options say is checked before any work (``validate``), for both modes. With ``measure`` the arenas
-are then measured in the real TFLM interpreter: in auto mode a builtin rewrite whose measured arena is not smaller
-than the original's falls back to the unpatched model, and an output whose measured arena (custom mode: estimated
-from the rest's measured arena) exceeds ``--sram_kb`` is an error. The model and the JSON report are written
-all-or-nothing.
+are then measured in TFLM (builtin mode: the tflite-micro wheel; custom mode: the whole model in TFLM built from
+source with our kernel, ``tfmcu.runtime.tflm_host``): in auto mode a rewrite whose measured arena is not smaller
+than the original's falls back to the unpatched model, and an output whose measured arena exceeds ``--sram_kb`` is
+an error. The model and the JSON report are written all-or-nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from tfmcu.files import check_output_paths, read_bytes, write_outputs
 from tfmcu.flows.common import ScheduleRequest
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.plan.search import Evaluation, Progress, candidate_for, candidates, search
+from tfmcu.runtime.model_io import random_inputs
 from tfmcu.runtime.tflm import measure_arena
+from tfmcu.runtime.tflm_host import MEASURED_BY, run_whole
 from tfmcu.stage.builtin import BORDERS, BuiltinArenaCost
 from tfmcu.stage.custom import PATCH_STAGE_OP, CustomArenaCost, memory_report
 from tfmcu.tflite.schema import has_identifier
@@ -111,25 +114,30 @@ def run(o: RewriteOptions, log: Callable[[str], None] = print, progress: Progres
     assert chosen is not None
     patched = chosen.candidate.patched
     out_bytes = chosen.result.model if patched else data
-    report["predicted" if o.mode == "builtin" else "estimated"] = {"original": _predicted(baseline)}
+    report["predicted"] = {"original": _predicted(baseline)}
     if patched:
-        report["predicted" if o.mode == "builtin" else "estimated"]["rewritten"] = _predicted(chosen)
+        report["predicted"]["rewritten"] = _predicted(chosen)
         report["schedule"] = chosen.result.schedule
         report["ops"] = {"original": chosen.result.ops_before, "rewritten": chosen.result.ops_after}
     if o.measure:
         m_orig = measure_arena(data, where=path)
         report["tflm"] = {"original": _arena(m_orig)}
-        if patched and o.mode == "builtin":
-            m_rw = measure_arena(out_bytes, where=o.out)
-            report["tflm"]["rewritten"] = _arena(m_rw)
-            if req.auto and m_rw.total >= m_orig.total:
-                message = (f"the rewritten model's measured TFLM arena ({m_rw.total} B) is not smaller than the "
+        if patched:
+            if o.mode == "builtin":
+                m_rw = _arena(measure_arena(out_bytes, where=o.out))
+            else:  # the whole model in TFLM built from source with our kernel, on one random input
+                whole = run_whole(out_bytes, random_inputs(out_bytes, 1, seed=0), where=o.out).arena
+                m_rw = {"arena_total_bytes": whole.arena_used_bytes, "arena_head_bytes": whole.head_bytes,
+                        "arena_tail_bytes": whole.tail_bytes, "measured_by": MEASURED_BY,
+                        "patch_stage_persistent_bytes": whole.patch_stage_persistent_bytes}
+            report["tflm"]["rewritten"] = m_rw
+            if req.auto and m_rw["arena_total_bytes"] >= m_orig.total:
+                message = (f"the rewritten model's measured TFLM arena ({m_rw['arena_total_bytes']} B) is not "
+                           f"smaller than the "
                            f"original's ({m_orig.total} B): falling back to no patching (output = input model)")
                 out_bytes, patched = data, False
     if patched and o.mode == "custom":
-        mem = memory_report(out_bytes, o.out,
-                            measure=(lambda rest: measure_arena(rest, where=f"{o.out} (rest)")) if o.measure else None)
-        report["custom_mode"] = mem
+        report["custom_mode"] = memory_report(out_bytes, o.out)
     if budget is not None and o.measure:
         fits, figure = _measured_figure(report, patched, o, opts.count_input)
         if figure is not None and figure > budget:
@@ -145,12 +153,7 @@ def run(o: RewriteOptions, log: Callable[[str], None] = print, progress: Progres
 
 def _measured_figure(report: dict[str, Any], patched: bool, o: RewriteOptions,
                      count_input: bool) -> tuple[str, int | None]:
-    """What the budget is checked against once measured: the output model's TFLM arena (builtin mode or no
-    patching), custom mode's single-arena estimate with the rest measured."""
-    if patched and o.mode == "custom":
-        key = "total_bytes" if count_input else "total_bytes_excluding_input"
-        return ("estimated single-arena peak (rest of the graph measured in TFLM)",
-                report["custom_mode"]["single_arena"][key])
+    """What the budget is checked against once measured: the output model's TFLM arena."""
     role = "rewritten" if patched else "original"
     if not count_input:  # TFLM always plans its input: the measurement includes the image
         return "measured TFLM arena", None
@@ -168,24 +171,22 @@ def format_summary(r: dict[str, Any], inplace: bool = False) -> str:
                      f"+{s['mac_overhead_padded'] * 100:.1f}% (padded)")
     if r["mode"] == "custom" and r.get("custom_mode"):
         mem = r["custom_mode"]
-        sa = mem["single_arena"]
-        lines.append(f"one {PATCH_STAGE_OP} op; scratch {mem['scratch_bytes']:,} B; rest of the graph planned "
-                     f"{'in place' if inplace else 'without overlaps'}")
-        orig = r.get("tflm", {}).get("original", {}).get("arena_total_bytes")
-        vs = f" (original TFLM arena {orig:,} B measured: {orig / sa['total_bytes']:.2f}x smaller)" if orig else ""
-        lines.append(f"single-arena peak, ESTIMATED (no TFLM kernel for the op yet): {sa['total_bytes']:,} B with the "
-                     f"input, {sa['total_bytes_excluding_input']:,} B without{vs}")
-    else:
-        for label, key in (("predicted", "predicted"), ("TFLM measured", "tflm")):
-            d = r.get(key)
-            if not d:
-                continue
-            o = d.get("original", {}).get("arena_total_bytes")
-            w = d.get("rewritten", {}).get("arena_total_bytes")
-            line = f"{label:>14}: original {o:,} B" if o is not None else f"{label:>14}:"
-            if w is not None:
-                line += f", rewritten {w:,} B ({o / w:.2f}x smaller)"
-            lines.append(line)
+        kernel = r.get("tflm", {}).get("rewritten", {}).get("patch_stage_persistent_bytes")
+        kernel = kernel if kernel is not None else mem["patch_stage_persistent_bytes"]["host_64bit"]
+        lines.append(f"one {PATCH_STAGE_OP} op; scratch {mem['scratch_bytes']:,} B; kernel op data {kernel:,} B; "
+                     f"rest of the graph planned {'in place' if inplace else 'without overlaps'}")
+    for label, key in (("predicted", "predicted"), ("TFLM measured", "tflm")):
+        d = r.get(key)
+        if not d:
+            continue
+        o = d.get("original", {}).get("arena_total_bytes")
+        w = d.get("rewritten", {}).get("arena_total_bytes")
+        line = f"{label:>14}: original {o:,} B" if o is not None else f"{label:>14}:"
+        if w is not None:
+            line += f", rewritten {w:,} B ({o / w:.2f}x smaller)"
+            if key == "tflm" and r["mode"] == "custom":
+                line += " (rewritten: whole model in TFLM built from source with the kernel)"
+        lines.append(line)
     lines.append(f"{'Flash':>14}: {r['flash_bytes']['original']:,} -> {r['flash_bytes']['output']:,} B; "
                  f"wrote {r['output']}")
     return "\n".join(lines) + "\n"

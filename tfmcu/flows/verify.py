@@ -9,10 +9,9 @@ cannot take the caller down). The rewritten model's outputs must equal the origi
 interpreters; TF Lite vs TFLM agreement per model is reported too (informational). TFLM's arena is measured
 (``tfmcu.runtime.tflm.measure_arena``) and predicted (``tfmcu.plan.arena.predict_arena``) for both.
 
-A rewritten model in custom mode (one TFMCU_PATCH_STAGE op) runs in ``tfmcu.runtime.host.HostRunner``: the stage in
-the C kernels, the rest in TF Lite (same ``resolver``) and in TFLM. No TFLM kernel for the op exists yet, so its
-arena is ESTIMATED: "as run here" (the rest's measured TFLM arena + scratch + input) and the single-arena peak such
-a kernel would have (``custom_mode``).
+A rewritten model in custom mode (one TFMCU_PATCH_STAGE op) runs WHOLE in TFLM built from source with our kernel
+(``tfmcu.runtime.tflm_host``): its arena is TFLM's measured ``arena_used_bytes`` there, predicted by the same
+``predict_arena``. In TF Lite (no kernel for the op) the stage runs in the C kernels and the rest in TF Lite.
 
 Bad input (missing file, not a TFLite model, signatures that differ, bad ``inputs``, a malformed custom-mode model,
 an interpreter crash) is a one-line ``UsageError`` and no output file.
@@ -38,10 +37,9 @@ from tfmcu.runtime.model_io import TFLMError, model_info, random_inputs
 from tfmcu.runtime.tflite import RESOLVERS
 from tfmcu.runtime.tflm import check_runnable
 from tfmcu.stage.common import RewriteError
-from tfmcu.stage.custom import PATCH_STAGE_OP, load_custom
+from tfmcu.runtime.tflm_host import MEASURED_BY
+from tfmcu.stage.custom import PATCH_STAGE_OP
 
-ESTIMATED_AS_RUN = ("estimated: the rest of the graph's TFLM arena, measured, + the C kernels' scratch + the input "
-                    "image; no TFLM kernel runs TFMCU_PATCH_STAGE yet")
 
 ROLES = ("original", "rewritten")
 
@@ -158,16 +156,6 @@ def predict(data: bytes, where: str) -> dict[str, Any]:
     return d
 
 
-def predict_custom(mem: dict[str, Any], rest: bytes, where: str) -> dict[str, Any]:
-    """Predicted "as run" arena of a custom-mode model: the rest's predicted TFLM arena + scratch + input."""
-    p = predict(rest, where + " (rest)")
-    if p["arena_total_bytes"] is None:
-        return p
-    extra = mem["scratch_bytes"] + mem["input_bytes"]
-    return {"arena_total_bytes": p["arena_total_bytes"] + extra, "arena_head_bytes": p["arena_head_bytes"] + extra,
-            "arena_tail_bytes": p["arena_tail_bytes"]}
-
-
 @dataclass
 class VerifyOptions:
     original: str
@@ -239,7 +227,6 @@ def verify(o: VerifyOptions) -> dict[str, Any]:
         agreement[r] = {"agree": not diff, "mismatching_samples": len(diff), "first": diff[:o.max_details]}
     for m in mismatches:
         m["source"] = "random" if m["sample"] < len(samples) else "inputs"
-    rests = {r: load_custom(data[r], paths[r]).rest for r in ROLES if custom[r]}
     return {
         "bit_exact": not mismatches,
         "samples": len(all_samples),
@@ -249,17 +236,16 @@ def verify(o: VerifyOptions) -> dict[str, Any]:
         "inputs": o.inputs,
         "resolver": o.resolver,
         "interpreters": {r: ({"tflite": f"{interpreters['tflite']} (stage: tfmcu C kernels)",
-                              "tflm": "tflm (stage: tfmcu C kernels)"} if custom[r] else interpreters)
-                         for r in ROLES},
+                              "tflm": "tflm built from source + TFMCU_PATCH_STAGE kernel (whole model)"}
+                             if custom[r] else interpreters) for r in ROLES},
         "models": dict(paths),
         "mismatches": {"count": len(mismatches),
                        "samples": len({m["sample"] for m in mismatches}),
                        "first": mismatches[:o.max_details]},
         "tflite_vs_tflm": agreement,
         "tflm": {r: _arena(results[r].arena) for r in ROLES},
-        "arena_kind": {r: (ESTIMATED_AS_RUN if custom[r] else "measured by TFLM") for r in ROLES},
-        "predicted": {r: (predict_custom(results[r].arena.custom, rests[r], paths[r]) if custom[r]
-                          else predict(data[r], paths[r])) for r in ROLES},
+        "arena_kind": {r: (MEASURED_BY if custom[r] else "measured by TFLM (tflite-micro wheel)") for r in ROLES},
+        "predicted": {r: predict(data[r], paths[r]) for r in ROLES},
         "custom_mode": {r: results[r].arena.custom for r in ROLES if custom[r]},
         "flash_bytes": {r: len(data[r]) for r in ROLES},
         "ops": {r: infos[r].num_ops for r in ROLES},
@@ -309,5 +295,7 @@ def format_summary(rep: dict[str, Any]) -> str:
     lines.append(f"{'ops':<18} {rep['ops']['original']:>12} {rep['ops']['rewritten']:>12}")
     for r in ROLES:
         if r in rep.get("custom_mode", {}):
-            lines.append(f"{r}: custom mode; its arena figures are ESTIMATED ({ESTIMATED_AS_RUN})")
+            kernel = rep["custom_mode"][r]["patch_stage_persistent_bytes"]
+            lines.append(f"{r}: custom mode, whole model in TFLM built from source with the TFMCU_PATCH_STAGE kernel "
+                         f"(its op data: {kernel:,} B); arena measured there")
     return "\n".join(lines) + "\n"

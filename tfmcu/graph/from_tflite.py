@@ -321,8 +321,11 @@ class _Lowering:
             return self._fully_connected(i, typ, opts, in_idx, base, act)
         if typ in _SIMPLE:
             return ir.Op(type=_SIMPLE[typ], **ch, **base)
-        return ir.Op(type=typ.lower() if not typ.startswith("custom:") else typ, activation=act,
-                     attrs={"patchable": False}, **ch, **base)
+        attrs = {"patchable": False}
+        if typ.startswith("custom:") and op.customOptions is not None:
+            attrs["custom_options"] = np.asarray(op.customOptions, dtype=np.uint8).tobytes()  # the arena needs them
+        return ir.Op(type=typ.lower() if not typ.startswith("custom:") else typ, activation=act, attrs=attrs, **ch,
+                     **base)
 
     def _feature_map(self, i: int, typ: str, t: int, what: str) -> tuple[int, int, int, int]:
         s = self.shape(t)

@@ -13,8 +13,9 @@ the op's own padding). ``layer_spec(model, op)``: the LayerSpec of an IR op lowe
 from __future__ import annotations
 
 import ctypes
+import struct
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -92,6 +93,11 @@ class LayerSpec:
                 values[name] = None if a is None else a.ctypes.data
                 keep.append(a)
         return cls(**values), keep
+
+    def words(self) -> list[int]:
+        """The params as the C struct's scalar fields in order (a float as its IEEE-754 bits): what
+        ``tfmcu_op_bind`` reads (the TFMCU_PATCH_STAGE custom options store them so)."""
+        return params_to_words(self.type, self.params)
 
     def check_arrays(self, in_channels: int, out_channels: int) -> None:
         """The constant arrays are as large as the params say (the C kernels trust them)."""
@@ -247,6 +253,28 @@ def _build_quantize(src: _Source) -> LayerSpec:
                                f"({src.dtype(src.ins[0])} -> {src.dtype(src.outs[0])})")
     scale, zp = src.quant(src.outs[0])
     return src.spec(OP_QUANTIZE, dict(scale=scale, zero_point=zp))
+
+
+def _scalar_fields(code: int) -> list[tuple[str, Any]]:
+    return [(n, t) for n, t in kernel_op(code).params._fields_ if t is not _PTR]
+
+
+def params_to_words(code: int, params: dict[str, Any]) -> list[int]:
+    """Op ``code``'s scalar params in the C struct's field order, floats as their bits (see LayerSpec.words)."""
+    out = []
+    for name, f_type in _scalar_fields(code):
+        v = params[name]
+        out.append(struct.unpack("<i", struct.pack("<f", float(v)))[0] if f_type is ctypes.c_float else int(v))
+    return out
+
+
+def params_from_words(code: int, words: Sequence[int]) -> dict[str, Any]:
+    """The inverse of ``params_to_words`` (ValueError when the count is not the op's)."""
+    fields = _scalar_fields(code)
+    if len(words) != len(fields):
+        raise ValueError(f"{kernel_op(code).name} has {len(fields)} scalar params, not {len(words)}")
+    return {name: (struct.unpack("<f", struct.pack("<i", int(w)))[0] if f_type is ctypes.c_float else int(w))
+            for (name, f_type), w in zip(fields, words)}
 
 
 # ============================================================================= the table

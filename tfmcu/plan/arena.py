@@ -32,7 +32,9 @@ indices), ``tflite_tensor_index`` ({IR tensor name: index}), ``tflite_num_tensor
   order, which ``from_tflite`` preserves; a rewriter that appends tensors in its op order does too);
 * FULLY_CONNECTED int8/int16 weights are per-channel (the default of TF >= 2.16 converters).
 
-Unknown op types get no builtin data, no OpData and no scratch (listed in ``details["unmodelled_ops"]``).
+The custom op TFMCU_PATCH_STAGE (our TFLM kernel) gets its op data and its scratch request
+(``tfmcu.tflite.patch_stage_format.kernel_memory``). Other unknown op types get no builtin data, no OpData and no
+scratch (listed in ``details["unmodelled_ops"]``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from typing import Any, Sequence
 from tfmcu.graph import ir
 from tfmcu.plan.placer import Buffer, align_up, place
 from tfmcu.tflite import offline_plan
+from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, kernel_memory, read_options
 from tfmcu.tflite import schema as ts
 from tfmcu.tflite.editor import load
 
@@ -243,6 +246,14 @@ def op_allocations(graph: ir.Graph, op: ir.Op) -> OpAlloc:
         rank = len(graph.tensors[op.inputs[0]].shape) if op.inputs else 4
         axes = op.attrs.get("axes")
         alloc.scratch = [4 * rank, 4 * (len(axes) if axes is not None else 2)]
+    elif b == f"custom:{PATCH_STAGE_OP}" and "custom_options" in op.attrs:
+        # our kernel (tflm_patch_kernels/tflm): one op data from Init, the stage's exact scratch from Prepare
+        try:
+            op_data, scratch = kernel_memory(read_options(op.attrs["custom_options"]), pointer_bytes=8)
+        except (ValueError, KeyError, TypeError):
+            alloc.modelled = False
+        else:
+            alloc.op_data, alloc.scratch = op_data, [scratch]
     elif b == "SOFTMAX" and in_dtype == "int16":
         alloc.prepare = [2 * 513, 2 * 513]  # (src) exp and 1/(1+x) int16 lookup tables, LUTSize<int16_t>() = 513
     elif b not in BUILTIN_DATA and b not in OP_DATA and b not in _NO_ALLOC:

@@ -8,8 +8,8 @@
   ``Evaluation``; ``lower_bound`` is a cheap floor under that cost, used to skip candidates that cannot win.
   ``AnalyticCost`` (here) is the analytic peak (``tfmcu.plan.regions``); ``tfmcu.stage.builtin.BuiltinArenaCost``
   the predicted TFLM arena of the builtin rewrite (one variant per border treatment);
-  ``tfmcu.stage.custom.CustomArenaCost`` the single-arena peak of custom mode (estimated: the TFLM kernel does not
-  exist yet). Every cost function counts the input image or not (``count_input``).
+  ``tfmcu.stage.custom.CustomArenaCost`` the predicted TFLM arena of custom mode (with the TFMCU_PATCH_STAGE
+  kernel's op data and scratch). Every cost function counts the input image or not (``count_input``).
 * ``search(graph, cost, budget, options)`` -> ``SearchResult``, for two objectives:
   - ``"macs"``: the least-MACs candidate whose cost fits ``budget`` (candidates are evaluated in order of MACs, so
     the first that fits wins; the unpatched model wins if it fits). A patched candidate must also cost less than

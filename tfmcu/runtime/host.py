@@ -1,10 +1,10 @@
 """Whole models on the host: TF Lite and TFLM outputs and TFLM's arena for one model, builtin-only or custom mode.
 
 * ``evaluate(model, samples, resolver)``: TF Lite outputs (``resolver=None``: skipped), TFLM outputs and TFLM's
-  arena. A custom-mode model (one ``TFMCU_PATCH_STAGE`` op, ``tfmcu.stage.custom``) runs in ``HostRunner``: the
-  stage in the C kernels (ctypes), the rest of the graph in TF Lite (with the same ``resolver``) and in TFLM; its
-  arena is the ESTIMATED "as run here" figure (the rest's measured TFLM arena + the C kernels' scratch + the input),
-  with ``tfmcu.stage.custom.memory_report`` attached (``ArenaStats.custom``).
+  arena. A custom-mode model (one ``TFMCU_PATCH_STAGE`` op, ``tfmcu.stage.custom``) runs WHOLE in TFLM built from
+  source with our kernel (``tfmcu.runtime.tflm_host``): outputs and the measured arena (the kernel's persistent
+  bytes in ``ArenaStats.custom``). TF Lite has no kernel for the op: ``HostRunner`` runs the stage in the C kernels
+  (ctypes) and the rest in TF Lite (with the same ``resolver``).
 * ``evaluate(..., isolate=True)`` runs all of it in a child process (``tfmcu.runtime.isolate``).
 """
 
@@ -22,7 +22,8 @@ from tfmcu.runtime.model_io import TFLMError
 from tfmcu.runtime.tflite import run_tflite
 from tfmcu.runtime.tflm import ArenaStats, measure_arena, run_tflm
 from tfmcu.stage.common import RewriteError
-from tfmcu.stage.custom import PATCH_STAGE_OP, is_custom_model, load_custom, memory_report
+from tfmcu.runtime.tflm_host import MEASURED_BY, run_whole
+from tfmcu.stage.custom import PATCH_STAGE_OP, is_custom_model, load_custom
 
 
 class HostRunner:
@@ -75,17 +76,19 @@ def evaluate(model: bytes, samples: Sequence[Any], resolver: str | None = "refer
 
 
 def _evaluate_custom(model: bytes, samples: Sequence[Any], resolver: str | None, where: str) -> ModelRun:
+    """TFLM: the whole model in TFLM built from source with our TFMCU_PATCH_STAGE kernel (measured arena). TF Lite
+    has no kernel for the op: there the stage runs in the C kernels (ctypes) and the rest in TF Lite."""
     try:
-        runner = HostRunner(model, where)
-        phase("TF Lite")
-        tfl = runner.run(samples, rest="tflite", resolver=resolver) if resolver else None
+        tfl = None
+        if resolver:
+            phase("TF Lite")
+            tfl = HostRunner(model, where).run(samples, rest="tflite", resolver=resolver)
         phase("TFLM")
-        outs = runner.run(samples, rest="tflm")
-        mem = memory_report(model, where, measure=lambda rest: measure_arena(rest, where=f"{where} (rest)"))
+        whole = run_whole(model, samples, where)
     except RewriteError as e:
         raise TFLMError(str(e)) from None
-    rest = mem["rest_tflm"]
-    extra = mem["scratch_bytes"] + mem["input_bytes"]
-    arena = ArenaStats(rest["arena_total_bytes"] + extra, rest["arena_head_bytes"] + extra, rest["arena_tail_bytes"],
-                       custom=mem)
-    return ModelRun(tfl, outs, arena, custom_mode=True)
+    a = whole.arena
+    custom = {"measured_by": MEASURED_BY, "pointer_bytes": a.pointer_bytes,
+              "patch_stage_persistent_bytes": a.patch_stage_persistent_bytes, "allocations": a.allocations}
+    return ModelRun(tfl, whole.outputs, ArenaStats(a.arena_used_bytes, a.head_bytes, a.tail_bytes, custom=custom),
+                    custom_mode=True)

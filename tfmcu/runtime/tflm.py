@@ -8,8 +8,8 @@
 * ``run_tflm(model, samples)``: outputs per sample (samples: ``tfmcu.runtime.model_io``).
 
 Errors: ``TFLMError`` (a ``TfmcuError``) with one line: unsupported op (custom ops included: the wheel has only
-TFLM's builtin kernels; custom-mode models run in ``tfmcu.runtime.host``), allocation that fails even in a 1 GiB
-arena, input shape or dtype mismatch, not a TFLite file.
+TFLM's builtin kernels; custom-mode models run whole in ``tfmcu.runtime.tflm_host``), allocation that fails even
+in a 1 GiB arena, input shape or dtype mismatch, not a TFLite file.
 
 Isolation: TFLM ``abort()``s the whole process on some models (a failed ``TFLITE_CHECK``, e.g. an int8 SOFTMAX
 whose input scale puts its fixed-point multiplier out of range). ``isolate=True`` runs the work in a child process
@@ -29,7 +29,7 @@ import numpy as np
 from tfmcu.runtime.capture import capture_fds
 from tfmcu.runtime.isolate import isolated
 from tfmcu.runtime.model_io import ModelInfo, TFLMError, as_samples, model_info
-from tfmcu.stage.custom import PATCH_STAGE_OP
+from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP
 
 MIB = 1 << 20
 MIN_ARENA = 4 * MIB
@@ -50,7 +50,7 @@ class ArenaStats:
     tail: int
     by_type: dict[str, Allocation] = field(default_factory=dict)
     arena_size: int = 0  # the arena the interpreter was given for the measurement
-    custom: dict[str, Any] | None = None  # custom-mode models: tfmcu.stage.custom.memory_report (estimated)
+    custom: dict[str, Any] | None = None  # custom-mode models: what tfmcu.runtime.host measured (kernel op data...)
 
     def to_dict(self) -> dict[str, Any]:
         return {"total": self.total, "head": self.head, "tail": self.tail, "arena_size": self.arena_size,
@@ -104,8 +104,8 @@ def _default_arena(model: bytes) -> int:
 def check_runnable(info: ModelInfo, where: str = "model") -> None:
     """Refuse models TFLM's stock op resolver cannot run with a clear one-line message."""
     if PATCH_STAGE_OP in info.custom_ops:
-        raise TFLMError(f"{where}: custom-mode models ({PATCH_STAGE_OP}) run in tfmcu's host runner "
-                        f"(tfmcu.runtime.host.HostRunner), not in stock TFLM")
+        raise TFLMError(f"{where}: custom-mode models ({PATCH_STAGE_OP}) run in TFLM with tfmcu's kernel "
+                        f"(tfmcu.runtime.tflm_host), not in the stock tflite-micro wheel")
     if info.custom_ops:
         raise TFLMError(f"{where}: custom ops {', '.join(info.custom_ops)} are not available in stock TFLM")
 

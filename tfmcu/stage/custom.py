@@ -2,20 +2,22 @@
 
 The custom op's inputs are the stage input, then every layer's constant arrays: the ORIGINAL filter and bias
 tensors (no Flash duplication) and the per-channel output multipliers / shifts computed offline (small new int32
-constants, so the stage needs no persistent arena). Its flexbuffer custom options describe the stage exactly as
-``tflm_patch_kernels/patch_stage.h`` wants it (tensor table, layers with scalar params and the input positions of
-their arrays, per-band spans, scratch offsets, scratch size). The rest of the graph is untouched.
+constants), then the INT32 span and buffer-offset tables. Its flexbuffer custom options describe the rest of the stage
+as ``tflm_patch_kernels/patch_stage.h`` wants it (tensor table, layers with scalar params as words and the input
+positions of their arrays, scratch size). The rest of the graph is untouched; the whole model gets an offline memory
+plan when one beats TFLM's greedy planner (the rest in place with ``inplace``).
 
 * ``rewrite_custom(data, graph, schedule)``: the custom-mode model (``inplace``: the rest of the graph gets an
   in-place offline memory plan, ``tfmcu.plan.memory_plan``).
 * ``load_custom(data)``: the op's description back as a ``PackedStage`` plus ``rest``, the model without the stage
   (its input is the stage output), with the offline memory plan a single-arena deployment would use.
-* ``memory_report(data)``: custom mode's memory, ESTIMATED by formula until a TFLM kernel for the op exists: the
-  rest of the graph's TFLM arena (predicted, or measured by a given function) + the C kernels' scratch + input.
-* ``CustomArenaCost``: that estimate as a cost function of ``tfmcu.plan.search``.
+* ``memory_report(data)``: the stage's scratch / input / output bytes, the kernel's persistent bytes (64-bit host and
+  32-bit Cortex-M) and the model's predicted TFLM arena.
+* ``CustomArenaCost``: that prediction as a cost function of ``tfmcu.plan.search``.
 
-``tfmcu.runtime.host.HostRunner`` executes such a model on the host (C kernels for the stage, TFLM or TF Lite for the
-rest).
+The options format and the kernel's memory arithmetic live in ``tfmcu.tflite.patch_stage_format``. The TFLM kernel
+(``tflm_patch_kernels/tflm``) runs such a model whole in TFLM (``tfmcu.runtime.tflm_host``); ``HostRunner``
+(``tfmcu.runtime.host``) runs the stage through ctypes for TF Lite comparisons and kernel tests.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from flatbuffers import flexbuffers
@@ -31,22 +33,19 @@ from flatbuffers import flexbuffers
 from tfmcu.graph import ir
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.kernels import PatchKernelError
-from tfmcu.kernels.ops import FLOAT32, LayerSpec
-from tfmcu.kernels.pack import PackedStage, pack_stage
-from tfmcu.plan.arena import ABI, predict_arena
+from tfmcu.kernels.ops import FLOAT32, LayerSpec, params_from_words
+from tfmcu.kernels.pack import SPAN_FIELDS, PackedStage, pack_stage
+from tfmcu.plan.arena import predict_arena
 from tfmcu.plan.memory_plan import with_offline_plan
 from tfmcu.plan.regions import PatchSchedule
 from tfmcu.plan.search import Candidate, Evaluation
 from tfmcu.stage.common import SCHEDULE_METADATA, RewriteError, RewriteResult, read_schedule, schedule_record
 from tfmcu.tflite import schema as ts
 from tfmcu.tflite.editor import ModelEditor, load
+from tfmcu.tflite.patch_stage_format import FORMAT_VERSION, PATCH_STAGE_OP, kernel_memory, read_options
 
-PATCH_STAGE_OP = "TFMCU_PATCH_STAGE"
-FORMAT_VERSION = 1
+_TABLES = ("row_spans", "col_spans", "buffer_offsets")
 _ARRAYS = ("filter", "bias", "output_multiplier", "output_shift")
-ESTIMATE = ("estimated: single-arena peak of a TFLM kernel for TFMCU_PATCH_STAGE, which does not exist yet = "
-            "max(input + stage output + scratch, planned head of the rest) + the rest's persistent bytes + the "
-            "custom op's tensor and node records")
 
 
 def is_custom_model(data: bytes | ts.ModelT) -> bool:
@@ -87,9 +86,13 @@ def rewrite_custom(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where:
                 idx = ed.constant(np.ascontiguousarray(a, dtype=np.int32), ts.TensorType.INT32, f"tfmcu/{name}")
             positions[name] = len(inputs)
             inputs.append(idx)
-        layers.append({"type": int(spec.type), "name": spec.name, "src": int(spec.src_index),
-                       "params": {k: (float(v) if isinstance(v, float) else int(v)) for k, v in spec.params.items()},
+        layers.append({"type": int(spec.type), "name": spec.name, "src": int(spec.src_index), "words": spec.words(),
                        "padding": [int(p) for p in spec.padding], "arrays": positions})
+    tables = {}
+    for name in _TABLES:
+        tables[name] = len(inputs)
+        inputs.append(ed.constant(np.ascontiguousarray(getattr(packed, name), dtype=np.int32).reshape(-1),
+                                  ts.TensorType.INT32, f"tfmcu/{name}"))
     desc = {
         "version": FORMAT_VERSION,
         "name": packed.name,
@@ -101,9 +104,7 @@ def rewrite_custom(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where:
         "layers": layers,
         "layer_inputs": [[int(t) for t in ins] for ins in packed.layer_inputs],
         "layer_outputs": [int(t) for t in packed.layer_outputs],
-        "row_spans": packed.row_spans.reshape(-1).tolist(),
-        "col_spans": packed.col_spans.reshape(-1).tolist(),
-        "buffer_offsets": packed.buffer_offsets.reshape(-1).tolist(),
+        **tables,  # input positions of the INT32 tables
         "scratch_bytes": int(packed.scratch_bytes),
     }
     op = ed.custom_operator(PATCH_STAGE_OP, inputs, [packed.tensor_tflite_index[packed.output_tensor]],
@@ -113,7 +114,10 @@ def rewrite_custom(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where:
     record = schedule_record(schedule, "custom", scratch_bytes=int(packed.scratch_bytes),
                              memory_plan="inplace" if inplace else "disjoint")
     ed.set_metadata(SCHEDULE_METADATA, json.dumps(record).encode())
-    return RewriteResult(ed.to_bytes(), len(original_ops), len(ed.subgraph.operators), ed.new_tensors, record)
+    # The whole model's offline memory plan (the stage op's input and output, the rest in place if asked), when it
+    # beats TFLM's greedy planner; TFLM places the op's scratch around it.
+    planned, _, _ = with_offline_plan(ed.to_bytes(), inplace=inplace)
+    return RewriteResult(planned, len(original_ops), len(ed.subgraph.operators), ed.new_tensors, record)
 
 
 # ----------------------------------------------------------------------------- reading
@@ -137,14 +141,9 @@ def load_custom(data: bytes, where: str = "model") -> CustomModel:
         raise RewriteError(f"{where}: expected one {PATCH_STAGE_OP} operator as the first operator")
     op = ops[0]
     try:
-        desc = flexbuffers.Loads(np.asarray(op.customOptions, dtype=np.uint8).tobytes())
-        if not isinstance(desc, dict):
-            raise ValueError("not a map")
-    except Exception as e:  # flexbuffers raises assorted errors on garbage
-        raise RewriteError(f"{where}: invalid {PATCH_STAGE_OP} options ({type(e).__name__}: {e})") from None
-    if desc.get("version") != FORMAT_VERSION:
-        raise RewriteError(f"{where}: {PATCH_STAGE_OP} options version {desc.get('version')}; "
-                           f"this tfmcu reads version {FORMAT_VERSION}")
+        desc = read_options(np.asarray(op.customOptions, dtype=np.uint8).tobytes())
+    except ValueError as e:
+        raise RewriteError(f"{where}: invalid {PATCH_STAGE_OP} options ({e})") from None
     try:
         packed = _packed_from_options(model, op, desc, where)
     except (KeyError, IndexError, TypeError, ValueError) as e:
@@ -172,20 +171,28 @@ def _packed_from_options(model: ts.ModelT, op: ts.OperatorT, desc: dict[str, Any
         for name, pos in layer["arrays"].items():
             a = const(int(pos))
             arrays[name] = a.astype(np.int8) if name == "filter" else a.astype(np.int32).reshape(-1)
-        layers.append(LayerSpec(int(layer["type"]), dict(layer["params"]), arrays, layer["name"], int(layer["src"]),
-                                tuple(layer["padding"])))
+        code = int(layer["type"])
+        layers.append(LayerSpec(code, params_from_words(code, layer["words"]), arrays, layer["name"],
+                                int(layer["src"]), tuple(layer["padding"])))
     tensors = desc["tensors"]
     grid = tuple(desc["grid"])
     n_layers = len(layers)
-    offsets = np.asarray(desc["buffer_offsets"], np.int32).reshape(grid[0] * grid[1], len(tensors))
+
+    def table(name: str, shape: tuple[int, ...]) -> np.ndarray:
+        a = const(int(desc[name])).astype(np.int32).reshape(-1)
+        if a.size != int(np.prod(shape)):
+            raise RewriteError(f"{where}: {PATCH_STAGE_OP} {name} holds {a.size} values, not {int(np.prod(shape))}")
+        return a.reshape(shape)
+
+    offsets = table("buffer_offsets", (grid[0] * grid[1], len(tensors)))
     return PackedStage(
         name=desc["name"], layers=layers, layer_inputs=[list(x) for x in desc["layer_inputs"]],
         layer_outputs=list(desc["layer_outputs"]), tensor_names=[f"t{k}" for k in range(len(tensors))],
         tensor_shapes=[tuple(t[:3]) for t in tensors], tensor_dtypes=[t[3] for t in tensors],
         tensor_producers=[t[4] for t in tensors], tensor_tflite_index=[-1] * len(tensors),
         input_tensor=int(desc["input_tensor"]), output_tensor=int(desc["output_tensor"]), grid=grid,
-        row_spans=np.asarray(desc["row_spans"], np.int32).reshape(grid[0], n_layers, -1),
-        col_spans=np.asarray(desc["col_spans"], np.int32).reshape(grid[1], n_layers, -1),
+        row_spans=table("row_spans", (grid[0], n_layers, SPAN_FIELDS)),
+        col_spans=table("col_spans", (grid[1], n_layers, SPAN_FIELDS)),
         buffer_offsets=offsets, buffer_sizes=np.zeros_like(offsets, dtype=np.int64),
         scratch_bytes=int(desc["scratch_bytes"]), lower_bound_bytes=0, plan_strategies=[])
 
@@ -208,65 +215,58 @@ def rest_model(model: ts.ModelT, stage_output: int, inplace: bool = False) -> tu
 
 
 # ----------------------------------------------------------------------------- memory
-def memory_report(data: bytes, where: str = "model",
-                  measure: Callable[[bytes], Any] | None = None) -> dict[str, Any]:
-    """Custom-mode memory, two ways, each with and without the input image (ESTIMATES: no TFLM kernel runs the op
-    yet):
+def memory_report(data: bytes, where: str = "model") -> dict[str, Any]:
+    """What custom mode's TFLM arena is made of, PREDICTED (``tfmcu.plan.arena.predict_arena`` on the whole
+    custom-mode model: the TFMCU_PATCH_STAGE kernel's op data and exact scratch included; measured figures come from
+    running it, ``tfmcu.runtime.tflm_host``): the stage's scratch, input and output bytes, the kernel's persistent
+    op data on a 64-bit host and on 32-bit Cortex-M, and the predicted arena (head / tail / total)."""
+    model = load(data, where)
+    op = model.subgraphs[0].operators[0]
+    try:
+        opts = read_options(np.asarray(op.customOptions, dtype=np.uint8).tobytes())
+        host, scratch = kernel_memory(opts, pointer_bytes=8)
+        mcu, _ = kernel_memory(opts, pointer_bytes=4)
+        shapes, dtypes = opts["tensors"], [t[3] for t in opts["tensors"]]
+        i, o = int(opts["input_tensor"]), int(opts["output_tensor"])
+        in_bytes = int(np.prod(shapes[i][:3])) * (4 if dtypes[i] == FLOAT32 else 1)
+        out_bytes = int(np.prod(shapes[o][:3]))
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+        raise RewriteError(f"{where}: invalid {PATCH_STAGE_OP} options ({e})") from None
+    p = predict_arena(from_tflite(data), model=data)
+    return {"scratch_bytes": int(opts["scratch_bytes"]), "scratch_request_bytes": scratch, "input_bytes": in_bytes,
+            "stage_output_bytes": out_bytes,
+            "patch_stage_persistent_bytes": {"host_64bit": host, "cortex_m_32bit": mcu},
+            "predicted": {"arena_total_bytes": p.total, "arena_head_bytes": p.head, "arena_tail_bytes": p.tail}}
 
-    (a) as run here: the rest of the graph's TFLM arena (its input = the stage output) + the C kernels' scratch +
-        the input image;
-    (b) the single-arena peak a TFLM kernel would have, where scratch is reused by later tensors:
-        max(input + stage output + scratch, planned head of the rest) + persistent bytes (the rest's tail + the
-        TfLiteEvalTensor records of the custom model's extra tensors + one NodeAndRegistration).
-    The rest's arena is predicted (``tfmcu.plan.arena``), or measured by ``measure`` (e.g.
-    ``tfmcu.runtime.tflm.measure_arena``: a function of the rest's bytes returning head / tail / total)."""
-    cm = load_custom(data, where)
-    p = cm.packed
-    if measure is not None:
-        rest = measure(cm.rest)
-    else:
-        rest = predict_arena(from_tflite(cm.rest), model=cm.rest)
-    in_shape = p.tensor_shapes[p.input_tensor]
-    in_bytes = int(np.prod(in_shape)) * (4 if p.tensor_dtypes[p.input_tensor] == FLOAT32 else 1)
-    out_bytes = int(np.prod(p.tensor_shapes[p.output_tensor]))
-    scratch = int(p.scratch_bytes)
-    persistent = (rest.tail + ABI["TfLiteEvalTensor"][0] * (cm.num_tensors - cm.rest_num_tensors)
-                  + ABI["NodeAndRegistration"][0])
-    act_b = max(in_bytes + out_bytes + scratch, rest.head)
-    act_b_x = max(out_bytes + scratch, rest.head)
-    return {
-        "estimated": ESTIMATE,
-        "scratch_bytes": scratch, "input_bytes": in_bytes, "stage_output_bytes": out_bytes,
-        "rest_tflm": {"arena_total_bytes": rest.total, "arena_head_bytes": rest.head,
-                      "arena_tail_bytes": rest.tail},
-        "as_run": {"total_bytes": rest.total + scratch + in_bytes, "total_bytes_excluding_input": rest.total + scratch},
-        "single_arena": {"activation_bytes": act_b, "activation_bytes_excluding_input": act_b_x,
-                         "persistent_bytes": persistent, "total_bytes": act_b + persistent,
-                         "total_bytes_excluding_input": act_b_x + persistent},
-    }
+
+def _details(p: Any) -> dict[str, int]:
+    return {"predicted_arena_bytes": p.total, "predicted_arena_head_bytes": p.head,
+            "predicted_arena_tail_bytes": p.tail}
 
 
 class CustomArenaCost:
-    """Cost function of ``tfmcu.plan.search``: custom mode's single-arena peak (ESTIMATED, ``memory_report``),
-    with the rest of the graph planned disjoint or in place."""
+    """Cost function of ``tfmcu.plan.search``: the predicted TFLM arena of the custom-mode model (the kernel's op
+    data and scratch included; ``tfmcu.plan.arena``), with the rest of the graph planned disjoint or in place.
+    ``count_input=False`` subtracts the input image's buffer."""
 
-    what = "estimated single-arena peak"
+    what = "predicted TFLM arena with the TFMCU_PATCH_STAGE kernel"
     variants: tuple[str | None, ...] = (None,)
 
     def __init__(self, data: bytes, graph: ir.Graph, where: str = "model", inplace: bool = False,
                  count_input: bool = True):
         self.data, self.graph, self.where, self.inplace, self.count_input = data, graph, where, inplace, count_input
 
+    def _input_bytes(self) -> int:
+        return 0 if self.count_input else sum(-(-self.graph.tensors[t].nbytes // 16) * 16 for t in self.graph.inputs)
+
     def evaluate(self, candidate: Candidate, variant: str | None) -> Evaluation:
         if candidate.schedule is None:  # the unpatched model in TFLM
-            p = predict_arena(self.graph, model=self.data, count_input=self.count_input)
-            return Evaluation(candidate, None, p.total, None, {"predicted_arena_bytes": p.total})
+            p = predict_arena(self.graph, model=self.data)
+            return Evaluation(candidate, None, p.total - self._input_bytes(), None, _details(p))
         result = rewrite_custom(self.data, self.graph, candidate.schedule, self.where, inplace=self.inplace)
-        mem = memory_report(result.model, self.where)
-        key = "total_bytes" if self.count_input else "total_bytes_excluding_input"
-        return Evaluation(candidate, None, mem["single_arena"][key], result,
-                          {"estimated_single_arena_bytes": mem["single_arena"][key],
-                           "scratch_bytes": mem["scratch_bytes"], "ops": result.ops_after})
+        p = predict_arena(from_tflite(result.model), model=result.model)
+        return Evaluation(candidate, None, p.total - self._input_bytes(), result,
+                          {**_details(p), "ops": result.ops_after})
 
     def lower_bound(self, candidate: Candidate, variant: str | None) -> int:
         """The stage's analytic peak (input + stage output + one patch's working set <= input + output + scratch),

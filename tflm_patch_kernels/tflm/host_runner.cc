@@ -1,0 +1,279 @@
+// Runs a whole .tflite model (builtin ops only, or custom mode with TFMCU_PATCH_STAGE) in TFLM on the host: TFLM
+// built from source with its reference kernels, plus our kernel.
+//
+//   tfmcu_tflm_run MODEL.tflite OUT_DIR INPUT0.npy [INPUT1.npy ...] [--arena_bytes=N]
+//
+// Input k is a .npy array of shape [samples, <model input k shape without its batch of 1>] (or exactly the input's
+// shape for one sample) with the input's dtype. For every sample the model runs once; output j of all samples is
+// written to OUT_DIR/output_<j>.npy ([samples, ...]); OUT_DIR/report.json holds arena_used_bytes, the arena's
+// head (non-persistent) and tail (persistent) bytes and the RecordingMicroAllocator breakdown. Errors: one line on
+// stderr (TFLM's own messages before it), exit status 2 for bad input, 1 for a failed run.
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <string>
+#include <vector>
+
+#include "tensorflow/lite/micro/micro_mutable_op_resolver.h"
+#include "tensorflow/lite/micro/recording_micro_allocator.h"
+#include "tensorflow/lite/micro/recording_micro_interpreter.h"
+#include "tensorflow/lite/schema/schema_generated.h"
+#include "tflm_patch_kernels/tflm/patch_stage_op.h"
+
+namespace {
+
+constexpr size_t kDefaultArenaBytes = 64u << 20;
+constexpr int kMaxOps = 48;
+
+using Resolver = tflite::MicroMutableOpResolver<kMaxOps>;
+
+[[noreturn]] void Fail(int code, const std::string& message) {
+  fprintf(stderr, "tfmcu_tflm_run: %s\n", message.c_str());
+  exit(code);
+}
+
+bool ReadFile(const std::string& path, std::vector<uint8_t>* out) {
+  FILE* f = fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;
+  uint8_t chunk[1 << 16];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) out->insert(out->end(), chunk, chunk + n);
+  const bool ok = ferror(f) == 0;
+  fclose(f);
+  return ok;
+}
+
+const char* NpyDescr(TfLiteType type) {
+  switch (type) {
+    case kTfLiteInt8: return "|i1";
+    case kTfLiteUInt8: return "|u1";
+    case kTfLiteInt16: return "<i2";
+    case kTfLiteInt32: return "<i4";
+    case kTfLiteFloat32: return "<f4";
+    default: return nullptr;
+  }
+}
+
+struct Npy {
+  std::string descr;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> data;
+};
+
+// A .npy file (format 1.0 / 2.0, C order, little-endian); false with a reason for anything else.
+bool ReadNpy(const std::string& path, Npy* out, std::string* why) {
+  std::vector<uint8_t> bytes;
+  if (!ReadFile(path, &bytes)) return *why = "cannot read the file", false;
+  if (bytes.size() < 10 || memcmp(bytes.data(), "\x93NUMPY", 6) != 0) return *why = "not a .npy file", false;
+  const int major = bytes[6];
+  size_t header_len, start;
+  if (major == 1) {
+    header_len = bytes[8] | (bytes[9] << 8);
+    start = 10;
+  } else if (major == 2 || major == 3) {
+    if (bytes.size() < 12) return *why = "truncated header", false;
+    header_len = bytes[8] | (bytes[9] << 8) | (bytes[10] << 16) | (static_cast<size_t>(bytes[11]) << 24);
+    start = 12;
+  } else {
+    return *why = "unsupported .npy version", false;
+  }
+  if (start + header_len > bytes.size()) return *why = "truncated header", false;
+  const std::string header(reinterpret_cast<const char*>(bytes.data() + start), header_len);
+  auto field = [&](const char* key) -> std::string {
+    const size_t k = header.find(key);
+    if (k == std::string::npos) return "";
+    size_t v = header.find(':', k);
+    return v == std::string::npos ? "" : header.substr(v + 1);
+  };
+  std::string descr = field("'descr'");
+  const size_t q1 = descr.find('\''), q2 = descr.find('\'', q1 + 1);
+  if (q1 == std::string::npos || q2 == std::string::npos) return *why = "no dtype in the header", false;
+  out->descr = descr.substr(q1 + 1, q2 - q1 - 1);
+  if (out->descr == "<i1" || out->descr == "i1") out->descr = "|i1";
+  if (out->descr == "<u1" || out->descr == "u1") out->descr = "|u1";
+  if (field("'fortran_order'").find("True") < 6) return *why = "Fortran order is not supported", false;
+  std::string shape = field("'shape'");
+  const size_t p1 = shape.find('('), p2 = shape.find(')');
+  if (p1 == std::string::npos || p2 == std::string::npos) return *why = "no shape in the header", false;
+  shape = shape.substr(p1 + 1, p2 - p1 - 1);
+  out->shape.clear();
+  size_t at = 0;
+  while (at < shape.size()) {
+    while (at < shape.size() && (shape[at] == ' ' || shape[at] == ',')) ++at;
+    if (at >= shape.size()) break;
+    char* end = nullptr;
+    const long long v = strtoll(shape.c_str() + at, &end, 10);
+    if (end == shape.c_str() + at || v < 0) return *why = "bad shape in the header", false;
+    out->shape.push_back(v);
+    at = static_cast<size_t>(end - shape.c_str());
+  }
+  out->data.assign(bytes.begin() + static_cast<long>(start + header_len), bytes.end());
+  return true;
+}
+
+bool WriteNpy(const std::string& path, const char* descr, const std::vector<int64_t>& shape,
+              const std::vector<uint8_t>& data) {
+  std::string dims;
+  for (int64_t d : shape) dims += std::to_string(d) + ",";
+  if (shape.size() > 1) dims.pop_back();
+  std::string header = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (" + dims + "), }";
+  const size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header += '\n';
+  FILE* f = fopen(path.c_str(), "wb");
+  if (f == nullptr) return false;
+  const uint8_t preamble[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<uint8_t>(header.size() & 0xff),
+                                static_cast<uint8_t>(header.size() >> 8)};
+  bool ok = fwrite(preamble, 1, 10, f) == 10 && fwrite(header.data(), 1, header.size(), f) == header.size() &&
+            fwrite(data.data(), 1, data.size(), f) == data.size();
+  ok = (fclose(f) == 0) && ok;
+  return ok;
+}
+
+void AddOps(Resolver* r) {
+  r->AddAdd(); r->AddAveragePool2D(); r->AddConcatenation(); r->AddConv2D(); r->AddDepthwiseConv2D();
+  r->AddDequantize(); r->AddFullyConnected(); r->AddHardSwish(); r->AddLeakyRelu(); r->AddLogistic();
+  r->AddMaxPool2D(); r->AddMean(); r->AddMul(); r->AddPad(); r->AddPadV2(); r->AddQuantize(); r->AddRelu();
+  r->AddRelu6(); r->AddReshape(); r->AddResizeNearestNeighbor(); r->AddSoftmax(); r->AddSqueeze();
+  r->AddStridedSlice(); r->AddSub(); r->AddTanh(); r->AddTranspose(); r->AddShape(); r->AddPack();
+  r->AddExpandDims(); r->AddSlice(); r->AddSplit(); r->AddSpaceToBatchNd(); r->AddBatchToSpaceNd();
+  r->AddMaximum(); r->AddMinimum(); r->AddSum(); r->AddReduceMax(); r->AddTransposeConv();
+  r->AddCustom(tfmcu::kPatchStageOpName, tfmcu::Register_TFMCU_PATCH_STAGE());
+}
+
+const char* kAllocationNames[] = {"tflite_eval_tensor_data", "persistent_tflite_tensor_data",
+                                  "persistent_tflite_tensor_quantization_data", "persistent_buffer_data",
+                                  "tflite_tensor_variable_buffer_data", "node_and_registration_array", "op_data"};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> positional;
+  size_t arena_bytes = kDefaultArenaBytes;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--arena_bytes=", 0) == 0) {
+      char* end = nullptr;
+      const unsigned long long v = strtoull(a.c_str() + 14, &end, 10);
+      if (*end != '\0' || v == 0) Fail(2, "--arena_bytes must be a positive integer, not " + a.substr(14));
+      arena_bytes = static_cast<size_t>(v);
+    } else {
+      positional.push_back(a);
+    }
+  }
+  if (positional.size() < 2) Fail(2, "usage: tfmcu_tflm_run MODEL.tflite OUT_DIR INPUT0.npy [...] [--arena_bytes=N]");
+  const std::string model_path = positional[0], out_dir = positional[1];
+
+  std::vector<uint8_t> model_bytes;
+  if (!ReadFile(model_path, &model_bytes) || model_bytes.empty()) Fail(2, model_path + ": cannot read the model");
+  // TFLM reads tensors in place: keep the model 16-byte aligned like a model array in Flash.
+  std::vector<uint64_t> aligned_model((model_bytes.size() + 7) / 8 + 2);
+  uint8_t* model_data = reinterpret_cast<uint8_t*>(aligned_model.data());
+  memcpy(model_data, model_bytes.data(), model_bytes.size());
+  flatbuffers::Verifier verifier(model_data, model_bytes.size());
+  if (!tflite::VerifyModelBuffer(verifier)) Fail(2, model_path + ": not a valid .tflite flatbuffer");
+  const tflite::Model* model = tflite::GetModel(model_data);
+
+  Resolver resolver;
+  AddOps(&resolver);
+  std::vector<uint64_t> arena_storage(arena_bytes / 8 + 2);
+  uint8_t* arena = reinterpret_cast<uint8_t*>(arena_storage.data());
+  tflite::RecordingMicroInterpreter interpreter(model, resolver, arena, arena_bytes);
+  if (interpreter.AllocateTensors() != kTfLiteOk) {
+    Fail(1, model_path + ": AllocateTensors failed in an arena of " + std::to_string(arena_bytes) + " bytes");
+  }
+
+  const size_t n_inputs = interpreter.inputs_size();
+  if (positional.size() - 2 != n_inputs) {
+    Fail(2, "the model has " + std::to_string(n_inputs) + " input(s), " + std::to_string(positional.size() - 2) +
+                " .npy file(s) given");
+  }
+  std::vector<Npy> inputs(n_inputs);
+  int64_t samples = -1;
+  for (size_t k = 0; k < n_inputs; ++k) {
+    std::string why;
+    if (!ReadNpy(positional[2 + k], &inputs[k], &why)) Fail(2, positional[2 + k] + ": " + why);
+    const TfLiteTensor* t = interpreter.input(k);
+    const char* descr = NpyDescr(t->type);
+    if (descr == nullptr || inputs[k].descr != descr) {
+      Fail(2, positional[2 + k] + ": dtype " + inputs[k].descr + ", model input " + std::to_string(k) + " is " +
+                  TfLiteTypeGetName(t->type));
+    }
+    const int64_t n = inputs[k].data.size() / (t->bytes ? t->bytes : 1);
+    if (t->bytes == 0 || inputs[k].data.size() != static_cast<size_t>(n) * t->bytes) {
+      Fail(2, positional[2 + k] + ": its data is not a whole number of model inputs (" + std::to_string(t->bytes) +
+                  " bytes each)");
+    }
+    if (samples >= 0 && n != samples) Fail(2, "the .npy files hold different numbers of samples");
+    samples = n;
+  }
+  if (samples <= 0) Fail(2, "no samples to run");
+
+  const size_t n_outputs = interpreter.outputs_size();
+  std::vector<std::vector<uint8_t>> outputs(n_outputs);
+  for (int64_t s = 0; s < samples; ++s) {
+    for (size_t k = 0; k < n_inputs; ++k) {
+      TfLiteTensor* t = interpreter.input(k);
+      memcpy(t->data.raw, inputs[k].data.data() + s * t->bytes, t->bytes);
+    }
+    if (interpreter.Invoke() != kTfLiteOk) Fail(1, model_path + ": Invoke failed on sample " + std::to_string(s));
+    for (size_t j = 0; j < n_outputs; ++j) {
+      const TfLiteTensor* t = interpreter.output(j);
+      outputs[j].insert(outputs[j].end(), t->data.raw, t->data.raw + t->bytes);
+    }
+  }
+  for (size_t j = 0; j < n_outputs; ++j) {
+    const TfLiteTensor* t = interpreter.output(j);
+    std::vector<int64_t> shape = {samples};  // the batch of 1 becomes the sample axis
+    const int first = (t->dims->size > 0 && t->dims->data[0] == 1) ? 1 : 0;
+    for (int d = first; d < t->dims->size; ++d) shape.push_back(t->dims->data[d]);
+    const char* descr = NpyDescr(t->type);
+    if (descr == nullptr) Fail(1, std::string("output type ") + TfLiteTypeGetName(t->type) + " is not supported");
+    const std::string path = out_dir + "/output_" + std::to_string(j) + ".npy";
+    if (!WriteNpy(path, descr, shape, outputs[j])) Fail(2, path + ": cannot write");
+  }
+
+  // The kernel's own persistent bytes (its op data), summed over the model's TFMCU_PATCH_STAGE ops.
+  size_t stage_persistent = 0;
+  int stage_ops = 0;
+  const auto* subgraph = model->subgraphs()->Get(0);
+  for (uint32_t i = 0; subgraph->operators() != nullptr && i < subgraph->operators()->size(); ++i) {
+    const tflite::Operator* op = subgraph->operators()->Get(i);
+    const auto* codes = model->operator_codes();
+    if (codes == nullptr || op->opcode_index() >= codes->size()) continue;
+    const tflite::OperatorCode* code = codes->Get(op->opcode_index());
+    if (code->custom_code() == nullptr || strcmp(code->custom_code()->c_str(), tfmcu::kPatchStageOpName) != 0) continue;
+    ++stage_ops;
+    if (op->custom_options() != nullptr) {
+      stage_persistent +=
+          tfmcu::PatchStagePersistentBytesFor(op->custom_options()->data(), op->custom_options()->size());
+    }
+  }
+
+  const tflite::RecordingMicroAllocator& allocator = interpreter.GetMicroAllocator();
+  const auto* arena_allocator = allocator.GetSimpleMemoryAllocator();
+  std::string json = "{\n  \"arena_used_bytes\": " + std::to_string(interpreter.arena_used_bytes()) +
+                     ",\n  \"head_bytes\": " + std::to_string(arena_allocator->GetNonPersistentUsedBytes()) +
+                     ",\n  \"tail_bytes\": " + std::to_string(arena_allocator->GetPersistentUsedBytes()) +
+                     ",\n  \"pointer_bytes\": " + std::to_string(sizeof(void*)) +
+                     ",\n  \"samples\": " + std::to_string(samples) +
+                     ",\n  \"patch_stage_ops\": " + std::to_string(stage_ops) +
+                     ",\n  \"patch_stage_persistent_bytes\": " + std::to_string(stage_persistent) +
+                     ",\n  \"allocations\": {";
+  for (int k = 0; k < static_cast<int>(tflite::RecordedAllocationType::kNumAllocationTypes); ++k) {
+    const tflite::RecordedAllocation a =
+        allocator.GetRecordedAllocation(static_cast<tflite::RecordedAllocationType>(k));
+    json += std::string(k ? "," : "") + "\n    \"" + kAllocationNames[k] + "\": {\"requested_bytes\": " +
+            std::to_string(a.requested_bytes) + ", \"used_bytes\": " + std::to_string(a.used_bytes) +
+            ", \"count\": " + std::to_string(a.count) + "}";
+  }
+  json += "\n  }\n}\n";
+  const std::string report = out_dir + "/report.json";
+  FILE* f = fopen(report.c_str(), "w");
+  if (f == nullptr || fwrite(json.data(), 1, json.size(), f) != json.size() || fclose(f) != 0) {
+    Fail(2, report + ": cannot write");
+  }
+  return 0;
+}

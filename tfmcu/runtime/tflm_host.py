@@ -1,0 +1,119 @@
+"""Whole models in TFLM built from source, with the TFMCU_PATCH_STAGE kernel registered.
+
+``tflm_patch_kernels/tflm:tfmcu_tflm_run`` (Bazel ``cc_binary``) links TFLM (the pinned upstream archive, its
+reference kernels) and our kernel; it runs a ``.tflite`` — builtin ops only, or custom mode — on ``.npy`` inputs
+and reports TFLM's ``arena_used_bytes`` and the RecordingMicroAllocator breakdown. This module calls it.
+
+* ``run_whole(model, samples)``: a ``WholeRun``: outputs per sample and the measured arena (``TflmArena``).
+* ``runner_path()``: the binary: ``$TFMCU_TFLM_RUNNER``, else the Bazel runfiles of a test, else
+  ``bazel-bin/`` of this checkout, built on demand with ``bazel build`` (a minute or more the first time: TFLM is
+  compiled from source).
+
+This TFLM (commit 90b983c, Aug 2026) is older than the PyPI ``tflite-micro`` wheel (8f6596d, Oct 2026) that
+``tfmcu.runtime.tflm`` uses for builtin-op models; ``tests/test_tflm_kernel.py`` compares the two on builtin-op
+models (outputs and arena) instead of assuming they agree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from tfmcu.runtime.model_io import TFLMError, as_samples, model_info
+
+TARGET = "//tflm_patch_kernels/tflm:tfmcu_tflm_run"
+MEASURED_BY = ("measured by TFLM built from source (90b983c, reference kernels + the TFMCU_PATCH_STAGE kernel), "
+               "whole model in MicroInterpreter, on this host")
+_REL = Path("tflm_patch_kernels") / "tflm" / "tfmcu_tflm_run"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class TflmArena:
+    arena_used_bytes: int
+    head_bytes: int  # planned activations + scratch buffers (non-persistent)
+    tail_bytes: int  # persistent: tensor and node records, op data, quantization data
+    pointer_bytes: int  # of the machine that measured (8 on x86-64 hosts, 4 on Cortex-M)
+    patch_stage_persistent_bytes: int = 0  # the TFMCU_PATCH_STAGE kernel's op data (part of tail_bytes)
+    allocations: dict[str, dict[str, int]] = field(default_factory=dict)  # RecordingMicroAllocator, by type
+
+
+@dataclass
+class WholeRun:
+    outputs: list[list[np.ndarray]]  # per sample, per model output
+    arena: TflmArena
+
+
+_BUILT: dict[str, Path] = {}  # built (or found) once per process
+
+
+def runner_path(build: bool = True, name: str = "tfmcu_tflm_run") -> Path:
+    """A binary of //tflm_patch_kernels/tflm (the runner by default; see the module docstring): ``TFLMError`` when it
+    cannot be found or built."""
+    if name in _BUILT:
+        return _BUILT[name]
+    env = os.environ.get("TFMCU_TFLM_RUNNER") if name == "tfmcu_tflm_run" else None
+    if env:
+        return Path(env)
+    rel = _REL.parent / name
+    target = f"//tflm_patch_kernels/tflm:{name}"
+    for var in ("RUNFILES_DIR", "TEST_SRCDIR"):
+        base = os.environ.get(var)
+        if base:
+            for ws in ("tfmcu_ws", "__main__"):
+                p = Path(base) / ws / rel
+                if p.exists():
+                    _BUILT[name] = p
+                    return p
+    p = ROOT / "bazel-bin" / rel
+    if build:
+        print(f"[tflm] bazel build {target} (TFLM from source; slow the first time)", file=sys.stderr, flush=True)
+        r = subprocess.run(["bazel", "build", "--noshow_progress", target], cwd=ROOT, capture_output=True, text=True)
+        if r.returncode != 0:
+            tail = " | ".join(r.stderr.strip().splitlines()[-3:])
+            raise TFLMError(f"cannot build {target}: {tail}")
+    if not p.exists():
+        raise TFLMError(f"{p}: not built (bazel build {target})")
+    _BUILT[name] = p
+    return p
+
+
+def run_whole(model: bytes, samples: Sequence[Any], where: str = "model",
+              arena_bytes: int | None = None) -> WholeRun:
+    """Run ``model`` on ``samples`` (``tfmcu.runtime.model_io`` forms) in the TFLM host runner."""
+    info = model_info(model, where)
+    rows = as_samples(info, samples, where)
+    exe = runner_path()
+    with tempfile.TemporaryDirectory(prefix="tfmcu-tflm-") as tmp:
+        model_path = os.path.join(tmp, "model.tflite")
+        with open(model_path, "wb") as f:
+            f.write(model)
+        args = [str(exe), model_path, tmp]
+        for k in range(len(info.inputs)):
+            path = os.path.join(tmp, f"input_{k}.npy")
+            np.save(path, np.stack([np.asarray(r[k]).reshape(info.inputs[k].shape[1:]) for r in rows]))
+            args.append(path)
+        if arena_bytes:
+            args.append(f"--arena_bytes={int(arena_bytes)}")
+        r = subprocess.run(args, capture_output=True, text=True)
+        if r.returncode != 0:
+            # the first message is the cause (e.g. the kernel naming a bad field), the last what failed
+            lines = [ln.strip().replace(model_path, "model") for ln in (r.stderr or "").splitlines() if ln.strip()]
+            detail = "; ".join(dict.fromkeys([lines[0], lines[-1]])) if lines else f"exit status {r.returncode}"
+            raise TFLMError(f"{where}: TFLM (host build) failed: {detail}")
+        with open(os.path.join(tmp, "report.json")) as f:
+            report = json.load(f)
+        outs = [np.load(os.path.join(tmp, f"output_{j}.npy")) for j in range(len(info.outputs))]
+    per_sample = [[outs[j][s].reshape(info.outputs[j].shape) for j in range(len(outs))] for s in range(len(rows))]
+    arena = TflmArena(int(report["arena_used_bytes"]), int(report["head_bytes"]), int(report["tail_bytes"]),
+                      int(report["pointer_bytes"]), int(report["patch_stage_persistent_bytes"]),
+                      report.get("allocations", {}))
+    return WholeRun(per_sample, arena)

@@ -1,0 +1,68 @@
+"""The ``TFMCU_PATCH_STAGE`` custom operator as stored in a .tflite: its name, its flexbuffer options (format
+version 2) and what the TFLM kernel (``tflm_patch_kernels/tflm/patch_stage_op.cc``) allocates for it.
+
+Format 2 (written by ``tfmcu.stage.custom``): a map with ``version``, ``name``, ``grid`` [rows, cols], ``tensors``
+[[height, width, channels, dtype, producer], ...], ``input_tensor``, ``output_tensor``, ``layers`` [{type, name,
+src, words (the params struct's scalar fields, floats as bits), padding, arrays {filter|bias|output_multiplier|
+output_shift: input position}}], ``layer_inputs``, ``layer_outputs``, ``scratch_bytes``, and the input positions of
+the INT32 tables ``row_spans``, ``col_spans``, ``buffer_offsets`` (read in place by the kernel).
+
+* ``read_options(raw)``: the options map (``ValueError`` for anything else).
+* ``kernel_memory(options, pointer_bytes)``: (the kernel's persistent op-data bytes, its scratch request), the
+  same arithmetic as ``PatchStagePersistentBytes`` in the C++ kernel, for 64-bit hosts and 32-bit Cortex-M.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flatbuffers import flexbuffers
+
+PATCH_STAGE_OP = "TFMCU_PATCH_STAGE"
+FORMAT_VERSION = 2
+
+# Params struct layout per op type (tflm_patch_kernels/op_table.c): (leading pointer fields, 4-byte scalar fields).
+_PARAMS_LAYOUT = {1: (4, 11), 2: (4, 11), 3: (0, 12), 4: (0, 1), 5: (0, 6), 6: (0, 6), 7: (0, 2)}
+
+
+def read_options(raw: bytes) -> dict[str, Any]:
+    """The decoded options map; ``ValueError`` naming what is wrong."""
+    try:
+        desc = flexbuffers.Loads(bytes(raw))
+    except Exception as e:  # flexbuffers raises assorted errors on garbage
+        raise ValueError(f"not a flexbuffer ({type(e).__name__}: {e})") from None
+    if not isinstance(desc, dict):
+        raise ValueError("not a flexbuffer map")
+    if desc.get("version") != FORMAT_VERSION:
+        raise ValueError(f"options version {desc.get('version')}; this tfmcu reads version {FORMAT_VERSION}")
+    return desc
+
+
+def _align(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+def _struct(fields: list[int], pointer_bytes: int) -> int:
+    """sizeof a C struct of scalar fields (sizes 4 or pointer_bytes, each aligned to its size)."""
+    at, top = 0, 4
+    for size in fields:
+        at = _align(at, size) + size
+        top = max(top, size)
+    return _align(at, top)
+
+
+def kernel_memory(options: dict[str, Any], pointer_bytes: int = 8) -> tuple[int, int]:
+    """(persistent op-data bytes of the TFLM kernel, scratch bytes it requests) for decoded ``options``."""
+    p = pointer_bytes
+    stage = _struct([4, p, 4, p, 4, 4, 4, 4, p, p, p, 4], p)  # TfmcuStage
+    prepared = _struct([p, 4, 4, 4], p)  # TfmcuPreparedStage
+    # OpData: the two structs, 4 pointers, a size_t, an int
+    op_data = _align(stage + prepared + 5 * p + 4, p)
+    layer = _struct([4, p, 4, 4, 4, 4], p)  # TfmcuLayer
+    n_tensors, layers = len(options["tensors"]), options["layers"]
+    params = 0
+    for entry in layers:
+        arrays, words = _PARAMS_LAYOUT[int(entry["type"])]
+        params += _align(_struct([p] * arrays + [4] * words, p), p)
+    persistent = op_data + _align(20 * n_tensors, p) + _align(layer * len(layers), p) + params
+    return persistent, max(1, int(options["scratch_bytes"]))
