@@ -322,7 +322,7 @@ def test_not_a_model_and_custom_ops(small_cnn):
     m.operatorCodes.append(code)
     op = m.subgraphs[0].operators[0]
     op.opcodeIndex, op.builtinOptions, op.builtinOptionsType = len(m.operatorCodes) - 1, None, 0
-    with pytest.raises(tflm.TFLMError, match="run in tfmcu.s host runner"):
+    with pytest.raises(tflm.TFLMError, match="run in TFLM with tfmcu.s kernel"):
         tflm.measure_arena(ts.write_model(m))
 
 
