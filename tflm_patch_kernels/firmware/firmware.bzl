@@ -121,30 +121,41 @@ def model_stage_firmware(name, model, patches, blocks = None, cores = ("cortex_m
     """Firmware running zoo `model`'s patch stage on the C executor (model_main.c), p x p and 1 x 1, and its tests.
 
     Targets: genrule `<name>_gen` (gen_model_stage.py: converts the model with TF, packs both schedules,
-    computes TF Lite's stage output), used through platform_files `<name>_c` and `<name>_expect` so that it
+    computes TF Lite's stage output), used through platform_files `<name>_src` and `<name>_expect` so that it
     runs once and firmware and test see the same outputs; firmware `<name>` / `<name>_<core>`
     (mps2_firmware); sh_tests `<name>_<core>_test`, which require the firmware's output hashes to equal
     TF Lite's. `blocks`: the patch stage's length (default: the zoo entry's); `tags` go to the firmware and the
     tests (["manual"] keeps a slow model out of `bazel test //...`: `make bench` runs it).
     """
+    _generated_firmware(
+        name = name,
+        tool = "//tools/gen:gen_model_stage",
+        args = "--model %s --patches %d%s" % (model, patches, " --blocks %d" % blocks if blocks else ""),
+        source = (name + "_stage.c", "--out-c"),
+        srcs = ["//tflm_patch_kernels/firmware:model_main.c", "//tflm_patch_kernels/firmware:model_data.h"],
+        deps = [kernels],
+        cores = cores,
+        timeout_s = timeout_s,
+        size = size,
+        tags = tags,
+        **kwargs
+    )
+
+def _generated_firmware(name, tool, args, source, srcs, deps, cores, timeout_s, size, tags, copts = [], **kwargs):
+    """Generator `tool` (writes `source` = (file, its flag) and `<name>_expect.json`), the firmware per core built
+    from `srcs` + that file, and a QEMU test per core checking the result line against the expectation."""
+    src, flag = source
     native.genrule(
         name = name + "_gen",
-        outs = [name + "_stage.c", name + "_expect.json"],
+        outs = [src, name + "_expect.json"],
         # TensorFlow's start-up noise goes to a log that is shown only when the generator fails.
-        cmd = ("log=$$(mktemp); $(location //tools/gen:gen_model_stage) --model %s --patches %d%s " +
-               "--out-c $(location %s_stage.c) --out-expect $(location %s_expect.json) >$$log 2>&1 " +
-               "|| { cat $$log >&2; rm -f $$log; exit 1; }; rm -f $$log") % (
-            model,
-            patches,
-            " --blocks %d" % blocks if blocks else "",
-            name,
-            name,
-        ),
-        tools = ["//tools/gen:gen_model_stage"],
+        cmd = ("log=$$(mktemp); $(location %s) %s %s $(location %s) --out-expect $(location %s_expect.json) " +
+               ">$$log 2>&1 || { cat $$log >&2; rm -f $$log; exit 1; }; rm -f $$log") % (tool, args, flag, src, name),
+        tools = [tool],
         # Built only through platform_files (one run for every configuration that uses the outputs).
         tags = ["manual"],
     )
-    platform_files(name = name + "_c", srcs = [name + "_stage.c"], platform = "//tools/bazel/arm:generator_host")
+    platform_files(name = name + "_src", srcs = [src], platform = "//tools/bazel/arm:generator_host")
     platform_files(
         name = name + "_expect",
         srcs = [name + "_expect.json"],
@@ -152,12 +163,9 @@ def model_stage_firmware(name, model, patches, blocks = None, cores = ("cortex_m
     )
     mps2_firmware(
         name = name,
-        srcs = [
-            "//tflm_patch_kernels/firmware:model_main.c",
-            "//tflm_patch_kernels/firmware:model_data.h",
-            ":%s_c" % name,
-        ],
-        deps = [kernels],
+        srcs = srcs + [":%s_src" % name],
+        deps = deps,
+        copts = copts,
         cores = cores,
         tags = tags,
         **kwargs
@@ -181,31 +189,17 @@ def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None,
     `patches`: custom mode with a p x p grid (over `blocks`, default the zoo entry's stage; `inplace`: the rest
     planned in place); None: the unpatched model. `arena_bytes`: the tensor arena in RAM (part of the SRAM budget).
     """
-    native.genrule(
-        name = name + "_gen",
-        outs = [name + "_model.cc", name + "_expect.json"],
-        cmd = ("log=$$(mktemp); $(location //tools/gen:gen_model_whole) --model %s%s%s%s " +
-               "--out-cc $(location %s_model.cc) --out-expect $(location %s_expect.json) >$$log 2>&1 " +
-               "|| { cat $$log >&2; rm -f $$log; exit 1; }; rm -f $$log") % (
+    _generated_firmware(
+        name = name,
+        tool = "//tools/gen:gen_model_whole",
+        args = "--model %s%s%s%s" % (
             model,
             " --patches %d" % patches if patches else "",
             " --blocks %d" % blocks if blocks else "",
             " --inplace" if inplace else "",
-            name,
-            name,
         ),
-        tools = ["//tools/gen:gen_model_whole"],
-        tags = ["manual"],
-    )
-    platform_files(name = name + "_cc", srcs = [name + "_model.cc"], platform = "//tools/bazel/arm:generator_host")
-    platform_files(
-        name = name + "_expect",
-        srcs = [name + "_expect.json"],
-        platform = "//tools/bazel/arm:generator_host",
-    )
-    mps2_firmware(
-        name = name,
-        srcs = ["//tflm_patch_kernels/tflm:firmware_main.cc", ":%s_cc" % name],
+        source = (name + "_model.cc", "--out-cc"),
+        srcs = ["//tflm_patch_kernels/tflm:firmware_main.cc"],
         deps = [
             "//tflm_patch_kernels/tflm:firmware_runtime",
             "//tflm_patch_kernels/tflm:patch_stage_op",
@@ -214,17 +208,9 @@ def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None,
         ],
         copts = ["-DTFMCU_ARENA_BYTES=%d" % arena_bytes],
         cores = cores,
+        timeout_s = timeout_s,
+        size = size,
         tags = tags,
         sram_budget = sram_budget,
         **kwargs
     )
-    for core in cores:
-        qemu_firmware_test(
-            name = "%s_%s_test" % (name, core),
-            core = core,
-            expect = ":%s_expect" % name,
-            firmware = ":%s_%s" % (name, core),
-            timeout_s = timeout_s,
-            size = size,
-            tags = tags,
-        )

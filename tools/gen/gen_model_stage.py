@@ -25,16 +25,8 @@ import sys
 
 import numpy as np
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def fnv1a32(data):
-    h = 2166136261
-    for b in bytes(data):
-        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
-    return h
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gen_common import ROOT, fnv1a32  # noqa: E402
 
 
 def c_bytes(ctype, name, data, attrs=""):
