@@ -1,94 +1,102 @@
-"""Macros for firmware on QEMU's MPS2 Cortex-M boards: build it for each core, run it under QEMU in a test.
+"""Macros for firmware on QEMU's Cortex-M boards (TARGETS: MPS2 Cortex-M4 and M7, STM32F405): build it for each
+target, run it under QEMU in a test.
 
-    mps2_firmware(name = "selftest", srcs = [...], deps = [...])
-        cc_binary `selftest` (MCU only: target_compatible_with os:none) linked with the harness and mps2.ld,
-        plus mcu_binary `selftest_cortex_m4` / `selftest_cortex_m7` (the ELF built for that core through
-        the platform transition in //tools/bazel/arm:transition.bzl).
+    mcu_firmware(name = "selftest", srcs = [...], deps = [...], targets = ("cortex_m4", "stm32f405"))
+        per target a cc_binary `selftest_<target>_bin` (MCU only: target_compatible_with os:none) linked with the
+        harness, the board file and the target's linker script, and mcu_binary `selftest_<target>` (the ELF built
+        for the target's platform through the transition in //tools/bazel/arm:transition.bzl).
 
-    qemu_firmware_test(name = "selftest_cortex_m4_test", firmware = ":selftest_cortex_m4", core = "cortex_m4",
+    qemu_firmware_test(name = "selftest_cortex_m4_test", firmware = ":selftest_cortex_m4", target = "cortex_m4",
                        expect = ":selftest_expect.json")
-        sh_test: runs the ELF on the core's QEMU board with the instruction-count plugin
+        sh_test: runs the ELF on the target's QEMU board with the instruction-count plugin
         (tools/qemu/run_firmware.py), checks the result line against `expect`.
 
     model_stage_firmware(name = "model_tiny_per_tensor", model = "tiny_per_tensor", patches = 2)
         a zoo model's patch stage on the C executor, p x p and layer by layer, checked against TF Lite
-        (tools/gen/gen_model_stage.py, model_main.c): generator, firmware for both cores, a test per core.
+        (tools/gen/gen_model_stage.py, model_main.c): generator, firmware per target, a test per target.
 
     tflm_model_firmware(name = "tflm_mbv2_035_96_custom", model = "mbv2_035_96", patches = 4)
         a whole zoo model (unpatched, or custom mode with the TFMCU_PATCH_STAGE kernel) in TFLM's MicroInterpreter
         on the MCU (tools/gen/gen_model_whole.py, tflm_patch_kernels/tflm/firmware_main.cc), checked against
         TF Lite's output bytes.
 
-The SRAM budget of each core is passed to the linker (mps2.ld asserts .data + .bss + stack fit) and
-printed by the firmware: Cortex-M4 256 KiB (e.g. STM32F412/F429 class), Cortex-M7 320 KiB (STM32F746).
+The SRAM budget of each MPS2 target is passed to the linker (mps2.ld asserts .data + .bss + stack fit) and printed
+by the firmware: Cortex-M4 256 KiB (e.g. STM32F412/F429 class), Cortex-M7 320 KiB (STM32F746). The STM32F405's
+linker script has the chip's memory (1 MiB Flash, 128 KiB SRAM for .data/.bss, 64 KiB CCM for the stack).
 """
 
 load("//tools/bazel/arm:transition.bzl", "mcu_binary", "platform_files")
 
-CORES = {
+# The targets firmware is built for. `platform` picks the compiler flags (the core), `board` the harness's timer and
+# name, `ld` the memory map; `sram_budget` (MPS2 only: QEMU maps 4 MiB there) is what mps2.ld enforces, while
+# stm32f405.ld has the chip's real memory (1 MiB Flash, 128 KiB SRAM + 64 KiB CCM). The STM32F405 firmware shares
+# the Cortex-M4 platform, so TFLM is compiled once for both.
+TARGETS = {
     "cortex_m4": struct(
         platform = "//tools/bazel/arm:cortex_m4",
-        config = "//tools/bazel/arm:is_cortex_m4",
+        board = "//tflm_patch_kernels/firmware:board_cortex_m4",
+        ld = "//tflm_patch_kernels/firmware:mps2.ld",
         machine = "mps2-an386",
         name = "cortex-m4",
         sram_budget = 256 * 1024,
     ),
     "cortex_m7": struct(
         platform = "//tools/bazel/arm:cortex_m7",
-        config = "//tools/bazel/arm:is_cortex_m7",
+        board = "//tflm_patch_kernels/firmware:board_cortex_m7",
+        ld = "//tflm_patch_kernels/firmware:mps2.ld",
         machine = "mps2-an500",
         name = "cortex-m7",
         sram_budget = 320 * 1024,
     ),
+    "stm32f405": struct(
+        platform = "//tools/bazel/arm:cortex_m4",
+        board = "//tflm_patch_kernels/firmware:board_stm32f405",
+        ld = "//tflm_patch_kernels/firmware:stm32f405.ld",
+        machine = "netduinoplus2",
+        name = "stm32f405",
+        sram_budget = None,
+    ),
 }
 
-_LD = "//tflm_patch_kernels/firmware:mps2.ld"
+MPS2 = ("cortex_m4", "cortex_m7")
 
-def core_select(values, default):
-    """select() over the cores: {core: value} (keys of CORES), `default` on any other platform."""
-    conditions = {CORES[core].config: value for core, value in values.items()}
-    conditions["//conditions:default"] = default
-    return select(conditions)
-
-def mps2_firmware(name, srcs, deps = [], cores = ("cortex_m4", "cortex_m7"), stack_size = 16 * 1024,
-                  sram_budget = {}, copts = [], **kwargs):
-    """cc_binary `name` for the MCU plus one mcu_binary `<name>_<core>` per core (see the module docstring).
+def mcu_firmware(name, srcs, deps = [], targets = MPS2, stack_size = 16 * 1024, sram_budget = {}, copts = [],
+                 **kwargs):
+    """Per target t (keys of TARGETS): a cc_binary `<name>_<t>_bin` linked with the harness, the board and the
+    target's linker script, and mcu_binary `<name>_<t>` (its ELF built for the target's platform).
 
     Args:
       stack_size: bytes reserved for the stack (counted in the SRAM budget).
-      sram_budget: {core: bytes} to override CORES[core].sram_budget.
+      sram_budget: {target: bytes} to override TARGETS[t].sram_budget (MPS2 targets only).
     """
-    native.cc_binary(
-        name = name,
-        srcs = srcs,
-        deps = deps + ["//tflm_patch_kernels/firmware:harness"],
-        copts = copts,
-        additional_linker_inputs = [_LD],
-        linkopts = [
-            "-T",
-            "$(location %s)" % _LD,
-            "-Wl,--defsym=TFMCU_STACK_SIZE=%d" % stack_size,
-        ] + core_select(
-            {
-                core: ["-Wl,--defsym=TFMCU_SRAM_BUDGET=%d" % sram_budget.get(core, CORES[core].sram_budget)]
-                for core in CORES
-            },
-            # Another platform: the link stops at mps2.ld's use of the undefined TFMCU_SRAM_BUDGET.
-            default = [],
-        ),
-        target_compatible_with = ["@platforms//os:none"],
-        **kwargs
-    )
-    for core in cores:
+    tags = kwargs.pop("tags", [])
+    for t in targets:
+        target = TARGETS[t]
+        budget = sram_budget.get(t, target.sram_budget)
+        native.cc_binary(
+            name = "%s_%s_bin" % (name, t),
+            srcs = srcs,
+            deps = deps + ["//tflm_patch_kernels/firmware:harness", target.board],
+            copts = copts,
+            additional_linker_inputs = [target.ld],
+            linkopts = [
+                "-T",
+                "$(location %s)" % target.ld,
+                "-Wl,--defsym=TFMCU_STACK_SIZE=%d" % stack_size,
+            ] + (["-Wl,--defsym=TFMCU_SRAM_BUDGET=%d" % budget] if budget else []),
+            target_compatible_with = ["@platforms//os:none"],
+            tags = tags,
+            **kwargs
+        )
         mcu_binary(
-            name = "%s_%s" % (name, core),
-            binary = ":" + name,
-            platform = CORES[core].platform,
-            tags = kwargs.get("tags", []),
+            name = "%s_%s" % (name, t),
+            binary = ":%s_%s_bin" % (name, t),
+            platform = target.platform,
+            tags = tags,
         )
 
-def qemu_firmware_test(name, firmware, core, expect = None, timeout_s = 50, size = "small", **kwargs):
-    """sh_test running `firmware` (an mcu_binary) on the QEMU board of `core` (see the module docstring).
+def qemu_firmware_test(name, firmware, target, expect = None, timeout_s = 50, size = "small", **kwargs):
+    """sh_test running `firmware` (an mcu_binary) on the QEMU board of `target` (see the module docstring).
 
     timeout_s: QEMU's wall-clock limit; keep it below Bazel's for `size` (small 60 s, medium 300 s).
     """
@@ -97,7 +105,7 @@ def qemu_firmware_test(name, firmware, core, expect = None, timeout_s = 50, size
         "--elf",
         "$(rootpath %s)" % firmware,
         "--machine",
-        CORES[core].machine,
+        TARGETS[target].machine,
         "--plugin",
         "$(rootpath //tools/qemu:libinsn_count.so)",
         "--timeout",
@@ -116,14 +124,14 @@ def qemu_firmware_test(name, firmware, core, expect = None, timeout_s = 50, size
         **kwargs
     )
 
-def model_stage_firmware(name, model, patches, blocks = None, cores = ("cortex_m4", "cortex_m7"), timeout_s = 50,
+def model_stage_firmware(name, model, patches, blocks = None, targets = MPS2, timeout_s = 50,
                          size = "small", tags = [], kernels = "//tflm_patch_kernels:patch_kernels", **kwargs):
     """Firmware running zoo `model`'s patch stage on the C executor (model_main.c), p x p and 1 x 1, and its tests.
 
     Targets: genrule `<name>_gen` (gen_model_stage.py: converts the model with TF, packs both schedules,
     computes TF Lite's stage output), used through platform_files `<name>_src` and `<name>_expect` so that it
-    runs once and firmware and test see the same outputs; firmware `<name>` / `<name>_<core>`
-    (mps2_firmware); sh_tests `<name>_<core>_test`, which require the firmware's output hashes to equal
+    runs once and firmware and test see the same outputs; firmware `<name>_<target>` (mcu_firmware); sh_tests
+    `<name>_<target>_test`, which require the firmware's output hashes to equal
     TF Lite's. `blocks`: the patch stage's length (default: the zoo entry's); `tags` go to the firmware and the
     tests (["manual"] keeps a slow model out of `bazel test //...`: `make bench` runs it).
     """
@@ -134,16 +142,16 @@ def model_stage_firmware(name, model, patches, blocks = None, cores = ("cortex_m
         source = (name + "_stage.c", "--out-c"),
         srcs = ["//tflm_patch_kernels/firmware:model_main.c", "//tflm_patch_kernels/firmware:model_data.h"],
         deps = [kernels],
-        cores = cores,
+        targets = targets,
         timeout_s = timeout_s,
         size = size,
         tags = tags,
         **kwargs
     )
 
-def _generated_firmware(name, tool, args, source, srcs, deps, cores, timeout_s, size, tags, copts = [], **kwargs):
-    """Generator `tool` (writes `source` = (file, its flag) and `<name>_expect.json`), the firmware per core built
-    from `srcs` + that file, and a QEMU test per core checking the result line against the expectation."""
+def _generated_firmware(name, tool, args, source, srcs, deps, targets, timeout_s, size, tags, copts = [], **kwargs):
+    """Generator `tool` (writes `source` = (file, its flag) and `<name>_expect.json`), the firmware per target built
+    from `srcs` + that file, and a QEMU test per target checking the result line against the expectation."""
     src, flag = source
     native.genrule(
         name = name + "_gen",
@@ -161,42 +169,47 @@ def _generated_firmware(name, tool, args, source, srcs, deps, cores, timeout_s, 
         srcs = [name + "_expect.json"],
         platform = "//tools/bazel/arm:generator_host",
     )
-    mps2_firmware(
+    mcu_firmware(
         name = name,
         srcs = srcs + [":%s_src" % name],
         deps = deps,
         copts = copts,
-        cores = cores,
+        targets = targets,
         tags = tags,
         **kwargs
     )
-    for core in cores:
+    for t in targets:
         qemu_firmware_test(
-            name = "%s_%s_test" % (name, core),
-            core = core,
+            name = "%s_%s_test" % (name, t),
+            target = t,
             expect = ":%s_expect" % name,
-            firmware = ":%s_%s" % (name, core),
+            firmware = ":%s_%s" % (name, t),
             timeout_s = timeout_s,
             size = size,
             tags = tags,
         )
 
-def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None, inplace = False,
-                        cores = ("cortex_m4", "cortex_m7"), timeout_s = 50, size = "small", tags = [],
-                        sram_budget = {}, **kwargs):
-    """A whole zoo model in TFLM on the MCU (see the module docstring): generator, firmware per core, a test per core.
+def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None, inplace = False, images = None,
+                        fits = True, targets = MPS2, timeout_s = 50, size = "small", tags = [], sram_budget = {},
+                        **kwargs):
+    """A whole zoo model in TFLM on the MCU (see the module docstring): generator, firmware per target, a test per
+    target.
 
     `patches`: custom mode with a p x p grid (over `blocks`, default the zoo entry's stage; `inplace`: the rest
     planned in place); None: the unpatched model. `arena_bytes`: the tensor arena in RAM (part of the SRAM budget).
+    `images`: "fashion_mnist:N" runs N real test images (default: one seeded random input). `fits = False`: the test
+    requires AllocateTensors to fail, with the figure (a model whose per-layer arena the target cannot hold).
     """
     _generated_firmware(
         name = name,
         tool = "//tools/gen:gen_model_whole",
-        args = "--model %s%s%s%s" % (
+        args = "--model %s%s%s%s%s%s" % (
             model,
             " --patches %d" % patches if patches else "",
             " --blocks %d" % blocks if blocks else "",
             " --inplace" if inplace else "",
+            " --images %s" % images if images else "",
+            "" if fits else " --expect-no-fit",
         ),
         source = (name + "_model.cc", "--out-cc"),
         srcs = ["//tflm_patch_kernels/tflm:firmware_main.cc"],
@@ -207,7 +220,7 @@ def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None,
             "@tflite_micro//:platform_mcu",
         ],
         copts = ["-DTFMCU_ARENA_BYTES=%d" % arena_bytes],
-        cores = cores,
+        targets = targets,
         timeout_s = timeout_s,
         size = size,
         tags = tags,

@@ -7,10 +7,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#ifndef TFMCU_TARGET_NAME
-#error "build with -DTFMCU_TARGET_NAME=\"cortex-m4\" (tflm_patch_kernels/firmware/BUILD does)"
-#endif
-
 /* ---- Semihosting (Arm semihosting v2: BKPT 0xAB on M-profile) ---- */
 #define SYS_WRITE0 0x04
 #define SYS_EXIT_EXTENDED 0x20
@@ -78,18 +74,7 @@ void tfmcu_exit(int status) {
     }
 }
 
-/* ---- Cost regions ---- */
-#define CMSDK_TIMER0 ((volatile uint32_t *)0x40000000u) /* CTRL, VALUE, RELOAD, INTSTATUS */
-
-void tfmcu_timer_start(void); /* startup.c */
-void tfmcu_timer_start(void) {
-    CMSDK_TIMER0[1] = 0xFFFFFFFFu; /* VALUE */
-    CMSDK_TIMER0[2] = 0xFFFFFFFFu; /* RELOAD */
-    CMSDK_TIMER0[0] = 1u;          /* CTRL: enable, system clock, no interrupt */
-}
-
-uint32_t tfmcu_ticks(void) { return 0xFFFFFFFFu - CMSDK_TIMER0[1]; }
-
+/* ---- Cost regions (the timer is the board's: board_mps2.c, board_stm32f405.c) ---- */
 /* The plugin recognizes these two by address; they must stay real, separate functions. */
 __attribute__((noinline, used)) void tfmcu_cost_begin(void) { __asm__ volatile("" ::: "memory"); }
 __attribute__((noinline, used)) void tfmcu_cost_end(void) { __asm__ volatile("nop" ::: "memory"); }
@@ -152,15 +137,16 @@ __attribute__((noinline)) void tfmcu_stack_repaint(void) {
     for (uint32_t *p = __stack_limit; (uintptr_t)p < sp - 64u; p++) *p = TFMCU_STACK_PAINT;
 }
 
-uint32_t tfmcu_fnv1a32(const void *data, size_t n) {
+uint32_t tfmcu_fnv1a32_update(uint32_t h, const void *data, size_t n) {
     const uint8_t *p = (const uint8_t *)data;
-    uint32_t h = 2166136261u;
     for (size_t i = 0; i < n; i++) {
         h ^= p[i];
         h *= 16777619u;
     }
     return h;
 }
+
+uint32_t tfmcu_fnv1a32(const void *data, size_t n) { return tfmcu_fnv1a32_update(2166136261u, data, n); }
 
 /* ---- The result line ---- */
 #define MAX_FAILURES 8
@@ -207,6 +193,16 @@ void tfmcu_result_int(const char *key, int64_t value) {
     tfmcu_put_i64(value);
 }
 
+void tfmcu_result_int_array(const char *key, const int32_t *values, uint32_t n) {
+    put_key(key);
+    put_char('[');
+    for (uint32_t i = 0; i < n; i++) {
+        if (i) tfmcu_puts(", ");
+        tfmcu_put_i64(values[i]);
+    }
+    put_char(']');
+}
+
 void tfmcu_result_hex32(const char *key, uint32_t value) {
     put_key(key);
     put_char('"');
@@ -234,7 +230,7 @@ int tfmcu_result_end(void) {
     if (ram_static + stack_size > tfmcu_sram_budget()) tfmcu_fail(".data + .bss + stack exceed the SRAM budget");
     if (g_region_depth != 0 || g_region_errors != 0) tfmcu_fail("cost regions unbalanced or too many");
 
-    tfmcu_result_str("target", TFMCU_TARGET_NAME);
+    tfmcu_result_str("target", tfmcu_target_name());
     tfmcu_result_int("sram_budget", tfmcu_sram_budget());
     tfmcu_result_int("ram_static", ram_static);
     tfmcu_result_int("stack_size", stack_size);

@@ -40,6 +40,7 @@ void tfmcu_result_begin(const char *test);
 void tfmcu_result_str(const char *key, const char *value);
 void tfmcu_result_int(const char *key, int64_t value);
 void tfmcu_result_hex32(const char *key, uint32_t value); /* as the string "0x%08x" */
+void tfmcu_result_int_array(const char *key, const int32_t *values, uint32_t n); /* [v0, v1, ...] */
 void tfmcu_result_raw(const char *key, const char *json);  /* value written as given */
 /* Records a failed check (listed under "failures"; the status becomes 1). */
 void tfmcu_fail(const char *what);
@@ -52,8 +53,14 @@ void tfmcu_region_end(void);
 /* The marker functions the instruction-count plugin watches (called by the two above). */
 void tfmcu_cost_begin(void);
 void tfmcu_cost_end(void);
-/* MPS2 APB timer 0 (25 MHz), free-running down counter started at reset; returns ticks since reset. */
+/* ---- The board (board_mps2.c, board_stm32f405.c: one per firmware) ---- */
+/* Starts the board's free-running timer (startup.c, at reset); tfmcu_ticks() returns ticks since then: MPS2's APB
+ * timer 0 (25 MHz: one tick per 40 instructions under -icount shift=0), STM32F405's TIM2 (QEMU clocks it at 1 GHz:
+ * one tick per instruction). */
+void tfmcu_timer_start(void);
 uint32_t tfmcu_ticks(void);
+/* The target's name in the result line ("cortex-m4", "cortex-m7", "stm32f405"). */
+const char *tfmcu_target_name(void);
 #define TFMCU_MAX_REGIONS 64
 
 /* ---- Memory ---- */
@@ -65,8 +72,10 @@ uint32_t tfmcu_stack_hwm(void);   /* deepest stack use since reset or the last r
  * measures what runs after this call. */
 void tfmcu_stack_repaint(void);
 
-/* FNV-1a, 32 bit, over n bytes. */
+/* FNV-1a, 32 bit, over n bytes; _update continues a hash over more bytes (tfmcu_fnv1a32(a) then _update(b) is
+ * the hash of a followed by b). */
 uint32_t tfmcu_fnv1a32(const void *data, size_t n);
+uint32_t tfmcu_fnv1a32_update(uint32_t hash, const void *data, size_t n);
 
 #ifdef __cplusplus
 }

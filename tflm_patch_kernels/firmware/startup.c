@@ -1,4 +1,5 @@
-/* Reset and fault handling for the MPS2 Cortex-M boards (QEMU mps2-an386, mps2-an500); see mps2.ld.
+/* Reset and fault handling for the Cortex-M boards (QEMU mps2-an386, mps2-an500, netduinoplus2); see mps2.ld and
+ * stm32f405.ld.
  *
  * Reset_Handler: enable the FPU (CPACR), copy .data from Flash, zero .bss, paint the stack (for the
  * high-water mark), start the cycle timer, run constructors, call main(), exit with main's status through
@@ -9,7 +10,6 @@
 #include "harness.h"
 
 int main(void);
-void tfmcu_timer_start(void);
 
 extern uint32_t __data_start__[], __data_end__[], __data_load__[], __bss_start__[], __bss_end__[];
 extern uint32_t __stack_top[];
@@ -77,7 +77,8 @@ static void Unexpected_Handler(void) {
 
 typedef void (*Vector)(void);
 
-/* Cortex-M core exceptions, then the MPS2 interrupts (none used: all report an unexpected interrupt). */
+/* Cortex-M core exceptions, then the first 32 interrupts (none used: all report an unexpected interrupt; none is
+ * enabled, so the boards' other interrupt lines never fire). */
 __attribute__((section(".vectors"), used)) const Vector tfmcu_vector_table[16 + 32] = {
     [0] = (Vector)(uintptr_t)__stack_top,
     [1] = Reset_Handler,

@@ -1,16 +1,16 @@
 // Whole-model firmware: a .tflite (builtin ops only, or custom mode with TFMCU_PATCH_STAGE) in TFLM's
 // MicroInterpreter on the MCU, the model in Flash, the arena in RAM (TFMCU_ARENA_BYTES, counted in the target's SRAM
-// budget by the link). Prints one TFMCU_RESULT line (tools/qemu/run_firmware.py): the FNV-1a hash of the output
-// bytes, arena_used_bytes, and the harness's .data/.bss, stack high-water mark and the instruction count of Invoke
-// (the "invoke" region).
+// by the link). The model's source (firmware_model.h) brings the op resolver and the inputs. For each input it runs
+// Invoke (a cost region "invoke") and prints one TFMCU_RESULT line (tools/qemu/run_firmware.py): the FNV-1a hash of
+// all output bytes, the top-1 class of each input (output 0's largest value), arena_used_bytes, and the harness's
+// .data/.bss, stack high-water mark and instruction counts. If AllocateTensors fails, the line says
+// "allocated": 0 and the failure names the arena size (TFLM's own message before it gives the missing bytes).
 #include <string.h>
 
 #include "tensorflow/lite/micro/micro_interpreter.h"
-#include "tensorflow/lite/micro/micro_mutable_op_resolver.h"
 #include "tensorflow/lite/schema/schema_generated.h"
 #include "tflm_patch_kernels/firmware/harness.h"
 #include "tflm_patch_kernels/tflm/firmware_model.h"
-#include "tflm_patch_kernels/tflm/patch_stage_op.h"
 
 #ifndef TFMCU_ARENA_BYTES
 #error "TFMCU_ARENA_BYTES: the tensor arena's size (bytes)"
@@ -20,60 +20,73 @@ namespace {
 
 alignas(16) uint8_t g_arena[TFMCU_ARENA_BYTES];
 
-// The ops of the zoo models, and the patch stage.
-using Resolver = tflite::MicroMutableOpResolver<16>;
+// Index of the largest value of an int8 / uint8 / float32 output (the class of a classifier), -1 otherwise.
+int32_t TopClass(const TfLiteTensor* t) {
+  const int32_t n = static_cast<int32_t>(t->bytes);
+  int32_t best = -1;
+  if (t->type == kTfLiteInt8) {
+    for (int32_t i = 0; i < n; ++i) {
+      if (best < 0 || t->data.int8[i] > t->data.int8[best]) best = i;
+    }
+  } else if (t->type == kTfLiteUInt8) {
+    for (int32_t i = 0; i < n; ++i) {
+      if (best < 0 || t->data.uint8[i] > t->data.uint8[best]) best = i;
+    }
+  } else if (t->type == kTfLiteFloat32) {
+    for (int32_t i = 0; i < n / 4; ++i) {
+      if (best < 0 || t->data.f[i] > t->data.f[best]) best = i;
+    }
+  }
+  return best;
+}
 
-void AddOps(Resolver* r) {
-  r->AddAdd();
-  r->AddAveragePool2D();
-  r->AddConcatenation();
-  r->AddConv2D();
-  r->AddDepthwiseConv2D();
-  r->AddDequantize();
-  r->AddFullyConnected();
-  r->AddMaxPool2D();
-  r->AddMean();
-  r->AddPad();
-  r->AddQuantize();
-  r->AddReshape();
-  r->AddSoftmax();
-  r->AddCustom(tfmcu::kPatchStageOpName, tfmcu::Register_TFMCU_PATCH_STAGE());
+// Prints the result line's own keys; TFLM's messages (MicroPrintf) come before the line, never inside it.
+int Report(const char* failure, int allocated, uint32_t hash, const int32_t* classes, uint32_t n_classes,
+           size_t arena_used) {
+  tfmcu_result_begin("tflm_whole_model");
+  tfmcu_result_int("arena_bytes", static_cast<int64_t>(sizeof(g_arena)));
+  tfmcu_result_int("model_bytes", static_cast<int64_t>(g_tfmcu_model_len));
+  tfmcu_result_int("allocated", allocated);
+  if (failure != nullptr) {
+    tfmcu_fail(failure);
+    return tfmcu_result_end();
+  }
+  tfmcu_result_hex32("output_fnv1a32", hash);
+  tfmcu_result_int_array("top_class", classes, n_classes);
+  tfmcu_result_int("arena_used_bytes", static_cast<int64_t>(arena_used));
+  return tfmcu_result_end();
 }
 
 }  // namespace
 
 int main(void) {
-  tfmcu_result_begin("tflm_whole_model");
   const tflite::Model* model = tflite::GetModel(g_tfmcu_model);
-  Resolver resolver;
-  AddOps(&resolver);
-  tflite::MicroInterpreter interpreter(model, resolver, g_arena, sizeof(g_arena));
+  const tflite::MicroOpResolver* resolver = tfmcu_model_op_resolver();
+  if (resolver == nullptr) return Report("op registration failed", 0, 0, nullptr, 0, 0);
+  tflite::MicroInterpreter interpreter(model, *resolver, g_arena, sizeof(g_arena));
   if (interpreter.AllocateTensors() != kTfLiteOk) {
-    tfmcu_result_int("arena_bytes", static_cast<int64_t>(sizeof(g_arena)));
-    tfmcu_fail("AllocateTensors failed (arena too small for this model?)");
-    return tfmcu_result_end();
+    return Report("AllocateTensors failed: the model does not fit the TFMCU_ARENA_BYTES arena (see TFLM's message)",
+                  0, 0, nullptr, 0, 0);
   }
   TfLiteTensor* input = interpreter.input(0);
   if (input == nullptr || input->bytes != g_tfmcu_input_len) {
-    tfmcu_fail("input size differs from the generated input");
-    return tfmcu_result_end();
+    return Report("input size differs from the generated input", 1, 0, nullptr, 0, 0);
   }
-  memcpy(input->data.raw, g_tfmcu_input, g_tfmcu_input_len);
-  tfmcu_region_begin("invoke");
-  const TfLiteStatus status = interpreter.Invoke();
-  tfmcu_region_end();
-  if (status != kTfLiteOk) {
-    tfmcu_fail("Invoke failed");
-    return tfmcu_result_end();
+  uint32_t hash = tfmcu_fnv1a32(nullptr, 0);
+  int32_t classes[16];
+  const uint32_t n = g_tfmcu_num_inputs < 16u ? g_tfmcu_num_inputs : 16u;
+  for (uint32_t k = 0; k < g_tfmcu_num_inputs; ++k) {
+    memcpy(input->data.raw, g_tfmcu_inputs + k * g_tfmcu_input_len, g_tfmcu_input_len);
+    tfmcu_region_begin("invoke");
+    const TfLiteStatus status = interpreter.Invoke();
+    tfmcu_region_end();
+    if (status != kTfLiteOk) return Report("Invoke failed", 1, 0, nullptr, 0, 0);
+    const TfLiteTensor* output = interpreter.output(0);
+    if (output == nullptr || output->bytes != g_tfmcu_output_len) {
+      return Report("output size differs from TF Lite's", 1, 0, nullptr, 0, 0);
+    }
+    hash = tfmcu_fnv1a32_update(hash, output->data.raw, output->bytes);
+    if (k < n) classes[k] = TopClass(output);
   }
-  const TfLiteTensor* output = interpreter.output(0);
-  if (output == nullptr || output->bytes != g_tfmcu_output_len) {
-    tfmcu_fail("output size differs from TF Lite's");
-    return tfmcu_result_end();
-  }
-  tfmcu_result_hex32("output_fnv1a32", tfmcu_fnv1a32(output->data.raw, output->bytes));
-  tfmcu_result_int("arena_used_bytes", static_cast<int64_t>(interpreter.arena_used_bytes()));
-  tfmcu_result_int("arena_bytes", static_cast<int64_t>(sizeof(g_arena)));
-  tfmcu_result_int("model_bytes", static_cast<int64_t>(g_tfmcu_model_len));
-  return tfmcu_result_end();
+  return Report(nullptr, 1, hash, classes, n, interpreter.arena_used_bytes());
 }

@@ -4,11 +4,9 @@ import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import sys
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)  # run from anywhere, also outside Bazel
 
-
-def fnv1a32(data):
-    h = 2166136261
-    for b in bytes(data):
-        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
-    return h
+from tfmcu.firmware.sources import fnv1a32  # noqa: E402,F401

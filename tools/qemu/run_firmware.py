@@ -7,14 +7,16 @@ usage: run_firmware.py --elf FW.elf --machine mps2-an386 [--plugin libinsn_count
 - Sizes: .text/.rodata/.data/.bss/.stack of the ELF (arm-none-eabi-size -A).
 - Runs `qemu-system-arm -M MACHINE -icount shift=0 -semihosting ...` with a wall-clock timeout; the
   firmware's exit status (semihosting SYS_EXIT_EXTENDED) is QEMU's. `-icount shift=0` makes the MPS2 timer,
-  and so the firmware's "ticks", deterministic (one tick per 40 instructions).
+  and so the firmware's "ticks", deterministic (one tick per 40 instructions on MPS2, per instruction on the
+  STM32F405 of netduinoplus2).
 - With --plugin (tools/qemu/insn_count.c), exact instruction counts: the plugin watches the ELF's
   tfmcu_cost_begin / tfmcu_cost_end markers and its regions are matched, in order, to the regions the
   firmware names in its result line; each gets "insns" (and "range_insns": those inside --range or the function
-  --range-symbol). The timer must agree (insns ~ 40 x ticks).
+  --range-symbol). The timer must agree (insns ~ TICK_INSNS x ticks).
 - Parses the firmware's one `TFMCU_RESULT {json}` line (tflm_patch_kernels/firmware/harness.h).
 - --expect: a JSON file {"expect": {key: value, ...}} (e.g. a checksum computed on the host); every key
-  must be in the result with exactly that value.
+  must be in the result with exactly that value. With "expect_failure": "TEXT" next to "expect", the run must
+  fail: the firmware's status 1 with a failure containing TEXT (e.g. a model that does not fit the arena).
 
 Prints a short human summary and one line `TFMCU_REPORT {json}` (result + sizes + counts); writes the
 report to --report, and into $TEST_UNDECLARED_OUTPUTS_DIR when run by `bazel test`. Exit status: 0 if
@@ -34,7 +36,9 @@ import tempfile
 
 RESULT_RE = re.compile(r"^TFMCU_RESULT (\{.*\})\s*$", re.M)
 PLUGIN_RE = re.compile(r"^INSN_COUNT (\{.*\})\s*$", re.M)
-TICK_INSNS = 40  # MPS2 timer at 25 MHz; -icount shift=0 runs one instruction per ns
+# Instructions per timer tick under -icount shift=0 (one instruction per ns): the MPS2 APB timer runs at 25 MHz, QEMU
+# clocks the STM32 timers at 1 GHz.
+TICK_INSNS = {"mps2-an386": 40, "mps2-an500": 40, "netduinoplus2": 1}
 
 
 def _tool(name, override):
@@ -143,6 +147,11 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     problems = []
+    expect = {}
+    if args.expect:
+        with open(args.expect) as f:
+            expect = json.load(f)
+    want_failure = expect.get("expect_failure")
     sizes = elf_sizes(args.elf, _tool("arm-none-eabi-size", args.size_tool))
     with tempfile.TemporaryDirectory() as tmp:
         plugin_out = os.path.join(tmp, "insn_count.txt")
@@ -153,7 +162,7 @@ def main(argv=None):
         sys.stdout.write(output if output.endswith("\n") or not output else output + "\n")
     if rc is None:
         problems.append("timed out after %gs" % args.timeout)
-    elif rc != 0:
+    elif rc != 0 and not (want_failure and rc == 1):
         problems.append("qemu exit status %d" % rc)
     if "Lockup" in output:
         # A fault whose exception frame cannot be pushed: usually the stack ran past its limit (mps2.ld).
@@ -179,7 +188,11 @@ def main(argv=None):
         else:
             counts = json.loads(m.group(1))
     if result is not None:
-        if result.get("status") != 0:
+        if want_failure:
+            if result.get("status") != 1 or not any(want_failure in f for f in result.get("failures", [])):
+                problems.append("expected a failure containing %r, got status %r, failures: %s" % (
+                    want_failure, result.get("status"), result.get("failures")))
+        elif result.get("status") != 0:
             problems.append("firmware status %r, failures: %s" % (result.get("status"), result.get("failures")))
         regions = result.get("regions", [])
         if counts is not None:
@@ -193,13 +206,13 @@ def main(argv=None):
                     if args.range:
                         reg["range_insns"] = cnt["range_insns"]
                     # The timer is the plugin's independent check (only deterministic with -icount).
-                    if not args.no_icount and abs(cnt["insns"] - TICK_INSNS * reg["ticks"]) > 2 * TICK_INSNS + 64:
-                        problems.append("region %s: plugin %d insns, timer %d ticks (x40 = %d) disagree" % (
-                            reg["name"], cnt["insns"], reg["ticks"], TICK_INSNS * reg["ticks"]))
+                    tick = TICK_INSNS.get(args.machine)
+                    if tick and not args.no_icount and abs(cnt["insns"] - tick * reg["ticks"]) > 2 * tick + 64:
+                        problems.append("region %s: plugin %d insns, timer %d ticks (x%d = %d) disagree" % (
+                            reg["name"], cnt["insns"], reg["ticks"], tick, tick * reg["ticks"]))
             result["insns_total"] = counts["total"]
-        if args.expect:
-            with open(args.expect) as f:
-                problems += check_expect(result, json.load(f)["expect"])
+        if expect:
+            problems += check_expect(result, expect.get("expect", {}))
 
     report = {
         "elf": os.path.basename(args.elf),

@@ -1,0 +1,21 @@
+/* The MPS2 boards (QEMU mps2-an386 = Cortex-M4, mps2-an500 = Cortex-M7): APB timer 0 and the target's name, which
+ * the build passes as TFMCU_TARGET_NAME (tflm_patch_kernels/firmware/BUILD). */
+#include <stdint.h>
+
+#include "harness.h"
+
+#ifndef TFMCU_TARGET_NAME
+#error "build with -DTFMCU_TARGET_NAME=\"cortex-m4\" (tflm_patch_kernels/firmware/BUILD does)"
+#endif
+
+#define CMSDK_TIMER0 ((volatile uint32_t *)0x40000000u) /* CTRL, VALUE, RELOAD, INTSTATUS */
+
+void tfmcu_timer_start(void) {
+    CMSDK_TIMER0[1] = 0xFFFFFFFFu; /* VALUE */
+    CMSDK_TIMER0[2] = 0xFFFFFFFFu; /* RELOAD */
+    CMSDK_TIMER0[0] = 1u;          /* CTRL: enable, system clock, no interrupt */
+}
+
+uint32_t tfmcu_ticks(void) { return 0xFFFFFFFFu - CMSDK_TIMER0[1]; }
+
+const char *tfmcu_target_name(void) { return TFMCU_TARGET_NAME; }
