@@ -1,6 +1,7 @@
 # tfmcu — build, test and run. GNU make + bash.
 #   make setup   Debian packages, .venv (pinned), Bazel offline repositories (idempotent, fast when done)
-#   make test    bazel test //... (every test: Python, C, firmware), then a one-line summary
+#   make test    bazel test //... (every test: Python, C, firmware), then tests/e2e (they call Bazel themselves:
+#                deploy --run), then a one-line summary
 #   make pytest  the Python tests directly with pytest (quick dev loop)
 #   make demo    python -m pipelines.demo
 #   make bench   python -m pipelines.bench
@@ -26,7 +27,8 @@ setup:
 test: setup
 	@rc=0; \
 	$(BAZEL) test //... --build_event_json_file=bazel-testlogs-bep.json || rc=$$?; \
-	$(PYTHON) tools/test_summary.py --bep bazel-testlogs-bep.json || { [ $$rc -ne 0 ] || rc=1; }; \
+	$(PYTHON) -m pytest tests/e2e -q -p no:cacheprovider --junitxml=bazel-testlogs-e2e.xml || { [ $$rc -ne 0 ] || rc=1; }; \
+	$(PYTHON) tools/test_summary.py --bep bazel-testlogs-bep.json --junit bazel-testlogs-e2e.xml || { [ $$rc -ne 0 ] || rc=1; }; \
 	if [ $$rc -eq 4 ]; then echo "make test: bazel found no test targets" >&2; fi; \
 	exit $$rc
 
@@ -41,7 +43,7 @@ bench: setup
 
 clean:
 	-$(BAZEL) clean 2>/dev/null
-	rm -rf out bazel-testlogs-bep.json
+	rm -rf out bazel-testlogs-bep.json bazel-testlogs-e2e.xml
 	find . -path ./.venv -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean

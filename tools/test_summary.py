@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Sums Bazel's JUnit XML test results into one closing line: `tests: N passed, M failed, K skipped`.
 
-usage: test_summary.py [--bep BEP.json] [--testlogs DIR]
+usage: test_summary.py [--bep BEP.json] [--testlogs DIR] [--junit E2E.xml ...]
 
 Each <testcase> counts once: with a <failure> or <error> child it failed, with a <skipped> child it was
 skipped (the reason is printed), otherwise it passed. pytest tests (tools/pytest_runner.py) write one
@@ -10,6 +10,8 @@ testcase per test function; for other tests (cc_test, sh_test) Bazel writes one 
 With --bep (a file from `bazel test --build_event_json_file=...`) exactly the tests of that run are
 counted, cached ones included, and a test target that produced no result (it failed to build, say)
 counts as failed; otherwise every bazel-testlogs/**/test.xml is read (stale ones of deleted tests too).
+
+--junit adds pytest JUnit files run outside Bazel (make test's tests/e2e); a missing one counts as a failure.
 
 Exit status: 1 if anything failed or no test ran at all, else 0.
 """
@@ -127,6 +129,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bep", help="build event JSON file of the `bazel test` run")
     ap.add_argument("--testlogs", default="bazel-testlogs", help="Bazel testlogs dir (without --bep)")
+    ap.add_argument("--junit", action="append", default=[], help="a pytest JUnit XML file (tests outside Bazel)")
     args = ap.parse_args()
 
     tally = Tally()
@@ -136,6 +139,9 @@ def main():
         if args.bep:
             print("test_summary: %s missing, reading %s" % (args.bep, args.testlogs), file=sys.stderr)
         from_testlogs(tally, args.testlogs)
+    for path in args.junit:
+        if not tally.add_xml(os.path.basename(path), path):
+            tally.failed.append((path, "missing or unreadable (pytest did not run?)"))
 
     if tally.skipped:
         print("Skipped tests (%d):" % len(tally.skipped))

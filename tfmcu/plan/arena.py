@@ -39,6 +39,8 @@ scratch (listed in ``details["unmodelled_ops"]``).
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -135,6 +137,49 @@ OP_DATA: dict[str, int] = {
     "PRELU": 28,
 }
 
+# ----------------------------------------------------------------------------------------------------------------
+# The TFLM builds the predictor knows. "wheel" (the default): the PyPI wheel on x86-64, tables above (calibrated,
+# RecordingMicroAllocator, compression on). "host" and "cortex-m": TFLM built from source here (90b983c,
+# -DTF_LITE_STATIC_MEMORY, no compression) for x86-64 (tfmcu_tflm_run, RecordingMicroInterpreter) and for Cortex-M
+# (firmware: MicroInterpreter, plain MicroAllocator; 4-byte pointers, arm-none-eabi's short enums), with the sizes
+# compiled by tools/gen/gen_tflm_abi.py into tflm_abi.json.
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TflmBuild:
+    name: str
+    abi: dict[str, tuple[int, int]]
+    builtin_data: dict[str, tuple[int, int]]
+    op_data: dict[str, int]
+    pointer_bytes: int
+    recording: bool  # RecordingMicroAllocator (host tools) or MicroAllocator (firmware)
+    what: str
+
+
+def _json_build(name: str, profile: str, pointer_bytes: int, recording: bool, what: str) -> TflmBuild:
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "tflm_abi.json")) as f:
+        t = json.load(f)[profile]
+    abi = {k: (v[0], v[1]) for k, v in t["abi"].items()}
+    abi["TfLiteTensor*"] = (abi["TfLiteTensor*"][0], ALIGN)  # the array comes from AllocatePersistentBuffer
+    return TflmBuild(name, abi, {k: (v[0], v[1]) for k, v in t["builtin_data"].items()}, dict(t["op_data"]),
+                     pointer_bytes, recording, what)
+
+
+BUILDS: dict[str, TflmBuild] = {
+    "wheel": TflmBuild("wheel", ABI, BUILTIN_DATA, OP_DATA, 8, True, "the PyPI tflite-micro wheel, x86-64"),
+    "host": _json_build("host", "x86_64", 8, True, "TFLM 90b983c built from source, x86-64 (tfmcu_tflm_run)"),
+    "cortex-m": _json_build("cortex-m", "cortex-m", 4, False,
+                            "TFLM 90b983c built from source for Cortex-M (arm-none-eabi, MicroInterpreter)"),
+}
+
+
+def get_build(build: str | TflmBuild) -> TflmBuild:
+    if isinstance(build, TflmBuild):
+        return build
+    if build not in BUILDS:
+        raise ValueError(f"unknown TFLM build {build!r}; known: {', '.join(BUILDS)}")
+    return BUILDS[build]
+
+
 # Scratch buffers requested in Prepare (head side, planned like tensors, living during their operator):
 # MEAN / SUM int8/int16: int32 accumulator per output element, then input iterator (4 B x input rank) and resolved
 # axes (4 B x axes); float: the last two only. REDUCE_MAX/MIN: iterator and axes. Int4 weights (CONV_2D,
@@ -217,11 +262,13 @@ def _elements(graph: ir.Graph, name: str) -> int:
     return graph.tensors[name].size
 
 
-def op_allocations(graph: ir.Graph, op: ir.Op) -> OpAlloc:
-    """Persistent allocations and scratch requests of one operator in TFLM's reference kernels."""
+def op_allocations(graph: ir.Graph, op: ir.Op, build: str | TflmBuild = "wheel") -> OpAlloc:
+    """Persistent allocations and scratch requests of one operator in TFLM's reference kernels (``build``: which
+    TFLM, see BUILDS)."""
+    tb = get_build(build)
     b = builtin_of(op)
     in_dtype = graph.tensors[op.inputs[0]].dtype if op.inputs else "int8"
-    alloc = OpAlloc(b, BUILTIN_DATA.get(b), OP_DATA.get(b))
+    alloc = OpAlloc(b, tb.builtin_data.get(b), tb.op_data.get(b))
     if b in ("CONV_2D", "DEPTHWISE_CONV_2D"):
         # ConvPrepare / DepthwiseConvPrepare: per-channel multiplier and shift, int32 x output channels (always,
         # float models included).
@@ -249,14 +296,15 @@ def op_allocations(graph: ir.Graph, op: ir.Op) -> OpAlloc:
     elif b == f"custom:{PATCH_STAGE_OP}" and "custom_options" in op.attrs:
         # our kernel (tflm_patch_kernels/tflm): one op data from Init, the stage's exact scratch from Prepare
         try:
-            op_data, scratch = kernel_memory(read_options(op.attrs["custom_options"]), pointer_bytes=8)
+            op_data, scratch = kernel_memory(read_options(op.attrs["custom_options"]),
+                                          pointer_bytes=tb.pointer_bytes)
         except (ValueError, KeyError, TypeError):
             alloc.modelled = False
         else:
             alloc.op_data, alloc.scratch = op_data, [scratch]
     elif b == "SOFTMAX" and in_dtype == "int16":
         alloc.prepare = [2 * 513, 2 * 513]  # (src) exp and 1/(1+x) int16 lookup tables, LUTSize<int16_t>() = 513
-    elif b not in BUILTIN_DATA and b not in OP_DATA and b not in _NO_ALLOC:
+    elif b not in tb.builtin_data and b not in tb.op_data and b not in _NO_ALLOC:
         alloc.modelled = False
     return alloc
 
@@ -378,7 +426,8 @@ class _Tail:
     """Replays persistent allocations from the arena end (which is 16-aligned); records per-type figures the way
     RecordingMicroAllocator prints them."""
 
-    def __init__(self) -> None:
+    def __init__(self, abi: dict[str, tuple[int, int]]) -> None:
+        self.abi = abi
         self.used = 0
         self.by_type: dict[str, dict[str, int]] = {}
         self.items: dict[str, int] = {}
@@ -394,7 +443,7 @@ class _Tail:
             rec["count"] += count
 
     def struct(self, name: str, category: str | None = None, n: int = 1, count: int | None = None) -> None:
-        size, align = ABI[name]
+        size, align = self.abi[name]
         self.alloc(size * n, align, name, category, n if count is None else count)
 
 
@@ -402,13 +451,16 @@ def _io_tensor(tail: _Tail, t: ir.Tensor) -> None:
     tail.struct("TfLiteTensor", PERSISTENT_TENSORS)
     if t.dtype in _QUANTIZED_DTYPES:  # quantized: TfLiteAffineQuantization + zero-point array (1 channel)
         tail.struct("TfLiteAffineQuantization", QUANTIZATION)
-        size, align = ABI["TfLiteIntArray"]
+        size, align = tail.abi["TfLiteIntArray"]
         tail.alloc(size + 4, align, "TfLiteIntArray", QUANTIZATION)
 
 
-def predict_tail(graph: ir.Graph, allocs: Sequence[OpAlloc], num_tensors: int) -> _Tail:
-    tail = _Tail()
-    for name in ("RecordingSingleArenaBufferAllocator", "GreedyMemoryPlanner", "RecordingMicroAllocator",
+def predict_tail(graph: ir.Graph, allocs: Sequence[OpAlloc], num_tensors: int,
+                 build: str | TflmBuild = "wheel") -> _Tail:
+    tb = get_build(build)
+    tail = _Tail(tb.abi)
+    prefix = "Recording" if tb.recording else ""
+    for name in (prefix + "SingleArenaBufferAllocator", "GreedyMemoryPlanner", prefix + "MicroAllocator",
                  "MicroBuiltinDataAllocator", "SubgraphAllocations"):
         tail.struct(name)
     tail.struct("TfLiteEvalTensor", EVAL_TENSORS, n=num_tensors)
@@ -427,30 +479,34 @@ def predict_tail(graph: ir.Graph, allocs: Sequence[OpAlloc], num_tensors: int) -
     if n_scratch:
         tail.struct("ScratchBufferHandle", n=n_scratch)
     for names in (graph.inputs, graph.outputs):
-        size, align = ABI["TfLiteTensor*"]
+        size, align = tb.abi["TfLiteTensor*"]
         tail.alloc(size * len(names), align, "TfLiteTensor*", PERSISTENT_BUFFERS)
         for name in names:
             _io_tensor(tail, graph.tensors[name])
     return tail
 
 
-def predict_arena(graph: ir.Graph, model: bytes | None = None, count_input: bool = True) -> ArenaPrediction:
+def predict_arena(graph: ir.Graph, model: bytes | None = None, count_input: bool = True,
+                  build: str | TflmBuild = "wheel") -> ArenaPrediction:
     """Head, tail and total bytes of TFLM's arena for ``graph`` (see the module docstring).
 
     ``model``: the .tflite bytes ``graph`` was lowered from, if at hand: its tensor indices, tensor count and weight
     quantization are then read from it (``annotate_from_tflite`` on a copy), which makes the tail exact for models
     that share constant tensors between operators, and an offline memory plan in its metadata is honoured.
     ``count_input=False``: the arena TFLM would plan if the graph inputs took no space (the image held elsewhere;
-    a figure for comparison, TFLM itself always plans its inputs). Never runs TFLM."""
+    a figure for comparison, TFLM itself always plans its inputs). ``build``: the TFLM whose structs count (BUILDS:
+    "wheel", "host", "cortex-m"). Never runs TFLM."""
+    tb = get_build(build)
     offline = None
     if model is not None:
         graph = annotate_from_tflite(graph.copy(), model)
         offline = offline_offsets(graph, model)
-    allocs = [op_allocations(graph, op) for op in graph.ops]
+    allocs = [op_allocations(graph, op, tb) for op in graph.ops]
     key, num_tensors, exact = _tensor_order(graph)
     head, buffers = plan_head(graph, allocs, key, offline, count_input)
-    tail = predict_tail(graph, allocs, num_tensors)
+    tail = predict_tail(graph, allocs, num_tensors, tb)
     details = {
+        "tflm_build": tb.name,
         "num_tensors": num_tensors,
         "tensor_indices": "tflite" if exact else "estimated",
         "num_ops": len(graph.ops),

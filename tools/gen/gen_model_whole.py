@@ -12,7 +12,8 @@ usage: gen_model_whole.py --model NAME --out-cc OUT.cc --out-expect OUT.json
 - Inputs: one seeded random input, or with --images the first N real test images of a dataset (tfmcu.data),
   resized to the model's input and quantized with its input scale.
 - The JSON holds {"expect": {"output_fnv1a32": ..., "top_class": [...]}} for tools/qemu/run_firmware.py --expect
-  and, under "host", the predicted arena. --expect-no-fit: the firmware must fail at AllocateTensors instead
+  and "expect_within": the firmware's arena_used_bytes within 1% of the predicted arena for Cortex-M
+  (tfmcu.plan.arena, build "cortex-m"). --expect-no-fit: the firmware must fail at AllocateTensors instead
   ({"expect": {"allocated": 0}, "expect_failure": "AllocateTensors failed"}).
 """
 import argparse
@@ -79,15 +80,16 @@ def main(argv=None):
         xs = random_inputs(original, 1, seed=a.seed)[0][0]
         inputs = "input seed %d" % a.seed
     refs = [o[0] for o in run_tflite(original, [(x[None],) for x in xs])]
-    pred = predict_arena(from_tflite(model), model=model)
+    pred = predict_arena(from_tflite(model), model=model, build="cortex-m")
     src = model_source(model, xs, refs[0].nbytes, "model %s (%s); %s." % (a.model, what, inputs))
     with open(a.out_cc, "w") as f:
         f.write(src)
-    expect = {"expect": expectation(refs)}
+    # The predictor for Cortex-M (32-bit structs, plain MicroAllocator) must agree with the firmware within 1%.
+    expect = {"expect": expectation(refs), "expect_within": {"arena_used_bytes": [pred.total, 0.01]}}
     if a.expect_no_fit:
         expect = {"expect": {"allocated": 0}, "expect_failure": "AllocateTensors failed"}
     expect["host"] = {"model": a.model, "what": what, "inputs": inputs, "model_bytes": len(model),
-                      "predicted_arena_bytes_host64": pred.total, "top_class": expectation(refs)["top_class"]}
+                      "predicted_arena_bytes_cortex_m": pred.total, "top_class": expectation(refs)["top_class"]}
     with open(a.out_expect, "w") as f:
         json.dump(expect, f, indent=1)
 

@@ -17,6 +17,8 @@ usage: run_firmware.py --elf FW.elf --machine mps2-an386 [--plugin libinsn_count
 - --expect: a JSON file {"expect": {key: value, ...}} (e.g. a checksum computed on the host); every key
   must be in the result with exactly that value. With "expect_failure": "TEXT" next to "expect", the run must
   fail: the firmware's status 1 with a failure containing TEXT (e.g. a model that does not fit the arena).
+  "expect_within": {key: [value, fraction]} requires |result[key] - value| <= fraction x value (e.g. the measured
+  arena against the host's prediction).
 
 Prints a short human summary and one line `TFMCU_REPORT {json}` (result + sizes + counts); writes the
 report to --report, and into $TEST_UNDECLARED_OUTPUTS_DIR when run by `bazel test`. Exit status: 0 if
@@ -213,6 +215,10 @@ def main(argv=None):
             result["insns_total"] = counts["total"]
         if expect:
             problems += check_expect(result, expect.get("expect", {}))
+            for key, (want, frac) in expect.get("expect_within", {}).items():
+                got = result.get(key)
+                if not isinstance(got, (int, float)) or abs(got - want) > frac * want:
+                    problems.append("%s: got %r, want %r within %g%%" % (key, got, want, 100 * frac))
 
     report = {
         "elf": os.path.basename(args.elf),

@@ -1,0 +1,110 @@
+"""End-to-end checks that need this checkout's Bazel (they call it), so they run outside `bazel test`: `make test`
+runs them right after it (`pytest tests/e2e`), when TFLM is already built for the targets.
+
+- `deploy --run` for each target: a custom-mode model fits, runs under QEMU, and its output bytes equal TF Lite's
+  on real Fashion-MNIST test images; the per-layer MobileNetV2-0.35-96 does not fit the STM32F405 (its link
+  overflows the 128 KiB of SRAM), with the figure, and exit status 1.
+- The resolver table (tfmcu/firmware/sources.py) against TFLM's micro_mutable_op_resolver.h, and the ABI table
+  (tfmcu/plan/tflm_abi.json) recompiled from the pinned archives (tools/gen/gen_tflm_abi.py --check).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+THIRD_PARTY = os.environ.get("TFMCU_THIRD_PARTY", os.path.join(ROOT, "..", "shared", "third_party"))
+PY = sys.executable
+
+
+def _need_bazel():
+    if not shutil.which("bazel"):
+        pytest.skip("bazel is not installed (make setup installs it)")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """tiny_per_tensor in custom mode and MobileNetV2-0.35-96 per layer, and 4 Fashion-MNIST test images for each."""
+    from tfmcu import data as data_mod
+    from tfmcu.graph.from_tflite import from_tflite
+    from tfmcu.nets import zoo
+    from tfmcu.plan import regions
+    from tfmcu.runtime.model_io import model_info
+    from tfmcu.stage import custom
+    from tfmcu.train.export import quantize_inputs
+    import numpy as np
+
+    d = tmp_path_factory.mktemp("models")
+    out = {}
+    for name, patches in (("tiny_per_tensor", 2), ("mbv2_035_96", None)):
+        m = zoo.build(name, os.environ.get("TFMCU_ZOO_CACHE"))
+        if patches:
+            g = from_tflite(m, name=name)
+            m = custom.rewrite_custom(m, g, regions.plan(g, patches, n_blocks=zoo.ZOO[name].patch_blocks), name,
+                                      inplace=True).model
+        shape = model_info(m).inputs[0].shape
+        x, _ = data_mod.as_arrays(data_mod.load("fashion_mnist").test, shape[1], shape[3], limit=4)
+        (d / f"{name}.tflite").write_bytes(m)
+        np.save(d / f"{name}.npy", quantize_inputs(m, x))
+        out[name] = (str(d / f"{name}.tflite"), str(d / f"{name}.npy"))
+    return out
+
+
+def _deploy(tflite, inputs, target, out_dir):
+    r = subprocess.run([PY, "-m", "pipelines.deploy", f"--tflite={tflite}", f"--inputs={inputs}",
+                        f"--target={target}", f"--out_dir={out_dir}", "--run"], cwd=ROOT, capture_output=True,
+                       text=True)
+    rep = json.load(open(os.path.join(out_dir, "deploy.json"))) if os.path.exists(out_dir) else None
+    return r, rep
+
+
+@pytest.mark.parametrize("target", ["stm32f405", "cortex-m4", "cortex-m7"])
+def test_deploy_run_fits_and_equals_tflite(models, tmp_path, target):
+    _need_bazel()
+    r, rep = _deploy(*models["tiny_per_tensor"], target, str(tmp_path / "fw"))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert f"fits {target}" in r.stdout and rep["fits"] and rep["run"]["outputs_equal_tflite"]
+    run = rep["run"]
+    assert run["arena_used_bytes"] == rep["arena"]["predicted_bytes"]  # exact on Cortex-M (1% allowed)
+    assert len(run["invoke_insns"]) == 4 and min(run["invoke_insns"]) > 1_000_000
+    assert run["stack_hwm_bytes"] < rep["stack_bytes"]
+
+
+def test_deploy_run_per_layer_does_not_fit_stm32f405(models, tmp_path):
+    _need_bazel()
+    r, rep = _deploy(*models["mbv2_035_96"], "stm32f405", str(tmp_path / "fw"))
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "does not fit stm32f405: the link overflows RAM by" in r.stdout
+    assert rep["fits"] is False and rep["run"]["linked"] is False
+    assert rep["arena"]["predicted_bytes"] == 204_580  # measured per layer on Cortex-M (firmware tests)
+    assert rep["run"]["overflow"]["bytes"] > 204_580 - 128 * 1024
+
+
+def test_resolver_methods_exist_in_tflm():
+    from tfmcu.firmware import sources
+
+    archive = os.path.join(THIRD_PARTY, "90b983c2b3f1480642e040bbd2ddb37b998f3424.tar.gz")
+    if not os.path.exists(archive):
+        pytest.skip(f"no TFLM archive at {archive}")
+    with tarfile.open(archive) as tf:
+        member = next(m for m in tf.getmembers() if m.name.endswith("micro/micro_mutable_op_resolver.h"))
+        header = tf.extractfile(member).read().decode()
+    for op, method in sources.RESOLVER_METHODS.items():
+        body = header[header.index(f"TfLiteStatus {method}("):]
+        body = body[:body.index("\n  }")]
+        assert f"BuiltinOperator_{op}" in body, (op, method)
+
+
+def test_abi_table_is_current():
+    for tool in ("g++", "arm-none-eabi-g++", "objcopy", "arm-none-eabi-objcopy"):
+        if not shutil.which(tool):
+            pytest.skip(f"{tool} is not installed (make setup installs it)")
+    r = subprocess.run([PY, os.path.join(ROOT, "tools", "gen", "gen_tflm_abi.py"), "--check",
+                        "--third-party", THIRD_PARTY], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]

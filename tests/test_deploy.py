@@ -1,0 +1,114 @@
+"""`deploy` without building: the firmware folder (model, op resolver with exactly the model's ops, inputs, BUILD,
+expectation, arena from the Cortex-M prediction + margin), one-line errors and no partial folder, the targets table
+against firmware.bzl's. Building and running the folders under QEMU (`deploy --run`, which calls Bazel) and the
+resolver table against TFLM's header are in tests/e2e/test_deploy_run.py, which `make test` runs after `bazel test`."""
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+from tfmcu.errors import UsageError  # noqa: E402
+from tfmcu.firmware import sources  # noqa: E402
+from tfmcu.firmware.targets import TARGETS  # noqa: E402
+from tfmcu.flows import deploy  # noqa: E402
+from tfmcu.graph.from_tflite import from_tflite  # noqa: E402
+from tfmcu.nets import zoo  # noqa: E402
+from tfmcu.plan import regions  # noqa: E402
+from tfmcu.plan.arena import predict_arena  # noqa: E402
+from tfmcu.runtime.tflite import run_tflite  # noqa: E402
+from tfmcu.stage import custom  # noqa: E402
+from tfmcu.tflite import schema as ts  # noqa: E402
+from tfmcu.tflite.editor import ModelEditor  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _custom_tiny(zoo_models):
+    data = zoo_models("tiny_per_tensor")
+    g = from_tflite(data, name="tiny")
+    s = regions.plan(g, 2, n_blocks=zoo.ZOO["tiny_per_tensor"].patch_blocks)
+    return data, custom.rewrite_custom(data, g, s, "tiny", inplace=True).model
+
+
+def test_folder_has_model_resolver_inputs_and_expectation(zoo_models, tmp_path):
+    data, model = _custom_tiny(zoo_models)
+    path = tmp_path / "m.tflite"
+    path.write_bytes(model)
+    out = tmp_path / "fw"
+    rep = deploy.prepare(deploy.DeployOptions(str(path), "cortex-m4", str(out), num_inputs=3, seed=4), log=lambda s: 0)
+    assert sorted(os.listdir(out)) == ["BUILD", "WORKSPACE", "deploy.json", "expect.json", "main.cc", "model_data.cc"]
+    src = (out / "model_data.cc").read_text()
+    # exactly the model's ops: the custom op plus the rest's builtins, nothing else
+    adds = re.findall(r"r\.(Add\w+)\(", src)
+    assert adds[0] == "AddCustom" and sorted(adds[1:]) == sorted(
+        sources.RESOLVER_METHODS[o] for o in rep["ops"] if o != "TFMCU_PATCH_STAGE")
+    assert f"MicroMutableOpResolver<{len(adds)}>" in src
+    assert "g_tfmcu_num_inputs = 3;" in src
+    # the arena: the Cortex-M prediction + the margin, 16-byte aligned
+    pred = predict_arena(from_tflite(model), model=model, build="cortex-m").total
+    assert rep["arena"]["predicted_bytes"] == pred
+    assert rep["arena"]["arena_bytes"] % 16 == 0 and pred * 1.02 <= rep["arena"]["arena_bytes"] < pred * 1.02 + 16
+    assert f"-DTFMCU_ARENA_BYTES={rep['arena']['arena_bytes']}" in (out / "BUILD").read_text()
+    # the expectation is TF Lite's (original model, same inputs)
+    from tfmcu.runtime.model_io import random_inputs
+    ref = [o[0] for o in run_tflite(data, random_inputs(data, 3, 4))]
+    assert json.loads((out / "expect.json").read_text())["expect"] == sources.expectation(ref)
+
+
+@pytest.mark.parametrize("case", ["missing", "garbage", "malformed_options", "unsupported_op"])
+def test_bad_input_is_one_line_and_writes_nothing(zoo_models, tmp_path, case):
+    _, model = _custom_tiny(zoo_models)
+    path = tmp_path / "m.tflite"
+    if case == "garbage":
+        path.write_bytes(b"not a model" * 10)
+    elif case == "malformed_options":
+        ed = ModelEditor(model)
+        ed.subgraph.operators[0].customOptions = list(b"\x01\x02\x03")
+        path.write_bytes(ed.to_bytes())
+    elif case == "unsupported_op":
+        ed = ModelEditor(model)
+        m = ed.model
+        code = next(c for c in m.operatorCodes if ts.builtin_code(c) == ts.BuiltinOperator.CUSTOM)
+        code.customCode = "MY_OP"
+        path.write_bytes(ed.to_bytes())
+    out = tmp_path / "fw"
+    with pytest.raises(UsageError) as e:
+        deploy.prepare(deploy.DeployOptions(str(path), "stm32f405", str(out)), log=lambda s: 0)
+    msg = str(e.value)
+    assert "\n" not in msg and str(path) in msg
+    if case == "unsupported_op":
+        assert "op 0" in msg and "MY_OP" in msg
+    assert not out.exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".tmp")]
+
+
+def test_unknown_target_and_flags():
+    with pytest.raises(UsageError, match="--target=esp32: unknown; supported: stm32f405"):
+        deploy.validate(deploy.DeployOptions("m.tflite", "esp32"))
+    with pytest.raises(UsageError, match="--margin"):
+        deploy.validate(deploy.DeployOptions("m.tflite", margin=-1))
+
+
+def test_targets_match_firmware_bzl():
+    bzl = open(os.path.join(ROOT, "tflm_patch_kernels", "firmware", "firmware.bzl")).read()
+    for t in TARGETS.values():
+        block = bzl[bzl.index(f'"{t.key}": struct('):]
+        block = block[:block.index("),")]
+        assert f'machine = "{t.machine}"' in block and f'platform = "{t.platform}"' in block
+        assert f':{t.board}"' in block and f':{t.ld}"' in block
+        if t.key != "stm32f405":
+            assert f"sram_budget = {t.sram_bytes // 1024} * 1024" in block
+    ld = open(os.path.join(ROOT, "tflm_patch_kernels", "firmware", "stm32f405.ld")).read()
+    assert "RAM (rwx)  : ORIGIN = 0x20000000, LENGTH = 128K" in ld
+    assert TARGETS["stm32f405"].sram_bytes == 128 * 1024 and TARGETS["stm32f405"].flash_bytes == 1024 * 1024
+
+
+def test_expectation_hash_matches_the_firmware_hash():
+    outs = [np.array([1, -2, 3], np.int8), np.array([5, 4, -1], np.int8)]
+    e = sources.expectation(outs)
+    assert e["top_class"] == [2, 0]
+    assert e["output_fnv1a32"] == "0x%08x" % sources.fnv1a32(b"\x01\xfe\x03\x05\x04\xff")
+    assert sources.fnv1a32(b"") == 2166136261
