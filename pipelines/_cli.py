@@ -83,6 +83,14 @@ def define_out_dir() -> None:
     _define("string", "out_dir", None, "Output folder (default: out/<pipeline>).")
 
 
+def define_tflite_flag() -> None:
+    _define("string", "tflite", None, "Input int8 .tflite model (any producer; deploy: also custom mode).")
+
+
+def define_inputs_flag() -> None:
+    _define("string", "inputs", None, "Real inputs: .npy of shape (N, ...) (single input) or .npz (one per input).")
+
+
 def define_seed_flag() -> None:
     _define("integer", "seed", 0, "Seed of everything random (weights, data order, random inputs).")
 

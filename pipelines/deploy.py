@@ -24,11 +24,11 @@ from tfmcu.firmware.targets import TARGETS
 from tfmcu.flows import deploy
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("tflite", None, "The int8 .tflite to deploy (builtin ops, or custom mode).")
+_cli.define_tflite_flag()
 flags.DEFINE_enum("target", "stm32f405", list(TARGETS), "The microcontroller (and its QEMU board).")
 flags.DEFINE_string("out_dir", "out/deploy", "The firmware folder to write (replaced if it exists).")
 flags.DEFINE_bool("run", False, "Build the firmware with Bazel and run it under QEMU: figures and a verdict.")
-flags.DEFINE_string("inputs", None, "Real test inputs: .npy of shape (N, ...) (at most 16 are used).")
+_cli.define_inputs_flag()  # at most 16 are used
 flags.DEFINE_integer("num_inputs", 2, "Seeded random test inputs when --inputs is not given.", lower_bound=1,
                      upper_bound=16)
 _cli.define_seed_flag()

@@ -21,7 +21,7 @@ from pipelines import _cli
 from tfmcu.flows import rewrite
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("tflite", None, "Input int8 .tflite model (any producer).")
+_cli.define_tflite_flag()
 flags.DEFINE_string("out", None, "Output .tflite path.")
 flags.DEFINE_enum("mode", "builtin", list(rewrite.MODES),
                   "builtin: per-patch TFLite builtin ops; custom: one TFMCU_PATCH_STAGE op (tfmcu's C kernels).")

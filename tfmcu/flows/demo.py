@@ -32,6 +32,10 @@ import numpy as np
 
 from tfmcu.errors import UsageError
 from tfmcu.files import write_outputs
+from tfmcu.firmware.targets import get_target
+from tfmcu.flows.common import ScheduleRequest
+from tfmcu.flows.deploy import DeployOptions, deploy
+from tfmcu.flows.rewrite import RewriteOptions, run as rewrite_run
 from tfmcu.flows.profile import format_table, plot_memory, profile_report
 from tfmcu.flows.verify import VerifyOptions, format_summary as verify_summary, verify
 from tfmcu.graph.from_spec import from_spec
@@ -70,6 +74,8 @@ class DemoOptions:
     sram_kb: float | None = None  # overrides budget_fraction
     verify_random: int = 20
     verify_real: int = 200
+    mcu: str | None = "stm32f405"  # 7. run on this target under QEMU (None: skip)
+    mcu_images: int = 8
 
 
 def validate(o: DemoOptions) -> None:
@@ -78,6 +84,12 @@ def validate(o: DemoOptions) -> None:
         raise UsageError(f"--budget_fraction={o.budget_fraction}: must be in [0.05, 0.99]")
     if o.sram_kb is not None and o.sram_kb <= 0:
         raise UsageError(f"--sram_kb={o.sram_kb}: must be > 0")
+    if o.mcu:
+        get_target(o.mcu)
+        if not 1 <= o.mcu_images <= 16:
+            raise UsageError(f"--mcu_images={o.mcu_images}: must be in [1, 16]")
+        if o.mcu_images > o.verify_real:
+            raise UsageError(f"--mcu_images={o.mcu_images}: at most --verify_real={o.verify_real} (the same images)")
     if o.verify_random < 0 or o.verify_real < 0 or o.verify_random + o.verify_real == 0:
         raise UsageError("--verify_random and --verify_real must be >= 0, and not both 0")
 
@@ -104,6 +116,21 @@ def summary_table(s: dict[str, Any]) -> str:
                                             f"{q['macs_padded'] / 1e6:.2f}M padded (+{q['mac_overhead_padded']:.1%})"),
         ("TFLite ops", str(p["ops"]), str(q["ops"])),
     ]
+    mcu = s.get("mcu")
+    if mcu:
+        pl, pa = mcu["per_layer"], mcu["patched"]
+        t = mcu["target"]
+        rows += [
+            (f"{t} (QEMU), TFLM arena: predicted / measured", _kb(pl["arena"]["predicted_bytes"]) + " / -",
+             f"{_kb(pa['arena']['predicted_bytes'])} / {_kb(pa['run'].get('arena_used_bytes'))} (custom mode)"),
+            (f"{t} (QEMU), verdict", "does not fit" + (
+                f" (link: RAM overflowed by {pl['run']['overflow']['bytes']:,} B)" if pl["run"].get("overflow") else ""),
+             ("fits" if pa["fits"] else "does not fit") + f", {mcu['schedule']}"),
+            (f"{t} (QEMU), top-1 of {mcu['images']} test images = TF Lite", "-",
+             "yes" if pa["run"].get("outputs_equal_tflite") else "NO"),
+            (f"{t} (QEMU), instructions per inference", "-",
+             f"{min(pa['run']['invoke_insns']) / 1e6:.1f}M" if pa["run"].get("invoke_insns") else "-"),
+        ]
     head = f"| {s['model']} @ {s['resolution']}, {s['dataset']} | per-layer | patched ({s['schedule']}) |"
     lines = [head, "|---|---:|---:|"] + [f"| {r[0]} | {r[1]} | {r[2]} |" for r in rows]
     notes = (f"\nTrained on {s['train_samples']} {s['dataset']} images for {s['epochs']} epochs + "
@@ -166,18 +193,18 @@ def run(o: DemoOptions, log: Callable[[str], None] = print) -> int:
     # ------------------------------------------------------------------ 0. the paper's example
     mbv2 = from_spec(load_spec("mbv2", resolution=224))
     mb = profile_report(mbv2, plan(mbv2, 4, n_blocks=5), sram_bytes=256 * KB)
-    log("== 0/6 MobileNetV2 1.0 @ 224, analytic: per layer vs 4x4 patches over the first 5 blocks ==")
+    log("== 0/7 MobileNetV2 1.0 @ 224, analytic: per layer vs 4x4 patches over the first 5 blocks ==")
     log(format_table(mb).split("\n\nMACs", 1)[1].join(["MACs", ""]).rstrip())
     write_outputs({path("mbv2_224_profile.json"): mb, path("mbv2_224_memory.png"): plot_memory(mb)})
 
     # ------------------------------------------------------------------ 1. profile, and the budget before training
-    log(f"== 1/6 profile {spec.name} @ {spec.resolution} (analytic, per layer); can the budget be met? ==")
+    log(f"== 1/7 profile {spec.name} @ {spec.resolution} (analytic, per layer); can the budget be met? ==")
     log(format_table(profile_report(from_spec(spec))).split("\n\nblock", 1)[1].join(["block", ""]).rstrip())
     check_budget(spec, o, log)
 
     # ------------------------------------------------------------------ 2-3. train, QAT, int8
-    log(f"\n== 2/6 train on {ds_probe.name} ({tc.train_subset} images, {tc.recipe.epochs} epochs) + "
-        f"{tc.recipe.qat_epochs} QAT epoch(s) -> 3/6 int8 .tflite ==")
+    log(f"\n== 2/7 train on {ds_probe.name} ({tc.train_subset} images, {tc.recipe.epochs} epochs) + "
+        f"{tc.recipe.qat_epochs} QAT epoch(s) -> 3/7 int8 .tflite ==")
     tr = train(tc, out, log=log)
     log(train_summary(tr).rstrip())
     model_path = tr["files"]["tflite"]
@@ -187,7 +214,7 @@ def run(o: DemoOptions, log: Callable[[str], None] = print) -> int:
     # ------------------------------------------------------------------ 4. rewrite under the budget
     arena = tr["memory"]["tflm_arena_bytes"]
     budget = budget_bytes(o, arena)
-    log(f"\n== 4/6 rewrite --patches=auto under {budget / KB:.1f} kB (per-layer TFLM arena {arena / KB:.1f} kB "
+    log(f"\n== 4/7 rewrite --patches=auto under {budget / KB:.1f} kB (per-layer TFLM arena {arena / KB:.1f} kB "
         f"does not fit) ==")
     graph = from_tflite(model, name=spec.name)
     tty = sys.stderr.isatty()
@@ -225,7 +252,7 @@ def run(o: DemoOptions, log: Callable[[str], None] = print) -> int:
                    path("memory.png"): plot_memory(prof_patched, budget)})
 
     # ------------------------------------------------------------------ 5. verify
-    log(f"\n== 5/6 verify: {o.verify_random} random + {o.verify_real} real test images, TF Lite and TFLM ==")
+    log(f"\n== 5/7 verify: {o.verify_random} random + {o.verify_real} real test images, TF Lite and TFLM ==")
     inputs_path = None
     if o.verify_real:
         x_real, _ = data_mod.as_arrays(ds_probe.test, spec.resolution, spec.in_channels, limit=o.verify_real)
@@ -235,7 +262,10 @@ def run(o: DemoOptions, log: Callable[[str], None] = print) -> int:
     write_outputs({path("verify.json"): ver})
     log(verify_summary(ver).rstrip())
 
-    # ------------------------------------------------------------------ 6. summary
+    # ------------------------------------------------------------------ 6. on the microcontroller
+    mcu = on_mcu(o, model_path, inputs_path, path, log) if o.mcu else None
+
+    # ------------------------------------------------------------------ 7. summary
     acc = tr["accuracy"]
     summary = {
         "model": spec.name, "resolution": spec.resolution, "dataset": tr["dataset"]["name"],
@@ -259,15 +289,41 @@ def run(o: DemoOptions, log: Callable[[str], None] = print) -> int:
                     "ops": ver["ops"]["rewritten"]},
         "verify": {"bit_exact": ver["bit_exact"], "samples": ver["samples"], "real": ver["input_samples"]},
         "metadata_kept": md_kept,
+        "mcu": mcu,
         "wall_s": time.time() - t0,
     }
     table = summary_table(summary)
     write_outputs({path("summary.md"): table, path("summary.json"): summary})
-    log(f"\n== 6/6 summary ==\n{table}")
+    log(f"\n== 7/7 summary ==\n{table}")
     log("wrote: " + ", ".join(sorted(os.path.relpath(p) for p in (
         model_path, patched_path, path("train_report.json"), path("training_curves.png"), path("confusion_matrix.png"),
         path("memory.png"), path("profile.json"), path("rewrite.json"), path("verify.json"), path("summary.md")))))
-    return 0 if ver["bit_exact"] and tr["tflite_vs_tflm"]["agree"] else 1
+    mcu_ok = mcu is None or (mcu["patched"]["fits"] and mcu["patched"]["run"]["outputs_equal_tflite"])
+    return 0 if ver["bit_exact"] and tr["tflite_vs_tflm"]["agree"] and mcu_ok else 1
+
+
+def on_mcu(o: DemoOptions, model_path: str, inputs_path: str | None, path: Callable[[str], str],
+           log: Callable[[str], None]) -> dict[str, Any]:
+    """Step 6: the trained model on the emulated microcontroller (``deploy --run``): per layer, and in custom mode
+    (one TFMCU_PATCH_STAGE op, rest in place) searched under the target's SRAM minus the stack and 2 KiB; both on
+    the first ``mcu_images`` real test images, whose outputs must equal TF Lite's."""
+    t = get_target(o.mcu)
+    budget_kb = (t.sram_bytes - DeployOptions(model_path).stack_kib * KB - 2 * KB) / KB
+    log(f"\n== 6/7 on the {t.name} (QEMU {t.machine}): per layer, and custom mode under {budget_kb:.0f} kB ==")
+    mcu_inputs = path("mcu_inputs.npy")
+    write_outputs({mcu_inputs: _npy(np.load(inputs_path)[:o.mcu_images])})
+    custom_path = path("model_int8_custom.tflite")
+    rw = rewrite_run(RewriteOptions(model_path, custom_path, "custom",
+                                    ScheduleRequest(patches="auto", sram_kb=budget_kb), inplace=True,
+                                    json_out=path("rewrite_custom.json")), log=log)
+    sch = rw.get("schedule") or {}
+    grid = sch.get("grid") or [0, 0]
+    out: dict[str, Any] = {"target": t.name, "images": o.mcu_images,
+                           "schedule": f"{grid[0]}x{grid[1]} patches over {sch.get('patch_blocks')} blocks"}
+    for role, tflite in (("per_layer", model_path), ("patched", custom_path)):
+        out[role] = deploy(DeployOptions(tflite, t.name, path(f"firmware_{t.name}_{role}"), run=True,
+                                         inputs=mcu_inputs), log=log)
+    return out
 
 
 def _npy(a: np.ndarray) -> bytes:
