@@ -39,7 +39,7 @@ from tfmcu.train.config import Recipe, TrainConfig
 from tfmcu.train.loop import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SECTIONS = ("rewrite", "custom", "firmware", "train")
+SECTIONS = ("rewrite", "custom", "firmware", "tflm_firmware", "train")
 
 
 @dataclass
@@ -228,20 +228,26 @@ FIRMWARE_TESTS = ["model_mbv2_035_96_cortex_m4_test", "model_mbv2_035_96_cortex_
                   "model_mbv2_100_224_cortex_m4_test"]
 
 
-def firmware_section(o: BenchOptions) -> dict[str, Any]:
-    pkg = "tflm_patch_kernels/firmware"
-    targets = [f"//{pkg}:{t}" for t in FIRMWARE_TESTS]
-    log(f"[firmware] bazel test {' '.join(targets)} (converts MobileNetV2-224 once: about a minute)")
+def _firmware_reports(section: str, pkg: str, tests: list[str]) -> list[dict[str, Any]]:
+    """Runs bazel sh_tests of firmware (tags manual included) and returns each one's TFMCU_REPORT."""
+    targets = [f"//{pkg}:{t}" for t in tests]
+    log(f"[{section}] bazel test {' '.join(targets)} (converts MobileNetV2-224 once: about a minute)")
     r = subprocess.run([os.environ.get("BAZEL", "bazel"), "test", *targets, "--test_output=errors"],
                        cwd=ROOT, capture_output=True, text=True)
     if r.returncode != 0:
         tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-15:])
         raise RuntimeError(f"bazel test failed (exit {r.returncode}):\n{tail}")
-    rows = []
-    for t in FIRMWARE_TESTS:
+    reports = []
+    for t in tests:
         with open(os.path.join(ROOT, "bazel-testlogs", pkg, t, "test.log")) as f:
             line = next(x for x in f if x.startswith("TFMCU_REPORT "))
-        rep = json.loads(line[len("TFMCU_REPORT "):])
+        reports.append(json.loads(line[len("TFMCU_REPORT "):]))
+    return reports
+
+
+def firmware_section(o: BenchOptions) -> dict[str, Any]:
+    rows = []
+    for t, rep in zip(FIRMWARE_TESTS, _firmware_reports("firmware", "tflm_patch_kernels/firmware", FIRMWARE_TESTS)):
         res = rep["result"]
         insns = {reg["name"]: reg["insns"] for reg in res["regions"]}
         ip, il = insns["stage_patched"], insns["stage_layer"]
@@ -265,6 +271,33 @@ def firmware_section(o: BenchOptions) -> dict[str, Any]:
                   f"{r['insns_layer']:,} | +{r['latency_overhead']:.1%} | +{r['mac_overhead_exact']:.1%} | "
                   f"{r['overhead_ratio']:.2f} | {r['insns_per_mac_layer']:.1f} | {r['scratch_patched']:,} / "
                   f"{r['scratch_layer']:,} | {r['stack_hwm']} | {'yes' if r['bit_exact'] else 'NO'} |")
+    return {"rows": rows, "markdown": "\n".join(md) + "\n"}
+
+
+# Section "tflm_firmware": whole models in TFLM on the MCU (tflm_patch_kernels/tflm: MicroInterpreter, reference
+# kernels + TFMCU_PATCH_STAGE), under QEMU; the MobileNetV2-1.0-224 ones (tags manual) run only here.
+TFLM_FIRMWARE_TESTS = ["tflm_mbv2_035_96_cortex_m7_test", "tflm_mbv2_035_96_custom_cortex_m4_test",
+                       "tflm_mbv2_035_96_custom_cortex_m7_test", "tflm_mbv2_035_96_custom_stm32f405_test",
+                       "tflm_mbv2_100_224_custom_cortex_m4_test", "tflm_mbv2_100_224_custom_cortex_m7_test"]
+
+
+def tflm_firmware_section(o: BenchOptions) -> dict[str, Any]:
+    rows = []
+    for t, rep in zip(TFLM_FIRMWARE_TESTS, _firmware_reports("tflm_firmware", "tflm_patch_kernels/tflm",
+                                                             TFLM_FIRMWARE_TESTS)):
+        res = rep["result"]
+        insns = [g["insns"] for g in res["regions"]]
+        rows.append({"test": t, "target": res["target"], "machine": rep["machine"],
+                     "arena_used_bytes": res["arena_used_bytes"], "arena_bytes": res["arena_bytes"],
+                     "model_bytes": res["model_bytes"], "flash": rep["sizes"]["flash"], "ram_static": res["ram_static"],
+                     "stack_hwm": res["stack_hwm"], "sram_budget": res["sram_budget"],
+                     "invoke_insns": min(insns), "inputs": len(insns), "equal_tflite": not rep["problems"]})
+    md = ["| firmware | target | TFLM arena measured (B) | instructions / inference | Flash (B) | .data+.bss (B) | "
+          "stack (B) | output = TF Lite |", "|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        md.append(f"| {r['test'][:-5]} | {r['target']} ({r['machine']}) | {r['arena_used_bytes']:,} | "
+                  f"{r['invoke_insns']:,} | {r['flash']:,} | {r['ram_static']:,} | {r['stack_hwm']} | "
+                  f"{'yes' if r['equal_tflite'] else 'NO'} |")
     return {"rows": rows, "markdown": "\n".join(md) + "\n"}
 
 
@@ -306,7 +339,8 @@ def train_section(o: BenchOptions) -> dict[str, Any]:
 def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the chosen sections; each writes its JSON and Markdown under ``o.out_dir`` as soon as it is done."""
     sections: dict[str, Callable[[BenchOptions], dict[str, Any]]] = {
-        "rewrite": rewrite_section, "custom": custom_section, "firmware": firmware_section, "train": train_section}
+        "rewrite": rewrite_section, "custom": custom_section, "firmware": firmware_section,
+        "tflm_firmware": tflm_firmware_section, "train": train_section}
     unknown = [s for s in o.sections if s not in sections]
     if unknown:
         raise UsageError(f"unknown bench section(s) {', '.join(unknown)}; known: {', '.join(sections)}")
