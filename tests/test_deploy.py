@@ -112,3 +112,24 @@ def test_expectation_hash_matches_the_firmware_hash():
     assert e["top_class"] == [2, 0]
     assert e["output_fnv1a32"] == "0x%08x" % sources.fnv1a32(b"\x01\xfe\x03\x05\x04\xff")
     assert sources.fnv1a32(b"") == 2166136261
+
+
+def test_resolver_host_runner_and_compiled_kernels_agree():
+    """deploy's resolver table, the host runner's AddOps and the TFLM kernel libraries third_party/tflite_micro.BUILD
+    compiles name the same builtin ops: a model deploy accepts also runs in `verify`, and links (a kernel missing
+    from the BUILD would fail the host runner's link, which every TFLM test builds; deploy links the libraries of
+    its model's ops only, tests/e2e/test_deploy_run.py)."""
+    runner = open(os.path.join(ROOT, "tflm_patch_kernels", "tflm", "host_runner.cc")).read()
+    body = runner[runner.index("void AddOps(Resolver* r) {"):]
+    body = body[:body.index("\n}\n")]
+    adds = re.findall(r"r->(Add\w+)\(\)", body)
+    assert sorted(adds) == sorted(sources.RESOLVER_METHODS.values()) and len(set(adds)) == len(adds)
+    kmax = int(re.search(r"constexpr int kMaxOps = (\d+);", runner).group(1))
+    assert kmax >= len(adds) + 1
+    table = sources.kernel_table()  # third_party/tflite_micro.BUILD's TFLM_KERNELS
+    ops = [op for lib_ops, _ in table.values() for op in lib_ops]
+    assert sorted(ops) == sorted(sources.RESOLVER_METHODS) and len(set(ops)) == len(ops)
+    files = [f for _, fs in table.values() for f in fs]
+    assert len(set(files)) == len(files)  # a file in two libraries would be linked twice
+    assert sources.kernel_libraries(["CONV_2D", "MEAN", "SUM", "custom:TFMCU_PATCH_STAGE"]) == [
+        "@tflite_micro//:kernel_conv", "@tflite_micro//:kernel_reduce"]

@@ -22,7 +22,8 @@ target, run it under QEMU in a test.
 
 The SRAM budget of each MPS2 target is passed to the linker (mps2.ld asserts .data + .bss + stack fit) and printed
 by the firmware: Cortex-M4 256 KiB (e.g. STM32F412/F429 class), Cortex-M7 320 KiB (STM32F746). The STM32F405's
-linker script has the chip's memory (1 MiB Flash, 128 KiB SRAM for .data/.bss, 64 KiB CCM for the stack).
+linker script has the chip's memory (1 MiB Flash; 128 KiB SRAM for the stack, .data and .bss; the 64 KiB CCM only for
+a `.ccm` section, which QEMU does not emulate).
 """
 
 load("//tools/bazel/arm:transition.bzl", "mcu_binary", "platform_files")
@@ -30,7 +31,8 @@ load("//tools/bazel/arm:transition.bzl", "mcu_binary", "platform_files")
 # The targets firmware is built for. `platform` picks the compiler flags (the core), `board` the harness's timer and
 # name, `ld` the memory map; `sram_budget` (MPS2 only: QEMU maps 4 MiB there) is what mps2.ld enforces, while
 # stm32f405.ld has the chip's real memory (1 MiB Flash, 128 KiB SRAM + 64 KiB CCM). The STM32F405 firmware shares
-# the Cortex-M4 platform, so TFLM is compiled once for both.
+# the Cortex-M4 platform, so TFLM is compiled once for both. `psram`: the MPS2 boards' 16 MiB PSRAM (QEMU's
+# `info mtree`), where mps2.ld puts a model built with -DTFMCU_MODEL_IN_PSRAM.
 TARGETS = {
     "cortex_m4": struct(
         platform = "//tools/bazel/arm:cortex_m4",
@@ -38,6 +40,7 @@ TARGETS = {
         ld = "//tflm_patch_kernels/firmware:mps2.ld",
         machine = "mps2-an386",
         name = "cortex-m4",
+        psram = 0x21000000,
         sram_budget = 256 * 1024,
     ),
     "cortex_m7": struct(
@@ -46,6 +49,7 @@ TARGETS = {
         ld = "//tflm_patch_kernels/firmware:mps2.ld",
         machine = "mps2-an500",
         name = "cortex-m7",
+        psram = 0x60000000,
         sram_budget = 320 * 1024,
     ),
     "stm32f405": struct(
@@ -54,6 +58,7 @@ TARGETS = {
         ld = "//tflm_patch_kernels/firmware:stm32f405.ld",
         machine = "netduinoplus2",
         name = "stm32f405",
+        psram = None,
         sram_budget = None,
     ),
 }
@@ -83,7 +88,8 @@ def mcu_firmware(name, srcs, deps = [], targets = MPS2, stack_size = 16 * 1024, 
                 "-T",
                 "$(location %s)" % target.ld,
                 "-Wl,--defsym=TFMCU_STACK_SIZE=%d" % stack_size,
-            ] + (["-Wl,--defsym=TFMCU_SRAM_BUDGET=%d" % budget] if budget else []),
+            ] + (["-Wl,--defsym=TFMCU_SRAM_BUDGET=%d" % budget] if budget else []) +
+            (["-Wl,--defsym=TFMCU_PSRAM_ORIGIN=%d" % target.psram] if target.psram else []),
             target_compatible_with = ["@platforms//os:none"],
             tags = tags,
             **kwargs
@@ -191,7 +197,7 @@ def _generated_firmware(name, tool, args, source, srcs, deps, targets, timeout_s
 
 def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None, inplace = False, images = None,
                         fits = True, targets = MPS2, timeout_s = 50, size = "small", tags = [], sram_budget = {},
-                        **kwargs):
+                        model_in_psram = False, **kwargs):
     """A whole zoo model in TFLM on the MCU (see the module docstring): generator, firmware per target, a test per
     target.
 
@@ -199,6 +205,7 @@ def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None,
     planned in place); None: the unpatched model. `arena_bytes`: the tensor arena in RAM (part of the SRAM budget).
     `images`: "fashion_mnist:N" runs N real test images (default: one seeded random input). `fits = False`: the test
     requires AllocateTensors to fail, with the figure (a model whose per-layer arena the target cannot hold).
+    `model_in_psram`: the model array in the MPS2 boards' PSRAM instead of their 4 MiB code memory (mps2.ld).
     """
     _generated_firmware(
         name = name,
@@ -219,7 +226,7 @@ def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None,
             "@tflite_micro//:micro",
             "@tflite_micro//:platform_mcu",
         ],
-        copts = ["-DTFMCU_ARENA_BYTES=%d" % arena_bytes],
+        copts = ["-DTFMCU_ARENA_BYTES=%d" % arena_bytes] + (["-DTFMCU_MODEL_IN_PSRAM"] if model_in_psram else []),
         targets = targets,
         timeout_s = timeout_s,
         size = size,

@@ -6,6 +6,14 @@
 
 #include "tensorflow/lite/micro/micro_op_resolver.h"
 
+/* Where the model array lives: the Flash (.rodata) by default; -DTFMCU_MODEL_IN_PSRAM puts it in section
+ * .tfmcu_psram, which mps2.ld places in the MPS2 boards' 16 MiB PSRAM (for models beyond their 4 MiB code memory). */
+#if defined(TFMCU_MODEL_IN_PSRAM)
+#define TFMCU_MODEL_STORAGE __attribute__((section(".tfmcu_psram")))
+#else
+#define TFMCU_MODEL_STORAGE
+#endif
+
 extern const unsigned char g_tfmcu_model[];
 extern const unsigned int g_tfmcu_model_len;
 /* g_tfmcu_num_inputs inputs of g_tfmcu_input_len bytes each, one after the other (the model's input 0). */

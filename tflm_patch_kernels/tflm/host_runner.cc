@@ -25,7 +25,7 @@
 namespace {
 
 constexpr size_t kDefaultArenaBytes = 64u << 20;
-constexpr int kMaxOps = 48;
+constexpr int kMaxOps = 64;  // RESOLVER_METHODS (tfmcu/firmware/sources.py) + TFMCU_PATCH_STAGE
 
 using Resolver = tflite::MicroMutableOpResolver<kMaxOps>;
 
@@ -132,14 +132,19 @@ bool WriteNpy(const std::string& path, const char* descr, const std::vector<int6
   return ok;
 }
 
+// Exactly the builtin ops deploy's firmware can register (RESOLVER_METHODS in tfmcu/firmware/sources.py; a test keeps
+// the two equal) + the patch stage.
 void AddOps(Resolver* r) {
-  r->AddAdd(); r->AddAveragePool2D(); r->AddConcatenation(); r->AddConv2D(); r->AddDepthwiseConv2D();
-  r->AddDequantize(); r->AddFullyConnected(); r->AddHardSwish(); r->AddLeakyRelu(); r->AddLogistic();
-  r->AddMaxPool2D(); r->AddMean(); r->AddMul(); r->AddPad(); r->AddPadV2(); r->AddQuantize(); r->AddRelu();
-  r->AddRelu6(); r->AddReshape(); r->AddResizeNearestNeighbor(); r->AddSoftmax(); r->AddSqueeze();
-  r->AddStridedSlice(); r->AddSub(); r->AddTanh(); r->AddTranspose(); r->AddShape(); r->AddPack();
-  r->AddExpandDims(); r->AddSlice(); r->AddSplit(); r->AddSpaceToBatchNd(); r->AddBatchToSpaceNd();
-  r->AddMaximum(); r->AddMinimum(); r->AddSum(); r->AddReduceMax(); r->AddTransposeConv();
+  r->AddAbs(); r->AddAdd(); r->AddArgMax(); r->AddArgMin(); r->AddAveragePool2D(); r->AddBatchMatMul();
+  r->AddBatchToSpaceNd(); r->AddCast(); r->AddConcatenation(); r->AddConv2D(); r->AddDepthToSpace();
+  r->AddDepthwiseConv2D(); r->AddDequantize(); r->AddDiv(); r->AddElu(); r->AddExp(); r->AddExpandDims();
+  r->AddFullyConnected(); r->AddGather(); r->AddHardSwish(); r->AddL2Normalization(); r->AddL2Pool2D();
+  r->AddLeakyRelu(); r->AddLogSoftmax(); r->AddLogistic(); r->AddMaxPool2D(); r->AddMaximum(); r->AddMean();
+  r->AddMinimum(); r->AddMirrorPad(); r->AddMul(); r->AddPack(); r->AddPad(); r->AddPadV2(); r->AddPrelu();
+  r->AddQuantize(); r->AddReduceMax(); r->AddRelu(); r->AddRelu6(); r->AddReshape(); r->AddResizeBilinear();
+  r->AddResizeNearestNeighbor(); r->AddShape(); r->AddSlice(); r->AddSoftmax(); r->AddSpaceToBatchNd();
+  r->AddSpaceToDepth(); r->AddSplit(); r->AddSplitV(); r->AddSqueeze(); r->AddStridedSlice(); r->AddSub();
+  r->AddSum(); r->AddTanh(); r->AddTranspose(); r->AddTransposeConv(); r->AddUnpack();
   r->AddCustom(tfmcu::kPatchStageOpName, tfmcu::Register_TFMCU_PATCH_STAGE());
 }
 

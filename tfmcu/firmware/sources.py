@@ -7,6 +7,9 @@ Used by `deploy` (tfmcu/flows/deploy.py) and by the firmware tests' generator (t
 
 from __future__ import annotations
 
+import ast
+import functools
+import os
 from typing import Sequence
 
 import numpy as np
@@ -16,10 +19,14 @@ from tfmcu.runtime.model_io import model_info
 from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP
 
 # MicroMutableOpResolver's method for each builtin op (TFLM 90b983c, micro_mutable_op_resolver.h; the ops int8
-# CNNs and their classifier heads use; tests/test_deploy.py checks each against the header).
+# CNNs and their classifier heads use; tests/test_deploy.py checks each against the header). The host runner
+# (tflm_patch_kernels/tflm/host_runner.cc) registers the same set, and third_party/tflite_micro.BUILD compiles only
+# their kernels (TFLM_KERNELS, one library per kernel file): an op outside this set is a one-line error, not a link
+# error.
 RESOLVER_METHODS: dict[str, str] = {
     "ABS": "AddAbs", "ADD": "AddAdd", "ARG_MAX": "AddArgMax", "ARG_MIN": "AddArgMin",
-    "AVERAGE_POOL_2D": "AddAveragePool2D", "BATCH_MATMUL": "AddBatchMatMul", "CAST": "AddCast",
+    "AVERAGE_POOL_2D": "AddAveragePool2D", "BATCH_MATMUL": "AddBatchMatMul",
+    "BATCH_TO_SPACE_ND": "AddBatchToSpaceNd", "CAST": "AddCast",
     "CONCATENATION": "AddConcatenation", "CONV_2D": "AddConv2D", "DEPTHWISE_CONV_2D": "AddDepthwiseConv2D",
     "DEPTH_TO_SPACE": "AddDepthToSpace", "DEQUANTIZE": "AddDequantize", "DIV": "AddDiv", "ELU": "AddElu",
     "EXP": "AddExp", "EXPAND_DIMS": "AddExpandDims", "FULLY_CONNECTED": "AddFullyConnected", "GATHER": "AddGather",
@@ -30,7 +37,8 @@ RESOLVER_METHODS: dict[str, str] = {
     "PRELU": "AddPrelu", "QUANTIZE": "AddQuantize", "REDUCE_MAX": "AddReduceMax", "RELU": "AddRelu",
     "RELU6": "AddRelu6", "RESHAPE": "AddReshape", "RESIZE_BILINEAR": "AddResizeBilinear",
     "RESIZE_NEAREST_NEIGHBOR": "AddResizeNearestNeighbor", "SHAPE": "AddShape", "SLICE": "AddSlice",
-    "SOFTMAX": "AddSoftmax", "SPACE_TO_DEPTH": "AddSpaceToDepth", "SPLIT": "AddSplit", "SPLIT_V": "AddSplitV",
+    "SOFTMAX": "AddSoftmax", "SPACE_TO_BATCH_ND": "AddSpaceToBatchNd", "SPACE_TO_DEPTH": "AddSpaceToDepth",
+    "SPLIT": "AddSplit", "SPLIT_V": "AddSplitV",
     "SQUEEZE": "AddSqueeze", "STRIDED_SLICE": "AddStridedSlice", "SUB": "AddSub", "SUM": "AddSum",
     "TANH": "AddTanh", "TRANSPOSE": "AddTranspose", "TRANSPOSE_CONV": "AddTransposeConv", "UNPACK": "AddUnpack",
 }
@@ -53,6 +61,25 @@ def resolver_ops(model: bytes, where: str = "model") -> list[str]:
                              f"{', '.join(sorted(RESOLVER_METHODS))}")
         ops.append(name)
     return ops
+
+
+_TFLM_BUILD = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                           "third_party", "tflite_micro.BUILD")
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_table() -> dict[str, tuple[list[str], list[str]]]:
+    """third_party/tflite_micro.BUILD's TFLM_KERNELS: {library name: (ops it registers, its kernel files)}."""
+    with open(_TFLM_BUILD) as f:
+        text = f.read()
+    start = text.index("TFLM_KERNELS = {") + len("TFLM_KERNELS = ")
+    return ast.literal_eval(text[start:text.index("\n}\n", start) + 2])
+
+
+def kernel_libraries(ops: Sequence[str]) -> list[str]:
+    """The TFLM kernel libraries (``@tflite_micro//:kernel_<name>``) a firmware with ``ops`` (resolver_ops) links."""
+    lib_of = {op: name for name, (lib_ops, _) in kernel_table().items() for op in lib_ops}
+    return sorted({f"@tflite_micro//:kernel_{lib_of[op]}" for op in ops if not op.startswith("custom:")})
 
 
 def _c_bytes(data: bytes) -> str:
@@ -105,7 +132,7 @@ def model_source(model: bytes, inputs: np.ndarray, output_len: int, comment: str
         f"// {comment}\n",
         f"// ops: {', '.join(op.replace('custom:', '') for op in ops)}\n",
         "\n".join(includes) + "\n\n",
-        f"alignas(16) const unsigned char g_tfmcu_model[{len(model)}] = {{\n{_c_bytes(bytes(model))}\n}};\n",
+        f"alignas(16) TFMCU_MODEL_STORAGE const unsigned char g_tfmcu_model[{len(model)}] = {{\n{_c_bytes(bytes(model))}\n}};\n",
         f"const unsigned int g_tfmcu_model_len = {len(model)};\n",
         f"alignas(16) const unsigned char g_tfmcu_inputs[{max(1, inputs.nbytes)}] = {{\n"
         f"{_c_bytes(inputs.tobytes()) or '0'}\n}};\n",

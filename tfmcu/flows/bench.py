@@ -289,14 +289,17 @@ def tflm_firmware_section(o: BenchOptions) -> dict[str, Any]:
         insns = [g["insns"] for g in res["regions"]]
         rows.append({"test": t, "target": res["target"], "machine": rep["machine"],
                      "arena_used_bytes": res["arena_used_bytes"], "arena_bytes": res["arena_bytes"],
-                     "model_bytes": res["model_bytes"], "flash": rep["sizes"]["flash"], "ram_static": res["ram_static"],
+                     "model_bytes": res["model_bytes"], "flash": rep["sizes"]["flash"],
+                     "psram": rep["sizes"].get("psram", 0), "ram_static": res["ram_static"],
                      "stack_hwm": res["stack_hwm"], "sram_budget": res["sram_budget"],
                      "invoke_insns": min(insns), "inputs": len(insns), "equal_tflite": not rep["problems"]})
     md = ["| firmware | target | TFLM arena measured (B) | instructions / inference | Flash (B) | .data+.bss (B) | "
           "stack (B) | output = TF Lite |", "|---|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
+        psram = f" + {r['psram']:,} PSRAM (the model)" if r["psram"] else ""
         md.append(f"| {r['test'][:-5]} | {r['target']} ({r['machine']}) | {r['arena_used_bytes']:,} | "
-                  f"{r['invoke_insns']:,} | {r['flash']:,} | {r['ram_static']:,} | {r['stack_hwm']} | "
+                  f"{r['invoke_insns']:,} | {r['flash']:,}{psram} | "
+                  f"{r['ram_static']:,} | {r['stack_hwm']} | "
                   f"{'yes' if r['equal_tflite'] else 'NO'} |")
     return {"rows": rows, "markdown": "\n".join(md) + "\n"}
 

@@ -8,12 +8,15 @@ The folder (``out_dir``) holds:
 * ``main.cc``: MicroInterpreter, the arena (``TFMCU_ARENA_BYTES``), one Invoke per input, the result line
   (a copy of tflm_patch_kernels/tflm/firmware_main.cc);
 * ``BUILD`` + ``WORKSPACE``: a Bazel repository that builds ``:firmware`` (the ELF) for the target with this
-  project's toolchain, linking TFLM, our kernel and harness from ``@tfmcu_ws``;
+  project's toolchain, linking TFLM's runtime and only the kernels of the model's ops (``@tflite_micro//:kernel_*``,
+  third_party/tflite_micro.BUILD), our kernel and harness from ``@tfmcu_ws``;
 * ``expect.json``: TF Lite's outputs for the inputs (their hash, top classes), the predicted arena;
 * ``deploy.json``: what was decided: the target, the predicted TFLM arena on Cortex-M (tfmcu.plan.arena, build
   "cortex-m": 32-bit structs), the arena = prediction x (1 + margin) rounded up to 16 bytes, and the estimated fit;
   with ``run``, the measured figures and the verdict.
 
+Without ``run`` the model also runs in TFLM on this host (its outputs must equal TF Lite's; its arena goes to
+deploy.json); with ``run`` the target's run is that check, and no host build of TFLM is needed.
 ``run`` builds ``@tfmcu_fw//:firmware`` from this checkout (``bazel build --override_repository=tfmcu_fw=OUT_DIR``)
 and runs it on the target's QEMU board (tools/qemu/run_firmware.py): the output bytes must equal TF Lite's and the
 verdict is "fits" when it links into the target's memory and AllocateTensors succeeds; a link that overflows the
@@ -39,12 +42,12 @@ import numpy as np
 
 from tfmcu.errors import TfmcuError, UsageError
 from tfmcu.files import read_bytes
-from tfmcu.firmware.sources import expectation, model_source, resolver_ops
+from tfmcu.firmware.sources import expectation, kernel_libraries, model_source, resolver_ops
 from tfmcu.firmware.targets import Target, get_target
 from tfmcu.flows.verify import load_inputs
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.plan.arena import predict_arena
-from tfmcu.runtime.host import HostRunner, evaluate
+from tfmcu.runtime.host import HostRunner, evaluate, tflite_outputs
 from tfmcu.runtime.model_io import TFLMError, model_info, random_inputs
 from tfmcu.stage.common import RewriteError
 from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP
@@ -86,8 +89,14 @@ def validate(o: DeployOptions) -> Target:
     return t
 
 
-def _build_file(t: Target, arena: int, stack: int) -> str:
+def _build_file(t: Target, arena: int, stack: int, ops: list[str]) -> str:
     fw = "@//tflm_patch_kernels/firmware"
+    # TFLM's runtime and only the kernels of the model's ops (a cross-build compiles these, not all of TFLM)
+    libs = ["@//tflm_patch_kernels/tflm:firmware_runtime", "@tflite_micro//:runtime", "@tflite_micro//:platform_mcu"]
+    libs += kernel_libraries(ops)
+    if any(op.startswith("custom:") for op in ops):
+        libs.append("@//tflm_patch_kernels/tflm:patch_stage_op")
+    deps = "\n".join(f'        "{d}",' for d in libs)
     budget = [] if t.key == "stm32f405" else [f'"-Wl,--defsym=TFMCU_SRAM_BUDGET={t.sram_bytes}"']
     linkopts = ", ".join([f'"-T"', f'"$(location {fw}:{t.ld})"', f'"-Wl,--defsym=TFMCU_STACK_SIZE={stack}"']
                          + budget)
@@ -109,10 +118,7 @@ cc_binary(
     deps = [
         "{fw}:harness",
         "{fw}:{t.board}",
-        "@//tflm_patch_kernels/tflm:firmware_runtime",
-        "@//tflm_patch_kernels/tflm:patch_stage_op",
-        "@tflite_micro//:micro",
-        "@tflite_micro//:platform_mcu",
+{deps}
     ],
 )
 
@@ -144,14 +150,23 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, A
     info = _check_model(model, o.tflite)
     ops = resolver_ops(model, o.tflite)
     samples = load_inputs(o.inputs, info)[:16] if o.inputs else random_inputs(model, o.num_inputs, o.seed)
-    log(f"deploy: {o.tflite}: {len(ops)} op types, {len(samples)} inputs; TF Lite reference outputs ...")
+    host_arena = None
     try:
-        ref = evaluate(model, samples, "reference", o.tflite, isolate=True)
+        if o.run:
+            # The run on the target compares the firmware's outputs with these; TFLM on this host would add nothing
+            # to that check but a host build of TFLM (minutes on a fresh machine, for custom-mode models).
+            log(f"deploy: {o.tflite}: {len(ops)} op types, {len(samples)} inputs; TF Lite reference outputs ...")
+            outs = [r[0] for r in tflite_outputs(model, samples, "reference", o.tflite, isolate=True)]
+        else:
+            log(f"deploy: {o.tflite}: {len(ops)} op types, {len(samples)} inputs; TF Lite reference outputs and "
+                "TFLM on this host ...")
+            ref = evaluate(model, samples, "reference", o.tflite, isolate=True)
+            outs = [r[0] for r in ref.tflite]
+            if any(not (a[0] == b[0]).all() for a, b in zip(ref.tflite, ref.tflm)):
+                raise DeployError(f"{o.tflite}: TFLM on this host differs from TF Lite; run `verify` first")
+            host_arena = ref.arena.total
     except TFLMError as e:
         raise UsageError(str(e)) from None
-    outs = [r[0] for r in ref.tflite]
-    if any(not (a[0] == b[0]).all() for a, b in zip(ref.tflite, ref.tflm)):
-        raise DeployError(f"{o.tflite}: TFLM on this host differs from TF Lite; run `verify` first")
     pred = predict_arena(from_tflite(model), model=model, build="cortex-m")
     arena = -(-int(pred.total * (1 + o.margin)) // 16) * 16
     stack = o.stack_kib * 1024
@@ -172,7 +187,7 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, A
             "predicted_by": "tfmcu.plan.arena, TFLM build 'cortex-m' (32-bit structs, MicroAllocator)",
             "margin": o.margin,
             "arena_bytes": arena,
-            "host_measured_bytes": ref.arena.total,
+            "host_measured_bytes": host_arena,  # None with --run (measured on the target instead)
         },
         "stack_bytes": stack,
         "estimate": {
@@ -185,7 +200,7 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, A
     files = {
         "model_data.cc": model_source(model, xs, outs[0].nbytes, comment, o.tflite),
         "main.cc": open(MAIN_SOURCE).read(),
-        "BUILD": _build_file(t, arena, stack),
+        "BUILD": _build_file(t, arena, stack, ops),
         "WORKSPACE": f'workspace(name = "{REPO}")\n',
         "expect.json": json.dumps({"expect": expectation(outs),
                                    "expect_within": {"arena_used_bytes": [pred.total, 0.01]}}, indent=1) + "\n",

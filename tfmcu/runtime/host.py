@@ -75,6 +75,21 @@ def evaluate(model: bytes, samples: Sequence[Any], resolver: str | None = "refer
     return ModelRun(tfl, outs, measure_arena(model, where=where))
 
 
+def tflite_outputs(model: bytes, samples: Sequence[Any], resolver: str = "reference", where: str = "model",
+                   isolate: bool = False) -> list[list[np.ndarray]]:
+    """TF Lite's outputs only (custom mode: the stage in the C kernels, the rest in TF Lite), for callers that check
+    them against another TFLM (firmware on the target) and need no TFLM run here."""
+    if isolate:
+        return isolated(tflite_outputs, bytes(model), list(samples), resolver, where, where=where)
+    model = bytes(model)
+    try:
+        if is_custom_model(model):
+            return HostRunner(model, where).run(samples, rest="tflite", resolver=resolver)
+        return run_tflite(model, samples, resolver, where)
+    except RewriteError as e:
+        raise TFLMError(str(e)) from None
+
+
 def _evaluate_custom(model: bytes, samples: Sequence[Any], resolver: str | None, where: str) -> ModelRun:
     """TFLM: the whole model in TFLM built from source with our TFMCU_PATCH_STAGE kernel (measured arena). TF Lite
     has no kernel for the op: there the stage runs in the C kernels (ctypes) and the rest in TF Lite."""

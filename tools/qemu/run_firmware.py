@@ -67,6 +67,8 @@ def elf_sizes(elf, size_tool):
         "bss": get(".bss"),
         "stack": get(".stack"),
         "flash": text + get(".rodata", ".data"),
+        # read-only data in the MPS2 boards' PSRAM (mps2.ld: a model beyond the 4 MiB code memory); 0 otherwise
+        "psram": get(".model_psram"),
         "ram": get(".data", ".bss", ".stack"),
     }
 
@@ -254,6 +256,8 @@ def _print_summary(report):
     print("   flash %d (.text %d, .rodata %d, .data %d)   ram %d (.data %d, .bss %d, .stack %d) of budget %s" % (
         s["flash"], s["text"], s["rodata"], s["data"], s["ram"], s["data"], s["bss"], s["stack"],
         r.get("sram_budget", "?")))
+    if s.get("psram"):
+        print("   psram %d (read-only data outside the code memory: the model)" % s["psram"])
     if r:
         print("   stack high-water mark: %s of %s bytes" % (r.get("stack_hwm"), r.get("stack_size")))
         own = {k: v for k, v in r.items() if k not in _HARNESS_KEYS}
