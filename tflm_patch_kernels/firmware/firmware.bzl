@@ -197,7 +197,7 @@ def _generated_firmware(name, tool, args, source, srcs, deps, targets, timeout_s
 
 def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None, inplace = False, images = None,
                         fits = True, targets = MPS2, timeout_s = 50, size = "small", tags = [], sram_budget = {},
-                        model_in_psram = False, **kwargs):
+                        model_in_psram = False, tflm_kernels = "reference", **kwargs):
     """A whole zoo model in TFLM on the MCU (see the module docstring): generator, firmware per target, a test per
     target.
 
@@ -206,7 +206,10 @@ def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None,
     `images`: "fashion_mnist:N" runs N real test images (default: one seeded random input). `fits = False`: the test
     requires AllocateTensors to fail, with the figure (a model whose per-layer arena the target cannot hold).
     `model_in_psram`: the model array in the MPS2 boards' PSRAM instead of their 4 MiB code memory (mps2.ld).
+    `tflm_kernels`: "reference" (TFLM's reference kernels) or "cmsis_nn" (TFLM's CMSIS-NN variant where it has one).
     """
+    if tflm_kernels not in ("reference", "cmsis_nn"):
+        fail("tflm_kernels must be reference or cmsis_nn, not %s" % tflm_kernels)
     _generated_firmware(
         name = name,
         tool = "//tools/gen:gen_model_whole",
@@ -223,7 +226,7 @@ def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None,
         deps = [
             "//tflm_patch_kernels/tflm:firmware_runtime",
             "//tflm_patch_kernels/tflm:patch_stage_op",
-            "@tflite_micro//:micro",
+            "@tflite_micro//:micro" if tflm_kernels == "reference" else "@tflite_micro//:micro_cmsis_nn",
             "@tflite_micro//:platform_mcu",
         ],
         copts = ["-DTFMCU_ARENA_BYTES=%d" % arena_bytes] + (["-DTFMCU_MODEL_IN_PSRAM"] if model_in_psram else []),

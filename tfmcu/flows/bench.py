@@ -276,7 +276,8 @@ def firmware_section(o: BenchOptions) -> dict[str, Any]:
 
 # Section "tflm_firmware": whole models in TFLM on the MCU (tflm_patch_kernels/tflm: MicroInterpreter, reference
 # kernels + TFMCU_PATCH_STAGE), under QEMU; the MobileNetV2-1.0-224 ones (tags manual) run only here.
-TFLM_FIRMWARE_TESTS = ["tflm_mbv2_035_96_cortex_m7_test", "tflm_mbv2_035_96_custom_cortex_m4_test",
+TFLM_FIRMWARE_TESTS = ["tflm_mbv2_035_96_cortex_m7_test", "tflm_mbv2_035_96_cmsis_nn_cortex_m4_test",
+                       "tflm_mbv2_035_96_cmsis_nn_cortex_m7_test", "tflm_mbv2_035_96_custom_cortex_m4_test",
                        "tflm_mbv2_035_96_custom_cortex_m7_test", "tflm_mbv2_035_96_custom_stm32f405_test",
                        "tflm_mbv2_100_224_custom_cortex_m4_test", "tflm_mbv2_100_224_custom_cortex_m7_test"]
 
