@@ -132,7 +132,9 @@ def model_source(model: bytes, inputs: np.ndarray, output_len: int, comment: str
         f"// {comment}\n",
         f"// ops: {', '.join(op.replace('custom:', '') for op in ops)}\n",
         "\n".join(includes) + "\n\n",
-        f"alignas(16) TFMCU_MODEL_STORAGE const unsigned char g_tfmcu_model[{len(model)}] = {{\n{_c_bytes(bytes(model))}\n}};\n",
+        # TFMCU_MODEL_STORAGE (firmware_model.h): Flash, or the MPS2 boards' PSRAM for models beyond their code memory
+        f"alignas(16) TFMCU_MODEL_STORAGE const unsigned char g_tfmcu_model[{len(model)}] = {{\n"
+        f"{_c_bytes(bytes(model))}\n}};\n",
         f"const unsigned int g_tfmcu_model_len = {len(model)};\n",
         f"alignas(16) const unsigned char g_tfmcu_inputs[{max(1, inputs.nbytes)}] = {{\n"
         f"{_c_bytes(inputs.tobytes()) or '0'}\n}};\n",
