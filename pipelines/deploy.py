@@ -33,6 +33,9 @@ flags.DEFINE_integer("num_inputs", 2, "Seeded random test inputs when --inputs i
                      upper_bound=16)
 _cli.define_seed_flag()
 flags.DEFINE_float("margin", 0.02, "Arena = predicted TFLM arena x (1 + margin).", lower_bound=0.0, upper_bound=1.0)
+flags.DEFINE_enum("kernels", "cmsis_nn", ["cmsis_nn", "reference"],
+                  "TFLM's kernels (and the patch executor's backend): CMSIS-NN (the default on these Arm targets) or "
+                  "the reference / portable C ones. A model rewritten with --inplace needs reference.")
 flags.DEFINE_integer("stack_kib", 6, "Stack reserved for the firmware (KiB).", lower_bound=2, upper_bound=64)
 flags.mark_flag_as_required("tflite")
 
@@ -41,7 +44,8 @@ flags.adopt_module_key_flags(_cli)
 
 def main(argv: Sequence[str]) -> int:
     rep = deploy.deploy(deploy.DeployOptions(FLAGS.tflite, FLAGS.target, FLAGS.out_dir, FLAGS.run, FLAGS.inputs,
-                                             FLAGS.num_inputs, FLAGS.seed, FLAGS.margin, FLAGS.stack_kib))
+                                             FLAGS.num_inputs, FLAGS.seed, FLAGS.margin, FLAGS.stack_kib,
+                                             kernels=FLAGS.kernels))
     return 0 if rep.get("fits", True) else 1
 
 

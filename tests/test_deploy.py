@@ -39,7 +39,8 @@ def test_folder_has_model_resolver_inputs_and_expectation(zoo_models, tmp_path):
     path = tmp_path / "m.tflite"
     path.write_bytes(model)
     out = tmp_path / "fw"
-    rep = deploy.prepare(deploy.DeployOptions(str(path), "cortex-m4", str(out), num_inputs=3, seed=4), log=lambda s: 0)
+    rep = deploy.prepare(deploy.DeployOptions(str(path), "cortex-m4", str(out), num_inputs=3, seed=4,
+                                              kernels="reference"), log=lambda s: 0)
     assert sorted(os.listdir(out)) == ["BUILD", "WORKSPACE", "deploy.json", "expect.json", "main.cc", "model_data.cc"]
     src = (out / "model_data.cc").read_text()
     # exactly the model's ops: the custom op plus the rest's builtins, nothing else
@@ -57,6 +58,38 @@ def test_folder_has_model_resolver_inputs_and_expectation(zoo_models, tmp_path):
     from tfmcu.runtime.model_io import random_inputs
     ref = [o[0] for o in run_tflite(data, random_inputs(data, 3, 4))]
     assert json.loads((out / "expect.json").read_text())["expect"] == sources.expectation(ref)
+
+
+def test_cmsis_nn_kernels_link_cmsis_variants_and_refuse_inplace_plans(zoo_models, tmp_path):
+    """--kernels=cmsis_nn (the default): TFLM's CMSIS-NN kernel libraries and our kernel's CMSIS-NN backend, the
+    arena predicted for that build; a model planned in place (for the reference kernels' read order) is a one-line
+    error that writes nothing."""
+    data = zoo_models("tiny_per_tensor")
+    g = from_tflite(data, name="tiny")
+    s = regions.plan(g, 2, n_blocks=zoo.ZOO["tiny_per_tensor"].patch_blocks)
+    disjoint = custom.rewrite_custom(data, g, s, "tiny", inplace=False).model
+    path = tmp_path / "m.tflite"
+    path.write_bytes(disjoint)
+    out = tmp_path / "fw"
+    rep = deploy.prepare(deploy.DeployOptions(str(path), "cortex-m7", str(out)), log=lambda s: 0)
+    build = (out / "BUILD").read_text()
+    assert rep["kernels"] == "cmsis_nn" and "tflm_patch_kernels/tflm:patch_stage_op_cmsis_nn" in build
+    assert "@tflite_micro//:kernel_conv_cmsis_nn" in build and "@tflite_micro//:kernel_conv\"" not in build
+    stage = custom.load_custom(disjoint).packed
+    pred = predict_arena(from_tflite(disjoint), model=disjoint, build="cortex-m-cmsis-nn", stage=stage)
+    assert rep["arena"]["predicted_bytes"] == pred.total and not pred.details["unmodelled_ops"]
+    # the CMSIS-NN kernel buffer comes on top of the patch buffers
+    from tfmcu.plan import cmsis_nn
+    assert cmsis_nn.stage_scratch_bytes(stage) > stage.scratch_bytes
+    _, inplace = _custom_tiny(zoo_models)
+    path.write_bytes(inplace)
+    out2 = tmp_path / "fw2"
+    with pytest.raises(UsageError) as e:
+        deploy.prepare(deploy.DeployOptions(str(path), "cortex-m7", str(out2)), log=lambda s: 0)
+    assert "\n" not in str(e.value) and "--kernels=reference" in str(e.value) and str(path) in str(e.value)
+    assert not out2.exists()
+    with pytest.raises(UsageError, match="--kernels=fast"):
+        deploy.validate(deploy.DeployOptions("m.tflite", kernels="fast"))
 
 
 @pytest.mark.parametrize("case", ["missing", "garbage", "malformed_options", "unsupported_op"])

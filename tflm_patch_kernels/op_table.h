@@ -52,8 +52,14 @@ typedef struct {
   TfmcuOpWindowFn window; /* window ops (conv, depthwise, pooling, PAD); NULL for pointwise ops, whose read box
                              equals their output box */
   TfmcuOpCheckFn check;
-  TfmcuOpRunFn run;
+  TfmcuOpRunFn run;       /* the portable kernel */
+  /* The optimised backend of this build (tfmcu_common.h), or NULL: the stage executor then runs `run`. */
+  TfmcuOpBackendRunFn backend_run;
+  TfmcuOpBackendScratchFn backend_scratch;  /* NULL: the backend needs no kernel buffer */
 } TfmcuOpInfo;
+
+/* The name of the backend compiled in: "portable" or "cmsis_nn" (-DTFMCU_CMSIS_NN). */
+const char* tfmcu_backend_name(void);
 
 /* The table row of op type `type`, or NULL for an unknown type. */
 const TfmcuOpInfo* tfmcu_op_info(int32_t type);
@@ -67,7 +73,7 @@ const TfmcuOpInfo* tfmcu_op_info(int32_t type);
 TfmcuStatus tfmcu_op_bind(int32_t type, void* params, uint32_t params_size, const int32_t* words, int32_t num_words,
                           const void* const* arrays, int32_t num_arrays);
 
-/* Runs one op by type through the table: the same call (and the same bytes and status) as the op's kernel, e.g.
+/* Runs one op by type through the table's portable kernel: the same call (and the same bytes and status) as the op's kernel, e.g.
  * tfmcu_conv2d_s8(params, &inputs[0], pad_top, pad_left, output), tfmcu_add_s8(params, &inputs[0], &inputs[1],
  * output). inputs[num_inputs]: one view per input (QUANTIZE: `data` points at floats, row_stride in floats);
  * pad_top / pad_left: the border padding of window ops (ignored by pointwise ops). Returns

@@ -270,6 +270,8 @@ size_t tfmcu_stage_output_bytes(const TfmcuStage* stage) {
 
 /* ------------------------------------------------------------------------------------------ prepare */
 
+static int64_t tfmcu_kernel_scratch_bytes(const TfmcuStage* s);
+
 TfmcuStatus tfmcu_stage_prepare(const TfmcuStage* stage, TfmcuPreparedStage* prepared, int32_t* failed_layer) {
   if (prepared == NULL) {
     if (failed_layer != NULL) {
@@ -279,6 +281,8 @@ TfmcuStatus tfmcu_stage_prepare(const TfmcuStage* stage, TfmcuPreparedStage* pre
   }
   prepared->stage = NULL;
   prepared->scratch_bytes = 0;
+  prepared->kernel_scratch_offset = 0;
+  prepared->kernel_scratch_bytes = 0;
   prepared->output_bytes = 0;
   prepared->ready = 0;
   const TfmcuStatus status = tfmcu_stage_check(stage, failed_layer);
@@ -286,8 +290,15 @@ TfmcuStatus tfmcu_stage_prepare(const TfmcuStage* stage, TfmcuPreparedStage* pre
     return status;
   }
   const TfmcuTensor* out = &stage->tensors[stage->output_tensor];
+  const int64_t kernel_bytes = tfmcu_kernel_scratch_bytes(stage);
+  const int64_t kernel_offset = kernel_bytes > 0 ? ((int64_t)stage->scratch_bytes + 3) / 4 * 4 : 0;
+  if (kernel_bytes < 0 || kernel_offset + kernel_bytes > (int64_t)UINT32_MAX) {
+    TFMCU_FAIL(-1);
+  }
   prepared->stage = stage;
-  prepared->scratch_bytes = stage->scratch_bytes;
+  prepared->kernel_scratch_offset = (uint32_t)kernel_offset;
+  prepared->kernel_scratch_bytes = (uint32_t)kernel_bytes;
+  prepared->scratch_bytes = kernel_bytes > 0 ? (uint32_t)(kernel_offset + kernel_bytes) : stage->scratch_bytes;
   prepared->output_bytes = (uint32_t)out->height * (uint32_t)out->width * (uint32_t)out->channels;
   prepared->ready = 1;
   return kTfmcuOk;
@@ -295,8 +306,8 @@ TfmcuStatus tfmcu_stage_prepare(const TfmcuStage* stage, TfmcuPreparedStage* pre
 
 /* ------------------------------------------------------------------------------------------ execution */
 
-/* Where a tensor lives during one patch: its buffer, the full-tensor coordinates of the buffer's first pixel, its
- * row stride in elements and the bytes of one element. */
+/* Where a tensor lives during one patch: its buffer (NULL bases: only the geometry), the full-tensor coordinates
+ * of the buffer's first pixel, its row stride in elements and the bytes of one element. */
 typedef struct {
   const void* read;  /* int8_t or float (stage input) */
   int8_t* write;     /* NULL for the stage input */
@@ -330,7 +341,7 @@ static TfmcuBuffer tfmcu_buffer(const TfmcuStage* s, int32_t i, int32_t j, int32
     const int32_t offset = s->buffer_offsets[((ptrdiff_t)i * s->grid_cols + j) * s->num_tensors + t];
     tfmcu_held(s, 0, i, t, &buf.row0, &r1);
     tfmcu_held(s, 1, j, t, &buf.col0, &c1);
-    buf.write = scratch + offset;
+    buf.write = scratch != NULL ? scratch + offset : NULL;
     buf.read = buf.write;
     buf.row_stride = (c1 - buf.col0) * tensor->channels;
   }
@@ -346,7 +357,9 @@ static TfmcuConstView tfmcu_read_view(const TfmcuBuffer* buf, const TfmcuSpan* r
                                       int32_t k) {
   TfmcuConstView v;
   const ptrdiff_t element = tfmcu_element(buf, rows->in_start[k], cols->in_start[k]);
-  v.data = (const int8_t*)(const void*)((const unsigned char*)buf->read + element * buf->element_bytes);
+  v.data = buf->read != NULL
+               ? (const int8_t*)(const void*)((const unsigned char*)buf->read + element * buf->element_bytes)
+               : NULL;
   v.height = rows->in_stop[k] - rows->in_start[k];
   v.width = cols->in_stop[k] - cols->in_start[k];
   v.channels = buf->channels;
@@ -354,24 +367,68 @@ static TfmcuConstView tfmcu_read_view(const TfmcuBuffer* buf, const TfmcuSpan* r
   return v;
 }
 
-static TfmcuStatus tfmcu_run_layer(const TfmcuStage* s, int32_t i, int32_t j, int32_t l, const void* input,
-                                   int8_t* output, int8_t* scratch) {
+/* The views of layer l in patch (i, j): what it reads (in[num_inputs]) and the box it writes. With NULL input,
+ * output and scratch the views carry only sizes and strides (data NULL). */
+static void tfmcu_layer_views(const TfmcuStage* s, int32_t i, int32_t j, int32_t l, const void* input,
+                              int8_t* output, int8_t* scratch, TfmcuConstView* in, TfmcuView* out) {
   const TfmcuLayer* layer = &s->layers[l];
   const TfmcuSpan* rows = tfmcu_span(s, 0, i, l);
   const TfmcuSpan* cols = tfmcu_span(s, 1, j, l);
   const TfmcuBuffer out_buf = tfmcu_buffer(s, i, j, layer->output, input, output, scratch);
-  TfmcuView out;
-  out.data = out_buf.write + tfmcu_element(&out_buf, rows->out_start, cols->out_start);
-  out.height = rows->out_stop - rows->out_start;
-  out.width = cols->out_stop - cols->out_start;
-  out.channels = out_buf.channels;
-  out.row_stride = out_buf.row_stride;
-  TfmcuConstView in[TFMCU_MAX_LAYER_INPUTS];
+  out->data = out_buf.write != NULL ? out_buf.write + tfmcu_element(&out_buf, rows->out_start, cols->out_start)
+                                    : NULL;
+  out->height = rows->out_stop - rows->out_start;
+  out->width = cols->out_stop - cols->out_start;
+  out->channels = out_buf.channels;
+  out->row_stride = out_buf.row_stride;
   for (int32_t k = 0; k < layer->num_inputs; ++k) {
     const TfmcuBuffer in_buf = tfmcu_buffer(s, i, j, layer->inputs[k], input, output, scratch);
     in[k] = tfmcu_read_view(&in_buf, rows, cols, k);
   }
-  return tfmcu_op_info(layer->type)->run(layer->params, in, rows->pad_before[0], cols->pad_before[0], &out);
+}
+
+/* The backend's kernel buffer: the largest need over every layer and patch (0 for the portable build). */
+static int64_t tfmcu_kernel_scratch_bytes(const TfmcuStage* s) {
+  int64_t most = 0;
+  for (int32_t l = 0; l < s->num_layers; ++l) {
+    const TfmcuOpInfo* op = tfmcu_op_info(s->layers[l].type);
+    if (op->backend_run == NULL || op->backend_scratch == NULL) {
+      continue;
+    }
+    for (int32_t i = 0; i < s->grid_rows; ++i) {
+      for (int32_t j = 0; j < s->grid_cols; ++j) {
+        TfmcuConstView in[TFMCU_MAX_LAYER_INPUTS];
+        TfmcuView out;
+        tfmcu_layer_views(s, i, j, l, NULL, NULL, NULL, in, &out);
+        const int32_t need = op->backend_scratch(s->layers[l].params, in, tfmcu_span(s, 0, i, l)->pad_before[0],
+                                                 tfmcu_span(s, 1, j, l)->pad_before[0], &out);
+        if (need < 0) {
+          return -1;
+        }
+        most = need > most ? need : most;
+      }
+    }
+  }
+  return most;
+}
+
+static TfmcuStatus tfmcu_run_layer(const TfmcuPreparedStage* prepared, int32_t i, int32_t j, int32_t l,
+                                   const void* input, int8_t* output, int8_t* scratch) {
+  const TfmcuStage* s = prepared->stage;
+  const TfmcuLayer* layer = &s->layers[l];
+  TfmcuConstView in[TFMCU_MAX_LAYER_INPUTS];
+  TfmcuView out;
+  tfmcu_layer_views(s, i, j, l, input, output, scratch, in, &out);
+  const int32_t pad_top = tfmcu_span(s, 0, i, l)->pad_before[0];
+  const int32_t pad_left = tfmcu_span(s, 1, j, l)->pad_before[0];
+  const TfmcuOpInfo* op = tfmcu_op_info(layer->type);
+  if (op->backend_run != NULL) {
+    TfmcuKernelScratch kernel_scratch;
+    kernel_scratch.data = prepared->kernel_scratch_bytes > 0 ? scratch + prepared->kernel_scratch_offset : NULL;
+    kernel_scratch.bytes = (int32_t)prepared->kernel_scratch_bytes;
+    return op->backend_run(layer->params, in, pad_top, pad_left, &out, &kernel_scratch);
+  }
+  return op->run(layer->params, in, pad_top, pad_left, &out);
 }
 
 TfmcuStatus tfmcu_stage_run(const TfmcuPreparedStage* prepared, const void* input, int8_t* output, void* scratch,
@@ -392,7 +449,7 @@ TfmcuStatus tfmcu_stage_run(const TfmcuPreparedStage* prepared, const void* inpu
   for (int32_t i = 0; i < stage->grid_rows; ++i) {
     for (int32_t j = 0; j < stage->grid_cols; ++j) {
       for (int32_t l = 0; l < stage->num_layers; ++l) {
-        const TfmcuStatus status = tfmcu_run_layer(stage, i, j, l, input, output, (int8_t*)scratch);
+        const TfmcuStatus status = tfmcu_run_layer(prepared, i, j, l, input, output, (int8_t*)scratch);
         if (status != kTfmcuOk) {
           return status;
         }

@@ -13,7 +13,8 @@
  *
  *     TfmcuPreparedStage prepared;                              // a few words, e.g. in RAM or a TFLM OpData
  *     TfmcuStatus s = tfmcu_stage_prepare(&stage, &prepared, NULL);   // full validation, once
- *     // prepared.scratch_bytes == stage.scratch_bytes, prepared.output_bytes == the output tensor's bytes
+ *     // prepared.scratch_bytes: stage.scratch_bytes (+ the kernel buffer of an optimised backend, see below)
+ *     // prepared.output_bytes == the output tensor's bytes
  *     s = tfmcu_stage_run(&prepared, input, output, scratch, prepared.scratch_bytes);   // every inference
  *
  * `input`  : the whole stage input tensor, NHWC, int8 (or float32 when the first layer is a QUANTIZE);
@@ -56,6 +57,13 @@
  *
  * pack_stage aligns buffer offsets to 4 bytes by default (useful for later SIMD kernels; not required).
  *
+ * Backends: the kernels run are the op table's (op_table.c). The portable build runs the portable C kernels; a
+ * build with -DTFMCU_CMSIS_NN (Bazel: :patch_kernels_cmsis_nn, Cortex-M only) runs CONV_2D, DEPTHWISE_CONV_2D and
+ * ADD through CMSIS-NN's s8 kernels on the same patch buffers, bit-exact, with a kernel buffer (the im2col /
+ * staging memory their *_get_buffer_size functions ask for, largest over layers and patches) after the patch
+ * buffers: prepared.scratch_bytes = round_up(stage.scratch_bytes, 4) + prepared.kernel_scratch_bytes. Everything
+ * else about the stage (tables, patch buffers, results) is the same in both builds.
+ *
  * Validation: tfmcu_stage_prepare runs tfmcu_stage_check once (loops over bands x layers and
  * patches x tensors^2 x layers) and marks the TfmcuPreparedStage ready only if the description is consistent;
  * tfmcu_stage_run then checks only the prepared struct (non-NULL, ready), its pointer arguments and scratch_size,
@@ -91,8 +99,9 @@
 extern "C" {
 #endif
 
-/* 2: tfmcu_stage_prepare + tfmcu_stage_run(const TfmcuPreparedStage*, ...), tfmcu_op_run. */
-#define TFMCU_PATCH_STAGE_ABI_VERSION 2
+/* 2: tfmcu_stage_prepare + tfmcu_stage_run(const TfmcuPreparedStage*, ...), tfmcu_op_run.
+ * 3: TfmcuPreparedStage.kernel_scratch_offset / kernel_scratch_bytes (the optimised backend's kernel buffer). */
+#define TFMCU_PATCH_STAGE_ABI_VERSION 3
 
 /* TfmcuOpType (layer types) and TfmcuDataType (tensor data types): see op_table.h. */
 
@@ -140,9 +149,13 @@ typedef struct {
 /* A stage validated by tfmcu_stage_prepare (fill it only with tfmcu_stage_prepare). */
 typedef struct {
   const TfmcuStage* stage;  /* the validated description */
-  uint32_t scratch_bytes;   /* == stage->scratch_bytes */
+  uint32_t scratch_bytes;   /* the scratch a run needs: stage->scratch_bytes, plus the kernel buffer if any */
   uint32_t output_bytes;    /* height * width * channels of the output tensor */
   int32_t ready;            /* 1 after a successful tfmcu_stage_prepare, else 0 */
+  /* The optimised backend's kernel buffer (tfmcu_common.h; 0 bytes with the portable build): at this offset of the
+   * scratch memory (stage->scratch_bytes rounded up to 4), the largest need over every layer and patch. */
+  uint32_t kernel_scratch_offset;
+  uint32_t kernel_scratch_bytes;
 } TfmcuPreparedStage;
 
 /* Validates `stage` once (everything tfmcu_stage_check checks) and fills `prepared`. On failure sets

@@ -111,6 +111,28 @@ typedef void (*TfmcuOpArraySizesFn)(const void* params, const int32_t* in_channe
 typedef TfmcuStatus (*TfmcuOpRunFn)(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
                                     int32_t pad_left, const TfmcuView* output);
 
+/* ------------------------------------------------------------------------------ the optimised-backend seam
+ * A build may give an op a second, optimised implementation (the CMSIS-NN backend: -DTFMCU_CMSIS_NN,
+ * the files in cmsis_nn/), listed in the same table row (op_table.c). It runs on the same views with the same results (bit for
+ * bit), may call the portable kernel for configurations it does not cover, and may use a kernel buffer: a part of
+ * the stage's scratch memory after the patch buffers, sized once in tfmcu_stage_prepare from the backend's scratch
+ * adapter (the largest need over every layer and patch), so the whole scratch is known before the first run. */
+typedef struct {
+  int8_t* data;   /* 4-byte aligned when bytes > 0 */
+  int32_t bytes;
+} TfmcuKernelScratch;
+
+/* Bytes of kernel buffer the backend needs to run the op on boxes of these sizes and row strides with this border
+ * padding (views with data == NULL: only the sizes and strides are read). */
+typedef int32_t (*TfmcuOpBackendScratchFn)(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
+                                           int32_t pad_left, const TfmcuView* output);
+
+/* The backend's run: as TfmcuOpRunFn, with the kernel buffer (kTfmcuErrorScratchTooSmall when it is smaller than
+ * the scratch adapter said). */
+typedef TfmcuStatus (*TfmcuOpBackendRunFn)(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
+                                           int32_t pad_left, const TfmcuView* output,
+                                           const TfmcuKernelScratch* kernel_scratch);
+
 /* gemmlowp SaturatingRoundingDoublingHighMul: high 32 bits of 2*a*b, rounded half away from zero, saturating the
  * single overflow case a == b == INT32_MIN. */
 static inline int32_t tfmcu_saturating_rounding_doubling_high_mul(int32_t a, int32_t b) {

@@ -1,9 +1,11 @@
 """End-to-end checks that need this checkout's Bazel (they call it), so they run outside `bazel test`: `make test`
 runs them right after it (`pytest tests/e2e`), when TFLM is already built for the targets.
 
-- `deploy --run` for each target: a custom-mode model fits, runs under QEMU, and its output bytes equal TF Lite's
-  on real Fashion-MNIST test images; the per-layer MobileNetV2-0.35-96 does not fit the STM32F405 (its link
-  overflows the 128 KiB of SRAM), with the figure, and exit status 1.
+- `deploy --run` for each target with the default kernels (CMSIS-NN: TFLM's and the patch executor's backend): a
+  custom-mode model fits, runs under QEMU, its output bytes equal TF Lite's on real Fashion-MNIST test images and its
+  arena equals the prediction; the same model planned in place with `--kernels=reference` on the STM32F405; the
+  per-layer MobileNetV2-0.35-96 does not fit the STM32F405 (its link overflows the 128 KiB of SRAM), with the
+  figure, and exit status 1.
 - The resolver table (tfmcu/firmware/sources.py) against TFLM's micro_mutable_op_resolver.h, and the ABI table
   (tfmcu/plan/tflm_abi.json) recompiled from the pinned archives (tools/gen/gen_tflm_abi.py --check).
 """
@@ -30,7 +32,8 @@ def _need_bazel():
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    """tiny_per_tensor in custom mode and MobileNetV2-0.35-96 per layer, and 4 Fashion-MNIST test images for each."""
+    """tiny_per_tensor in custom mode (rest disjoint, and rest in place), MobileNetV2-0.35-96 per layer, and 4
+    Fashion-MNIST test images for each."""
     from tfmcu import data as data_mod
     from tfmcu.graph.from_tflite import from_tflite
     from tfmcu.nets import zoo
@@ -42,36 +45,41 @@ def models(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("models")
     out = {}
-    for name, patches in (("tiny_per_tensor", 2), ("mbv2_035_96", None)):
+    for key, name, patches, inplace in (("tiny", "tiny_per_tensor", 2, False), ("tiny_inplace", "tiny_per_tensor", 2, True),
+                                        ("mbv2_035_96", "mbv2_035_96", None, False)):
         m = zoo.build(name, os.environ.get("TFMCU_ZOO_CACHE"))
         if patches:
             g = from_tflite(m, name=name)
             m = custom.rewrite_custom(m, g, regions.plan(g, patches, n_blocks=zoo.ZOO[name].patch_blocks), name,
-                                      inplace=True).model
+                                      inplace=inplace).model
         shape = model_info(m).inputs[0].shape
         x, _ = data_mod.as_arrays(data_mod.load("fashion_mnist").test, shape[1], shape[3], limit=4)
-        (d / f"{name}.tflite").write_bytes(m)
-        np.save(d / f"{name}.npy", quantize_inputs(m, x))
-        out[name] = (str(d / f"{name}.tflite"), str(d / f"{name}.npy"))
+        (d / f"{key}.tflite").write_bytes(m)
+        np.save(d / f"{key}.npy", quantize_inputs(m, x))
+        out[key] = (str(d / f"{key}.tflite"), str(d / f"{key}.npy"))
     return out
 
 
-def _deploy(tflite, inputs, target, out_dir):
+def _deploy(tflite, inputs, target, out_dir, *flags):
     r = subprocess.run([PY, "-m", "pipelines.deploy", f"--tflite={tflite}", f"--inputs={inputs}",
-                        f"--target={target}", f"--out_dir={out_dir}", "--run"], cwd=ROOT, capture_output=True,
-                       text=True)
+                        f"--target={target}", f"--out_dir={out_dir}", "--run", *flags], cwd=ROOT,
+                       capture_output=True, text=True)
     rep = json.load(open(os.path.join(out_dir, "deploy.json"))) if os.path.exists(out_dir) else None
     return r, rep
 
 
-@pytest.mark.parametrize("target", ["stm32f405", "cortex-m4", "cortex-m7"])
-def test_deploy_run_fits_and_equals_tflite(models, tmp_path, target):
+@pytest.mark.parametrize("target,kernels", [("stm32f405", "cmsis_nn"), ("cortex-m4", "cmsis_nn"),
+                                            ("cortex-m7", "cmsis_nn"), ("stm32f405", "reference")])
+def test_deploy_run_fits_and_equals_tflite(models, tmp_path, target, kernels):
     _need_bazel()
-    r, rep = _deploy(*models["tiny_per_tensor"], target, str(tmp_path / "fw"))
+    model = models["tiny" if kernels == "cmsis_nn" else "tiny_inplace"]
+    r, rep = _deploy(*model, target, str(tmp_path / "fw"), f"--kernels={kernels}")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert rep["kernels"] == kernels
+    assert ("_cmsis_nn" in open(tmp_path / "fw" / "BUILD").read()) == (kernels == "cmsis_nn")
     assert f"fits {target}" in r.stdout and rep["fits"] and rep["run"]["outputs_equal_tflite"]
     run = rep["run"]
-    assert run["arena_used_bytes"] == rep["arena"]["predicted_bytes"]  # exact on Cortex-M (1% allowed)
+    assert run["arena_used_bytes"] == rep["arena"]["predicted_bytes"]  # exact on Cortex-M, either kernels
     assert len(run["invoke_insns"]) == 4 and min(run["invoke_insns"]) > 1_000_000
     assert run["stack_hwm_bytes"] < rep["stack_bytes"]
 
@@ -82,8 +90,9 @@ def test_deploy_run_per_layer_does_not_fit_stm32f405(models, tmp_path):
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
     assert "does not fit stm32f405: the link overflows RAM by" in r.stdout
     assert rep["fits"] is False and rep["run"]["linked"] is False
-    assert rep["arena"]["predicted_bytes"] == 204_580  # measured per layer on Cortex-M (firmware tests)
-    assert rep["run"]["overflow"]["bytes"] > 204_580 - 128 * 1024
+    # measured per layer with TFLM + CMSIS-NN on Cortex-M4 / M7 (firmware tests tflm_mbv2_035_96_cmsis_nn)
+    assert rep["arena"]["predicted_bytes"] == 204_644
+    assert rep["run"]["overflow"]["bytes"] > 204_644 - 128 * 1024
 
 
 def test_resolver_methods_exist_in_tflm():

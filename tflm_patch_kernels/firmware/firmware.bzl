@@ -197,7 +197,8 @@ def _generated_firmware(name, tool, args, source, srcs, deps, targets, timeout_s
 
 def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None, inplace = False, images = None,
                         fits = True, targets = MPS2, timeout_s = 50, size = "small", tags = [], sram_budget = {},
-                        model_in_psram = False, tflm_kernels = "reference", **kwargs):
+                        model_in_psram = False, tflm_kernels = "reference", stage_of = None, reference = "tflite",
+                        **kwargs):
     """A whole zoo model in TFLM on the MCU (see the module docstring): generator, firmware per target, a test per
     target.
 
@@ -205,27 +206,36 @@ def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None,
     planned in place); None: the unpatched model. `arena_bytes`: the tensor arena in RAM (part of the SRAM budget).
     `images`: "fashion_mnist:N" runs N real test images (default: one seeded random input). `fits = False`: the test
     requires AllocateTensors to fail, with the figure (a model whose per-layer arena the target cannot hold).
+    `stage_of`: an unpatched model measures the ops a stage_of x stage_of schedule (over `blocks`) would patch as the
+    cost region "stage" (patched models always measure their TFMCU_PATCH_STAGE op).
+    `reference`: "tflite" (the outputs must be TF Lite's) or "tflm" (the tflite-micro wheel's, for a model on which
+    TFLM itself differs from TF Lite; gen_model_whole records both).
     `model_in_psram`: the model array in the MPS2 boards' PSRAM instead of their 4 MiB code memory (mps2.ld).
-    `tflm_kernels`: "reference" (TFLM's reference kernels) or "cmsis_nn" (TFLM's CMSIS-NN variant where it has one).
+    `tflm_kernels`: "reference" (TFLM's reference kernels and the portable patch kernels) or "cmsis_nn" (TFLM's
+    CMSIS-NN variant where it has one, and the patch executor's CMSIS-NN backend).
     """
     if tflm_kernels not in ("reference", "cmsis_nn"):
         fail("tflm_kernels must be reference or cmsis_nn, not %s" % tflm_kernels)
     _generated_firmware(
         name = name,
         tool = "//tools/gen:gen_model_whole",
-        args = "--model %s%s%s%s%s%s" % (
+        args = "--model %s%s%s%s%s%s%s%s%s" % (
             model,
             " --patches %d" % patches if patches else "",
             " --blocks %d" % blocks if blocks else "",
+            " --stage-of %d" % stage_of if stage_of and not patches else "",
             " --inplace" if inplace else "",
             " --images %s" % images if images else "",
             "" if fits else " --expect-no-fit",
+            " --kernels %s" % tflm_kernels,
+            " --reference %s" % reference if reference != "tflite" else "",
         ),
         source = (name + "_model.cc", "--out-cc"),
         srcs = ["//tflm_patch_kernels/tflm:firmware_main.cc"],
         deps = [
             "//tflm_patch_kernels/tflm:firmware_runtime",
-            "//tflm_patch_kernels/tflm:patch_stage_op",
+            "//tflm_patch_kernels/tflm:patch_stage_op" if tflm_kernels == "reference" else
+            "//tflm_patch_kernels/tflm:patch_stage_op_cmsis_nn",
             "@tflite_micro//:micro" if tflm_kernels == "reference" else "@tflite_micro//:micro_cmsis_nn",
             "@tflite_micro//:platform_mcu",
         ],

@@ -36,3 +36,7 @@ void operator delete(void* p, size_t n) noexcept {
   tfmcu_puts("operator delete called\n");
   abort();
 }
+
+// How many leading ops firmware_main.cc measures as the cost region "stage": 0 unless the generated model source
+// defines it (tools/gen/gen_model_whole.py; a strong definition wins over this weak one).
+extern "C" __attribute__((weak)) const unsigned int g_tfmcu_stage_ops = 0;

@@ -76,10 +76,24 @@ def kernel_table() -> dict[str, tuple[list[str], list[str]]]:
     return ast.literal_eval(text[start:text.index("\n}\n", start) + 2])
 
 
-def kernel_libraries(ops: Sequence[str]) -> list[str]:
-    """The TFLM kernel libraries (``@tflite_micro//:kernel_<name>``) a firmware with ``ops`` (resolver_ops) links."""
+def cmsis_nn_kernels() -> list[str]:
+    """third_party/tflite_micro.BUILD's CMSIS_NN_KERNELS: the kernel libraries TFLM has a CMSIS-NN version of."""
+    with open(_TFLM_BUILD) as f:
+        text = f.read()
+    start = text.index("CMSIS_NN_KERNELS = [") + len("CMSIS_NN_KERNELS = ")
+    return ast.literal_eval(text[start:text.index("\n]\n", start) + 2])
+
+
+KERNELS = ("cmsis_nn", "reference")  # deploy --kernels: TFLM's (and the patch executor's) kernel variant
+
+
+def kernel_libraries(ops: Sequence[str], kernels: str = "reference") -> list[str]:
+    """The TFLM kernel libraries (``@tflite_micro//:kernel_<name>``, or ``kernel_<name>_cmsis_nn`` where TFLM has a
+    CMSIS-NN version and ``kernels`` is "cmsis_nn") a firmware with ``ops`` (resolver_ops) links."""
     lib_of = {op: name for name, (lib_ops, _) in kernel_table().items() for op in lib_ops}
-    return sorted({f"@tflite_micro//:kernel_{lib_of[op]}" for op in ops if not op.startswith("custom:")})
+    cmsis = set(cmsis_nn_kernels()) if kernels == "cmsis_nn" else set()
+    return sorted({f"@tflite_micro//:kernel_{lib_of[op]}" + ("_cmsis_nn" if lib_of[op] in cmsis else "")
+                   for op in ops if not op.startswith("custom:")})
 
 
 def _c_bytes(data: bytes) -> str:

@@ -39,7 +39,7 @@ from tfmcu.train.config import Recipe, TrainConfig
 from tfmcu.train.loop import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SECTIONS = ("rewrite", "custom", "firmware", "tflm_firmware", "train")
+SECTIONS = ("rewrite", "custom", "firmware", "tflm_firmware", "cmsis_nn", "train")
 
 
 @dataclass
@@ -305,6 +305,104 @@ def tflm_firmware_section(o: BenchOptions) -> dict[str, Any]:
     return {"rows": rows, "markdown": "\n".join(md) + "\n"}
 
 
+# Section "cmsis_nn": the same model four ways on Cortex-M4 / M7 (tflm_patch_kernels/tflm/BUILD, bench_*): TFLM
+# reference kernels per layer (ref), TFLM + CMSIS-NN per layer (cmsis: the baseline), patched with the portable
+# kernels (ref_p, rest in place), patched with the CMSIS-NN backend (cmsis_p). Instructions are QEMU plugin counts
+# of one Invoke and of its "stage" region (the TFMCU_PATCH_STAGE op, or the ops it replaces); MACs from the schedule
+# (tfmcu.plan.regions); arenas are TFLM's arena_used_bytes on the target (each also equal to the prediction).
+CMSIS_BENCH_MODELS = {"mbv2_035_96": "MobileNetV2-0.35-96 (4x4, 5 blocks)",
+                      "mbv2_100_224": "MobileNetV2-1.0-224 (4x4, 5 blocks)",
+                      "mbv2_rd_224": "MbV2-RD-224 (4x4, 3 blocks)",
+                      "keras_mobilenet_v2": "tf_keras MobileNetV2-0.35-96 (third-party; 4x4, 4 blocks)"}
+CMSIS_BENCH_VARIANTS = ("ref", "cmsis", "ref_p", "cmsis_p")
+# Targets (issue 10): patched stage <= 1.15 x (1 + exact stage MAC overhead) x baseline stage; whole model <= 1.15 x
+# (MobileNetV2-1.0-224), <= 1.08 x (MbV2-RD-224) the baseline; CMSIS-NN arena within 10% of the reference one.
+CMSIS_WHOLE_TARGET = {"mbv2_100_224": 1.15, "mbv2_rd_224": 1.08}
+
+
+def cmsis_nn_section(o: BenchOptions) -> dict[str, Any]:
+    pkg = "tflm_patch_kernels/tflm"
+    tests = [f"bench_{m}_{v}_{t}_test" for m in CMSIS_BENCH_MODELS for v in CMSIS_BENCH_VARIANTS
+             for t in ("cortex_m4", "cortex_m7")]
+    reports = dict(zip(tests, _firmware_reports("cmsis_nn", pkg, tests)))
+    rows = []
+    for m, title in CMSIS_BENCH_MODELS.items():
+        for t in ("cortex_m4", "cortex_m7"):
+            cell: dict[str, Any] = {"model": m, "title": title, "target": t}
+            for v in CMSIS_BENCH_VARIANTS:
+                test = f"bench_{m}_{v}_{t}_test"
+                rep = reports[test]
+                # the generator's record (schedule MACs, predicted arena, reference), in the test's runfiles
+                with open(os.path.join(ROOT, "bazel-bin", pkg, f"{test}.runfiles", "tfmcu_ws", pkg,
+                                       f"bench_{m}_{v}_expect.json")) as f:
+                    host = json.load(f)["host"]
+                res = rep["result"]
+                invoke = min(g["insns"] for g in res["regions"] if g["name"] == "invoke")
+                stage = min(g["insns"] for g in res["regions"] if g["name"] == "stage")
+                patched = v.endswith("_p")
+                stage_macs = host["stage_macs_patched_exact"] if patched else host["stage_macs"]
+                macs = host["macs_patched_exact"] if patched else host["macs"]
+                cell[v] = {"invoke_insns": invoke, "stage_insns": stage, "macs": macs, "stage_macs": stage_macs,
+                           "insns_per_mac": round(invoke / macs, 2), "stage_insns_per_mac": round(stage / stage_macs, 2),
+                           "arena_used_bytes": res["arena_used_bytes"],
+                           "arena_predicted": host["predicted_arena_bytes_cortex_m"],
+                           "equal_reference": not rep["problems"], "reference": host["reference"]["by"],
+                           "machine": rep["machine"]}
+            b, d = cell["cmsis"], cell["cmsis_p"]
+            overhead = d["stage_macs"] / b["stage_macs"] - 1
+            cell["stage_mac_overhead_exact"] = round(overhead, 4)
+            cell["stage_ratio"] = round(d["stage_insns"] / b["stage_insns"], 3)
+            cell["stage_ratio_per_mac"] = round(cell["stage_ratio"] / (1 + overhead), 3)
+            cell["stage_target_met"] = cell["stage_ratio"] <= 1.15 * (1 + overhead)
+            cell["whole_ratio"] = round(d["invoke_insns"] / b["invoke_insns"], 3)
+            cell["whole_target"] = CMSIS_WHOLE_TARGET.get(m)
+            cell["whole_target_met"] = (None if m not in CMSIS_WHOLE_TARGET
+                                        else cell["whole_ratio"] <= CMSIS_WHOLE_TARGET[m])
+            cell["arena_cmsis_vs_ref_patched"] = round(d["arena_used_bytes"] / cell["ref_p"]["arena_used_bytes"], 3)
+            rows.append(cell)
+    md = ["| model | core | (a) TFLM ref per layer | (b) TFLM + CMSIS-NN per layer | (c) patched, portable | "
+          "(d) patched, CMSIS-NN | (d)/(b) stage | stage MAC overhead | (d)/(b) whole | arena (a) / (b) / (c) / (d) "
+          "(B) | outputs = TF Lite |", "|---|---|---|---|---|---|---:|---:|---:|---|---|"]
+    for r in rows:
+        cells = []
+        for v in CMSIS_BENCH_VARIANTS:
+            c = r[v]
+            cells.append(f"{c['invoke_insns'] / 1e6:,.1f}M ({c['insns_per_mac']:.2f}/MAC); stage "
+                         f"{c['stage_insns'] / 1e6:,.1f}M ({c['stage_insns_per_mac']:.2f}/MAC)")
+        target = f" (target {r['whole_target']})" if r["whole_target"] else ""
+        md.append(f"| {r['title']} | {r['target']} | " + " | ".join(cells) +
+                  f" | {r['stage_ratio']:.2f}x (target {1.15 * (1 + r['stage_mac_overhead_exact']):.2f}) | "
+                  f"+{r['stage_mac_overhead_exact']:.1%} | {r['whole_ratio']:.2f}x{target} | " +
+                  " / ".join(f"{r[v]['arena_used_bytes']:,}" for v in CMSIS_BENCH_VARIANTS) + " | " +
+                  ("yes" if all(r[v]["equal_reference"] for v in CMSIS_BENCH_VARIANTS) else "NO") +
+                  ("" if r["ref"]["reference"].startswith("TF Lite") else " (= TFLM's; see note)") + " |")
+    _cmsis_plot(rows, os.path.join(o.out_dir, "cmsis_nn.png"))
+    return {"rows": rows, "markdown": "\n".join(md) + "\n", "plot": "cmsis_nn.png"}
+
+
+def _cmsis_plot(rows: list[dict[str, Any]], path: str) -> None:
+    """Whole-model and stage instructions per variant, one group per model and core (log scale)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig, axes = plt.subplots(1, 2, figsize=(14, 5))
+    labels = [f"{r['model']}\n{r['target'].replace('cortex_', '')}" for r in rows]
+    width = 0.2
+    for ax, key, what in ((axes[0], "invoke_insns", "whole model"), (axes[1], "stage_insns", "patch stage")):
+        for k, v in enumerate(CMSIS_BENCH_VARIANTS):
+            ax.bar([i + (k - 1.5) * width for i in range(len(rows))], [r[v][key] for r in rows], width, label=v)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(rows)))
+        ax.set_xticklabels(labels, fontsize=7)
+        ax.set_ylabel("instructions per inference (QEMU plugin, measured)")
+        ax.set_title(f"{what}: TFLM ref / TFLM+CMSIS-NN / patched portable / patched CMSIS-NN")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 # Section "train": the full training recipe (pipelines.train defaults) on Fashion-MNIST at 96x96; the target is int8
 # accuracy within 1 point of float. Long: about 1.5 h on 2 CPU cores. Resumes from its checkpoints if interrupted.
 TRAIN_BENCH = [("mcunet-demo", "fashion_mnist", 96)]
@@ -344,7 +442,7 @@ def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the chosen sections; each writes its JSON and Markdown under ``o.out_dir`` as soon as it is done."""
     sections: dict[str, Callable[[BenchOptions], dict[str, Any]]] = {
         "rewrite": rewrite_section, "custom": custom_section, "firmware": firmware_section,
-        "tflm_firmware": tflm_firmware_section, "train": train_section}
+        "tflm_firmware": tflm_firmware_section, "cmsis_nn": cmsis_nn_section, "train": train_section}
     unknown = [s for s in o.sections if s not in sections]
     if unknown:
         raise UsageError(f"unknown bench section(s) {', '.join(unknown)}; known: {', '.join(sections)}")

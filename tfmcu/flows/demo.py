@@ -323,9 +323,11 @@ def on_mcu(o: DemoOptions, model_path: str, inputs_path: str | None, path: Calla
     grid = sch.get("grid") or [0, 0]
     out: dict[str, Any] = {"target": t.name, "images": o.mcu_images,
                            "schedule": f"{grid[0]}x{grid[1]} patches over {sch.get('patch_blocks')} blocks"}
+    # kernels="reference": the rest is planned in place, which holds for TFLM's reference kernels (deploy refuses
+    # an in-place model with its default, CMSIS-NN).
     for role, tflite in (("per_layer", model_path), ("patched", custom_path)):
         out[role] = deploy(DeployOptions(tflite, t.name, path(f"firmware_{t.name}_{role}"), run=True,
-                                         inputs=mcu_inputs), log=log)
+                                         inputs=mcu_inputs, kernels="reference"), log=log)
     return out
 
 

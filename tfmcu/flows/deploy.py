@@ -42,14 +42,15 @@ import numpy as np
 
 from tfmcu.errors import TfmcuError, UsageError
 from tfmcu.files import read_bytes
-from tfmcu.firmware.sources import expectation, kernel_libraries, model_source, resolver_ops
+from tfmcu.firmware.sources import KERNELS, expectation, kernel_libraries, model_source, resolver_ops
 from tfmcu.firmware.targets import Target, get_target
 from tfmcu.flows.verify import load_inputs
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.plan.arena import predict_arena
 from tfmcu.runtime.host import HostRunner, evaluate, tflite_outputs
 from tfmcu.runtime.model_io import TFLMError, model_info, random_inputs
-from tfmcu.stage.common import RewriteError
+from tfmcu.stage.common import RewriteError, read_schedule
+from tfmcu.stage.custom import load_custom
 from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -74,6 +75,7 @@ class DeployOptions:
     margin: float = 0.02  # arena = predicted x (1 + margin)
     stack_kib: int = 6
     timeout_s: int = 300
+    kernels: str = "cmsis_nn"  # TFLM's CMSIS-NN kernels + the patch executor's CMSIS-NN backend, or "reference"
 
 
 def validate(o: DeployOptions) -> Target:
@@ -84,18 +86,20 @@ def validate(o: DeployOptions) -> Target:
         raise UsageError(f"--num_inputs={o.num_inputs}: must be in [1, 16]")
     if not 2 <= o.stack_kib <= 64:
         raise UsageError(f"--stack_kib={o.stack_kib}: must be in [2, 64]")
+    if o.kernels not in KERNELS:
+        raise UsageError(f"--kernels={o.kernels}: must be one of {', '.join(KERNELS)}")
     if os.path.exists(o.out_dir) and not os.path.isdir(o.out_dir):
         raise UsageError(f"--out_dir={o.out_dir}: exists and is not a folder")
     return t
 
 
-def _build_file(t: Target, arena: int, stack: int, ops: list[str]) -> str:
+def _build_file(t: Target, arena: int, stack: int, ops: list[str], kernels: str) -> str:
     fw = "@//tflm_patch_kernels/firmware"
     # TFLM's runtime and only the kernels of the model's ops (a cross-build compiles these, not all of TFLM)
     libs = ["@//tflm_patch_kernels/tflm:firmware_runtime", "@tflite_micro//:runtime", "@tflite_micro//:platform_mcu"]
-    libs += kernel_libraries(ops)
+    libs += kernel_libraries(ops, kernels)
     if any(op.startswith("custom:") for op in ops):
-        libs.append("@//tflm_patch_kernels/tflm:patch_stage_op")
+        libs.append("@//tflm_patch_kernels/tflm:patch_stage_op" + ("_cmsis_nn" if kernels == "cmsis_nn" else ""))
     deps = "\n".join(f'        "{d}",' for d in libs)
     budget = [] if t.key == "stm32f405" else [f'"-Wl,--defsym=TFMCU_SRAM_BUDGET={t.sram_bytes}"']
     linkopts = ", ".join([f'"-T"', f'"$(location {fw}:{t.ld})"', f'"-Wl,--defsym=TFMCU_STACK_SIZE={stack}"']
@@ -143,12 +147,23 @@ def _check_model(model: bytes, path: str) -> Any:
     return info
 
 
+def _check_kernels(model: bytes, path: str, kernels: str) -> None:
+    """An in-place memory plan (rewrite --inplace) is derived for TFLM's reference kernels' read order; CMSIS-NN's
+    kernels read in another order (im2col, 3x3 depthwise), so the two do not go together."""
+    record = read_schedule(model)
+    if kernels == "cmsis_nn" and record is not None and record.get("memory_plan") == "inplace":
+        raise UsageError(f"{path}: its memory plan is in place (rewrite --inplace), which holds for TFLM's reference "
+                         "kernels only; deploy it with --kernels=reference, or rewrite it without --inplace for "
+                         "--kernels=cmsis_nn")
+
+
 def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Write the firmware folder (see the module docstring); returns deploy.json's content."""
     t = validate(o)
     model = read_bytes(o.tflite, "--tflite")
     info = _check_model(model, o.tflite)
     ops = resolver_ops(model, o.tflite)
+    _check_kernels(model, o.tflite, o.kernels)
     samples = load_inputs(o.inputs, info)[:16] if o.inputs else random_inputs(model, o.num_inputs, o.seed)
     host_arena = None
     try:
@@ -167,7 +182,9 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, A
             host_arena = ref.arena.total
     except TFLMError as e:
         raise UsageError(str(e)) from None
-    pred = predict_arena(from_tflite(model), model=model, build="cortex-m")
+    build = "cortex-m-cmsis-nn" if o.kernels == "cmsis_nn" else "cortex-m"
+    stage = (load_custom(model).packed if o.kernels == "cmsis_nn" and PATCH_STAGE_OP in info.custom_ops else None)
+    pred = predict_arena(from_tflite(model), model=model, build=build, stage=stage)
     arena = -(-int(pred.total * (1 + o.margin)) // 16) * 16
     stack = o.stack_kib * 1024
     ram_estimate = arena + stack + STATIC_ESTIMATE
@@ -178,13 +195,14 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, A
         "tflite": o.tflite,
         "target": t.name,
         "target_what": t.what,
+        "kernels": o.kernels,
         "ops": [op.replace("custom:", "") for op in ops],
         "custom_mode": PATCH_STAGE_OP in info.custom_ops,
         "inputs": len(xs),
         "model_bytes": len(model),
         "arena": {
             "predicted_bytes": pred.total,
-            "predicted_by": "tfmcu.plan.arena, TFLM build 'cortex-m' (32-bit structs, MicroAllocator)",
+            "predicted_by": f"tfmcu.plan.arena, TFLM build {build!r} (32-bit structs, MicroAllocator)",
             "margin": o.margin,
             "arena_bytes": arena,
             "host_measured_bytes": host_arena,  # None with --run (measured on the target instead)
@@ -200,7 +218,7 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, A
     files = {
         "model_data.cc": model_source(model, xs, outs[0].nbytes, comment, o.tflite),
         "main.cc": open(MAIN_SOURCE).read(),
-        "BUILD": _build_file(t, arena, stack, ops),
+        "BUILD": _build_file(t, arena, stack, ops, o.kernels),
         "WORKSPACE": f'workspace(name = "{REPO}")\n',
         "expect.json": json.dumps({"expect": expectation(outs),
                                    "expect_within": {"arena_used_bytes": [pred.total, 0.01]}}, indent=1) + "\n",

@@ -40,7 +40,7 @@ from tfmcu.tflite.editor import load
 
 SOURCE_ENV = "TFMCU_PATCH_KERNELS_SRC"
 CACHE_ENV = "TFMCU_CACHE_DIR"
-ABI_VERSION = 2
+ABI_VERSION = 3
 CFLAGS = ("-O2", "-std=c99", "-fPIC", "-Wall", "-Wextra")
 
 _I32 = ctypes.c_int32
@@ -79,7 +79,8 @@ class CStage(ctypes.Structure):
 
 class CPreparedStage(ctypes.Structure):
     _fields_ = [("stage", ctypes.POINTER(CStage)), ("scratch_bytes", ctypes.c_uint32),
-                ("output_bytes", ctypes.c_uint32), ("ready", _I32)]
+                ("output_bytes", ctypes.c_uint32), ("ready", _I32), ("kernel_scratch_offset", ctypes.c_uint32),
+                ("kernel_scratch_bytes", ctypes.c_uint32)]
 
 
 # ============================================================================= building the library

@@ -71,6 +71,10 @@ def _mbv2_035_96() -> Any:
     return get_preset("mbv2", width=0.35, resolution=96, num_classes=10)
 
 
+def _mbv2_rd_224() -> Any:
+    return get_preset("mbv2-rd", width=1.0, resolution=224, num_classes=1000)
+
+
 def _kernels_symmetric() -> Any:
     return NetSpec(name="kernels_symmetric", resolution=64, padding="symmetric",
                    stem=StemSpec(16, kernel=5, stride=2, activation="relu"),
@@ -203,6 +207,8 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
              tags=["large"]),
     ZooModel("mbv2_035_144", ["MobileNetV2 0.35 144 (tf_keras.applications)"], _mbv2_035_144, patch_blocks=5,
              tags=["bench"]),
+    ZooModel("mbv2_rd_224", ["MbV2-RD 224 (spec preset: receptive field redistributed, MCUNetV2)"],
+             _spec_model(_mbv2_rd_224), patch_blocks=3, tags=["large"]),
 ]}
 
 

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from tfmcu.graph import ir
+from tfmcu.plan import cmsis_nn
 from tfmcu.plan.placer import Buffer, align_up, place
 from tfmcu.tflite import offline_plan
 from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, kernel_memory, read_options
@@ -153,15 +154,21 @@ class TflmBuild:
     pointer_bytes: int
     recording: bool  # RecordingMicroAllocator (host tools) or MicroAllocator (firmware)
     what: str
+    cmsis_nn: bool = False  # TFLM's CMSIS-NN kernels + the patch executor's CMSIS-NN backend (tfmcu.plan.cmsis_nn)
 
 
-def _json_build(name: str, profile: str, pointer_bytes: int, recording: bool, what: str) -> TflmBuild:
+def _json_build(name: str, profile: str, pointer_bytes: int, recording: bool, what: str,
+                cmsis_nn: bool = False) -> TflmBuild:
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "tflm_abi.json")) as f:
-        t = json.load(f)[profile]
+        table = json.load(f)
+    t = table[profile]
     abi = {k: (v[0], v[1]) for k, v in t["abi"].items()}
     abi["TfLiteTensor*"] = (abi["TfLiteTensor*"][0], ALIGN)  # the array comes from AllocatePersistentBuffer
-    return TflmBuild(name, abi, {k: (v[0], v[1]) for k, v in t["builtin_data"].items()}, dict(t["op_data"]),
-                     pointer_bytes, recording, what)
+    op_data = dict(t["op_data"])
+    if cmsis_nn:  # the CMSIS-NN kernel variants' own OpData (the other kernels are the reference ones)
+        op_data.update(table[profile + "-cmsis-nn"]["op_data"])
+    return TflmBuild(name, abi, {k: (v[0], v[1]) for k, v in t["builtin_data"].items()}, op_data,
+                     pointer_bytes, recording, what, cmsis_nn)
 
 
 BUILDS: dict[str, TflmBuild] = {
@@ -169,6 +176,9 @@ BUILDS: dict[str, TflmBuild] = {
     "host": _json_build("host", "x86_64", 8, True, "TFLM 90b983c built from source, x86-64 (tfmcu_tflm_run)"),
     "cortex-m": _json_build("cortex-m", "cortex-m", 4, False,
                             "TFLM 90b983c built from source for Cortex-M (arm-none-eabi, MicroInterpreter)"),
+    "cortex-m-cmsis-nn": _json_build("cortex-m-cmsis-nn", "cortex-m", 4, False,
+                                     "TFLM 90b983c + CMSIS-NN 4ab83cc for Cortex-M4/M7 (TFLM's CMSIS-NN kernels, "
+                                     "the patch executor's CMSIS-NN backend)", cmsis_nn=True),
 }
 
 
@@ -262,9 +272,10 @@ def _elements(graph: ir.Graph, name: str) -> int:
     return graph.tensors[name].size
 
 
-def op_allocations(graph: ir.Graph, op: ir.Op, build: str | TflmBuild = "wheel") -> OpAlloc:
-    """Persistent allocations and scratch requests of one operator in TFLM's reference kernels (``build``: which
-    TFLM, see BUILDS)."""
+def op_allocations(graph: ir.Graph, op: ir.Op, build: str | TflmBuild = "wheel", stage: Any = None) -> OpAlloc:
+    """Persistent allocations and scratch requests of one operator in TFLM's reference kernels, or its CMSIS-NN
+    kernels for a ``cmsis_nn`` build (``build``: which TFLM, see BUILDS). ``stage``: the op's ``PackedStage`` when
+    it is a TFMCU_PATCH_STAGE op of a CMSIS-NN build (its kernel buffer depends on the tiles)."""
     tb = get_build(build)
     b = builtin_of(op)
     in_dtype = graph.tensors[op.inputs[0]].dtype if op.inputs else "int8"
@@ -275,6 +286,12 @@ def op_allocations(graph: ir.Graph, op: ir.Op, build: str | TflmBuild = "wheel")
         alloc.prepare = [4 * op.out_channels, 4 * op.out_channels]
         if op.attrs.get("weights_dtype") == "int4":
             alloc.scratch = [op.weights]  # unpacked int4 filter
+        elif tb.cmsis_nn and in_dtype == "int8":  # CMSIS-NN's buffer, requested when not 0 (cmsis_nn/conv.cc)
+            need = _cmsis_nn_buffer(graph, op, b)
+            if need > 0:
+                alloc.scratch = [need]
+    elif b == "AVERAGE_POOL_2D" and tb.cmsis_nn and in_dtype == "int8":
+        alloc.scratch = [cmsis_nn.avgpool_buffer_bytes(op.out_channels or graph.tensors[op.inputs[0]].shape[-1])]
     elif b == "FULLY_CONNECTED":
         scales = op.attrs.get("weight_scales")
         per_channel = scales > 1 if scales is not None else in_dtype in ("int8", "int16")
@@ -301,12 +318,29 @@ def op_allocations(graph: ir.Graph, op: ir.Op, build: str | TflmBuild = "wheel")
         except (ValueError, KeyError, TypeError):
             alloc.modelled = False
         else:
+            if tb.cmsis_nn:  # the CMSIS-NN backend's kernel buffer after the patch buffers
+                if stage is None:
+                    alloc.modelled = False
+                else:
+                    scratch = max(1, cmsis_nn.stage_scratch_bytes(stage))
             alloc.op_data, alloc.scratch = op_data, [scratch]
     elif b == "SOFTMAX" and in_dtype == "int16":
         alloc.prepare = [2 * 513, 2 * 513]  # (src) exp and 1/(1+x) int16 lookup tables, LUTSize<int16_t>() = 513
     elif b not in tb.builtin_data and b not in tb.op_data and b not in _NO_ALLOC:
         alloc.modelled = False
     return alloc
+
+
+def _cmsis_nn_buffer(graph: ir.Graph, op: ir.Op, builtin: str) -> int:
+    """The buffer TFLM's CMSIS-NN CONV_2D / DEPTHWISE_CONV_2D requests in Prepare (tfmcu.plan.cmsis_nn), with
+    TFLM's padding (the top / left of TF's SAME split)."""
+    in_shape = graph.tensors[op.inputs[0]].shape
+    pad = (op.padding[0], op.padding[2])
+    if builtin == "CONV_2D":
+        return cmsis_nn.conv_buffer_bytes(op.kernel[0], op.kernel[1], in_shape[-1], in_shape[1], op.stride[1], pad,
+                                          tuple(op.dilation))
+    return cmsis_nn.depthwise_buffer_bytes(op.kernel[0], op.kernel[1], in_shape[-1], op.out_channels, pad,
+                                           tuple(op.dilation))
 
 
 # Operators without builtin data and without OpData (null init, parser without options): modelled, nothing to add.
@@ -487,7 +521,7 @@ def predict_tail(graph: ir.Graph, allocs: Sequence[OpAlloc], num_tensors: int,
 
 
 def predict_arena(graph: ir.Graph, model: bytes | None = None, count_input: bool = True,
-                  build: str | TflmBuild = "wheel") -> ArenaPrediction:
+                  build: str | TflmBuild = "wheel", stage: Any = None) -> ArenaPrediction:
     """Head, tail and total bytes of TFLM's arena for ``graph`` (see the module docstring).
 
     ``model``: the .tflite bytes ``graph`` was lowered from, if at hand: its tensor indices, tensor count and weight
@@ -495,13 +529,15 @@ def predict_arena(graph: ir.Graph, model: bytes | None = None, count_input: bool
     that share constant tensors between operators, and an offline memory plan in its metadata is honoured.
     ``count_input=False``: the arena TFLM would plan if the graph inputs took no space (the image held elsewhere;
     a figure for comparison, TFLM itself always plans its inputs). ``build``: the TFLM whose structs count (BUILDS:
-    "wheel", "host", "cortex-m"). Never runs TFLM."""
+    "wheel", "host", "cortex-m", "cortex-m-cmsis-nn"). ``stage``: for "cortex-m-cmsis-nn" and a custom-mode graph,
+    its ``PackedStage`` (``tfmcu.stage.custom.load_custom(model).packed``), whose tiles size the CMSIS-NN kernel
+    buffer (without it the op is listed as unmodelled). Never runs TFLM."""
     tb = get_build(build)
     offline = None
     if model is not None:
         graph = annotate_from_tflite(graph.copy(), model)
         offline = offline_offsets(graph, model)
-    allocs = [op_allocations(graph, op, tb) for op in graph.ops]
+    allocs = [op_allocations(graph, op, tb, stage) for op in graph.ops]
     key, num_tensors, exact = _tensor_order(graph)
     head, buffers = plan_head(graph, allocs, key, offline, count_input)
     tail = predict_tail(graph, allocs, num_tensors, tb)

@@ -55,7 +55,7 @@ def kernel_memory(options: dict[str, Any], pointer_bytes: int = 8) -> tuple[int,
     """(persistent op-data bytes of the TFLM kernel, scratch bytes it requests) for decoded ``options``."""
     p = pointer_bytes
     stage = _struct([4, p, 4, p, 4, 4, 4, 4, p, p, p, 4], p)  # TfmcuStage
-    prepared = _struct([p, 4, 4, 4], p)  # TfmcuPreparedStage
+    prepared = _struct([p, 4, 4, 4, 4, 4], p)  # TfmcuPreparedStage
     # OpData: the two structs, 4 pointers, a size_t, an int
     op_data = _align(stage + prepared + 5 * p + 4, p)
     layer = _struct([4, p, 4, 4, 4, 4], p)  # TfmcuLayer

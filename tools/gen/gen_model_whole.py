@@ -12,8 +12,8 @@ usage: gen_model_whole.py --model NAME --out-cc OUT.cc --out-expect OUT.json
 - Inputs: one seeded random input, or with --images the first N real test images of a dataset (tfmcu.data),
   resized to the model's input and quantized with its input scale.
 - The JSON holds {"expect": {"output_fnv1a32": ..., "top_class": [...]}} for tools/qemu/run_firmware.py --expect
-  and "expect_within": the firmware's arena_used_bytes within 1% of the predicted arena for Cortex-M
-  (tfmcu.plan.arena, build "cortex-m"). --expect-no-fit: the firmware must fail at AllocateTensors instead
+  and "expect_within": the firmware's arena_used_bytes equal to the predicted arena for Cortex-M
+  (tfmcu.plan.arena, build "cortex-m", or "cortex-m-cmsis-nn" with --kernels cmsis_nn). --expect-no-fit: the firmware must fail at AllocateTensors instead
   ({"expect": {"allocated": 0}, "expect_failure": "AllocateTensors failed"}).
 """
 import argparse
@@ -49,7 +49,17 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0, help="seed of the test input")
     ap.add_argument("--images", help="NAME:N: the first N real test images of dataset NAME (e.g. fashion_mnist:4)")
     ap.add_argument("--expect-no-fit", action="store_true", help="the firmware must fail at AllocateTensors")
+    ap.add_argument("--stage-of", type=int, metavar="P",
+                    help="unpatched model: measure the ops a P x P schedule (over --blocks) would patch as a cost "
+                         "region \"stage\" (the per-layer side of a stage comparison)")
+    ap.add_argument("--reference", choices=("tflite", "tflm"), default="tflite",
+                    help="whose outputs the firmware must reproduce: TF Lite's reference kernels, or (for a model on "
+                         "which TFLM itself differs from TF Lite) the tflite-micro wheel's; both are recorded")
+    ap.add_argument("--kernels", choices=("reference", "cmsis_nn"), default="reference",
+                    help="the kernels the firmware links (TFLM's and the patch executor's backend)")
     a = ap.parse_args(argv)
+    if a.inplace and a.kernels == "cmsis_nn":
+        ap.error("--inplace is for TFLM's reference kernels only (CMSIS-NN's kernels read in another order)")
 
     from tfmcu.firmware.sources import expectation, model_source
     from tfmcu.graph.from_tflite import from_tflite
@@ -58,18 +68,24 @@ def main(argv=None):
     from tfmcu.plan.regions import plan
     from tfmcu.runtime.model_io import random_inputs
     from tfmcu.runtime.tflite import run_tflite
-    from tfmcu.stage.custom import rewrite_custom
+    from tfmcu.stage.custom import load_custom, rewrite_custom
 
     entry = zoo.ZOO[a.model]
     original = zoo.build(a.model, None)
     model = original
     what = "unpatched"
-    if a.patches:
+    stage_ops = 0  # the leading ops measured as the cost region "stage" (firmware_main.cc)
+    schedule = None
+    if a.patches or a.stage_of:
         graph = from_tflite(original, name=a.model)
         blocks = a.blocks if a.blocks is not None else entry.patch_blocks
         ops = None if blocks is not None else entry.patch_ops
-        s = plan(graph, a.patches, n_blocks=blocks, n_ops=ops)
+        s = schedule = plan(graph, a.patches or a.stage_of, n_blocks=blocks, n_ops=ops)
+        src = {graph.ops[k].src_index for k in s.stage}
+        stage_ops = len(src) if src == set(range(len(src))) else 0
+    if a.patches:
         model = rewrite_custom(original, graph, s, a.model, inplace=a.inplace).model
+        stage_ops = 1  # the TFMCU_PATCH_STAGE op comes first
         what = "custom mode, %dx%d patches over %s, rest %s" % (
             a.patches, a.patches, "%d blocks" % blocks if blocks is not None else "%d ops" % ops,
             "in place" if a.inplace else "disjoint")
@@ -80,17 +96,37 @@ def main(argv=None):
         xs = random_inputs(original, 1, seed=a.seed)[0][0]
         inputs = "input seed %d" % a.seed
     refs = [o[0] for o in run_tflite(original, [(x[None],) for x in xs])]
-    pred = predict_arena(from_tflite(model), model=model, build="cortex-m")
+    reference = {"by": "TF Lite reference kernels"}
+    if a.reference == "tflm":
+        from tfmcu.runtime.tflm import run_tflm
+        tflm_refs = [o[0] for o in run_tflm(original, [(x[None],) for x in xs])]
+        differ = int(sum(int((r != t).sum()) for r, t in zip(refs, tflm_refs)))
+        reference = {"by": "tflite-micro wheel (TFLM per layer)", "tflite_bytes_differing_from_tflm": differ,
+                     "tflite": expectation(refs)}
+        refs = tflm_refs
+    build = "cortex-m" if a.kernels == "reference" else "cortex-m-cmsis-nn"
+    stage = load_custom(model).packed if a.patches and a.kernels == "cmsis_nn" else None
+    pred = predict_arena(from_tflite(model), model=model, build=build, stage=stage)
+    if pred.details["unmodelled_ops"]:
+        raise SystemExit("gen_model_whole: the predictor does not model %s" % pred.details["unmodelled_ops"])
     src = model_source(model, xs, refs[0].nbytes, "model %s (%s); %s." % (a.model, what, inputs))
     with open(a.out_cc, "w") as f:
         f.write(src)
-    # The predictor for Cortex-M (32-bit structs, plain MicroAllocator) must agree with the firmware within 1%.
+        f.write('\n// The leading ops firmware_main.cc measures as the cost region "stage" (0: none).\n'
+                'extern "C" const unsigned int g_tfmcu_stage_ops = %du;\n' % stage_ops)
+    # The predictor for Cortex-M (32-bit structs, plain MicroAllocator; "cortex-m-cmsis-nn": TFLM's CMSIS-NN kernels
+    # and the patch executor's CMSIS-NN backend) must give the firmware's arena exactly.
     want = expectation(refs)
-    expect = {"expect": want, "expect_within": {"arena_used_bytes": [pred.total, 0.01]}}
+    expect = {"expect": want, "expect_within": {"arena_used_bytes": [pred.total, 0.0]}}
     if a.expect_no_fit:
         expect = {"expect": {"allocated": 0}, "expect_failure": "AllocateTensors failed"}
     expect["host"] = {"model": a.model, "what": what, "inputs": inputs, "model_bytes": len(model),
-                      "predicted_arena_bytes_cortex_m": pred.total, "top_class": want["top_class"]}
+                      "predicted_arena_bytes_cortex_m": pred.total, "top_class": want["top_class"],
+                      "kernels": a.kernels, "stage_ops": stage_ops, "reference": reference}
+    if schedule is not None:
+        expect["host"].update(grid=list(schedule.grid), stage_macs=schedule.stage_macs,
+                              stage_macs_patched_exact=schedule.stage_macs_patched_exact, macs=schedule.macs,
+                              macs_patched_exact=schedule.macs_patched_exact)
     with open(a.out_expect, "w") as f:
         json.dump(expect, f, indent=1)
 

@@ -24,6 +24,7 @@ ARCHIVES = {  # third_party/*.BUILD: TFLM and the headers its kernels include
     "flatbuffers": "187240970746d00bbd26b0f5873ed54d2477f9f3",
     "gemmlowp": "719139ce755a0f31cbf1c37f7f98adcc7fc9f425",
     "ruy": "d37128311b445e758136b8602d1bbd2a755e115d",
+    "cmsis_nn": "4ab83cc3cc98fb85ed6dafb55e8ca02f1628dcae",
 }
 
 # name -> (include, C++ type). "micro_allocator.cc" brings MicroBuiltinDataAllocator (its anonymous namespace).
@@ -91,10 +92,26 @@ OP_DATA = {  # builtin -> (include, type): what the kernel's Init allocates
     "PRELU": (_TYPES, "tflite::PreluParams"),
 }
 
+# TFLM's CMSIS-NN kernel variants (kernels/cmsis_nn/*.cc, third_party/tflite_micro.BUILD) allocate their own
+# OpData; the other kernels of a CMSIS-NN build are the reference ones (OP_DATA).
+CMSIS_NN_OP_DATA = {
+    "CONV_2D": ("kernels/cmsis_nn/conv.cc", "tflite::OpData"),
+    "DEPTHWISE_CONV_2D": ("kernels/cmsis_nn/depthwise_conv.cc", "tflite::OpData"),
+    "FULLY_CONNECTED": ("kernels/cmsis_nn/fully_connected.cc", "tflite::OpData"),
+    "ADD": ("kernels/cmsis_nn/add.cc", "tflite::OpData"),
+    "AVERAGE_POOL_2D": ("kernels/cmsis_nn/pooling.cc", "tflite::OpData"),
+    "MAX_POOL_2D": ("kernels/cmsis_nn/pooling.cc", "tflite::OpData"),
+    "SOFTMAX": ("kernels/cmsis_nn/softmax.cc", "tflite::CMSISNNSoftmaxParams"),
+}
+
 PROFILES = {
     "x86_64": {"cxx": "g++", "objcopy": "objcopy", "flags": []},
     "cortex-m": {"cxx": "arm-none-eabi-g++", "objcopy": "arm-none-eabi-objcopy",
                  "flags": ["-mcpu=cortex-m4", "-mthumb", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard"]},
+    # The CMSIS-NN kernels' OpData only (the rest is "cortex-m").
+    "cortex-m-cmsis-nn": {"cxx": "arm-none-eabi-g++", "objcopy": "arm-none-eabi-objcopy",
+                          "flags": ["-mcpu=cortex-m4", "-mthumb", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard",
+                                    "-DCMSIS_NN"]},
 }
 
 
@@ -108,9 +125,13 @@ def extract(third_party, dest):
         with tarfile.open(path) as tf:
             top = tf.getmembers()[0].name.split("/")[0]
             members = [m for m in tf.getmembers() if m.isfile() and m.name.endswith((".h", ".cc", ".inc"))]
+            if name == "cmsis_nn":  # TFLM includes "Include/arm_nnfunctions.h" from the archive's top folder
+                top = members[0].name.split("/")[0]
             tf.extractall(dest, members=members)
         root = os.path.join(dest, top)
         roots[name] = os.path.join(root, "include") if name == "flatbuffers" else root
+        if name == "cmsis_nn":
+            roots["cmsis_nn_include"] = os.path.join(root, "Include")
     return roots
 
 
@@ -152,6 +173,11 @@ def generate(third_party):
     with tempfile.TemporaryDirectory() as tmp:
         roots = extract(third_party, tmp)
         for profile in PROFILES:
+            if profile == "cortex-m-cmsis-nn":
+                sizes = measure(profile, roots, list(CMSIS_NN_OP_DATA.values()), tmp)
+                out[profile] = {"op_data": {op: sz[0] for op, sz in zip(CMSIS_NN_OP_DATA, sizes)}}
+                print("gen_tflm_abi: %s done" % profile, file=sys.stderr)
+                continue
             items = list(CORE.values()) + [(_BD, t) for t in BUILTIN_DATA.values()] + list(OP_DATA.values())
             sizes = measure(profile, roots, items, tmp)
             n1, n2 = len(CORE), len(CORE) + len(BUILTIN_DATA)

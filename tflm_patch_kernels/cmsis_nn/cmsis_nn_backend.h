@@ -1,0 +1,74 @@
+/* The CMSIS-NN backend of the patch kernels (built with -DTFMCU_CMSIS_NN for Cortex-M; see tfmcu_common.h for the
+ * backend seam and op_table.c for where it plugs in).
+ *
+ * CONV_2D, DEPTHWISE_CONV_2D and ADD run through CMSIS-NN's s8 kernels (arm_convolve_wrapper_s8,
+ * arm_depthwise_conv_wrapper_s8, arm_elementwise_add_s8) on the patch buffers, with each tile's own top / left
+ * padding (bottom / right padding is where the box ends, as in CMSIS-NN). CMSIS-NN reads and writes dense boxes
+ * (row stride = width x channels); a patch buffer is dense, but the stage input (read in place) and the stage output
+ * (written in place) are boxes inside whole tensors. Such a layer runs one output row per call: the output row is
+ * always contiguous, and the input rows its window reads are copied into a staging area of the kernel buffer when the
+ * input box is not dense. Results are bit-exact with the portable kernels (TFLite's reference kernels): CMSIS-NN
+ * built without CMSIS_NN_USE_SINGLE_ROUNDING requantizes with TFLite's double rounding.
+ *
+ * Configurations CMSIS-NN does not cover the same way run the portable kernel: grouped or dilated convolutions,
+ * depth multipliers other than 1, offsets outside CMSIS-NN's documented ranges (input offset [-127, 128], output
+ * offset [-128, 127]). PAD, pooling and QUANTIZE are portable in every build.
+ *
+ * Kernel buffer of a layer (the *_scratch functions, summed into the stage's scratch at prepare): CMSIS-NN's own
+ * *_get_buffer_size for the call's dimensions, rounded up to 4, plus kernel_h x input width x channels of staging
+ * when the input box is not dense.
+ */
+#ifndef TFMCU_PATCH_KERNELS_CMSIS_NN_CMSIS_NN_BACKEND_H_
+#define TFMCU_PATCH_KERNELS_CMSIS_NN_CMSIS_NN_BACKEND_H_
+
+#include "arm_nn_types.h"
+#include "tfmcu_common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The op-table entries (TfmcuOpBackendRunFn / TfmcuOpBackendScratchFn). */
+TfmcuStatus tfmcu_conv2d_cmsis_nn_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
+                                      int32_t pad_left, const TfmcuView* output,
+                                      const TfmcuKernelScratch* kernel_scratch);
+int32_t tfmcu_conv2d_cmsis_nn_scratch(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
+                                      int32_t pad_left, const TfmcuView* output);
+TfmcuStatus tfmcu_depthwise_conv2d_cmsis_nn_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
+                                                int32_t pad_left, const TfmcuView* output,
+                                                const TfmcuKernelScratch* kernel_scratch);
+int32_t tfmcu_depthwise_conv2d_cmsis_nn_scratch(const void* params, const TfmcuConstView* inputs,
+                                                int32_t pad_top, int32_t pad_left, const TfmcuView* output);
+TfmcuStatus tfmcu_add_cmsis_nn_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
+                                   int32_t pad_left, const TfmcuView* output,
+                                   const TfmcuKernelScratch* kernel_scratch);
+
+/* ------------------------------------------------------------------ shared by the window ops (window_rows.c) */
+
+/* One CMSIS-NN call of a window op on a dense input box (in_dims, in) with `pad_top` rows of padding above it,
+ * writing the dense output box (out_dims, out); ctx: the CMSIS-NN buffer. */
+typedef arm_cmsis_nn_status (*TfmcuCmsisWindowCall)(const void* args, const cmsis_nn_context* ctx,
+                                                     const cmsis_nn_dims* in_dims, const int8_t* in,
+                                                     int32_t pad_top, const cmsis_nn_dims* out_dims, int8_t* out);
+
+/* Whether a box is dense (CMSIS-NN's layout: row stride = width x channels). */
+static inline int tfmcu_cmsis_dense(int32_t height, int32_t width, int32_t channels, int32_t row_stride) {
+  return height <= 1 || row_stride == width * channels;
+}
+
+/* Staging bytes a window op with `kernel_h` rows needs for this input box (0 when it is dense). */
+int32_t tfmcu_cmsis_staging_bytes(const TfmcuConstView* input, int32_t kernel_h);
+
+/* Runs `call` on the views: one call when both boxes are dense, else one call per output row (copying the rows a
+ * non-dense input's window reads to the staging area after the first `cmsis_bytes` of the kernel buffer). Stride
+ * `stride_h`, `kernel_h` rows, dilation 1. Returns kTfmcuErrorScratchTooSmall when the kernel buffer is smaller than
+ * cmsis_bytes + the staging the input needs, kTfmcuErrorShapeMismatch when CMSIS-NN rejects the call. */
+TfmcuStatus tfmcu_cmsis_window_rows(TfmcuCmsisWindowCall call, const void* args, const TfmcuConstView* input,
+                                    int32_t pad_top, int32_t kernel_h, int32_t stride_h, const TfmcuView* output,
+                                    const TfmcuKernelScratch* kernel_scratch, int32_t cmsis_bytes);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif  /* TFMCU_PATCH_KERNELS_CMSIS_NN_CMSIS_NN_BACKEND_H_ */

@@ -1,0 +1,84 @@
+/* CONV_2D through CMSIS-NN's arm_convolve_wrapper_s8: see cmsis_nn_backend.h. */
+#include "cmsis_nn/cmsis_nn_backend.h"
+
+#include "arm_nnfunctions.h"
+#include "conv2d.h"
+
+/* What CMSIS-NN runs like the portable kernel: see cmsis_nn_backend.h. */
+static int tfmcu_conv2d_cmsis_nn_covers(const TfmcuConvParams* p) {
+  return p->groups == 1 && p->dilation_h == 1 && p->dilation_w == 1 && p->input_offset >= -127 &&
+         p->input_offset <= 128 && p->output_offset >= -128 && p->output_offset <= 127;
+}
+
+static cmsis_nn_conv_params tfmcu_conv2d_cmsis_nn_params(const TfmcuConvParams* p, int32_t pad_top,
+                                                         int32_t pad_left) {
+  cmsis_nn_conv_params c;
+  c.input_offset = p->input_offset;
+  c.output_offset = p->output_offset;
+  c.stride.w = p->stride_w;
+  c.stride.h = p->stride_h;
+  c.padding.w = pad_left;
+  c.padding.h = pad_top;
+  c.dilation.w = 1;
+  c.dilation.h = 1;
+  c.activation.min = p->act_min;
+  c.activation.max = p->act_max;
+  return c;
+}
+
+/* CMSIS-NN's buffer for calls on this input box (its size does not depend on the rows of a call). */
+static int32_t tfmcu_conv2d_cmsis_nn_buffer(const TfmcuConvParams* p, const TfmcuConstView* in,
+                                            const TfmcuView* out) {
+  const cmsis_nn_conv_params c = tfmcu_conv2d_cmsis_nn_params(p, 0, 0);
+  const cmsis_nn_dims in_dims = {1, in->height, in->width, in->channels};
+  const cmsis_nn_dims filter_dims = {out->channels, p->kernel_h, p->kernel_w, in->channels};
+  const cmsis_nn_dims out_dims = {1, out->height, out->width, out->channels};
+  return arm_convolve_wrapper_s8_get_buffer_size(&c, &in_dims, &filter_dims, &out_dims);
+}
+
+typedef struct {
+  const TfmcuConvParams* p;
+  int32_t pad_left;
+} TfmcuConvCall;
+
+static arm_cmsis_nn_status tfmcu_conv2d_cmsis_nn_call(const void* args, const cmsis_nn_context* ctx,
+                                                      const cmsis_nn_dims* in_dims, const int8_t* in,
+                                                      int32_t pad_top, const cmsis_nn_dims* out_dims,
+                                                      int8_t* out) {
+  const TfmcuConvCall* a = (const TfmcuConvCall*)args;
+  const cmsis_nn_conv_params c = tfmcu_conv2d_cmsis_nn_params(a->p, pad_top, a->pad_left);
+  cmsis_nn_per_channel_quant_params quant;
+  quant.multiplier = (int32_t*)a->p->output_multiplier;  /* CMSIS-NN only reads them */
+  quant.shift = (int32_t*)a->p->output_shift;
+  const cmsis_nn_dims filter_dims = {out_dims->c, a->p->kernel_h, a->p->kernel_w, in_dims->c};
+  const cmsis_nn_dims bias_dims = {1, 1, 1, out_dims->c};
+  return arm_convolve_wrapper_s8(ctx, &c, &quant, in_dims, in, &filter_dims, a->p->filter, &bias_dims, a->p->bias,
+                                 out_dims, out);
+}
+
+int32_t tfmcu_conv2d_cmsis_nn_scratch(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
+                                      int32_t pad_left, const TfmcuView* output) {
+  (void)pad_top;
+  (void)pad_left;
+  const TfmcuConvParams* p = (const TfmcuConvParams*)params;
+  if (!tfmcu_conv2d_cmsis_nn_covers(p)) {
+    return 0;
+  }
+  const int32_t cmsis = tfmcu_conv2d_cmsis_nn_buffer(p, &inputs[0], output);
+  return (cmsis + 3) / 4 * 4 + tfmcu_cmsis_staging_bytes(&inputs[0], p->kernel_h);
+}
+
+TfmcuStatus tfmcu_conv2d_cmsis_nn_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
+                                      int32_t pad_left, const TfmcuView* output,
+                                      const TfmcuKernelScratch* kernel_scratch) {
+  const TfmcuConvParams* p = (const TfmcuConvParams*)params;
+  if (p == NULL || inputs == NULL || output == NULL) {
+    return kTfmcuErrorNullPointer;
+  }
+  if (!tfmcu_conv2d_cmsis_nn_covers(p)) {
+    return tfmcu_conv2d_s8(p, &inputs[0], pad_top, pad_left, output);
+  }
+  const TfmcuConvCall call = {p, pad_left};
+  return tfmcu_cmsis_window_rows(tfmcu_conv2d_cmsis_nn_call, &call, &inputs[0], pad_top, p->kernel_h, p->stride_h,
+                                 output, kernel_scratch, tfmcu_conv2d_cmsis_nn_buffer(p, &inputs[0], output));
+}
