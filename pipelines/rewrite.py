@@ -33,7 +33,8 @@ flags.DEFINE_bool("inplace", False,
                   "Custom mode: plan the rest of the graph in place (an op's output may overlap an input that dies "
                   "there, TinyEngine-style) where TFLM's reference kernels read before they overwrite. Valid for "
                   "TFLM's reference kernels (the tflite-micro wheel, TFLM's default build), not for optimized "
-                  "kernels such as CMSIS-NN; verify checks it bit-exact in TFLM.")
+                  "kernels such as CMSIS-NN (deploy such a model with --kernels=reference; deploy's default, CMSIS-NN, "
+                  "refuses it); verify checks it bit-exact in TFLM.")
 flags.DEFINE_bool("measure", True, "Measure both models' arenas in the TFLM interpreter (auto mode needs it to "
                                    "guarantee the rewritten arena is not larger, and to check --sram_kb).")
 _cli.define_output_flags()

@@ -320,11 +320,29 @@ CMSIS_BENCH_VARIANTS = ("ref", "cmsis", "ref_p", "cmsis_p")
 CMSIS_WHOLE_TARGET = {"mbv2_100_224": 1.15, "mbv2_rd_224": 1.08}
 
 
+# The other zoo models, patched with the CMSIS-NN backend only (bit-exactness and arena over the zoo's features).
+CMSIS_ZOO_MODELS = ("kernels_symmetric", "keras_mobilenet_v1", "resnet_like", "tiny_per_tensor", "tiny_float_input",
+                    "mbv2_035_144")
+
+
 def cmsis_nn_section(o: BenchOptions) -> dict[str, Any]:
     pkg = "tflm_patch_kernels/tflm"
     tests = [f"bench_{m}_{v}_{t}_test" for m in CMSIS_BENCH_MODELS for v in CMSIS_BENCH_VARIANTS
              for t in ("cortex_m4", "cortex_m7")]
-    reports = dict(zip(tests, _firmware_reports("cmsis_nn", pkg, tests)))
+    zoo_tests = [f"bench_zoo_{m}_cmsis_p_{t}_test" for m in CMSIS_ZOO_MODELS for t in ("cortex_m4", "cortex_m7")]
+    reports = dict(zip(tests + zoo_tests, _firmware_reports("cmsis_nn", pkg, tests + zoo_tests)))
+    zoo_rows = []
+    for test in zoo_tests:
+        rep = reports[test]
+        res = rep["result"]
+        with open(os.path.join(ROOT, "bazel-bin", pkg, f"{test}.runfiles", "tfmcu_ws", pkg,
+                               test.rsplit("_cortex", 1)[0] + "_expect.json")) as f:
+            host = json.load(f)["host"]
+        zoo_rows.append({"test": test, "model": host["model"], "what": host["what"], "target": res["target"],
+                         "invoke_insns": min(g["insns"] for g in res["regions"] if g["name"] == "invoke"),
+                         "arena_used_bytes": res["arena_used_bytes"],
+                         "arena_predicted": host["predicted_arena_bytes_cortex_m"],
+                         "equal_tflite": not rep["problems"]})
     rows = []
     for m, title in CMSIS_BENCH_MODELS.items():
         for t in ("cortex_m4", "cortex_m7"):
@@ -376,8 +394,14 @@ def cmsis_nn_section(o: BenchOptions) -> dict[str, Any]:
                   " / ".join(f"{r[v]['arena_used_bytes']:,}" for v in CMSIS_BENCH_VARIANTS) + " | " +
                   ("yes" if all(r[v]["equal_reference"] for v in CMSIS_BENCH_VARIANTS) else "NO") +
                   ("" if r["ref"]["reference"].startswith("TF Lite") else " (= TFLM's; see note)") + " |")
+    md += ["", "| zoo model, CMSIS-NN backend | core | instructions / Invoke | TFLM arena measured = predicted (B) | "
+           "outputs = TF Lite |", "|---|---|---:|---:|---|"]
+    for z in zoo_rows:
+        md.append(f"| {z['model']} ({z['what']}) | {z['target']} | {z['invoke_insns']:,} | {z['arena_used_bytes']:,}"
+                  f"{'' if z['arena_used_bytes'] == z['arena_predicted'] else ' (predicted %d)' % z['arena_predicted']}"
+                  f" | {'yes' if z['equal_tflite'] else 'NO'} |")
     _cmsis_plot(rows, os.path.join(o.out_dir, "cmsis_nn.png"))
-    return {"rows": rows, "markdown": "\n".join(md) + "\n", "plot": "cmsis_nn.png"}
+    return {"rows": rows, "zoo_rows": zoo_rows, "markdown": "\n".join(md) + "\n", "plot": "cmsis_nn.png"}
 
 
 def _cmsis_plot(rows: list[dict[str, Any]], path: str) -> None:

@@ -16,7 +16,9 @@ out channel; the window read before the output byte is written), the least numbe
 must start before the input: writing output byte o must not touch an input byte any later step still reads, i.e.
 D >= o + 1 - (smallest input byte read after o is written), maximised over o. Optimised kernels that read in another
 order (CMSIS-NN's im2col / 3x3 depthwise paths) do not share that guarantee: in-place plans are for TFLM's reference
-kernels (the tflite-micro wheel, TFLM's default build), which is where ``verify`` checks them bit-exact.
+kernels (the tflite-micro wheel, TFLM's default build), which is where ``verify`` checks them bit-exact; ``deploy``
+refuses an in-place model with ``--kernels=cmsis_nn`` (one line) and the firmware generator with ``--kernels
+cmsis_nn --inplace`` (tools/gen/gen_model_whole.py).
 """
 
 from __future__ import annotations
