@@ -169,11 +169,13 @@ def _generated_firmware(name, tool, args, source, srcs, deps, targets, timeout_s
         # Built only through platform_files (one run for every configuration that uses the outputs).
         tags = ["manual"],
     )
-    platform_files(name = name + "_src", srcs = [src], platform = "//tools/bazel/arm:generator_host")
+    # `tags` here too: `bazel test //...` builds every target that is not manual, and these two run the generator.
+    platform_files(name = name + "_src", srcs = [src], platform = "//tools/bazel/arm:generator_host", tags = tags)
     platform_files(
         name = name + "_expect",
         srcs = [name + "_expect.json"],
         platform = "//tools/bazel/arm:generator_host",
+        tags = tags,
     )
     mcu_firmware(
         name = name,

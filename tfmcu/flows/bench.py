@@ -418,7 +418,7 @@ def _cmsis_plot(rows: list[dict[str, Any]], path: str) -> None:
             ax.bar([i + (k - 1.5) * width for i in range(len(rows))], [r[v][key] for r in rows], width, label=v)
         ax.set_yscale("log")
         ax.set_xticks(range(len(rows)))
-        ax.set_xticklabels(labels, fontsize=7)
+        ax.set_xticklabels(labels, fontsize=7, rotation=35, ha="right")
         ax.set_ylabel("instructions per inference (QEMU plugin, measured)")
         ax.set_title(f"{what}: TFLM ref / TFLM+CMSIS-NN / patched portable / patched CMSIS-NN")
         ax.legend(fontsize=8)
