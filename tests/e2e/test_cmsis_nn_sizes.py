@@ -63,6 +63,6 @@ def test_python_buffer_sizes_equal_cmsis_nn(tmp_path):
     for case, line in zip(CASES, got):
         kh, kw, c, oc, ph, pw, ih = case
         conv, dw, pool = map(int, line.split())
-        assert cmsis_nn.conv_buffer_bytes(kh, kw, c, ih, 1, (ph, pw)) == conv, case
+        assert cmsis_nn.conv_buffer_bytes(kh, kw, c, (ph, pw)) == conv, case
         assert cmsis_nn.depthwise_buffer_bytes(kh, kw, c, oc, (ph, pw)) == dw, case
         assert cmsis_nn.avgpool_buffer_bytes(c) == pool, case

@@ -337,8 +337,7 @@ def _cmsis_nn_buffer(graph: ir.Graph, op: ir.Op, builtin: str) -> int:
     in_shape = graph.tensors[op.inputs[0]].shape
     pad = (op.padding[0], op.padding[2])
     if builtin == "CONV_2D":
-        return cmsis_nn.conv_buffer_bytes(op.kernel[0], op.kernel[1], in_shape[-1], in_shape[1], op.stride[1], pad,
-                                          tuple(op.dilation))
+        return cmsis_nn.conv_buffer_bytes(op.kernel[0], op.kernel[1], in_shape[-1], pad, tuple(op.dilation))
     return cmsis_nn.depthwise_buffer_bytes(op.kernel[0], op.kernel[1], in_shape[-1], op.out_channels, pad,
                                            tuple(op.dilation))
 

@@ -24,14 +24,13 @@ def align4(n: int) -> int:
     return (n + 3) // 4 * 4
 
 
-def conv_buffer_bytes(kernel_h: int, kernel_w: int, in_channels: int, in_height: int, stride_w: int,
-                      padding: tuple[int, int], dilation: tuple[int, int] = (1, 1)) -> int:
+def conv_buffer_bytes(kernel_h: int, kernel_w: int, in_channels: int, padding: tuple[int, int],
+                      dilation: tuple[int, int] = (1, 1)) -> int:
     """``arm_convolve_wrapper_s8_get_buffer_size`` (DSP): 0 for a 1x1 convolution (padding 0, dilation 1), else
     arm_convolve_s8's two im2col columns of int16, kernel_h x kernel_w x in_channels rounded up to 4 each (the 1 x N
-    path asks the same)."""
+    path asks the same on DSP cores, so its conditions on the input height and stride do not matter here)."""
     if kernel_h == 1 and kernel_w == 1 and padding == (0, 0) and dilation == (1, 1):
         return 0
-    del in_height, stride_w  # the 1 x N path's condition does not change the size on DSP cores
     return 2 * align4(kernel_h * kernel_w * in_channels) * 2
 
 
@@ -93,7 +92,7 @@ def stage_kernel_scratch_bytes(packed: Any) -> int:
                 dense = in_h <= 1 or in_w == held_w
                 pad = (int(r[_PAD_BEFORE]), int(c[_PAD_BEFORE]))
                 if layer.type == OP_CONV:
-                    need = conv_buffer_bytes(p["kernel_h"], p["kernel_w"], channels, in_h, p["stride_w"], (0, 0))
+                    need = conv_buffer_bytes(p["kernel_h"], p["kernel_w"], channels, (0, 0))
                 else:
                     need = depthwise_buffer_bytes(p["kernel_h"], p["kernel_w"], channels, out_channels, pad)
                 need = align4(need) + (0 if dense else align4(p["kernel_h"] * in_w * channels))
