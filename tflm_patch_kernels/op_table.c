@@ -16,19 +16,23 @@ TFMCU_LAYOUT(TfmcuPadParams, 0, value, value, 1);
 TFMCU_LAYOUT(TfmcuPoolParams, 0, filter_h, act_max, 6);
 TFMCU_LAYOUT(TfmcuQuantizeParams, 0, scale, zero_point, 2);
 
-/* The optimised backend compiled in (tfmcu_common.h): CONV_2D, DEPTHWISE_CONV_2D and ADD through CMSIS-NN with
- * -DTFMCU_CMSIS_NN (cmsis_nn/), none otherwise. */
+/* The optimised backend compiled in (tfmcu_common.h): CONV_2D, DEPTHWISE_CONV_2D, ADD and the two poolings through
+ * CMSIS-NN with -DTFMCU_CMSIS_NN (cmsis_nn/), none otherwise. */
 #ifdef TFMCU_CMSIS_NN
 #include "cmsis_nn/cmsis_nn_backend.h"
 #define TFMCU_BACKEND_NAME "cmsis_nn"
 #define TFMCU_CONV2D_BACKEND tfmcu_conv2d_cmsis_nn_run, tfmcu_conv2d_cmsis_nn_scratch
 #define TFMCU_DEPTHWISE_CONV2D_BACKEND tfmcu_depthwise_conv2d_cmsis_nn_run, tfmcu_depthwise_conv2d_cmsis_nn_scratch
 #define TFMCU_ADD_BACKEND tfmcu_add_cmsis_nn_run, NULL
+#define TFMCU_AVG_POOL2D_BACKEND tfmcu_avg_pool2d_cmsis_nn_run, tfmcu_avg_pool2d_cmsis_nn_scratch
+#define TFMCU_MAX_POOL2D_BACKEND tfmcu_max_pool2d_cmsis_nn_run, tfmcu_max_pool2d_cmsis_nn_scratch
 #else
 #define TFMCU_BACKEND_NAME "portable"
 #define TFMCU_CONV2D_BACKEND NULL, NULL
 #define TFMCU_DEPTHWISE_CONV2D_BACKEND NULL, NULL
 #define TFMCU_ADD_BACKEND NULL, NULL
+#define TFMCU_AVG_POOL2D_BACKEND NULL, NULL
+#define TFMCU_MAX_POOL2D_BACKEND NULL, NULL
 #endif
 
 /* {num_inputs, input dtype, sizeof params, num_arrays, num_words, array_sizes, window, check, run, backend_run,
@@ -45,9 +49,9 @@ static const TfmcuOpInfo kTfmcuOps[] = {
     [kTfmcuOpPad] = {1, kTfmcuInt8, sizeof(TfmcuPadParams), 0, 1, NULL, tfmcu_pad_op_window, tfmcu_pad_op_check,
                      tfmcu_pad_op_run, NULL, NULL},
     [kTfmcuOpAveragePool2D] = {1, kTfmcuInt8, sizeof(TfmcuPoolParams), 0, 6, NULL, tfmcu_avg_pool2d_op_window,
-                               tfmcu_avg_pool2d_op_check, tfmcu_avg_pool2d_op_run, NULL, NULL},
+                               tfmcu_avg_pool2d_op_check, tfmcu_avg_pool2d_op_run, TFMCU_AVG_POOL2D_BACKEND},
     [kTfmcuOpMaxPool2D] = {1, kTfmcuInt8, sizeof(TfmcuPoolParams), 0, 6, NULL, tfmcu_max_pool2d_op_window,
-                           tfmcu_max_pool2d_op_check, tfmcu_max_pool2d_op_run, NULL, NULL},
+                           tfmcu_max_pool2d_op_check, tfmcu_max_pool2d_op_run, TFMCU_MAX_POOL2D_BACKEND},
     [kTfmcuOpQuantize] = {1, kTfmcuFloat32, sizeof(TfmcuQuantizeParams), 0, 2, NULL, NULL, tfmcu_quantize_op_check,
                           tfmcu_quantize_op_run, NULL, NULL},
 };

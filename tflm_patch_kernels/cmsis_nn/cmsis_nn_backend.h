@@ -1,8 +1,9 @@
 /* The CMSIS-NN backend of the patch kernels (built with -DTFMCU_CMSIS_NN for Cortex-M; see tfmcu_common.h for the
  * backend seam and op_table.c for where it plugs in).
  *
- * CONV_2D, DEPTHWISE_CONV_2D and ADD run through CMSIS-NN's s8 kernels (arm_convolve_wrapper_s8,
- * arm_depthwise_conv_wrapper_s8, arm_elementwise_add_s8) on the patch buffers, with each tile's own top / left
+ * CONV_2D, DEPTHWISE_CONV_2D, ADD, AVERAGE_POOL_2D and MAX_POOL_2D run through CMSIS-NN's s8 kernels
+ * (arm_convolve_wrapper_s8, arm_depthwise_conv_wrapper_s8, arm_elementwise_add_s8, arm_avgpool_s8, arm_max_pool_s8)
+ * on the patch buffers, with each tile's own top / left
  * padding (bottom / right padding is where the box ends, as in CMSIS-NN). CMSIS-NN reads and writes dense boxes
  * (row stride = width x channels); a patch buffer is dense, but the stage input (read in place) and the stage output
  * (written in place) are boxes inside whole tensors. Such a layer runs one output row per call: the output row is
@@ -12,11 +13,12 @@
  *
  * Configurations CMSIS-NN does not cover the same way run the portable kernel: grouped or dilated convolutions,
  * depth multipliers other than 1, offsets outside CMSIS-NN's documented ranges (input offset [-127, 128], output
- * offset [-128, 127]). PAD, pooling and QUANTIZE are portable in every build.
+ * offset [-128, 127]), pooling tiles with a window that holds no input pixel (the portable kernel reports it). PAD
+ * and QUANTIZE are portable in every build.
  *
- * Kernel buffer of a layer (the *_scratch functions, summed into the stage's scratch at prepare): CMSIS-NN's own
- * *_get_buffer_size for the call's dimensions, rounded up to 4, plus kernel_h x input width x channels of staging
- * when the input box is not dense.
+ * Kernel buffer of a layer (the *_scratch functions; the stage's is their maximum, placed after the patch buffers at
+ * prepare): CMSIS-NN's own *_get_buffer_size for the call's dimensions, rounded up to 4, plus kernel_h x input width
+ * x channels of staging when the input box is not dense. tfmcu/plan/cmsis_nn.py computes the same offline.
  */
 #ifndef TFMCU_PATCH_KERNELS_CMSIS_NN_CMSIS_NN_BACKEND_H_
 #define TFMCU_PATCH_KERNELS_CMSIS_NN_CMSIS_NN_BACKEND_H_
@@ -42,6 +44,16 @@ int32_t tfmcu_depthwise_conv2d_cmsis_nn_scratch(const void* params, const TfmcuC
 TfmcuStatus tfmcu_add_cmsis_nn_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
                                    int32_t pad_left, const TfmcuView* output,
                                    const TfmcuKernelScratch* kernel_scratch);
+TfmcuStatus tfmcu_avg_pool2d_cmsis_nn_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
+                                          int32_t pad_left, const TfmcuView* output,
+                                          const TfmcuKernelScratch* kernel_scratch);
+int32_t tfmcu_avg_pool2d_cmsis_nn_scratch(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
+                                          int32_t pad_left, const TfmcuView* output);
+TfmcuStatus tfmcu_max_pool2d_cmsis_nn_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
+                                          int32_t pad_left, const TfmcuView* output,
+                                          const TfmcuKernelScratch* kernel_scratch);
+int32_t tfmcu_max_pool2d_cmsis_nn_scratch(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
+                                          int32_t pad_left, const TfmcuView* output);
 
 /* ------------------------------------------------------------------ shared by the window ops (window_rows.c) */
 
@@ -54,6 +66,17 @@ typedef arm_cmsis_nn_status (*TfmcuCmsisWindowCall)(const void* args, const cmsi
 /* Whether a box is dense (CMSIS-NN's layout: row stride = width x channels). */
 static inline int tfmcu_cmsis_dense(int32_t height, int32_t width, int32_t channels, int32_t row_stride) {
   return height <= 1 || row_stride == width * channels;
+}
+
+/* Whether a pooling tile runs through CMSIS-NN: same channels in and out, and every output's window holds at least
+ * one input pixel (CMSIS-NN's max pool does not check it; windows move monotonically, so the first and the last
+ * output of each axis decide). */
+static inline int tfmcu_cmsis_pool_covers(int32_t filter_h, int32_t filter_w, int32_t stride_h, int32_t stride_w,
+                                          const TfmcuConstView* in, int32_t pad_top, int32_t pad_left,
+                                          const TfmcuView* out) {
+  return in->channels == out->channels && out->height > 0 && out->width > 0 && pad_top >= 0 && pad_left >= 0 &&
+         filter_h > pad_top && filter_w > pad_left && (out->height - 1) * stride_h - pad_top < in->height &&
+         (out->width - 1) * stride_w - pad_left < in->width;
 }
 
 /* Staging bytes a window op with `kernel_h` rows needs for this input box (0 when it is dense). */

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfmcu.kernels.ops import OP_CONV, OP_DEPTHWISE
+from tfmcu.kernels.ops import OP_AVG_POOL, OP_CONV, OP_DEPTHWISE, OP_MAX_POOL
 
 # CSpan fields (tflm_patch_kernels/patch_stage.h): out_start, out_stop, in_start[2], in_stop[2], pad_before[2], ...
 _OUT_START, _OUT_STOP, _IN_START, _IN_STOP, _PAD_BEFORE = 0, 1, 2, 4, 6
@@ -53,8 +53,11 @@ def avgpool_buffer_bytes(channels: int) -> int:
 
 # ------------------------------------------------------------------------------------------ the patch stage
 def _covers(layer: Any) -> bool:
-    """What the backend runs through CMSIS-NN (cmsis_nn/*_cmsis_nn.c: *_covers); the rest is portable."""
+    """What the backend runs through CMSIS-NN (cmsis_nn/*_cmsis_nn.c: *_covers); the rest is portable. Pooling
+    tiles of a valid stage always qualify (every window holds an input pixel: tfmcu_cmsis_pool_covers)."""
     p = layer.params
+    if layer.type in (OP_AVG_POOL, OP_MAX_POOL):
+        return True
     if p.get("dilation_h", 1) != 1 or p.get("dilation_w", 1) != 1:
         return False
     if not (-127 <= p["input_offset"] <= 128 and -128 <= p["output_offset"] <= 127):
@@ -66,14 +69,16 @@ def _covers(layer: Any) -> bool:
 
 def stage_kernel_scratch_bytes(packed: Any) -> int:
     """The kernel buffer ``tfmcu_stage_prepare`` computes with -DTFMCU_CMSIS_NN for ``packed`` (a
-    ``tfmcu.kernels.pack.PackedStage``): max over conv / depthwise layers and patches of align4(CMSIS-NN's buffer
-    for the tile) + the staging rows of a non-dense input box (kernel_h x box width x channels, rounded up to 4)."""
+    ``tfmcu.kernels.pack.PackedStage``): max over the window layers (conv, depthwise, pooling) and patches of
+    align4(CMSIS-NN's buffer for the tile) + the staging rows of a non-dense input box (kernel_h x box width x
+    channels, rounded up to 4)."""
     most = 0
     rows, cols = packed.row_spans, packed.col_spans
     for l, layer in enumerate(packed.layers):
-        if layer.type not in (OP_CONV, OP_DEPTHWISE) or not _covers(layer):
+        if layer.type not in (OP_CONV, OP_DEPTHWISE, OP_AVG_POOL, OP_MAX_POOL) or not _covers(layer):
             continue
         p = layer.params
+        kernel_h = p["filter_h"] if layer.type in (OP_AVG_POOL, OP_MAX_POOL) else p["kernel_h"]
         t = packed.layer_inputs[l][0]
         full_w = packed.tensor_shapes[t][1]
         channels = packed.tensor_shapes[t][2]
@@ -93,9 +98,13 @@ def stage_kernel_scratch_bytes(packed: Any) -> int:
                 pad = (int(r[_PAD_BEFORE]), int(c[_PAD_BEFORE]))
                 if layer.type == OP_CONV:
                     need = conv_buffer_bytes(p["kernel_h"], p["kernel_w"], channels, (0, 0))
-                else:
+                elif layer.type == OP_DEPTHWISE:
                     need = depthwise_buffer_bytes(p["kernel_h"], p["kernel_w"], channels, out_channels, pad)
-                need = align4(need) + (0 if dense else align4(p["kernel_h"] * in_w * channels))
+                elif layer.type == OP_AVG_POOL:
+                    need = avgpool_buffer_bytes(channels)
+                else:
+                    need = 0
+                need = align4(need) + (0 if dense else align4(kernel_h * in_w * channels))
                 most = max(most, need)
     return most
 

@@ -32,6 +32,7 @@ from tfmcu.kernels.ops import layer_spec  # noqa: E402
 from tfmcu.kernels.pack import pack_stage  # noqa: E402
 from tfmcu.nets.convert import random_representative, to_int8_tflite  # noqa: E402
 from tfmcu.nets.zoo import all_kernels_model, dilate_convs  # noqa: E402
+from tfmcu.plan import cmsis_nn  # noqa: E402
 from tfmcu.plan.regions import largest_prefix, plan  # noqa: E402
 from tfmcu.runtime.model_io import random_inputs  # noqa: E402
 from tfmcu.runtime.tflite import tflite_all_tensors  # noqa: E402
@@ -180,6 +181,9 @@ def golden_stage() -> str:
         touched, got = touched_scratch(p, x)
         assert np.array_equal(got, ref) and touched == p.scratch_bytes, name
         out.append(stage_to_c(p, name, static=True).replace('#include "patch_stage.h"\n', ""))
+        out.append(f"/* The prepared scratch with -DTFMCU_CMSIS_NN (patch buffers + CMSIS-NN kernel buffer), as "
+                   f"tfmcu.plan.cmsis_nn predicts it. */\n#define {name.upper()}_CMSIS_NN_SCRATCH_BYTES "
+                   f"{cmsis_nn.stage_scratch_bytes(p)}u\n")
         out.append(c_array("float" if x.dtype == np.float32 else "int8_t", f"{name}_input", x))
         out.append(c_array("int8_t", f"{name}_expected", ref) + "\n")
         names.append(name)
