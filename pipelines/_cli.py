@@ -97,8 +97,10 @@ def define_seed_flag() -> None:
 
 # flag -> (absl kind, TrainConfig / Recipe field, extra keyword arguments, help)
 _TRAINING: dict[str, tuple[str, str, dict[str, Any], str]] = {
-    "dataset": ("string", "dataset", {}, "fashion_mnist, mnist, or a folder <root>/<class>/*.png|jpg"),
-    "data_dir": ("string", "data_dir", {}, "Folder with the IDX files of fashion_mnist / mnist"),
+    "dataset": ("string", "dataset", {}, "fashion_mnist, mnist, scenes[:key=value,...] (small objects on cluttered "
+                                         "canvases: tfmcu.scenes), or a folder <root>/<class>/*.png|jpg"),
+    "data_dir": ("string", "data_dir", {},
+                 "Folder with the IDX files of fashion_mnist / mnist (scenes: those of its objects)"),
     "epochs": ("integer", "recipe.epochs", {"lower_bound": 0}, "Float training epochs"),
     "qat_epochs": ("integer", "recipe.qat_epochs", {"lower_bound": 0},
                    "Quantization-aware training epochs (0: post-training quantization)"),
@@ -120,7 +122,8 @@ _TRAINING: dict[str, tuple[str, str, dict[str, Any], str]] = {
     "augment": ("bool", "recipe.augment", {}, "Random shift (and flip where the classes allow it)"),
     "flip": ("enum", "recipe.flip", {"enum_values": ["auto", "yes", "no"]}, "Horizontal flips: auto = not for digits"),
     "val_split": ("float", "val_split", {"lower_bound": 0},
-                  "Validation samples held out of the training set (or a fraction < 1)"),
+                  "Validation samples held out of the training set (or a fraction < 1); data sets with their own "
+                  "validation split (scenes) use it instead"),
     "train_subset": ("integer", "train_subset", {"lower_bound": 1}, "Train on a seeded subset of this many samples"),
     "steps_per_epoch": ("integer", "steps_per_epoch", {"lower_bound": 1}, "Cap the steps of an epoch"),
     "qat_steps_per_epoch": ("integer", "qat_steps_per_epoch", {"lower_bound": 1}, "Cap the steps of a QAT epoch"),

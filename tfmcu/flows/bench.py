@@ -8,6 +8,9 @@ out/bench/<section>.json (rows for scripts) and out/bench/<section>.md (the tabl
   the graph planned disjoint and in place, bit-exactness; the in-place plans' pairs and lower bounds.
 - firmware: the patch stage on Cortex-M4/M7 under QEMU, p x p vs p = 1 instruction counts against MAC overhead.
 - train: the full training recipe on Fashion-MNIST at 96x96 (about 1.5 h on 2 cores; resumes from checkpoints).
+- resolution: one fixed network trained on the scenes task (``tfmcu.scenes``: small objects on cluttered 128 px
+  canvases) at several input resolutions; test accuracy against resolution (float and int8), with MACs and the
+  measured TFLM arena of each (about 25 min on 2 cores; resumes from checkpoints).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tfmcu.errors import UsageError
-from tfmcu.files import write_outputs
+from tfmcu.files import figure_png, write_outputs
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.nets import zoo
 from tfmcu.plan import memory_plan
@@ -39,7 +42,7 @@ from tfmcu.train.config import Recipe, TrainConfig
 from tfmcu.train.loop import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SECTIONS = ("rewrite", "custom", "firmware", "tflm_firmware", "cmsis_nn", "train")
+SECTIONS = ("rewrite", "custom", "firmware", "tflm_firmware", "cmsis_nn", "train", "resolution")
 
 
 @dataclass
@@ -48,10 +51,6 @@ class BenchOptions:
     sections: tuple[str, ...] = SECTIONS
     zoo_cache: str = "out/zoo"  # converted zoo models
     samples: int = 8  # random inputs for the bit-exactness checks
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 # model -> (auto-mode budget as a fraction of the original's measured arena, fixed schedules)
@@ -462,11 +461,71 @@ def train_section(o: BenchOptions) -> dict[str, Any]:
     return {"rows": rows, "markdown": "\n".join(md) + "\n"}
 
 
+# The scenes task and the fixed network the resolution section trains (one seed, the same recipe at every resolution).
+RESOLUTION_DATASET = "scenes:canvas=128,object_px=10-24,distractors=2-5,train=4000,val=500,test=1000,seed=0"
+RESOLUTION_MODEL = "mcunet-demo"
+RESOLUTIONS = (32, 64, 128)
+RESOLUTION_RECIPE = Recipe(epochs=12, qat_epochs=0, batch_size=64, lr=0.05, warmup_epochs=1.0)
+
+
+def resolution_section(o: BenchOptions) -> dict[str, Any]:
+    rows = []
+    for resolution in RESOLUTIONS:
+        t0 = time.time()
+        folder = os.path.join(o.out_dir, "resolution", f"{RESOLUTION_MODEL}_{resolution}")
+        cfg = TrainConfig(model=RESOLUTION_MODEL, dataset=RESOLUTION_DATASET, resolution=resolution,
+                          recipe=RESOLUTION_RECIPE, resume=True)
+        log(f"[resolution] {RESOLUTION_MODEL} @ {resolution} on {RESOLUTION_DATASET}: {cfg.recipe.epochs} epochs, "
+            f"outputs in {folder}")
+        r = train(cfg, folder, log=log)
+        a = r["accuracy"]
+        rows.append({"model": RESOLUTION_MODEL, "dataset": RESOLUTION_DATASET, "resolution": resolution,
+                     "epochs": cfg.recipe.epochs, "float": a["float"], "int8_tflm": a["int8_tflm"],
+                     "int8_tflite": a["int8_tflite"], "test_samples": a["int8_test_samples"],
+                     "best_val": max((e["val_accuracy"] for e in r["history"]["float"]), default=None),
+                     "macs": r["macs"], "tflm_arena_bytes": r["memory"]["tflm_arena_bytes"],
+                     "analytic_peak_bytes": r["memory"]["analytic_peak_bytes"], "wall_s": round(time.time() - t0)})
+    _resolution_plot(rows, os.path.join(o.out_dir, "resolution.png"))
+    md = [f"{RESOLUTION_MODEL} trained from scratch at each resolution on `{RESOLUTION_DATASET}` (float, then int8 "
+          f"post-training quantization; test split, measured by this code in TF / TFLM):", "",
+          "| input | float test acc. | int8 TFLM test acc. | MACs | TFLM arena (measured) | analytic peak |",
+          "|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        md.append(f"| {r['resolution']}x{r['resolution']} | {r['float']:.2%} | {r['int8_tflm']:.2%} | "
+                  f"{r['macs'] / 1e6:.1f}M | {r['tflm_arena_bytes'] / 1024:.1f} kB | "
+                  f"{r['analytic_peak_bytes'] / 1024:.1f} kB |")
+    return {"rows": rows, "markdown": "\n".join(md) + "\n", "plot": "resolution.png"}
+
+
+def _resolution_plot(rows: list[dict[str, Any]], path: str) -> None:
+    """Test accuracy against input resolution (float and int8), with each point's measured TFLM arena."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    res = [r["resolution"] for r in rows]
+    ax.plot(res, [100 * r["float"] for r in rows], "o-", label="float")
+    ax.plot(res, [100 * r["int8_tflm"] for r in rows], "s--", label="int8 (TFLM)")
+    for r in rows:
+        ax.annotate(f"{r['tflm_arena_bytes'] / 1024:.0f} kB", (r["resolution"], 100 * r["int8_tflm"]),
+                    textcoords="offset points", xytext=(4, -12), fontsize=8)
+    ax.axhline(10, color="grey", linestyle=":", linewidth=1, label="chance (10 classes)")
+    ax.set_xticks(res)
+    ax.set_xlabel("input resolution (px; the scenes are 128 px canvases)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(f"{RESOLUTION_MODEL} on scenes: accuracy vs resolution (labels: TFLM arena)", fontsize=10)
+    ax.legend(fontsize=8)
+    write_outputs({path: figure_png(fig)})
+
+
 def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the chosen sections; each writes its JSON and Markdown under ``o.out_dir`` as soon as it is done."""
     sections: dict[str, Callable[[BenchOptions], dict[str, Any]]] = {
         "rewrite": rewrite_section, "custom": custom_section, "firmware": firmware_section,
-        "tflm_firmware": tflm_firmware_section, "cmsis_nn": cmsis_nn_section, "train": train_section}
+        "tflm_firmware": tflm_firmware_section, "cmsis_nn": cmsis_nn_section, "train": train_section,
+        "resolution": resolution_section}
     unknown = [s for s in o.sections if s not in sections]
     if unknown:
         raise UsageError(f"unknown bench section(s) {', '.join(unknown)}; known: {', '.join(sections)}")

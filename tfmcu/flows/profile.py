@@ -21,6 +21,11 @@ from tfmcu.plan.regions import PatchSchedule, plan
 from tfmcu.plan.search import AnalyticCost, SearchResult, search
 
 KB = 1024
+ACCOUNTING_PHRASES = {  # tfmcu.plan.profiler's modes, for people
+    "separate": "every tensor its own buffer",
+    "paper": "depthwise in place, as MCUNetV2 / TinyEngine count",
+    "tflm_inplace": "the in-place overlaps TFLM's reference kernels allow, outside the patch stage",
+}
 
 
 def profile_report(graph: ir.Graph, schedule: PatchSchedule | None = None, auto: SearchResult | None = None,
@@ -49,7 +54,8 @@ def format_table(report: dict[str, Any]) -> str:
     """A readable per-layer and per-block table, then the totals and the patch summary."""
     out = io.StringIO()
     w = out.write
-    w(f"model {report['model']} ({report['source']}), input {report['resolution']}x{report['resolution']}\n")
+    w(f"model {report['model']} ({report['source']}), input {report['resolution']}x{report['resolution']}, "
+      f"memory accounting: {report['accounting']} ({ACCOUNTING_PHRASES[report['accounting']]})\n")
     w(f"{'#':>3} {'layer':<24} {'op':<18} {'blk':>3} {'in shape':<16} {'out shape':<16} "
       f"{'mem kB':>8} {'MACs':>12}\n")
     for layer in report["layers"]:
@@ -121,7 +127,7 @@ def plot_memory(report: dict[str, Any], sram_bytes: int | None = None) -> bytes:
     ax.set_xticklabels([b["name"] for b in blocks], rotation=60, ha="right", fontsize=8)
     ax.set_ylabel("peak activation memory (kB, int8)")
     peak_kb = report['peak_sram_per_layer_bytes'] / KB
-    title = f"{report['model']} @ {report['resolution']}: per-layer peak {peak_kb:.0f} kB"
+    title = f"{report['model']} @ {report['resolution']} ({report['accounting']}): per-layer peak {peak_kb:.0f} kB"
     if has_patch:
         title += f", patched {report['patch']['peak_sram_bytes'] / KB:.0f} kB"
     ax.set_title(title, fontsize=10)
@@ -153,6 +159,7 @@ def run(o: ProfileOptions, log: Callable[[str], None] = print) -> dict[str, Any]
     graph = load_model(o.model, o.resolution, o.width, o.num_classes).graph
     req = o.schedule
     sram = req.budget_bytes
+    accounting = req.search.accounting
     schedule = auto = None
     if req.auto:
         auto = search(graph, AnalyticCost(req.search.count_input), sram, req.search)
@@ -160,8 +167,8 @@ def run(o: ProfileOptions, log: Callable[[str], None] = print) -> dict[str, Any]
             raise UsageError(f"{o.model}: {auto.message}")
         schedule = auto.chosen.candidate.schedule
     elif req.grid is not None and req.grid != (1, 1):
-        schedule = plan(graph, req.grid, n_blocks=req.patch_blocks, n_ops=req.patch_ops)
-    data = profile_report(graph, schedule, auto, sram)
+        schedule = plan(graph, req.grid, n_blocks=req.patch_blocks, n_ops=req.patch_ops, accounting=accounting)
+    data = profile_report(graph, schedule, auto, sram, profile(graph, accounting))
     png = plot_memory(data, sram) if o.plot_out else None
     write_outputs({o.json_out: data, o.plot_out: png})
     if not o.quiet:

@@ -142,16 +142,16 @@ def _random_groups(order: list[Any], overlap: dict[tuple[str, str], int], rng: r
     return units
 
 
-def _overlaps(graph: ir.Graph) -> dict[tuple[str, str], int]:
+def inplace_overlaps(graph: ir.Graph) -> dict[tuple[str, str], int]:
     """``inplace_pairs`` with the distances rounded up to TFLM's 16-byte buffer alignment (a larger distance is
-    always safe)."""
+    always safe): what the plans use (and the profiler's ``tflm_inplace`` accounting)."""
     return {k: align_up(d, ALIGN) for k, d in inplace_pairs(graph).items()}
 
 
 def lower_bound(graph: ir.Graph, inplace: bool = False) -> int:
     """No plan of ``graph``'s head is smaller: the most bytes alive at one step (less what in-place pairs share)."""
     _, buffers = plan_head(graph)
-    return alive_bound(buffers, _overlaps(graph) if inplace else {})
+    return alive_bound(buffers, inplace_overlaps(graph) if inplace else {})
 
 
 def inplace_lower_bound(graph: ir.Graph) -> int:
@@ -165,7 +165,7 @@ def plan(graph: ir.Graph, tries: int | None = None, seed: int = 0,
     ``tries`` (default 400, 2000 in place) placements are searched, fewer when one reaches the lower bound."""
     tries = tries if tries is not None else (2000 if inplace else 400)
     greedy, buffers = plan_head(graph)
-    overlap = _overlaps(graph) if inplace else {}
+    overlap = inplace_overlaps(graph) if inplace else {}
     tensors = [b for b in buffers if b.name in graph.tensors]
     others = [b for b in buffers if b.name not in graph.tensors]  # kernel scratch: left to TFLM
     base = sorted(tensors + others, key=lambda b: -b.size)

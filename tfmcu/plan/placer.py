@@ -101,6 +101,12 @@ def place(buffers: Sequence[Buffer], overlap: Overlap | None = None,
     return max((b.offset + b.size for b in buffers if b.size > 0), default=0)
 
 
+def shared_bytes(in_size: int, out_size: int, distance: int) -> int:
+    """Bytes an output of ``out_size`` starting ``distance`` bytes before an input of ``in_size`` shares with it
+    (the pair then spans max(out_size, in_size + distance) bytes)."""
+    return max(0, min(in_size, out_size - distance))
+
+
 def alive_bound(buffers: Sequence[Buffer], overlap: Overlap | None = None) -> int:
     """A lower bound of any layout's end: the most bytes alive at one step, less what in-place pairs can share."""
     by_name = {b.name: b for b in buffers}
@@ -111,6 +117,6 @@ def alive_bound(buffers: Sequence[Buffer], overlap: Overlap | None = None) -> in
         for (y, x), d in (overlap or {}).items():
             by, bx = by_name.get(y), by_name.get(x)
             if by and bx and by.first <= t <= by.last and bx.first <= t <= bx.last:
-                alive -= bx.size + by.size - max(by.size, bx.size + d, bx.size)
+                alive -= shared_bytes(bx.size, by.size, d)
         best = max(best, alive)
     return best

@@ -13,6 +13,10 @@ Accounting (all int8 bytes, as deployed):
 * memory: the full stage-output buffer(s) + one patch's working set by the same alive-tensor rule the profiler
   uses; with the input image counted the whole image is held during the stage (each patch reads its window in
   place), without it only one patch's input window is held (streamed input). Peak = max(stage, rest of the net).
+  ``accounting`` (``tfmcu.plan.profiler.ACCOUNTINGS``) says what an output shares with a dying input: the rest of
+  the net per layer as the profiler counts it; in the stage, ``paper`` shares the same pairs patch by patch (a
+  depthwise output box inside its input box, a residual branch over its shortcut), the other modes keep the patch
+  buffers disjoint (as the executor does).
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from typing import Any, Iterable, Sequence
 
 from tfmcu.errors import TfmcuError
 from tfmcu.graph import ir
-from tfmcu.plan.profiler import step_memory
+from tfmcu.plan.placer import shared_bytes
+from tfmcu.plan.profiler import shared_pairs, step_memory
 
 Range = tuple[int, int]
 
@@ -199,6 +204,7 @@ class PatchSchedule:
     stage_macs_patched_padded: int
     stage_macs_patched_exact: int
     macs: int
+    accounting: str = "separate"
     patch_peak_bytes: int = 0  # largest working set of one patch (its own tensors incl. its input window)
     input_bytes: int = 0  # bytes of the stage inputs that are graph inputs (the image, when counted)
     step_memory: list[int] = field(default_factory=list)  # per op: peak over patches (stage) / per layer (rest)
@@ -251,6 +257,7 @@ class PatchSchedule:
             "grid": list(self.grid),
             "patch_blocks": self.n_blocks,
             "patch_ops": len(self.stage),
+            "accounting": self.accounting,
             "stage_inputs": self.stage_inputs,
             "stage_outputs": self.stage_outputs,
             "input_patch_size": list(self.input_patch_size),
@@ -283,8 +290,9 @@ def _length(r: Range) -> int:
 
 
 def plan(graph: ir.Graph, patches: int | tuple[int, int], n_blocks: int | None = None,
-         n_ops: int | None = None) -> PatchSchedule:
-    """Schedule the stage (first n_blocks blocks or n_ops ops) as a ph x pw grid of patches."""
+         n_ops: int | None = None, accounting: str = "separate") -> PatchSchedule:
+    """Schedule the stage (first n_blocks blocks or n_ops ops) as a ph x pw grid of patches; memory counted by
+    ``accounting`` (see the module docstring)."""
     ph, pw = (patches, patches) if isinstance(patches, int) else patches
     idx = stage_ops(graph, n_blocks, n_ops)
     ins, outs = check_stage(graph, idx)
@@ -309,26 +317,38 @@ def plan(graph: ir.Graph, patches: int | tuple[int, int], n_blocks: int | None =
 
     # Memory: stage steps by patch, rest by layer.
     life = graph.lifetimes()
-    per_layer = step_memory(graph, life)
-    per_layer_x = step_memory(graph, life, exclude_inputs=True)
+    per_layer = step_memory(graph, life, accounting=accounting)
+    per_layer_x = step_memory(graph, life, exclude_inputs=True, accounting=accounting)
     out_bytes = sum(graph.tensors[t].nbytes for t in outs)
     in_bytes = sum(graph.tensors[t].nbytes for t in ins if t in graph.inputs)
     produced = {t for i in idx for t in graph.ops[i].outputs}
+    # Patch buffers that share (paper: a depthwise in place, a residual branch over its shortcut, inside one
+    # patch; never the stage outputs, which are whole tensors, nor the stage inputs).
+    in_place = {i: [(y, x, d) for y, x, d in pairs if y not in outs and x in produced]
+                for i, pairs in shared_pairs(graph, accounting, life).items()} if accounting == "paper" else {}
     mem, mem_x = list(per_layer), list(per_layer_x)
     patch_peak = 0
+
+    def box_bytes(t: str, r: AxisWalk, c: AxisWalk) -> int:
+        tensor = graph.tensors[t]
+        return _length(r.need[t]) * _length(c.need[t]) * tensor.shape[3] * tensor.itemsize
+
     for i in idx:
         alive = [t for t, (a, b) in life.items() if a <= i <= b and (t in produced or t in ins) and t not in outs]
         peak_in = peak_x = 0
         for r, c in itertools.product(rows, cols):
             patch_in = patch_x = 0
             for t in alive:
-                tensor = graph.tensors[t]
-                nbytes = _length(r.need[t]) * _length(c.need[t]) * tensor.shape[3] * tensor.itemsize
+                nbytes = box_bytes(t, r, c)
                 if t in ins:  # stage input: whole image when counted, else one patch window
                     patch_x += nbytes
                 else:
                     patch_in += nbytes
                     patch_x += nbytes
+            if in_place.get(i):
+                shared = sum(shared_bytes(box_bytes(x, r, c), box_bytes(y, r, c), d) for y, x, d in in_place[i])
+                patch_in -= shared
+                patch_x -= shared
             peak_in, peak_x = max(peak_in, patch_in), max(peak_x, patch_x)
         mem[i] = out_bytes + in_bytes + peak_in
         mem_x[i] = out_bytes + peak_x
@@ -344,6 +364,7 @@ def plan(graph: ir.Graph, patches: int | tuple[int, int], n_blocks: int | None =
         rest_peak_bytes=max((mem[i] for i in rest), default=0),
         rest_peak_bytes_excluding_input=max((mem_x[i] for i in rest), default=0),
         stage_macs=stage_macs, stage_macs_patched_padded=stage_padded, stage_macs_patched_exact=stage_exact,
-        macs=sum(ir.op_macs(graph, op) for op in graph.ops), patch_peak_bytes=patch_peak, input_bytes=in_bytes,
+        macs=sum(ir.op_macs(graph, op) for op in graph.ops), accounting=accounting, patch_peak_bytes=patch_peak,
+        input_bytes=in_bytes,
         step_memory=mem,
         step_memory_excluding_input=mem_x)

@@ -28,7 +28,7 @@ from typing import Any, Callable, Protocol
 
 from tfmcu.errors import TfmcuError
 from tfmcu.graph import ir
-from tfmcu.plan.profiler import profile
+from tfmcu.plan.profiler import ACCOUNTINGS, profile
 from tfmcu.plan.regions import PatchSchedule, ScheduleError, largest_prefix, max_stage_blocks, plan
 
 OBJECTIVES = ("macs", "memory")
@@ -49,6 +49,7 @@ class SearchOptions:
     mac_metric: str = "exact"  # which MAC count candidates are ordered by
     count_input: bool = True  # the input image counts against the budget
     objective: str = "macs"  # "macs" or "memory"
+    accounting: str = "separate"  # analytic memory: tfmcu.plan.profiler.ACCOUNTINGS
 
     def validate(self) -> "SearchOptions":
         if not self.patch_options or any(not isinstance(p, int) or p < 1 for p in self.patch_options):
@@ -59,6 +60,8 @@ class SearchOptions:
             raise ScheduleError(f"MAC metric {self.mac_metric!r}: expected one of {', '.join(MAC_METRICS)}")
         if self.objective not in OBJECTIVES:
             raise ScheduleError(f"objective {self.objective!r}: expected one of {', '.join(OBJECTIVES)}")
+        if self.accounting not in ACCOUNTINGS:
+            raise ScheduleError(f"accounting {self.accounting!r}: expected one of {', '.join(ACCOUNTINGS)}")
         if self.max_mac_overhead is not None and self.max_mac_overhead < 0:
             raise ScheduleError(f"max MAC overhead {self.max_mac_overhead}: expected >= 0")
         return self
@@ -107,7 +110,7 @@ class Candidate:
 def candidates(graph: ir.Graph, options: SearchOptions = SearchOptions()) -> list[Candidate]:
     """The unpatched model, then every schedule the options allow (see the module docstring)."""
     options.validate()
-    prof = profile(graph)
+    prof = profile(graph, options.accounting)
     out = [Candidate((1, 1), None, None, prof.peak_sram_per_layer_bytes,
                      prof.peak_sram_per_layer_bytes_excluding_input, prof.macs, 0.0)]
     if options.unit == "blocks":
@@ -119,7 +122,7 @@ def candidates(graph: ir.Graph, options: SearchOptions = SearchOptions()) -> lis
              else [(p, p) for p in opts if p > 1])
     for (n, k), grid in itertools.product(stages, grids):
         try:
-            s = plan(graph, grid, n_blocks=n, n_ops=k)
+            s = plan(graph, grid, n_blocks=n, n_ops=k, accounting=options.accounting)
         except ScheduleError:
             continue
         macs = s.macs_patched_exact if options.mac_metric == "exact" else s.macs_patched_padded
@@ -131,11 +134,11 @@ def candidates(graph: ir.Graph, options: SearchOptions = SearchOptions()) -> lis
 
 
 def candidate_for(graph: ir.Graph, grid: tuple[int, int], n_blocks: int | None = None, n_ops: int | None = None,
-                  mac_metric: str = "exact") -> Candidate:
+                  mac_metric: str = "exact", accounting: str = "separate") -> Candidate:
     """The candidate of one given schedule (``grid == (1, 1)``: the unpatched model)."""
     if tuple(grid) == (1, 1):
-        return candidates(graph, SearchOptions(patch_options=(1,)))[0]
-    s = plan(graph, tuple(grid), n_blocks=n_blocks, n_ops=n_ops)
+        return candidates(graph, SearchOptions(patch_options=(1,), accounting=accounting))[0]
+    s = plan(graph, tuple(grid), n_blocks=n_blocks, n_ops=n_ops, accounting=accounting)
     macs = s.macs_patched_exact if mac_metric == "exact" else s.macs_patched_padded
     return Candidate(tuple(grid), n_blocks, n_ops, s.peak_sram_bytes, s.peak_sram_bytes_excluding_input, macs,
                      macs / s.macs - 1.0 if s.macs else 0.0, s)

@@ -69,12 +69,12 @@ class Recipe:
 @dataclass
 class TrainConfig:
     model: str = "mcunet-demo"  # preset name or spec JSON
-    dataset: str = "fashion_mnist"  # fashion_mnist | mnist | folder of class folders
+    dataset: str = "fashion_mnist"  # fashion_mnist | mnist | scenes[:key=value,...] | folder of class folders
     data_dir: str | None = None  # where the IDX files are (default: the installed location)
     resolution: int | None = None  # default: the spec's
     width: float | None = None
     recipe: Recipe = field(default_factory=Recipe)
-    val_split: float = 5000  # samples (or a fraction < 1) held out of the training set
+    val_split: float = 5000  # samples (or a fraction < 1) held out of the training set (not for scenes: its own)
     train_subset: int | None = None  # train on a seeded subset of this many samples
     steps_per_epoch: int | None = None  # cap the steps of an epoch
     qat_steps_per_epoch: int | None = None  # cap the steps of a QAT epoch (default: as float epochs)

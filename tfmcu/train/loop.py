@@ -109,7 +109,10 @@ class _Training:
         ds = self.ds = data_mod.load(cfg.dataset, cfg.data_dir, cfg.test_fraction, cfg.seed)
         spec = self.spec = resolve_spec(cfg, ds)
         self.res, self.ch = spec.resolution, spec.in_channels
-        self.train_split, self.val_split = data_mod.split_validation(ds.train, cfg.val_split, cfg.seed)
+        if ds.val is not None:  # the data set's own validation split (scenes)
+            self.train_split, self.val_split = ds.train, ds.val
+        else:
+            self.train_split, self.val_split = data_mod.split_validation(ds.train, cfg.val_split, cfg.seed)
         self.train_split = data_mod.subset(self.train_split, cfg.train_subset, cfg.seed)
         if len(self.train_split) < recipe.batch_size:
             raise TrainError(f"the training split has {len(self.train_split)} samples, fewer than one batch "
