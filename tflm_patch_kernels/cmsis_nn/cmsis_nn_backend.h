@@ -68,17 +68,6 @@ static inline int tfmcu_cmsis_dense(int32_t height, int32_t width, int32_t chann
   return height <= 1 || row_stride == width * channels;
 }
 
-/* Whether a pooling tile runs through CMSIS-NN: same channels in and out, and every output's window holds at least
- * one input pixel (CMSIS-NN's max pool does not check it; windows move monotonically, so the first and the last
- * output of each axis decide). */
-static inline int tfmcu_cmsis_pool_covers(int32_t filter_h, int32_t filter_w, int32_t stride_h, int32_t stride_w,
-                                          const TfmcuConstView* in, int32_t pad_top, int32_t pad_left,
-                                          const TfmcuView* out) {
-  return in->channels == out->channels && out->height > 0 && out->width > 0 && pad_top >= 0 && pad_left >= 0 &&
-         filter_h > pad_top && filter_w > pad_left && (out->height - 1) * stride_h - pad_top < in->height &&
-         (out->width - 1) * stride_w - pad_left < in->width;
-}
-
 /* Staging bytes a window op with `kernel_h` rows needs for this input box (0 when it is dense). */
 int32_t tfmcu_cmsis_staging_bytes(const TfmcuConstView* input, int32_t kernel_h);
 
@@ -89,6 +78,25 @@ int32_t tfmcu_cmsis_staging_bytes(const TfmcuConstView* input, int32_t kernel_h)
 TfmcuStatus tfmcu_cmsis_window_rows(TfmcuCmsisWindowCall call, const void* args, const TfmcuConstView* input,
                                     int32_t pad_top, int32_t kernel_h, int32_t stride_h, const TfmcuView* output,
                                     const TfmcuKernelScratch* kernel_scratch, int32_t cmsis_bytes);
+
+/* ------------------------------------------------------------------ shared by the pooling ops (window_rows.c) */
+
+/* arm_avgpool_s8 and arm_max_pool_s8. */
+typedef arm_cmsis_nn_status (*TfmcuCmsisPoolFn)(const cmsis_nn_context* ctx, const cmsis_nn_pool_params* pool_params,
+                                                const cmsis_nn_dims* input_dims, const int8_t* src,
+                                                const cmsis_nn_dims* filter_dims, const cmsis_nn_dims* output_dims,
+                                                int8_t* dst);
+
+/* A pooling tile (params: TfmcuPoolParams) through `pool` with `cmsis_bytes` of CMSIS-NN buffer, one call or one per
+ * output row (tfmcu_cmsis_window_rows); `portable` (the op's portable run) when CMSIS-NN does not cover the tile:
+ * channels differ, or a window holds no input pixel (CMSIS-NN's max pool does not check it; windows move
+ * monotonically, so the first and the last output of each axis decide). */
+TfmcuStatus tfmcu_cmsis_pool_run(TfmcuCmsisPoolFn pool, TfmcuOpRunFn portable, int32_t cmsis_bytes,
+                                 const void* params, const TfmcuConstView* inputs, int32_t pad_top, int32_t pad_left,
+                                 const TfmcuView* output, const TfmcuKernelScratch* kernel_scratch);
+/* Its kernel buffer: align4(cmsis_bytes) + the staging rows of a non-dense input (0 when not covered). */
+int32_t tfmcu_cmsis_pool_scratch(int32_t cmsis_bytes, const void* params, const TfmcuConstView* inputs,
+                                 int32_t pad_top, int32_t pad_left, const TfmcuView* output);
 
 #ifdef __cplusplus
 }  /* extern "C" */

@@ -1,4 +1,4 @@
-/* The row driver of the CMSIS-NN window ops: see cmsis_nn_backend.h. */
+/* The row driver of the CMSIS-NN window ops, and the pooling ops' shared path: see cmsis_nn_backend.h. */
 #include "cmsis_nn/cmsis_nn_backend.h"
 
 #include <string.h>
@@ -62,4 +62,59 @@ TfmcuStatus tfmcu_cmsis_window_rows(TfmcuCmsisWindowCall call, const void* args,
     }
   }
   return kTfmcuOk;
+}
+
+/* ------------------------------------------------------------------------------------------------ pooling */
+
+static int tfmcu_cmsis_pool_covers(const TfmcuPoolParams* p, const TfmcuConstView* in, int32_t pad_top,
+                                   int32_t pad_left, const TfmcuView* out) {
+  return in->channels == out->channels && out->height > 0 && out->width > 0 && pad_top >= 0 && pad_left >= 0 &&
+         p->filter_h > pad_top && p->filter_w > pad_left &&
+         (out->height - 1) * p->stride_h - pad_top < in->height &&
+         (out->width - 1) * p->stride_w - pad_left < in->width;
+}
+
+typedef struct {
+  TfmcuCmsisPoolFn pool;
+  const TfmcuPoolParams* p;
+  int32_t pad_left;
+} TfmcuCmsisPoolCall;
+
+static arm_cmsis_nn_status tfmcu_cmsis_pool_call(const void* args, const cmsis_nn_context* ctx,
+                                                 const cmsis_nn_dims* in_dims, const int8_t* in, int32_t pad_top,
+                                                 const cmsis_nn_dims* out_dims, int8_t* out) {
+  const TfmcuCmsisPoolCall* a = (const TfmcuCmsisPoolCall*)args;
+  cmsis_nn_pool_params c;
+  c.stride.w = a->p->stride_w;
+  c.stride.h = a->p->stride_h;
+  c.padding.w = a->pad_left;
+  c.padding.h = pad_top;
+  c.activation.min = a->p->act_min;
+  c.activation.max = a->p->act_max;
+  const cmsis_nn_dims filter_dims = {1, a->p->filter_h, a->p->filter_w, 1};
+  return a->pool(ctx, &c, in_dims, in, &filter_dims, out_dims, out);
+}
+
+TfmcuStatus tfmcu_cmsis_pool_run(TfmcuCmsisPoolFn pool, TfmcuOpRunFn portable, int32_t cmsis_bytes,
+                                 const void* params, const TfmcuConstView* inputs, int32_t pad_top, int32_t pad_left,
+                                 const TfmcuView* output, const TfmcuKernelScratch* kernel_scratch) {
+  const TfmcuPoolParams* p = (const TfmcuPoolParams*)params;
+  if (p == NULL || inputs == NULL || output == NULL) {
+    return kTfmcuErrorNullPointer;
+  }
+  if (!tfmcu_cmsis_pool_covers(p, &inputs[0], pad_top, pad_left, output)) {
+    return portable(params, inputs, pad_top, pad_left, output);  /* its checks and errors */
+  }
+  const TfmcuCmsisPoolCall call = {pool, p, pad_left};
+  return tfmcu_cmsis_window_rows(tfmcu_cmsis_pool_call, &call, &inputs[0], pad_top, p->filter_h, p->stride_h, output,
+                                 kernel_scratch, cmsis_bytes);
+}
+
+int32_t tfmcu_cmsis_pool_scratch(int32_t cmsis_bytes, const void* params, const TfmcuConstView* inputs,
+                                 int32_t pad_top, int32_t pad_left, const TfmcuView* output) {
+  const TfmcuPoolParams* p = (const TfmcuPoolParams*)params;
+  if (!tfmcu_cmsis_pool_covers(p, &inputs[0], pad_top, pad_left, output)) {
+    return 0;
+  }
+  return tfmcu_cmsis_align4(cmsis_bytes) + tfmcu_cmsis_staging_bytes(&inputs[0], p->filter_h);
 }
