@@ -16,11 +16,14 @@ STATE_VERSION = 1
 class Checkpoints:
     """One checkpoint per epoch under ``folder`` (the latest kept), and ``state.json`` saying where we are.
 
+    ``phases``: the names of the run's phases (training: float, then QAT; the supernet: largest, then supernet).
     ``write_folder`` (default ``folder``) is where new checkpoints go: non-chief workers of a multi-worker run must
     save too (collective ops) but into a private folder; everyone resumes from the chief's ``folder``."""
 
-    def __init__(self, folder: str, fingerprint: str, log: Callable[[str], None], write_folder: str | None = None):
+    def __init__(self, folder: str, fingerprint: str, log: Callable[[str], None], write_folder: str | None = None,
+                 phases: tuple[str, ...] = ("float", "qat")):
         self.folder = folder
+        self.phases = phases
         self.write_folder = write_folder or folder
         self.fingerprint = fingerprint
         self.log = log
@@ -33,7 +36,7 @@ class Checkpoints:
             with open(self.state_path) as f:
                 state = json.load(f)
             ok = (isinstance(state, dict) and state.get("version") == STATE_VERSION
-                  and state.get("phase") in ("float", "qat") and isinstance(state.get("epoch"), int)
+                  and state.get("phase") in self.phases and isinstance(state.get("epoch"), int)
                   and isinstance(state.get("history"), dict) and isinstance(state.get("checkpoint"), str))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise TrainError(f"{self.state_path}: corrupted checkpoint state ({type(e).__name__}); delete "
@@ -79,5 +82,5 @@ class Checkpoints:
             base = f.split(".")[0]
             if f == STATE_FILE or base in keep or f.startswith(".tmp-"):
                 continue
-            if base.startswith(("float-", "qat-")) and (".index" in f or ".data-" in f):
+            if base.startswith(tuple(f"{p}-" for p in self.phases)) and (".index" in f or ".data-" in f):
                 os.unlink(os.path.join(self.write_folder, f))

@@ -10,13 +10,27 @@ from typing import Callable
 
 import numpy as np
 
+from tfmcu import data as data_mod
+from tfmcu.nets.spec import NetSpec
 from tfmcu.runtime.capture import capture_fds
 from tfmcu.runtime.model_io import model_info
 from tfmcu.runtime.tflite import run_tflite
 from tfmcu.runtime.tflm import run_tflm
 from tfmcu.tflite import schema as ts
 from tfmcu.tflite.editor import ModelEditor
+from tfmcu.tflite.metadata import add_metadata
 from tfmcu.train.config import TrainError
+
+
+def with_metadata(plain: bytes, spec: NetSpec, dataset_name: str, class_names: list[str], resolution: int,
+                  channels: int, version: str) -> bytes:
+    """The exported model's TFLite metadata: labels, the input normalisation (``tfmcu.data``), a description
+    (the architecture search counts these bytes in Flash too: ``tfmcu.nas.constraints``)."""
+    mean, std = [data_mod.NORM_MEAN] * channels, [data_mod.NORM_STD] * channels
+    desc = (f"{spec.name} trained on {dataset_name} at {resolution}x{resolution} by tfmcu; int8 input = "
+            f"quantize((pixel - {data_mod.NORM_MEAN}) / {data_mod.NORM_STD})")
+    return add_metadata(plain, class_names, mean, std, name=spec.name, description=desc, version=version,
+                        grayscale=(channels == 1))
 
 
 def classifier_as_conv(model: bytes) -> tuple[bytes, int]:

@@ -53,11 +53,11 @@ from tfmcu.plan.arena import predict_arena
 from tfmcu.plan.profiler import profile
 from tfmcu.runtime.model_io import model_info
 from tfmcu.runtime.tflm import measure_arena
-from tfmcu.tflite.metadata import add_metadata
 from tfmcu import data as data_mod
 from tfmcu.train.checkpoints import Checkpoints
 from tfmcu.train.config import STRATEGIES, TrainConfig, TrainError, resolve_spec
-from tfmcu.train.export import classifier_as_conv, confusion, quantize_inputs, quiet_convert, run_int8
+from tfmcu.train.export import (classifier_as_conv, confusion, quantize_inputs, quiet_convert, run_int8,
+                                with_metadata)
 from tfmcu.train.plots import plot_confusion, plot_curves
 from tfmcu.train import qat
 from tfmcu.train.qat import (build_model, compile_model, configure_determinism, current_lr, is_chief, make_optimizer,
@@ -283,10 +283,7 @@ class _Training:
                                          f"arithmetic in TFLM; makes TF Lite's reference kernels agree with TFLM)")
         self.plain = plain
         self.mean, self.std = [data_mod.NORM_MEAN] * ch, [data_mod.NORM_STD] * ch
-        desc = (f"{spec.name} trained on {ds.name} at {self.res}x{self.res} by tfmcu; int8 input = quantize((pixel - "
-                f"{data_mod.NORM_MEAN}) / {data_mod.NORM_STD})")
-        self.model_bytes = add_metadata(plain, ds.class_names, self.mean, self.std, name=spec.name, description=desc,
-                                        version=cfg.fingerprint(spec), grayscale=(ch == 1))
+        self.model_bytes = with_metadata(plain, spec, ds.name, ds.class_names, self.res, ch, cfg.fingerprint(spec))
         self.timing["export"] = time.time() - t
 
     # ------------------------------------------------------------------ 5. int8 accuracy in TF Lite and TFLM

@@ -1,0 +1,1 @@
+"""Joint architecture + patch-schedule search: the supernet's training and the evolutionary search."""
