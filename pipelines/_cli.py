@@ -131,6 +131,9 @@ _TRAINING: dict[str, tuple[str, str, dict[str, Any], str]] = {
                     "Float / QAT accuracy on a seeded subset of N test samples"),
     "int8_eval_samples": ("integer", "int8_eval_samples", {"lower_bound": 1},
                           "int8 accuracy (TF Lite and TFLM) on a seeded subset of N test samples"),
+    "init_weights": ("string", "init_weights", {},
+                     "Start from these Keras weights of the same spec (.h5; pipelines/search.py writes best.weights.h5 "
+                     "next to best.json)"),
     "calibration_samples": ("integer", "calibration_samples", {"lower_bound": 1},
                             "Representative training images for the int8 conversion"),
     "test_fraction": ("float", "test_fraction", {"lower_bound": 0.01, "upper_bound": 0.9},
@@ -193,6 +196,11 @@ def training_config(base: TrainConfig) -> TrainConfig:
 
 def out_dir(pipeline: str) -> str:
     return FLAGS.out_dir or os.path.join("out", pipeline)
+
+
+def log_stderr(msg: str) -> None:
+    """A library's log lines, on stderr (stdout keeps the summary)."""
+    print(msg, file=sys.stderr, flush=True)
 
 
 def progress(n: int, total: int, what: str) -> None:

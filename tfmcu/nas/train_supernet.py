@@ -28,16 +28,18 @@ import os
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from tfmcu import data as data_mod
 from tfmcu.nets.spec import NetSpec, SearchSpace
-from tfmcu.nets.supernet import BNStats, Supernet
 from tfmcu.train.checkpoints import Checkpoints
 from tfmcu.train.config import TrainError
 from tfmcu.train.qat import configure_determinism, current_lr, make_optimizer
+
+if TYPE_CHECKING:
+    from tfmcu.nets.supernet import BNStats, Supernet
 
 PHASES = ("largest", "supernet")
 
@@ -77,9 +79,11 @@ def _fingerprint(base: NetSpec, space: SearchSpace, recipe: SupernetRecipe, data
 
 def train_supernet(base: NetSpec, space: SearchSpace, ds: data_mod.Dataset, dataset_name: str, out_dir: str,
                    recipe: SupernetRecipe = SupernetRecipe(), seed: int = 0, resume: bool = True,
-                   log: Callable[[str], None] = print) -> tuple[Supernet, dict[str, Any]]:
+                   log: Callable[[str], None] = print) -> tuple["Supernet", dict[str, Any]]:
     """Train (or continue training) the supernet; returns it and its history (loss per epoch and phase)."""
     import tensorflow as tf
+
+    from tfmcu.nets.supernet import Supernet  # lazy: imports TensorFlow (the search's flags parse without it)
 
     recipe.validate()
     configure_determinism(seed, True)
@@ -138,7 +142,7 @@ class SubnetAccuracy:
     """genome -> held-out top-1 accuracy of that sub-network (see the module docstring); also keeps each one's
     calibrated BN statistics for ``extract``."""
 
-    def __init__(self, net: Supernet, ds: data_mod.Dataset, recipe: SupernetRecipe = SupernetRecipe(),
+    def __init__(self, net: "Supernet", ds: data_mod.Dataset, recipe: SupernetRecipe = SupernetRecipe(),
                  seed: int = 0):
         self.net, self.ds, self.recipe, self.seed = net, ds, recipe, seed
         held = ds.val if ds.val is not None and len(ds.val) else None
@@ -147,12 +151,12 @@ class SubnetAccuracy:
         self.held = data_mod.subset(held, recipe.eval_samples, seed)
         n_cal = recipe.calibration_batches * recipe.calibration_batch_size
         self.calibration = data_mod.subset(ds.train, n_cal, seed + 31)
-        self.stats: dict[str, BNStats] = {}
+        self.stats: dict[str, "BNStats"] = {}
 
     def spec(self, genome: list[Any]) -> NetSpec:
         return self.net.space.decode(genome, self.net.base)
 
-    def calibrate(self, sub: NetSpec) -> BNStats:
+    def calibrate(self, sub: NetSpec) -> "BNStats":
         x, _ = data_mod.as_arrays(self.calibration, sub.resolution, sub.in_channels)
         b = self.recipe.calibration_batch_size
         return self.net.calibrate(sub, (x[i:i + b] for i in range(0, len(x), b)))

@@ -87,6 +87,7 @@ class TrainConfig:
     deterministic: bool = True
     strategy: str = "default"  # default | mirrored | multi_worker
     resume: bool = False
+    init_weights: str | None = None  # start from these Keras weights (.h5 of the same spec: a searched sub-network)
     verbose: int | None = None  # Keras fit verbosity (None: progress bar on a terminal, one line per epoch else)
 
     def fingerprint(self, spec: NetSpec) -> str:
@@ -94,8 +95,18 @@ class TrainConfig:
         keep = {"spec": spec.to_dict(), "dataset": self.dataset, "recipe": dataclasses.asdict(self.recipe),
                 "val_split": self.val_split, "train_subset": self.train_subset,
                 "steps_per_epoch": self.steps_per_epoch, "qat_steps_per_epoch": self.qat_steps_per_epoch,
-                "seed": self.seed}
+                "seed": self.seed, "init_weights": _file_digest(self.init_weights)}
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _file_digest(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()[:16]
+    except OSError as e:
+        raise TrainError(f"--init_weights={path}: cannot read ({e.strerror})") from None
 
 
 def resolve_spec(cfg: TrainConfig, ds: data_mod.Dataset) -> NetSpec:

@@ -195,6 +195,8 @@ class _Training:
         cfg, recipe, tf, state = self.cfg, self.cfg.recipe, self.tf, self.state
         with self.strategy.scope():
             model = self.float_model = build_model(self.spec, cfg.seed, recipe.bn_momentum)
+            if cfg.init_weights and not state:
+                self.load_init_weights(model)
             opt = make_optimizer(recipe.lr, recipe.momentum, recipe.nesterov, recipe.weight_decay,
                                  self.steps * max(recipe.epochs, 1), int(round(recipe.warmup_epochs * self.steps)))
             opt.build(model.trainable_variables)
@@ -217,6 +219,17 @@ class _Training:
         self.log(f"[eval] float model on {len(self.test_part)} test samples")
         self.float_acc = float(model.evaluate(self.test_ds, verbose=0, return_dict=True)["accuracy"])
         self.log(f"[eval] float test accuracy {self.float_acc:.4f}")
+
+    def load_init_weights(self, model: Any) -> None:
+        """``--init_weights``: Keras weights of this very spec (e.g. a sub-network ``pipelines/search.py`` took out
+        of its supernet); anything else is a one-line error."""
+        path = self.cfg.init_weights
+        try:
+            model.load_weights(path)
+        except (OSError, ValueError, KeyError) as e:
+            raise TrainError(f"--init_weights={path}: not weights of this model ({str(e).splitlines()[0][:120]})"
+                             ) from None
+        self.log(f"[train] initial weights from {path}")
 
     def resume_phase(self, ckpt: Any, phase: str) -> int:
         """Restore ``ckpt`` from the checkpoint the state names for ``phase`` ("float" or "qat"); drop the history

@@ -1,0 +1,97 @@
+r"""Joint architecture + patch-schedule search (MCUNetV2 section 3.3; library: ``tfmcu.flows.search``).
+
+    python -m pipelines.search --sram_kb=256 --flash_kb=1024                  # scenes task, mcunet-demo stages
+    python -m pipelines.search --sram_kb=128 --resolutions=64,96,128,160 --population=100 --parents=20 \
+        --mutations=50 --crossovers=50 --iterations=30                         # the paper's evolution settings
+    python -m pipelines.train --model=out/search/best.json --init_weights=out/search/best.weights.h5 \
+        --dataset=scenes --epochs=10 --lr=0.005                               # fine-tune the winner, QAT, int8
+
+Trains a weight-sharing supernet over the search space (elastic kernel 3/5/7, expansion, width, depth per stage,
+resolution) on --dataset, then searches sub-networks by evolution under --sram_kb (the predicted TFLM arena of the
+int8 model in custom mode, with the least-MACs patch schedule that fits; the input image counted unless
+--nocount_input), --flash_kb and --max_mmacs, scoring each by the supernet's held-out accuracy; and, for comparison,
+the same search with per-layer execution only. Resumable (rerun the same command). Writes under --out_dir:
+best.json, best.weights.h5, best_schedule.json, search_report.json, pareto.png, supernet/ and the search states.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from absl import flags
+
+from pipelines import _cli
+from tfmcu.flows import search
+from tfmcu.nas.evolution import EvolutionOptions
+from tfmcu.nas.train_supernet import SupernetRecipe
+from tfmcu.runtime.capture import import_tensorflow_quietly
+
+FLAGS = flags.FLAGS
+_cli.define_out_dir()
+_cli.define_seed_flag()
+flags.DEFINE_string("model", "mcunet-demo", "The base: a preset or spec JSON (stem, head, stage channels, strides).")
+flags.DEFINE_string("dataset", "scenes", "Data set (tfmcu.data names; default: the scenes task).")
+flags.DEFINE_string("data_dir", None, "Folder with the IDX files (scenes: those of its objects).")
+flags.DEFINE_float("sram_kb", 256, "SRAM limit: predicted TFLM arena of the int8 model, custom mode.")
+flags.DEFINE_float("flash_kb", 1024, "Flash limit: the int8 .tflite with its metadata.")
+flags.DEFINE_float("max_mmacs", None, "MAC limit in millions (patch overhead included).")
+flags.DEFINE_bool("count_input", True, "Count the input image against --sram_kb.")
+flags.DEFINE_list("patch_options", ["1", "2", "3", "4"], "Patches per side the schedules may use.")
+flags.DEFINE_bool("compare_per_layer", True, "Also run the search restricted to p = 1 (per-layer only).")
+flags.DEFINE_list("kernel_sizes", ["3", "5", "7"], "Search space: depthwise kernel sizes.")
+flags.DEFINE_list("expands", ["3", "4", "6"], "Search space: expansion ratios.")
+flags.DEFINE_list("depths", ["2", "3", "4"], "Search space: blocks per stage.")
+flags.DEFINE_list("widths", ["0.5", "0.75", "1.0"], "Search space: per-block width multipliers.")
+flags.DEFINE_list("resolutions", ["64", "96", "128"], "Search space: input resolutions.")
+flags.DEFINE_integer("largest_epochs", 3, "Supernet: epochs of the largest network before channel sorting.",
+                     lower_bound=0)
+flags.DEFINE_integer("supernet_epochs", 6, "Supernet: epochs of sampled sub-networks.", lower_bound=0)
+flags.DEFINE_integer("batch_size", 64, "Supernet batch size.", lower_bound=1)
+flags.DEFINE_float("lr", 0.05, "Supernet peak learning rate (SGD, cosine).", lower_bound=0)
+flags.DEFINE_integer("random_subnets", 2, "Random sub-networks per step besides the largest (paper: 4).",
+                     lower_bound=0)
+flags.DEFINE_integer("steps_per_epoch", None, "Cap the supernet steps per epoch.", lower_bound=1)
+flags.DEFINE_integer("calibration_batches", 20, "BN re-calibration batches per sub-network (paper: 20).",
+                     lower_bound=1)
+flags.DEFINE_integer("calibration_batch_size", 64, "BN re-calibration batch size (paper: 64).", lower_bound=1)
+flags.DEFINE_integer("eval_samples", None, "Held-out samples per sub-network (default: the whole split).",
+                     lower_bound=1)
+flags.DEFINE_integer("population", 16, "Evolution: population (paper: 100).", lower_bound=2)
+flags.DEFINE_integer("parents", 4, "Evolution: parents kept per iteration (paper: 20).", lower_bound=1)
+flags.DEFINE_integer("mutations", 6, "Evolution: children by mutation per iteration (paper: 50).", lower_bound=0)
+flags.DEFINE_integer("crossovers", 6, "Evolution: children by crossover per iteration (paper: 50).", lower_bound=0)
+flags.DEFINE_float("mutation_rate", 0.1, "Evolution: per-gene mutation probability (paper: 0.1).", lower_bound=0,
+                   upper_bound=1)
+flags.DEFINE_integer("iterations", 6, "Evolution: iterations (paper: 30).", lower_bound=0)
+
+flags.adopt_module_key_flags(_cli)  # the shared flags this pipeline defined show in --help
+
+
+def main(argv: Sequence[str]) -> None:
+    space = search.parse_space(FLAGS.kernel_sizes, FLAGS.expands, FLAGS.depths, FLAGS.widths, FLAGS.resolutions)
+    options = search.SearchRunOptions(
+        model=FLAGS.model, dataset=FLAGS.dataset, data_dir=FLAGS.data_dir, space=space, sram_kb=FLAGS.sram_kb,
+        flash_kb=FLAGS.flash_kb, max_mmacs=FLAGS.max_mmacs, count_input=FLAGS.count_input,
+        patch_options=search.parse_numbers("patch_options", FLAGS.patch_options, int),
+        compare_per_layer=FLAGS.compare_per_layer,
+        supernet=SupernetRecipe(largest_epochs=FLAGS.largest_epochs, epochs=FLAGS.supernet_epochs,
+                                batch_size=FLAGS.batch_size, lr=FLAGS.lr, random_subnets=FLAGS.random_subnets,
+                                steps_per_epoch=FLAGS.steps_per_epoch, calibration_batches=FLAGS.calibration_batches,
+                                calibration_batch_size=FLAGS.calibration_batch_size, eval_samples=FLAGS.eval_samples),
+        evolution=EvolutionOptions(population=FLAGS.population, parents=FLAGS.parents, mutations=FLAGS.mutations,
+                                   crossovers=FLAGS.crossovers, mutation_rate=FLAGS.mutation_rate,
+                                   iterations=FLAGS.iterations, seed=FLAGS.seed),
+        seed=FLAGS.seed, out_dir=_cli.out_dir("search"))
+    search.validate(options)
+    import_tensorflow_quietly()
+    report = search.run(options, log=_cli.log_stderr, progress=_cli.progress)
+    for name, r in report["searches"].items():
+        b = r["best"]
+        print(f"{name}: held-out accuracy {b['accuracy']:.2%} (supernet), {b['resolution']} px, grid "
+              f"{b['grid'][0]}x{b['grid'][1]}, predicted arena {b['arena_bytes'] / 1024:.1f} kB, Flash "
+              f"{b['flash_bytes'] / 1024:.1f} kB, {b['macs'] / 1e6:.1f}M MACs")
+    print(f"wrote {options.out_dir}/best.json, best.weights.h5, best_schedule.json, search_report.json, pareto.png")
+
+
+if __name__ == "__main__":
+    _cli.run(main)

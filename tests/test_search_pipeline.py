@@ -1,0 +1,78 @@
+"""pipelines/search.py end to end on a tiny configuration (a few minutes): supernet, evolution under the predicted
+TFLM arena, the winner's spec and weights; then pipelines/train.py fine-tunes it from those weights to int8, and
+pipelines/rewrite.py + verify patch it bit-exactly. Bad flags are one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.test_data import fake_idx_set
+from tests.test_train import tiny_spec
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+SCENES = "scenes:canvas=48,object_px=10-20,train=64,val=24,test=24"
+
+
+def run(module: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, env=ENV, cwd=ROOT,
+                          timeout=900)
+
+
+def test_search_then_finetune_rewrite_verify(tmp_path):
+    data_dir = fake_idx_set(tmp_path / "idx", n_train=120, n_test=30)
+    base = tmp_path / "base.json"
+    base.write_text(tiny_spec().to_json())
+    out = tmp_path / "search"
+    common = [f"--model={base}", f"--dataset={SCENES}", f"--data_dir={data_dir}", "--kernel_sizes=3,5",
+              "--expands=3,6", "--depths=1,2", "--widths=0.5,1.0", "--resolutions=32,48", "--largest_epochs=1",
+              "--supernet_epochs=1", "--batch_size=16", "--steps_per_epoch=2", "--calibration_batches=2", "--calibration_batch_size=16",
+              "--population=2", "--parents=1", "--mutations=1", "--crossovers=0", "--iterations=1",
+              "--nocompare_per_layer", "--sram_kb=64", "--flash_kb=256", f"--out_dir={out}"]
+    r = run("pipelines.search", *common)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "joint: held-out accuracy" in r.stdout
+    report = json.loads((out / "search_report.json").read_text())
+    best = report["searches"]["joint"]["best"]
+    assert best["arena_bytes"] <= 64 * 1024 and best["flash_bytes"] <= 256 * 1024 and 0 <= best["accuracy"] <= 1
+    schedule = json.loads((out / "best_schedule.json").read_text())
+    assert schedule["arena_bytes"] == best["arena_bytes"] and (out / "pareto.png").read_bytes()[:4] == b"\x89PNG"
+    # Rerun: everything is resumed from the states (no new evaluation), same winner.
+    again = run("pipelines.search", *common)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads((out / "search_report.json").read_text())["searches"]["joint"]["best"] == best
+
+    ft = tmp_path / "ft"
+    r = run("pipelines.train", f"--model={out / 'best.json'}", f"--init_weights={out / 'best.weights.h5'}",
+            f"--dataset={SCENES}", f"--data_dir={data_dir}", "--epochs=1", "--qat_epochs=0", "--batch_size=16",
+            "--steps_per_epoch=2", "--int8_eval_samples=16", "--test_subset=16", "--calibration_samples=16",
+            "--bn_recalibration_batches=1", f"--out_dir={ft}", "--noprogress")
+    assert r.returncode == 0, r.stderr[-3000:]
+    train_report = json.loads((ft / "train_report.json").read_text())
+    assert train_report["tflite_vs_tflm"]["agree"]
+    patched = tmp_path / "patched.tflite"
+    r = run("pipelines.rewrite", f"--tflite={ft / 'model_int8.tflite'}", f"--out={patched}", "--mode=custom",
+            "--patches=2", "--patch_blocks=2")
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = run("pipelines.verify", f"--original={ft / 'model_int8.tflite'}", f"--rewritten={patched}", "--samples=4")
+    assert r.returncode == 0, r.stderr[-2000:] + r.stdout[-2000:]
+
+    # Weights of another spec: one line, exit 2.
+    r = run("pipelines.train", f"--model={base}", f"--init_weights={out / 'best.weights.h5'}",
+            f"--dataset={SCENES}", f"--data_dir={data_dir}", "--epochs=1", "--qat_epochs=0", "--batch_size=16",
+            f"--out_dir={ft}2")
+    errors = [ln for ln in r.stderr.splitlines() if "error:" in ln]
+    assert r.returncode == 2 and len(errors) == 1 and "--init_weights" in errors[0] and "not weights of this model" \
+        in errors[0] and "Traceback" not in r.stderr, r.stderr[-2000:]
+
+
+def test_bad_flags_are_one_line(tmp_path):
+    for args, message in ((["--sram_kb=0"], "--sram_kb"), (["--kernel_sizes=3,x"], "--kernel_sizes"),
+                          (["--population=1"], "population")):
+        r = run("pipelines.search", *args, f"--out_dir={tmp_path / 'o'}")
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.returncode == 2 and len(lines) == 1 and message in lines[0], r.stderr
+        assert "Traceback" not in r.stderr
