@@ -53,6 +53,9 @@ def test_search_then_finetune_rewrite_verify(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     train_report = json.loads((ft / "train_report.json").read_text())
     assert train_report["tflite_vs_tflm"]["agree"]
+    d = train_report["dataset"]  # the scenes' own validation split, not --val_split
+    assert d["name"].startswith("Scenes") and (d["train"], d["validation"], d["test"]) == (64, 24, 24)
+    assert d["scenes"]["canvas"] == 48 and d["resolution"] == best["resolution"]
     patched = tmp_path / "patched.tflite"
     r = run("pipelines.rewrite", f"--tflite={ft / 'model_int8.tflite'}", f"--out={patched}", "--mode=custom",
             "--patches=2", "--patch_blocks=2")

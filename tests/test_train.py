@@ -209,19 +209,6 @@ def test_spec_that_does_not_fit_the_data(workdir, tmp_path, change, message):
         train.train(config(str(p), data_dir), str(tmp_path / "o"), log=lambda m: None)
 
 
-def test_scenes_train_with_their_own_validation_split(workdir, tmp_path):
-    """The scenes task trains end to end; its own validation split replaces --val_split."""
-    _, spec_path, data_dir = workdir
-    cfg = config(spec_path, data_dir, dataset="scenes:canvas=64,object_px=10-20,train=96,val=24,test=48",
-                 train_subset=None, recipe=train.Recipe(epochs=1, qat_epochs=0, batch_size=16, lr=0.05,
-                                                        bn_recalibration_batches=1))
-    r = train.train(cfg, str(tmp_path / "s"), log=lambda m: None)
-    d = r["dataset"]
-    assert d["name"].startswith("Scenes") and (d["train"], d["validation"], d["test"]) == (96, 24, 48)
-    assert d["scenes"]["canvas"] == 64 and d["resolution"] == 32
-    assert r["tflite_vs_tflm"]["agree"] and 0.0 <= r["accuracy"]["int8_tflm"] <= 1.0
-
-
 def test_recipe_validation():
     with pytest.raises(train.TrainError, match="nothing to train"):
         train.Recipe(epochs=0, qat_epochs=0).validate()
