@@ -16,7 +16,7 @@ tf = pytest.importorskip("tensorflow")
 
 from tfmcu.nas import constraints as cons  # noqa: E402
 from tfmcu.nas import train_supernet as ts  # noqa: E402
-from tests.test_data import fake_idx_set  # noqa: E402
+from tests.support import fake_idx_set  # noqa: E402
 
 SPACE = SearchSpace(kernels=(3, 5, 7), expands=(3, 6), depths=(1, 2), widths=(0.5, 1.0), resolutions=(32, 48))
 BASE = NetSpec(name="tiny", resolution=48, stem=StemSpec(8, kernel=3, stride=2),

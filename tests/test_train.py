@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from tfmcu import data, train
-from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec
+from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec  # noqa: F401
+from tests.support import tiny_spec
 
 SRC_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(train.__file__))))  # tfmcu/, pipelines/
 HAVE_FASHION = os.path.isfile(os.path.join(data.FASHION_MNIST_DIR, "t10k-labels-idx1-ubyte.gz"))
@@ -34,14 +35,6 @@ def fake_idx_set(folder, n_train: int, n_test: int) -> str:
             with open(os.path.join(folder, name), "wb") as f:
                 f.write(head + a.tobytes())
     return str(folder)
-
-
-def tiny_spec(num_classes: int = 10, in_channels: int = 3, se: float = 0.0) -> NetSpec:
-    b = BlockSpec
-    return NetSpec(name="tiny", resolution=32, in_channels=in_channels,
-                   stem=StemSpec(out_channels=8, kernel=3, stride=2),
-                   stages=[StageSpec([b(8, 3, 1, 1, se=se)]), StageSpec([b(16, 3, 3, 2), b(16, 3, 3, 1)])],
-                   head=HeadSpec(last_channels=0, num_classes=num_classes)).validate()
 
 
 @pytest.fixture(scope="module")

@@ -462,7 +462,7 @@ def train_section(o: BenchOptions) -> dict[str, Any]:
 
 
 # The scenes task and the fixed network the resolution section trains (one seed, the same recipe at every resolution).
-RESOLUTION_DATASET = "scenes:canvas=128,object_px=10-24,distractors=2-5,train=4000,val=500,test=1000,seed=0"
+RESOLUTION_DATASET = "scenes:canvas=128,object_px=10-24,distractors=2-5,train=3000,val=500,test=1000,seed=0"
 RESOLUTION_MODEL = "mcunet-demo"
 RESOLUTIONS = (32, 64, 128)
 RESOLUTION_RECIPE = Recipe(epochs=12, qat_epochs=0, batch_size=64, lr=0.05, warmup_epochs=1.0)

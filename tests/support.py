@@ -1,0 +1,44 @@
+"""Helpers shared by several test files (a module Bazel's test_support library carries): tiny IDX data sets and a
+tiny spec."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+
+import numpy as np
+
+from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec
+
+
+def write_idx(path, array: np.ndarray, gz: bool = False) -> str:
+    codes = {np.dtype(np.uint8): 0x08, np.dtype(np.int8): 0x09}
+    head = bytes([0, 0, codes[array.dtype], array.ndim]) + b"".join(struct.pack(">I", d) for d in array.shape)
+    blob = head + array.tobytes()
+    path = str(path) + (".gz" if gz else "")
+    with (gzip.open if gz else open)(path, "wb") as f:
+        f.write(blob)
+    return path
+
+
+def fake_idx_set(folder, n_train=60, n_test=20, classes=10, size=28, gz=True, seed=0) -> str:
+    """A tiny MNIST-style IDX data set: class k images are bright in a k-dependent column band."""
+    rng = np.random.default_rng(seed)
+    os.makedirs(folder, exist_ok=True)
+    for split, n in (("train", n_train), ("t10k", n_test)):
+        labels = (np.arange(n) % classes).astype(np.uint8)
+        images = rng.integers(0, 40, (n, size, size)).astype(np.uint8)
+        for i, k in enumerate(labels):
+            images[i, :, 2 * k:2 * k + 3] = 250
+        write_idx(os.path.join(folder, f"{split}-images-idx3-ubyte"), images, gz)
+        write_idx(os.path.join(folder, f"{split}-labels-idx1-ubyte"), labels, gz)
+    return str(folder)
+
+
+def tiny_spec(num_classes: int = 10, in_channels: int = 3, se: float = 0.0) -> NetSpec:
+    b = BlockSpec
+    return NetSpec(name="tiny", resolution=32, in_channels=in_channels,
+                   stem=StemSpec(out_channels=8, kernel=3, stride=2),
+                   stages=[StageSpec([b(8, 3, 1, 1, se=se)]), StageSpec([b(16, 3, 3, 2), b(16, 3, 3, 1)])],
+                   head=HeadSpec(last_channels=0, num_classes=num_classes)).validate()
