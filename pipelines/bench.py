@@ -16,7 +16,7 @@ from tfmcu.flows import bench
 FLAGS = flags.FLAGS
 _cli.define_out_dir()
 flags.DEFINE_list("sections", list(bench.SECTIONS),
-                  "Sections to run (train alone takes about 1.5 h on 2 CPU cores, resolution about 25 min).")
+                  "Sections to run (train alone takes about 1.5 h on 2 CPU cores, resolution about 15 min).")
 flags.DEFINE_string("zoo_cache", "out/zoo", "Cache of converted zoo models.")
 flags.DEFINE_integer("check_samples", 8, "Random inputs for the bit-exactness checks.", lower_bound=1)
 

@@ -10,7 +10,7 @@ out/bench/<section>.json (rows for scripts) and out/bench/<section>.md (the tabl
 - train: the full training recipe on Fashion-MNIST at 96x96 (about 1.5 h on 2 cores; resumes from checkpoints).
 - resolution: one fixed network trained on the scenes task (``tfmcu.scenes``: small objects on cluttered 128 px
   canvases) at several input resolutions; test accuracy against resolution (float and int8), with MACs and the
-  measured TFLM arena of each (about 25 min on 2 cores; resumes from checkpoints).
+  measured TFLM arena of each (about 15 min on 2 cores; resumes from checkpoints).
 """
 
 from __future__ import annotations
@@ -462,10 +462,10 @@ def train_section(o: BenchOptions) -> dict[str, Any]:
 
 
 # The scenes task and the fixed network the resolution section trains (one seed, the same recipe at every resolution).
-RESOLUTION_DATASET = "scenes:canvas=128,object_px=10-24,distractors=2-5,train=3000,val=500,test=1000,seed=0"
+RESOLUTION_DATASET = "scenes:canvas=128,object_px=10-24,distractors=2-5,train=2000,val=500,test=1000,seed=0"
 RESOLUTION_MODEL = "mcunet-demo"
 RESOLUTIONS = (32, 64, 128)
-RESOLUTION_RECIPE = Recipe(epochs=12, qat_epochs=0, batch_size=64, lr=0.05, warmup_epochs=1.0)
+RESOLUTION_RECIPE = Recipe(epochs=8, qat_epochs=0, batch_size=64, lr=0.05, warmup_epochs=1.0)
 
 
 def resolution_section(o: BenchOptions) -> dict[str, Any]:
