@@ -11,7 +11,9 @@ resolution) on --dataset, then searches sub-networks by evolution under --sram_k
 int8 model in custom mode, with the least-MACs patch schedule that fits; the input image counted unless
 --nocount_input), --flash_kb and --max_mmacs, scoring each by the supernet's held-out accuracy; and, for comparison,
 the same search with per-layer execution only. Resumable (rerun the same command). Writes under --out_dir:
-best.json, best.weights.h5, best_schedule.json, search_report.json, pareto.png, supernet/ and the search states.
+best.json, best.weights.h5, best_schedule.json (and best_per_layer.*), search_report.json, pareto.png, supernet/
+and the search states. --workers=N evaluates candidates in N processes; --strategy trains the supernet distributed
+(README: a bigger search on several machines).
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ flags.DEFINE_integer("crossovers", 6, "Evolution: children by crossover per iter
 flags.DEFINE_float("mutation_rate", 0.1, "Evolution: per-gene mutation probability (paper: 0.1).", lower_bound=0,
                    upper_bound=1)
 flags.DEFINE_integer("iterations", 6, "Evolution: iterations (paper: 30).", lower_bound=0)
+flags.DEFINE_enum("strategy", "default", ["default", "mirrored", "multi_worker"],
+                  "Supernet training: tf.distribute strategy (as pipelines/train.py; multi_worker reads TF_CONFIG).")
+flags.DEFINE_integer("workers", 0, "Processes evaluating the candidates' constraints (int8 conversion, predicted "
+                     "arena); 0: in this process.", lower_bound=0)
 
 flags.adopt_module_key_flags(_cli)  # the shared flags this pipeline defined show in --help
 
@@ -81,7 +87,7 @@ def main(argv: Sequence[str]) -> None:
         evolution=EvolutionOptions(population=FLAGS.population, parents=FLAGS.parents, mutations=FLAGS.mutations,
                                    crossovers=FLAGS.crossovers, mutation_rate=FLAGS.mutation_rate,
                                    iterations=FLAGS.iterations, seed=FLAGS.seed),
-        seed=FLAGS.seed, out_dir=_cli.out_dir("search"))
+        seed=FLAGS.seed, out_dir=_cli.out_dir("search"), strategy=FLAGS.strategy, workers=FLAGS.workers)
     search.validate(options)
     import_tensorflow_quietly()
     report = search.run(options, log=_cli.log_stderr, progress=_cli.progress)
@@ -90,7 +96,9 @@ def main(argv: Sequence[str]) -> None:
         print(f"{name}: held-out accuracy {b['accuracy']:.2%} (supernet), {b['resolution']} px, grid "
               f"{b['grid'][0]}x{b['grid'][1]}, predicted arena {b['arena_bytes'] / 1024:.1f} kB, Flash "
               f"{b['flash_bytes'] / 1024:.1f} kB, {b['macs'] / 1e6:.1f}M MACs")
-    print(f"wrote {options.out_dir}/best.json, best.weights.h5, best_schedule.json, search_report.json, pareto.png")
+    per_layer = ", best_per_layer.*" if options.compare_per_layer else ""
+    print(f"wrote {options.out_dir}/best.json, best.weights.h5, best_schedule.json{per_layer}, search_report.json, "
+          f"pareto.png")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ def test_search_then_finetune_rewrite_verify(tmp_path):
               "--expands=3,6", "--depths=1,2", "--widths=0.5,1.0", "--resolutions=32,48", "--largest_epochs=1",
               "--supernet_epochs=1", "--batch_size=16", "--steps_per_epoch=2", "--calibration_batches=2", "--calibration_batch_size=16",
               "--population=2", "--parents=1", "--mutations=1", "--crossovers=0", "--iterations=1",
-              "--nocompare_per_layer", "--sram_kb=64", "--flash_kb=256", f"--out_dir={out}"]
+              "--sram_kb=64", "--flash_kb=256", "--workers=1", f"--out_dir={out}"]
     r = run("pipelines.search", *common)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "joint: held-out accuracy" in r.stdout
@@ -40,6 +40,10 @@ def test_search_then_finetune_rewrite_verify(tmp_path):
     assert best["arena_bytes"] <= 64 * 1024 and best["flash_bytes"] <= 256 * 1024 and 0 <= best["accuracy"] <= 1
     schedule = json.loads((out / "best_schedule.json").read_text())
     assert schedule["arena_bytes"] == best["arena_bytes"] and (out / "pareto.png").read_bytes()[:4] == b"\x89PNG"
+    # The per-layer-only search's winner too (p = 1), with its own spec and weights.
+    assert "per_layer: held-out accuracy" in r.stdout and report["searches"]["per_layer"]["best"]["grid"] == [1, 1]
+    assert json.loads((out / "best_per_layer_schedule.json").read_text())["grid"] == [1, 1]
+    assert (out / "best_per_layer.json").is_file() and (out / "best_per_layer.weights.h5").stat().st_size > 0
     # (Resuming: tests/test_evolution.py and tests/test_nas.py.)
 
     ft = tmp_path / "ft"
@@ -71,7 +75,8 @@ def test_search_then_finetune_rewrite_verify(tmp_path):
 
 def test_bad_flags_are_one_line(tmp_path):
     for args, message in ((["--sram_kb=0"], "--sram_kb"), (["--kernel_sizes=3,x"], "--kernel_sizes"),
-                          (["--population=1"], "population")):
+                          (["--population=1"], "population"), (["--workers=-1"], "--workers"),
+                          (["--strategy=multi_worker"], "TF_CONFIG")):
         r = run("pipelines.search", *args, f"--out_dir={tmp_path / 'o'}")
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         assert r.returncode == 2 and len(lines) == 1 and message in lines[0], r.stderr

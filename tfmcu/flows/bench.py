@@ -27,6 +27,7 @@ import numpy as np
 
 from tfmcu.errors import UsageError
 from tfmcu.files import figure_png, write_outputs
+from tfmcu.flows import bench_search
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.nets import zoo
 from tfmcu.plan import memory_plan
@@ -42,7 +43,7 @@ from tfmcu.train.config import Recipe, TrainConfig
 from tfmcu.train.loop import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SECTIONS = ("rewrite", "custom", "firmware", "tflm_firmware", "cmsis_nn", "train", "resolution")
+SECTIONS = ("rewrite", "custom", "firmware", "tflm_firmware", "cmsis_nn", "train", "resolution", "search")
 
 
 @dataclass
@@ -525,7 +526,7 @@ def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
     sections: dict[str, Callable[[BenchOptions], dict[str, Any]]] = {
         "rewrite": rewrite_section, "custom": custom_section, "firmware": firmware_section,
         "tflm_firmware": tflm_firmware_section, "cmsis_nn": cmsis_nn_section, "train": train_section,
-        "resolution": resolution_section}
+        "resolution": resolution_section, "search": lambda o: bench_search.search_section(o, log)}
     unknown = [s for s in o.sections if s not in sections]
     if unknown:
         raise UsageError(f"unknown bench section(s) {', '.join(unknown)}; known: {', '.join(sections)}")

@@ -11,8 +11,15 @@
    (per-layer only) unless ``compare_per_layer`` is off; both resumable (``out_dir/search_<name>.json``);
 4. outputs (all-or-nothing): ``best.json`` (the joint winner's spec), ``best.weights.h5`` (its weights out of the
    supernet, batch norm calibrated: ``pipelines/train.py --model=best.json --init_weights=best.weights.h5``
-   fine-tunes it), ``best_schedule.json`` (grid, stage, predicted arena, Flash, MACs), ``search_report.json`` and
-   ``pareto.png`` (held-out accuracy against predicted SRAM of every feasible candidate of both searches).
+   fine-tunes it), ``best_schedule.json`` (grid, stage, predicted arena, Flash, MACs), the same three for the
+   per-layer-only winner (``best_per_layer.json``, ``best_per_layer.weights.h5``, ``best_per_layer_schedule.json``),
+   ``search_report.json`` and ``pareto.png`` (held-out accuracy against predicted SRAM of every feasible candidate of
+   both searches).
+
+Scale-out: the supernet trains under ``strategy`` (``tfmcu.train`` strategies: ``mirrored`` for local GPUs,
+``multi_worker`` for several machines, cluster from ``TF_CONFIG``); the constraints of candidates are evaluated in
+``workers`` processes (``tfmcu.nas.constraints.ConstraintPool``). ``supernet_dir`` and ``cache_dir`` (default: under
+``out_dir``) let several searches (other budgets) share one trained supernet and the converted models.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from tfmcu import data as data_mod
 from tfmcu.errors import UsageError
 from tfmcu.files import check_output_paths, figure_png, write_outputs
 from tfmcu.graph.load import load_spec
-from tfmcu.nas.constraints import Limits, ModelConstraints
+from tfmcu.nas.constraints import ConstraintPool, Limits, ModelConstraints
 from tfmcu.nas.evolution import EvolutionOptions, evolve
 from tfmcu.nas.train_supernet import SubnetAccuracy, SupernetRecipe, train_supernet
 from tfmcu.nets.spec import NetSpec, SearchSpace
@@ -51,6 +58,10 @@ class SearchRunOptions:
     evolution: EvolutionOptions = field(default_factory=EvolutionOptions)
     seed: int = 0
     out_dir: str = "out/search"
+    strategy: str = "default"  # supernet training: tfmcu.train strategies
+    workers: int = 0  # processes evaluating constraints (0: this one)
+    supernet_dir: str | None = None  # default: out_dir/supernet
+    cache_dir: str | None = None  # converted models and constraint figures; default: out_dir/constraints
 
 
 def parse_numbers(flag: str, values: list[str], kind: type) -> tuple:
@@ -81,6 +92,8 @@ def validate(o: SearchRunOptions) -> None:
         raise UsageError(f"--max_mmacs={o.max_mmacs}: must be > 0")
     if not o.patch_options or min(o.patch_options) < 1:
         raise UsageError("--patch_options: integers >= 1")
+    if o.workers < 0:
+        raise UsageError(f"--workers={o.workers}: must be >= 0")
     check_output_paths({"--out_dir": os.path.join(o.out_dir, "best.json")})
 
 
@@ -95,8 +108,8 @@ def run(o: SearchRunOptions, log: Callable[[str], None] = print,
     ds = data_mod.load(o.dataset, o.data_dir, seed=o.seed)
     base = base_spec(o, ds)
     space = o.space
-    net, history = train_supernet(base, space, ds, o.dataset, os.path.join(o.out_dir, "supernet"), o.supernet,
-                                  o.seed, resume=True, log=log)
+    net, history = train_supernet(base, space, ds, o.dataset, o.supernet_dir or os.path.join(o.out_dir, "supernet"),
+                                  o.supernet, o.seed, resume=True, log=log, strategy=o.strategy)
     score = SubnetAccuracy(net, ds, o.supernet, o.seed)
     common = dict(sram_bytes=int(o.sram_kb * KB), flash_bytes=None if o.flash_kb is None else int(o.flash_kb * KB),
                   max_macs=None if o.max_mmacs is None else int(o.max_mmacs * 1e6), count_input=o.count_input)
@@ -108,27 +121,37 @@ def run(o: SearchRunOptions, log: Callable[[str], None] = print,
         log(f"[search] {name}: {limits.describe()}; population {o.evolution.population}, "
             f"{o.evolution.iterations} iterations")
         constraints = ModelConstraints(space, base, limits, o.dataset, ds.class_names,
-                                       cache_dir=os.path.join(o.out_dir, "constraints"))
+                                       cache_dir=o.cache_dir or os.path.join(o.out_dir, "constraints"))
 
         def report(n: int, total: int, what: str, name: str = name) -> None:
             if progress:
                 progress(n, total, f"{name}: {what}")
 
-        results[name] = evolve(space, base, constraints, score, o.evolution,
-                               state_path=os.path.join(o.out_dir, f"search_{name}.json"), progress=report,
-                               describe={"dataset": o.dataset, "limits": dataclasses.asdict(limits),
-                                         "supernet": dataclasses.asdict(o.supernet), "seed": o.seed})
+        with ConstraintPool(constraints, o.workers) as pool:
+            results[name] = evolve(space, base, pool, score, o.evolution,
+                                   state_path=os.path.join(o.out_dir, f"search_{name}.json"), progress=report,
+                                   describe={"dataset": o.dataset, "limits": dataclasses.asdict(limits),
+                                             "supernet": dataclasses.asdict(o.supernet), "seed": o.seed})
         b = results[name]["best"]
         log(f"[search] {name}: best held-out accuracy {b['accuracy']:.2%} at {b['resolution']} px, predicted arena "
             f"{b['arena_bytes'] / KB:.1f} kB, {b['macs'] / 1e6:.1f}M MACs, grid {b['grid']}")
-    best = results["joint"]["best"]
-    spec = space.decode(best["genome"], base).replace(name=f"{base.name}-searched")
-    model = net.extract(spec, score.calibrate(spec), o.seed)
+    winners: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="tfmcu-search-") as tmp:
-        weights_tmp = os.path.join(tmp, "best.weights.h5")
-        model.save_weights(weights_tmp)
-        with open(weights_tmp, "rb") as f:
-            weights = f.read()
+        for name, suffix, label in (("joint", "", "searched"), ("per_layer", "_per_layer", "searched-per-layer")):
+            if name not in results:
+                continue
+            best = results[name]["best"]
+            spec = space.decode(best["genome"], base).replace(name=f"{base.name}-{label}")
+            model = net.extract(spec, score.calibrate(spec), o.seed)
+            weights_tmp = os.path.join(tmp, f"best{suffix}.weights.h5")
+            model.save_weights(weights_tmp)
+            with open(weights_tmp, "rb") as f:
+                weights = f.read()
+            out = o.out_dir
+            winners.update({os.path.join(out, f"best{suffix}.json"): spec.to_json() + "\n",
+                            os.path.join(out, f"best{suffix}.weights.h5"): weights,
+                            os.path.join(out, f"best{suffix}_schedule.json"):
+                                {k: best[k] for k in best if k != "genome"}})
     report = {"dataset": {"name": ds.name, "source": ds.source, **ds.info}, "base": base.to_dict(),
               "space": dataclasses.asdict(space), "supernet_history": history,
               "searches": {name: {"best": r["best"], "history": [{"iteration": h["iteration"],
@@ -136,12 +159,8 @@ def run(o: SearchRunOptions, log: Callable[[str], None] = print,
                                                                  for h in r["history"]],
                                   "evaluated": _points(r)} for name, r in results.items()},
               "accuracy_is": "supernet held-out accuracy (BN re-calibrated per sub-network), not fine-tuned"}
-    out = o.out_dir
-    write_outputs({os.path.join(out, "best.json"): spec.to_json() + "\n",
-                   os.path.join(out, "best.weights.h5"): weights,
-                   os.path.join(out, "best_schedule.json"): {k: best[k] for k in best if k != "genome"},
-                   os.path.join(out, "search_report.json"): report,
-                   os.path.join(out, "pareto.png"): pareto_plot(report, o.sram_kb)})
+    write_outputs({**winners, os.path.join(o.out_dir, "search_report.json"): report,
+                   os.path.join(o.out_dir, "pareto.png"): pareto_plot(report, o.sram_kb)})
     return report
 
 
@@ -152,13 +171,8 @@ def _points(result: dict[str, Any]) -> list[dict[str, Any]]:
             for k, f in result["evaluations"]["constraints"].items() if f["ok"] and k in acc]
 
 
-def pareto_plot(report: dict[str, Any], sram_kb: float) -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+def pareto_axes(ax: Any, report: dict[str, Any], sram_kb: float) -> None:
+    """Every feasible candidate of each search (held-out accuracy against predicted arena) and its Pareto front."""
     for (name, r), colour in zip(report["searches"].items(), ("#4c72b0", "#c44e52")):
         pts = sorted(r["evaluated"], key=lambda p: p["arena_bytes"])
         ax.scatter([p["arena_bytes"] / KB for p in pts], [100 * p["accuracy"] for p in pts], s=14, alpha=0.5,
@@ -173,6 +187,16 @@ def pareto_plot(report: dict[str, Any], sram_kb: float) -> bytes:
     ax.axvline(sram_kb, color="black", linestyle="--", linewidth=1, label=f"SRAM {sram_kb:.0f} kB")
     ax.set_xlabel("predicted TFLM arena (kB, custom mode)")
     ax.set_ylabel("held-out accuracy (%, supernet)")
-    ax.set_title("joint architecture + schedule search vs per-layer only", fontsize=10)
     ax.legend(fontsize=8)
+
+
+def pareto_plot(report: dict[str, Any], sram_kb: float) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    pareto_axes(ax, report, sram_kb)
+    ax.set_title("joint architecture + schedule search vs per-layer only", fontsize=10)
     return figure_png(fig)

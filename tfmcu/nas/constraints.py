@@ -3,8 +3,9 @@
 ``ModelConstraints(space, base, limits)(genome)``:
 
 1. the genome's spec (``SearchSpace.decode``) must not exceed ``max_macs`` per layer (analytic, ``tfmcu.plan
-   .profiler``), nor ``flash_bytes`` by its int8 weights and int32 biases alone -- both checked before anything is
-   built;
+   .profiler``), nor ``flash_bytes`` by its int8 weights and int32 biases alone, nor ``sram_bytes`` by its SRAM
+   floor (``sram_floor``: the least analytic lower bound over every schedule the search may pick, each a floor under
+   that schedule's predicted arena) -- all checked on the spec's graph, before anything is built or converted;
 2. the spec is built (``tf_keras``, seeded weights) and exported as training exports it (``tfmcu.nets.convert``:
    full int8, the classifier as a 1x1 CONV_2D, the same TFLite metadata: ``tfmcu.train.export.with_metadata``); its
    Flash is that file's size;
@@ -14,8 +15,13 @@
    ``count_input`` is off; ``patch_options=(1,)`` is the per-layer-only search;
 4. MACs: that schedule's exact MACs (patch overhead included) must fit ``max_macs``.
 
-Results are cached by genome in memory and, with ``cache_dir``, on disk (one JSON per architecture), so a resumed or
-repeated search does not convert again.
+Results are cached by genome in memory and, with ``cache_dir``, on disk (one JSON per architecture and limits;
+the int8 model itself once per architecture under ``cache_dir/models``, shared by searches under other limits), so a
+resumed or repeated search does not convert again.
+
+``ConstraintPool(constraints, workers)``: the same evaluation in ``workers`` processes (``spawn``; each builds its
+own ``ModelConstraints``); ``many(genomes)`` evaluates a batch in parallel (the evolution prefetches the genomes it
+is about to draw), ``__call__`` one genome. ``workers=0`` evaluates in this process.
 """
 
 from __future__ import annotations
@@ -28,12 +34,13 @@ from typing import Any
 
 from tfmcu.errors import TfmcuError
 from tfmcu.files import write_outputs
+from tfmcu.graph import ir
 from tfmcu.graph.from_spec import from_spec
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.nas.evolution import Feasibility, Genome
 from tfmcu.nets.spec import NetSpec, SearchSpace
 from tfmcu.plan.profiler import profile
-from tfmcu.plan.search import SearchOptions, search
+from tfmcu.plan.search import SearchOptions, candidates, search
 from tfmcu.stage.custom import CustomArenaCost
 
 KB = 1024
@@ -71,6 +78,19 @@ def int8_model(spec: NetSpec, dataset_name: str, class_names: list[str], seed: i
     return with_metadata(data, spec, dataset_name, class_names, spec.resolution, spec.in_channels, "0" * 16)
 
 
+def sram_floor(graph: ir.Graph, limits: Limits) -> int:
+    """A floor under the predicted TFLM arena (custom mode, the rest planned disjoint) of every schedule the search
+    may choose for ``graph``, from the graph alone: the unpatched model's analytic per-layer peak (TFLM's planned head
+    holds every activation alive at an op), and per patched candidate ``CustomArenaCost.lower_bound``; the least of
+    them. ``count_input=False`` subtracts the input image from each (as the cost does)."""
+    options = SearchOptions(patch_options=limits.patch_options, count_input=True)
+    cands = candidates(graph, options)
+    cost = CustomArenaCost(b"", graph, count_input=True)
+    image = 0 if limits.count_input else sum(-(-graph.tensors[t].nbytes // 16) * 16 for t in graph.inputs)
+    floors = [cands[0].peak(True)] + [cost.lower_bound(c, None) for c in cands[1:]]
+    return max(0, min(floors) - image)
+
+
 class ModelConstraints:
     """Callable genome -> Feasibility (see the module docstring)."""
 
@@ -104,9 +124,25 @@ class ModelConstraints:
             write_outputs({path: {"ok": result.ok, "figures": result.figures, "why": result.why}})
         return result
 
+    def _int8(self, spec: NetSpec) -> bytes:
+        """The spec's int8 model, converted once per architecture (cached under ``cache_dir/models``)."""
+        path = None
+        if self.cache_dir:
+            key = json.dumps({"spec": spec.to_dict(), "dataset": self.dataset_name, "labels": self.class_names},
+                             sort_keys=True)
+            path = os.path.join(self.cache_dir, "models", hashlib.sha256(key.encode()).hexdigest()[:20] + ".tflite")
+            if os.path.isfile(path):
+                with open(path, "rb") as f:
+                    return f.read()
+        data = int8_model(spec, self.dataset_name, self.class_names)
+        if path:
+            write_outputs({path: data})
+        return data
+
     def evaluate_spec(self, spec: NetSpec) -> Feasibility:
         lim = self.limits
-        prof = profile(from_spec(spec))
+        spec_graph = from_spec(spec)
+        prof = profile(spec_graph)
         figures: dict[str, Any] = {"resolution": spec.resolution, "macs_per_layer": prof.macs,
                                    "analytic_peak_bytes": prof.peak_sram_per_layer_bytes}
         if lim.max_macs is not None and prof.macs > lim.max_macs:
@@ -114,7 +150,12 @@ class ModelConstraints:
         if lim.flash_bytes is not None and prof.flash_bytes > lim.flash_bytes:
             return Feasibility(False, figures, f"weights {prof.flash_bytes / KB:.0f} kB > Flash "
                                                f"{lim.flash_bytes / KB:.0f} kB")
-        data = int8_model(spec, self.dataset_name, self.class_names)
+        floor = sram_floor(spec_graph, lim)
+        figures["sram_floor_bytes"] = floor
+        if floor > lim.sram_bytes:
+            return Feasibility(False, figures, f"analytic SRAM floor {floor / KB:.0f} kB > {lim.sram_bytes / KB:.0f} kB "
+                                               f"(not converted)")
+        data = self._int8(spec)
         figures["flash_bytes"] = len(data)
         if lim.flash_bytes is not None and figures["flash_bytes"] > lim.flash_bytes:
             return Feasibility(False, figures, f"Flash {figures['flash_bytes'] / KB:.0f} kB > "
@@ -138,3 +179,59 @@ class ModelConstraints:
             return Feasibility(False, figures, f"{c.candidate.macs / 1e6:.1f}M MACs with patches > "
                                                f"{lim.max_macs / 1e6:.1f}M")
         return Feasibility(True, figures)
+
+
+# ----------------------------------------------------------------------------- worker processes
+_WORKER: ModelConstraints | None = None
+
+
+def _worker_init(args: tuple) -> None:
+    global _WORKER
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    _WORKER = ModelConstraints(*args)
+
+
+def _worker_eval(genome: Genome) -> tuple[bool, dict[str, Any], str]:
+    assert _WORKER is not None
+    f = _WORKER(genome)
+    return f.ok, f.figures, f.why
+
+
+class ConstraintPool:
+    """``ModelConstraints`` evaluated in worker processes (see the module docstring). Use as a context manager (or
+    call ``close``)."""
+
+    def __init__(self, constraints: ModelConstraints, workers: int = 0):
+        if workers < 0:
+            raise ValueError("workers must be >= 0")
+        self.local, self.workers, self._pool = constraints, workers, None
+        if workers:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            c = constraints
+            args = (c.space, c.base, c.limits, c.dataset_name, c.class_names, c.cache_dir)
+            self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_worker_init, initargs=(args,))
+
+    def __call__(self, genome: Genome) -> Feasibility:
+        return self.many([genome])[0]
+
+    def many(self, genomes: list[Genome]) -> list[Feasibility]:
+        todo = [g for g in dict.fromkeys(json.dumps(g) for g in genomes) if g not in self.local.memo]
+        if self._pool is not None and todo:
+            for k, (ok, figures, why) in zip(todo, self._pool.map(_worker_eval, [json.loads(k) for k in todo])):
+                self.local.memo[k] = Feasibility(ok, figures, why)
+        return [self.local(g) for g in genomes]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def __enter__(self) -> "ConstraintPool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

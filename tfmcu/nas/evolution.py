@@ -16,6 +16,10 @@ training), ``accuracy(genome)`` a number in [0, 1] (the supernet's held-out accu
 Resumable: ``state_path`` (a JSON log) holds the options, every evaluation and each finished iteration's
 population; a run that finds one continues after its last iteration, bit for bit like an uninterrupted run (every
 random draw of iteration i comes from ``random.Random(f"{seed}:{i}")``). ``progress(done, total, what)`` reports.
+
+Parallel constraints: when ``constraints`` has ``many(genomes)`` (``tfmcu.nas.constraints.ConstraintPool``), each
+draw first evaluates the next ``prefetch`` genomes the same random stream will produce (a copy of the generator, so
+the draws themselves are unchanged) in one parallel batch; the result does not depend on the number of workers.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class EvolutionOptions:
     iterations: int = 6
     max_tries: int = 200  # random draws per member or child before the search gives up
     seed: int = 0
+    prefetch: int = 4  # genomes evaluated ahead in one parallel batch (constraints with ``many`` only)
 
     @classmethod
     def paper(cls) -> "EvolutionOptions":
@@ -67,7 +72,7 @@ class EvolutionOptions:
                   (self.mutations >= 0 and self.crossovers >= 0, "mutations and crossovers must be >= 0"),
                   (0.0 <= self.mutation_rate <= 1.0, "mutation_rate must be in [0, 1]"),
                   (self.iterations >= 0, "iterations must be >= 0"),
-                  (self.max_tries >= 1, "max_tries must be >= 1")]
+                  (self.max_tries >= 1, "max_tries must be >= 1"), (self.prefetch >= 1, "prefetch must be >= 1")]
         for ok, msg in checks:
             if not ok:
                 raise SearchError(f"evolution options: {msg}")
@@ -139,7 +144,8 @@ def evolve(space: SearchSpace, base: NetSpec, constraints: Callable[[Genome], Fe
     state written by a search with another description is refused."""
     options.validate()
     n_stages = len(base.stages)
-    header = {"options": dataclasses.asdict(options), "space": dataclasses.asdict(space),
+    kept = {k: v for k, v in dataclasses.asdict(options).items() if k != "prefetch"}  # prefetch: not the result
+    header = {"options": kept, "space": dataclasses.asdict(space),
               "base": base.to_dict(), "describe": describe or {}}
     state: dict[str, Any] = {}
     if state_path and os.path.isfile(state_path):
@@ -160,10 +166,18 @@ def evolve(space: SearchSpace, base: NetSpec, constraints: Callable[[Genome], Fe
         if state_path:
             write_outputs({state_path: {"header": header, "history": history, "evaluations": ev.to_dict()}})
 
-    def draw(rng: random.Random, make: Callable[[], Genome], what: str) -> Genome:
+    many = getattr(constraints, "many", None)
+
+    def draw(rng: random.Random, make: Callable[[random.Random], Genome], what: str) -> Genome:
         nonlocal done
         for _ in range(options.max_tries):
-            g = make()
+            if many is not None:
+                ahead = random.Random()
+                ahead.setstate(rng.getstate())
+                batch = [make(ahead) for _ in range(options.prefetch)]
+                if key_of(batch[0]) not in ev.feasible:
+                    many([b for b in batch if key_of(b) not in ev.feasible])
+            g = make(rng)
             if ev.fits(g):
                 ev.accuracy(g)
                 done += 1
@@ -176,7 +190,7 @@ def evolve(space: SearchSpace, base: NetSpec, constraints: Callable[[Genome], Fe
 
     if not history:
         rng = random.Random(f"{options.seed}:0")
-        population = [draw(rng, lambda: _genome_sample(space, base, rng), "random member")
+        population = [draw(rng, lambda r: _genome_sample(space, base, r), "random member")
                       for _ in range(options.population)]
         history.append(_record(0, population, ev))
         save()
@@ -185,9 +199,9 @@ def evolve(space: SearchSpace, base: NetSpec, constraints: Callable[[Genome], Fe
         rng = random.Random(f"{options.seed}:{it}")
         ranked = sorted(population, key=lambda g: -ev.accuracy(g))
         parents = ranked[:options.parents]
-        children = [draw(rng, lambda: mutate(rng.choice(parents), space, n_stages, options.mutation_rate, rng),
+        children = [draw(rng, lambda r: mutate(r.choice(parents), space, n_stages, options.mutation_rate, r),
                          "mutation") for _ in range(options.mutations)]
-        children += [draw(rng, lambda: crossover(rng.choice(parents), rng.choice(parents), rng), "crossover")
+        children += [draw(rng, lambda r: crossover(r.choice(parents), r.choice(parents), r), "crossover")
                      for _ in range(options.crossovers)]
         population = parents + children
         history.append(_record(it, population, ev))

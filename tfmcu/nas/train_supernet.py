@@ -16,7 +16,12 @@ phases ``largest`` and ``supernet``): ``resume=True`` continues after the last f
 batches of ``calibration_batch_size`` training images (the paper: 20 x 64), then its top-1 accuracy on the held-out
 split (``ds.val``, or ``eval_samples`` of it), both at the sub-network's resolution.
 
-Distribution: one device (``tf.distribute`` strategies are not wired into this custom loop yet).
+Distribution (``strategy``, as ``tfmcu.train``): ``default`` (one device), ``mirrored`` (all local GPUs) or
+``multi_worker`` (``MultiWorkerMirroredStrategy``, cluster from ``TF_CONFIG``): the supernet's variables and the
+optimizer live in the strategy's scope, batches are split over the replicas (``batch_size`` is the global batch:
+each replica's loss is its share of the global mean) and the optimizer all-reduces the gradients. The sub-networks of
+a step are drawn from the same seeded generator on every worker, so all replicas train the same ones. Only the chief
+writes checkpoints to ``out_dir``; other workers write to a private temporary folder and resume from the chief's.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import hashlib
 import json
 import os
 import random
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
@@ -36,7 +42,8 @@ from tfmcu import data as data_mod
 from tfmcu.nets.spec import NetSpec, SearchSpace
 from tfmcu.train.checkpoints import Checkpoints
 from tfmcu.train.config import TrainError
-from tfmcu.train.qat import configure_determinism, current_lr, make_optimizer
+from tfmcu.train import qat
+from tfmcu.train.qat import configure_determinism, current_lr, is_chief, make_optimizer
 
 if TYPE_CHECKING:
     from tfmcu.nets.supernet import BNStats, Supernet
@@ -79,15 +86,20 @@ def _fingerprint(base: NetSpec, space: SearchSpace, recipe: SupernetRecipe, data
 
 def train_supernet(base: NetSpec, space: SearchSpace, ds: data_mod.Dataset, dataset_name: str, out_dir: str,
                    recipe: SupernetRecipe = SupernetRecipe(), seed: int = 0, resume: bool = True,
-                   log: Callable[[str], None] = print) -> tuple["Supernet", dict[str, Any]]:
+                   log: Callable[[str], None] = print, strategy: str = "default") -> tuple["Supernet", dict[str, Any]]:
     """Train (or continue training) the supernet; returns it and its history (loss per epoch and phase)."""
     import tensorflow as tf
 
     from tfmcu.nets.supernet import Supernet  # lazy: imports TensorFlow (the search's flags parse without it)
 
     recipe.validate()
+    dist = qat.make_strategy(strategy)  # before any other TF work (multi-worker needs it first)
+    replicas = dist.num_replicas_in_sync
+    if recipe.batch_size % replicas:
+        raise TrainError(f"supernet batch_size {recipe.batch_size} is not a multiple of the {replicas} replicas")
     configure_determinism(seed, True)
-    net = Supernet(base, space, seed)
+    with dist.scope():
+        net = Supernet(base, space, seed)
     max_res = max(space.resolutions)
     steps = len(ds.train) // recipe.batch_size
     if recipe.steps_per_epoch:
@@ -96,16 +108,20 @@ def train_supernet(base: NetSpec, space: SearchSpace, ds: data_mod.Dataset, data
         raise TrainError(f"the training split has {len(ds.train)} samples, fewer than one batch ({recipe.batch_size})")
     ckpts = Checkpoints(os.path.join(out_dir, "checkpoints"), _fingerprint(base, space, recipe, dataset_name, seed),
                         log, phases=PHASES)
+    if not is_chief(dist):
+        ckpts.write_folder = tempfile.mkdtemp(prefix="tfmcu-worker-ckpt-")
     state = ckpts.load_state() if resume else None
     history: dict[str, Any] = state["history"] if state else {"largest": [], "supernet": []}
     log(f"[supernet] {base.name}: largest {net.largest.num_blocks - 1} blocks (k7, e{max(space.expands)}, "
         f"w{max(space.widths)}), {len(net.v)} weight tensors; {len(ds.train)} training images at {max_res} px, "
-        f"{steps} steps of {recipe.batch_size} per epoch")
+        f"{steps} steps of {recipe.batch_size} per epoch; strategy {strategy} ({replicas} replica"
+        f"{'s' if replicas > 1 else ''})")
     for phase, epochs in (("largest", recipe.largest_epochs), ("supernet", recipe.epochs)):
         if epochs == 0:
             continue
-        opt = make_optimizer(recipe.lr, recipe.momentum, False, recipe.weight_decay, steps * epochs)
-        opt.build(list(net.v.values()))
+        with dist.scope():
+            opt = make_optimizer(recipe.lr, recipe.momentum, False, recipe.weight_decay, steps * epochs)
+            opt.build(list(net.v.values()))
         ckpt = tf.train.Checkpoint(net=net.checkpoint(), optimizer=opt)
         start = 0
         if state and state["phase"] == phase:
@@ -124,11 +140,15 @@ def train_supernet(base: NetSpec, space: SearchSpace, ds: data_mod.Dataset, data
             batches = data_mod.train_dataset(ds.train, max_res, base.in_channels, recipe.batch_size, seed,
                                              epoch + (1000 if phase == "supernet" else 0), recipe.augment,
                                              ds.flip, steps=steps)
+            distributed = replicas > 1 or strategy != "default"
+            if distributed:
+                batches = dist.experimental_distribute_dataset(batches)
             for x, y in batches:
                 subs = [net.largest.replace(resolution=max_res)]
                 if phase == "supernet":
                     subs += [net.sample(rng) for _ in range(recipe.random_subnets)]
-                losses.append(net.train_step(x, y, subs, opt))
+                losses.append(net.train_step(x, y, subs, opt, strategy=dist if distributed else None,
+                                             global_batch=recipe.batch_size))
             record = {"epoch": epoch + 1, "loss": float(np.mean(losses)), "lr": current_lr(opt),
                       "seconds": round(time.time() - t0, 1)}
             history[phase].append(record)

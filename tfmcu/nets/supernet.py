@@ -289,26 +289,43 @@ class Supernet(tf.Module):
         return model
 
     # ------------------------------------------------------------------ training
-    def train_step(self, images: tf.Tensor, labels: tf.Tensor, subs: Sequence[NetSpec], optimizer: Any,
-                   label_smoothing: float = 0.0) -> float:
-        """One step: the gradients of every sub-network in ``subs`` (images resized to each one's resolution),
-        averaged, applied once. Returns the mean loss."""
+    def loss(self, images: tf.Tensor, labels: tf.Tensor, subs: Sequence[NetSpec], label_smoothing: float = 0.0,
+             global_batch: int | None = None) -> tf.Tensor:
+        """Cross-entropy of every sub-network in ``subs`` (images resized to each one's resolution), averaged over
+        the sub-networks and over ``global_batch`` samples (default: this batch; a replica of a distributed step
+        passes the global batch, so the replicas' losses sum to the mean)."""
+        total = 0.0
+        n = int(global_batch or images.shape[0])
+        for sub in subs:
+            x = images
+            if int(images.shape[1]) != sub.resolution:
+                x = tf.image.resize(images, (sub.resolution, sub.resolution), method="bilinear")
+            logits = self(x, sub)
+            onehot = tf.one_hot(labels, int(logits.shape[-1]))
+            total += tf.reduce_sum(tf.keras.losses.categorical_crossentropy(
+                onehot, logits, from_logits=True, label_smoothing=label_smoothing)) / n
+        return total / len(subs)
+
+    def train_step(self, images: Any, labels: Any, subs: Sequence[NetSpec], optimizer: Any,
+                   label_smoothing: float = 0.0, strategy: Any = None, global_batch: int | None = None) -> float:
+        """One step: the gradients of every sub-network in ``subs``, averaged, applied once. Returns the mean loss.
+
+        With a ``tf.distribute`` strategy (variables and optimizer created in its scope, ``images`` / ``labels``
+        per-replica values of a distributed data set, ``global_batch`` the global batch), each replica computes its
+        share and the optimizer all-reduces the gradients."""
         variables = list(self.v.values())
-        with tf.GradientTape() as tape:
-            loss = 0.0
-            for sub in subs:
-                x = images
-                if int(images.shape[1]) != sub.resolution:
-                    x = tf.image.resize(images, (sub.resolution, sub.resolution), method="bilinear")
-                logits = self(x, sub)
-                onehot = tf.one_hot(labels, int(logits.shape[-1]))
-                loss += tf.reduce_mean(tf.keras.losses.categorical_crossentropy(
-                    onehot, logits, from_logits=True, label_smoothing=label_smoothing))
-            loss = loss / len(subs)
-        grads = tape.gradient(loss, variables)
-        pairs = [(g, w) for g, w in zip(grads, variables) if g is not None]
-        optimizer.apply_gradients(pairs)
-        return float(loss)
+
+        def step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+            with tf.GradientTape() as tape:
+                loss = self.loss(x, y, subs, label_smoothing, global_batch)
+            grads = tape.gradient(loss, variables)
+            optimizer.apply_gradients([(g, w) for g, w in zip(grads, variables) if g is not None])
+            return loss
+
+        if strategy is None:
+            return float(step(images, labels))
+        per_replica = strategy.run(step, args=(images, labels))
+        return float(strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None))
 
     def checkpoint(self) -> tf.train.Checkpoint:
         return tf.train.Checkpoint(**{k.replace("/", "__"): var for k, var in self.v.items()})
