@@ -91,6 +91,9 @@ def main(argv: Sequence[str]) -> None:
     search.validate(options)
     import_tensorflow_quietly()
     report = search.run(options, log=_cli.log_stderr, progress=_cli.progress)
+    if report.get("chief") is False:
+        print("supernet trained (this worker is not the chief: the chief searches and writes the outputs)")
+        return
     for name, r in report["searches"].items():
         b = r["best"]
         print(f"{name}: held-out accuracy {b['accuracy']:.2%} (supernet), {b['resolution']} px, grid "

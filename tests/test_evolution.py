@@ -85,3 +85,33 @@ def test_impossible_limits_and_bad_options():
     with pytest.raises(evo.SearchError, match="parents"):
         evo.evolve(SPACE, BASE, constraints(1), accuracy, evo.EvolutionOptions(population=4, parents=5))
     assert evo.EvolutionOptions.paper().population == 100
+
+
+class Batched:
+    """A constraint evaluator with ``many`` (as ``ConstraintPool``): records each parallel batch."""
+
+    def __init__(self, limit: int):
+        self.check, self.memo, self.batches = constraints(limit), {}, []
+
+    def many(self, genomes):
+        todo = [g for g in genomes if json.dumps(g) not in self.memo]
+        self.batches.append(len(todo))
+        for g in todo:
+            self.memo[json.dumps(g)] = self.check(g)
+        return [self.memo[json.dumps(g)] for g in genomes]
+
+    def __call__(self, genome):
+        return self.many([genome])[0]
+
+
+def test_prefetch_does_not_change_the_search(tmp_path):
+    """Batches evaluated ahead (worker processes) leave the draws, the result and the state file as they were."""
+    limit = 60_000
+    plain_state, batched_state = tmp_path / "plain.json", tmp_path / "batched.json"
+    plain = evo.evolve(SPACE, BASE, constraints(limit), accuracy, OPTIONS, state_path=str(plain_state))
+    pool = Batched(limit)
+    opts = evo.EvolutionOptions(**{**OPTIONS.__dict__, "prefetch": 5})
+    batched = evo.evolve(SPACE, BASE, pool, accuracy, opts, state_path=str(batched_state))
+    assert batched["best"] == plain["best"] and batched["history"] == plain["history"]
+    assert json.loads(batched_state.read_text()) == json.loads(plain_state.read_text())
+    assert max(pool.batches) == 5 and len(pool.memo) > len(plain["evaluations"]["constraints"])  # ahead, in batches

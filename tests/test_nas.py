@@ -70,8 +70,29 @@ def test_constraints_of_an_architecture(tmp_path):
     cached = cons.ModelConstraints(SPACE, BASE, cons.Limits(sram_bytes=512 * 1024), "t", labels,
                                    cache_dir=str(tmp_path))
     assert cached(genome).figures == f.figures
+    # The SRAM floor (no conversion) is under the predicted arena; below it the genome is refused unconverted.
+    graph = cons.from_spec(SPACE.decode(genome, BASE))
+    for patches in ((1,), (1, 2, 3)):
+        floor = cons.sram_floor(graph, cons.Limits(sram_bytes=1, patch_options=patches))
+        assert 0 < floor <= f.figures["smallest_arena_bytes"]
     tight = cons.ModelConstraints(SPACE, BASE, cons.Limits(sram_bytes=1024, patch_options=(1,)), "t", labels)
     g = tight(genome)
-    assert not g.ok and "predicted TFLM arena" in g.why
+    assert not g.ok and "analytic SRAM floor" in g.why and "not converted" in g.why and "flash_bytes" not in g.figures
+    floor = cons.sram_floor(graph, cons.Limits(sram_bytes=1, patch_options=(1,)))
+    between = cons.ModelConstraints(SPACE, BASE, cons.Limits(sram_bytes=floor, patch_options=(1,)), "t", labels)
+    g = between(genome)
+    assert not g.ok and "predicted TFLM arena" in g.why and g.figures["sram_floor_bytes"] == floor
     macs = cons.ModelConstraints(SPACE, BASE, cons.Limits(sram_bytes=512 * 1024, max_macs=1000), "t", labels)
     assert not macs(genome).ok and "MACs" in macs(genome).why
+
+
+def test_constraints_in_a_worker_process():
+    """ConstraintPool: the same figures from a spawned worker as in this process."""
+    labels = [str(i) for i in range(10)]
+    genome = SPACE.encode(SPACE.sample(BASE, random.Random(4)), BASE)
+    limits = cons.Limits(sram_bytes=512 * 1024)
+    local = cons.ModelConstraints(SPACE, BASE, limits, "t", labels)(genome)
+    with cons.ConstraintPool(cons.ModelConstraints(SPACE, BASE, limits, "t", labels), workers=1) as pool:
+        [remote] = pool.many([genome])
+        assert pool(genome) is remote  # kept
+    assert (remote.ok, remote.figures, remote.why) == (local.ok, local.figures, local.why)

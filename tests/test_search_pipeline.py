@@ -73,6 +73,51 @@ def test_search_then_finetune_rewrite_verify(tmp_path):
         in errors[0] and "Traceback" not in r.stderr, r.stderr[-2000:]
 
 
+def _free_ports(n: int) -> list[int]:
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    for sk in socks:
+        sk.bind(("localhost", 0))
+    ports = [sk.getsockname()[1] for sk in socks]
+    for sk in socks:
+        sk.close()
+    return ports
+
+
+def test_multi_worker_search(tmp_path):
+    """The README's several-machines recipe on one machine: two processes, --strategy=multi_worker with TF_CONFIG;
+    the supernet trains on both (gradients all-reduced), only the chief searches and writes; the outputs then
+    resume on one process with the default strategy (nothing trained or searched again)."""
+    data_dir = fake_idx_set(tmp_path / "idx", n_train=120, n_test=30)
+    base = tmp_path / "base.json"
+    base.write_text(tiny_spec().to_json())
+    out = tmp_path / "search"
+    args = [f"--model={base}", f"--dataset={SCENES}", f"--data_dir={data_dir}", "--kernel_sizes=3,5", "--expands=3",
+            "--depths=1", "--widths=1.0", "--resolutions=32", "--largest_epochs=1", "--supernet_epochs=1",
+            "--batch_size=16", "--steps_per_epoch=2", "--calibration_batches=1", "--calibration_batch_size=16",
+            "--population=2", "--parents=1", "--mutations=0", "--crossovers=0", "--iterations=0",
+            "--nocompare_per_layer", "--sram_kb=64", f"--out_dir={out}"]
+    cluster = [f"localhost:{p}" for p in _free_ports(2)]
+    procs = []
+    for index in range(2):
+        config = json.dumps({"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}})
+        procs.append(subprocess.Popen([sys.executable, "-m", "pipelines.search", *args, "--strategy=multi_worker"],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                      env=dict(ENV, TF_CONFIG=config)))
+    results = [p.communicate(timeout=600) for p in procs]
+    for p, (stdout, stderr) in zip(procs, results):
+        assert p.returncode == 0, stderr[-3000:]
+        assert "strategy multi_worker (2 replicas)" in stderr
+    assert "joint: held-out accuracy" in results[0][0] and "not the chief" in results[1][0]
+    state = json.loads((out / "supernet" / "checkpoints" / "state.json").read_text())
+    assert state["phase"] == "supernet" and len(state["history"]["largest"]) == 1
+    before = (out / "search_report.json").read_text()
+    r = run("pipelines.search", *args)  # one process, default strategy: resumes everything
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "epoch 1/1" not in r.stderr and json.loads((out / "search_report.json").read_text()) == json.loads(before)
+
+
 def test_bad_flags_are_one_line(tmp_path):
     for args, message in ((["--sram_kb=0"], "--sram_kb"), (["--kernel_sizes=3,x"], "--kernel_sizes"),
                           (["--population=1"], "population"), (["--workers=-1"], "--workers"),

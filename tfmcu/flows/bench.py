@@ -3,14 +3,16 @@ out/bench/<section>.json (rows for scripts) and out/bench/<section>.md (the tabl
 
 - rewrite: model x schedule -> TFLM arena of the original and the builtin-rewritten model (measured by TFLM itself,
   input image counted), ratio, predicted vs measured, MAC overhead (padded / exact), op count, bit-exactness.
-- custom: custom mode (one TFMCU_PATCH_STAGE op): single-arena peak (b) and as-run (a) memory with and without the
-  input image, ESTIMATED (no TFLM kernel for the op exists yet; the rest of the graph is measured in TFLM), rest of
-  the graph planned disjoint and in place, bit-exactness; the in-place plans' pairs and lower bounds.
+- custom: custom mode (one TFMCU_PATCH_STAGE op): the whole model run in TFLM built from source with our kernel, its
+  MEASURED arena against the original's, the prediction, rest of the graph planned disjoint and in place,
+  bit-exactness; the in-place plans' pairs and lower bounds.
 - firmware: the patch stage on Cortex-M4/M7 under QEMU, p x p vs p = 1 instruction counts against MAC overhead.
 - train: the full training recipe on Fashion-MNIST at 96x96 (about 1.5 h on 2 cores; resumes from checkpoints).
 - resolution: one fixed network trained on the scenes task (``tfmcu.scenes``: small objects on cluttered 128 px
   canvases) at several input resolutions; test accuracy against resolution (float and int8), with MACs and the
   measured TFLM arena of each (about 15 min on 2 cores; resumes from checkpoints).
+- search: the joint architecture + schedule search against the per-layer-only search at 128 and 256 kB, winners
+  fine-tuned, deployed (patched ones in custom mode) and measured in TFLM (``tfmcu.flows.bench_search``; about 1 h).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from tfmcu.nas.evolution import EvolutionOptions
 from tfmcu.nas.train_supernet import SupernetRecipe
 from tfmcu.nets.spec import NetSpec, SearchSpace
 from tfmcu.plan.regions import plan as plan_schedule
-from tfmcu.runtime.tflm import run_tflm
+from tfmcu.runtime.tflm import measure_arena, run_tflm
 from tfmcu.runtime.tflm_host import MEASURED_BY, run_whole
 from tfmcu.stage.custom import rewrite_custom
 from tfmcu.train.config import Recipe, TrainConfig
@@ -73,8 +73,6 @@ def _measure(best: dict[str, Any], folder: str, ds: data_mod.Dataset, spec: NetS
     samples = [xq[i:i + 1] for i in range(len(xq))]
     reference = np.concatenate([o[0].reshape(1, -1) for o in run_tflm(int8, samples)])  # TFLM wheel, unpatched
     if schedule is None:
-        from tfmcu.runtime.tflm import measure_arena
-
         outputs, arena, measured_by = reference, measure_arena(int8).total, "TFLM (tflite-micro wheel)"
     else:
         log(f"[search bench] running the patched model on {len(samples)} test scenes in TFLM (host build)")

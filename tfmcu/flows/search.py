@@ -110,6 +110,9 @@ def run(o: SearchRunOptions, log: Callable[[str], None] = print,
     space = o.space
     net, history = train_supernet(base, space, ds, o.dataset, o.supernet_dir or os.path.join(o.out_dir, "supernet"),
                                   o.supernet, o.seed, resume=True, log=log, strategy=o.strategy)
+    if not getattr(net, "chief", True):
+        log("[search] not the chief worker: the supernet is trained; the chief searches and writes the outputs")
+        return {"chief": False, "supernet_history": history}
     score = SubnetAccuracy(net, ds, o.supernet, o.seed)
     common = dict(sram_bytes=int(o.sram_kb * KB), flash_bytes=None if o.flash_kb is None else int(o.flash_kb * KB),
                   max_macs=None if o.max_mmacs is None else int(o.max_mmacs * 1e6), count_input=o.count_input)

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -207,9 +209,6 @@ class ConstraintPool:
             raise ValueError("workers must be >= 0")
         self.local, self.workers, self._pool = constraints, workers, None
         if workers:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
             c = constraints
             args = (c.space, c.base, c.limits, c.dataset_name, c.class_names, c.cache_dir)
             self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),

@@ -100,6 +100,7 @@ def train_supernet(base: NetSpec, space: SearchSpace, ds: data_mod.Dataset, data
     configure_determinism(seed, True)
     with dist.scope():
         net = Supernet(base, space, seed)
+    net.chief = is_chief(dist)  # the search runs on the chief only
     max_res = max(space.resolutions)
     steps = len(ds.train) // recipe.batch_size
     if recipe.steps_per_epoch:
@@ -108,7 +109,7 @@ def train_supernet(base: NetSpec, space: SearchSpace, ds: data_mod.Dataset, data
         raise TrainError(f"the training split has {len(ds.train)} samples, fewer than one batch ({recipe.batch_size})")
     ckpts = Checkpoints(os.path.join(out_dir, "checkpoints"), _fingerprint(base, space, recipe, dataset_name, seed),
                         log, phases=PHASES)
-    if not is_chief(dist):
+    if not net.chief:
         ckpts.write_folder = tempfile.mkdtemp(prefix="tfmcu-worker-ckpt-")
     state = ckpts.load_state() if resume else None
     history: dict[str, Any] = state["history"] if state else {"largest": [], "supernet": []}
