@@ -97,7 +97,8 @@ def search_section(o: Any, log: Callable[[str], None] = print) -> dict[str, Any]
             evolution=EVOLUTION, seed=0, out_dir=out, workers=WORKERS, supernet_dir=os.path.join(root, "supernet"),
             cache_dir=os.path.join(root, "constraints"))
         log(f"[search bench] budget {budget} kB: joint and per-layer-only searches in {out}")
-        report = reports[budget] = search_flow.run(opts, log=log)
+        report = reports[budget] = search_flow.run(
+            opts, log=log, progress=lambda n, total, what: log(f"[search bench] {budget} kB {n}/{total} {what}"))
         search_s = round(time.time() - t0)
         for name, suffix in (("joint", ""), ("per_layer", "_per_layer")):
             t1 = time.time()
