@@ -1,0 +1,193 @@
+"""Halo caching between neighbouring patches (analytic model; issue 12, first part).
+
+Overlapping patches recompute their halos: the rows (columns) of an intermediate tensor that patch k needs and that
+patch k-1 already computed. In raster order (row bands top to bottom, column bands left to right inside a band), a
+tensor of the stage may keep
+
+* a **row cache**: the bottom rows of the current row band that the next row band needs, over the tensor's whole
+  needed width (filled by every patch of the band);
+* a **column cache**: the right columns of the current patch that its right neighbour needs, over the patch's rows.
+
+With a cache along an axis a patch computes only the part of its need that the previous band along that axis did
+not cover; what it does not compute, its consumers read from the cache, and what it no longer computes it no longer
+needs from its own inputs: the need is walked backwards from the computed ranges (``walk_cached``), with the same
+receptive-field formula (``ir.input_range``) and the same separable per-axis walk as ``tfmcu.plan.regions``. The
+computed box of a tensor for patch (r, c) is then ``comp_rows[r] x comp_cols[c]`` (the row cache holds the previous
+row band over every column a patch of this band needs, the column cache the left neighbour over every row), so MACs
+factorise per axis as in ``regions.plan``.
+
+``plan_halo(schedule, rows=..., cols=...)``: exact stage MACs, per-tensor cache bytes, the stage's peak (stage
+outputs + the image when counted + caches, which live for the whole stage, + one patch's working set by the
+profiler's alive-tensor rule, its boxes being the needs of the cached walk). No cache at all gives
+``regions.plan``'s exact MACs and peak; caching every intermediate tensor along both axes computes every needed
+element once.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from tfmcu.graph import ir
+from tfmcu.plan.regions import PatchSchedule, Range, ScheduleError
+
+_EMPTY: Range = (0, 0)
+
+
+def _len(r: Range) -> int:
+    return max(r[1] - r[0], 0)
+
+
+def _union(a: Range | None, b: Range) -> Range:
+    if _len(b) == 0:
+        return a if a is not None else _EMPTY
+    if a is None or _len(a) == 0:
+        return b
+    return min(a[0], b[0]), max(a[1], b[1])
+
+
+@dataclass
+class BandNeeds:
+    """One band along one axis: per stage tensor, the range needed (computed here or read from a cache), the
+    range computed here, and the part of the need taken from the cache."""
+
+    band: Range
+    need: dict[str, Range]
+    comp: dict[str, Range]
+    cached: dict[str, int]  # elements along the axis read from the cache
+
+
+def walk_cached(graph: ir.Graph, idx: Sequence[int], outputs: Sequence[str], inputs: Sequence[str], axis: int,
+                bands: Sequence[Range], cached: Iterable[str]) -> list[BandNeeds]:
+    """The bands in order along ``axis``; tensors in ``cached`` keep what the next band needs."""
+    keep = set(cached) - set(outputs) - set(inputs)
+    cover: dict[str, int] = {}  # end of what earlier bands made available (needs grow monotonically)
+    walks = []
+    for band in bands:
+        need: dict[str, Range] = {t: band for t in outputs}
+        comp: dict[str, Range] = {t: band for t in outputs}
+        from_cache: dict[str, int] = {}
+        for i in reversed(idx):
+            op = graph.ops[i]
+            for t in op.outputs:
+                if t in comp:
+                    continue
+                n = need.get(t, _EMPTY)
+                if t in keep and t in cover and _len(n):
+                    start = min(max(n[0], cover[t]), n[1])
+                    comp[t], from_cache[t] = (start, n[1]), start - n[0]
+                else:
+                    comp[t] = n
+            o: Range | None = None
+            for t in op.outputs:
+                o = _union(o, comp[t])
+            if o is None or _len(o) == 0:
+                continue
+            for t in op.inputs:
+                size = graph.tensors[t].shape[1 + axis]
+                if op.is_window:
+                    a, b = ir.input_range(op, axis, *o)
+                elif size == 1 and graph.tensors[op.outputs[0]].shape[1 + axis] != 1:
+                    a, b = 0, 1  # broadcast operand
+                else:
+                    a, b = o
+                need[t] = _union(need.get(t), (max(a, 0), min(b, size)))
+        for t, n in need.items():
+            if _len(n):
+                cover[t] = max(cover.get(t, n[1]), n[1])
+        walks.append(BandNeeds(band, need, comp, from_cache))
+    return walks
+
+
+@dataclass
+class HaloPlan:
+    schedule: PatchSchedule
+    cache_rows: frozenset[str]
+    cache_cols: frozenset[str]
+    rows: list[BandNeeds]
+    cols: list[BandNeeds]
+    stage_macs_exact: int  # the stage's MACs with these caches
+    row_cache_bytes: dict[str, int] = field(default_factory=dict)
+    col_cache_bytes: dict[str, int] = field(default_factory=dict)
+    stage_peak_bytes: int = 0  # image counted
+    stage_peak_bytes_excluding_input: int = 0
+
+    @property
+    def cache_bytes(self) -> int:
+        return sum(self.row_cache_bytes.values()) + sum(self.col_cache_bytes.values())
+
+    @property
+    def stage_mac_overhead(self) -> float:
+        s = self.schedule.stage_macs
+        return self.stage_macs_exact / s - 1.0 if s else 0.0
+
+    @property
+    def peak_sram_bytes(self) -> int:
+        return max(self.stage_peak_bytes, self.schedule.rest_peak_bytes)
+
+    @property
+    def peak_sram_bytes_excluding_input(self) -> int:
+        return max(self.stage_peak_bytes_excluding_input, self.schedule.rest_peak_bytes_excluding_input)
+
+
+def intermediates(schedule: PatchSchedule) -> list[str]:
+    """The stage's tensors that can be cached: produced in the stage, not a stage output."""
+    g = schedule.graph
+    outs = set(schedule.stage_outputs)
+    return [t for i in schedule.stage for t in g.ops[i].outputs if t not in outs]
+
+
+def plan_halo(schedule: PatchSchedule, rows: Iterable[str] = (), cols: Iterable[str] = ()) -> HaloPlan:
+    """The schedule with row caches for ``rows`` and column caches for ``cols`` (tensor names; see the module
+    docstring)."""
+    g, idx = schedule.graph, schedule.stage
+    if schedule.accounting != "separate":
+        raise ScheduleError(f"halo caches are planned with separate accounting (the executor's), not "
+                            f"{schedule.accounting!r}")
+    ok = set(intermediates(schedule))
+    for t in list(rows) + list(cols):
+        if t not in ok:
+            raise ScheduleError(f"tensor '{t}' cannot be cached: not an intermediate tensor of the patch stage")
+    rows, cols = frozenset(rows), frozenset(cols)
+    ins, outs = schedule.stage_inputs, schedule.stage_outputs
+    rw = walk_cached(g, idx, outs, ins, 0, [w.band for w in schedule.rows], rows)
+    cw = walk_cached(g, idx, outs, ins, 1, [w.band for w in schedule.cols], cols)
+
+    macs = 0
+    for i in idx:
+        op = g.ops[i]
+        mpp = ir.macs_per_output_pixel(op)
+        if mpp:
+            t = op.outputs[0]
+            macs += mpp * sum(_len(w.comp[t]) for w in rw) * sum(_len(w.comp[t]) for w in cw)
+
+    def width(t: str) -> int:  # the columns of t any patch of a row band needs
+        lo = min((w.need[t][0] for w in cw if _len(w.need.get(t, _EMPTY))), default=0)
+        hi = max((w.need[t][1] for w in cw if _len(w.need.get(t, _EMPTY))), default=0)
+        return max(hi - lo, 0)
+
+    def per_pixel(t: str) -> int:
+        tensor = g.tensors[t]
+        return tensor.shape[3] * tensor.itemsize
+
+    row_bytes = {t: max((w.cached.get(t, 0) for w in rw), default=0) * width(t) * per_pixel(t) for t in sorted(rows)}
+    col_bytes = {t: max((c.cached.get(t, 0) * _len(r.need.get(t, _EMPTY)) for r in rw for c in cw), default=0)
+                 * per_pixel(t) for t in sorted(cols)}
+    caches = sum(row_bytes.values()) + sum(col_bytes.values())
+
+    life = g.lifetimes()
+    produced = {t for i in idx for t in g.ops[i].outputs}
+    out_bytes = sum(g.tensors[t].nbytes for t in outs)
+    in_bytes = sum(g.tensors[t].nbytes for t in ins if t in g.inputs)
+    peak_in = peak_x = 0
+    for i in idx:
+        alive = [t for t, (a, b) in life.items() if a <= i <= b and (t in produced or t in ins) and t not in outs]
+        for r, c in itertools.product(rw, cw):
+            own = sum(_len(r.need.get(t, _EMPTY)) * _len(c.need.get(t, _EMPTY)) * per_pixel(t)
+                      for t in alive if t not in ins)
+            window = sum(_len(r.need.get(t, _EMPTY)) * _len(c.need.get(t, _EMPTY)) * per_pixel(t)
+                         for t in alive if t in ins)
+            peak_in = max(peak_in, out_bytes + in_bytes + caches + own)
+            peak_x = max(peak_x, out_bytes + caches + own + window)
+    return HaloPlan(schedule, rows, cols, rw, cw, macs, row_bytes, col_bytes, peak_in, peak_x)
