@@ -11,7 +11,7 @@ tensor of the stage may keep
 With a cache along an axis a patch computes only the part of its need that the previous band along that axis did
 not cover; what it does not compute, its consumers read from the cache, and what it no longer computes it no longer
 needs from its own inputs: the need is walked backwards from the computed ranges (``walk_cached``), with the same
-receptive-field formula (``ir.input_range``) and the same separable per-axis walk as ``tfmcu.plan.regions``. The
+receptive-field rule (``regions.read_range``) and the same separable per-axis walk as ``tfmcu.plan.regions``. The
 computed box of a tensor for patch (r, c) is then ``comp_rows[r] x comp_cols[c]`` (the row cache holds the previous
 row band over every column a patch of this band needs, the column cache the left neighbour over every row), so MACs
 factorise per axis as in ``regions.plan``.
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from tfmcu.graph import ir
-from tfmcu.plan.regions import PatchSchedule, Range, ScheduleError
+from tfmcu.plan.regions import PatchSchedule, Range, ScheduleError, read_range
 
 _EMPTY: Range = (0, 0)
 
@@ -85,14 +85,8 @@ def walk_cached(graph: ir.Graph, idx: Sequence[int], outputs: Sequence[str], inp
             if o is None or _len(o) == 0:
                 continue
             for t in op.inputs:
-                size = graph.tensors[t].shape[1 + axis]
-                if op.is_window:
-                    a, b = ir.input_range(op, axis, *o)
-                elif size == 1 and graph.tensors[op.outputs[0]].shape[1 + axis] != 1:
-                    a, b = 0, 1  # broadcast operand
-                else:
-                    a, b = o
-                need[t] = _union(need.get(t), (max(a, 0), min(b, size)))
+                a, b = read_range(graph, op, t, axis, o)
+                need[t] = _union(need.get(t), (max(a, 0), min(b, graph.tensors[t].shape[1 + axis])))
         for t, n in need.items():
             if _len(n):
                 cover[t] = max(cover.get(t, n[1]), n[1])

@@ -144,6 +144,16 @@ class AxisWalk:
     reads: dict[tuple[int, int], Read]  # (op index, input position) -> read
 
 
+def read_range(graph: ir.Graph, op: ir.Op, t: str, axis: int, out: Range) -> Range:
+    """The range (unclipped) of input ``t`` that ``op`` reads along ``axis`` to produce ``out`` of its output: the
+    window's receptive field, the whole size-1 axis of a broadcast operand, else the same range."""
+    if op.is_window:
+        return ir.input_range(op, axis, *out)
+    if graph.tensors[t].shape[1 + axis] == 1 and graph.tensors[op.outputs[0]].shape[1 + axis] != 1:
+        return 0, 1  # broadcast operand
+    return out
+
+
 def walk_axis(graph: ir.Graph, idx: Sequence[int], outputs: Sequence[str], axis: int, band: Range) -> AxisWalk:
     need: dict[str, Range] = {t: band for t in outputs}
     need_u: dict[str, Range] = {t: band for t in outputs}
@@ -161,13 +171,8 @@ def walk_axis(graph: ir.Graph, idx: Sequence[int], outputs: Sequence[str], axis:
             ou = _union(ou, need_u[t])
         for pos, t in enumerate(op.inputs):
             size = graph.tensors[t].shape[1 + axis]
-            if op.is_window:
-                a, b = ir.input_range(op, axis, *o)
-                au, bu = ir.input_range(op, axis, *ou)
-            elif size == 1 and graph.tensors[op.outputs[0]].shape[1 + axis] != 1:
-                a, b = au, bu = 0, 1  # broadcast operand
-            else:
-                (a, b), (au, bu) = o, ou
+            a, b = read_range(graph, op, t, axis, o)
+            au, bu = read_range(graph, op, t, axis, ou)
             ca, cb = max(a, 0), min(b, size)
             reads[(i, pos)] = Read(ca, cb, ca - a, b - cb)
             need[t] = _union(need.get(t), (ca, cb))
