@@ -201,3 +201,19 @@ def test_bad_cache_names():
     s = regions.plan(from_spec(mbv2(96)), 2, n_blocks=2)
     with pytest.raises(ScheduleError, match="cannot be cached"):
         halo.plan_halo(s, rows=[s.stage_outputs[0]])
+
+
+def test_choose_caches_under_a_budget():
+    """MobileNetV2-224 4x4 n=5 (analytic, image counted): no budget -> every cache, no recompute; at the recompute
+    schedule's own peak -> at most half its MAC overhead; below it -> one line."""
+    g = from_spec(mbv2())
+    s = regions.plan(g, 4, n_blocks=5)
+    free = halo.choose_caches(s, None)
+    assert free.stage_macs_exact <= s.stage_macs and len(free.cache_rows) == len(halo.intermediates(s))
+    same = halo.choose_caches(s, s.peak_sram_bytes)
+    assert same.peak_sram_bytes <= s.peak_sram_bytes
+    assert same.stage_mac_overhead <= (s.stage_macs_patched_exact / s.stage_macs - 1) / 2
+    loose = halo.choose_caches(s, int(s.peak_sram_bytes * 1.25))
+    assert loose.stage_mac_overhead <= 0.03 and loose.peak_sram_bytes <= s.peak_sram_bytes * 1.25
+    with pytest.raises(ScheduleError, match="recompute schedule needs"):
+        halo.choose_caches(s, s.peak_sram_bytes - 1)

@@ -185,3 +185,39 @@ def plan_halo(schedule: PatchSchedule, rows: Iterable[str] = (), cols: Iterable[
             peak_in = max(peak_in, out_bytes + in_bytes + caches + own)
             peak_x = max(peak_x, out_bytes + caches + own + window)
     return HaloPlan(schedule, rows, cols, rw, cw, macs, row_bytes, col_bytes, peak_in, peak_x)
+
+
+def choose_caches(schedule: PatchSchedule, budget: int | None, count_input: bool = True) -> HaloPlan:
+    """The caches to keep under an SRAM budget (analytic peak, image counted unless ``count_input`` is off):
+    every intermediate tensor cached along both axes when that fits; else caches are dropped one at a time, the one
+    that frees the most peak bytes per MAC it adds first, until the plan fits; then dropped ones that still fit are
+    taken back, the largest MAC saving first. ``ScheduleError`` when even the recompute schedule does not fit."""
+    inter = intermediates(schedule)
+    kept = {(t, axis) for t in inter for axis in ("rows", "cols")}
+
+    def build(opts: set[tuple[str, str]]) -> HaloPlan:
+        return plan_halo(schedule, [t for t, a in opts if a == "rows"], [t for t, a in opts if a == "cols"])
+
+    def peak(h: HaloPlan) -> int:
+        return h.peak_sram_bytes if count_input else h.peak_sram_bytes_excluding_input
+
+    if budget is not None and peak(build(set())) > budget:
+        raise ScheduleError(f"the recompute schedule needs {peak(build(set())):,} B > budget {budget:,} B: no halo "
+                            f"cache can fit")
+    h = build(kept)
+    while budget is not None and peak(h) > budget:
+        trials = []
+        for opt in sorted(kept):
+            h2 = build(kept - {opt})
+            freed, added = peak(h) - peak(h2), h2.stage_macs_exact - h.stage_macs_exact
+            trials.append((-freed / max(added, 1), added, opt, h2))
+        _, _, opt, h = min(trials, key=lambda x: x[:3])
+        kept.discard(opt)
+    if budget is not None:
+        dropped = {(t, a) for t in inter for a in ("rows", "cols")} - kept
+        for opt in sorted(dropped, key=lambda o: (build(kept | {o}).stage_macs_exact, o)):
+            h2 = build(kept | {opt})
+            if peak(h2) <= budget and h2.stage_macs_exact < h.stage_macs_exact:
+                kept.add(opt)
+                h = h2
+    return h
