@@ -131,7 +131,8 @@ def run(o: SearchRunOptions, log: Callable[[str], None] = print,
                 progress(n, total, f"{name}: {what}")
 
         with ConstraintPool(constraints, o.workers) as pool:
-            results[name] = evolve(space, base, pool, score, o.evolution,
+            # Batches ahead only pay with worker processes; in this process, evaluate just what is drawn.
+            results[name] = evolve(space, base, pool if o.workers else constraints, score, o.evolution,
                                    state_path=os.path.join(o.out_dir, f"search_{name}.json"), progress=report,
                                    describe={"dataset": o.dataset, "limits": dataclasses.asdict(limits),
                                              "supernet": dataclasses.asdict(o.supernet), "seed": o.seed})

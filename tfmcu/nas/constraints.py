@@ -21,7 +21,8 @@ resumed or repeated search does not convert again.
 
 ``ConstraintPool(constraints, workers)``: the same evaluation in ``workers`` processes (``spawn``; each builds its
 own ``ModelConstraints``); ``many(genomes)`` evaluates a batch in parallel (the evolution prefetches the genomes it
-is about to draw), ``__call__`` one genome. ``workers=0`` evaluates in this process.
+is about to draw), ``__call__`` one genome. With no workers there is nothing to gain from batches: pass the
+``ModelConstraints`` itself (the evolution then evaluates only what it draws).
 """
 
 from __future__ import annotations
@@ -207,7 +208,7 @@ class ConstraintPool:
     def __init__(self, constraints: ModelConstraints, workers: int = 0):
         if workers < 0:
             raise ValueError("workers must be >= 0")
-        self.local, self.workers, self._pool = constraints, workers, None
+        self.local, self._pool = constraints, None
         if workers:
             c = constraints
             args = (c.space, c.base, c.limits, c.dataset_name, c.class_names, c.cache_dir)

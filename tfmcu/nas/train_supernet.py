@@ -95,6 +95,7 @@ def train_supernet(base: NetSpec, space: SearchSpace, ds: data_mod.Dataset, data
     recipe.validate()
     dist = qat.make_strategy(strategy)  # before any other TF work (multi-worker needs it first)
     replicas = dist.num_replicas_in_sync
+    distributed = replicas > 1 or strategy != "default"  # steps through strategy.run on distributed batches
     if recipe.batch_size % replicas:
         raise TrainError(f"supernet batch_size {recipe.batch_size} is not a multiple of the {replicas} replicas")
     configure_determinism(seed, True)
@@ -141,7 +142,6 @@ def train_supernet(base: NetSpec, space: SearchSpace, ds: data_mod.Dataset, data
             batches = data_mod.train_dataset(ds.train, max_res, base.in_channels, recipe.batch_size, seed,
                                              epoch + (1000 if phase == "supernet" else 0), recipe.augment,
                                              ds.flip, steps=steps)
-            distributed = replicas > 1 or strategy != "default"
             if distributed:
                 batches = dist.experimental_distribute_dataset(batches)
             for x, y in batches:
