@@ -4,6 +4,8 @@
     python -m pipelines.rewrite --tflite=model.tflite --out=patched.tflite --patches=auto --objective=memory
     python -m pipelines.rewrite --tflite=model.tflite --out=patched.tflite --patches=4 --patch_blocks=5
     python -m pipelines.rewrite --tflite=model.tflite --out=custom.tflite --mode=custom --patches=4 --patch_blocks=5
+    python -m pipelines.rewrite --tflite=model.tflite --out=custom.tflite --mode=custom --patches=4 --patch_blocks=5 \
+        --halo=auto
 
 --mode=builtin unrolls the stage into per-patch TFLite builtin ops that stock TFLM runs; --mode=custom replaces it by
 one TFMCU_PATCH_STAGE op run by tfmcu's C kernels (its memory figures are estimates until a TFLM kernel for the op
@@ -19,6 +21,7 @@ from absl import flags
 
 from pipelines import _cli
 from tfmcu.flows import rewrite
+from tfmcu.plan.halo import HALO_MODES
 
 FLAGS = flags.FLAGS
 _cli.define_tflite_flag()
@@ -35,6 +38,11 @@ flags.DEFINE_bool("inplace", False,
                   "TFLM's reference kernels (the tflite-micro wheel, TFLM's default build), not for optimized "
                   "kernels such as CMSIS-NN (deploy such a model with --kernels=reference; deploy's default, CMSIS-NN, "
                   "refuses it); verify checks it bit-exact in TFLM.")
+flags.DEFINE_enum("halo", "none", list(HALO_MODES),
+                  "Custom mode: keep the halo between neighbouring patches in caches instead of recomputing it. "
+                  "none: recompute (MCUNetV2); all: cache every intermediate tensor (each element computed once); "
+                  "auto: the caches that fit --sram_kb, or without it the recompute schedule's own analytic peak "
+                  "(fewer MACs for no more memory).")
 flags.DEFINE_bool("measure", True, "Measure both models' arenas in the TFLM interpreter (auto mode needs it to "
                                    "guarantee the rewritten arena is not larger, and to check --sram_kb).")
 _cli.define_output_flags()
@@ -45,7 +53,8 @@ flags.adopt_module_key_flags(_cli)  # the shared flags this pipeline defined sho
 
 def main(argv: Sequence[str]) -> None:
     rewrite.run(rewrite.RewriteOptions(FLAGS.tflite, FLAGS.out, FLAGS.mode, _cli.schedule_request(), FLAGS.border,
-                                       FLAGS.inplace, FLAGS.measure, FLAGS.json_out), progress=_cli.progress)
+                                       FLAGS.inplace, FLAGS.measure, FLAGS.json_out, FLAGS.halo),
+                progress=_cli.progress)
 
 
 if __name__ == "__main__":

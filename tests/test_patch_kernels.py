@@ -35,6 +35,7 @@ from tfmcu import kernels  # noqa: E402
 from tfmcu.graph.from_tflite import from_tflite  # noqa: E402
 from tfmcu.kernels import binding, codegen, ops, pack, quant  # noqa: E402
 from tfmcu.nets import zoo  # noqa: E402
+from tfmcu.plan import halo  # noqa: E402
 from tfmcu.plan import regions as scheduler  # noqa: E402
 from tfmcu.runtime.model_io import random_inputs  # noqa: E402
 from tfmcu.runtime.tflite import tflite_all_tensors  # noqa: E402
@@ -559,17 +560,22 @@ def test_asan_ubsan_build_runs_emitted_stages(stage_models, tmp_path):
         pytest.skip("no C compiler")
     parts = ['#include "patch_stage.h"\n', DRIVER]
     calls = []
-    for name, grid in (("all_kernels", (3, 2)), ("tiny_float_input", 3), ("kernels_symmetric", (2, 3)),
-                       ("resnet_like", 3)):
+    cases = (("all_kernels", (3, 2), None), ("tiny_float_input", 3, None), ("kernels_symmetric", (2, 3), None),
+             ("resnet_like", 3, None), ("all_kernels", (3, 2), "all"), ("resnet_like", (4, 2), "rows"))
+    for name, grid, caches in cases:
         sm = stage_models(name)
-        _, _, p = _stage(sm, grid)
+        g, s, p = _stage(sm, grid)
+        if caches is not None:  # halo caches (issue 12): every intermediate tensor, along both axes or rows only
+            inter = halo.intermediates(s)
+            p = pack.pack_stage(sm.data, g, s, halo=halo.plan_halo(s, inter, inter if caches == "all" else ()))
+            assert p.caches
         x = random_inputs(sm.data, 1, seed=9)[0][0]
         expected = tflite_all_tensors(sm.data, (x,))(p.tensor_tflite_index[p.output_tensor])
-        ident = codegen.c_ident(name)
+        ident = codegen.c_ident(name + (f"_halo_{caches}" if caches else ""))
         parts.append(codegen.stage_to_c(p, ident, static=True))
         parts.append(_c_bytes(x, "float" if x.dtype == np.float32 else "int8_t", f"{ident}_input"))
         parts.append(_c_bytes(expected, "int8_t", f"{ident}_expected"))
-        calls.append(f'  failures += run_case("{name}", &{ident}, {ident}_input, sizeof({ident}_input), '
+        calls.append(f'  failures += run_case("{ident}", &{ident}, {ident}_input, sizeof({ident}_input), '
                      f'{ident}_expected, sizeof({ident}_expected), {ident.upper()}_SCRATCH_BYTES);\n')
     parts.append("int main(void) {\n  int failures = 0;\n" + "".join(calls) + "  return failures != 0;\n}\n")
     main_c = tmp_path / "asan_main.c"
@@ -585,7 +591,7 @@ def test_asan_ubsan_build_runs_emitted_stages(stage_models, tmp_path):
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1")
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    assert r.stdout.count(": ok") == 4, r.stdout
+    assert r.stdout.count(": ok") == len(cases), r.stdout
 
 
 @pytest.mark.parametrize("target", ["host", "arm-none-eabi"])

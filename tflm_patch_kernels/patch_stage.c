@@ -1,6 +1,8 @@
 /* Patch-stage executor: see patch_stage.h. */
 #include "patch_stage.h"
 
+#include <string.h>
+
 /* ------------------------------------------------------------------------------------------ layer geometry */
 
 static int32_t tfmcu_dim(const TfmcuTensor* t, int32_t axis) {
@@ -16,17 +18,74 @@ static int tfmcu_in_memory_tensor(const TfmcuStage* s, int32_t t) {
   return t == s->input_tensor || t == s->output_tensor;
 }
 
+/* The held range of layer l's output along one axis in one band: the held table's pair, else the computed span. */
+static void tfmcu_layer_held(const TfmcuStage* s, int32_t axis, int32_t band, int32_t l, int32_t* start,
+                             int32_t* stop) {
+  const int32_t* held = axis == 0 ? s->row_held : s->col_held;
+  if (held != NULL) {
+    const int32_t* pair = held + ((ptrdiff_t)band * s->num_layers + l) * 2;
+    *start = pair[0];
+    *stop = pair[1];
+    return;
+  }
+  const TfmcuSpan* span = tfmcu_span(s, axis, band, l);
+  *start = span->out_start;
+  *stop = span->out_stop;
+}
+
 /* The rows (axis 0) or columns (axis 1) of tensor t held while band `band` runs: the whole tensor for the stage
- * input and output, else the box its producer computes. */
+ * input and output, else its producer's held range (the box it computes, plus what a halo cache fills in). */
 static void tfmcu_held(const TfmcuStage* s, int32_t axis, int32_t band, int32_t t, int32_t* start, int32_t* stop) {
   if (tfmcu_in_memory_tensor(s, t)) {
     *start = 0;
     *stop = tfmcu_dim(&s->tensors[t], axis);
     return;
   }
-  const TfmcuSpan* span = tfmcu_span(s, axis, band, s->tensors[t].producer);
-  *start = span->out_start;
-  *stop = span->out_stop;
+  tfmcu_layer_held(s, axis, band, s->tensors[t].producer, start, stop);
+}
+
+/* The halo cache of tensor t along axis, or NULL. */
+static const TfmcuCache* tfmcu_find_cache(const TfmcuStage* s, int32_t t, int32_t axis) {
+  for (int32_t k = 0; k < s->num_caches; ++k) {
+    if (s->caches[k].tensor == t && s->caches[k].axis == axis) {
+      return &s->caches[k];
+    }
+  }
+  return NULL;
+}
+
+/* Elements along the cache's axis that band b hands to band b + 1 (0 if their held ranges do not overlap). */
+static int32_t tfmcu_handed_over(const TfmcuStage* s, const TfmcuCache* c, int32_t b) {
+  const int32_t producer = s->tensors[c->tensor].producer;
+  int32_t start, stop, next_start, next_stop;
+  tfmcu_layer_held(s, c->axis, b, producer, &start, &stop);
+  tfmcu_layer_held(s, c->axis, b + 1, producer, &next_start, &next_stop);
+  return stop > next_start ? stop - next_start : 0;
+}
+
+/* Bytes of a halo cache (see patch_stage.h). */
+static int64_t tfmcu_cache_bytes(const TfmcuStage* s, const TfmcuCache* c) {
+  const int32_t producer = s->tensors[c->tensor].producer;
+  const int32_t bands = c->axis == 0 ? s->grid_rows : s->grid_cols;
+  int32_t along = 0;
+  for (int32_t b = 0; b + 1 < bands; ++b) {
+    const int32_t n = tfmcu_handed_over(s, c, b);
+    along = n > along ? n : along;
+  }
+  int32_t across = 0;
+  if (c->axis == 0) {
+    int32_t first_start, first_stop, last_start, last_stop;
+    tfmcu_layer_held(s, 1, 0, producer, &first_start, &first_stop);
+    tfmcu_layer_held(s, 1, s->grid_cols - 1, producer, &last_start, &last_stop);
+    across = last_stop - first_start;
+  } else {
+    for (int32_t b = 0; b < s->grid_rows; ++b) {
+      int32_t start, stop;
+      tfmcu_layer_held(s, 0, b, producer, &start, &stop);
+      across = stop - start > across ? stop - start : across;
+    }
+  }
+  return (int64_t)along * (int64_t)across * (int64_t)s->tensors[c->tensor].channels;
 }
 
 /* Last layer reading tensor t (its producer if none does). */
@@ -68,6 +127,45 @@ static TfmcuStatus tfmcu_check_layer_params(const TfmcuStage* s, int32_t l) {
     in_channels[k] = s->tensors[layer->inputs[k]].channels;
   }
   return tfmcu_op_info(layer->type)->check(layer->params, in_channels, s->tensors[layer->output].channels);
+}
+
+/* Halo caches against the held tables (the spans were checked): every held range that begins before the computed
+ * one belongs to a cached tensor and axis, and the band before holds what the cache must fill in; the held ranges
+ * of a cached tensor grow band after band on both axes (what the save rule relies on). */
+static TfmcuStatus tfmcu_check_caches(const TfmcuStage* s, int32_t* failed_layer) {
+  if (s->num_caches < 0 || (s->num_caches > 0 && s->caches == NULL)) {
+    TFMCU_FAIL(-1);
+  }
+  for (int32_t k = 0; k < s->num_caches; ++k) {
+    const TfmcuCache* c = &s->caches[k];
+    if (c->tensor < 0 || c->tensor >= s->num_tensors || tfmcu_in_memory_tensor(s, c->tensor) ||
+        (c->axis != 0 && c->axis != 1) || c->offset < 0 || tfmcu_find_cache(s, c->tensor, c->axis) != c) {
+      TFMCU_FAIL(-1);
+    }
+  }
+  for (int32_t l = 0; l < s->num_layers; ++l) {
+    const int32_t t = s->layers[l].output;
+    const int any_cache = tfmcu_find_cache(s, t, 0) != NULL || tfmcu_find_cache(s, t, 1) != NULL;
+    for (int32_t axis = 0; axis < 2; ++axis) {
+      const int cached = tfmcu_find_cache(s, t, axis) != NULL;
+      const int32_t bands = axis == 0 ? s->grid_rows : s->grid_cols;
+      int32_t prev_start = 0, prev_stop = 0;
+      for (int32_t b = 0; b < bands; ++b) {
+        int32_t start, stop;
+        tfmcu_layer_held(s, axis, b, l, &start, &stop);
+        const int32_t computed_start = tfmcu_span(s, axis, b, l)->out_start;
+        if (start < computed_start && (!cached || b == 0 || computed_start > prev_stop)) {
+          TFMCU_FAIL(l);  /* held rows (columns) that neither this patch nor the cache provides */
+        }
+        if (any_cache && b > 0 && (start < prev_start || stop < prev_stop)) {
+          TFMCU_FAIL(l);
+        }
+        prev_start = start;
+        prev_stop = stop;
+      }
+    }
+  }
+  return kTfmcuOk;
 }
 
 /* Tensors, layers and spans (everything but the scratch plan). */
@@ -142,8 +240,16 @@ static TfmcuStatus tfmcu_check_structure(const TfmcuStage* s, int32_t* failed_la
         const TfmcuLayer* layer = &s->layers[l];
         const TfmcuSpan* span = tfmcu_span(s, axis, b, l);
         const int32_t out_dim = tfmcu_dim(&s->tensors[layer->output], axis);
-        if (span->out_start < 0 || span->out_stop <= span->out_start || span->out_stop > out_dim) {
+        const int empty = span->out_stop == span->out_start;  /* all of it from a halo cache in this band */
+        if (span->out_start < 0 || span->out_stop < span->out_start || span->out_stop > out_dim ||
+            (empty && layer->output == s->output_tensor)) {
           TFMCU_FAIL(l);
+        }
+        int32_t held_start, held_stop;
+        tfmcu_layer_held(s, axis, b, l, &held_start, &held_stop);
+        if (held_start < 0 || held_start > span->out_start || held_stop != span->out_stop ||
+            (layer->output == s->output_tensor && held_start != span->out_start)) {
+          TFMCU_FAIL(l);  /* a held range ends where the computed one does; the output is computed whole */
         }
         const TfmcuOpInfo* op = tfmcu_op_info(layer->type);
         TfmcuWindow window = {{1, 1}, {1, 1}, {1, 1}};
@@ -157,6 +263,12 @@ static TfmcuStatus tfmcu_check_structure(const TfmcuStage* s, int32_t* failed_la
           const int32_t stop = span->in_stop[k];
           const int32_t before = span->pad_before[k];
           const int32_t after = span->pad_after[k];
+          if (empty) {
+            if (start < 0 || start > in_dim || stop != start || before != 0 || after != 0) {
+              TFMCU_FAIL(l);  /* a layer that computes nothing reads nothing */
+            }
+            continue;
+          }
           if (start < 0 || stop < start || stop > in_dim || before < 0 || after < 0 ||
               (before > 0 && start != 0) || (after > 0 && stop != in_dim)) {
             TFMCU_FAIL(l);  /* padding only at the feature-map border */
@@ -171,9 +283,9 @@ static TfmcuStatus tfmcu_check_structure(const TfmcuStage* s, int32_t* failed_la
             TFMCU_FAIL(l);
           }
           if (stop > start) {
-            int32_t held_start, held_stop;
-            tfmcu_held(s, axis, b, t, &held_start, &held_stop);
-            if (start < held_start || stop > held_stop) {
+            int32_t in_held_start, in_held_stop;
+            tfmcu_held(s, axis, b, t, &in_held_start, &in_held_stop);
+            if (start < in_held_start || stop > in_held_stop) {
               TFMCU_FAIL(l);  /* reads outside what the patch holds */
             }
           }
@@ -194,12 +306,40 @@ static TfmcuStatus tfmcu_check_structure(const TfmcuStage* s, int32_t* failed_la
       TFMCU_FAIL(producer);
     }
   }
-  return kTfmcuOk;
+  return tfmcu_check_caches(s, failed_layer);
 }
 
-/* The scratch plan: offsets >= 0, live buffers disjoint; *end = highest byte reached. */
+/* The scratch plan: offsets >= 0, live buffers disjoint, caches disjoint from each other and from every patch
+ * buffer; *end = highest byte reached. */
 static TfmcuStatus tfmcu_check_buffers(const TfmcuStage* s, int64_t* end) {
   *end = 0;
+  for (int32_t k = 0; k < s->num_caches; ++k) {
+    const int64_t start = s->caches[k].offset;
+    const int64_t stop = start + tfmcu_cache_bytes(s, &s->caches[k]);
+    if (stop == start) {
+      continue;
+    }
+    *end = stop > *end ? stop : *end;
+    for (int32_t m = 0; m < k; ++m) {
+      const int64_t m_start = s->caches[m].offset;
+      const int64_t m_stop = m_start + tfmcu_cache_bytes(s, &s->caches[m]);
+      if (m_stop > m_start && start < m_stop && m_start < stop) {
+        return kTfmcuErrorInvalidStage;
+      }
+    }
+    for (int32_t p = 0; p < s->grid_rows * s->grid_cols; ++p) {
+      const int32_t* offsets = s->buffer_offsets + (ptrdiff_t)p * s->num_tensors;
+      for (int32_t t = 0; t < s->num_tensors; ++t) {
+        if (tfmcu_in_memory_tensor(s, t)) {
+          continue;
+        }
+        const int64_t size = tfmcu_buffer_bytes(s, p / s->grid_cols, p % s->grid_cols, t);
+        if (size > 0 && offsets[t] >= 0 && start < (int64_t)offsets[t] + size && offsets[t] < stop) {
+          return kTfmcuErrorInvalidStage;
+        }
+      }
+    }
+  }
   for (int32_t i = 0; i < s->grid_rows; ++i) {
     for (int32_t j = 0; j < s->grid_cols; ++j) {
       const int32_t* offsets = s->buffer_offsets + ((ptrdiff_t)i * s->grid_cols + j) * s->num_tensors;
@@ -400,6 +540,9 @@ static int64_t tfmcu_kernel_scratch_bytes(const TfmcuStage* s) {
         TfmcuConstView in[TFMCU_MAX_LAYER_INPUTS];
         TfmcuView out;
         tfmcu_layer_views(s, i, j, l, NULL, NULL, NULL, in, &out);
+        if (out.height == 0 || out.width == 0) {
+          continue;
+        }
         const int32_t need = op->backend_scratch(s->layers[l].params, in, tfmcu_span(s, 0, i, l)->pad_before[0],
                                                  tfmcu_span(s, 1, j, l)->pad_before[0], &out);
         if (need < 0) {
@@ -419,6 +562,9 @@ static TfmcuStatus tfmcu_run_layer(const TfmcuPreparedStage* prepared, int32_t i
   TfmcuConstView in[TFMCU_MAX_LAYER_INPUTS];
   TfmcuView out;
   tfmcu_layer_views(s, i, j, l, input, output, scratch, in, &out);
+  if (out.height == 0 || out.width == 0) {
+    return kTfmcuOk;  /* a halo cache holds all this patch needs of the layer's output */
+  }
   const int32_t pad_top = tfmcu_span(s, 0, i, l)->pad_before[0];
   const int32_t pad_left = tfmcu_span(s, 1, j, l)->pad_before[0];
   const TfmcuOpInfo* op = tfmcu_op_info(layer->type);
@@ -429,6 +575,83 @@ static TfmcuStatus tfmcu_run_layer(const TfmcuPreparedStage* prepared, int32_t i
     return op->backend_run(layer->params, in, pad_top, pad_left, &out, &kernel_scratch);
   }
   return op->run(layer->params, in, pad_top, pad_left, &out);
+}
+
+/* Copies `rows` rows of `bytes` bytes between two strided boxes. */
+static void tfmcu_copy_box(int8_t* dst, int32_t dst_stride, const int8_t* src, int32_t src_stride, int32_t rows,
+                           int32_t bytes) {
+  if (bytes <= 0) {
+    return;
+  }
+  for (int32_t r = 0; r < rows; ++r) {
+    memcpy(dst + (ptrdiff_t)r * dst_stride, src + (ptrdiff_t)r * src_stride, (size_t)bytes);
+  }
+}
+
+/* Before layer l of patch (i, j): fills the beginning of its output's held box from the caches (columns first). */
+static void tfmcu_restore_caches(const TfmcuStage* s, int32_t i, int32_t j, int32_t l, int8_t* scratch) {
+  const int32_t t = s->layers[l].output;
+  const TfmcuBuffer buf = tfmcu_buffer(s, i, j, t, NULL, NULL, scratch);
+  const int32_t channels = s->tensors[t].channels;
+  int32_t r0, r1, c0, c1;
+  tfmcu_held(s, 0, i, t, &r0, &r1);
+  tfmcu_held(s, 1, j, t, &c0, &c1);
+  const TfmcuCache* cols = tfmcu_find_cache(s, t, 1);
+  if (cols != NULL && j > 0) {
+    const int32_t n = tfmcu_span(s, 1, j, l)->out_start - c0;
+    const int32_t stride = tfmcu_handed_over(s, cols, j - 1) * channels;
+    tfmcu_copy_box(buf.write, buf.row_stride, scratch + cols->offset, stride, r1 - r0, n * channels);
+  }
+  const TfmcuCache* rows = tfmcu_find_cache(s, t, 0);
+  if (rows != NULL && i > 0) {
+    int32_t first, unused;
+    tfmcu_layer_held(s, 1, 0, l, &first, &unused);
+    int32_t last_start, last_stop;
+    tfmcu_layer_held(s, 1, s->grid_cols - 1, l, &last_start, &last_stop);
+    const int32_t n = tfmcu_span(s, 0, i, l)->out_start - r0;
+    tfmcu_copy_box(buf.write, buf.row_stride, scratch + rows->offset + (ptrdiff_t)(c0 - first) * channels,
+                   (last_stop - first) * channels, n, (c1 - c0) * channels);
+  }
+}
+
+/* After layer l of patch (i, j): hands over to the next patch / band what it needs of every cached tensor whose
+ * last reader is l. */
+static void tfmcu_save_caches(const TfmcuStage* s, int32_t i, int32_t j, int32_t l, int8_t* scratch) {
+  for (int32_t k = 0; k < s->num_caches; ++k) {
+    const TfmcuCache* c = &s->caches[k];
+    const int32_t t = c->tensor;
+    if (tfmcu_last_use(s, t) != l) {
+      continue;
+    }
+    const int32_t producer = s->tensors[t].producer;
+    const int32_t channels = s->tensors[t].channels;
+    const TfmcuBuffer buf = tfmcu_buffer(s, i, j, t, NULL, NULL, scratch);
+    int32_t r0, r1, c0, c1;
+    tfmcu_held(s, 0, i, t, &r0, &r1);
+    tfmcu_held(s, 1, j, t, &c0, &c1);
+    if (c->axis == 1 && j + 1 < s->grid_cols) {
+      const int32_t n = tfmcu_handed_over(s, c, j);
+      int32_t next_start, next_stop;
+      tfmcu_layer_held(s, 1, j + 1, producer, &next_start, &next_stop);
+      tfmcu_copy_box(scratch + c->offset, n * channels, buf.write + (ptrdiff_t)(next_start - c0) * channels,
+                     buf.row_stride, r1 - r0, n * channels);
+    } else if (c->axis == 0 && i + 1 < s->grid_rows) {
+      const int32_t n = tfmcu_handed_over(s, c, i);
+      int32_t next_start, next_stop, first, unused, last_start, last_stop;
+      tfmcu_layer_held(s, 0, i + 1, producer, &next_start, &next_stop);
+      tfmcu_layer_held(s, 1, 0, producer, &first, &unused);
+      tfmcu_layer_held(s, 1, s->grid_cols - 1, producer, &last_start, &last_stop);
+      int32_t stop = c1;
+      if (j + 1 < s->grid_cols) {
+        int32_t right_start, right_stop;
+        tfmcu_layer_held(s, 1, j + 1, producer, &right_start, &right_stop);
+        stop = right_start < c1 ? right_start : c1;  /* the right neighbour saves its own columns */
+      }
+      tfmcu_copy_box(scratch + c->offset + (ptrdiff_t)(c0 - first) * channels, (last_stop - first) * channels,
+                     buf.write + (ptrdiff_t)(next_start - r0) * buf.row_stride, buf.row_stride, n,
+                     (stop - c0) * channels);
+    }
+  }
 }
 
 TfmcuStatus tfmcu_stage_run(const TfmcuPreparedStage* prepared, const void* input, int8_t* output, void* scratch,
@@ -449,9 +672,15 @@ TfmcuStatus tfmcu_stage_run(const TfmcuPreparedStage* prepared, const void* inpu
   for (int32_t i = 0; i < stage->grid_rows; ++i) {
     for (int32_t j = 0; j < stage->grid_cols; ++j) {
       for (int32_t l = 0; l < stage->num_layers; ++l) {
+        if (stage->num_caches > 0) {
+          tfmcu_restore_caches(stage, i, j, l, (int8_t*)scratch);
+        }
         const TfmcuStatus status = tfmcu_run_layer(prepared, i, j, l, input, output, (int8_t*)scratch);
         if (status != kTfmcuOk) {
           return status;
+        }
+        if (stage->num_caches > 0) {
+          tfmcu_save_caches(stage, i, j, l, (int8_t*)scratch);
         }
       }
     }

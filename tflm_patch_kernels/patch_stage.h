@@ -47,15 +47,39 @@
  * for pointwise layers (ADD, QUANTIZE) the read equals the output span and the pads are 0.
  *
  * Patch buffers: in patch (i, j) an intermediate tensor t holds exactly the box its producer computes,
- * rows [row_spans[i, producer].out_start, .out_stop) x the corresponding columns x all channels, packed (row
+ * rows [row_spans[i, producer].out_start, .out_stop) x the corresponding columns x all channels (with halo caches:
+ * its held box, see below), packed (row
  * stride = box width * channels) at byte offset `buffer_offsets[(i * grid_cols + j) * num_tensors + t]` of
  * scratch. Offsets are planned offline: two tensors alive at the same time (from the layer producing one to the
  * last layer reading it, both included) never overlap; a tensor read by several layers (a residual shortcut) lives
  * until its last reader. The input and output tensors are not in scratch (offset -1): every layer reads / writes
- * them at their full-tensor coordinates. `scratch_bytes` is the highest byte any patch buffer reaches
- * (max over patches and tensors of offset + size): exactly what the run touches.
+ * them at their full-tensor coordinates. `scratch_bytes` is the highest byte any patch buffer (or halo cache)
+ * reaches (max over patches and tensors of offset + size): exactly what the run touches.
  *
  * pack_stage aligns buffer offsets to 4 bytes by default (useful for later SIMD kernels; not required).
+ *
+ * Halo caches (optional; ABI 4): overlapping patches recompute their halos. Patches run in raster order (row
+ * bands top to bottom, column bands left to right), so an intermediate tensor t may keep
+ *   - a row cache (`TfmcuCache.axis` 0): the rows of t the row band below needs that this band computed, over
+ *     every column any patch needs (one buffer, refilled by every patch of a band);
+ *   - a column cache (axis 1): the columns of t the patch to the right needs, over this band's rows.
+ * The patch buffer of t then holds a `held` box (`row_held` / `col_held`: [band][layer] pairs start, stop of the
+ * layer's output) of which the layer computes only the end (the span's out_start..out_stop, with
+ * out_stop == held stop); the beginning, held start..out_start, is copied from the cache just before the layer
+ * runs (column cache first, then row cache). After the last layer reading t in a patch, the part the next patch
+ * (next band) needs is copied into the cache: a column cache takes held columns from the right neighbour's held
+ * start on, over all held rows; a row cache takes held rows from the next band's held start on, over the patch's
+ * own columns up to the right neighbour's held start (the last patch: all of its columns), so that one buffer
+ * suffices: what a patch saves is never what a later patch of the band still has to restore. Caches live at
+ * their fixed `offset` for the whole run, disjoint from every patch buffer and from each other; their bytes
+ * follow from the tables:
+ *   row cache: max over bands b of (held_b stop - held_{b+1} start) rows x (last column band's held stop - the
+ *              first's held start) columns x channels;
+ *   column cache: max over column bands c of (held_c stop - held_{c+1} start) columns x the most held rows of a
+ *              row band x channels.
+ * With NULL `row_held` / `col_held` the held box is the computed one (no cache on that axis); a stage without
+ * caches (num_caches 0, NULL tables) runs exactly as with ABI 3. Caches change which pixels are computed, never
+ * their values: results stay bit-exact, scratch_bytes (caches included) is known offline.
  *
  * Backends: the kernels run are the op table's (op_table.c). The portable build runs the portable C kernels; a
  * build with -DTFMCU_CMSIS_NN (Bazel: :patch_kernels_cmsis_nn, Cortex-M only) runs CONV_2D, DEPTHWISE_CONV_2D and
@@ -100,8 +124,9 @@ extern "C" {
 #endif
 
 /* 2: tfmcu_stage_prepare + tfmcu_stage_run(const TfmcuPreparedStage*, ...), tfmcu_op_run.
- * 3: TfmcuPreparedStage.kernel_scratch_offset / kernel_scratch_bytes (the optimised backend's kernel buffer). */
-#define TFMCU_PATCH_STAGE_ABI_VERSION 3
+ * 3: TfmcuPreparedStage.kernel_scratch_offset / kernel_scratch_bytes (the optimised backend's kernel buffer).
+ * 4: halo caches: TfmcuStage.row_held / col_held / num_caches / caches (NULL / 0: a stage as in ABI 3). */
+#define TFMCU_PATCH_STAGE_ABI_VERSION 4
 
 /* TfmcuOpType (layer types) and TfmcuDataType (tensor data types): see op_table.h. */
 
@@ -131,6 +156,13 @@ typedef struct {
   int32_t pad_after[TFMCU_MAX_LAYER_INPUTS];
 } TfmcuSpan;
 
+/* A halo cache of one intermediate tensor along one axis (see the file comment). */
+typedef struct {
+  int32_t tensor;  /* tensor id: an intermediate tensor (neither the stage input nor its output) */
+  int32_t axis;    /* 0: row cache (for the row band below), 1: column cache (for the patch to the right) */
+  int32_t offset;  /* bytes into scratch */
+} TfmcuCache;
+
 typedef struct {
   int32_t num_tensors;
   const TfmcuTensor* tensors;       /* [num_tensors] */
@@ -144,6 +176,11 @@ typedef struct {
   const TfmcuSpan* col_spans;       /* [grid_cols][num_layers] */
   const int32_t* buffer_offsets;    /* [grid_rows * grid_cols][num_tensors], bytes; -1 for input/output */
   uint32_t scratch_bytes;           /* scratch memory the stage needs (checked against the tables) */
+  /* Halo caches (ABI 4): NULL / 0 for none. */
+  const int32_t* row_held;          /* [grid_rows][num_layers][2]: held rows of each layer's output, or NULL */
+  const int32_t* col_held;          /* [grid_cols][num_layers][2]: held columns, or NULL */
+  int32_t num_caches;
+  const TfmcuCache* caches;         /* [num_caches], at most one per tensor and axis */
 } TfmcuStage;
 
 /* A stage validated by tfmcu_stage_prepare (fill it only with tfmcu_stage_prepare). */
@@ -175,7 +212,9 @@ TfmcuStatus tfmcu_stage_run(const TfmcuPreparedStage* prepared, const void* inpu
 size_t tfmcu_stage_scratch_bytes(const TfmcuStage* stage);
 
 /* Checks the whole description (ids, types, channels, span arithmetic and border rules, reads inside the held
- * boxes, full coverage of the output, non-overlap of live patch buffers, scratch_bytes). On failure returns
+ * boxes, full coverage of the output, non-overlap of live patch buffers, scratch_bytes; halo caches: held boxes
+ * that end where the computed ones do and begin where the cache can fill them, growing band after band, caches
+ * disjoint from each other and from every patch buffer). On failure returns
  * kTfmcuErrorInvalidStage (or kTfmcuErrorNullPointer / kTfmcuErrorUnsupportedOp) and, if failed_layer is not NULL,
  * stores the offending layer index there (-1 when the problem is not one layer's). */
 TfmcuStatus tfmcu_stage_check(const TfmcuStage* stage, int32_t* failed_layer);

@@ -17,6 +17,9 @@ namespace {
 
 constexpr int kSpanWords = 10;  // int32 fields of a TfmcuSpan
 constexpr int kTensorWords = 5;  // height, width, channels, dtype, producer
+constexpr int kCacheWords = 3;  // int32 fields of a TfmcuCache: tensor, axis, offset
+static_assert(sizeof(TfmcuSpan) == kSpanWords * sizeof(int32_t), "TfmcuSpan is read in place from int32 tables");
+static_assert(sizeof(TfmcuCache) == kCacheWords * sizeof(int32_t), "TfmcuCache is read in place from int32 tables");
 // Far above any real stage; they keep every size computation below inside int32.
 constexpr int32_t kMaxTensors = 4096;
 constexpr int32_t kMaxLayers = 4096;
@@ -92,9 +95,10 @@ bool MapInt(const flexbuffers::Map& m, const char* key, int32_t* out) { return T
 TfLiteStatus ReadShape(const flexbuffers::Map& root, int32_t* num_tensors, int32_t* num_layers,
                        size_t* params_bytes) {
   int32_t version = 0;
-  if (!MapInt(root, "version", &version) || version != kPatchStageFormatVersion) {
-    TFMCU_FAIL("options format version %d; this kernel reads version %d", static_cast<int>(version),
-               kPatchStageFormatVersion);
+  if (!MapInt(root, "version", &version) || version < kPatchStageOldestFormatVersion ||
+      version > kPatchStageFormatVersion) {
+    TFMCU_FAIL("options format version %d; this kernel reads versions %d..%d", static_cast<int>(version),
+               kPatchStageOldestFormatVersion, kPatchStageFormatVersion);
   }
   if (!root["tensors"].IsUntypedVector()) TFMCU_FAIL("options field 'tensors' is not a list");
   if (!root["layers"].IsUntypedVector()) TFMCU_FAIL("options field 'layers' is not a list");
@@ -354,6 +358,33 @@ TfLiteStatus Prepare(TfLiteContext* context, TfLiteNode* node) {
   s.row_spans = static_cast<const TfmcuSpan*>(row_spans);
   s.col_spans = static_cast<const TfmcuSpan*>(col_spans);
   s.buffer_offsets = static_cast<const int32_t*>(offsets);
+
+  // Halo caches (format 3): the held tables and the caches (3 int32 each), INT32 constant inputs read in place.
+  int32_t version = 0;
+  MapInt(root, "version", &version);  // checked in Init
+  s.row_held = nullptr;
+  s.col_held = nullptr;
+  s.num_caches = 0;
+  s.caches = nullptr;
+  if (version >= 3) {
+    if (!MapInt(root, "num_caches", &s.num_caches) || s.num_caches < 1 || s.num_caches > 2 * s.num_tensors) {
+      TFMCU_FAIL("format 3 needs num_caches in 1..%d", static_cast<int>(2 * s.num_tensors));
+    }
+    const void* row_held = nullptr;
+    const void* col_held = nullptr;
+    const void* caches = nullptr;
+    tables[0] = {"row_held", s.grid_rows * n_layers * 2, &row_held};
+    tables[1] = {"col_held", s.grid_cols * n_layers * 2, &col_held};
+    tables[2] = {"caches", s.num_caches * kCacheWords, &caches};
+    for (auto& t : tables) {
+      int32_t position = -1;
+      if (!MapInt(root, t.name, &position)) TFMCU_FAIL("options field '%s' is not an input position", t.name);
+      TF_LITE_ENSURE_OK(context, ConstInput(context, node, position, kTfLiteInt32, t.elements, t.name, -1, t.out));
+    }
+    s.row_held = static_cast<const int32_t*>(row_held);
+    s.col_held = static_cast<const int32_t*>(col_held);
+    s.caches = static_cast<const TfmcuCache*>(caches);
+  }
 
   int32_t failed_layer = -1;
   const TfmcuStatus status = tfmcu_stage_prepare(&s, &data->prepared, &failed_layer);

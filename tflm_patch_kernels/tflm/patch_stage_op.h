@@ -22,7 +22,8 @@ namespace tfmcu {
 inline constexpr char kPatchStageOpName[] = "TFMCU_PATCH_STAGE";
 
 // The custom options format this kernel reads (tfmcu.stage.custom.FORMAT_VERSION).
-inline constexpr int kPatchStageFormatVersion = 2;
+inline constexpr int kPatchStageFormatVersion = 3;  // 3: halo caches (row_held, col_held, caches, num_caches)
+inline constexpr int kPatchStageOldestFormatVersion = 2;  // 2: no halo caches
 
 // Like TFLM's own custom ops (Register_DETECTION_POSTPROCESS): a pointer to one registration, which AddCustom copies.
 TFLMRegistration* Register_TFMCU_PATCH_STAGE();

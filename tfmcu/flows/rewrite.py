@@ -24,6 +24,7 @@ from tfmcu.errors import UsageError
 from tfmcu.files import check_output_paths, read_bytes, write_outputs
 from tfmcu.flows.common import ScheduleRequest
 from tfmcu.graph.from_tflite import from_tflite
+from tfmcu.plan.halo import HALO_MODES
 from tfmcu.plan.search import Evaluation, Progress, candidate_for, candidates, search
 from tfmcu.runtime.model_io import random_inputs
 from tfmcu.runtime.tflm import measure_arena
@@ -46,6 +47,7 @@ class RewriteOptions:
     inplace: bool = False  # custom mode: plan the rest of the graph in place (TFLM's reference kernels only)
     measure: bool = True
     json_out: str | None = None
+    halo: str = "none"  # custom mode: halo caches between patches (tfmcu.plan.halo.select)
 
 
 def validate(o: RewriteOptions) -> bytes:
@@ -61,6 +63,13 @@ def validate(o: RewriteOptions) -> bytes:
         raise UsageError("--inplace is supported with --mode=custom only")
     if o.border != "auto" and o.mode != "builtin":
         raise UsageError("--border applies to --mode=builtin only")
+    if o.halo not in HALO_MODES:
+        raise UsageError(f"--halo={o.halo}: expected one of {', '.join(HALO_MODES)}")
+    if o.halo != "none" and o.mode != "custom":
+        raise UsageError("--halo applies to --mode=custom only (the TFMCU_PATCH_STAGE kernel keeps the caches)")
+    if o.halo != "none" and o.schedule.auto:
+        raise UsageError("--halo with --patches=auto is not supported yet: give the grid (--patches=P or PxQ with "
+                         "--patch_blocks or --patch_ops)")
     if o.schedule.patches is None:
         raise UsageError("--patches is required: P, PxQ (with --patch_blocks or --patch_ops) or auto")
     o.schedule.validate()
@@ -95,7 +104,7 @@ def run(o: RewriteOptions, log: Callable[[str], None] = print, progress: Progres
         borders = BORDERS if o.border == "auto" else (o.border,)
         cost: Any = BuiltinArenaCost(data, graph, path, borders if req.auto else borders[:1], opts.count_input)
     else:
-        cost = CustomArenaCost(data, graph, path, o.inplace, opts.count_input)
+        cost = CustomArenaCost(data, graph, path, o.inplace, opts.count_input, o.halo, budget)
     report: dict[str, Any] = {"input": path, "output": o.out, "mode": o.mode}
     if req.auto:
         log(f"auto: {'least-MACs' if opts.objective == 'macs' else 'smallest'} schedule for {path} ({o.mode} mode, "
@@ -118,6 +127,8 @@ def run(o: RewriteOptions, log: Callable[[str], None] = print, progress: Progres
     if patched:
         report["predicted"]["rewritten"] = _predicted(chosen)
         report["schedule"] = chosen.result.schedule
+        if "halo" in chosen.details:
+            report["halo"] = chosen.details["halo"]
         report["ops"] = {"original": chosen.result.ops_before, "rewritten": chosen.result.ops_after}
     if o.measure:
         m_orig = measure_arena(data, where=path)
@@ -169,6 +180,11 @@ def format_summary(r: dict[str, Any], inplace: bool = False) -> str:
         lines.append(f"schedule: {g[0]}x{g[1]} patches over the first {stage}; ops {r['ops']['original']} -> "
                      f"{r['ops']['rewritten']}; MACs +{s['mac_overhead_exact'] * 100:.1f}% (exact), "
                      f"+{s['mac_overhead_padded'] * 100:.1f}% (padded)")
+    h = r.get("halo")
+    if h:
+        lines.append(f"halo caches: {len(h['row_caches'])} row + {len(h['col_caches'])} column caches, "
+                     f"{h['cache_bytes']:,} B; MACs +{h['mac_overhead_exact'] * 100:.1f}% (exact; the stage's "
+                     f"+{h['stage_mac_overhead'] * 100:.1f}%)")
     if r["mode"] == "custom" and r.get("custom_mode"):
         mem = r["custom_mode"]
         kernel = r.get("tflm", {}).get("rewritten", {}).get("patch_stage_persistent_bytes")

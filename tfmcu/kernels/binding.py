@@ -40,7 +40,7 @@ from tfmcu.tflite.editor import load
 
 SOURCE_ENV = "TFMCU_PATCH_KERNELS_SRC"
 CACHE_ENV = "TFMCU_CACHE_DIR"
-ABI_VERSION = 3
+ABI_VERSION = 4
 CFLAGS = ("-O2", "-std=c99", "-fPIC", "-Wall", "-Wextra")
 
 _I32 = ctypes.c_int32
@@ -69,12 +69,17 @@ class CSpan(ctypes.Structure):
                 ("pad_before", _I32 * 2), ("pad_after", _I32 * 2)]
 
 
+class CCache(ctypes.Structure):
+    _fields_ = [("tensor", _I32), ("axis", _I32), ("offset", _I32)]
+
+
 class CStage(ctypes.Structure):
     _fields_ = [("num_tensors", _I32), ("tensors", ctypes.POINTER(CTensor)), ("num_layers", _I32),
                 ("layers", ctypes.POINTER(CLayer)), ("input_tensor", _I32), ("output_tensor", _I32),
                 ("grid_rows", _I32), ("grid_cols", _I32), ("row_spans", ctypes.POINTER(CSpan)),
                 ("col_spans", ctypes.POINTER(CSpan)), ("buffer_offsets", ctypes.POINTER(_I32)),
-                ("scratch_bytes", ctypes.c_uint32)]
+                ("scratch_bytes", ctypes.c_uint32), ("row_held", ctypes.POINTER(_I32)),
+                ("col_held", ctypes.POINTER(_I32)), ("num_caches", _I32), ("caches", ctypes.POINTER(CCache))]
 
 
 class CPreparedStage(ctypes.Structure):
@@ -223,10 +228,14 @@ class _CStageData:
 
         rows, cols = span_array(p.row_spans), span_array(p.col_spans)
         offsets = np.ascontiguousarray(p.buffer_offsets, dtype=np.int32)
-        self.keep = keep + [tensors, layers, rows, cols, offsets]
+        i32p = ctypes.POINTER(_I32)
+        held = [np.ascontiguousarray(h, dtype=np.int32) if h is not None else None for h in (p.row_held, p.col_held)]
+        caches = (CCache * max(len(p.caches), 1))(*[CCache(*c) for c in p.caches])
+        self.keep = keep + [tensors, layers, rows, cols, offsets, held, caches]
         self.stage = CStage(len(p.tensor_names), tensors, len(p.layers), layers, p.input_tensor, p.output_tensor,
-                            p.grid[0], p.grid[1], rows, cols, offsets.ctypes.data_as(ctypes.POINTER(_I32)),
-                            p.scratch_bytes)
+                            p.grid[0], p.grid[1], rows, cols, offsets.ctypes.data_as(i32p), p.scratch_bytes,
+                            *[h.ctypes.data_as(i32p) if h is not None else i32p() for h in held],
+                            len(p.caches), caches if p.caches else ctypes.POINTER(CCache)())
         self.prepared: CPreparedStage | None = None
 
 

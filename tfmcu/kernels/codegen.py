@@ -89,6 +89,16 @@ def stage_to_c(packed: PackedStage, name: str | None = None, static: bool = Fals
         out.append("};\n\n")
     out.append(_c_array("int32_t", f"{n}_buffer_offsets", packed.buffer_offsets, per_line=max(len(
         packed.tensor_names), 1)))
+    halo = ""
+    if packed.caches:
+        out.append(_c_array("int32_t", f"{n}_row_held", packed.row_held, per_line=2 * len(packed.layers)))
+        out.append(_c_array("int32_t", f"{n}_col_held", packed.col_held, per_line=2 * len(packed.layers)))
+        out.append(f"static const TfmcuCache {n}_caches[{len(packed.caches)}] = {{\n")
+        for (t, axis, offset), size in zip(packed.caches, packed.cache_bytes):
+            out.append(f"  {{{t}, {axis}, {offset}}},  /* {('row', 'column')[axis]} cache of tensor {t}: {size} B */\n")
+        out.append("};\n")
+        halo = (f"  .row_held = {n}_row_held,\n  .col_held = {n}_col_held,\n"
+                f"  .num_caches = {len(packed.caches)},\n  .caches = {n}_caches,\n")
     storage = "static const" if static else "const"
     out.append(f"\n{storage} TfmcuStage {n} = {{\n"
                f"  .num_tensors = {len(packed.tensor_names)},\n  .tensors = {n}_tensors,\n"
@@ -96,5 +106,5 @@ def stage_to_c(packed: PackedStage, name: str | None = None, static: bool = Fals
                f"  .input_tensor = {packed.input_tensor},\n  .output_tensor = {packed.output_tensor},\n"
                f"  .grid_rows = {packed.grid[0]},\n  .grid_cols = {packed.grid[1]},\n"
                f"  .row_spans = {n}_row_spans,\n  .col_spans = {n}_col_spans,\n"
-               f"  .buffer_offsets = {n}_buffer_offsets,\n  .scratch_bytes = {up}_SCRATCH_BYTES,\n}};\n")
+               f"  .buffer_offsets = {n}_buffer_offsets,\n  .scratch_bytes = {up}_SCRATCH_BYTES,\n{halo}}};\n")
     return "".join(out)

@@ -9,7 +9,7 @@ schedule's per-axis walks, and the patch buffers of every patch placed in one sc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -18,6 +18,7 @@ from tfmcu.graph import ir
 from tfmcu.kernels import PatchKernelError
 from tfmcu.kernels.ops import FLOAT32, INT8, LayerSpec, layer_spec
 from tfmcu.plan.placer import Buffer, alive_bound, place
+from tfmcu.plan.regions import Read
 from tfmcu.tflite.editor import load
 
 
@@ -76,6 +77,12 @@ class PackedStage:
     scratch_bytes: int
     lower_bound_bytes: int  # max over patches and steps of the patch bytes alive at once (analytic)
     plan_strategies: list[str]
+    # Halo caches (patch_stage.h; none: None / []): held ranges [bands, layers, 2] and (tensor, axis, offset).
+    row_held: np.ndarray | None = None
+    col_held: np.ndarray | None = None
+    caches: list[tuple[int, int, int]] = field(default_factory=list)
+    cache_bytes: list[int] = field(default_factory=list)  # per cache, as the C library computes them
+
     @property
     def input_shape(self) -> tuple[int, ...]:
         return (1, *self.tensor_shapes[self.input_tensor])
@@ -90,6 +97,7 @@ class PackedStage:
 
 
 SPAN_FIELDS = 10
+_NO_READ = Read(0, 0, 0, 0)  # what a layer that computes nothing in a band reads
 
 
 def _span_row(out: tuple[int, int], reads: list[Any]) -> list[int]:
@@ -99,11 +107,30 @@ def _span_row(out: tuple[int, int], reads: list[Any]) -> list[int]:
     return row
 
 
+def cache_sizes(row_held: np.ndarray, col_held: np.ndarray, caches: Sequence[tuple[int, int]],
+                producers: Sequence[int], channels: Sequence[int]) -> list[int]:
+    """Bytes of each halo cache ``(tensor, axis)`` from the held tables: ``tfmcu_cache_bytes`` of patch_stage.c."""
+    sizes = []
+    for t, axis in caches:
+        p = producers[t]
+        held = (row_held, col_held)[axis][:, p]
+        along = max([max(int(held[b, 1]) - int(held[b + 1, 0]), 0) for b in range(len(held) - 1)], default=0)
+        if axis == 0:
+            across = int(col_held[-1, p, 1]) - int(col_held[0, p, 0])
+        else:
+            across = max(int(r[1]) - int(r[0]) for r in row_held[:, p])
+        sizes.append(along * across * channels[t])
+    return sizes
+
+
 def pack_stage(model_bytes: bytes, graph: ir.Graph, schedule: Any, align: int = 4,
-               name: str | None = None) -> PackedStage:
+               name: str | None = None, halo: Any = None) -> PackedStage:
     """The C description of ``schedule``'s patch stage (a ``tfmcu.plan.regions.PatchSchedule`` of ``graph``, which was
     lowered from ``model_bytes`` by ``tfmcu.graph.from_tflite``). ``align``: patch-buffer offsets are multiples
-    of it."""
+    of it. ``halo``: a ``tfmcu.plan.halo.HaloPlan`` of the same schedule (its caches are placed first in scratch,
+    the patch buffers after them)."""
+    if halo is not None and halo.schedule is not schedule:
+        raise PatchKernelError("the halo plan belongs to another schedule")
     if graph.source != "tflite":
         raise PatchKernelError("pack_stage needs a graph lowered from the .tflite itself (tfmcu.graph.from_tflite)")
     model = load(model_bytes)
@@ -144,18 +171,38 @@ def pack_stage(model_bytes: bytes, graph: ir.Graph, schedule: Any, align: int = 
                                    f"(float32 only as the stage input)")
         dtypes.append(FLOAT32 if tensor.dtype == "float32" else INT8)
 
-    # Spans per axis band (the schedule's walks are separable).
-    def spans(walks: list[Any]) -> np.ndarray:
+    # Spans per axis band (the schedule's walks are separable); with halo caches a layer computes w.comp and its
+    # patch buffer holds w.need.
+    def spans(walks: list[Any]) -> tuple[np.ndarray, np.ndarray]:
         arr = np.zeros((len(walks), len(s.stage), SPAN_FIELDS), np.int32)
+        held = np.zeros((len(walks), len(s.stage), 2), np.int32)
         for b, w in enumerate(walks):
+            computed = w.comp if halo is not None else w.need
             for pos, k in enumerate(s.stage):
                 op = graph.ops[k]
-                if op.outputs[0] not in w.need or any((k, p) not in w.reads for p in range(len(op.inputs))):
+                t = op.outputs[0]
+                if t not in computed:
                     raise PatchKernelError(f"{op.describe(k)}: its output is not needed by the stage output")
-                arr[b, pos] = _span_row(w.need[op.outputs[0]], [w.reads[(k, p)] for p in range(len(op.inputs))])
-        return arr
+                need, comp = w.need.get(t, (0, 0)), computed[t]
+                if need[1] <= need[0]:  # nothing left to do in this band (its need was clipped at the border)
+                    need = comp = (int(held[b - 1, pos, 1]),) * 2 if b else (0, 0)
+                reads = [w.reads.get((k, p), _NO_READ) if comp[1] > comp[0] else _NO_READ
+                         for p in range(len(op.inputs))]
+                if comp[1] > comp[0] and any((k, p) not in w.reads for p in range(len(op.inputs))):
+                    raise PatchKernelError(f"{op.describe(k)}: its output is not needed by the stage output")
+                arr[b, pos] = _span_row(comp, reads)
+                held[b, pos] = need
+        return arr, held
 
-    row_spans, col_spans = spans(s.rows), spans(s.cols)
+    (row_spans, row_held), (col_spans, col_held) = spans((halo or s).rows), spans((halo or s).cols)
+    caches: list[tuple[int, int]] = []
+    if halo is not None:
+        caches = [(tid[t], 0) for t in sorted(halo.cache_rows)] + [(tid[t], 1) for t in sorted(halo.cache_cols)]
+    sizes_c = cache_sizes(row_held, col_held, caches, producers, [sh[2] for sh in shapes])
+    cache_offsets, base = [], 0
+    for n in sizes_c:
+        cache_offsets.append(base)
+        base = -(-(base + n) // align) * align
 
     # Scratch plan, patch by patch.
     n_t = len(tensor_names)
@@ -174,13 +221,13 @@ def pack_stage(model_bytes: bytes, graph: ir.Graph, schedule: Any, align: int = 
             p = i * s.grid[1] + j
             for t in scratch_ids:
                 pos = producers[t]
-                rows = row_spans[i, pos, 1] - row_spans[i, pos, 0]
-                cols = col_spans[j, pos, 1] - col_spans[j, pos, 0]
+                rows = row_held[i, pos, 1] - row_held[i, pos, 0]
+                cols = col_held[j, pos, 1] - col_held[j, pos, 0]
                 sizes[p, t] = int(rows) * int(cols) * shapes[t][2]
             plan = plan_buffers([int(sizes[p, t]) for t in scratch_ids], [lifetimes[t] for t in scratch_ids], align)
             for t, off in zip(scratch_ids, plan.offsets):
-                offsets[p, t] = off
-            end, bound = max(end, plan.end), max(bound, plan.lower_bound)
+                offsets[p, t] = base + off
+            end, bound = max(end, base + plan.end), max(bound, sum(sizes_c) + plan.lower_bound)
             strategies.append(plan.strategy)
     if end >= 2 ** 31:
         raise PatchKernelError(f"scratch of {end} bytes does not fit the C description (int32 offsets)")
@@ -189,5 +236,9 @@ def pack_stage(model_bytes: bytes, graph: ir.Graph, schedule: Any, align: int = 
         tensor_names=tensor_names, tensor_shapes=shapes, tensor_dtypes=dtypes, tensor_producers=producers,
         tensor_tflite_index=tfl_index, input_tensor=tid[t_in], output_tensor=tid[t_out], grid=tuple(s.grid),
         row_spans=row_spans, col_spans=col_spans, buffer_offsets=offsets, buffer_sizes=sizes,
-        scratch_bytes=int(end), lower_bound_bytes=int(bound), plan_strategies=strategies)
+        scratch_bytes=int(max([end] + [o + n for o, n in zip(cache_offsets, sizes_c) if n])),
+        lower_bound_bytes=int(bound),
+        plan_strategies=strategies,
+        row_held=row_held if halo is not None else None, col_held=col_held if halo is not None else None,
+        caches=[(t, a, o) for (t, a), o in zip(caches, cache_offsets)], cache_bytes=sizes_c)
     return packed

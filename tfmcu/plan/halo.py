@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from tfmcu.graph import ir
-from tfmcu.plan.regions import PatchSchedule, Range, ScheduleError, read_range
+from tfmcu.plan.regions import PatchSchedule, Range, Read, ScheduleError, read_range
 
 _EMPTY: Range = (0, 0)
 
@@ -56,6 +56,7 @@ class BandNeeds:
     need: dict[str, Range]
     comp: dict[str, Range]
     cached: dict[str, int]  # elements along the axis read from the cache
+    reads: dict[tuple[int, int], Read] = field(default_factory=dict)  # (op, input position) -> what it reads
 
 
 def walk_cached(graph: ir.Graph, idx: Sequence[int], outputs: Sequence[str], inputs: Sequence[str], axis: int,
@@ -68,6 +69,7 @@ def walk_cached(graph: ir.Graph, idx: Sequence[int], outputs: Sequence[str], inp
         need: dict[str, Range] = {t: band for t in outputs}
         comp: dict[str, Range] = {t: band for t in outputs}
         from_cache: dict[str, int] = {}
+        reads: dict[tuple[int, int], Read] = {}
         for i in reversed(idx):
             op = graph.ops[i]
             for t in op.outputs:
@@ -84,13 +86,15 @@ def walk_cached(graph: ir.Graph, idx: Sequence[int], outputs: Sequence[str], inp
                 o = _union(o, comp[t])
             if o is None or _len(o) == 0:
                 continue
-            for t in op.inputs:
+            for pos, t in enumerate(op.inputs):
                 a, b = read_range(graph, op, t, axis, o)
-                need[t] = _union(need.get(t), (max(a, 0), min(b, graph.tensors[t].shape[1 + axis])))
+                ca, cb = max(a, 0), min(b, graph.tensors[t].shape[1 + axis])
+                reads[(i, pos)] = Read(ca, cb, ca - a, b - cb)
+                need[t] = _union(need.get(t), (ca, cb))
         for t, n in need.items():
             if _len(n):
                 cover[t] = max(cover.get(t, n[1]), n[1])
-        walks.append(BandNeeds(band, need, comp, from_cache))
+        walks.append(BandNeeds(band, need, comp, from_cache, reads))
     return walks
 
 
@@ -107,6 +111,16 @@ class HaloPlan:
     stage_peak_bytes: int = 0  # image counted
     stage_peak_bytes_excluding_input: int = 0
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON record of the caches and their analytic figures (a rewritten model stores it)."""
+        return {"row_caches": sorted(self.cache_rows), "col_caches": sorted(self.cache_cols),
+                "row_cache_bytes": self.row_cache_bytes, "col_cache_bytes": self.col_cache_bytes,
+                "cache_bytes": self.cache_bytes, "stage_macs_exact": int(self.stage_macs_exact),
+                "stage_mac_overhead": round(self.stage_mac_overhead, 6),
+                "mac_overhead_exact": round(self.mac_overhead, 6),
+                "stage_peak_bytes": int(self.stage_peak_bytes),
+                "stage_peak_bytes_excluding_input": int(self.stage_peak_bytes_excluding_input)}
+
     @property
     def cache_bytes(self) -> int:
         return sum(self.row_cache_bytes.values()) + sum(self.col_cache_bytes.values())
@@ -115,6 +129,12 @@ class HaloPlan:
     def stage_mac_overhead(self) -> float:
         s = self.schedule.stage_macs
         return self.stage_macs_exact / s - 1.0 if s else 0.0
+
+    @property
+    def mac_overhead(self) -> float:
+        """The whole model's MAC overhead with these caches (exact)."""
+        s = self.schedule
+        return (self.stage_macs_exact - s.stage_macs) / s.macs if s.macs else 0.0
 
     @property
     def peak_sram_bytes(self) -> int:
@@ -221,3 +241,22 @@ def choose_caches(schedule: PatchSchedule, budget: int | None, count_input: bool
                 kept.add(opt)
                 h = h2
     return h
+
+
+HALO_MODES = ("none", "all", "auto")
+
+
+def select(schedule: PatchSchedule, mode: str, budget: int | None = None, count_input: bool = True) -> HaloPlan | None:
+    """The halo caches a rewrite uses: ``none`` (recompute every halo: None), ``all`` (every intermediate tensor
+    along both axes) or ``auto`` (``choose_caches`` under ``budget``, analytic bytes; without a budget, at the
+    recompute schedule's own analytic peak: fewer MACs for no more memory)."""
+    if mode == "none":
+        return None
+    if mode == "all":
+        inter = intermediates(schedule)
+        return plan_halo(schedule, inter, inter)
+    if mode != "auto":
+        raise ScheduleError(f"halo mode {mode!r}: expected one of {', '.join(HALO_MODES)}")
+    if budget is None:
+        budget = schedule.peak_sram_bytes if count_input else schedule.peak_sram_bytes_excluding_input
+    return choose_caches(schedule, budget, count_input)

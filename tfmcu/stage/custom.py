@@ -34,15 +34,17 @@ from tfmcu.graph import ir
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.kernels import PatchKernelError
 from tfmcu.kernels.ops import FLOAT32, LayerSpec, params_from_words
-from tfmcu.kernels.pack import SPAN_FIELDS, PackedStage, pack_stage
+from tfmcu.kernels.pack import SPAN_FIELDS, PackedStage, cache_sizes, pack_stage
 from tfmcu.plan.arena import predict_arena
+from tfmcu.plan.halo import HaloPlan, select
 from tfmcu.plan.memory_plan import with_offline_plan
-from tfmcu.plan.regions import PatchSchedule
+from tfmcu.plan.regions import PatchSchedule, ScheduleError
 from tfmcu.plan.search import Candidate, Evaluation
 from tfmcu.stage.common import SCHEDULE_METADATA, RewriteError, RewriteResult, read_schedule, schedule_record
 from tfmcu.tflite import schema as ts
 from tfmcu.tflite.editor import ModelEditor, load
-from tfmcu.tflite.patch_stage_format import FORMAT_VERSION, PATCH_STAGE_OP, kernel_memory, read_options
+from tfmcu.tflite.patch_stage_format import (FORMAT_VERSION, OLDEST_FORMAT_VERSION, PATCH_STAGE_OP, kernel_memory,
+                                             read_options)
 
 _TABLES = ("row_spans", "col_spans", "buffer_offsets")
 _ARRAYS = ("filter", "bias", "output_multiplier", "output_shift")
@@ -55,12 +57,13 @@ def is_custom_model(data: bytes | ts.ModelT) -> bool:
 
 # ----------------------------------------------------------------------------- writing
 def rewrite_custom(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where: str = "model",
-                   inplace: bool = False) -> RewriteResult:
+                   inplace: bool = False, halo: HaloPlan | None = None) -> RewriteResult:
     """Replace ``schedule``'s stage of the .tflite ``data`` by one TFMCU_PATCH_STAGE operator. ``inplace``: the
     rest of the graph gets an in-place memory plan (``tfmcu.plan.memory_plan``; valid for TFLM's reference
-    kernels), recorded in the schedule metadata."""
+    kernels), recorded in the schedule metadata. ``halo``: halo caches of this schedule (``tfmcu.plan.halo``),
+    recorded too."""
     try:
-        packed = pack_stage(data, graph, schedule)
+        packed = pack_stage(data, graph, schedule, halo=halo)
     except PatchKernelError as e:
         raise RewriteError(f"{where}: {e}") from None
     ed = ModelEditor(data, where)
@@ -88,13 +91,17 @@ def rewrite_custom(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where:
             inputs.append(idx)
         layers.append({"type": int(spec.type), "name": spec.name, "src": int(spec.src_index), "words": spec.words(),
                        "padding": [int(p) for p in spec.padding], "arrays": positions})
-    tables = {}
-    for name in _TABLES:
+    tables: dict[str, int] = {}
+    arrays = {name: getattr(packed, name) for name in _TABLES}
+    if packed.caches:
+        arrays.update(row_held=packed.row_held, col_held=packed.col_held, caches=np.asarray(packed.caches))
+        tables["num_caches"] = len(packed.caches)
+    for name, arr in arrays.items():
         tables[name] = len(inputs)
-        inputs.append(ed.constant(np.ascontiguousarray(getattr(packed, name), dtype=np.int32).reshape(-1),
+        inputs.append(ed.constant(np.ascontiguousarray(arr, dtype=np.int32).reshape(-1),
                                   ts.TensorType.INT32, f"tfmcu/{name}"))
     desc = {
-        "version": FORMAT_VERSION,
+        "version": FORMAT_VERSION if packed.caches else OLDEST_FORMAT_VERSION,
         "name": packed.name,
         "grid": [int(g) for g in packed.grid],
         "tensors": [[*map(int, shp), int(dt), int(prod)] for shp, dt, prod in
@@ -113,6 +120,8 @@ def rewrite_custom(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where:
     ed.drop_unused_tensors()
     record = schedule_record(schedule, "custom", scratch_bytes=int(packed.scratch_bytes),
                              memory_plan="inplace" if inplace else "disjoint")
+    if halo is not None:
+        record["halo"] = halo.to_dict()
     ed.set_metadata(SCHEDULE_METADATA, json.dumps(record).encode())
     # The whole model's offline memory plan (the stage op's input and output, the rest in place if asked), when it
     # beats TFLM's greedy planner; TFLM places the op's scratch around it.
@@ -185,6 +194,15 @@ def _packed_from_options(model: ts.ModelT, op: ts.OperatorT, desc: dict[str, Any
         return a.reshape(shape)
 
     offsets = table("buffer_offsets", (grid[0] * grid[1], len(tensors)))
+    halo: dict[str, Any] = {}
+    if int(desc["version"]) >= 3:
+        n_caches = int(desc["num_caches"])
+        halo = dict(row_held=table("row_held", (grid[0], n_layers, 2)),
+                    col_held=table("col_held", (grid[1], n_layers, 2)),
+                    caches=[tuple(int(v) for v in c) for c in table("caches", (n_caches, 3))])
+        producers = [t[4] for t in tensors]
+        halo["cache_bytes"] = cache_sizes(halo["row_held"], halo["col_held"], [c[:2] for c in halo["caches"]],
+                                          producers, [t[2] for t in tensors])
     return PackedStage(
         name=desc["name"], layers=layers, layer_inputs=[list(x) for x in desc["layer_inputs"]],
         layer_outputs=list(desc["layer_outputs"]), tensor_names=[f"t{k}" for k in range(len(tensors))],
@@ -194,7 +212,7 @@ def _packed_from_options(model: ts.ModelT, op: ts.OperatorT, desc: dict[str, Any
         row_spans=table("row_spans", (grid[0], n_layers, SPAN_FIELDS)),
         col_spans=table("col_spans", (grid[1], n_layers, SPAN_FIELDS)),
         buffer_offsets=offsets, buffer_sizes=np.zeros_like(offsets, dtype=np.int64),
-        scratch_bytes=int(desc["scratch_bytes"]), lower_bound_bytes=0, plan_strategies=[])
+        scratch_bytes=int(desc["scratch_bytes"]), lower_bound_bytes=0, plan_strategies=[], **halo)
 
 
 def rest_model(model: ts.ModelT, stage_output: int, inplace: bool = False) -> tuple[bytes, int]:
@@ -253,8 +271,9 @@ class CustomArenaCost:
     variants: tuple[str | None, ...] = (None,)
 
     def __init__(self, data: bytes, graph: ir.Graph, where: str = "model", inplace: bool = False,
-                 count_input: bool = True):
+                 count_input: bool = True, halo: str = "none", budget: int | None = None):
         self.data, self.graph, self.where, self.inplace, self.count_input = data, graph, where, inplace, count_input
+        self.halo, self.budget = halo, budget  # halo caches (tfmcu.plan.halo.select) under an arena budget
 
     def _input_bytes(self) -> int:
         return 0 if self.count_input else sum(-(-self.graph.tensors[t].nbytes // 16) * 16 for t in self.graph.inputs)
@@ -263,10 +282,26 @@ class CustomArenaCost:
         if candidate.schedule is None:  # the unpatched model in TFLM
             p = predict_arena(self.graph, model=self.data)
             return Evaluation(candidate, None, p.total - self._input_bytes(), None, _details(p))
-        result = rewrite_custom(self.data, self.graph, candidate.schedule, self.where, inplace=self.inplace)
+        s = candidate.schedule
+        result = rewrite_custom(self.data, self.graph, s, self.where, inplace=self.inplace)
         p = predict_arena(from_tflite(result.model), model=result.model)
+        extra: dict[str, Any] = {}
+        if self.halo != "none":
+            # The caches' analytic budget: the arena budget less what TFLM adds to the recompute schedule's
+            # analytic peak (persistent data, alignment, the rest of the graph's plan).
+            analytic = s.peak_sram_bytes if self.count_input else s.peak_sram_bytes_excluding_input
+            margin = p.total - self._input_bytes() - analytic
+            budget = None if self.budget is None else self.budget - max(margin, 0)
+            try:
+                plan = select(s, self.halo, budget, self.count_input)
+            except ScheduleError as e:
+                raise RewriteError(f"{self.where}: --halo={self.halo}: {e}") from None
+            assert plan is not None
+            result = rewrite_custom(self.data, self.graph, s, self.where, inplace=self.inplace, halo=plan)
+            p = predict_arena(from_tflite(result.model), model=result.model)
+            extra = {"halo": plan.to_dict()}
         return Evaluation(candidate, None, p.total - self._input_bytes(), result,
-                          {**_details(p), "ops": result.ops_after})
+                          {**_details(p), "ops": result.ops_after, **extra})
 
     def lower_bound(self, candidate: Candidate, variant: str | None) -> int:
         """The stage's analytic peak (input + stage output + one patch's working set <= input + output + scratch),
@@ -275,6 +310,8 @@ class CustomArenaCost:
         if s is None:
             return 0
         bound = s.stage_peak_bytes if self.count_input else s.stage_peak_bytes - s.input_bytes
+        if self.halo != "none":  # caches can make the stage smaller than the recompute schedule's
+            bound = 0
         if not self.inplace:  # an in-place plan of the rest can go below its analytic peak
             bound = max(bound, s.rest_peak_bytes)
         return bound

@@ -7,6 +7,10 @@ src, words (the params struct's scalar fields, floats as bits), padding, arrays 
 output_shift: input position}}], ``layer_inputs``, ``layer_outputs``, ``scratch_bytes``, and the input positions of
 the INT32 tables ``row_spans``, ``col_spans``, ``buffer_offsets`` (read in place by the kernel).
 
+Format 3 (a stage with halo caches, ``tfmcu.plan.halo``): format 2 plus ``num_caches`` and the input positions of
+the INT32 tables ``row_held``, ``col_held`` ([bands, layers, 2]) and ``caches`` ([num_caches, 3]: tensor, axis,
+offset). A stage without caches is still written as format 2.
+
 * ``read_options(raw)``: the options map (``ValueError`` for anything else).
 * ``kernel_memory(options, pointer_bytes)``: (the kernel's persistent op-data bytes, its scratch request), the
   same arithmetic as ``PatchStagePersistentBytes`` in the C++ kernel, for 64-bit hosts and 32-bit Cortex-M.
@@ -19,7 +23,8 @@ from typing import Any
 from flatbuffers import flexbuffers
 
 PATCH_STAGE_OP = "TFMCU_PATCH_STAGE"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # written for a stage with halo caches
+OLDEST_FORMAT_VERSION = 2  # written for a stage without (the same bytes as before halo caches existed)
 
 # Params struct layout per op type (tflm_patch_kernels/op_table.c): (leading pointer fields, 4-byte scalar fields).
 _PARAMS_LAYOUT = {1: (4, 11), 2: (4, 11), 3: (0, 12), 4: (0, 1), 5: (0, 6), 6: (0, 6), 7: (0, 2)}
@@ -33,8 +38,9 @@ def read_options(raw: bytes) -> dict[str, Any]:
         raise ValueError(f"not a flexbuffer ({type(e).__name__}: {e})") from None
     if not isinstance(desc, dict):
         raise ValueError("not a flexbuffer map")
-    if desc.get("version") != FORMAT_VERSION:
-        raise ValueError(f"options version {desc.get('version')}; this tfmcu reads version {FORMAT_VERSION}")
+    if desc.get("version") not in range(OLDEST_FORMAT_VERSION, FORMAT_VERSION + 1):
+        raise ValueError(f"options version {desc.get('version')}; this tfmcu reads versions "
+                         f"{OLDEST_FORMAT_VERSION}..{FORMAT_VERSION}")
     return desc
 
 
@@ -54,7 +60,7 @@ def _struct(fields: list[int], pointer_bytes: int) -> int:
 def kernel_memory(options: dict[str, Any], pointer_bytes: int = 8) -> tuple[int, int]:
     """(persistent op-data bytes of the TFLM kernel, scratch bytes it requests) for decoded ``options``."""
     p = pointer_bytes
-    stage = _struct([4, p, 4, p, 4, 4, 4, 4, p, p, p, 4], p)  # TfmcuStage
+    stage = _struct([4, p, 4, p, 4, 4, 4, 4, p, p, p, 4, p, p, 4, p], p)  # TfmcuStage
     prepared = _struct([p, 4, 4, 4, 4, 4], p)  # TfmcuPreparedStage
     # OpData: the two structs, 4 pointers, a size_t, an int
     op_data = _align(stage + prepared + 5 * p + 4, p)

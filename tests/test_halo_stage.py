@@ -1,0 +1,226 @@
+"""Halo caches run (issue 12): the C executor with row / column caches (tflm_patch_kernels/patch_stage.c), packed by
+``tfmcu.kernels.pack.pack_stage(..., halo=...)``, bit-exact with TF Lite; scratch = caches + the halo plan's patch
+working set, exactly; the description checks; the TFMCU_PATCH_STAGE kernel in TFLM built from source (format 3);
+``pipelines.rewrite --halo``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+from tfmcu.graph import ir  # noqa: E402
+from tfmcu.graph.from_tflite import from_tflite  # noqa: E402
+from tfmcu.kernels import binding, pack  # noqa: E402
+from tfmcu.nets import zoo  # noqa: E402
+from tfmcu.plan import halo, regions  # noqa: E402
+from tfmcu.plan.arena import predict_arena  # noqa: E402
+from tfmcu.runtime.model_io import random_inputs  # noqa: E402
+from tfmcu.runtime.tflite import run_tflite, tflite_all_tensors  # noqa: E402
+from tfmcu.runtime.tflm_host import run_whole  # noqa: E402
+from tfmcu.stage import custom  # noqa: E402
+from tfmcu.stage.common import read_schedule  # noqa: E402
+from tfmcu.tflite import schema as ts  # noqa: E402
+from tfmcu.tflite.patch_stage_format import kernel_memory, read_options  # noqa: E402
+
+CASES = [("mbv2_035_96", (3, 3)), ("resnet_like", (4, 2)), ("kernels_symmetric", (2, 3)),
+         ("tiny_float_input", (1, 2)), ("keras_mobilenet_v1", (3, 2))]
+CHOICES = ("rows", "cols", "all", "mixed")
+
+
+def _schedule(zoo_models, name: str, grid) -> tuple[bytes, ir.Graph, regions.PatchSchedule]:
+    data = zoo_models(name)
+    g = from_tflite(data, name=name)
+    e = zoo.ZOO[name]
+    return data, g, regions.plan(g, grid, n_blocks=e.patch_blocks, n_ops=e.patch_ops)
+
+
+def _caches(s: regions.PatchSchedule, choice: str, seed: int = 0) -> halo.HaloPlan:
+    inter = halo.intermediates(s)
+    rng = random.Random(seed)
+    rows = {"rows": inter, "cols": [], "all": inter, "mixed": [t for t in inter if rng.random() < 0.5]}[choice]
+    cols = {"rows": [], "cols": inter, "all": inter, "mixed": [t for t in inter if rng.random() < 0.5]}[choice]
+    return halo.plan_halo(s, rows, cols)
+
+
+def _held_bytes(g: ir.Graph, s: regions.PatchSchedule) -> int:
+    """What the analytic stage peak holds besides scratch: the stage outputs and the input image."""
+    return sum(g.tensors[t].nbytes for t in s.stage_outputs) + \
+        sum(g.tensors[t].nbytes for t in s.stage_inputs if t in g.inputs)
+
+
+def _executed_macs(g: ir.Graph, s: regions.PatchSchedule, p: pack.PackedStage) -> int:
+    """MACs the executor runs: every layer's computed box (the spans' out ranges) over all patches."""
+    macs = 0
+    for pos, k in enumerate(s.stage):
+        mpp = ir.macs_per_output_pixel(g.ops[k])
+        rows = sum(int(p.row_spans[b, pos, 1] - p.row_spans[b, pos, 0]) for b in range(p.grid[0]))
+        cols = sum(int(p.col_spans[b, pos, 1] - p.col_spans[b, pos, 0]) for b in range(p.grid[1]))
+        macs += mpp * rows * cols
+    return macs
+
+
+@pytest.mark.parametrize("name,grid", CASES, ids=[c[0] for c in CASES])
+def test_halo_stage_bit_exact_and_scratch_exact(name, grid, zoo_models):
+    data, g, s = _schedule(zoo_models, name, grid)
+    samples = random_inputs(data, 2, seed=4)
+    refs = None
+    for choice in CHOICES:
+        h = _caches(s, choice, seed=len(name))
+        p = pack.pack_stage(data, g, s, halo=h)
+        assert binding.check_stage(p) == (0, -1), choice
+        if refs is None:
+            refs = [tflite_all_tensors(data, x)(p.tensor_tflite_index[p.output_tensor]) for x in samples]
+        for x, ref in zip(samples, refs):
+            got = binding.run_stage(p, x[0])
+            assert np.array_equal(got, ref), (choice, int((got != ref).sum()))
+        # Caches: the C library's bytes == the packer's == the analytic plan's, per cache.
+        names = p.tensor_names
+        want = {(t, 0): b for t, b in h.row_cache_bytes.items()} | {(t, 1): b for t, b in h.col_cache_bytes.items()}
+        assert {(names[t], a): b for (t, a, _), b in zip(p.caches, p.cache_bytes)} == want
+        # Scratch: touched == planned == C's figure == caches + the halo plan's analytic patch working set.
+        touched, out = binding.touched_scratch(p, samples[0][0])
+        assert np.array_equal(out, refs[0])
+        assert touched == p.scratch_bytes == binding.c_scratch_bytes(p)
+        assert p.lower_bound_bytes == h.stage_peak_bytes - _held_bytes(g, s)
+        assert p.scratch_bytes <= p.lower_bound_bytes + 4 * (len(p.caches) + 1)  # alignment of the cache offsets
+        # MACs: what the executor computes == the plan's exact MACs; all caches compute every element once.
+        assert _executed_macs(g, s, p) == h.stage_macs_exact
+        if choice == "all":
+            assert h.stage_macs_exact == s.stage_macs
+        print(f"{name} {grid} {choice}: {len(p.caches)} caches {sum(p.cache_bytes)} B, scratch {p.scratch_bytes} B "
+              f"(recompute {pack.pack_stage(data, g, s).scratch_bytes} B), stage MACs "
+              f"{h.stage_mac_overhead * 100:+.1f}% (recompute {(s.stage_macs_patched_exact / s.stage_macs - 1) * 100:+.1f}%)")
+
+
+def test_no_cache_plan_packs_like_the_recompute_schedule(zoo_models):
+    data, g, s = _schedule(zoo_models, "resnet_like", (3, 2))
+    a, b = pack.pack_stage(data, g, s), pack.pack_stage(data, g, s, halo=halo.plan_halo(s))
+    assert np.array_equal(a.row_spans, b.row_spans) and np.array_equal(a.col_spans, b.col_spans)
+    assert np.array_equal(a.buffer_offsets, b.buffer_offsets) and a.scratch_bytes == b.scratch_bytes
+    assert b.caches == [] and a.row_held is None
+
+
+def test_mbv2_224_caches_bit_exact(zoo_models):
+    """MobileNetV2-1.0-224, 4x4 patches over 5 blocks (the issue's setting): every cache, and the caches
+    choose_caches keeps at the recompute schedule's own analytic peak."""
+    data, g, s = _schedule(zoo_models, "mbv2_100_224", 4)
+    s = regions.plan(g, (4, 4), n_blocks=5)
+    x = random_inputs(data, 1, seed=2)[0]
+    ref = None
+    for h in (_caches(s, "all"), halo.choose_caches(s, s.peak_sram_bytes)):
+        p = pack.pack_stage(data, g, s, halo=h)
+        if ref is None:
+            ref = tflite_all_tensors(data, x)(p.tensor_tflite_index[p.output_tensor])
+        assert np.array_equal(binding.run_stage(p, x[0]), ref)
+        assert p.scratch_bytes == h.stage_peak_bytes - _held_bytes(g, s)
+        print(f"mbv2_100_224 4x4 n=5: {len(p.caches)} caches, scratch {p.scratch_bytes} B, stage MACs "
+              f"{h.stage_mac_overhead * 100:+.1f}% (analytic, = what the executor computes)")
+
+
+def _broken(p: pack.PackedStage, **changes) -> pack.PackedStage:
+    q = pack.PackedStage(**{**{k: v for k, v in p.__dict__.items() if not k.startswith("_")}, **changes})
+    return q
+
+
+def test_validation_rejects_broken_halo_descriptions(zoo_models):
+    data, g, s = _schedule(zoo_models, "mbv2_035_96", (3, 3))
+    p = pack.pack_stage(data, g, s, halo=_caches(s, "all"))
+    assert binding.check_stage(p) == (0, -1)
+    cached = [(t, a) for (t, a, _), n in zip(p.caches, p.cache_bytes) if n > 0]
+    t, axis = cached[0]
+    layer = p.tensor_producers[t]
+    # without the cache, the held rows before the computed ones come from nowhere
+    rest = [c for c in p.caches if c[:2] != (t, axis)]
+    assert binding.check_stage(_broken(p, caches=rest))[0] != 0
+    # a cache overlapping a patch buffer
+    moved = [(c[0], c[1], p.scratch_bytes - 8 if c[:2] == (t, axis) else c[2]) for c in p.caches]
+    assert binding.check_stage(_broken(p, caches=moved))[0] != 0
+    # the same tensor and axis twice; a cache of the stage output; an axis that does not exist
+    assert binding.check_stage(_broken(p, caches=p.caches + [p.caches[0]]))[0] != 0
+    assert binding.check_stage(_broken(p, caches=p.caches + [(p.output_tensor, 0, 0)]))[0] != 0
+    assert binding.check_stage(_broken(p, caches=p.caches + [(t, 2, 0)]))[0] != 0
+    # a held range that does not end where the computed one does
+    held = (p.row_held if axis == 0 else p.col_held).copy()
+    held[1, layer, 1] += 1
+    assert binding.check_stage(_broken(p, **{("row_held", "col_held")[axis]: held}))[0] != 0
+
+
+def _custom_model(zoo_models, name: str, grid, choice: str | None):
+    data, g, s = _schedule(zoo_models, name, grid)
+    h = None if choice is None else (halo.choose_caches(s, s.peak_sram_bytes) if choice == "auto"
+                                     else _caches(s, choice))
+    return data, custom.rewrite_custom(data, g, s, name, halo=h).model, h
+
+
+def _options(model: bytes) -> dict:
+    m = ts.load_model(model)
+    return read_options(np.asarray(m.subgraphs[0].operators[0].customOptions, np.uint8).tobytes())
+
+
+@pytest.mark.parametrize("name,grid", [("mbv2_035_96", 4), ("resnet_like", (4, 2))], ids=["mbv2_035_96",
+                                                                                         "resnet_like"])
+def test_custom_model_with_caches_runs_in_tflm_bit_exact(zoo_models, name, grid):
+    data, plain, _ = _custom_model(zoo_models, name, grid, None)
+    assert _options(plain)["version"] == 2  # a stage without caches is written as before
+    inputs = random_inputs(data, 3, seed=5)
+    ref = run_tflite(data, inputs)
+    base = run_whole(plain, inputs, name).arena.arena_used_bytes
+    for choice in ("all", "auto", "mixed"):
+        _, model, h = _custom_model(zoo_models, name, grid, choice)
+        opts = _options(model)
+        assert opts["version"] == 3 and opts["num_caches"] == len(h.cache_rows) + len(h.cache_cols)
+        got = run_whole(model, inputs, name)
+        for a, b in zip(got.outputs, ref):
+            assert np.array_equal(a[0], b[0]), choice
+        assert got.arena.patch_stage_persistent_bytes == kernel_memory(opts, 8)[0]
+        pred = predict_arena(from_tflite(model), model=model)
+        assert pred.head == got.arena.head_bytes
+        assert abs(pred.total - got.arena.arena_used_bytes) <= 0.01 * got.arena.arena_used_bytes
+        back = custom.load_custom(model).packed  # the description read back from the model
+        assert back.scratch_bytes == opts["scratch_bytes"] and binding.check_stage(back) == (0, -1)
+        assert read_schedule(model)["halo"]["stage_macs_exact"] == h.stage_macs_exact
+        print(f"{name} {grid} {choice}: measured arena {got.arena.arena_used_bytes} B (recompute {base} B), "
+              f"stage MACs {h.stage_mac_overhead * 100:+.1f}% (analytic)")
+
+
+def _rewrite(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipelines.rewrite", *args], capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_rewrite_pipeline_halo_flag(zoo_models, tmp_path):
+    src = tmp_path / "m.tflite"
+    src.write_bytes(zoo_models("mbv2_035_96"))
+    base = [f"--tflite={src}", "--mode=custom", "--patches=4", "--patch_blocks=4"]
+    reports = {}
+    for mode in ("none", "auto"):
+        js = tmp_path / f"{mode}.json"
+        r = _rewrite(base + [f"--out={tmp_path / mode}.tflite", f"--halo={mode}", f"--json_out={js}"])
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert ("halo caches:" in r.stdout) == (mode != "none"), r.stdout
+        reports[mode] = json.loads(js.read_text())
+    h = reports["auto"]["halo"]
+    assert "halo" not in reports["none"]
+    assert h["stage_mac_overhead"] < reports["none"]["schedule"]["stage_mac_overhead_exact"]
+    # auto without --sram_kb: fewer MACs for no more (measured) memory than recomputing
+    measured = {m: r["tflm"]["rewritten"]["arena_total_bytes"] for m, r in reports.items()}
+    assert measured["auto"] <= measured["none"], measured
+    out = tmp_path / "bad.tflite"
+    for extra, message in ((["--mode=builtin"], "--halo applies to --mode=custom only"),
+                           (["--patches=auto", "--sram_kb=200"], "--patches=auto is not supported yet")):
+        args = [a for a in base if not any(a.split("=")[0] == e.split("=")[0] for e in extra)]
+        r = _rewrite(args + extra + [f"--out={out}", "--halo=all"])
+        last = r.stderr.strip().splitlines()[-1]
+        assert r.returncode == 2 and message in last, r.stderr[-500:]
+        assert "Traceback" not in r.stderr and not out.exists()
+    r = _rewrite(base + [f"--out={out}", "--halo=some"])
+    assert r.returncode != 0 and "halo" in r.stderr and not out.exists()
