@@ -41,8 +41,13 @@ flags.DEFINE_bool("inplace", False,
 flags.DEFINE_enum("halo", "none", list(HALO_MODES),
                   "Custom mode: keep the halo between neighbouring patches in caches instead of recomputing it. "
                   "none: recompute (MCUNetV2); all: cache every intermediate tensor (each element computed once); "
-                  "auto: the caches that fit --sram_kb, or without it the recompute schedule's own analytic peak "
-                  "(fewer MACs for no more memory).")
+                  "auto: the caches that fit --sram_kb (predicted TFLM arena), or without it the caches that keep the "
+                  "arena's planned part (activations and scratch) within the recompute schedule's: fewer MACs for "
+                  "the same activation memory (the cache tables add about 100 B of TFLM tensor records).")
+flags.DEFINE_bool("stream_input", False,
+                  "Custom mode: the patch stage reads the image row band by row band through a TfmcuInputProvider "
+                  "your firmware registers (a camera, a decoder, rows in Flash): the model's input becomes a "
+                  "one-byte placeholder and the arena holds no image (tflm_patch_kernels/tflm/patch_stage_op.h).")
 flags.DEFINE_bool("measure", True, "Measure both models' arenas in the TFLM interpreter (auto mode needs it to "
                                    "guarantee the rewritten arena is not larger, and to check --sram_kb).")
 _cli.define_output_flags()
@@ -53,7 +58,8 @@ flags.adopt_module_key_flags(_cli)  # the shared flags this pipeline defined sho
 
 def main(argv: Sequence[str]) -> None:
     rewrite.run(rewrite.RewriteOptions(FLAGS.tflite, FLAGS.out, FLAGS.mode, _cli.schedule_request(), FLAGS.border,
-                                       FLAGS.inplace, FLAGS.measure, FLAGS.json_out, FLAGS.halo),
+                                       FLAGS.inplace, FLAGS.measure, FLAGS.json_out, FLAGS.halo,
+                                       FLAGS.stream_input),
                 progress=_cli.progress)
 
 

@@ -25,7 +25,7 @@ from tfmcu.plan import halo, regions  # noqa: E402
 from tfmcu.plan.arena import predict_arena  # noqa: E402
 from tfmcu.runtime.model_io import random_inputs  # noqa: E402
 from tfmcu.runtime.tflite import run_tflite, tflite_all_tensors  # noqa: E402
-from tfmcu.runtime.tflm_host import run_whole  # noqa: E402
+from tfmcu.runtime.tflm_host import run_whole, runner_path  # noqa: E402
 from tfmcu.stage import custom  # noqa: E402
 from tfmcu.stage.common import read_schedule  # noqa: E402
 from tfmcu.tflite import schema as ts  # noqa: E402
@@ -214,6 +214,15 @@ def test_rewrite_pipeline_halo_flag(zoo_models, tmp_path):
     # auto without --sram_kb: fewer MACs for no more (measured) memory than recomputing
     measured = {m: r["tflm"]["rewritten"]["arena_total_bytes"] for m, r in reports.items()}
     assert measured["auto"] <= measured["none"], measured
+    # --stream_input: the image leaves the arena (measured in TFLM); verify refuses such a model in one line
+    js = tmp_path / "stream.json"
+    r = _rewrite(base + [f"--out={tmp_path / 'stream.tflite'}", "--halo=auto", "--stream_input", f"--json_out={js}"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    streamed = json.loads(js.read_text())["tflm"]["rewritten"]["arena_total_bytes"]
+    assert streamed < measured["auto"] - 10_000, (streamed, measured)
+    r = subprocess.run([sys.executable, "-m", "pipelines.verify", f"--original={src}",
+                        f"--rewritten={tmp_path / 'stream.tflite'}"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "streams its input" in r.stderr.strip().splitlines()[-1], r.stderr[-500:]
     out = tmp_path / "bad.tflite"
     for extra, message in ((["--mode=builtin"], "--halo applies to --mode=custom only"),
                            (["--patches=auto", "--sram_kb=200"], "--patches=auto is not supported yet")):
@@ -224,3 +233,77 @@ def test_rewrite_pipeline_halo_flag(zoo_models, tmp_path):
         assert "Traceback" not in r.stderr and not out.exists()
     r = _rewrite(base + [f"--out={out}", "--halo=some"])
     assert r.returncode != 0 and "halo" in r.stderr and not out.exists()
+
+
+# ============================================================================= streamed input
+@pytest.mark.parametrize("name,grid", CASES, ids=[c[0] for c in CASES])
+def test_streamed_input_bit_exact(name, grid, zoo_models):
+    """tfmcu_stage_run_streamed: the input comes row band by row band from a provider into a window in scratch;
+    rows are asked for in increasing order, each at most once; results are tfmcu_stage_run's."""
+    data, g, s = _schedule(zoo_models, name, grid)
+    x = random_inputs(data, 1, seed=8)[0]
+    for h in (None, _caches(s, "all")):
+        p = pack.pack_stage(data, g, s, halo=h)
+        ref = tflite_all_tensors(data, x)(p.tensor_tflite_index[p.output_tensor])
+        prepared = binding.prepare(p)
+        assert prepared.input_window_bytes == pack.input_window_bytes(p) > 0
+        assert prepared.streamed_scratch_bytes == -(-prepared.scratch_bytes // 4) * 4 + prepared.input_window_bytes
+        # the analytic streamed peak (tfmcu.plan.halo): stage output + caches + working set + row window
+        analytic = (h or halo.plan_halo(s)).stage_peak_bytes_streamed - sum(g.tensors[t].nbytes
+                                                                             for t in s.stage_outputs)
+        assert analytic <= prepared.streamed_scratch_bytes <= analytic + 4 * (len(p.caches) + 2)
+        out, calls = binding.run_stage_streamed(p, x[0])
+        assert np.array_equal(out, ref)
+        ends = [0] + [a + n for a, n in calls]
+        assert all(a >= e and n > 0 for (a, n), e in zip(calls, ends)), calls  # increasing, each row once
+        image_rows = p.tensor_shapes[p.input_tensor][0]
+        assert ends[-1] <= image_rows and sum(n for _, n in calls) <= image_rows
+        row_bytes = x[0].nbytes // image_rows
+        print(f"{name} {grid} {'caches' if h else 'recompute'}: input window {prepared.input_window_bytes} B "
+              f"({prepared.input_window_bytes // row_bytes} of {image_rows} rows), provider calls {calls}")
+        # too little scratch: refused before the provider is asked for anything
+        with pytest.raises(binding.PatchKernelError, match="scratch buffer too small"):
+            binding.run_stage_streamed(p, x[0], scratch=np.zeros(prepared.streamed_scratch_bytes - 1, np.uint8))
+        # a provider failure stops the run with its status
+        with pytest.raises(binding.PatchKernelError, match=r"\(99\)"):
+            binding.run_stage_streamed(p, x[0], fail_at=len(calls) - 1)
+
+
+def test_streamed_input_in_tflm_keeps_the_image_out_of_the_arena(zoo_models, tmp_path):
+    """Custom mode with streamed input: the model's input is a one-element placeholder, the kernel reads the image
+    through the provider registered as the interpreter's external context (the host runner's reads rows of a .npy):
+    bit-exact, every image row read once, the arena smaller by about the image, the predictor's head exact."""
+    name, grid = "mbv2_035_96", 4
+    data, g, s = _schedule(zoo_models, name, grid)
+    inputs = random_inputs(data, 3, seed=6)
+    ref = run_tflite(data, inputs)
+    plain = custom.rewrite_custom(data, g, s, name).model
+    base = run_whole(plain, inputs, name).arena
+    for h in (None, halo.choose_caches(s, s.peak_sram_bytes)):
+        model = custom.rewrite_custom(data, g, s, name, halo=h, streamed_input=True).model
+        opts = _options(model)
+        assert opts["version"] == 3 and opts["streamed_input"] == 1
+        m = ts.load_model(model)
+        token = m.subgraphs[0].tensors[int(m.subgraphs[0].inputs[0])]
+        assert list(token.shape) == [1] and token.type == ts.TensorType.INT8
+        got = run_whole(model, inputs, name)
+        for a, b in zip(got.outputs, ref):
+            assert np.array_equal(a[0], b[0])
+        assert got.streamed_rows_read == [s.graph.tensors[s.stage_inputs[0]].shape[1]] * len(inputs)
+        image = inputs[0][0].nbytes
+        saved = base.arena_used_bytes - got.arena.arena_used_bytes
+        pred = predict_arena(from_tflite(model), model=model)
+        assert pred.head == got.arena.head_bytes
+        assert got.arena.patch_stage_persistent_bytes == kernel_memory(opts, 8)[0]
+        if h is None:  # the image leaves the arena, a window of rows takes its place
+            assert image - opts["input_window_bytes"] - 64 <= saved <= image
+        print(f"{name} {grid}{' + caches' if h else ''} streamed: measured arena {got.arena.arena_used_bytes} B "
+              f"(not streamed, recompute: {base.arena_used_bytes} B; image {image} B, window "
+              f"{opts['input_window_bytes']} B)")
+    # without a registered provider the kernel fails with one line
+    path = tmp_path / "m.tflite"
+    path.write_bytes(model)
+    np.save(tmp_path / "x.npy", np.zeros((1, 1), np.int8))
+    r = subprocess.run([str(runner_path()), str(path), str(tmp_path), str(tmp_path / "x.npy")], capture_output=True,
+                       text=True)
+    assert r.returncode == 1 and "no TfmcuInputProvider registered" in r.stderr, r.stderr[-500:]

@@ -410,6 +410,48 @@ size_t tfmcu_stage_output_bytes(const TfmcuStage* stage) {
 
 /* ------------------------------------------------------------------------------------------ prepare */
 
+/* Bytes of one whole row of the stage input (width x channels elements). */
+static size_t tfmcu_input_row_bytes(const TfmcuStage* s) {
+  const TfmcuTensor* in = &s->tensors[s->input_tensor];
+  return (size_t)in->width * (size_t)in->channels * (in->dtype == kTfmcuFloat32 ? sizeof(float) : 1);
+}
+
+/* The stage input rows row band i reads (over all its patches and layers); [after, after) when it reads none. */
+static void tfmcu_input_rows(const TfmcuStage* s, int32_t i, int32_t after, int32_t* start, int32_t* stop) {
+  *start = INT32_MAX;
+  *stop = INT32_MIN;
+  for (int32_t l = 0; l < s->num_layers; ++l) {
+    const TfmcuSpan* span = tfmcu_span(s, 0, i, l);
+    for (int32_t k = 0; k < s->layers[l].num_inputs; ++k) {
+      if (s->layers[l].inputs[k] == s->input_tensor && span->in_stop[k] > span->in_start[k]) {
+        *start = span->in_start[k] < *start ? span->in_start[k] : *start;
+        *stop = span->in_stop[k] > *stop ? span->in_stop[k] : *stop;
+      }
+    }
+  }
+  if (*stop < *start) {
+    *start = after;
+    *stop = after;
+  }
+}
+
+/* The input row window of a streamed run: the most rows a band reads x row bytes; 0 when the bands' rows do not
+ * move forward (a band reading rows above those of the band before), which streaming does not support. */
+static int64_t tfmcu_input_window_bytes(const TfmcuStage* s) {
+  int32_t most = 0, prev_start = 0, prev_stop = 0;
+  for (int32_t i = 0; i < s->grid_rows; ++i) {
+    int32_t start, stop;
+    tfmcu_input_rows(s, i, prev_stop, &start, &stop);
+    if (start < prev_start || stop < prev_stop) {
+      return 0;
+    }
+    most = stop - start > most ? stop - start : most;
+    prev_start = start;
+    prev_stop = stop;
+  }
+  return (int64_t)most * (int64_t)tfmcu_input_row_bytes(s);
+}
+
 static int64_t tfmcu_kernel_scratch_bytes(const TfmcuStage* s);
 
 TfmcuStatus tfmcu_stage_prepare(const TfmcuStage* stage, TfmcuPreparedStage* prepared, int32_t* failed_layer) {
@@ -425,6 +467,9 @@ TfmcuStatus tfmcu_stage_prepare(const TfmcuStage* stage, TfmcuPreparedStage* pre
   prepared->kernel_scratch_bytes = 0;
   prepared->output_bytes = 0;
   prepared->ready = 0;
+  prepared->input_window_offset = 0;
+  prepared->input_window_bytes = 0;
+  prepared->streamed_scratch_bytes = 0;
   const TfmcuStatus status = tfmcu_stage_check(stage, failed_layer);
   if (status != kTfmcuOk) {
     return status;
@@ -439,6 +484,13 @@ TfmcuStatus tfmcu_stage_prepare(const TfmcuStage* stage, TfmcuPreparedStage* pre
   prepared->kernel_scratch_offset = (uint32_t)kernel_offset;
   prepared->kernel_scratch_bytes = (uint32_t)kernel_bytes;
   prepared->scratch_bytes = kernel_bytes > 0 ? (uint32_t)(kernel_offset + kernel_bytes) : stage->scratch_bytes;
+  const int64_t window_bytes = tfmcu_input_window_bytes(stage);
+  const int64_t window_offset = ((int64_t)prepared->scratch_bytes + 3) / 4 * 4;
+  if (window_bytes > 0 && window_offset + window_bytes <= (int64_t)UINT32_MAX) {
+    prepared->input_window_offset = (uint32_t)window_offset;
+    prepared->input_window_bytes = (uint32_t)window_bytes;
+    prepared->streamed_scratch_bytes = (uint32_t)(window_offset + window_bytes);
+  }
   prepared->output_bytes = (uint32_t)out->height * (uint32_t)out->width * (uint32_t)out->channels;
   prepared->ready = 1;
   return kTfmcuOk;
@@ -458,8 +510,9 @@ typedef struct {
   int32_t element_bytes;
 } TfmcuBuffer;
 
+/* `input` holds the stage input from row `input_row0` on (0: the whole tensor; a streamed run: its row window). */
 static TfmcuBuffer tfmcu_buffer(const TfmcuStage* s, int32_t i, int32_t j, int32_t t, const void* input,
-                                int8_t* output, int8_t* scratch) {
+                                int32_t input_row0, int8_t* output, int8_t* scratch) {
   TfmcuBuffer buf;
   const TfmcuTensor* tensor = &s->tensors[t];
   buf.channels = tensor->channels;
@@ -467,7 +520,7 @@ static TfmcuBuffer tfmcu_buffer(const TfmcuStage* s, int32_t i, int32_t j, int32
   if (t == s->input_tensor) {
     buf.read = input;
     buf.write = NULL;
-    buf.row0 = 0;
+    buf.row0 = input_row0;
     buf.col0 = 0;
     buf.row_stride = tensor->width * tensor->channels;
   } else if (t == s->output_tensor) {
@@ -510,11 +563,12 @@ static TfmcuConstView tfmcu_read_view(const TfmcuBuffer* buf, const TfmcuSpan* r
 /* The views of layer l in patch (i, j): what it reads (in[num_inputs]) and the box it writes. With NULL input,
  * output and scratch the views carry only sizes and strides (data NULL). */
 static void tfmcu_layer_views(const TfmcuStage* s, int32_t i, int32_t j, int32_t l, const void* input,
-                              int8_t* output, int8_t* scratch, TfmcuConstView* in, TfmcuView* out) {
+                              int32_t input_row0, int8_t* output, int8_t* scratch, TfmcuConstView* in,
+                              TfmcuView* out) {
   const TfmcuLayer* layer = &s->layers[l];
   const TfmcuSpan* rows = tfmcu_span(s, 0, i, l);
   const TfmcuSpan* cols = tfmcu_span(s, 1, j, l);
-  const TfmcuBuffer out_buf = tfmcu_buffer(s, i, j, layer->output, input, output, scratch);
+  const TfmcuBuffer out_buf = tfmcu_buffer(s, i, j, layer->output, input, input_row0, output, scratch);
   out->data = out_buf.write != NULL ? out_buf.write + tfmcu_element(&out_buf, rows->out_start, cols->out_start)
                                     : NULL;
   out->height = rows->out_stop - rows->out_start;
@@ -522,7 +576,7 @@ static void tfmcu_layer_views(const TfmcuStage* s, int32_t i, int32_t j, int32_t
   out->channels = out_buf.channels;
   out->row_stride = out_buf.row_stride;
   for (int32_t k = 0; k < layer->num_inputs; ++k) {
-    const TfmcuBuffer in_buf = tfmcu_buffer(s, i, j, layer->inputs[k], input, output, scratch);
+    const TfmcuBuffer in_buf = tfmcu_buffer(s, i, j, layer->inputs[k], input, input_row0, output, scratch);
     in[k] = tfmcu_read_view(&in_buf, rows, cols, k);
   }
 }
@@ -539,7 +593,7 @@ static int64_t tfmcu_kernel_scratch_bytes(const TfmcuStage* s) {
       for (int32_t j = 0; j < s->grid_cols; ++j) {
         TfmcuConstView in[TFMCU_MAX_LAYER_INPUTS];
         TfmcuView out;
-        tfmcu_layer_views(s, i, j, l, NULL, NULL, NULL, in, &out);
+        tfmcu_layer_views(s, i, j, l, NULL, 0, NULL, NULL, in, &out);
         if (out.height == 0 || out.width == 0) {
           continue;
         }
@@ -556,12 +610,12 @@ static int64_t tfmcu_kernel_scratch_bytes(const TfmcuStage* s) {
 }
 
 static TfmcuStatus tfmcu_run_layer(const TfmcuPreparedStage* prepared, int32_t i, int32_t j, int32_t l,
-                                   const void* input, int8_t* output, int8_t* scratch) {
+                                   const void* input, int32_t input_row0, int8_t* output, int8_t* scratch) {
   const TfmcuStage* s = prepared->stage;
   const TfmcuLayer* layer = &s->layers[l];
   TfmcuConstView in[TFMCU_MAX_LAYER_INPUTS];
   TfmcuView out;
-  tfmcu_layer_views(s, i, j, l, input, output, scratch, in, &out);
+  tfmcu_layer_views(s, i, j, l, input, input_row0, output, scratch, in, &out);
   if (out.height == 0 || out.width == 0) {
     return kTfmcuOk;  /* a halo cache holds all this patch needs of the layer's output */
   }
@@ -591,7 +645,7 @@ static void tfmcu_copy_box(int8_t* dst, int32_t dst_stride, const int8_t* src, i
 /* Before layer l of patch (i, j): fills the beginning of its output's held box from the caches (columns first). */
 static void tfmcu_restore_caches(const TfmcuStage* s, int32_t i, int32_t j, int32_t l, int8_t* scratch) {
   const int32_t t = s->layers[l].output;
-  const TfmcuBuffer buf = tfmcu_buffer(s, i, j, t, NULL, NULL, scratch);
+  const TfmcuBuffer buf = tfmcu_buffer(s, i, j, t, NULL, 0, NULL, scratch);
   const int32_t channels = s->tensors[t].channels;
   int32_t r0, r1, c0, c1;
   tfmcu_held(s, 0, i, t, &r0, &r1);
@@ -625,7 +679,7 @@ static void tfmcu_save_caches(const TfmcuStage* s, int32_t i, int32_t j, int32_t
     }
     const int32_t producer = s->tensors[t].producer;
     const int32_t channels = s->tensors[t].channels;
-    const TfmcuBuffer buf = tfmcu_buffer(s, i, j, t, NULL, NULL, scratch);
+    const TfmcuBuffer buf = tfmcu_buffer(s, i, j, t, NULL, 0, NULL, scratch);
     int32_t r0, r1, c0, c1;
     tfmcu_held(s, 0, i, t, &r0, &r1);
     tfmcu_held(s, 1, j, t, &c0, &c1);
@@ -654,6 +708,27 @@ static void tfmcu_save_caches(const TfmcuStage* s, int32_t i, int32_t j, int32_t
   }
 }
 
+/* Every patch of row band i (input: the stage input from row input_row0 on). */
+static TfmcuStatus tfmcu_run_row_band(const TfmcuPreparedStage* prepared, int32_t i, const void* input,
+                                      int32_t input_row0, int8_t* output, int8_t* scratch) {
+  const TfmcuStage* stage = prepared->stage;
+  for (int32_t j = 0; j < stage->grid_cols; ++j) {
+    for (int32_t l = 0; l < stage->num_layers; ++l) {
+      if (stage->num_caches > 0) {
+        tfmcu_restore_caches(stage, i, j, l, scratch);
+      }
+      const TfmcuStatus status = tfmcu_run_layer(prepared, i, j, l, input, input_row0, output, scratch);
+      if (status != kTfmcuOk) {
+        return status;
+      }
+      if (stage->num_caches > 0) {
+        tfmcu_save_caches(stage, i, j, l, scratch);
+      }
+    }
+  }
+  return kTfmcuOk;
+}
+
 TfmcuStatus tfmcu_stage_run(const TfmcuPreparedStage* prepared, const void* input, int8_t* output, void* scratch,
                             size_t scratch_size) {
   if (prepared == NULL) {
@@ -670,19 +745,52 @@ TfmcuStatus tfmcu_stage_run(const TfmcuPreparedStage* prepared, const void* inpu
     return kTfmcuErrorScratchTooSmall;
   }
   for (int32_t i = 0; i < stage->grid_rows; ++i) {
-    for (int32_t j = 0; j < stage->grid_cols; ++j) {
-      for (int32_t l = 0; l < stage->num_layers; ++l) {
-        if (stage->num_caches > 0) {
-          tfmcu_restore_caches(stage, i, j, l, (int8_t*)scratch);
-        }
-        const TfmcuStatus status = tfmcu_run_layer(prepared, i, j, l, input, output, (int8_t*)scratch);
-        if (status != kTfmcuOk) {
-          return status;
-        }
-        if (stage->num_caches > 0) {
-          tfmcu_save_caches(stage, i, j, l, (int8_t*)scratch);
-        }
+    const TfmcuStatus status = tfmcu_run_row_band(prepared, i, input, 0, output, (int8_t*)scratch);
+    if (status != kTfmcuOk) {
+      return status;
+    }
+  }
+  return kTfmcuOk;
+}
+
+TfmcuStatus tfmcu_stage_run_streamed(const TfmcuPreparedStage* prepared, const TfmcuInputProvider* provider,
+                                     int8_t* output, void* scratch, size_t scratch_size) {
+  if (prepared == NULL) {
+    return kTfmcuErrorNullPointer;
+  }
+  if (prepared->ready != 1 || prepared->stage == NULL || prepared->input_window_bytes == 0) {
+    return kTfmcuErrorInvalidStage;
+  }
+  const TfmcuStage* stage = prepared->stage;
+  if (provider == NULL || provider->read_rows == NULL || output == NULL || scratch == NULL) {
+    return kTfmcuErrorNullPointer;
+  }
+  if (scratch_size < (size_t)prepared->streamed_scratch_bytes) {
+    return kTfmcuErrorScratchTooSmall;
+  }
+  unsigned char* window = (unsigned char*)scratch + prepared->input_window_offset;
+  const size_t row_bytes = tfmcu_input_row_bytes(stage);
+  int32_t held_start = 0, held_stop = 0;  /* the input rows in the window, from its first byte on */
+  for (int32_t i = 0; i < stage->grid_rows; ++i) {
+    int32_t start, stop;
+    tfmcu_input_rows(stage, i, held_stop, &start, &stop);
+    const int32_t keep = held_stop > start ? held_stop - start : 0;  /* rows the band before fetched */
+    if (keep > 0 && start > held_start) {
+      memmove(window, window + (size_t)(start - held_start) * row_bytes, (size_t)keep * row_bytes);
+    }
+    const int32_t first = start > held_stop ? start : held_stop;
+    if (stop > first) {
+      const TfmcuStatus fetched = provider->read_rows(provider->context, first, stop - first,
+                                                      window + (size_t)(first - start) * row_bytes);
+      if (fetched != kTfmcuOk) {
+        return fetched;
       }
+    }
+    held_start = start;
+    held_stop = stop;
+    const TfmcuStatus status = tfmcu_run_row_band(prepared, i, window, start, output, (int8_t*)scratch);
+    if (status != kTfmcuOk) {
+      return status;
     }
   }
   return kTfmcuOk;

@@ -125,8 +125,10 @@ extern "C" {
 
 /* 2: tfmcu_stage_prepare + tfmcu_stage_run(const TfmcuPreparedStage*, ...), tfmcu_op_run.
  * 3: TfmcuPreparedStage.kernel_scratch_offset / kernel_scratch_bytes (the optimised backend's kernel buffer).
- * 4: halo caches: TfmcuStage.row_held / col_held / num_caches / caches (NULL / 0: a stage as in ABI 3). */
-#define TFMCU_PATCH_STAGE_ABI_VERSION 4
+ * 4: halo caches: TfmcuStage.row_held / col_held / num_caches / caches (NULL / 0: a stage as in ABI 3).
+ * 5: streamed input: tfmcu_stage_run_streamed, TfmcuInputProvider, TfmcuPreparedStage.input_window_* and
+ *    streamed_scratch_bytes. */
+#define TFMCU_PATCH_STAGE_ABI_VERSION 5
 
 /* TfmcuOpType (layer types) and TfmcuDataType (tensor data types): see op_table.h. */
 
@@ -193,7 +195,27 @@ typedef struct {
    * scratch memory (stage->scratch_bytes rounded up to 4), the largest need over every layer and patch. */
   uint32_t kernel_scratch_offset;
   uint32_t kernel_scratch_bytes;
+  /* Streamed input (tfmcu_stage_run_streamed): the input row window at this offset of the scratch memory
+   * (scratch_bytes rounded up to 4): the most input rows a row band reads x whole rows; streamed_scratch_bytes =
+   * input_window_offset + input_window_bytes. All 0 when the stage cannot stream (its bands' input rows do not
+   * move forward). */
+  uint32_t input_window_offset;
+  uint32_t input_window_bytes;
+  uint32_t streamed_scratch_bytes;
 } TfmcuPreparedStage;
+
+/* Where a streamed run gets the stage input: read_rows copies the input rows [row_start, row_start + row_count)
+ * -- whole rows, width x channels elements each (int8, or float32 when the first layer is a QUANTIZE), NHWC, packed
+ * -- to `destination` and returns kTfmcuOk (anything else stops the run and is returned). During one run rows are
+ * asked for in increasing order, each row at most once: row_start is never below the end of the call before. Rows
+ * no patch reads (the gaps of a strided first layer, the bottom rows a VALID window never reaches) are skipped: a
+ * camera driver discards them. `context` is passed through. */
+typedef TfmcuStatus (*TfmcuReadRows)(void* context, int32_t row_start, int32_t row_count, void* destination);
+
+typedef struct {
+  TfmcuReadRows read_rows;
+  void* context;
+} TfmcuInputProvider;
 
 /* Validates `stage` once (everything tfmcu_stage_check checks) and fills `prepared`. On failure sets
  * prepared->ready = 0 (and the other fields to NULL / 0) and returns the same status, and stores the same
@@ -207,6 +229,15 @@ TfmcuStatus tfmcu_stage_prepare(const TfmcuStage* stage, TfmcuPreparedStage* pre
  * never re-validates the description. Else returns kTfmcuOk or a kernel's status. */
 TfmcuStatus tfmcu_stage_run(const TfmcuPreparedStage* prepared, const void* input, int8_t* output, void* scratch,
                             size_t scratch_size);
+
+/* Runs a prepared stage reading its input through `provider`, row band after row band, into a window of
+ * prepared->input_window_bytes in scratch (after the patch buffers and the kernel buffer), so that the whole input
+ * never has to be in memory: scratch_size must be at least prepared->streamed_scratch_bytes. A row the band before
+ * read and this band reads again stays in the window (moved to its start); only new rows are asked for. Results
+ * are the same as tfmcu_stage_run's on the same input. A stage that cannot stream (input_window_bytes 0) gives
+ * kTfmcuErrorInvalidStage; else the statuses of tfmcu_stage_run, or the provider's. */
+TfmcuStatus tfmcu_stage_run_streamed(const TfmcuPreparedStage* prepared, const TfmcuInputProvider* provider,
+                                     int8_t* output, void* scratch, size_t scratch_size);
 
 /* The scratch bytes the stage touches, computed from the tables (0 for an invalid stage). */
 size_t tfmcu_stage_scratch_bytes(const TfmcuStage* stage);

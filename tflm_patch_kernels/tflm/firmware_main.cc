@@ -5,12 +5,16 @@
 // all output bytes, the top-1 class of each input (output 0's largest value), arena_used_bytes, and the harness's
 // .data/.bss, stack high-water mark and instruction counts. If AllocateTensors fails, the line says
 // "allocated": 0 and the failure names the arena size (TFLM's own message before it gives the missing bytes).
+// A model whose patch stage streams its input (g_tfmcu_stream_rows > 0) gets the image rows straight from the
+// inputs in Flash through a TfmcuInputProvider (the interpreter's external context): no image in the arena; the
+// line adds the rows each Invoke read ("streamed_rows_read") and fails if the kernel broke the provider's contract.
 #include <string.h>
 
 #include "tensorflow/lite/micro/micro_interpreter.h"
 #include "tensorflow/lite/micro/micro_profiler_interface.h"
 #include "tensorflow/lite/schema/schema_generated.h"
 #include "tflm_patch_kernels/firmware/harness.h"
+#include "tflm_patch_kernels/patch_stage.h"
 #include "tflm_patch_kernels/tflm/firmware_model.h"
 
 #ifndef TFMCU_ARENA_BYTES
@@ -43,7 +47,7 @@ int32_t TopClass(const TfLiteTensor* t) {
 
 // Prints the result line's own keys; TFLM's messages (MicroPrintf) come before the line, never inside it.
 int Report(const char* failure, int allocated, uint32_t hash, const int32_t* classes, uint32_t n_classes,
-           size_t arena_used) {
+           size_t arena_used, const int32_t* streamed_rows = nullptr) {
   tfmcu_result_begin("tflm_whole_model");
   tfmcu_result_int("arena_bytes", static_cast<int64_t>(sizeof(g_arena)));
   tfmcu_result_int("model_bytes", static_cast<int64_t>(g_tfmcu_model_len));
@@ -55,6 +59,7 @@ int Report(const char* failure, int allocated, uint32_t hash, const int32_t* cla
   tfmcu_result_hex32("output_fnv1a32", hash);
   tfmcu_result_int_array("top_class", classes, n_classes);
   tfmcu_result_int("arena_used_bytes", static_cast<int64_t>(arena_used));
+  if (streamed_rows != nullptr) tfmcu_result_int_array("streamed_rows_read", streamed_rows, n_classes);
   return tfmcu_result_end();
 }
 
@@ -63,6 +68,7 @@ int Report(const char* failure, int allocated, uint32_t hash, const int32_t* cla
 // Defined by a generated model source that marks a stage (tools/gen/gen_model_whole.py); firmware_runtime.cc has
 // the weak default 0 (in another translation unit, so that it is not folded here).
 extern "C" const unsigned int g_tfmcu_stage_ops;
+extern "C" const unsigned int g_tfmcu_stream_rows;
 
 namespace {
 
@@ -85,6 +91,28 @@ class StageRegion : public tflite::MicroProfilerInterface {
   uint32_t op_ = 0;
 };
 
+// The streamed input: rows of one image in Flash, in the order the kernel asks for them (each row at most once).
+struct FlashRows {
+  const unsigned char* image = nullptr;
+  size_t row_bytes = 0;
+  int32_t next = 0;
+  int32_t rows_read = 0;
+  int broken = 0;
+};
+
+TfmcuStatus ReadFlashRows(void* context, int32_t row_start, int32_t row_count, void* destination) {
+  FlashRows* src = static_cast<FlashRows*>(context);
+  if (row_start < src->next || row_count <= 0 || row_start + row_count > static_cast<int32_t>(g_tfmcu_stream_rows)) {
+    src->broken = 1;
+    return kTfmcuErrorInvalidStage;
+  }
+  memcpy(destination, src->image + static_cast<size_t>(row_start) * src->row_bytes,
+         static_cast<size_t>(row_count) * src->row_bytes);
+  src->next = row_start + row_count;
+  src->rows_read += row_count;
+  return kTfmcuOk;
+}
+
 }  // namespace
 
 int main(void) {
@@ -98,19 +126,37 @@ int main(void) {
                   0, 0, nullptr, 0, 0);
   }
   TfLiteTensor* input = interpreter.input(0);
-  if (input == nullptr || input->bytes != g_tfmcu_input_len) {
+  const bool streamed = g_tfmcu_stream_rows > 0;
+  FlashRows rows;
+  TfmcuInputProvider provider = {ReadFlashRows, &rows};
+  int32_t streamed_rows[16];
+  if (streamed) {
+    rows.row_bytes = g_tfmcu_input_len / g_tfmcu_stream_rows;
+    if (input == nullptr || input->bytes != 1 || interpreter.SetMicroExternalContext(&provider) != kTfLiteOk) {
+      return Report("streamed input: no one-byte placeholder input, or no external context", 1, 0, nullptr, 0, 0);
+    }
+  } else if (input == nullptr || input->bytes != g_tfmcu_input_len) {
     return Report("input size differs from the generated input", 1, 0, nullptr, 0, 0);
   }
   uint32_t hash = tfmcu_fnv1a32(nullptr, 0);
   int32_t classes[16];
   const uint32_t n = g_tfmcu_num_inputs < 16u ? g_tfmcu_num_inputs : 16u;
   for (uint32_t k = 0; k < g_tfmcu_num_inputs; ++k) {
-    memcpy(input->data.raw, g_tfmcu_inputs + k * g_tfmcu_input_len, g_tfmcu_input_len);
+    if (streamed) {  // the kernel reads the image's rows from Flash
+      rows.image = g_tfmcu_inputs + k * g_tfmcu_input_len;
+      rows.next = 0;
+      rows.rows_read = 0;
+      input->data.int8[0] = 0;
+    } else {
+      memcpy(input->data.raw, g_tfmcu_inputs + k * g_tfmcu_input_len, g_tfmcu_input_len);
+    }
     stage_region.NextInvoke();
     tfmcu_region_begin("invoke");
     const TfLiteStatus status = interpreter.Invoke();
     tfmcu_region_end();
     if (status != kTfLiteOk) return Report("Invoke failed", 1, 0, nullptr, 0, 0);
+    if (rows.broken) return Report("the kernel broke the input provider's contract", 1, 0, nullptr, 0, 0);
+    if (streamed && k < n) streamed_rows[k] = rows.rows_read;
     const TfLiteTensor* output = interpreter.output(0);
     if (output == nullptr || output->bytes != g_tfmcu_output_len) {
       return Report("output size differs from TF Lite's", 1, 0, nullptr, 0, 0);
@@ -118,5 +164,5 @@ int main(void) {
     hash = tfmcu_fnv1a32_update(hash, output->data.raw, output->bytes);
     if (k < n) classes[k] = TopClass(output);
   }
-  return Report(nullptr, 1, hash, classes, n, interpreter.arena_used_bytes());
+  return Report(nullptr, 1, hash, classes, n, interpreter.arena_used_bytes(), streamed ? streamed_rows : nullptr);
 }

@@ -40,3 +40,7 @@ void operator delete(void* p, size_t n) noexcept {
 // How many leading ops firmware_main.cc measures as the cost region "stage": 0 unless the generated model source
 // defines it (tools/gen/gen_model_whole.py; a strong definition wins over this weak one).
 extern "C" __attribute__((weak)) const unsigned int g_tfmcu_stage_ops = 0;
+
+// Rows of each input image when the model's TFMCU_PATCH_STAGE streams its input (firmware_main.cc then feeds the
+// images' rows from Flash through a TfmcuInputProvider); 0 for a model that reads its input tensor.
+extern "C" __attribute__((weak)) const unsigned int g_tfmcu_stream_rows = 0;

@@ -1,7 +1,12 @@
 // Runs a whole .tflite model (builtin ops only, or custom mode with TFMCU_PATCH_STAGE) in TFLM on the host: TFLM
 // built from source with its reference kernels, plus our kernel.
 //
-//   tfmcu_tflm_run MODEL.tflite OUT_DIR INPUT0.npy [INPUT1.npy ...] [--arena_bytes=N]
+//   tfmcu_tflm_run MODEL.tflite OUT_DIR INPUT0.npy [INPUT1.npy ...] [--arena_bytes=N] [--stream_input=IMAGES.npy]
+//
+// --stream_input: for a model whose TFMCU_PATCH_STAGE streams its input (its model input is a one-element
+// placeholder), IMAGES.npy ([samples, H, W, C]) is read through a TfmcuInputProvider registered as the
+// interpreter's external context, row by row as the kernel asks; report.json counts the rows it read
+// (streamed_rows_read, per sample) and the provider checks the contract (increasing rows, each at most once).
 //
 // Input k is a .npy array of shape [samples, <model input k shape without its batch of 1>] (or exactly the input's
 // shape for one sample) with the input's dtype. For every sample the model runs once; output j of all samples is
@@ -20,6 +25,7 @@
 #include "tensorflow/lite/micro/recording_micro_allocator.h"
 #include "tensorflow/lite/micro/recording_micro_interpreter.h"
 #include "tensorflow/lite/schema/schema_generated.h"
+#include "tflm_patch_kernels/patch_stage.h"
 #include "tflm_patch_kernels/tflm/patch_stage_op.h"
 
 namespace {
@@ -148,6 +154,35 @@ void AddOps(Resolver* r) {
   r->AddCustom(tfmcu::kPatchStageOpName, tfmcu::Register_TFMCU_PATCH_STAGE());
 }
 
+std::string JoinInts(const std::vector<int64_t>& v) {
+  std::string out;
+  for (size_t k = 0; k < v.size(); ++k) out += (k ? ", " : "") + std::to_string(v[k]);
+  return out;
+}
+
+// The --stream_input provider: rows of the current sample, checked against the TfmcuInputProvider contract.
+struct StreamSource {
+  const uint8_t* sample = nullptr;
+  int32_t rows = 0;
+  size_t row_bytes = 0;
+  int32_t next = 0;  // the lowest row a call may ask for
+  int64_t rows_read = 0;
+  bool broken = false;
+};
+
+TfmcuStatus ReadStreamRows(void* context, int32_t row_start, int32_t row_count, void* destination) {
+  StreamSource* src = static_cast<StreamSource*>(context);
+  if (row_start < src->next || row_count <= 0 || row_start + row_count > src->rows) {
+    src->broken = true;
+    return kTfmcuErrorInvalidStage;
+  }
+  memcpy(destination, src->sample + static_cast<size_t>(row_start) * src->row_bytes,
+         static_cast<size_t>(row_count) * src->row_bytes);
+  src->next = row_start + row_count;
+  src->rows_read += row_count;
+  return kTfmcuOk;
+}
+
 const char* kAllocationNames[] = {"tflite_eval_tensor_data", "persistent_tflite_tensor_data",
                                   "persistent_tflite_tensor_quantization_data", "persistent_buffer_data",
                                   "tflite_tensor_variable_buffer_data", "node_and_registration_array", "op_data"};
@@ -157,6 +192,7 @@ const char* kAllocationNames[] = {"tflite_eval_tensor_data", "persistent_tflite_
 int main(int argc, char** argv) {
   std::vector<std::string> positional;
   size_t arena_bytes = kDefaultArenaBytes;
+  std::string stream_path;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a.rfind("--arena_bytes=", 0) == 0) {
@@ -164,6 +200,8 @@ int main(int argc, char** argv) {
       const unsigned long long v = strtoull(a.c_str() + 14, &end, 10);
       if (*end != '\0' || v == 0) Fail(2, "--arena_bytes must be a positive integer, not " + a.substr(14));
       arena_bytes = static_cast<size_t>(v);
+    } else if (a.rfind("--stream_input=", 0) == 0) {
+      stream_path = a.substr(15);
     } else {
       positional.push_back(a);
     }
@@ -216,6 +254,21 @@ int main(int argc, char** argv) {
   }
   if (samples <= 0) Fail(2, "no samples to run");
 
+  Npy stream;
+  StreamSource source;
+  TfmcuInputProvider provider = {ReadStreamRows, &source};
+  std::vector<int64_t> streamed_rows;
+  if (!stream_path.empty()) {
+    std::string why;
+    if (!ReadNpy(stream_path, &stream, &why)) Fail(2, stream_path + ": " + why);
+    if (stream.shape.size() != 4 || stream.shape[0] != samples || stream.shape[1] <= 0) {
+      Fail(2, stream_path + ": expected [samples, H, W, C] with " + std::to_string(samples) + " samples");
+    }
+    source.rows = static_cast<int32_t>(stream.shape[1]);
+    source.row_bytes = stream.data.size() / static_cast<size_t>(samples) / static_cast<size_t>(source.rows);
+    if (interpreter.SetMicroExternalContext(&provider) != kTfLiteOk) Fail(1, "SetMicroExternalContext failed");
+  }
+
   const size_t n_outputs = interpreter.outputs_size();
   std::vector<std::vector<uint8_t>> outputs(n_outputs);
   for (int64_t s = 0; s < samples; ++s) {
@@ -223,7 +276,14 @@ int main(int argc, char** argv) {
       TfLiteTensor* t = interpreter.input(k);
       memcpy(t->data.raw, inputs[k].data.data() + s * t->bytes, t->bytes);
     }
+    if (!stream_path.empty()) {
+      source.sample = stream.data.data() + static_cast<size_t>(s) * source.row_bytes * source.rows;
+      source.next = 0;
+      source.rows_read = 0;
+    }
     if (interpreter.Invoke() != kTfLiteOk) Fail(1, model_path + ": Invoke failed on sample " + std::to_string(s));
+    if (source.broken) Fail(1, "the kernel broke the input provider's contract (rows out of order or twice)");
+    if (!stream_path.empty()) streamed_rows.push_back(source.rows_read);
     for (size_t j = 0; j < n_outputs; ++j) {
       const TfLiteTensor* t = interpreter.output(j);
       outputs[j].insert(outputs[j].end(), t->data.raw, t->data.raw + t->bytes);
@@ -266,6 +326,7 @@ int main(int argc, char** argv) {
                      ",\n  \"samples\": " + std::to_string(samples) +
                      ",\n  \"patch_stage_ops\": " + std::to_string(stage_ops) +
                      ",\n  \"patch_stage_persistent_bytes\": " + std::to_string(stage_persistent) +
+                     ",\n  \"streamed_rows_read\": [" + JoinInts(streamed_rows) + "]" +
                      ",\n  \"allocations\": {";
   for (int k = 0; k < static_cast<int>(tflite::RecordedAllocationType::kNumAllocationTypes); ++k) {
     const tflite::RecordedAllocation a =

@@ -36,6 +36,7 @@ struct OpData {
   const uint8_t* options;  // the flexbuffer (in the model), verified in Init
   size_t options_size;
   int scratch_index;
+  int32_t streamed;  // 1: the stage input comes from the TfmcuInputProvider in the interpreter's external context
 };
 
 size_t AlignUp(size_t n) { return (n + alignof(void*) - 1) / alignof(void*) * alignof(void*); }
@@ -366,10 +367,12 @@ TfLiteStatus Prepare(TfLiteContext* context, TfLiteNode* node) {
   s.col_held = nullptr;
   s.num_caches = 0;
   s.caches = nullptr;
-  if (version >= 3) {
-    if (!MapInt(root, "num_caches", &s.num_caches) || s.num_caches < 1 || s.num_caches > 2 * s.num_tensors) {
-      TFMCU_FAIL("format 3 needs num_caches in 1..%d", static_cast<int>(2 * s.num_tensors));
+  if (version >= 3 && !root["num_caches"].IsNull()) {
+    if (!MapInt(root, "num_caches", &s.num_caches) || s.num_caches < 0 || s.num_caches > 2 * s.num_tensors) {
+      TFMCU_FAIL("num_caches must be in 0..%d", static_cast<int>(2 * s.num_tensors));
     }
+  }
+  if (s.num_caches > 0) {
     const void* row_held = nullptr;
     const void* col_held = nullptr;
     const void* caches = nullptr;
@@ -393,17 +396,40 @@ TfLiteStatus Prepare(TfLiteContext* context, TfLiteNode* node) {
                static_cast<int>(failed_layer));
   }
 
+  // Streamed input (format 3): input 0 is a one-element int8 placeholder; the rows come from the provider.
+  data->streamed = 0;
+  int32_t window = 0;
+  if (version >= 3 && !root["streamed_input"].IsNull()) {
+    if (!MapInt(root, "streamed_input", &data->streamed) || (data->streamed != 0 && data->streamed != 1)) {
+      TFMCU_FAIL("streamed_input must be 0 or 1");
+    }
+  }
+  if (data->streamed) {
+    if (!MapInt(root, "input_window_bytes", &window) || window < 0 ||
+        static_cast<uint32_t>(window) != data->prepared.input_window_bytes || window == 0) {
+      TFMCU_FAIL("streamed input: input_window_bytes %d, the stage's window is %d bytes (0: it cannot stream)",
+                 static_cast<int>(window), static_cast<int>(data->prepared.input_window_bytes));
+    }
+  }
+
   tflite::MicroContext* micro_context = tflite::GetMicroContext(context);
   if (node->inputs->size < 1 || node->outputs->size != 1) TFMCU_FAIL("the op needs inputs and one output");
   TfLiteTensor* input = micro_context->AllocateTempInputTensor(node, 0);
   TfLiteTensor* output = micro_context->AllocateTempOutputTensor(node, 0);
-  TfLiteStatus io = CheckIo(input, s.tensors[s.input_tensor], "input");
+  TfLiteStatus io = kTfLiteOk;
+  if (!data->streamed) {
+    io = CheckIo(input, s.tensors[s.input_tensor], "input");
+  } else if (input == nullptr || input->type != kTfLiteInt8 || input->bytes != 1) {
+    MicroPrintf("TFMCU_PATCH_STAGE: streamed input: input 0 must be the one-element int8 placeholder");
+    io = kTfLiteError;
+  }
   if (io == kTfLiteOk) io = CheckIo(output, s.tensors[s.output_tensor], "output");
   if (input != nullptr) micro_context->DeallocateTempTfLiteTensor(input);
   if (output != nullptr) micro_context->DeallocateTempTfLiteTensor(output);
   TF_LITE_ENSURE_OK(context, io);
   // A stage without intermediate tensors needs no scratch; TFLM wants a non-empty request.
-  const size_t request = data->prepared.scratch_bytes > 0 ? data->prepared.scratch_bytes : 1;
+  const size_t bytes = data->streamed ? data->prepared.streamed_scratch_bytes : data->prepared.scratch_bytes;
+  const size_t request = bytes > 0 ? bytes : 1;
   return micro_context->RequestScratchBufferInArena(request, &data->scratch_index);
 }
 
@@ -412,8 +438,19 @@ TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
   const TfLiteEvalTensor* input = tflite::micro::GetEvalInput(context, node, 0);
   TfLiteEvalTensor* output = tflite::micro::GetEvalOutput(context, node, 0);
   void* scratch = context->GetScratchBuffer(context, data->scratch_index);
-  const TfmcuStatus status = tfmcu_stage_run(&data->prepared, input->data.data, output->data.int8,
-                                             static_cast<uint8_t*>(scratch), data->prepared.scratch_bytes);
+  TfmcuStatus status;
+  if (data->streamed) {
+    const auto* provider =
+        static_cast<const TfmcuInputProvider*>(tflite::GetMicroContext(context)->external_context());
+    if (provider == nullptr) {
+      TFMCU_FAIL("streamed input: no TfmcuInputProvider registered (MicroInterpreter::SetMicroExternalContext)");
+    }
+    status = tfmcu_stage_run_streamed(&data->prepared, provider, output->data.int8, static_cast<uint8_t*>(scratch),
+                                      data->prepared.streamed_scratch_bytes);
+  } else {
+    status = tfmcu_stage_run(&data->prepared, input->data.data, output->data.int8, static_cast<uint8_t*>(scratch),
+                             data->prepared.scratch_bytes);
+  }
   if (status != kTfmcuOk) TFMCU_FAIL("stage run failed (status %d)", static_cast<int>(status));
   return kTfLiteOk;
 }

@@ -22,8 +22,16 @@ namespace tfmcu {
 inline constexpr char kPatchStageOpName[] = "TFMCU_PATCH_STAGE";
 
 // The custom options format this kernel reads (tfmcu.stage.custom.FORMAT_VERSION).
-inline constexpr int kPatchStageFormatVersion = 3;  // 3: halo caches (row_held, col_held, caches, num_caches)
+inline constexpr int kPatchStageFormatVersion = 3;  // 3: halo caches (num_caches, row_held, col_held, caches),
+                                                    //    streamed input (streamed_input, input_window_bytes)
 inline constexpr int kPatchStageOldestFormatVersion = 2;  // 2: no halo caches
+
+// Streamed input (options streamed_input = 1, tfmcu.stage.custom.rewrite_custom(..., streamed_input=True)): the op's
+// input 0 is a one-element int8 placeholder (the model's input), the arena holds no image, and Eval reads the stage
+// input row band by row band from the TfmcuInputProvider (patch_stage.h) the application registers before Invoke:
+//     static TfmcuInputProvider camera = {ReadCameraRows, &camera_state};
+//     interpreter.SetMicroExternalContext(&camera);   // once; the interpreter's one external context
+// Eval fails with a one-line message when none is registered.
 
 // Like TFLM's own custom ops (Register_DETECTION_POSTPROCESS): a pointer to one registration, which AddCustom copies.
 TFLMRegistration* Register_TFMCU_PATCH_STAGE();

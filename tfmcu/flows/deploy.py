@@ -49,6 +49,7 @@ from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.plan.arena import predict_arena
 from tfmcu.runtime.host import HostRunner, evaluate, tflite_outputs
 from tfmcu.runtime.model_io import TFLMError, model_info, random_inputs
+from tfmcu.runtime.tflm_host import streamed_image
 from tfmcu.stage.common import RewriteError, read_schedule
 from tfmcu.stage.custom import load_custom
 from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP
@@ -136,6 +137,10 @@ mcu_binary(
 
 
 def _check_model(model: bytes, path: str) -> Any:
+    if streamed_image(model) is not None:
+        raise UsageError(f"{path}: its patch stage streams its input (rewrite --stream_input); deploy does not generate "
+                         f"firmware for such models yet (your firmware registers the TfmcuInputProvider: see "
+                         f"tflm_patch_kernels/tflm/firmware_main.cc, which feeds image rows from Flash)")
     try:
         info = model_info(model, path)
         if PATCH_STAGE_OP in info.custom_ops:

@@ -48,6 +48,7 @@ class RewriteOptions:
     measure: bool = True
     json_out: str | None = None
     halo: str = "none"  # custom mode: halo caches between patches (tfmcu.plan.halo.select)
+    stream_input: bool = False  # custom mode: the stage reads the image through the application's input provider
 
 
 def validate(o: RewriteOptions) -> bytes:
@@ -67,6 +68,8 @@ def validate(o: RewriteOptions) -> bytes:
         raise UsageError(f"--halo={o.halo}: expected one of {', '.join(HALO_MODES)}")
     if o.halo != "none" and o.mode != "custom":
         raise UsageError("--halo applies to --mode=custom only (the TFMCU_PATCH_STAGE kernel keeps the caches)")
+    if o.stream_input and o.mode != "custom":
+        raise UsageError("--stream_input applies to --mode=custom only (the TFMCU_PATCH_STAGE kernel reads the rows)")
     if o.halo != "none" and o.schedule.auto:
         raise UsageError("--halo with --patches=auto is not supported yet: give the grid (--patches=P or PxQ with "
                          "--patch_blocks or --patch_ops)")
@@ -104,7 +107,7 @@ def run(o: RewriteOptions, log: Callable[[str], None] = print, progress: Progres
         borders = BORDERS if o.border == "auto" else (o.border,)
         cost: Any = BuiltinArenaCost(data, graph, path, borders if req.auto else borders[:1], opts.count_input)
     else:
-        cost = CustomArenaCost(data, graph, path, o.inplace, opts.count_input, o.halo, budget)
+        cost = CustomArenaCost(data, graph, path, o.inplace, opts.count_input, o.halo, budget, o.stream_input)
     report: dict[str, Any] = {"input": path, "output": o.out, "mode": o.mode}
     if req.auto:
         log(f"auto: {'least-MACs' if opts.objective == 'macs' else 'smallest'} schedule for {path} ({o.mode} mode, "
@@ -137,7 +140,7 @@ def run(o: RewriteOptions, log: Callable[[str], None] = print, progress: Progres
             if o.mode == "builtin":
                 m_rw = _arena(measure_arena(out_bytes, where=o.out))
             else:  # the whole model in TFLM built from source with our kernel, on one random input
-                whole = run_whole(out_bytes, random_inputs(out_bytes, 1, seed=0), where=o.out).arena
+                whole = run_whole(out_bytes, random_inputs(data, 1, seed=0), where=o.out).arena
                 m_rw = {"arena_total_bytes": whole.arena_used_bytes, "arena_head_bytes": whole.head_bytes,
                         "arena_tail_bytes": whole.tail_bytes, "measured_by": MEASURED_BY,
                         "patch_stage_persistent_bytes": whole.patch_stage_persistent_bytes}

@@ -37,7 +37,7 @@ from tfmcu.runtime.model_io import TFLMError, model_info, random_inputs
 from tfmcu.runtime.tflite import RESOLVERS
 from tfmcu.runtime.tflm import check_runnable
 from tfmcu.stage.common import RewriteError
-from tfmcu.runtime.tflm_host import MEASURED_BY
+from tfmcu.runtime.tflm_host import MEASURED_BY, streamed_image
 from tfmcu.stage.custom import PATCH_STAGE_OP
 
 
@@ -188,6 +188,10 @@ def verify(o: VerifyOptions) -> dict[str, Any]:
     infos = {}
     custom = {}
     for r in ROLES:
+        if streamed_image(data[r]) is not None:
+            raise UsageError(f"{paths[r]}: its patch stage streams its input (rewrite --stream_input); verify does not "
+                             f"compare such models yet: verify the same rewrite without --stream_input (the stage's "
+                             f"results do not depend on how its input arrives)")
         try:
             infos[r] = model_info(data[r], paths[r])
             custom[r] = PATCH_STAGE_OP in infos[r].custom_ops

@@ -40,7 +40,7 @@ from tfmcu.tflite.editor import load
 
 SOURCE_ENV = "TFMCU_PATCH_KERNELS_SRC"
 CACHE_ENV = "TFMCU_CACHE_DIR"
-ABI_VERSION = 4
+ABI_VERSION = 5
 CFLAGS = ("-O2", "-std=c99", "-fPIC", "-Wall", "-Wextra")
 
 _I32 = ctypes.c_int32
@@ -85,7 +85,16 @@ class CStage(ctypes.Structure):
 class CPreparedStage(ctypes.Structure):
     _fields_ = [("stage", ctypes.POINTER(CStage)), ("scratch_bytes", ctypes.c_uint32),
                 ("output_bytes", ctypes.c_uint32), ("ready", _I32), ("kernel_scratch_offset", ctypes.c_uint32),
-                ("kernel_scratch_bytes", ctypes.c_uint32)]
+                ("kernel_scratch_bytes", ctypes.c_uint32), ("input_window_offset", ctypes.c_uint32),
+                ("input_window_bytes", ctypes.c_uint32), ("streamed_scratch_bytes", ctypes.c_uint32)]
+
+
+# TfmcuReadRows: (context, row_start, row_count, destination) -> status
+READ_ROWS = ctypes.CFUNCTYPE(_I32, ctypes.c_void_p, _I32, _I32, ctypes.c_void_p)
+
+
+class CInputProvider(ctypes.Structure):
+    _fields_ = [("read_rows", READ_ROWS), ("context", ctypes.c_void_p)]
 
 
 # ============================================================================= building the library
@@ -190,6 +199,8 @@ def library() -> ctypes.CDLL:
         lib.tfmcu_stage_prepare.argtypes = [ctypes.POINTER(CStage), ctypes.POINTER(CPreparedStage),
                                             ctypes.POINTER(_I32)]
         lib.tfmcu_stage_run.argtypes = [ctypes.POINTER(CPreparedStage), _PTR, _PTR, _PTR, ctypes.c_size_t]
+        lib.tfmcu_stage_run_streamed.argtypes = [ctypes.POINTER(CPreparedStage), ctypes.POINTER(CInputProvider),
+                                                 _PTR, _PTR, ctypes.c_size_t]
         lib.tfmcu_op_run.argtypes = [_I32, _PTR, ctypes.POINTER(ConstView), _I32, _I32, _I32,
                                      ctypes.POINTER(ConstView)]
         lib.tfmcu_status_string.restype = ctypes.c_char_p
@@ -298,6 +309,36 @@ def run_stage(packed: PackedStage, x: Any, scratch: np.ndarray | None = None,
     if rc != 0:
         raise PatchKernelError(f"tfmcu_stage_run failed: {status_text(rc)} ({rc})")
     return out
+
+
+def run_stage_streamed(packed: PackedStage, x: Any, scratch: np.ndarray | None = None,
+                       fail_at: int | None = None) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """``tfmcu_stage_run_streamed`` with a provider that copies rows of ``x``: (the output, the provider's calls as
+    (row_start, row_count)). ``scratch`` defaults to exactly ``streamed_scratch_bytes``; ``fail_at``: the provider
+    returns status 99 on that call (0-based)."""
+    prepared = prepare(packed)
+    a = _input_array(packed, x)
+    rows = a.reshape(a.shape[1], -1)
+    calls: list[tuple[int, int]] = []
+
+    def read_rows(_: Any, start: int, count: int, dst: int) -> int:
+        calls.append((start, count))
+        if fail_at is not None and len(calls) - 1 == fail_at:
+            return 99
+        block = np.ascontiguousarray(rows[start:start + count])
+        ctypes.memmove(dst, block.ctypes.data, block.nbytes)
+        return 0
+
+    callback = READ_ROWS(read_rows)
+    provider = CInputProvider(callback, None)
+    out = np.zeros(packed.output_shape, np.int8)
+    if scratch is None:
+        scratch = np.zeros(max(prepared.streamed_scratch_bytes, 1), np.uint8)
+    rc = library().tfmcu_stage_run_streamed(ctypes.byref(prepared), ctypes.byref(provider), out.ctypes.data,
+                                            scratch.ctypes.data, scratch.nbytes)
+    if rc != 0:
+        raise PatchKernelError(f"tfmcu_stage_run_streamed failed: {status_text(rc)} ({rc})")
+    return out, calls
 
 
 def touched_scratch(packed: PackedStage, x: Any, guard: int = 256) -> tuple[int, np.ndarray]:

@@ -107,6 +107,23 @@ def _span_row(out: tuple[int, int], reads: list[Any]) -> list[int]:
     return row
 
 
+def input_window_bytes(packed: "PackedStage") -> int:
+    """Bytes of a streamed run's input row window: the most stage-input rows a row band reads x whole rows
+    (``tfmcu_input_window_bytes`` of patch_stage.c); 0 when the bands' input rows do not move forward."""
+    t = packed.input_tensor
+    h, w, c = packed.tensor_shapes[t]
+    row_bytes = w * c * (4 if packed.tensor_dtypes[t] == FLOAT32 else 1)
+    most = prev_start = prev_stop = 0
+    for band in packed.row_spans:
+        reads = [(int(span[2 + k]), int(span[4 + k])) for pos, span in enumerate(band)
+                 for k, src in enumerate(packed.layer_inputs[pos]) if src == t and span[4 + k] > span[2 + k]]
+        start, stop = (min(a for a, _ in reads), max(b for _, b in reads)) if reads else (prev_stop, prev_stop)
+        if start < prev_start or stop < prev_stop:
+            return 0
+        most, prev_start, prev_stop = max(most, stop - start), start, stop
+    return most * row_bytes
+
+
 def cache_sizes(row_held: np.ndarray, col_held: np.ndarray, caches: Sequence[tuple[int, int]],
                 producers: Sequence[int], channels: Sequence[int]) -> list[int]:
     """Bytes of each halo cache ``(tensor, axis)`` from the held tables: ``tfmcu_cache_bytes`` of patch_stage.c."""

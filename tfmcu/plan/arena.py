@@ -48,7 +48,7 @@ from tfmcu.graph import ir
 from tfmcu.plan import cmsis_nn
 from tfmcu.plan.placer import Buffer, align_up, place
 from tfmcu.tflite import offline_plan
-from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, kernel_memory, read_options
+from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, kernel_memory, read_options, streamed_scratch
 from tfmcu.tflite import schema as ts
 from tfmcu.tflite.editor import load
 
@@ -313,8 +313,8 @@ def op_allocations(graph: ir.Graph, op: ir.Op, build: str | TflmBuild = "wheel",
     elif b == f"custom:{PATCH_STAGE_OP}" and "custom_options" in op.attrs:
         # our kernel (tflm_patch_kernels/tflm): one op data from Init, the stage's exact scratch from Prepare
         try:
-            op_data, scratch = kernel_memory(read_options(op.attrs["custom_options"]),
-                                          pointer_bytes=tb.pointer_bytes)
+            options = read_options(op.attrs["custom_options"])
+            op_data, scratch = kernel_memory(options, pointer_bytes=tb.pointer_bytes)
         except (ValueError, KeyError, TypeError):
             alloc.modelled = False
         else:
@@ -322,7 +322,7 @@ def op_allocations(graph: ir.Graph, op: ir.Op, build: str | TflmBuild = "wheel",
                 if stage is None:
                     alloc.modelled = False
                 else:
-                    scratch = max(1, cmsis_nn.stage_scratch_bytes(stage))
+                    scratch = max(1, streamed_scratch(options, cmsis_nn.stage_scratch_bytes(stage)))
             alloc.op_data, alloc.scratch = op_data, [scratch]
     elif b == "SOFTMAX" and in_dtype == "int16":
         alloc.prepare = [2 * 513, 2 * 513]  # (src) exp and 1/(1+x) int16 lookup tables, LUTSize<int16_t>() = 513

@@ -110,6 +110,7 @@ class HaloPlan:
     col_cache_bytes: dict[str, int] = field(default_factory=dict)
     stage_peak_bytes: int = 0  # image counted
     stage_peak_bytes_excluding_input: int = 0
+    stage_peak_bytes_streamed: int = 0  # the input streamed: a window of whole input rows per row band
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON record of the caches and their analytic figures (a rewritten model stores it)."""
@@ -119,7 +120,8 @@ class HaloPlan:
                 "stage_mac_overhead": round(self.stage_mac_overhead, 6),
                 "mac_overhead_exact": round(self.mac_overhead, 6),
                 "stage_peak_bytes": int(self.stage_peak_bytes),
-                "stage_peak_bytes_excluding_input": int(self.stage_peak_bytes_excluding_input)}
+                "stage_peak_bytes_excluding_input": int(self.stage_peak_bytes_excluding_input),
+                "stage_peak_bytes_streamed": int(self.stage_peak_bytes_streamed)}
 
     @property
     def cache_bytes(self) -> int:
@@ -143,6 +145,16 @@ class HaloPlan:
     @property
     def peak_sram_bytes_excluding_input(self) -> int:
         return max(self.stage_peak_bytes_excluding_input, self.schedule.rest_peak_bytes_excluding_input)
+
+    @property
+    def peak_sram_bytes_streamed(self) -> int:
+        return max(self.stage_peak_bytes_streamed, self.schedule.rest_peak_bytes_excluding_input)
+
+    def peak(self, image: str = "counted") -> int:
+        """The peak with the image ``counted`` (in memory, whole), ``excluded`` (one patch's window) or
+        ``streamed`` (the executor's streamed run: a window of whole rows per row band)."""
+        return {"counted": self.peak_sram_bytes, "excluded": self.peak_sram_bytes_excluding_input,
+                "streamed": self.peak_sram_bytes_streamed}[image]
 
 
 def intermediates(schedule: PatchSchedule) -> list[str]:
@@ -194,7 +206,7 @@ def plan_halo(schedule: PatchSchedule, rows: Iterable[str] = (), cols: Iterable[
     produced = {t for i in idx for t in g.ops[i].outputs}
     out_bytes = sum(g.tensors[t].nbytes for t in outs)
     in_bytes = sum(g.tensors[t].nbytes for t in ins if t in g.inputs)
-    peak_in = peak_x = 0
+    peak_in = peak_x = own_most = 0
     for i in idx:
         alive = [t for t, (a, b) in life.items() if a <= i <= b and (t in produced or t in ins) and t not in outs]
         for r, c in itertools.product(rw, cw):
@@ -204,11 +216,18 @@ def plan_halo(schedule: PatchSchedule, rows: Iterable[str] = (), cols: Iterable[
                          for t in alive if t in ins)
             peak_in = max(peak_in, out_bytes + in_bytes + caches + own)
             peak_x = max(peak_x, out_bytes + caches + own + window)
-    return HaloPlan(schedule, rows, cols, rw, cw, macs, row_bytes, col_bytes, peak_in, peak_x)
+            own_most = max(own_most, own)
+    # Streamed (tfmcu_stage_run_streamed): the row window (the most input rows a band reads, whole rows) beside the
+    # largest patch working set.
+    row_window = sum(max((_len(w.need.get(t, _EMPTY)) for w in rw), default=0) * g.tensors[t].shape[2] * per_pixel(t)
+                     for t in ins)
+    peak_s = out_bytes + caches + own_most + row_window
+    return HaloPlan(schedule, rows, cols, rw, cw, macs, row_bytes, col_bytes, peak_in, peak_x, peak_s)
 
 
-def choose_caches(schedule: PatchSchedule, budget: int | None, count_input: bool = True) -> HaloPlan:
-    """The caches to keep under an SRAM budget (analytic peak, image counted unless ``count_input`` is off):
+def choose_caches(schedule: PatchSchedule, budget: int | None, count_input: bool | str = True) -> HaloPlan:
+    """The caches to keep under an SRAM budget (analytic peak, image counted unless ``count_input`` is off;
+    ``"streamed"``: the executor's streamed input):
     every intermediate tensor cached along both axes when that fits; else caches are dropped one at a time, the one
     that frees the most peak bytes per MAC it adds first, until the plan fits; then dropped ones that still fit are
     taken back, the largest MAC saving first. ``ScheduleError`` when even the recompute schedule does not fit."""
@@ -218,8 +237,10 @@ def choose_caches(schedule: PatchSchedule, budget: int | None, count_input: bool
     def build(opts: set[tuple[str, str]]) -> HaloPlan:
         return plan_halo(schedule, [t for t, a in opts if a == "rows"], [t for t, a in opts if a == "cols"])
 
+    image = count_input if isinstance(count_input, str) else ("counted" if count_input else "excluded")
+
     def peak(h: HaloPlan) -> int:
-        return h.peak_sram_bytes if count_input else h.peak_sram_bytes_excluding_input
+        return h.peak(image)
 
     if budget is not None and peak(build(set())) > budget:
         raise ScheduleError(f"the recompute schedule needs {peak(build(set())):,} B > budget {budget:,} B: no halo "
@@ -246,7 +267,8 @@ def choose_caches(schedule: PatchSchedule, budget: int | None, count_input: bool
 HALO_MODES = ("none", "all", "auto")
 
 
-def select(schedule: PatchSchedule, mode: str, budget: int | None = None, count_input: bool = True) -> HaloPlan | None:
+def select(schedule: PatchSchedule, mode: str, budget: int | None = None,
+           count_input: bool | str = True) -> HaloPlan | None:
     """The halo caches a rewrite uses: ``none`` (recompute every halo: None), ``all`` (every intermediate tensor
     along both axes) or ``auto`` (``choose_caches`` under ``budget``, analytic bytes; without a budget, at the
     recompute schedule's own analytic peak: fewer MACs for no more memory)."""
@@ -258,5 +280,6 @@ def select(schedule: PatchSchedule, mode: str, budget: int | None = None, count_
     if mode != "auto":
         raise ScheduleError(f"halo mode {mode!r}: expected one of {', '.join(HALO_MODES)}")
     if budget is None:
-        budget = schedule.peak_sram_bytes if count_input else schedule.peak_sram_bytes_excluding_input
+        image = count_input if isinstance(count_input, str) else ("counted" if count_input else "excluded")
+        budget = plan_halo(schedule).peak(image)
     return choose_caches(schedule, budget, count_input)

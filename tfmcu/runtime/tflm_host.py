@@ -28,6 +28,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from tfmcu.runtime.model_io import TFLMError, as_samples, model_info
+from tfmcu.tflite import schema as ts
+from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, read_options, streamed_input
 
 TARGET = "//tflm_patch_kernels/tflm:tfmcu_tflm_run"
 MEASURED_BY = ("measured by TFLM built from source (90b983c, reference kernels + the TFMCU_PATCH_STAGE kernel), "
@@ -50,6 +52,20 @@ class TflmArena:
 class WholeRun:
     outputs: list[list[np.ndarray]]  # per sample, per model output
     arena: TflmArena
+    streamed_rows_read: list[int] = field(default_factory=list)  # per sample, for a streamed-input model
+
+
+def streamed_image(model: bytes) -> tuple[tuple[int, int, int], str] | None:
+    """((H, W, C), dtype) of the image a streamed-input TFMCU_PATCH_STAGE reads through its provider (its samples
+    are such images); None for any other model."""
+    try:
+        m = ts.load_model(model)
+        for op in m.subgraphs[0].operators or []:
+            if ts.op_name(m, op) == f"custom:{PATCH_STAGE_OP}" and op.customOptions is not None:
+                return streamed_input(read_options(np.asarray(op.customOptions, np.uint8).tobytes()))
+    except (ValueError, KeyError, TypeError, IndexError, ts.SchemaError):
+        return None
+    return None
 
 
 _BUILT: dict[str, Path] = {}  # built (or found) once per process
@@ -90,6 +106,14 @@ def run_whole(model: bytes, samples: Sequence[Any], where: str = "model",
               arena_bytes: int | None = None) -> WholeRun:
     """Run ``model`` on ``samples`` (``tfmcu.runtime.model_io`` forms) in the TFLM host runner."""
     info = model_info(model, where)
+    image = streamed_image(model)
+    images = None
+    if image is not None:  # samples are images for the provider; the model input is a placeholder
+        shape, dtype = image
+        images = np.stack([np.asarray(s if isinstance(s, np.ndarray) else s[0]).reshape(shape) for s in samples])
+        if images.dtype.name != dtype:
+            raise TFLMError(f"{where}: streamed input images are {images.dtype.name}, the stage reads {dtype}")
+        samples = [tuple(np.zeros(t.shape, t.dtype) for t in info.inputs) for _ in range(len(images))]
     rows = as_samples(info, samples, where)
     exe = runner_path()
     with tempfile.TemporaryDirectory(prefix="tfmcu-tflm-") as tmp:
@@ -103,6 +127,9 @@ def run_whole(model: bytes, samples: Sequence[Any], where: str = "model",
             args.append(path)
         if arena_bytes:
             args.append(f"--arena_bytes={int(arena_bytes)}")
+        if images is not None:
+            np.save(os.path.join(tmp, "images.npy"), images)
+            args.append(f"--stream_input={os.path.join(tmp, 'images.npy')}")
         r = subprocess.run(args, capture_output=True, text=True)
         if r.returncode != 0:
             # the first message is the cause (e.g. the kernel naming a bad field), the last what failed
@@ -116,4 +143,4 @@ def run_whole(model: bytes, samples: Sequence[Any], where: str = "model",
     arena = TflmArena(int(report["arena_used_bytes"]), int(report["head_bytes"]), int(report["tail_bytes"]),
                       int(report["pointer_bytes"]), int(report["patch_stage_persistent_bytes"]),
                       report.get("allocations", {}))
-    return WholeRun(per_sample, arena)
+    return WholeRun(per_sample, arena, [int(n) for n in report.get("streamed_rows_read", [])])

@@ -34,9 +34,9 @@ from tfmcu.graph import ir
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.kernels import PatchKernelError
 from tfmcu.kernels.ops import FLOAT32, LayerSpec, params_from_words
-from tfmcu.kernels.pack import SPAN_FIELDS, PackedStage, cache_sizes, pack_stage
+from tfmcu.kernels.pack import SPAN_FIELDS, PackedStage, cache_sizes, input_window_bytes, pack_stage
 from tfmcu.plan.arena import predict_arena
-from tfmcu.plan.halo import HaloPlan, select
+from tfmcu.plan.halo import HaloPlan, plan_halo, select
 from tfmcu.plan.memory_plan import with_offline_plan
 from tfmcu.plan.regions import PatchSchedule, ScheduleError
 from tfmcu.plan.search import Candidate, Evaluation
@@ -57,11 +57,14 @@ def is_custom_model(data: bytes | ts.ModelT) -> bool:
 
 # ----------------------------------------------------------------------------- writing
 def rewrite_custom(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where: str = "model",
-                   inplace: bool = False, halo: HaloPlan | None = None) -> RewriteResult:
+                   inplace: bool = False, halo: HaloPlan | None = None,
+                   streamed_input: bool = False) -> RewriteResult:
     """Replace ``schedule``'s stage of the .tflite ``data`` by one TFMCU_PATCH_STAGE operator. ``inplace``: the
     rest of the graph gets an in-place memory plan (``tfmcu.plan.memory_plan``; valid for TFLM's reference
     kernels), recorded in the schedule metadata. ``halo``: halo caches of this schedule (``tfmcu.plan.halo``),
-    recorded too."""
+    recorded too. ``streamed_input``: the stage reads the image through the application's ``TfmcuInputProvider``
+    (tflm_patch_kernels/tflm/patch_stage_op.h) row band by row band: the model's input becomes a one-element int8
+    placeholder and the arena holds no image."""
     try:
         packed = pack_stage(data, graph, schedule, halo=halo)
     except PatchKernelError as e:
@@ -73,6 +76,30 @@ def rewrite_custom(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where:
         raise RewriteError(f"{where}: the patch stage must be the model's first operators")
 
     inputs = [packed.tensor_tflite_index[packed.input_tensor]]
+    stream: dict[str, int] = {}
+    if streamed_input:
+        image = inputs[0]
+        sg = ed.subgraph
+        if image not in [int(t) for t in sg.inputs] or any(
+                image in [int(t) for t in op.inputs] for k, op in enumerate(original_ops) if k not in stage_src):
+            raise RewriteError(f"{where}: streamed input needs the stage input to be a model input read by the "
+                               f"stage only")
+        window = input_window_bytes(packed)
+        if window == 0:
+            raise RewriteError(f"{where}: this stage cannot stream its input (a row band reads rows above those of "
+                               f"the band before)")
+        token = ed.tensor_like(image, (1,), "tfmcu/streamed_input")
+        ed.tensor(token).type = ts.TensorType.INT8
+        q = ts.schema.QuantizationParametersT()  # int8 like any quantized input (scale 1, zero point 0): TFLM allocates
+        q.scale, q.zeroPoint = np.asarray([1.0], np.float32), np.asarray([0], np.int64)  # it the same way
+        ed.tensor(token).quantization = q
+        sg.inputs = np.asarray([token if int(t) == image else int(t) for t in sg.inputs], dtype=np.int32)
+        for sig in ed.model.signatureDefs or []:
+            for tm in sig.inputs or []:
+                if int(tm.tensorIndex) == image:
+                    tm.tensorIndex = token
+        inputs = [token]
+        stream = {"streamed_input": 1, "input_window_bytes": window}
     layers = []
     for spec, k in zip(packed.layers, schedule.stage):
         t_in = [int(t) for t in original_ops[graph.ops[k].src_index].inputs]
@@ -101,7 +128,7 @@ def rewrite_custom(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where:
         inputs.append(ed.constant(np.ascontiguousarray(arr, dtype=np.int32).reshape(-1),
                                   ts.TensorType.INT32, f"tfmcu/{name}"))
     desc = {
-        "version": FORMAT_VERSION if packed.caches else OLDEST_FORMAT_VERSION,
+        "version": FORMAT_VERSION if packed.caches or stream else OLDEST_FORMAT_VERSION,
         "name": packed.name,
         "grid": [int(g) for g in packed.grid],
         "tensors": [[*map(int, shp), int(dt), int(prod)] for shp, dt, prod in
@@ -113,13 +140,14 @@ def rewrite_custom(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where:
         "layer_outputs": [int(t) for t in packed.layer_outputs],
         **tables,  # input positions of the INT32 tables
         "scratch_bytes": int(packed.scratch_bytes),
+        **stream,
     }
     op = ed.custom_operator(PATCH_STAGE_OP, inputs, [packed.tensor_tflite_index[packed.output_tensor]],
                             bytes(flexbuffers.Dumps(desc)))
     ed.subgraph.operators = [op] + [o for k, o in enumerate(original_ops) if k not in set(stage_src)]
     ed.drop_unused_tensors()
     record = schedule_record(schedule, "custom", scratch_bytes=int(packed.scratch_bytes),
-                             memory_plan="inplace" if inplace else "disjoint")
+                             memory_plan="inplace" if inplace else "disjoint", **stream)
     if halo is not None:
         record["halo"] = halo.to_dict()
     ed.set_metadata(SCHEDULE_METADATA, json.dumps(record).encode())
@@ -271,36 +299,53 @@ class CustomArenaCost:
     variants: tuple[str | None, ...] = (None,)
 
     def __init__(self, data: bytes, graph: ir.Graph, where: str = "model", inplace: bool = False,
-                 count_input: bool = True, halo: str = "none", budget: int | None = None):
+                 count_input: bool = True, halo: str = "none", budget: int | None = None,
+                 streamed_input: bool = False):
         self.data, self.graph, self.where, self.inplace, self.count_input = data, graph, where, inplace, count_input
         self.halo, self.budget = halo, budget  # halo caches (tfmcu.plan.halo.select) under an arena budget
+        self.streamed_input = streamed_input  # the stage reads the image through the input provider
 
-    def _input_bytes(self) -> int:
-        return 0 if self.count_input else sum(-(-self.graph.tensors[t].nbytes // 16) * 16 for t in self.graph.inputs)
+    def _input_bytes(self, patched: bool = False) -> int:
+        """What the cost leaves out: the image's arena buffer when not counted (a streamed stage has none)."""
+        if self.count_input or (patched and self.streamed_input):
+            return 0
+        return sum(-(-self.graph.tensors[t].nbytes // 16) * 16 for t in self.graph.inputs)
 
     def evaluate(self, candidate: Candidate, variant: str | None) -> Evaluation:
         if candidate.schedule is None:  # the unpatched model in TFLM
             p = predict_arena(self.graph, model=self.data)
             return Evaluation(candidate, None, p.total - self._input_bytes(), None, _details(p))
         s = candidate.schedule
-        result = rewrite_custom(self.data, self.graph, s, self.where, inplace=self.inplace)
+        result = rewrite_custom(self.data, self.graph, s, self.where, inplace=self.inplace,
+                                streamed_input=self.streamed_input)
         p = predict_arena(from_tflite(result.model), model=result.model)
         extra: dict[str, Any] = {}
         if self.halo != "none":
-            # The caches' analytic budget: the arena budget less what TFLM adds to the recompute schedule's
-            # analytic peak (persistent data, alignment, the rest of the graph's plan).
-            analytic = s.peak_sram_bytes if self.count_input else s.peak_sram_bytes_excluding_input
-            margin = p.total - self._input_bytes() - analytic
-            budget = None if self.budget is None else self.budget - max(margin, 0)
-            try:
-                plan = select(s, self.halo, budget, self.count_input)
-            except ScheduleError as e:
-                raise RewriteError(f"{self.where}: --halo={self.halo}: {e}") from None
-            assert plan is not None
-            result = rewrite_custom(self.data, self.graph, s, self.where, inplace=self.inplace, halo=plan)
-            p = predict_arena(from_tflite(result.model), model=result.model)
+            # The caches' analytic budget: the arena budget less what TFLM adds to the analytic peak (persistent
+            # data, alignment, the rest of the graph's plan); for auto, lowered by any overshoot of the prediction
+            # and tried again. Without a budget, auto keeps the arena's head (activations and scratch) within the
+            # recompute schedule's: only the cache tables' three tensor records are added to the tail.
+            image = "streamed" if self.streamed_input else ("counted" if self.count_input else "excluded")
+            recompute = p
+            analytic = plan_halo(s).peak(image)
+            if self.budget is not None:
+                analytic = self.budget - max(p.total - self._input_bytes(True) - analytic, 0)
+            for _ in range(4):
+                try:
+                    plan = select(s, self.halo, analytic, image)
+                except ScheduleError:  # not even the recompute schedule fits: no cache
+                    plan = plan_halo(s)
+                assert plan is not None
+                result = rewrite_custom(self.data, self.graph, s, self.where, inplace=self.inplace, halo=plan,
+                                        streamed_input=self.streamed_input)
+                p = predict_arena(from_tflite(result.model), model=result.model)
+                over = (p.head - recompute.head if self.budget is None
+                        else p.total - self._input_bytes(True) - self.budget)
+                if self.halo != "auto" or over <= 0 or not (plan.cache_rows or plan.cache_cols):
+                    break
+                analytic -= over
             extra = {"halo": plan.to_dict()}
-        return Evaluation(candidate, None, p.total - self._input_bytes(), result,
+        return Evaluation(candidate, None, p.total - self._input_bytes(True), result,
                           {**_details(p), "ops": result.ops_after, **extra})
 
     def lower_bound(self, candidate: Candidate, variant: str | None) -> int:
@@ -309,7 +354,8 @@ class CustomArenaCost:
         s = candidate.schedule
         if s is None:
             return 0
-        bound = s.stage_peak_bytes if self.count_input else s.stage_peak_bytes - s.input_bytes
+        counted = self.count_input and not self.streamed_input
+        bound = s.stage_peak_bytes if counted else s.stage_peak_bytes - s.input_bytes
         if self.halo != "none":  # caches can make the stage smaller than the recompute schedule's
             bound = 0
         if not self.inplace:  # an in-place plan of the rest can go below its analytic peak

@@ -7,9 +7,11 @@ src, words (the params struct's scalar fields, floats as bits), padding, arrays 
 output_shift: input position}}], ``layer_inputs``, ``layer_outputs``, ``scratch_bytes``, and the input positions of
 the INT32 tables ``row_spans``, ``col_spans``, ``buffer_offsets`` (read in place by the kernel).
 
-Format 3 (a stage with halo caches, ``tfmcu.plan.halo``): format 2 plus ``num_caches`` and the input positions of
-the INT32 tables ``row_held``, ``col_held`` ([bands, layers, 2]) and ``caches`` ([num_caches, 3]: tensor, axis,
-offset). A stage without caches is still written as format 2.
+Format 3 (a stage with halo caches, ``tfmcu.plan.halo``, or streamed input): format 2 plus ``num_caches`` and the
+input positions of the INT32 tables ``row_held``, ``col_held`` ([bands, layers, 2]) and ``caches`` ([num_caches, 3]:
+tensor, axis, offset); ``streamed_input`` (1: the op's input 0 is a one-element int8 placeholder and the kernel reads
+the image through the application's ``TfmcuInputProvider``) with ``input_window_bytes``. A stage with neither is
+still written as format 2.
 
 * ``read_options(raw)``: the options map (``ValueError`` for anything else).
 * ``kernel_memory(options, pointer_bytes)``: (the kernel's persistent op-data bytes, its scratch request), the
@@ -61,9 +63,9 @@ def kernel_memory(options: dict[str, Any], pointer_bytes: int = 8) -> tuple[int,
     """(persistent op-data bytes of the TFLM kernel, scratch bytes it requests) for decoded ``options``."""
     p = pointer_bytes
     stage = _struct([4, p, 4, p, 4, 4, 4, 4, p, p, p, 4, p, p, 4, p], p)  # TfmcuStage
-    prepared = _struct([p, 4, 4, 4, 4, 4], p)  # TfmcuPreparedStage
+    prepared = _struct([p, 4, 4, 4, 4, 4, 4, 4, 4], p)  # TfmcuPreparedStage
     # OpData: the two structs, 4 pointers, a size_t, an int
-    op_data = _align(stage + prepared + 5 * p + 4, p)
+    op_data = _align(stage + prepared + 5 * p + 8, p)
     layer = _struct([4, p, 4, 4, 4, 4], p)  # TfmcuLayer
     n_tensors, layers = len(options["tensors"]), options["layers"]
     params = 0
@@ -71,4 +73,21 @@ def kernel_memory(options: dict[str, Any], pointer_bytes: int = 8) -> tuple[int,
         arrays, words = _PARAMS_LAYOUT[int(entry["type"])]
         params += _align(_struct([p] * arrays + [4] * words, p), p)
     persistent = op_data + _align(20 * n_tensors, p) + _align(layer * len(layers), p) + params
-    return persistent, max(1, int(options["scratch_bytes"]))
+    return persistent, max(1, streamed_scratch(options, int(options["scratch_bytes"])))
+
+
+def streamed_scratch(options: dict[str, Any], scratch: int) -> int:
+    """The kernel's scratch request given the stage's ``scratch`` (its patch buffers, plus an optimised backend's
+    kernel buffer): with streamed input, the input row window after it (at a 4-byte boundary)."""
+    if not options.get("streamed_input"):
+        return scratch
+    return _align(scratch, 4) + int(options["input_window_bytes"])
+
+
+def streamed_input(options: dict[str, Any]) -> tuple[tuple[int, int, int], str] | None:
+    """((H, W, C), dtype name) of the image a streamed-input stage reads through its provider; None when the stage
+    reads its input tensor."""
+    if not options.get("streamed_input"):
+        return None
+    h, w, c, dtype = options["tensors"][int(options["input_tensor"])][:4]
+    return (int(h), int(w), int(c)), ("float32" if int(dtype) == 1 else "int8")

@@ -4,11 +4,13 @@ rewritten in custom mode (one TFMCU_PATCH_STAGE op), as a C++ array in Flash wit
 FNV-1a hash) and top classes, and the predicted TFLM arena.
 
 usage: gen_model_whole.py --model NAME --out-cc OUT.cc --out-expect OUT.json
-                          [--patches P [--blocks N] [--inplace]] [--seed 0] [--images fashion_mnist:N]
+                          [--patches P [--blocks N] [--inplace] [--stream]] [--seed 0] [--images fashion_mnist:N]
                           [--expect-no-fit]
 
 - Without --patches the model runs unpatched (the per-layer baseline); with it, custom mode with a P x P grid over
-  the first N blocks (default: the zoo entry's stage), the rest planned in place with --inplace.
+  the first N blocks (default: the zoo entry's stage), the rest planned in place with --inplace; --stream: the stage
+  streams its input (the firmware feeds the image rows from Flash through a TfmcuInputProvider; no image in the
+  arena).
 - Inputs: one seeded random input, or with --images the first N real test images of a dataset (tfmcu.data),
   resized to the model's input and quantized with its input scale.
 - The JSON holds {"expect": {"output_fnv1a32": ..., "top_class": [...]}} for tools/qemu/run_firmware.py --expect
@@ -46,6 +48,7 @@ def main(argv=None):
     ap.add_argument("--patches", type=int, help="custom mode with a P x P grid (default: the unpatched model)")
     ap.add_argument("--blocks", type=int, help="patch stage = the first N blocks (default: the zoo entry's)")
     ap.add_argument("--inplace", action="store_true", help="plan the rest of the graph in place")
+    ap.add_argument("--stream", action="store_true", help="custom mode: the stage streams its input from Flash")
     ap.add_argument("--seed", type=int, default=0, help="seed of the test input")
     ap.add_argument("--images", help="NAME:N: the first N real test images of dataset NAME (e.g. fashion_mnist:4)")
     ap.add_argument("--expect-no-fit", action="store_true", help="the firmware must fail at AllocateTensors")
@@ -84,11 +87,11 @@ def main(argv=None):
         src = {graph.ops[k].src_index for k in s.stage}
         stage_ops = len(src) if src == set(range(len(src))) else 0
     if a.patches:
-        model = rewrite_custom(original, graph, s, a.model, inplace=a.inplace).model
+        model = rewrite_custom(original, graph, s, a.model, inplace=a.inplace, streamed_input=a.stream).model
         stage_ops = 1  # the TFMCU_PATCH_STAGE op comes first
         what = "custom mode, %dx%d patches over %s, rest %s" % (
             a.patches, a.patches, "%d blocks" % blocks if blocks is not None else "%d ops" % ops,
-            "in place" if a.inplace else "disjoint")
+            "in place" if a.inplace else "disjoint") + (", streamed input" if a.stream else "")
     if a.images:
         xs = real_images(a.images, original)
         inputs = "the first %d %s test images" % (len(xs), a.images.split(":")[0])
@@ -114,9 +117,13 @@ def main(argv=None):
         f.write(src)
         f.write('\n// The leading ops firmware_main.cc measures as the cost region "stage" (0: none).\n'
                 'extern "C" const unsigned int g_tfmcu_stage_ops = %du;\n' % stage_ops)
+        if a.stream:  # the images' rows come from Flash through the kernel's input provider (firmware_main.cc)
+            f.write('extern "C" const unsigned int g_tfmcu_stream_rows = %du;\n' % xs.shape[1])
     # The predictor for Cortex-M (32-bit structs, plain MicroAllocator; "cortex-m-cmsis-nn": TFLM's CMSIS-NN kernels
     # and the patch executor's CMSIS-NN backend) must give the firmware's arena exactly.
     want = expectation(refs)
+    if a.stream:  # every image row read once per input
+        want["streamed_rows_read"] = [int(xs.shape[1])] * min(len(xs), 16)
     expect = {"expect": want, "expect_within": {"arena_used_bytes": [pred.total, 0.0]}}
     if a.expect_no_fit:
         expect = {"expect": {"allocated": 0}, "expect_failure": "AllocateTensors failed"}
