@@ -48,6 +48,11 @@ flags.DEFINE_bool("stream_input", False,
                   "Custom mode: the patch stage reads the image row band by row band through a TfmcuInputProvider "
                   "your firmware registers (a camera, a decoder, rows in Flash): the model's input becomes a "
                   "one-byte placeholder and the arena holds no image (tflm_patch_kernels/tflm/patch_stage_op.h).")
+flags.DEFINE_enum("rest_convs", "tflm", ["tflm", "tfmcu"],
+                  "Custom mode: who runs the CONV_2D / DEPTHWISE_CONV_2D ops after the patch stage. tflm: TFLM's "
+                  "kernels (their per-channel multipliers in TFLM's persistent arena tail); tfmcu: our kernels, each "
+                  "as a one-layer TFMCU_PATCH_STAGE op with its multipliers computed offline into Flash (where that "
+                  "makes the tail smaller).")
 flags.DEFINE_bool("measure", True, "Measure both models' arenas in the TFLM interpreter (auto mode needs it to "
                                    "guarantee the rewritten arena is not larger, and to check --sram_kb).")
 _cli.define_output_flags()
@@ -59,7 +64,7 @@ flags.adopt_module_key_flags(_cli)  # the shared flags this pipeline defined sho
 def main(argv: Sequence[str]) -> None:
     rewrite.run(rewrite.RewriteOptions(FLAGS.tflite, FLAGS.out, FLAGS.mode, _cli.schedule_request(), FLAGS.border,
                                        FLAGS.inplace, FLAGS.measure, FLAGS.json_out, FLAGS.halo,
-                                       FLAGS.stream_input),
+                                       FLAGS.stream_input, FLAGS.rest_convs),
                 progress=_cli.progress)
 
 

@@ -307,3 +307,39 @@ def test_streamed_input_in_tflm_keeps_the_image_out_of_the_arena(zoo_models, tmp
     r = subprocess.run([str(runner_path()), str(path), str(tmp_path), str(tmp_path / "x.npy")], capture_output=True,
                        text=True)
     assert r.returncode == 1 and "no TfmcuInputProvider registered" in r.stderr, r.stderr[-500:]
+
+
+# ============================================================================= the rest's convolutions in Flash
+@pytest.mark.parametrize("name,grid", [("mbv2_035_96", 4), ("resnet_like", 3)], ids=["mbv2_035_96", "resnet_like"])
+def test_rest_convs_in_flash_shrink_the_tail(zoo_models, name, grid):
+    """convs_to_flash: the convolutions after the stage become one-layer TFMCU_PATCH_STAGE ops with their
+    multipliers in Flash: bit-exact in TFLM, the measured tail smaller by what the predictor says, the head unchanged;
+    on the unpatched model too."""
+    data, g, s = _schedule(zoo_models, name, grid)
+    inputs = random_inputs(data, 2, seed=3)
+    ref = run_tflite(data, inputs)
+    patched = custom.rewrite_custom(data, g, s, name).model
+    for label, model in (("unpatched", data), ("patched", patched)):
+        before = run_whole(model, inputs, name).arena
+        flash = custom.convs_to_flash(model, name, build="host")  # decided for the machine that measures
+        assert flash.replaced, flash.kept
+        got = run_whole(flash.model, inputs, name)
+        for a, b in zip(got.outputs, ref):
+            assert np.array_equal(a[0], b[0])
+        assert got.arena.head_bytes == before.head_bytes
+        pred_before = predict_arena(from_tflite(model), model=model)
+        pred = predict_arena(from_tflite(flash.model), model=flash.model)
+        assert pred.head == got.arena.head_bytes
+        # the tail shrinks by what the predictor says it does (the predictor is within 1% on this host)
+        assert got.arena.tail_bytes < before.tail_bytes
+        assert abs((before.tail_bytes - got.arena.tail_bytes) - (pred_before.tail - pred.tail)) <= 0.01 * \
+            before.tail_bytes
+        m = ts.load_model(flash.model)
+        n_ops = sum(ts.op_name(m, op) == "custom:TFMCU_PATCH_STAGE" for op in m.subgraphs[0].operators)
+        assert n_ops == len(flash.replaced) + (label == "patched")
+        print(f"{name} {label}: {len(flash.replaced)} convolutions moved, {len(flash.kept)} kept; measured tail "
+              f"{before.tail_bytes} -> {got.arena.tail_bytes} B, arena {before.arena_used_bytes} -> "
+              f"{got.arena.arena_used_bytes} B")
+    # tools that read one stage say so in one line
+    with pytest.raises(custom.RewriteError, match="rest_convs"):
+        custom.load_custom(flash.model)

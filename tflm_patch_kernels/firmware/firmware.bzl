@@ -200,7 +200,7 @@ def _generated_firmware(name, tool, args, source, srcs, deps, targets, timeout_s
 def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None, inplace = False, images = None,
                         fits = True, targets = MPS2, timeout_s = 50, size = "small", tags = [], sram_budget = {},
                         model_in_psram = False, tflm_kernels = "reference", stage_of = None, reference = "tflite",
-                        streamed_input = False, **kwargs):
+                        streamed_input = False, halo = "none", rest_convs = False, **kwargs):
     """A whole zoo model in TFLM on the MCU (see the module docstring): generator, firmware per target, a test per
     target.
 
@@ -212,6 +212,8 @@ def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None,
     cost region "stage" (patched models always measure their TFMCU_PATCH_STAGE op).
     `reference`: "tflite" (the outputs must be TF Lite's) or "tflm" (the tflite-micro wheel's, for a model on which
     TFLM itself differs from TF Lite; gen_model_whole records both).
+    `halo`: custom mode with halo caches ("all" or "auto"); `rest_convs`: the convolutions after the stage run by
+    our kernels, their multipliers in Flash.
     `streamed_input`: custom mode whose stage streams its input: the firmware feeds the image rows from Flash
     through the kernel's TfmcuInputProvider (no image in the arena).
     `model_in_psram`: the model array in the MPS2 boards' PSRAM instead of their 4 MiB code memory (mps2.ld).
@@ -223,9 +225,11 @@ def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None,
     _generated_firmware(
         name = name,
         tool = "//tools/gen:gen_model_whole",
-        args = "--model %s%s%s%s%s%s%s%s%s%s" % (
+        args = "--model %s%s%s%s%s%s%s%s%s%s%s%s" % (
             model,
             " --stream" if streamed_input else "",
+            " --halo %s" % halo if halo != "none" else "",
+            " --rest-convs" if rest_convs else "",
             " --patches %d" % patches if patches else "",
             " --blocks %d" % blocks if blocks else "",
             " --stage-of %d" % stage_of if stage_of and not patches else "",

@@ -427,17 +427,17 @@ TfLiteStatus Prepare(TfLiteContext* context, TfLiteNode* node) {
   if (input != nullptr) micro_context->DeallocateTempTfLiteTensor(input);
   if (output != nullptr) micro_context->DeallocateTempTfLiteTensor(output);
   TF_LITE_ENSURE_OK(context, io);
-  // A stage without intermediate tensors needs no scratch; TFLM wants a non-empty request.
   const size_t bytes = data->streamed ? data->prepared.streamed_scratch_bytes : data->prepared.scratch_bytes;
-  const size_t request = bytes > 0 ? bytes : 1;
-  return micro_context->RequestScratchBufferInArena(request, &data->scratch_index);
+  data->scratch_index = -1;
+  if (bytes == 0) return kTfLiteOk;  // no intermediate tensor (one layer): no scratch buffer at all
+  return micro_context->RequestScratchBufferInArena(bytes, &data->scratch_index);
 }
 
 TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
   OpData* data = static_cast<OpData*>(node->user_data);
   const TfLiteEvalTensor* input = tflite::micro::GetEvalInput(context, node, 0);
   TfLiteEvalTensor* output = tflite::micro::GetEvalOutput(context, node, 0);
-  void* scratch = context->GetScratchBuffer(context, data->scratch_index);
+  void* scratch = data->scratch_index >= 0 ? context->GetScratchBuffer(context, data->scratch_index) : nullptr;
   TfmcuStatus status;
   if (data->streamed) {
     const auto* provider =

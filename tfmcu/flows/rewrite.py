@@ -20,7 +20,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from tfmcu.errors import UsageError
+import numpy as np
+
+from tfmcu.errors import TfmcuError, UsageError
 from tfmcu.files import check_output_paths, read_bytes, write_outputs
 from tfmcu.flows.common import ScheduleRequest
 from tfmcu.graph.from_tflite import from_tflite
@@ -34,6 +36,7 @@ from tfmcu.stage.custom import PATCH_STAGE_OP, CustomArenaCost, memory_report
 from tfmcu.tflite.schema import has_identifier
 
 MODES = ("builtin", "custom")
+REST_CONVS = ("tflm", "tfmcu")
 BORDER_CHOICES = ("auto",) + BORDERS
 
 
@@ -49,6 +52,7 @@ class RewriteOptions:
     json_out: str | None = None
     halo: str = "none"  # custom mode: halo caches between patches (tfmcu.plan.halo.select)
     stream_input: bool = False  # custom mode: the stage reads the image through the application's input provider
+    rest_convs: str = "tflm"  # custom mode: "tfmcu" runs the rest's convolutions by our kernels (multipliers in Flash)
 
 
 def validate(o: RewriteOptions) -> bytes:
@@ -68,6 +72,10 @@ def validate(o: RewriteOptions) -> bytes:
         raise UsageError(f"--halo={o.halo}: expected one of {', '.join(HALO_MODES)}")
     if o.halo != "none" and o.mode != "custom":
         raise UsageError("--halo applies to --mode=custom only (the TFMCU_PATCH_STAGE kernel keeps the caches)")
+    if o.rest_convs not in REST_CONVS:
+        raise UsageError(f"--rest_convs={o.rest_convs}: expected one of {', '.join(REST_CONVS)}")
+    if o.rest_convs != "tflm" and o.mode != "custom":
+        raise UsageError("--rest_convs applies to --mode=custom only")
     if o.stream_input and o.mode != "custom":
         raise UsageError("--stream_input applies to --mode=custom only (the TFMCU_PATCH_STAGE kernel reads the rows)")
     if o.halo != "none" and o.schedule.auto:
@@ -107,7 +115,8 @@ def run(o: RewriteOptions, log: Callable[[str], None] = print, progress: Progres
         borders = BORDERS if o.border == "auto" else (o.border,)
         cost: Any = BuiltinArenaCost(data, graph, path, borders if req.auto else borders[:1], opts.count_input)
     else:
-        cost = CustomArenaCost(data, graph, path, o.inplace, opts.count_input, o.halo, budget, o.stream_input)
+        cost = CustomArenaCost(data, graph, path, o.inplace, opts.count_input, o.halo, budget, o.stream_input,
+                               o.rest_convs)
     report: dict[str, Any] = {"input": path, "output": o.out, "mode": o.mode}
     if req.auto:
         log(f"auto: {'least-MACs' if opts.objective == 'macs' else 'smallest'} schedule for {path} ({o.mode} mode, "
@@ -130,8 +139,9 @@ def run(o: RewriteOptions, log: Callable[[str], None] = print, progress: Progres
     if patched:
         report["predicted"]["rewritten"] = _predicted(chosen)
         report["schedule"] = chosen.result.schedule
-        if "halo" in chosen.details:
-            report["halo"] = chosen.details["halo"]
+        for key in ("halo", "rest_convs"):
+            if key in chosen.details:
+                report[key] = chosen.details[key]
         report["ops"] = {"original": chosen.result.ops_before, "rewritten": chosen.result.ops_after}
     if o.measure:
         m_orig = measure_arena(data, where=path)
@@ -140,10 +150,18 @@ def run(o: RewriteOptions, log: Callable[[str], None] = print, progress: Progres
             if o.mode == "builtin":
                 m_rw = _arena(measure_arena(out_bytes, where=o.out))
             else:  # the whole model in TFLM built from source with our kernel, on one random input
-                whole = run_whole(out_bytes, random_inputs(data, 1, seed=0), where=o.out).arena
+                sample = random_inputs(data, 1, seed=0)
+                run = run_whole(out_bytes, sample, where=o.out)
+                whole = run.arena
                 m_rw = {"arena_total_bytes": whole.arena_used_bytes, "arena_head_bytes": whole.head_bytes,
                         "arena_tail_bytes": whole.tail_bytes, "measured_by": MEASURED_BY,
                         "patch_stage_persistent_bytes": whole.patch_stage_persistent_bytes}
+                # the original model on the same input in the same TFLM: the outputs must be equal
+                ref = run_whole(data, sample, where=path).outputs
+                if not all(np.array_equal(a, b) for a, b in zip(run.outputs[0], ref[0])):
+                    raise TfmcuError(f"{o.out}: the rewritten model's outputs in TFLM differ from the original's on a "
+                                     f"random input (a tfmcu bug: please report it); nothing written")
+                m_rw["outputs_equal_original_on"] = "1 random input, TFLM built from source"
             report["tflm"]["rewritten"] = m_rw
             if req.auto and m_rw["arena_total_bytes"] >= m_orig.total:
                 message = (f"the rewritten model's measured TFLM arena ({m_rw['arena_total_bytes']} B) is not "
@@ -188,6 +206,11 @@ def format_summary(r: dict[str, Any], inplace: bool = False) -> str:
         lines.append(f"halo caches: {len(h['row_caches'])} row + {len(h['col_caches'])} column caches, "
                      f"{h['cache_bytes']:,} B; MACs +{h['mac_overhead_exact'] * 100:.1f}% (exact; the stage's "
                      f"+{h['stage_mac_overhead'] * 100:.1f}%)")
+    rc = r.get("rest_convs")
+    if rc:
+        lines.append(f"rest: {rc['replaced']} convolutions run by TFMCU_PATCH_STAGE ops (multipliers in Flash), "
+                     f"{rc['kept']} left to TFLM; {rc['tflm_persistent_bytes_moved']:,} B less persistent tail "
+                     f"(Cortex-M, predicted)")
     if r["mode"] == "custom" and r.get("custom_mode"):
         mem = r["custom_mode"]
         kernel = r.get("tflm", {}).get("rewritten", {}).get("patch_stage_persistent_bytes")

@@ -322,8 +322,8 @@ def op_allocations(graph: ir.Graph, op: ir.Op, build: str | TflmBuild = "wheel",
                 if stage is None:
                     alloc.modelled = False
                 else:
-                    scratch = max(1, streamed_scratch(options, cmsis_nn.stage_scratch_bytes(stage)))
-            alloc.op_data, alloc.scratch = op_data, [scratch]
+                    scratch = streamed_scratch(options, cmsis_nn.stage_scratch_bytes(stage))
+            alloc.op_data, alloc.scratch = op_data, [scratch] if scratch > 0 else []
     elif b == "SOFTMAX" and in_dtype == "int16":
         alloc.prepare = [2 * 513, 2 * 513]  # (src) exp and 1/(1+x) int16 lookup tables, LUTSize<int16_t>() = 513
     elif b not in tb.builtin_data and b not in tb.op_data and b not in _NO_ALLOC:

@@ -295,11 +295,12 @@ def _length(r: Range) -> int:
 
 
 def plan(graph: ir.Graph, patches: int | tuple[int, int], n_blocks: int | None = None,
-         n_ops: int | None = None, accounting: str = "separate") -> PatchSchedule:
-    """Schedule the stage (first n_blocks blocks or n_ops ops) as a ph x pw grid of patches; memory counted by
+         n_ops: int | None = None, accounting: str = "separate", ops: Sequence[int] | None = None) -> PatchSchedule:
+    """Schedule the stage (first n_blocks blocks or n_ops ops; or exactly the ops ``ops``, e.g. one layer of the
+    rest run by our kernels, ``tfmcu.stage.custom.convs_to_flash``) as a ph x pw grid of patches; memory counted by
     ``accounting`` (see the module docstring)."""
     ph, pw = (patches, patches) if isinstance(patches, int) else patches
-    idx = stage_ops(graph, n_blocks, n_ops)
+    idx = list(ops) if ops is not None else stage_ops(graph, n_blocks, n_ops)
     ins, outs = check_stage(graph, idx)
     oh, ow = graph.tensors[outs[0]].hw
     if ph > oh or pw > ow:

@@ -35,10 +35,10 @@ from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.kernels import PatchKernelError
 from tfmcu.kernels.ops import FLOAT32, LayerSpec, params_from_words
 from tfmcu.kernels.pack import SPAN_FIELDS, PackedStage, cache_sizes, input_window_bytes, pack_stage
-from tfmcu.plan.arena import predict_arena
+from tfmcu.plan.arena import builtin_of, get_build, op_allocations, predict_arena
 from tfmcu.plan.halo import HaloPlan, plan_halo, select
 from tfmcu.plan.memory_plan import with_offline_plan
-from tfmcu.plan.regions import PatchSchedule, ScheduleError
+from tfmcu.plan.regions import PatchSchedule, ScheduleError, plan
 from tfmcu.plan.search import Candidate, Evaluation
 from tfmcu.stage.common import SCHEDULE_METADATA, RewriteError, RewriteResult, read_schedule, schedule_record
 from tfmcu.tflite import schema as ts
@@ -100,8 +100,28 @@ def rewrite_custom(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where:
                     tm.tensorIndex = token
         inputs = [token]
         stream = {"streamed_input": 1, "input_window_bytes": window}
+    op = _stage_operator(ed, packed, graph, schedule.stage, original_ops, inputs, stream)
+    ed.subgraph.operators = [op] + [o for k, o in enumerate(original_ops) if k not in set(stage_src)]
+    ed.drop_unused_tensors()
+    record = schedule_record(schedule, "custom", scratch_bytes=int(packed.scratch_bytes),
+                             memory_plan="inplace" if inplace else "disjoint", **stream)
+    if halo is not None:
+        record["halo"] = halo.to_dict()
+    ed.set_metadata(SCHEDULE_METADATA, json.dumps(record).encode())
+    # The whole model's offline memory plan (the stage op's input and output, the rest in place if asked), when it
+    # beats TFLM's greedy planner; TFLM places the op's scratch around it.
+    planned, _, _ = with_offline_plan(ed.to_bytes(), inplace=inplace)
+    return RewriteResult(planned, len(original_ops), len(ed.subgraph.operators), ed.new_tensors, record)
+
+
+def _stage_operator(ed: ModelEditor, packed: PackedStage, graph: ir.Graph, stage: list[int],
+                    original_ops: list[Any], inputs: list[int], stream: dict[str, int]) -> Any:
+    """The TFMCU_PATCH_STAGE operator of ``packed`` (ops ``stage`` of ``graph``; ``inputs`` starts with its input
+    tensor): the layers' ORIGINAL filter and bias tensors, new int32 constants for the multipliers / shifts and the
+    tables, the flexbuffer options."""
+    inputs = list(inputs)
     layers = []
-    for spec, k in zip(packed.layers, schedule.stage):
+    for spec, k in zip(packed.layers, stage):
         t_in = [int(t) for t in original_ops[graph.ops[k].src_index].inputs]
         positions = {}
         for name in _ARRAYS:
@@ -142,19 +162,68 @@ def rewrite_custom(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where:
         "scratch_bytes": int(packed.scratch_bytes),
         **stream,
     }
-    op = ed.custom_operator(PATCH_STAGE_OP, inputs, [packed.tensor_tflite_index[packed.output_tensor]],
-                            bytes(flexbuffers.Dumps(desc)))
-    ed.subgraph.operators = [op] + [o for k, o in enumerate(original_ops) if k not in set(stage_src)]
+    return ed.custom_operator(PATCH_STAGE_OP, inputs, [packed.tensor_tflite_index[packed.output_tensor]],
+                              bytes(flexbuffers.Dumps(desc)))
+
+
+# ----------------------------------------------------------------------------- the rest's convolutions in Flash
+FLASH_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D")
+
+
+@dataclass
+class FlashResult:
+    model: bytes
+    replaced: list[dict[str, Any]]  # per op run by our kernel: index, name, out channels, persistent bytes saved
+    kept: list[dict[str, Any]]  # convolutions left to TFLM (our kernel's op data would not be smaller)
+
+
+def convs_to_flash(data: bytes, where: str = "model", inplace: bool = False, build: str = "cortex-m") -> FlashResult:
+    """Run the model's CONV_2D / DEPTHWISE_CONV_2D operators outside a patch stage through our kernels too: each
+    becomes a one-layer TFMCU_PATCH_STAGE op (one patch, no scratch) whose per-channel multipliers and shifts are
+    computed offline into Flash, so TFLM's persistent tail no longer holds them (TFLM's Prepare allocates
+    2 x 4 x out channels bytes per convolution). An operator is replaced only where that makes the tail smaller:
+    our kernel's op data (``kernel_memory``) below TFLM's own allocations for it (``tfmcu.plan.arena``, TFLM build
+    ``build``: Cortex-M's 32-bit structs by default). Tensors, their lifetimes and the memory plan are unchanged
+    (``inplace``: the offline plan in place again); results are bit-exact as for the stage."""
+    graph = from_tflite(data, name=where)
+    ed = ModelEditor(data, where)
+    original_ops = list(ed.subgraph.operators)
+    tb = get_build(build)
+    replaced: dict[int, Any] = {}
+    done, kept = [], []
+    for k, op in enumerate(graph.ops):
+        if builtin_of(op) not in FLASH_OPS:
+            continue
+        try:
+            packed = pack_stage(data, graph, plan(graph, (1, 1), ops=[k]), name=op.name)
+        except (PatchKernelError, ScheduleError) as e:
+            kept.append({"op": op.src_index, "name": op.name, "why": str(e)})
+            continue
+        shape = {"tensors": packed.tensor_shapes, "layers": [{"type": spec.type} for spec in packed.layers],
+                 "scratch_bytes": packed.scratch_bytes}  # what kernel_memory reads of the options
+        ours, _ = kernel_memory(shape, tb.pointer_bytes)
+        # its new int32 constants (multipliers, shifts, the three tables) each get a TfLiteEvalTensor in the tail
+        new_tensors = sum(packed.layers[0].arrays.get(a) is not None for a in ("output_multiplier", "output_shift"))
+        ours = _align16(ours) + (new_tensors + len(_TABLES)) * tb.abi["TfLiteEvalTensor"][0]
+        tflm = op_allocations(graph, op, tb)
+        theirs = sum(_align16(n) for n in [tflm.op_data or 0, *tflm.prepare]) + \
+            (tflm.builtin_data[0] if tflm.builtin_data else 0)
+        entry = {"op": op.src_index, "name": op.name, "builtin": builtin_of(op), "out_channels": op.out_channels,
+                 "tflm_persistent_bytes": theirs, "tfmcu_persistent_bytes": ours}
+        if ours < theirs:
+            replaced[op.src_index] = _stage_operator(ed, packed, graph, [k], original_ops,
+                                                     [packed.tensor_tflite_index[packed.input_tensor]], {})
+            done.append(entry)
+        else:
+            kept.append({**entry, "why": "our kernel's op data would not be smaller"})
+    ed.subgraph.operators = [replaced.get(i, o) for i, o in enumerate(original_ops)]
     ed.drop_unused_tensors()
-    record = schedule_record(schedule, "custom", scratch_bytes=int(packed.scratch_bytes),
-                             memory_plan="inplace" if inplace else "disjoint", **stream)
-    if halo is not None:
-        record["halo"] = halo.to_dict()
-    ed.set_metadata(SCHEDULE_METADATA, json.dumps(record).encode())
-    # The whole model's offline memory plan (the stage op's input and output, the rest in place if asked), when it
-    # beats TFLM's greedy planner; TFLM places the op's scratch around it.
     planned, _, _ = with_offline_plan(ed.to_bytes(), inplace=inplace)
-    return RewriteResult(planned, len(original_ops), len(ed.subgraph.operators), ed.new_tensors, record)
+    return FlashResult(planned, done, kept)
+
+
+def _align16(n: int) -> int:
+    return -(-int(n) // 16) * 16
 
 
 # ----------------------------------------------------------------------------- reading
@@ -174,6 +243,10 @@ def load_custom(data: bytes, where: str = "model") -> CustomModel:
     sg = model.subgraphs[0]
     ops = list(sg.operators or [])
     found = [k for k, op in enumerate(ops) if ts.op_name(model, op) == f"custom:{PATCH_STAGE_OP}"]
+    if len(found) > 1 and found[0] == 0:
+        raise RewriteError(f"{where}: {len(found)} {PATCH_STAGE_OP} operators (the rest's convolutions run by our "
+                           f"kernels, rewrite --rest_convs=tfmcu): this tool reads models whose only "
+                           f"{PATCH_STAGE_OP} is the patch stage; verify the same rewrite with --rest_convs=tflm")
     if len(found) != 1 or found[0] != 0:
         raise RewriteError(f"{where}: expected one {PATCH_STAGE_OP} operator as the first operator")
     op = ops[0]
@@ -300,10 +373,11 @@ class CustomArenaCost:
 
     def __init__(self, data: bytes, graph: ir.Graph, where: str = "model", inplace: bool = False,
                  count_input: bool = True, halo: str = "none", budget: int | None = None,
-                 streamed_input: bool = False):
+                 streamed_input: bool = False, rest_convs: str = "tflm"):
         self.data, self.graph, self.where, self.inplace, self.count_input = data, graph, where, inplace, count_input
         self.halo, self.budget = halo, budget  # halo caches (tfmcu.plan.halo.select) under an arena budget
         self.streamed_input = streamed_input  # the stage reads the image through the input provider
+        self.rest_convs = rest_convs  # "tfmcu": the rest's convolutions run by our kernels (convs_to_flash)
 
     def _input_bytes(self, patched: bool = False) -> int:
         """What the cost leaves out: the image's arena buffer when not counted (a streamed stage has none)."""
@@ -345,6 +419,15 @@ class CustomArenaCost:
                     break
                 analytic -= over
             extra = {"halo": plan.to_dict()}
+        if self.rest_convs == "tfmcu":
+            flash = convs_to_flash(result.model, self.where, inplace=self.inplace)
+            result = RewriteResult(flash.model, result.ops_before, result.ops_after, result.new_tensors,
+                                   result.schedule)
+            p = predict_arena(from_tflite(result.model), model=result.model)
+            extra["rest_convs"] = {"replaced": len(flash.replaced), "kept": len(flash.kept),
+                                   "tflm_persistent_bytes_moved": sum(e["tflm_persistent_bytes"] -
+                                                                      e["tfmcu_persistent_bytes"]
+                                                                      for e in flash.replaced)}
         return Evaluation(candidate, None, p.total - self._input_bytes(True), result,
                           {**_details(p), "ops": result.ops_after, **extra})
 

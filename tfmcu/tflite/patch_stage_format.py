@@ -14,7 +14,8 @@ the image through the application's ``TfmcuInputProvider``) with ``input_window_
 still written as format 2.
 
 * ``read_options(raw)``: the options map (``ValueError`` for anything else).
-* ``kernel_memory(options, pointer_bytes)``: (the kernel's persistent op-data bytes, its scratch request), the
+* ``kernel_memory(options, pointer_bytes)``: (the kernel's persistent op-data bytes, its scratch request: 0 for no
+  request, a stage without intermediate tensors), the
   same arithmetic as ``PatchStagePersistentBytes`` in the C++ kernel, for 64-bit hosts and 32-bit Cortex-M.
 """
 
@@ -73,7 +74,7 @@ def kernel_memory(options: dict[str, Any], pointer_bytes: int = 8) -> tuple[int,
         arrays, words = _PARAMS_LAYOUT[int(entry["type"])]
         params += _align(_struct([p] * arrays + [4] * words, p), p)
     persistent = op_data + _align(20 * n_tensors, p) + _align(layer * len(layers), p) + params
-    return persistent, max(1, streamed_scratch(options, int(options["scratch_bytes"])))
+    return persistent, streamed_scratch(options, int(options["scratch_bytes"]))
 
 
 def streamed_scratch(options: dict[str, Any], scratch: int) -> int:

@@ -4,13 +4,16 @@ rewritten in custom mode (one TFMCU_PATCH_STAGE op), as a C++ array in Flash wit
 FNV-1a hash) and top classes, and the predicted TFLM arena.
 
 usage: gen_model_whole.py --model NAME --out-cc OUT.cc --out-expect OUT.json
-                          [--patches P [--blocks N] [--inplace] [--stream]] [--seed 0] [--images fashion_mnist:N]
+                          [--patches P [--blocks N] [--inplace] [--stream] [--halo MODE] [--rest-convs]]
+                          [--seed 0] [--images fashion_mnist:N]
                           [--expect-no-fit]
 
 - Without --patches the model runs unpatched (the per-layer baseline); with it, custom mode with a P x P grid over
   the first N blocks (default: the zoo entry's stage), the rest planned in place with --inplace; --stream: the stage
   streams its input (the firmware feeds the image rows from Flash through a TfmcuInputProvider; no image in the
-  arena).
+  arena); --halo all|auto: halo caches (tfmcu.plan.halo.select; auto: at the recompute schedule's analytic peak);
+  --rest-convs: the convolutions after the stage run by our kernels with their multipliers in Flash
+  (tfmcu.stage.custom.convs_to_flash, decided for Cortex-M).
 - Inputs: one seeded random input, or with --images the first N real test images of a dataset (tfmcu.data),
   resized to the model's input and quantized with its input scale.
 - The JSON holds {"expect": {"output_fnv1a32": ..., "top_class": [...]}} for tools/qemu/run_firmware.py --expect
@@ -49,6 +52,9 @@ def main(argv=None):
     ap.add_argument("--blocks", type=int, help="patch stage = the first N blocks (default: the zoo entry's)")
     ap.add_argument("--inplace", action="store_true", help="plan the rest of the graph in place")
     ap.add_argument("--stream", action="store_true", help="custom mode: the stage streams its input from Flash")
+    ap.add_argument("--halo", choices=("none", "all", "auto"), default="none", help="custom mode: halo caches")
+    ap.add_argument("--rest-convs", action="store_true",
+                    help="custom mode: the rest's convolutions run by our kernels (multipliers in Flash)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the test input")
     ap.add_argument("--images", help="NAME:N: the first N real test images of dataset NAME (e.g. fashion_mnist:4)")
     ap.add_argument("--expect-no-fit", action="store_true", help="the firmware must fail at AllocateTensors")
@@ -61,6 +67,8 @@ def main(argv=None):
     ap.add_argument("--kernels", choices=("reference", "cmsis_nn"), default="reference",
                     help="the kernels the firmware links (TFLM's and the patch executor's backend)")
     a = ap.parse_args(argv)
+    if a.rest_convs and a.kernels == "cmsis_nn":
+        ap.error("--rest-convs is for the reference build (the predictor models one stage's CMSIS-NN buffer)")
     if a.inplace and a.kernels == "cmsis_nn":
         ap.error("--inplace is for TFLM's reference kernels only (CMSIS-NN's kernels read in another order)")
 
@@ -87,11 +95,19 @@ def main(argv=None):
         src = {graph.ops[k].src_index for k in s.stage}
         stage_ops = len(src) if src == set(range(len(src))) else 0
     if a.patches:
-        model = rewrite_custom(original, graph, s, a.model, inplace=a.inplace, streamed_input=a.stream).model
+        from tfmcu.plan.halo import select
+        from tfmcu.stage.custom import convs_to_flash
+        caches = select(s, a.halo, None, "streamed" if a.stream else "counted")
+        model = rewrite_custom(original, graph, s, a.model, inplace=a.inplace, streamed_input=a.stream,
+                               halo=caches).model
+        if a.rest_convs:
+            model = convs_to_flash(model, a.model, inplace=a.inplace).model
         stage_ops = 1  # the TFMCU_PATCH_STAGE op comes first
         what = "custom mode, %dx%d patches over %s, rest %s" % (
             a.patches, a.patches, "%d blocks" % blocks if blocks is not None else "%d ops" % ops,
-            "in place" if a.inplace else "disjoint") + (", streamed input" if a.stream else "")
+            "in place" if a.inplace else "disjoint") + (", streamed input" if a.stream else "") + (
+            ", halo caches %s" % a.halo if a.halo != "none" else "") + (
+            ", the rest's convolutions by our kernels" if a.rest_convs else "")
     if a.images:
         xs = real_images(a.images, original)
         inputs = "the first %d %s test images" % (len(xs), a.images.split(":")[0])
