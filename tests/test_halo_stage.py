@@ -343,3 +343,12 @@ def test_rest_convs_in_flash_shrink_the_tail(zoo_models, name, grid):
     # tools that read one stage say so in one line
     with pytest.raises(custom.RewriteError, match="rest_convs"):
         custom.load_custom(flash.model)
+    # an in-place plan keeps its overlaps: our one-layer conv ops read and write in the reference kernels' order
+    # (tfmcu.tflite.patch_stage_format.single_layer), so the head stays the in-place one, bit-exact
+    inplace = custom.rewrite_custom(data, g, s, name, inplace=True).model
+    before = run_whole(inplace, inputs, name).arena
+    moved = custom.convs_to_flash(inplace, name, inplace=True, build="host")
+    got = run_whole(moved.model, inputs, name)
+    for a, b in zip(got.outputs, ref):
+        assert np.array_equal(a[0], b[0])
+    assert got.arena.head_bytes == before.head_bytes and got.arena.tail_bytes < before.tail_bytes

@@ -13,13 +13,16 @@ out/bench/<section>.json (rows for scripts) and out/bench/<section>.md (the tabl
   measured TFLM arena of each (about 15 min on 2 cores; resumes from checkpoints).
 - search: the joint architecture + schedule search against the per-layer-only search at 128 and 256 kB, winners
   fine-tuned, deployed (patched ones in custom mode) and measured in TFLM (``tfmcu.flows.bench_search``; about 1 h).
+- halo: measured TFLM arena against MAC overhead for MobileNetV2-0.35-144 and -1.0-224: recompute, halo caches,
+  streamed input, the rest's multipliers in Flash (``tfmcu.flows.bench_halo``; about 5 min).
+- halo_firmware: the same models on Cortex-M4 / M7 under QEMU with CMSIS-NN: per layer, patched recomputing, every
+  halo cached, caches + streamed input: instructions and arena (``tfmcu.flows.bench_halo``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -29,7 +32,8 @@ import numpy as np
 
 from tfmcu.errors import UsageError
 from tfmcu.files import figure_png, write_outputs
-from tfmcu.flows import bench_search
+from tfmcu.flows import bench_halo, bench_search
+from tfmcu.flows.bench_firmware import firmware_reports, generator_record
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.nets import zoo
 from tfmcu.plan import memory_plan
@@ -44,8 +48,8 @@ from tfmcu.stage.custom import load_custom, memory_report, rewrite_custom
 from tfmcu.train.config import Recipe, TrainConfig
 from tfmcu.train.loop import train
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SECTIONS = ("rewrite", "custom", "firmware", "tflm_firmware", "cmsis_nn", "train", "resolution", "search")
+SECTIONS = ("rewrite", "custom", "firmware", "tflm_firmware", "cmsis_nn", "train", "resolution", "search", "halo",
+            "halo_firmware")
 
 
 @dataclass
@@ -231,20 +235,7 @@ FIRMWARE_TESTS = ["model_mbv2_035_96_cortex_m4_test", "model_mbv2_035_96_cortex_
 
 
 def _firmware_reports(section: str, pkg: str, tests: list[str]) -> list[dict[str, Any]]:
-    """Runs bazel sh_tests of firmware (tags manual included) and returns each one's TFMCU_REPORT."""
-    targets = [f"//{pkg}:{t}" for t in tests]
-    log(f"[{section}] bazel test {' '.join(targets)} (converts MobileNetV2-224 once: about a minute)")
-    r = subprocess.run([os.environ.get("BAZEL", "bazel"), "test", *targets, "--test_output=errors"],
-                       cwd=ROOT, capture_output=True, text=True)
-    if r.returncode != 0:
-        tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-15:])
-        raise RuntimeError(f"bazel test failed (exit {r.returncode}):\n{tail}")
-    reports = []
-    for t in tests:
-        with open(os.path.join(ROOT, "bazel-testlogs", pkg, t, "test.log")) as f:
-            line = next(x for x in f if x.startswith("TFMCU_REPORT "))
-        reports.append(json.loads(line[len("TFMCU_REPORT "):]))
-    return reports
+    return firmware_reports(section, pkg, tests, log)
 
 
 def firmware_section(o: BenchOptions) -> dict[str, Any]:
@@ -337,9 +328,7 @@ def cmsis_nn_section(o: BenchOptions) -> dict[str, Any]:
     for test in zoo_tests:
         rep = reports[test]
         res = rep["result"]
-        with open(os.path.join(ROOT, "bazel-bin", pkg, f"{test}.runfiles", "tfmcu_ws", pkg,
-                               test.rsplit("_cortex", 1)[0] + "_expect.json")) as f:
-            host = json.load(f)["host"]
+        host = generator_record(pkg, test)
         zoo_rows.append({"test": test, "model": host["model"], "what": host["what"], "target": res["target"],
                          "invoke_insns": min(g["insns"] for g in res["regions"] if g["name"] == "invoke"),
                          "arena_used_bytes": res["arena_used_bytes"],
@@ -352,10 +341,7 @@ def cmsis_nn_section(o: BenchOptions) -> dict[str, Any]:
             for v in CMSIS_BENCH_VARIANTS:
                 test = f"bench_{m}_{v}_{t}_test"
                 rep = reports[test]
-                # the generator's record (schedule MACs, predicted arena, reference), in the test's runfiles
-                with open(os.path.join(ROOT, "bazel-bin", pkg, f"{test}.runfiles", "tfmcu_ws", pkg,
-                                       f"bench_{m}_{v}_expect.json")) as f:
-                    host = json.load(f)["host"]
+                host = generator_record(pkg, test)  # schedule MACs, predicted arena, reference
                 res = rep["result"]
                 invoke = min(g["insns"] for g in res["regions"] if g["name"] == "invoke")
                 stage = min(g["insns"] for g in res["regions"] if g["name"] == "stage")
@@ -528,7 +514,9 @@ def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
     sections: dict[str, Callable[[BenchOptions], dict[str, Any]]] = {
         "rewrite": rewrite_section, "custom": custom_section, "firmware": firmware_section,
         "tflm_firmware": tflm_firmware_section, "cmsis_nn": cmsis_nn_section, "train": train_section,
-        "resolution": resolution_section, "search": lambda o: bench_search.search_section(o, log)}
+        "resolution": resolution_section, "search": lambda o: bench_search.search_section(o, log),
+        "halo": lambda o: bench_halo.halo_section(o, log),
+        "halo_firmware": lambda o: bench_halo.halo_firmware_section(o, log)}
     unknown = [s for s in o.sections if s not in sections]
     if unknown:
         raise UsageError(f"unknown bench section(s) {', '.join(unknown)}; known: {', '.join(sections)}")

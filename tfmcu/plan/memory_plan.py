@@ -34,6 +34,7 @@ from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.plan.arena import ALIGN, builtin_of, lifetimes, offline_offsets, plan_head, tensor_indices
 from tfmcu.plan.placer import alive_bound, align_up, compatible, place
 from tfmcu.tflite import offline_plan
+from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, read_options, single_layer
 
 
 # Reference kernels whose read/write order ``inplace_distance`` models (TFLite builtin names).
@@ -56,6 +57,17 @@ def inplace_distance(graph: ir.Graph, op: ir.Op, tensor: str) -> int | None:
     (other operators, dilation, groups, broadcasting, batch > 1, tensors other than int8). See the module
     docstring."""
     b = builtin_of(op)
+    if b == f"custom:{PATCH_STAGE_OP}":  # one conv layer run whole by our kernels (convs_to_flash): its builtin
+        try:
+            layer = single_layer(read_options(op.attrs.get("custom_options", b"")))
+        except (ValueError, KeyError, TypeError, IndexError):
+            layer = None
+        if layer is None:
+            return None
+        op = copy.copy(op)
+        op.stride, op.dilation, op.padding, op.groups = (layer["stride"], layer["dilation"], layer["padding"],
+                                                         layer["groups"])
+        b = layer["builtin"]
     if b not in INPLACE_BUILTINS or len(op.outputs) != 1 or tensor not in op.inputs:
         return None
     x, y = graph.tensors[tensor], graph.tensors[op.outputs[0]]

@@ -47,6 +47,23 @@ def read_options(raw: bytes) -> dict[str, Any]:
     return desc
 
 
+def single_layer(options: dict[str, Any]) -> dict[str, Any] | None:
+    """The geometry of a stage that is one CONV_2D / DEPTHWISE_CONV_2D layer run whole (grid 1x1, no scratch: the
+    rest's convolutions, ``tfmcu.stage.custom.convs_to_flash``): its TFLite builtin, kernel, stride, dilation,
+    groups and padding (top, bottom, left, right); None for any other stage. Our portable kernels read and write in
+    the reference kernels' order, so in-place plans treat such an op as that builtin."""
+    layers = options.get("layers") or []
+    if len(layers) != 1 or [int(g) for g in options.get("grid", [])] != [1, 1]:
+        return None
+    code = int(layers[0]["type"])
+    if code not in (1, 2):
+        return None
+    w = [int(v) for v in layers[0]["words"]]  # kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w, ...
+    return {"builtin": "CONV_2D" if code == 1 else "DEPTHWISE_CONV_2D", "kernel": (w[0], w[1]),
+            "stride": (w[2], w[3]), "dilation": (w[4], w[5]), "groups": w[6] if code == 1 else 1,
+            "padding": tuple(int(p) for p in layers[0]["padding"])}
+
+
 def _align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
 
