@@ -223,6 +223,11 @@ def test_rewrite_pipeline_halo_flag(zoo_models, tmp_path):
     r = subprocess.run([sys.executable, "-m", "pipelines.verify", f"--original={src}",
                         f"--rewritten={tmp_path / 'stream.tflite'}"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 2 and "streams its input" in r.stderr.strip().splitlines()[-1], r.stderr[-500:]
+    r = subprocess.run([sys.executable, "-m", "pipelines.deploy", f"--tflite={tmp_path / 'stream.tflite'}",
+                        "--target=stm32f405", f"--out_dir={tmp_path / 'fw'}"], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 2 and "streams its input" in r.stderr.strip().splitlines()[-1], r.stderr[-500:]
+    assert not (tmp_path / "fw").exists()
     out = tmp_path / "bad.tflite"
     for extra, message in ((["--mode=builtin"], "--halo applies to --mode=custom only"),
                            (["--patches=auto", "--sram_kb=200"], "--patches=auto is not supported yet")):
@@ -283,6 +288,8 @@ def test_streamed_input_in_tflm_keeps_the_image_out_of_the_arena(zoo_models, tmp
         model = custom.rewrite_custom(data, g, s, name, halo=h, streamed_input=True).model
         opts = _options(model)
         assert opts["version"] == 3 and opts["streamed_input"] == 1
+        back = custom.load_custom(model).packed  # read back (format 3 with or without caches)
+        assert back.scratch_bytes == opts["scratch_bytes"] and binding.check_stage(back) == (0, -1)
         m = ts.load_model(model)
         token = m.subgraphs[0].tensors[int(m.subgraphs[0].inputs[0])]
         assert list(token.shape) == [1] and token.type == ts.TensorType.INT8

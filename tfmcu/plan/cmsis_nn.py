@@ -88,9 +88,14 @@ def stage_kernel_scratch_bytes(packed: Any) -> int:
             in_h = int(r[_IN_STOP] - r[_IN_START])
             for j in range(cols.shape[0]):
                 c = cols[j, l]
+                if r[_OUT_STOP] == r[_OUT_START] or c[_OUT_STOP] == c[_OUT_START]:
+                    continue  # a halo cache holds all of it: the layer does not run in this patch
                 in_w = int(c[_IN_STOP] - c[_IN_START])
                 if t == packed.input_tensor:
                     held_w = full_w
+                elif packed.col_held is not None:  # halo caches: the buffer holds the held columns
+                    held = packed.col_held[j, packed.tensor_producers[t]]
+                    held_w = int(held[1] - held[0])
                 else:  # a patch buffer holds what its producer computes for this column band
                     pc = cols[j, packed.tensor_producers[t]]
                     held_w = int(pc[_OUT_STOP] - pc[_OUT_START])

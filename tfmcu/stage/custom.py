@@ -296,7 +296,7 @@ def _packed_from_options(model: ts.ModelT, op: ts.OperatorT, desc: dict[str, Any
 
     offsets = table("buffer_offsets", (grid[0] * grid[1], len(tensors)))
     halo: dict[str, Any] = {}
-    if int(desc["version"]) >= 3:
+    if int(desc["version"]) >= 3 and int(desc.get("num_caches", 0)) > 0:
         n_caches = int(desc["num_caches"])
         halo = dict(row_held=table("row_held", (grid[0], n_layers, 2)),
                     col_held=table("col_held", (grid[1], n_layers, 2)),
