@@ -17,7 +17,7 @@ import numpy as np
 from tfmcu.graph import ir
 from tfmcu.kernels import PatchKernelError
 from tfmcu.kernels.ops import FLOAT32, INT8, LayerSpec, layer_spec
-from tfmcu.plan.placer import Buffer, alive_bound, place
+from tfmcu.plan.placer import Buffer, align_up, alive_bound, place
 from tfmcu.plan.regions import Read
 from tfmcu.tflite.editor import load
 
@@ -219,7 +219,7 @@ def pack_stage(model_bytes: bytes, graph: ir.Graph, schedule: Any, align: int = 
     cache_offsets, base = [], 0
     for n in sizes_c:
         cache_offsets.append(base)
-        base = -(-(base + n) // align) * align
+        base = align_up(base + n, align)
 
     # Scratch plan, patch by patch.
     n_t = len(tensor_names)

@@ -35,9 +35,10 @@ from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.kernels import PatchKernelError
 from tfmcu.kernels.ops import FLOAT32, LayerSpec, params_from_words
 from tfmcu.kernels.pack import SPAN_FIELDS, PackedStage, cache_sizes, input_window_bytes, pack_stage
-from tfmcu.plan.arena import builtin_of, get_build, op_allocations, predict_arena
+from tfmcu.plan.arena import ALIGN, builtin_of, get_build, op_allocations, predict_arena
 from tfmcu.plan.halo import HaloPlan, plan_halo, select
 from tfmcu.plan.memory_plan import with_offline_plan
+from tfmcu.plan.placer import align_up
 from tfmcu.plan.regions import PatchSchedule, ScheduleError, plan
 from tfmcu.plan.search import Candidate, Evaluation
 from tfmcu.stage.common import SCHEDULE_METADATA, RewriteError, RewriteResult, read_schedule, schedule_record
@@ -204,9 +205,9 @@ def convs_to_flash(data: bytes, where: str = "model", inplace: bool = False, bui
         ours, _ = kernel_memory(shape, tb.pointer_bytes)
         # its new int32 constants (multipliers, shifts, the three tables) each get a TfLiteEvalTensor in the tail
         new_tensors = sum(packed.layers[0].arrays.get(a) is not None for a in ("output_multiplier", "output_shift"))
-        ours = _align16(ours) + (new_tensors + len(_TABLES)) * tb.abi["TfLiteEvalTensor"][0]
+        ours = align_up(ours, ALIGN) + (new_tensors + len(_TABLES)) * tb.abi["TfLiteEvalTensor"][0]
         tflm = op_allocations(graph, op, tb)
-        theirs = sum(_align16(n) for n in [tflm.op_data or 0, *tflm.prepare]) + \
+        theirs = sum(align_up(n, ALIGN) for n in [tflm.op_data or 0, *tflm.prepare]) + \
             (tflm.builtin_data[0] if tflm.builtin_data else 0)
         entry = {"op": op.src_index, "name": op.name, "builtin": builtin_of(op), "out_channels": op.out_channels,
                  "tflm_persistent_bytes": theirs, "tfmcu_persistent_bytes": ours}
@@ -220,10 +221,6 @@ def convs_to_flash(data: bytes, where: str = "model", inplace: bool = False, bui
     ed.drop_unused_tensors()
     planned, _, _ = with_offline_plan(ed.to_bytes(), inplace=inplace)
     return FlashResult(planned, done, kept)
-
-
-def _align16(n: int) -> int:
-    return -(-int(n) // 16) * 16
 
 
 # ----------------------------------------------------------------------------- reading
