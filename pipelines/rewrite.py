@@ -6,6 +6,8 @@
     python -m pipelines.rewrite --tflite=model.tflite --out=custom.tflite --mode=custom --patches=4 --patch_blocks=5
     python -m pipelines.rewrite --tflite=model.tflite --out=custom.tflite --mode=custom --patches=4 --patch_blocks=5 \
         --halo=auto
+    python -m pipelines.rewrite --tflite=model.tflite --out=small.tflite --mode=custom --patches=9 --patch_blocks=5 \
+        --halo=smallest --halo_max_mac_overhead=0.05 --stream_input --rest_convs=tfmcu --inplace
 
 --mode=builtin unrolls the stage into per-patch TFLite builtin ops that stock TFLM runs; --mode=custom replaces it by
 one TFMCU_PATCH_STAGE op run by tfmcu's C kernels (its memory figures are estimates until a TFLM kernel for the op
@@ -43,14 +45,20 @@ flags.DEFINE_enum("halo", "none", list(HALO_MODES),
                   "none: recompute (MCUNetV2); all: cache every intermediate tensor (each element computed once); "
                   "auto: the caches that fit --sram_kb (predicted TFLM arena), or without it the caches that keep the "
                   "arena's planned part (activations and scratch) within the recompute schedule's: fewer MACs for "
-                  "the same activation memory (the cache tables add about 100 B of TFLM tensor records).")
+                  "the same activation memory (the cache tables add about 100 B of TFLM tensor records); smallest: "
+                  "the caches that make the stage's memory smallest while the whole model computes at most "
+                  "--halo_max_mac_overhead more MACs than the original (some halos recomputed, the costly caches "
+                  "dropped).")
+flags.DEFINE_float("halo_max_mac_overhead", 0.05,
+                   "--halo=smallest: the whole model's MAC overhead allowed over the original (0.05: +5%).")
 flags.DEFINE_bool("stream_input", False,
                   "Custom mode: the patch stage reads the image row band by row band through a TfmcuInputProvider "
                   "your firmware registers (a camera, a decoder, rows in Flash): the model's input becomes a "
                   "one-byte placeholder and the arena holds no image (tflm_patch_kernels/tflm/patch_stage_op.h).")
 flags.DEFINE_enum("rest_convs", "tflm", ["tflm", "tfmcu"],
-                  "Custom mode: who runs the CONV_2D / DEPTHWISE_CONV_2D ops after the patch stage. tflm: TFLM's "
-                  "kernels (their per-channel multipliers in TFLM's persistent arena tail); tfmcu: our kernels, each "
+                  "Custom mode: who runs the CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED ops after the patch stage. "
+                  "tflm: TFLM's kernels (their per-channel multipliers in TFLM's persistent arena tail); tfmcu: our "
+                  "kernels (a fully connected layer as a 1x1 convolution), each "
                   "as a one-layer TFMCU_PATCH_STAGE op with its multipliers computed offline into Flash (where that "
                   "makes the tail smaller).")
 flags.DEFINE_bool("measure", True, "Measure both models' arenas in the TFLM interpreter (auto mode needs it to "
@@ -64,7 +72,7 @@ flags.adopt_module_key_flags(_cli)  # the shared flags this pipeline defined sho
 def main(argv: Sequence[str]) -> None:
     rewrite.run(rewrite.RewriteOptions(FLAGS.tflite, FLAGS.out, FLAGS.mode, _cli.schedule_request(), FLAGS.border,
                                        FLAGS.inplace, FLAGS.measure, FLAGS.json_out, FLAGS.halo,
-                                       FLAGS.stream_input, FLAGS.rest_convs),
+                                       FLAGS.stream_input, FLAGS.rest_convs, FLAGS.halo_max_mac_overhead),
                 progress=_cli.progress)
 
 

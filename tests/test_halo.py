@@ -217,3 +217,23 @@ def test_choose_caches_under_a_budget():
     assert loose.stage_mac_overhead <= 0.03 and loose.peak_sram_bytes <= s.peak_sram_bytes * 1.25
     with pytest.raises(ScheduleError, match="recompute schedule needs"):
         halo.choose_caches(s, s.peak_sram_bytes - 1)
+
+
+@pytest.mark.parametrize("image", ["counted", "streamed"])
+def test_smallest_caches_within_a_mac_cap(image):
+    """MobileNetV2-144 9x9 n=5 (analytic): the smallest stage within +5% whole-model MACs (recomputing all, +45%, is
+    out) is smaller than with every cache (some row caches of wide tensors dropped, their rows recomputed), a tighter
+    cap gives no smaller stage; a cap below what every cache reaches is one line."""
+    g = from_spec(mbv2(144))
+    s = regions.plan(g, 9, n_blocks=5)
+    inter = halo.intermediates(s)
+    every, none = halo.plan_halo(s, inter, inter), halo.plan_halo(s)
+    small = halo.smallest_caches(s, 0.05, image)
+    assert small.mac_overhead <= 0.05 < none.mac_overhead
+    assert small.stage_peak(image) < every.stage_peak(image)
+    assert len(small.cache_rows) < len(inter)
+    tight = halo.smallest_caches(s, 0.01, image)
+    assert tight.mac_overhead <= 0.01 and tight.stage_peak(image) >= small.stage_peak(image)
+    assert halo.select(s, "smallest", None, image, 0.05).to_dict() == small.to_dict()
+    with pytest.raises(ScheduleError, match="every halo cached still adds"):
+        halo.smallest_caches(s, every.mac_overhead - 1e-6 if every.mac_overhead > 0 else -1.0, image)

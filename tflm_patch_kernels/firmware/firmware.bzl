@@ -212,7 +212,7 @@ def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None,
     cost region "stage" (patched models always measure their TFMCU_PATCH_STAGE op).
     `reference`: "tflite" (the outputs must be TF Lite's) or "tflm" (the tflite-micro wheel's, for a model on which
     TFLM itself differs from TF Lite; gen_model_whole records both).
-    `halo`: custom mode with halo caches ("all" or "auto"); `rest_convs`: the convolutions after the stage run by
+    `halo`: custom mode with halo caches ("all", "auto" or "smallest"); `rest_convs`: the convolutions after the stage run by
     our kernels, their multipliers in Flash.
     `streamed_input`: custom mode whose stage streams its input: the firmware feeds the image rows from Flash
     through the kernel's TfmcuInputProvider (no image in the arena).

@@ -196,15 +196,18 @@ TfLiteStatus ConstInput(TfLiteContext* context, TfLiteNode* node, int32_t positi
   return kTfLiteOk;
 }
 
-// The node's input 0 / output 0 must be the stage input / output tensor: [1, H, W, C] of the right type.
+// The node's input 0 / output 0 must be the stage input / output tensor: [1, H, W, C] of the right type, or
+// [1, C] for a 1 x 1 one (a fully connected layer run as the 1x1 convolution it computes).
 TfLiteStatus CheckIo(const TfLiteTensor* t, const TfmcuTensor& want, const char* what) {
   const TfLiteType type = want.dtype == kTfmcuFloat32 ? kTfLiteFloat32 : kTfLiteInt8;
   if (t == nullptr) TFMCU_FAIL("the op has no %s tensor", what);
   if (t->type != type) TFMCU_FAIL("%s tensor has type %s, the stage expects %s", what, TfLiteTypeGetName(t->type),
                                   TfLiteTypeGetName(type));
   const TfLiteIntArray* d = t->dims;
-  if (d == nullptr || d->size != 4 || d->data[0] != 1 || d->data[1] != want.height || d->data[2] != want.width ||
-      d->data[3] != want.channels) {
+  const bool flat = d != nullptr && d->size == 2 && d->data[0] == 1 && want.height == 1 && want.width == 1 &&
+                    d->data[1] == want.channels;
+  if (!flat && (d == nullptr || d->size != 4 || d->data[0] != 1 || d->data[1] != want.height ||
+                d->data[2] != want.width || d->data[3] != want.channels)) {
     TFMCU_FAIL("%s tensor shape is not [1, %d, %d, %d]", what, static_cast<int>(want.height),
                static_cast<int>(want.width), static_cast<int>(want.channels));
   }

@@ -34,13 +34,15 @@ from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.nets import zoo
 from tfmcu.plan import halo
 from tfmcu.plan.arena import predict_arena
-from tfmcu.plan.regions import plan as plan_schedule
+from tfmcu.plan.regions import ScheduleError, plan as plan_schedule
 from tfmcu.runtime.model_io import random_inputs
 from tfmcu.runtime.tflm_host import MEASURED_BY, run_whole
 from tfmcu.stage.custom import convs_to_flash, rewrite_custom
 
 # model -> [(patch-stage blocks, grids), ...]
-MODELS = {"mbv2_035_144": [(5, (2, 3, 4, 6, 8)), (6, (4, 6, 8))], "mbv2_100_224": [(5, (3, 4, 6))]}
+MODELS = {"mbv2_035_144": [(4, (9, 12)), (5, (2, 3, 4, 6, 8, 9, 12)), (6, (4, 6, 8))],
+          "mbv2_100_224": [(5, (3, 4, 6))]}
+MAX_MAC_OVERHEAD = 0.05  # halo "smallest": the issue's MAC cap for MobileNetV2-0.35-144
 TITLES = {"mbv2_035_144": "MobileNetV2-0.35-144", "mbv2_100_224": "MobileNetV2-1.0-224"}
 CACHE_BUDGETS = (1.0, 1.1)  # choose_caches at these multiples of the recompute schedule's analytic peak
 SERIES = (("recompute", "recompute (MCUNetV2)"), ("cache", "halo caches"),
@@ -48,6 +50,9 @@ SERIES = (("recompute", "recompute (MCUNetV2)"), ("cache", "halo caches"),
           ("flash", "caches + streamed input + rest's multipliers in Flash"))
 # msf-CNN (NeurIPS'25) on the standard Keras MobileNetV2-0.35-144 layer list, their optimizer: (MAC factor, kB),
 # quoted from ../shared/notes/peers.md; analytic, input / output excluded, no residual ADDs, kB = 1000.
+# MCUNetV2 (NeurIPS'21; ../shared/notes/paper.md): 4x4 patches at 224 cut the analytic peak of MobileNetV2, MbV2-RD,
+# OFA-CPU, MnasNet and FBNet-A 3.7-8.0x at 8-17% more MACs (quoted: a range over five networks, not per network).
+MCUNETV2_224 = {"peak_reduction": (3.7, 8.0), "mac_overhead_pct": (8, 17)}
 MSF_CNN_144 = ((1.036, 124.6), (1.226, 37.3), (1.294, 21.3), (1.567, 15.8))
 
 
@@ -65,7 +70,14 @@ def _plans(s: Any, image: str) -> dict[str, Any]:
             out[f"auto@{f:g}"] = h
     h = halo.plan_halo(s, inter, inter)
     if (h.cache_rows, h.cache_cols) not in seen:
+        seen.add((h.cache_rows, h.cache_cols))
         out["all"] = h
+    try:
+        h = halo.smallest_caches(s, MAX_MAC_OVERHEAD, image)
+    except ScheduleError:  # even every cache exceeds the MAC cap
+        return out
+    if (h.cache_rows, h.cache_cols) not in seen:
+        out[f"smallest@{100 * MAX_MAC_OVERHEAD:g}%"] = h
     return out
 
 
@@ -211,6 +223,13 @@ def _plot(rows: list[dict[str, Any]], path: str) -> None:
             ax.scatter(*zip(*pts), marker=markers[key], s=18, alpha=0.45)
             front = _pareto(pts)
             ax.plot(*zip(*front), marker=markers[key], label=label + " (Pareto front)")
+        if name == "mbv2_100_224":  # MCUNetV2's published range, relative to the per-layer figure
+            lo, hi = MCUNETV2_224["peak_reduction"]
+            x0, x1 = MCUNETV2_224["mac_overhead_pct"]
+            ax.add_patch(plt.Rectangle((x0, orig["arena_bytes"] / 1024 / hi), x1 - x0,
+                                       orig["arena_bytes"] / 1024 * (1 / lo - 1 / hi), color="tab:grey", alpha=0.2,
+                                       label="MCUNetV2 (quoted, analytic: 4x4 at 224, 5 networks, "
+                                             f"{lo}-{hi}x below per layer at +{x0}-{x1}% MACs)"))
         if name == "mbv2_035_144":
             ax.scatter([100 * (f - 1) for f, _ in MSF_CNN_144], [kb * 1000 / 1024 for _, kb in MSF_CNN_144],
                        marker="x", color="black", label="msf-CNN (quoted, analytic; I/O excluded, no ADDs)")
@@ -227,6 +246,12 @@ FIRMWARE_VARIANTS = {"cmsis": "TFLM + CMSIS-NN per layer (baseline)", "cmsis_p":
                      "cmsis_p_all": "patched, every halo cached",
                      "cmsis_p_auto_stream": "patched, caches (auto) + input streamed from Flash"}
 LATENCY_TARGET = 1.05  # issue 12: whole model patched <= 1.05 x TFLM + CMSIS-NN unpatched (QEMU instructions)
+# MobileNetV2-0.35-144 with TFLM's reference kernels: per layer, and 9x9 n=5 with the smallest stage within +5% MACs
+# (the rest in place, its multipliers in Flash), image in the arena or streamed: variant -> (label, target ratio)
+MEMORY_VARIANTS = {"ref": ("TFLM reference kernels per layer (baseline)", None),
+                   "ref_p9_smallest": ("9x9 n=5, smallest stage <= +5% MACs, image in the arena, rest in place, "
+                                       "its multipliers in Flash", 3.5),
+                   "ref_p9_smallest_stream": ("the same, input streamed from Flash", 6.0)}
 
 
 def halo_firmware_section(o: Any, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -235,9 +260,10 @@ def halo_firmware_section(o: Any, log: Callable[[str], None] = print) -> dict[st
     pkg = "tflm_patch_kernels/tflm"
     tests = [f"bench_halo_{m}_{v}_{t}_test" for m in FIRMWARE_MODELS for v in FIRMWARE_VARIANTS
              for t in ("cortex_m4", "cortex_m7")]
-    reports = dict(zip(tests, firmware_reports("halo_firmware", pkg, tests, log)))
+    memory_tests = [f"bench_halo_mbv2_035_144_{v}_{t}_test" for v in MEMORY_VARIANTS for t in ("cortex_m4", "cortex_m7")]
+    reports = dict(zip(tests + memory_tests, firmware_reports("halo_firmware", pkg, tests + memory_tests, log)))
     rows = []
-    for test in tests:
+    for test in tests + memory_tests:
         rep = reports[test]
         res = rep["result"]
         host = generator_record(pkg, test)
@@ -248,14 +274,17 @@ def halo_firmware_section(o: Any, log: Callable[[str], None] = print) -> dict[st
                      "stage_insns": min((g["insns"] for g in regions if g["name"] == "stage"), default=None),
                      "arena_used_bytes": res["arena_used_bytes"],
                      "arena_predicted": host["predicted_arena_bytes_cortex_m"],
-                     "macs": host.get("macs"), "what": host["what"], "equal_tflite": not rep["problems"]})
+                     "macs": host.get("macs"), "macs_executed": host.get("macs_executed"), "what": host["what"],
+                     "equal_tflite": not rep["problems"]})
     md = ["Measured: QEMU instruction counts (plugin) of one Invoke and of its patch stage, TFLM's arena_used_bytes "
           "on the target; CMSIS-NN kernels everywhere (TFLM's for the rest, the patch executor's CMSIS-NN backend "
           "for the stage).", "",
           "| model | variant | target | instructions / inference | vs baseline | stage instructions | vs baseline "
           "stage | arena (B) | = predicted | outputs = TF Lite |",
           "|---|---|---|---:|---:|---:|---:|---:|---|---|"]
-    for r in rows:
+    memory = [r for r in rows if r["variant"] in MEMORY_VARIANTS]
+    rows_latency = [r for r in rows if r["variant"] in FIRMWARE_VARIANTS]
+    for r in rows_latency:
         base = next(b for b in rows if b["model"] == r["model"] and b["variant"] == "cmsis" and
                     b["target"] == r["target"])
         ratio = r["invoke_insns"] / base["invoke_insns"]
@@ -268,8 +297,51 @@ def halo_firmware_section(o: Any, log: Callable[[str], None] = print) -> dict[st
                   f"{'yes' if r['arena_used_bytes'] == r['arena_predicted'] else 'no'} | "
                   f"{'yes' if r['equal_tflite'] else 'NO'} |")
     md += ["", f"Target (issue 12): whole model patched <= {LATENCY_TARGET} x TFLM + CMSIS-NN unpatched:"]
-    for r in rows:
+    for r in rows_latency:
         if r["variant"] != "cmsis":
             md.append(f"- {TITLES[r['model']]}, {FIRMWARE_VARIANTS[r['variant']]}, {r['target']}: "
                       f"{r['vs_baseline']:.3f}x ({'met' if r['vs_baseline'] <= LATENCY_TARGET else 'NOT met'})")
-    return {"rows": rows, "markdown": "\n".join(md) + "\n"}
+    md += ["", "Memory on the MCU (MobileNetV2-0.35-144, TFLM's reference kernels; measured arena_used_bytes, "
+           "MACs exact):", "", "| variant | target | MACs | instructions / inference | arena (B) | = predicted | "
+           "vs per layer | issue target | outputs = TF Lite |", "|---|---|---:|---:|---:|---|---:|---|---|"]
+    for r in memory:
+        base = next(b for b in memory if b["variant"] == "ref" and b["target"] == r["target"])
+        label, want = MEMORY_VARIANTS[r["variant"]]
+        ratio = base["arena_used_bytes"] / r["arena_used_bytes"]
+        r["vs_per_layer"] = round(ratio, 4)
+        macs = ("-" if not r["macs_executed"] or not r["macs"] else
+                f"{100 * (r['macs_executed'] / r['macs'] - 1):+.1f}%")
+        md.append(f"| {label} | {r['target']} | {macs} | {r['invoke_insns']:,} | {r['arena_used_bytes']:,} | "
+                  f"{'yes' if r['arena_used_bytes'] == r['arena_predicted'] else 'no'} | {ratio:.2f}x | "
+                  + ("-" if want is None else f">= {want:g}x: {'met' if ratio >= want else 'NOT met'}")
+                  + f" | {'yes' if r['equal_tflite'] else 'NO'} |")
+    plot = os.path.join(o.out_dir, "halo_firmware.png")
+    _plot_firmware(rows_latency, plot)
+    return {"rows": rows, "markdown": "\n".join(md) + "\n", "plot": "halo_firmware.png"}
+
+
+def _plot_firmware(rows: list[dict[str, Any]], path: str) -> None:
+    """Measured arena against measured instructions per inference (vs the CMSIS-NN per-layer baseline), per model
+    and core: the latency rows of ``halo_firmware_section``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(FIRMWARE_MODELS), figsize=(6.2 * len(FIRMWARE_MODELS), 4.6))
+    markers = {"cmsis": "o", "cmsis_p": "s", "cmsis_p_all": "D", "cmsis_p_auto_stream": "^"}
+    for ax, name in zip(np.atleast_1d(axes), FIRMWARE_MODELS):
+        for target, color in (("cortex_m4", "tab:blue"), ("cortex_m7", "tab:orange")):
+            mine = [r for r in rows if r["model"] == name and r["target"] == target]
+            if not mine:
+                continue
+            for r in mine:
+                ax.scatter(100 * (r["vs_baseline"] - 1), r["arena_used_bytes"] / 1024, color=color,
+                           marker=markers[r["variant"]], label=f"{FIRMWARE_VARIANTS[r['variant']]}, {target}")
+        ax.axvline(100 * (LATENCY_TARGET - 1), color="grey", linestyle=":", linewidth=1,
+                   label=f"issue target: <= {LATENCY_TARGET}x instructions")
+        ax.set_xlabel("instructions per inference vs TFLM + CMSIS-NN per layer (%; QEMU, measured)")
+        ax.set_ylabel("TFLM arena on the MCU (kB; measured)")
+        ax.set_title(f"{TITLES[name]}: arena vs instructions (Cortex-M, CMSIS-NN)", fontsize=10)
+        ax.legend(fontsize=6)
+    write_outputs({path: figure_png(fig)})

@@ -53,6 +53,7 @@ class RewriteOptions:
     halo: str = "none"  # custom mode: halo caches between patches (tfmcu.plan.halo.select)
     stream_input: bool = False  # custom mode: the stage reads the image through the application's input provider
     rest_convs: str = "tflm"  # custom mode: "tfmcu" runs the rest's convolutions by our kernels (multipliers in Flash)
+    halo_max_mac_overhead: float = 0.05  # halo "smallest": the whole model's MAC overhead cap (0.05: +5%)
 
 
 def validate(o: RewriteOptions) -> bytes:
@@ -72,6 +73,10 @@ def validate(o: RewriteOptions) -> bytes:
         raise UsageError(f"--halo={o.halo}: expected one of {', '.join(HALO_MODES)}")
     if o.halo != "none" and o.mode != "custom":
         raise UsageError("--halo applies to --mode=custom only (the TFMCU_PATCH_STAGE kernel keeps the caches)")
+    if not 0 <= o.halo_max_mac_overhead < 100:
+        raise UsageError(f"--halo_max_mac_overhead={o.halo_max_mac_overhead:g}: expected a fraction >= 0 (0.05: +5%)")
+    if o.halo_max_mac_overhead != 0.05 and o.halo != "smallest":
+        raise UsageError("--halo_max_mac_overhead applies to --halo=smallest only")
     if o.rest_convs not in REST_CONVS:
         raise UsageError(f"--rest_convs={o.rest_convs}: expected one of {', '.join(REST_CONVS)}")
     if o.rest_convs != "tflm" and o.mode != "custom":
@@ -116,7 +121,7 @@ def run(o: RewriteOptions, log: Callable[[str], None] = print, progress: Progres
         cost: Any = BuiltinArenaCost(data, graph, path, borders if req.auto else borders[:1], opts.count_input)
     else:
         cost = CustomArenaCost(data, graph, path, o.inplace, opts.count_input, o.halo, budget, o.stream_input,
-                               o.rest_convs)
+                               o.rest_convs, o.halo_max_mac_overhead)
     report: dict[str, Any] = {"input": path, "output": o.out, "mode": o.mode}
     if req.auto:
         log(f"auto: {'least-MACs' if opts.objective == 'macs' else 'smallest'} schedule for {path} ({o.mode} mode, "
@@ -208,7 +213,8 @@ def format_summary(r: dict[str, Any], inplace: bool = False) -> str:
                      f"+{h['stage_mac_overhead'] * 100:.1f}%)")
     rc = r.get("rest_convs")
     if rc:
-        lines.append(f"rest: {rc['replaced']} convolutions run by TFMCU_PATCH_STAGE ops (multipliers in Flash), "
+        lines.append(f"rest: {rc['replaced']} convolutions / fully connected layers run by TFMCU_PATCH_STAGE ops "
+                     f"(multipliers in Flash), "
                      f"{rc['kept']} left to TFLM; {rc['tflm_persistent_bytes_moved']:,} B less persistent tail "
                      f"(Cortex-M, predicted)")
     if r["mode"] == "custom" and r.get("custom_mode"):

@@ -167,6 +167,15 @@ def _conv_like(src: _Source, code: int) -> LayerSpec:
         raise PatchKernelError(f"{src.where}: weights have non-zero zero points")
     filt = np.ascontiguousarray(src.const(w, "the filter"), dtype=np.int8)
     out_ch, in_ch = int(op.out_channels), int(op.in_channels)
+    if src.name == "FULLY_CONNECTED":  # run as a 1x1 convolution (tfmcu.stage.custom._as_conv): [K, C] weights
+        opts = src.model.subgraphs[0].operators[op.src_index].builtinOptions
+        if opts is not None and (getattr(opts, "weightsFormat", 0) != 0 or getattr(opts, "asymmetricQuantizeInputs",
+                                                                                    False)):
+            raise PatchKernelError(f"{src.where}: only default-format weights and int8 inputs are supported")
+        if code != OP_CONV or filt.shape != (out_ch, in_ch) or tuple(op.kernel) != (1, 1):
+            raise PatchKernelError(f"{src.where}: runs only as a 1x1 convolution of [1, C] (weights "
+                                   f"{list(filt.shape)})")
+        filt = filt.reshape(out_ch, 1, 1, in_ch)
     want = ((out_ch, op.kernel[0], op.kernel[1], in_ch // max(int(op.groups), 1)) if code == OP_CONV
             else (1, op.kernel[0], op.kernel[1], out_ch))
     if tuple(filt.shape) != want:
@@ -294,7 +303,7 @@ class KernelOp:
 OP_CONV, OP_DEPTHWISE, OP_ADD, OP_PAD, OP_AVG_POOL, OP_MAX_POOL, OP_QUANTIZE = range(1, 8)
 
 KERNEL_OPS: dict[int, KernelOp] = {k.code: k for k in [
-    KernelOp(OP_CONV, "CONV_2D", ("CONV_2D",), ConvParams, "TfmcuConvParams", 1, _build_conv,
+    KernelOp(OP_CONV, "CONV_2D", ("CONV_2D", "FULLY_CONNECTED"), ConvParams, "TfmcuConvParams", 1, _build_conv,
              array_sizes=_conv_arrays),
     KernelOp(OP_DEPTHWISE, "DEPTHWISE_CONV_2D", ("DEPTHWISE_CONV_2D",), DepthwiseConvParams,
              "TfmcuDepthwiseConvParams", 1, _build_depthwise, array_sizes=_depthwise_arrays),

@@ -21,6 +21,9 @@ outputs + the image when counted + caches, which live for the whole stage, + one
 profiler's alive-tensor rule, its boxes being the needs of the cached walk). No cache at all gives
 ``regions.plan``'s exact MACs and peak; caching every intermediate tensor along both axes computes every needed
 element once.
+
+Which caches: ``choose_caches`` (under an SRAM budget: fewest MACs that fit), ``smallest_caches`` (the smallest stage
+within a whole-model MAC cap), ``select`` (what ``rewrite --halo=none|all|auto|smallest`` uses).
 """
 
 from __future__ import annotations
@@ -150,6 +153,11 @@ class HaloPlan:
     def peak_sram_bytes_streamed(self) -> int:
         return max(self.stage_peak_bytes_streamed, self.schedule.rest_peak_bytes_excluding_input)
 
+    def stage_peak(self, image: str = "counted") -> int:
+        """The stage's own peak (no rest of the graph) with the image ``counted``, ``excluded`` or ``streamed``."""
+        return {"counted": self.stage_peak_bytes, "excluded": self.stage_peak_bytes_excluding_input,
+                "streamed": self.stage_peak_bytes_streamed}[image]
+
     def peak(self, image: str = "counted") -> int:
         """The peak with the image ``counted`` (in memory, whole), ``excluded`` (one patch's window) or
         ``streamed`` (the executor's streamed run: a window of whole rows per row band)."""
@@ -264,19 +272,70 @@ def choose_caches(schedule: PatchSchedule, budget: int | None, count_input: bool
     return h
 
 
-HALO_MODES = ("none", "all", "auto")
+def smallest_caches(schedule: PatchSchedule, max_mac_overhead: float = 0.05,
+                    count_input: bool | str = True) -> HaloPlan:
+    """The caches that make the STAGE's analytic peak smallest while the whole model's exact MAC overhead stays
+    within ``max_mac_overhead`` (0.05: at most +5% MACs over the unpatched model). Starting from every cache, drops
+    one cache at a time, the one that frees the most stage-peak bytes per MAC it adds first, down to no cache; the
+    plan taken is the smallest stage peak on that path within the MAC cap (fewest MACs among equals); then single
+    caches are dropped or taken back while that lowers the peak (or, at the same peak, the MACs) within the cap.
+
+    The stage's peak and not the whole graph's: the rest of the graph is the same for every cache choice, and TFLM
+    plans it (in place: below its analytic peak), so the measured head is the larger of the two. ``ScheduleError``
+    when not even every cache keeps the MACs within the cap."""
+    image = count_input if isinstance(count_input, str) else ("counted" if count_input else "excluded")
+    inter = intermediates(schedule)
+    everything = {(t, axis) for t in inter for axis in ("rows", "cols")}
+
+    def build(opts: set[tuple[str, str]]) -> HaloPlan:
+        return plan_halo(schedule, [t for t, a in opts if a == "rows"], [t for t, a in opts if a == "cols"])
+
+    def key(h: HaloPlan) -> tuple[int, int]:
+        return h.stage_peak(image), h.stage_macs_exact
+
+    kept = set(everything)
+    h = build(kept)
+    if h.mac_overhead > max_mac_overhead + 1e-12:
+        raise ScheduleError(f"every halo cached still adds {100 * h.mac_overhead:.1f}% MACs > the cap "
+                            f"{100 * max_mac_overhead:.1f}%")
+    best, best_kept = h, set(kept)
+    while kept:
+        trials = []
+        for opt in sorted(kept):
+            h2 = build(kept - {opt})
+            freed, added = h.stage_peak(image) - h2.stage_peak(image), h2.stage_macs_exact - h.stage_macs_exact
+            trials.append((-freed / max(added, 1), added, opt, h2))
+        _, _, opt, h = min(trials, key=lambda x: x[:3])
+        kept.discard(opt)
+        if h.mac_overhead <= max_mac_overhead + 1e-12 and key(h) < key(best):
+            best, best_kept = h, set(kept)
+    improved = True
+    while improved:  # local search: one cache dropped or taken back at a time while that helps within the cap
+        improved = False
+        for opt in sorted(everything):
+            opts = best_kept ^ {opt}
+            h2 = build(opts)
+            if h2.mac_overhead <= max_mac_overhead + 1e-12 and key(h2) < key(best):
+                best, best_kept, improved = h2, opts, True
+    return best
+
+
+HALO_MODES = ("none", "all", "auto", "smallest")
 
 
 def select(schedule: PatchSchedule, mode: str, budget: int | None = None,
-           count_input: bool | str = True) -> HaloPlan | None:
+           count_input: bool | str = True, max_mac_overhead: float = 0.05) -> HaloPlan | None:
     """The halo caches a rewrite uses: ``none`` (recompute every halo: None), ``all`` (every intermediate tensor
-    along both axes) or ``auto`` (``choose_caches`` under ``budget``, analytic bytes; without a budget, at the
-    recompute schedule's own analytic peak: fewer MACs for no more memory)."""
+    along both axes), ``auto`` (``choose_caches`` under ``budget``, analytic bytes; without a budget, at the
+    recompute schedule's own analytic peak: fewer MACs for no more memory) or ``smallest`` (``smallest_caches``:
+    the smallest stage within ``max_mac_overhead`` of the unpatched model's MACs)."""
     if mode == "none":
         return None
     if mode == "all":
         inter = intermediates(schedule)
         return plan_halo(schedule, inter, inter)
+    if mode == "smallest":
+        return smallest_caches(schedule, max_mac_overhead, count_input)
     if mode != "auto":
         raise ScheduleError(f"halo mode {mode!r}: expected one of {', '.join(HALO_MODES)}")
     if budget is None:

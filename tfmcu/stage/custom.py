@@ -168,7 +168,25 @@ def _stage_operator(ed: ModelEditor, packed: PackedStage, graph: ir.Graph, stage
 
 
 # ----------------------------------------------------------------------------- the rest's convolutions in Flash
-FLASH_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D")
+FLASH_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
+
+
+def _as_conv(graph: ir.Graph, k: int) -> ir.Graph:
+    """``graph`` with its FULLY_CONNECTED op ``k`` ([1, C] -> [1, K]) seen as the 1x1 CONV_2D it computes
+    ([1, 1, 1, C] -> [1, 1, 1, K]: TFLM's int8 FullyConnected and Conv arithmetic are the same per output channel),
+    for the one-layer stage that runs it; other ops are left as they are. ``ScheduleError`` for other shapes."""
+    op = graph.ops[k]
+    if op.type != ir.FULLY_CONNECTED:
+        return graph
+    shapes = [graph.tensors[t].shape for t in (op.inputs[0], op.outputs[0])]
+    if op.attrs.get("dynamic_weights") or any(len(sh) != 2 or sh[0] != 1 for sh in shapes):
+        raise ScheduleError(f"{op.describe(k)}: only [1, C] -> [1, K] with constant weights runs as a 1x1 "
+                            f"convolution (shapes {[list(sh) for sh in shapes]})")
+    g = graph.copy()
+    for t in (op.inputs[0], op.outputs[0]):
+        g.tensors[t].shape = (1, 1, 1, int(g.tensors[t].shape[1]))
+    g.ops[k].type = ir.CONV
+    return g
 
 
 @dataclass
@@ -179,10 +197,11 @@ class FlashResult:
 
 
 def convs_to_flash(data: bytes, where: str = "model", inplace: bool = False, build: str = "cortex-m") -> FlashResult:
-    """Run the model's CONV_2D / DEPTHWISE_CONV_2D operators outside a patch stage through our kernels too: each
-    becomes a one-layer TFMCU_PATCH_STAGE op (one patch, no scratch) whose per-channel multipliers and shifts are
-    computed offline into Flash, so TFLM's persistent tail no longer holds them (TFLM's Prepare allocates
-    2 x 4 x out channels bytes per convolution). An operator is replaced only where that makes the tail smaller:
+    """Run the model's CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED operators outside a patch stage through our
+    kernels too: each becomes a one-layer TFMCU_PATCH_STAGE op (one patch, no scratch; a fully connected layer as the
+    1x1 convolution it computes) whose per-channel multipliers and shifts are computed offline into Flash, so TFLM's
+    persistent tail no longer holds them (TFLM's Prepare allocates 2 x 4 x out channels bytes per convolution, and
+    per fully connected layer with per-channel weights: a 1000-class classifier's 8,000 B). An operator is replaced only where that makes the tail smaller:
     our kernel's op data (``kernel_memory``) below TFLM's own allocations for it (``tfmcu.plan.arena``, TFLM build
     ``build``: Cortex-M's 32-bit structs by default). Tensors, their lifetimes and the memory plan are unchanged
     (``inplace``: the offline plan in place again); results are bit-exact as for the stage."""
@@ -196,7 +215,8 @@ def convs_to_flash(data: bytes, where: str = "model", inplace: bool = False, bui
         if builtin_of(op) not in FLASH_OPS:
             continue
         try:
-            packed = pack_stage(data, graph, plan(graph, (1, 1), ops=[k]), name=op.name)
+            g = _as_conv(graph, k)
+            packed = pack_stage(data, g, plan(g, (1, 1), ops=[k]), name=op.name)
         except (PatchKernelError, ScheduleError) as e:
             kept.append({"op": op.src_index, "name": op.name, "why": str(e)})
             continue
@@ -212,7 +232,7 @@ def convs_to_flash(data: bytes, where: str = "model", inplace: bool = False, bui
         entry = {"op": op.src_index, "name": op.name, "builtin": builtin_of(op), "out_channels": op.out_channels,
                  "tflm_persistent_bytes": theirs, "tfmcu_persistent_bytes": ours}
         if ours < theirs:
-            replaced[op.src_index] = _stage_operator(ed, packed, graph, [k], original_ops,
+            replaced[op.src_index] = _stage_operator(ed, packed, g, [k], original_ops,
                                                      [packed.tensor_tflite_index[packed.input_tensor]], {})
             done.append(entry)
         else:
@@ -370,9 +390,10 @@ class CustomArenaCost:
 
     def __init__(self, data: bytes, graph: ir.Graph, where: str = "model", inplace: bool = False,
                  count_input: bool = True, halo: str = "none", budget: int | None = None,
-                 streamed_input: bool = False, rest_convs: str = "tflm"):
+                 streamed_input: bool = False, rest_convs: str = "tflm", max_mac_overhead: float = 0.05):
         self.data, self.graph, self.where, self.inplace, self.count_input = data, graph, where, inplace, count_input
         self.halo, self.budget = halo, budget  # halo caches (tfmcu.plan.halo.select) under an arena budget
+        self.max_mac_overhead = max_mac_overhead  # halo "smallest": the whole model's MAC overhead cap
         self.streamed_input = streamed_input  # the stage reads the image through the input provider
         self.rest_convs = rest_convs  # "tfmcu": the rest's convolutions run by our kernels (convs_to_flash)
 
@@ -403,8 +424,10 @@ class CustomArenaCost:
                 analytic = self.budget - max(p.total - self._input_bytes(True) - analytic, 0)
             for _ in range(4):
                 try:
-                    plan = select(s, self.halo, analytic, image)
-                except ScheduleError:  # not even the recompute schedule fits: no cache
+                    plan = select(s, self.halo, analytic, image, self.max_mac_overhead)
+                except ScheduleError:  # auto: not even the recompute schedule fits: no cache
+                    if self.halo == "smallest":  # the MAC cap cannot be met: the user's to change
+                        raise
                     plan = plan_halo(s)
                 assert plan is not None
                 result = rewrite_custom(self.data, self.graph, s, self.where, inplace=self.inplace, halo=plan,

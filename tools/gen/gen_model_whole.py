@@ -11,7 +11,8 @@ usage: gen_model_whole.py --model NAME --out-cc OUT.cc --out-expect OUT.json
 - Without --patches the model runs unpatched (the per-layer baseline); with it, custom mode with a P x P grid over
   the first N blocks (default: the zoo entry's stage), the rest planned in place with --inplace; --stream: the stage
   streams its input (the firmware feeds the image rows from Flash through a TfmcuInputProvider; no image in the
-  arena); --halo all|auto: halo caches (tfmcu.plan.halo.select; auto: at the recompute schedule's analytic peak);
+  arena); --halo all|auto|smallest: halo caches (tfmcu.plan.halo.select; auto: at the recompute schedule's analytic
+  peak; smallest: the smallest stage within +5% whole-model MACs);
   --rest-convs: the convolutions after the stage run by our kernels with their multipliers in Flash
   (tfmcu.stage.custom.convs_to_flash, decided for Cortex-M).
 - Inputs: one seeded random input, or with --images the first N real test images of a dataset (tfmcu.data),
@@ -52,7 +53,8 @@ def main(argv=None):
     ap.add_argument("--blocks", type=int, help="patch stage = the first N blocks (default: the zoo entry's)")
     ap.add_argument("--inplace", action="store_true", help="plan the rest of the graph in place")
     ap.add_argument("--stream", action="store_true", help="custom mode: the stage streams its input from Flash")
-    ap.add_argument("--halo", choices=("none", "all", "auto"), default="none", help="custom mode: halo caches")
+    ap.add_argument("--halo", choices=("none", "all", "auto", "smallest"), default="none",
+                    help="custom mode: halo caches (smallest: the smallest stage within +5%% MACs)")
     ap.add_argument("--rest-convs", action="store_true",
                     help="custom mode: the rest's convolutions run by our kernels (multipliers in Flash)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the test input")
@@ -150,6 +152,12 @@ def main(argv=None):
         expect["host"].update(grid=list(schedule.grid), stage_macs=schedule.stage_macs,
                               stage_macs_patched_exact=schedule.stage_macs_patched_exact, macs=schedule.macs,
                               macs_patched_exact=schedule.macs_patched_exact)
+        # what the firmware executes: the unpatched model's MACs, the recompute schedule's, or with the halo caches'
+        executed = schedule.macs
+        if a.patches:
+            executed = (schedule.macs_patched_exact if caches is None
+                        else schedule.macs - schedule.stage_macs + caches.stage_macs_exact)
+        expect["host"]["macs_executed"] = int(executed)
     with open(a.out_expect, "w") as f:
         json.dump(expect, f, indent=1)
 
