@@ -13,7 +13,7 @@ TFLM runs, and checked by the output comparison). Cache choices: none (recompute
 the rest's convolutions by our kernels (``rest_convs``, decided for this host's structs). The figure adds msf-CNN's
 published points (quoted, analytic, their accounting: input / output excluded, no residual ADDs, kB = 1000).
 
-Outputs: ``out/bench/halo.{json,md}`` and ``halo.png``. About 5 min on 2 CPU cores.
+Outputs: ``out/bench/halo.{json,md}`` and ``halo.png``. About 8 min on 2 CPU cores.
 
 Section ``halo_firmware`` (``halo_firmware_section``): the same two models on Cortex-M4 / M7 under QEMU with CMSIS-NN
 (firmware ``bench_halo_*`` in tflm_patch_kernels/tflm/BUILD): per layer, patched recomputing, every halo cached, caches
@@ -331,7 +331,7 @@ def _plot_firmware(rows: list[dict[str, Any]], path: str) -> None:
     fig, axes = plt.subplots(1, len(FIRMWARE_MODELS), figsize=(6.2 * len(FIRMWARE_MODELS), 4.6))
     markers = {"cmsis": "o", "cmsis_p": "s", "cmsis_p_all": "D", "cmsis_p_auto_stream": "^"}
     for ax, name in zip(np.atleast_1d(axes), FIRMWARE_MODELS):
-        for target, color in (("cortex_m4", "tab:blue"), ("cortex_m7", "tab:orange")):
+        for target, color in zip(sorted({r["target"] for r in rows}), ("tab:blue", "tab:orange", "tab:green")):
             mine = [r for r in rows if r["model"] == name and r["target"] == target]
             if not mine:
                 continue
