@@ -233,6 +233,17 @@ def plan_halo(schedule: PatchSchedule, rows: Iterable[str] = (), cols: Iterable[
     return HaloPlan(schedule, rows, cols, rw, cw, macs, row_bytes, col_bytes, peak_in, peak_x, peak_s)
 
 
+def _image(count_input: bool | str) -> str:
+    """``count_input`` as a ``HaloPlan.peak`` image mode: a mode name as is, True "counted", False "excluded"."""
+    return count_input if isinstance(count_input, str) else ("counted" if count_input else "excluded")
+
+
+def _plan_of(schedule: PatchSchedule, opts: Iterable[tuple[str, str]]) -> HaloPlan:
+    """The plan caching the (tensor, "rows" | "cols") options ``opts``."""
+    opts = list(opts)
+    return plan_halo(schedule, [t for t, a in opts if a == "rows"], [t for t, a in opts if a == "cols"])
+
+
 def choose_caches(schedule: PatchSchedule, budget: int | None, count_input: bool | str = True) -> HaloPlan:
     """The caches to keep under an SRAM budget (analytic peak, image counted unless ``count_input`` is off;
     ``"streamed"``: the executor's streamed input):
@@ -243,9 +254,9 @@ def choose_caches(schedule: PatchSchedule, budget: int | None, count_input: bool
     kept = {(t, axis) for t in inter for axis in ("rows", "cols")}
 
     def build(opts: set[tuple[str, str]]) -> HaloPlan:
-        return plan_halo(schedule, [t for t, a in opts if a == "rows"], [t for t, a in opts if a == "cols"])
+        return _plan_of(schedule, opts)
 
-    image = count_input if isinstance(count_input, str) else ("counted" if count_input else "excluded")
+    image = _image(count_input)
 
     def peak(h: HaloPlan) -> int:
         return h.peak(image)
@@ -283,12 +294,12 @@ def smallest_caches(schedule: PatchSchedule, max_mac_overhead: float = 0.05,
     The stage's peak and not the whole graph's: the rest of the graph is the same for every cache choice, and TFLM
     plans it (in place: below its analytic peak), so the measured head is the larger of the two. ``ScheduleError``
     when not even every cache keeps the MACs within the cap."""
-    image = count_input if isinstance(count_input, str) else ("counted" if count_input else "excluded")
+    image = _image(count_input)
     inter = intermediates(schedule)
     everything = {(t, axis) for t in inter for axis in ("rows", "cols")}
 
     def build(opts: set[tuple[str, str]]) -> HaloPlan:
-        return plan_halo(schedule, [t for t, a in opts if a == "rows"], [t for t, a in opts if a == "cols"])
+        return _plan_of(schedule, opts)
 
     def key(h: HaloPlan) -> tuple[int, int]:
         return h.stage_peak(image), h.stage_macs_exact
@@ -339,6 +350,6 @@ def select(schedule: PatchSchedule, mode: str, budget: int | None = None,
     if mode != "auto":
         raise ScheduleError(f"halo mode {mode!r}: expected one of {', '.join(HALO_MODES)}")
     if budget is None:
-        image = count_input if isinstance(count_input, str) else ("counted" if count_input else "excluded")
+        image = _image(count_input)
         budget = plan_halo(schedule).peak(image)
     return choose_caches(schedule, budget, count_input)

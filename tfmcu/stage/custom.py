@@ -201,9 +201,9 @@ def convs_to_flash(data: bytes, where: str = "model", inplace: bool = False, bui
     kernels too: each becomes a one-layer TFMCU_PATCH_STAGE op (one patch, no scratch; a fully connected layer as the
     1x1 convolution it computes) whose per-channel multipliers and shifts are computed offline into Flash, so TFLM's
     persistent tail no longer holds them (TFLM's Prepare allocates 2 x 4 x out channels bytes per convolution, and
-    per fully connected layer with per-channel weights: a 1000-class classifier's 8,000 B). An operator is replaced only where that makes the tail smaller:
-    our kernel's op data (``kernel_memory``) below TFLM's own allocations for it (``tfmcu.plan.arena``, TFLM build
-    ``build``: Cortex-M's 32-bit structs by default). Tensors, their lifetimes and the memory plan are unchanged
+    per fully connected layer with per-channel weights: a 1000-class classifier's 8,000 B). An operator is replaced
+    only where that makes the tail smaller: our kernel's op data (``kernel_memory``) below TFLM's own allocations
+    for it (``tfmcu.plan.arena``, TFLM build ``build``: Cortex-M's 32-bit structs by default). Tensors, their lifetimes and the memory plan are unchanged
     (``inplace``: the offline plan in place again); results are bit-exact as for the stage."""
     graph = from_tflite(data, name=where)
     ed = ModelEditor(data, where)
