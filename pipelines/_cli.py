@@ -28,7 +28,7 @@ from absl import app, flags  # noqa: E402
 from tfmcu.errors import TfmcuError, UsageError  # noqa: E402
 from tfmcu.flows.common import ScheduleRequest, parse_patch_options  # noqa: E402
 from tfmcu.flows.demo import demo_training  # noqa: E402
-from tfmcu.plan.search import MAC_METRICS, UNITS, SearchOptions  # noqa: E402
+from tfmcu.plan.search import MAC_METRICS, OBJECTIVES, UNITS, SearchOptions  # noqa: E402
 from tfmcu.train.config import STRATEGIES, Recipe, TrainConfig  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -53,6 +53,7 @@ def define_budget_flag() -> None:
 
 
 def define_schedule_flags() -> None:
+    d = SearchOptions()  # the search flags' defaults
     _define("string", "patches", None, "Patch grid: P (PxP), PxQ, or 'auto' (searched: least MACs under --sram_kb, "
                                        "or the smallest with --objective=memory). Omitted: no patching.")
     _define("integer", "patch_blocks", None, "Patch stage = the first N blocks (the stem conv is block 0).",
@@ -60,15 +61,16 @@ def define_schedule_flags() -> None:
     _define("integer", "patch_ops", None, "Patch stage = the first K operators (instead of --patch_blocks).",
             lower_bound=1)
     define_budget_flag()
-    _define("enum", "objective", "macs", ["macs", "memory"],
+    _define("enum", "objective", d.objective, list(OBJECTIVES),
             "Auto mode: 'macs' = least MACs whose memory fits --sram_kb; 'memory' = the smallest memory "
             "(--sram_kb optional, checked if given).")
-    _define("float", "max_mac_overhead", None, "Auto mode: largest allowed MAC overhead (0.2 = +20%).",
+    _define("float", "max_mac_overhead", d.max_mac_overhead, "Auto mode: largest allowed MAC overhead (0.2 = +20%).",
             lower_bound=0)
-    _define("list", "patch_options", ["1", "2", "3", "4"], "Auto mode: patches per side to try (PxQ grids).")
-    _define("enum", "stage_unit", "blocks", list(UNITS), "Auto mode: patch stages by blocks or by operators.")
-    _define("enum", "mac_metric", "exact", list(MAC_METRICS), "Auto mode: which MAC count to minimise.")
-    _define("bool", "count_input", True, "Count the input image against --sram_kb.")
+    _define("list", "patch_options", [str(p) for p in d.patch_options],
+            "Auto mode: patches per side to try (PxQ grids).")
+    _define("enum", "stage_unit", d.unit, list(UNITS), "Auto mode: patch stages by blocks or by operators.")
+    _define("enum", "mac_metric", d.mac_metric, list(MAC_METRICS), "Auto mode: which MAC count to minimise.")
+    _define("bool", "count_input", d.count_input, "Count the input image against --sram_kb.")
 
 
 def define_output_flags(plot: bool = False, quiet: bool = False) -> None:
@@ -173,7 +175,8 @@ def schedule_request() -> ScheduleRequest:
     search = SearchOptions(patch_options=parse_patch_options(FLAGS.patch_options), unit=FLAGS.stage_unit,
                            max_mac_overhead=FLAGS.max_mac_overhead, mac_metric=FLAGS.mac_metric,
                            count_input=FLAGS.count_input, objective=FLAGS.objective)
-    return ScheduleRequest(FLAGS.patches, FLAGS.patch_blocks, FLAGS.patch_ops, FLAGS.sram_kb, search)
+    return ScheduleRequest(patches=FLAGS.patches, patch_blocks=FLAGS.patch_blocks, patch_ops=FLAGS.patch_ops,
+                           sram_kb=FLAGS.sram_kb, search=search)
 
 
 def training_config(base: TrainConfig) -> TrainConfig:

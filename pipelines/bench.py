@@ -1,4 +1,4 @@
-"""`make bench`: long measurements that do not belong in `make test` (library: ``tfmcu.flows.bench``). Each section
+"""`make bench`: long measurements that do not belong in `make test` (library: ``benchmarks.sections``). Each section
 writes out/bench/<section>.json (rows for scripts) and out/bench/<section>.md (the table); pick with --sections.
 
     python -m pipelines.bench --sections=rewrite,custom,firmware,train
@@ -10,8 +10,8 @@ from typing import Sequence
 
 from absl import flags
 
+from benchmarks import sections as bench
 from pipelines import _cli
-from tfmcu.flows import bench
 
 FLAGS = flags.FLAGS
 _cli.define_out_dir()

@@ -43,8 +43,9 @@ flags.adopt_module_key_flags(_cli)
 
 
 def main(argv: Sequence[str]) -> int:
-    rep = deploy.deploy(deploy.DeployOptions(FLAGS.tflite, FLAGS.target, FLAGS.out_dir, FLAGS.run, FLAGS.inputs,
-                                             FLAGS.num_inputs, FLAGS.seed, FLAGS.margin, FLAGS.stack_kib,
+    rep = deploy.deploy(deploy.DeployOptions(tflite=FLAGS.tflite, target=FLAGS.target, out_dir=FLAGS.out_dir,
+                                             run=FLAGS.run, inputs=FLAGS.inputs, num_inputs=FLAGS.num_inputs,
+                                             seed=FLAGS.seed, margin=FLAGS.margin, stack_kib=FLAGS.stack_kib,
                                              kernels=FLAGS.kernels))
     return 0 if rep.get("fits", True) else 1
 

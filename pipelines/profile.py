@@ -34,8 +34,9 @@ flags.adopt_module_key_flags(_cli)  # the shared flags this pipeline defined sho
 def main(argv: Sequence[str]) -> None:
     request = _cli.schedule_request()
     request = dataclasses.replace(request, search=dataclasses.replace(request.search, accounting=FLAGS.accounting))
-    profile.run(profile.ProfileOptions(FLAGS.model, FLAGS.resolution, FLAGS.width, FLAGS.num_classes,
-                                       request, FLAGS.json_out, FLAGS.plot_out, FLAGS.quiet))
+    profile.run(profile.ProfileOptions(model=FLAGS.model, resolution=FLAGS.resolution, width=FLAGS.width,
+                                       num_classes=FLAGS.num_classes, schedule=request, json_out=FLAGS.json_out,
+                                       plot_out=FLAGS.plot_out, quiet=FLAGS.quiet))
 
 
 if __name__ == "__main__":

@@ -10,9 +10,10 @@
         --halo=smallest --halo_max_mac_overhead=0.05 --stream_input --rest_convs=tfmcu --inplace
 
 --mode=builtin unrolls the stage into per-patch TFLite builtin ops that stock TFLM runs; --mode=custom replaces it by
-one TFMCU_PATCH_STAGE op run by tfmcu's C kernels (its memory figures are estimates until a TFLM kernel for the op
-exists). Auto mode searches the schedules (least MACs whose predicted memory fits --sram_kb, or the smallest with
---objective=memory), then measures the result in the real TFLM interpreter.
+one TFMCU_PATCH_STAGE op run by tfmcu's C kernels (its TFLM kernel: tflm_patch_kernels/tflm). Auto mode searches the
+schedules (least MACs whose predicted memory fits --sram_kb, or the smallest with --objective=memory); then both
+models' arenas are measured in TFLM (builtin mode: the tflite-micro wheel; custom mode: the whole model in TFLM built
+from source with the kernel). A model that makes TFLM abort is a one-line error, not a crash.
 """
 
 from __future__ import annotations
@@ -23,24 +24,26 @@ from absl import flags
 
 from pipelines import _cli
 from tfmcu.flows import rewrite
-from tfmcu.plan.halo import HALO_MODES
+from tfmcu.plan.halo import DEFAULT_MAX_MAC_OVERHEAD, HALO_MODES, HaloOptions
+from tfmcu.stage.custom import REST_CONVS, CustomOptions
 
 FLAGS = flags.FLAGS
+_DEFAULTS, _CUSTOM = rewrite.RewriteOptions(tflite="", out=""), CustomOptions()  # the flags' defaults
 _cli.define_tflite_flag()
 flags.DEFINE_string("out", None, "Output .tflite path.")
-flags.DEFINE_enum("mode", "builtin", list(rewrite.MODES),
+flags.DEFINE_enum("mode", _DEFAULTS.mode, list(rewrite.MODES),
                   "builtin: per-patch TFLite builtin ops; custom: one TFMCU_PATCH_STAGE op (tfmcu's C kernels).")
 _cli.define_schedule_flags()
-flags.DEFINE_enum("border", "auto", list(rewrite.BORDER_CHOICES),
+flags.DEFINE_enum("border", _DEFAULTS.border, list(rewrite.BORDER_CHOICES),
                   "Builtin mode, border padding of patches: PAD the patch buffer, or VALID + padded border strips for "
                   "strided ops whose input is the patch's largest buffer ('strips'); auto mode tries both.")
-flags.DEFINE_bool("inplace", False,
+flags.DEFINE_bool("inplace", _CUSTOM.inplace,
                   "Custom mode: plan the rest of the graph in place (an op's output may overlap an input that dies "
                   "there, TinyEngine-style) where TFLM's reference kernels read before they overwrite. Valid for "
                   "TFLM's reference kernels (the tflite-micro wheel, TFLM's default build), not for optimized "
                   "kernels such as CMSIS-NN (deploy such a model with --kernels=reference; deploy's default, CMSIS-NN, "
                   "refuses it); verify checks it bit-exact in TFLM.")
-flags.DEFINE_enum("halo", "none", list(HALO_MODES),
+flags.DEFINE_enum("halo", _CUSTOM.halo.mode, list(HALO_MODES),
                   "Custom mode: keep the halo between neighbouring patches in caches instead of recomputing it. "
                   "none: recompute (MCUNetV2); all: cache every intermediate tensor (each element computed once); "
                   "auto: the caches that fit --sram_kb (predicted TFLM arena), or without it the caches that keep the "
@@ -49,20 +52,22 @@ flags.DEFINE_enum("halo", "none", list(HALO_MODES),
                   "the caches that make the stage's memory smallest while the whole model computes at most "
                   "--halo_max_mac_overhead more MACs than the original (some halos recomputed, the costly caches "
                   "dropped).")
-flags.DEFINE_float("halo_max_mac_overhead", 0.05,
-                   "--halo=smallest: the whole model's MAC overhead allowed over the original (0.05: +5%).")
-flags.DEFINE_bool("stream_input", False,
+flags.DEFINE_float("halo_max_mac_overhead", _CUSTOM.halo.max_mac_overhead,
+                   f"--halo=smallest: the whole model's MAC overhead allowed over the original (a fraction; not given: "
+                   f"{DEFAULT_MAX_MAC_OVERHEAD:g}, i.e. +{100 * DEFAULT_MAX_MAC_OVERHEAD:g}%).")
+flags.DEFINE_bool("stream_input", _CUSTOM.stream_input,
                   "Custom mode: the patch stage reads the image row band by row band through a TfmcuInputProvider "
                   "your firmware registers (a camera, a decoder, rows in Flash): the model's input becomes a "
                   "one-byte placeholder and the arena holds no image (tflm_patch_kernels/tflm/patch_stage_op.h).")
-flags.DEFINE_enum("rest_convs", "tflm", ["tflm", "tfmcu"],
+flags.DEFINE_enum("rest_convs", _CUSTOM.rest_convs, list(REST_CONVS),
                   "Custom mode: who runs the CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED ops after the patch stage. "
                   "tflm: TFLM's kernels (their per-channel multipliers in TFLM's persistent arena tail); tfmcu: our "
                   "kernels (a fully connected layer as a 1x1 convolution), each "
                   "as a one-layer TFMCU_PATCH_STAGE op with its multipliers computed offline into Flash (where that "
                   "makes the tail smaller).")
-flags.DEFINE_bool("measure", True, "Measure both models' arenas in the TFLM interpreter (auto mode needs it to "
-                                   "guarantee the rewritten arena is not larger, and to check --sram_kb).")
+flags.DEFINE_bool("measure", _DEFAULTS.measure,
+                  "Measure both models' arenas in the TFLM interpreter (auto mode needs it to "
+                  "guarantee the rewritten arena is not larger, and to check --sram_kb).")
 _cli.define_output_flags()
 flags.mark_flag_as_required("tflite")
 flags.mark_flag_as_required("out")
@@ -70,9 +75,12 @@ flags.mark_flag_as_required("out")
 flags.adopt_module_key_flags(_cli)  # the shared flags this pipeline defined show in --help
 
 def main(argv: Sequence[str]) -> None:
-    rewrite.run(rewrite.RewriteOptions(FLAGS.tflite, FLAGS.out, FLAGS.mode, _cli.schedule_request(), FLAGS.border,
-                                       FLAGS.inplace, FLAGS.measure, FLAGS.json_out, FLAGS.halo,
-                                       FLAGS.stream_input, FLAGS.rest_convs, FLAGS.halo_max_mac_overhead),
+    custom = CustomOptions(inplace=FLAGS.inplace, halo=HaloOptions(mode=FLAGS.halo,
+                                                                   max_mac_overhead=FLAGS.halo_max_mac_overhead),
+                           stream_input=FLAGS.stream_input, rest_convs=FLAGS.rest_convs)
+    rewrite.run(rewrite.RewriteOptions(tflite=FLAGS.tflite, out=FLAGS.out, mode=FLAGS.mode,
+                                       schedule=_cli.schedule_request(), border=FLAGS.border, measure=FLAGS.measure,
+                                       json_out=FLAGS.json_out, custom=custom),
                 progress=_cli.progress)
 
 

@@ -13,7 +13,7 @@ int8 model in custom mode, with the least-MACs patch schedule that fits; the inp
 the same search with per-layer execution only. Resumable (rerun the same command). Writes under --out_dir:
 best.json, best.weights.h5, best_schedule.json (and best_per_layer.*), search_report.json, pareto.png, supernet/
 and the search states. --workers=N evaluates candidates in N processes; --strategy trains the supernet distributed
-(README: a bigger search on several machines).
+(docs/search.md: a bigger search on several machines).
 """
 
 from __future__ import annotations

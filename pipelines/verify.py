@@ -34,8 +34,9 @@ flags.mark_flag_as_required("rewritten")
 flags.adopt_module_key_flags(_cli)  # the shared flags this pipeline defined show in --help
 
 def main(argv: Sequence[str]) -> int:
-    return verify.run(verify.VerifyOptions(FLAGS.original, FLAGS.rewritten, FLAGS.samples, FLAGS.seed, FLAGS.inputs,
-                                           FLAGS.resolver, FLAGS.json_out, FLAGS.max_details, FLAGS.quiet))
+    return verify.run(verify.VerifyOptions(original=FLAGS.original, rewritten=FLAGS.rewritten, samples=FLAGS.samples,
+                                           seed=FLAGS.seed, inputs=FLAGS.inputs, resolver=FLAGS.resolver,
+                                           json_out=FLAGS.json_out, max_details=FLAGS.max_details, quiet=FLAGS.quiet))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 * ``int8_tflite(model, rep_shape=None, float_io=False) -> bytes``: full-integer int8 (``Optimize.DEFAULT``,
   ``TFLITE_BUILTINS_INT8``, int8 input/output unless ``float_io``) calibrated on a few seeded random batches.
 * ``tflite_file(data, name) -> str``: the bytes written to the session's tmp dir (for path-based APIs).
+* ``aborting_tflite``: an int8 CNN classifier on which TF Lite and TFLM abort() (its SOFTMAX input scale).
 
 Conversions are cached by (model architecture + weights + settings), in memory and as files in a session tmp dir, so
 several tests (and test files) can ask for the same model cheaply. TensorFlow is imported only when a conversion is
@@ -84,6 +85,28 @@ def int8_tflite(tflite_cache):
 @pytest.fixture(scope="session")
 def tflite_file(tflite_cache):
     return tflite_cache.file
+
+
+@pytest.fixture(scope="session")
+def aborting_tflite(int8_tflite) -> bytes:
+    """An int8 CNN classifier whose SOFTMAX input scale (1e-9) puts the kernel's fixed-point multiplier out of range:
+    TF Lite and TFLM abort() on it (a failed TFLITE_CHECK), so a pipeline must run their interpreters isolated."""
+    import numpy as np
+    import tf_keras as keras
+
+    from tfmcu.tflite import schema as ts
+
+    L = keras.layers
+    i = keras.Input((16, 16, 3))
+    x = L.Conv2D(8, 3, padding="same", activation="relu")(i)
+    x = L.DepthwiseConv2D(3, padding="same", activation="relu")(x)
+    x = L.Conv2D(16, 1, activation="relu")(x)
+    x = L.Softmax()(L.Dense(10)(L.GlobalAveragePooling2D()(x)))
+    m = ts.load_model(int8_tflite(keras.Model(i, x, name="aborts")))
+    sg = m.subgraphs[0]
+    softmax = [op for op in sg.operators if ts.op_name(m, op) == "SOFTMAX"][0]
+    sg.tensors[int(softmax.inputs[0])].quantization.scale = np.array([1e-9], np.float32)
+    return ts.write_model(m)
 
 
 @pytest.fixture(scope="session")

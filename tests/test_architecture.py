@@ -1,6 +1,8 @@
-"""The house rules of ``tfmcu/`` and ``pipelines/``, checked on the source (no module is imported):
+"""The house rules of ``tfmcu/``, ``benchmarks/`` and ``pipelines/``, checked on the source (no module is imported):
 
 * the import graph, function-level imports included, has no cycle;
+* the library never imports the measurements or the shells above it (``tfmcu`` imports neither ``benchmarks`` nor
+  ``pipelines``; ``benchmarks`` does not import ``pipelines``);
 * no module imports another module's underscore names (``from x import _y``, or ``x._y`` on an imported module);
 * an import inside a function is only for a heavy optional dependency (``LAZY`` below, each with its reason), or for
   a tfmcu module that imports one at its top level, marked on its line with ``# lazy: <reason>``;
@@ -16,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ("tfmcu", "pipelines")
+PACKAGES = ("tfmcu", "benchmarks", "pipelines")  # bottom to top: each imports only those before it
 
 # Heavy optional dependencies a function may import lazily, and why.
 LAZY = {
@@ -151,6 +153,14 @@ def test_import_graph_has_no_cycle():
     assert len(mods) > 40, sorted(mods)  # the whole tree was read
     cycles = _cycles(mods)
     assert not cycles, f"import cycles: {cycles}"
+
+
+def test_no_package_imports_one_above_it():
+    mods = analyse()
+    assert any(name.startswith("benchmarks.") for name in mods), sorted(mods)
+    problems = [f"{m.name} imports {t}" for m in mods.values() for t in sorted(m.edges)
+                if PACKAGES.index(t.split(".")[0]) > PACKAGES.index(m.name.split(".")[0])]
+    assert not problems, problems
 
 
 def test_the_checker_finds_cycles():

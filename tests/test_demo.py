@@ -1,4 +1,4 @@
-"""pipelines.demo: its flags live beside pipelines.verify's, the summary table it writes for the README, a budget
+"""pipelines.demo: its flags live beside pipelines.verify's, the summary table it writes (docs/getting-started.md), a budget
 that cannot be met stops it before any training, and a small end-to-end run shows only the pipeline's own lines."""
 
 from __future__ import annotations

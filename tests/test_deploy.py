@@ -118,6 +118,27 @@ def test_bad_input_is_one_line_and_writes_nothing(zoo_models, tmp_path, case):
     assert not out.exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".tmp")]
 
 
+def test_a_model_that_aborts_the_interpreters_is_one_line(aborting_tflite, tmp_path):
+    """TF Lite and TFLM abort() on ``aborting_tflite`` (conftest): deploy runs them in a child process
+    (tfmcu.runtime.isolate), so such a model is a one-line error that writes nothing."""
+    path = tmp_path / "m.tflite"
+    path.write_bytes(aborting_tflite)
+    out = tmp_path / "fw"
+    with pytest.raises(UsageError, match=r"crashed \(SIGABRT\)") as e:
+        deploy.prepare(deploy.DeployOptions(str(path), "cortex-m4", str(out), kernels="reference"), log=lambda s: 0)
+    assert "\n" not in str(e.value) and str(path) in str(e.value) and not out.exists()
+
+
+def test_measured_by_names_the_kernels():
+    """deploy.json's ``run.measured_by`` names the kernels the firmware ran (--kernels), CMSIS-NN or reference."""
+    from tfmcu.firmware.run import measured_by
+
+    t = TARGETS["cortex-m7"]
+    cmsis, ref = measured_by(t, "cmsis_nn"), measured_by(t, "reference")
+    assert t.machine in cmsis and "CMSIS-NN" in cmsis and "reference" not in cmsis
+    assert "reference" in ref and "CMSIS-NN" not in ref
+
+
 def test_unknown_target_and_flags():
     with pytest.raises(UsageError, match="--target=esp32: unknown; supported: stm32f405"):
         deploy.validate(deploy.DeployOptions("m.tflite", "esp32"))

@@ -234,6 +234,8 @@ def test_smallest_caches_within_a_mac_cap(image):
     assert len(small.cache_rows) < len(inter)
     tight = halo.smallest_caches(s, 0.01, image)
     assert tight.mac_overhead <= 0.01 and tight.stage_peak(image) >= small.stage_peak(image)
-    assert halo.select(s, "smallest", None, image, 0.05).to_dict() == small.to_dict()
+    assert halo.select(s, halo.HaloOptions(mode="smallest"), None, image).to_dict() == small.to_dict()
+    assert halo.select(s, halo.HaloOptions(mode="smallest", max_mac_overhead=0.01), None, image).to_dict() == \
+        tight.to_dict()
     with pytest.raises(ScheduleError, match="every halo cached still adds"):
         halo.smallest_caches(s, every.mac_overhead - 1e-6 if every.mac_overhead > 0 else -1.0, image)

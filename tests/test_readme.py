@@ -1,22 +1,44 @@
-"""README says what the code does (holes 10 and 11 of issue 8): what `make test` runs, how the firmware compares
-outputs, the demo's duration stated once, no placeholder in a flag's help, no machine path in any tracked file, and
-the in-place plan figures it quotes are the ones `make bench` prints."""
+"""README and docs/ say what the code does (holes 10 and 11 of issue 8, item 1 of issue 22): what `make test` runs,
+how the firmware compares outputs, the demo's duration stated once, no placeholder in a flag's help, no machine path
+in any tracked file, the in-place plan figures they quote are the ones `make bench` prints, the module list matches
+the tree, README stays short, every relative link resolves, and every command they show names only flags that
+exist."""
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-README = open(os.path.join(ROOT, "README.md")).read()
 
 
-def _section(title: str) -> str:
-    start = README.index(title)
-    nxt = re.search(r"^##+ ", README[start + len(title):], re.M)
-    return README[start:start + len(title) + (nxt.start() if nxt else len(README))]
+def _read(rel: str) -> str:
+    with open(os.path.join(ROOT, rel)) as f:
+        return f.read()
+
+
+README = _read("README.md")
+DOCS = {os.path.relpath(p, ROOT): open(p).read() for p in sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))}
+PAGES = {"README.md": README, **DOCS}
+PIPELINES = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "pipelines", "*.py"))
+                   if not os.path.basename(p).startswith("_"))
+
+
+def _section(text: str, title: str) -> str:
+    """``title``'s section of ``text``, up to the next heading of any level."""
+    start = text.index(title)
+    nxt = re.search(r"^#+ ", text[start + len(title):], re.M)
+    return text[start:start + len(title) + (nxt.start() if nxt else len(text))]
+
+
+def test_docs_pages_exist():
+    for page in ("getting-started", "pipelines", "custom-mode", "firmware", "memory", "halo", "search", "benchmarks",
+                 "design", "testing"):
+        assert f"docs/{page}.md" in DOCS, page
 
 
 def test_make_test_runs_every_test():
@@ -30,18 +52,19 @@ def test_make_test_runs_every_test():
     assert not gated, gated
     rc = open(os.path.join(ROOT, ".bazelrc")).read()
     assert "TFMCU_FULL_TESTS" not in rc
-    assert "make test` runs every test" in README and "nothing is skipped" in _section("## Tests")
+    assert "make test` runs every test" in README and "nothing is skipped" in _section(DOCS["docs/testing.md"],
+                                                                                          "## make test")
 
 
 def test_firmware_comparison_is_described_as_a_hash():
-    text = _section("### Cortex-M firmware under QEMU")
-    assert "compares the output bytes" not in README and "hash of the output bytes" in text
+    text = _section(DOCS["docs/firmware.md"], "## Cortex-M firmware under QEMU")
+    assert not any("compares the output bytes" in t for t in PAGES.values()) and "hash of the output bytes" in text
 
 
 def test_demo_duration_is_stated_once_and_the_same_everywhere():
-    durations = set(re.findall(r"about (\d+) minutes on 2 (?:CPU )?cores", README.split("### train")[0]))
-    for path in ("tfmcu/flows/demo.py", "pipelines/demo.py"):
-        durations |= set(re.findall(r"about (\d+) minutes on 2 (?:CPU )?cores", open(os.path.join(ROOT, path)).read()))
+    durations: set[str] = set()
+    for text in (README, DOCS["docs/getting-started.md"], _read("tfmcu/flows/demo.py"), _read("pipelines/demo.py")):
+        durations |= set(re.findall(r"about (\d+) minutes on 2 (?:CPU )?cores", text))
     assert len(durations) == 1, durations
 
 
@@ -58,15 +81,15 @@ def test_flag_help_has_no_placeholders():
 def test_no_machine_path_in_tracked_files():
     pattern = re.compile(r"(^|[^A-Za-z0-9_.])/(work|farm|home|root)/")
     found = []
-    for top in ("tfmcu", "pipelines", "tests", "tools", "tflm_patch_kernels"):
+    for top in ("tfmcu", "pipelines", "benchmarks", "tests", "tools", "tflm_patch_kernels", "docs"):
         for folder, _, files in os.walk(os.path.join(ROOT, top)):
             for f in files:
-                if f.endswith((".py", ".c", ".h", ".bzl", ".sh", ".ld")) or f == "BUILD":
+                if f.endswith((".py", ".c", ".h", ".bzl", ".sh", ".ld", ".md")) or f == "BUILD":
                     path = os.path.join(folder, f)
                     for n, line in enumerate(open(path, errors="replace"), 1):
                         if pattern.search(line) and path != os.path.abspath(__file__):
                             found.append(f"{os.path.relpath(path, ROOT)}:{n}")
-    for f in (".bazelrc", "Makefile", "WORKSPACE", "BUILD"):
+    for f in (".bazelrc", "Makefile", "WORKSPACE", "BUILD", "README.md"):
         for n, line in enumerate(open(os.path.join(ROOT, f)), 1):
             if pattern.search(line):
                 found.append(f"{f}:{n}")
@@ -74,22 +97,27 @@ def test_no_machine_path_in_tracked_files():
 
 
 def test_quoted_inplace_figures_are_what_bench_prints(zoo_models):
-    """Hole 11: README's in-place pairs and lower bound come from `make bench` (section custom), which prints them
-    with the same function as here."""
-    from tfmcu.flows.bench import inplace_figures, inplace_line
+    """Hole 11: the in-place pairs and lower bound docs/memory.md quotes come from `make bench` (section custom),
+    which prints them with the same function as here."""
+    from benchmarks.sections import inplace_figures, inplace_line
     from tfmcu.graph.from_tflite import from_tflite
 
     figures = inplace_figures("mbv2_035_96, whole model (the in-place pairs the tests check in TFLM)",
                               from_tflite(zoo_models("mbv2_035_96")))
     assert figures["pairs"] > 40
-    assert inplace_line(figures) in README
+    assert inplace_line(figures) in DOCS["docs/memory.md"]
+
+
+def _layout() -> str:
+    return _section(DOCS["docs/design.md"], "## Layout")
 
 
 def test_layout_section_matches_the_tree():
-    """Every module of tfmcu/ and pipelines/ has its line in README's layout section, under its package."""
-    layout = _section("## Layout")
+    """Every module of tfmcu/, pipelines/ and benchmarks/ has its line in docs/design.md's layout, under its
+    package."""
+    layout = _layout()
     missing = []
-    for pkg in ("tfmcu", "pipelines"):
+    for pkg in ("tfmcu", "pipelines", "benchmarks"):
         for folder, _, files in os.walk(os.path.join(ROOT, pkg)):
             rel = os.path.relpath(folder, ROOT)
             for f in sorted(files):
@@ -102,4 +130,104 @@ def test_layout_section_matches_the_tree():
                     ok = f"`{f}`" in block
                 if not ok:
                     missing.append(f"{rel}/{f}")
+    assert os.path.isdir(os.path.join(ROOT, "benchmarks")) and "`benchmarks/`" in layout
     assert not missing, missing
+
+
+def test_layout_names_only_modules_that_exist():
+    """The other way round: every Python module the layout names under a package is in that package."""
+    stale = []
+    for block in re.split(r"\n- ", _layout())[1:]:
+        m = re.match(r"`([\w/]+)/`", block)
+        if not m or not os.path.isdir(os.path.join(ROOT, m.group(1))):
+            continue
+        for name in re.findall(r"`([\w./]+\.py)`", block):
+            path = name if "/" in name else os.path.join(m.group(1), name)
+            if not os.path.exists(os.path.join(ROOT, path)):
+                stale.append(path)
+    assert not stale, stale
+
+
+def test_readme_is_short():
+    lines = README.count("\n") + (not README.endswith("\n"))
+    assert lines <= 200, lines
+    first = "\n".join(README.split("\n")[:60])
+    assert "make demo" in first and "make test" in first
+    assert all(f"python -m pipelines.{p} " in first for p in ("profile", "rewrite", "verify", "deploy")), first
+
+
+def _anchors(text: str) -> set[str]:
+    """GitHub's anchors of a page's headings: lower case, punctuation but '-' and '_' dropped, spaces -> '-'."""
+    out = set()
+    for title in re.findall(r"^#+ (.+)$", re.sub(r"^```.*?^```", "", text, flags=re.M | re.S), re.M):
+        out.add(re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-"))
+    return out
+
+
+def test_relative_links_resolve():
+    """Every relative link of README and docs/*.md names an existing file, and its #anchor a heading there."""
+    bad = []
+    for page, text in PAGES.items():
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            full = os.path.normpath(os.path.join(ROOT, os.path.dirname(page), path)) if path else \
+                os.path.join(ROOT, page)
+            if not os.path.isfile(full):
+                bad.append(f"{page}: {target} (no such file)")
+            elif anchor and full.endswith(".md") and anchor not in _anchors(open(full).read()):
+                bad.append(f"{page}: {target} (no such heading)")
+    assert not bad, bad
+
+
+def _commands(text: str) -> list[tuple[str, str]]:
+    """(pipeline, arguments) of every ``python -m pipelines.NAME ...`` in code blocks and inline code, and of
+    inline code that starts with a pipeline's name and a flag (`rewrite --inplace`)."""
+    found = []
+    for block in re.findall(r"^```[^\n]*\n(.*?)^```", text, re.M | re.S):
+        for line in re.sub(r"\\\n\s*", " ", block).split("\n"):
+            for m in re.finditer(r"python -m pipelines\.([a-z_]+)((?: +[^ #]\S*)*)", line):
+                found.append((m.group(1), m.group(2)))
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    for code in re.findall(r"`([^`]+)`", prose):  # inline code may wrap onto the next line
+        m = re.match(r"(?:python -m pipelines\.)?([a-z_]+) (--.*)", code.replace("\n", " "))
+        if m and (code.startswith("python -m pipelines.") or m.group(1) in PIPELINES):
+            found.append((m.group(1), m.group(2)))
+    return found
+
+
+def _flag_names(pipeline: str) -> set[str]:
+    code = ("import importlib, sys; from absl import app, flags; importlib.import_module('pipelines.' + sys.argv[1]); "
+            "app.define_help_flags(); print(' '.join(flags.FLAGS))")  # --help, --helpfull: defined by app.run
+    r = subprocess.run([sys.executable, "-c", code, pipeline], capture_output=True, text=True, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=ROOT), timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return set(r.stdout.split())
+
+
+def test_commands_name_only_flags_that_exist():
+    """Every flag of every command shown in README and docs/*.md is defined by that pipeline (`--noX` for a
+    boolean X), and `bench --sections` names sections that exist."""
+    from benchmarks.sections import SECTIONS
+
+    commands = [(page, p, args) for page, text in PAGES.items() for p, args in _commands(text)]
+    # docs/pipelines.md's "Flags: ..." paragraph of each pipeline's section, read as that pipeline's command line
+    for section in re.split(r"^## ", DOCS["docs/pipelines.md"], flags=re.M)[1:]:
+        name, listed = section.split("\n", 1)[0].strip(), re.search(r"^Flags\b.*?(?=\n\n)", section, re.M | re.S)
+        if name in PIPELINES and listed:
+            commands.append(("docs/pipelines.md", name, listed.group(0)))
+    used = sorted({p for _, p, _ in commands})
+    assert set(used) >= {"profile", "rewrite", "verify", "deploy", "train", "search", "bench"}, used
+    unknown_pipelines = [p for p in used if p not in PIPELINES]
+    assert not unknown_pipelines, unknown_pipelines
+    with ThreadPoolExecutor(4) as pool:
+        flags = dict(zip(used, pool.map(_flag_names, used)))
+    bad = []
+    for page, p, args in commands:
+        for name, value in re.findall(r"(?<![\w-])--(\w+)(?:=(\S*))?", args):
+            if name not in flags[p] and not (name.startswith("no") and name[2:] in flags[p]):
+                bad.append(f"{page}: {p} --{name}")
+            if p == "bench" and name == "sections" and value:
+                bad += [f"{page}: bench --sections={s}" for s in value.split(",") if s not in SECTIONS]
+    assert not bad, bad

@@ -156,6 +156,21 @@ def run_rewrite(*args: str) -> subprocess.CompletedProcess:
                           env=env, cwd=ROOT, timeout=600)
 
 
+def test_pipeline_model_that_aborts_tflm_is_one_line(aborting_tflite, tmp_path):
+    """Hole (issue 22): an int8 SOFTMAX whose input scale makes TF Lite and TFLM abort() killed rewrite (SIGABRT,
+    nothing printed). The interpreters run isolated: one line on stderr, exit 2, nothing written, in both modes."""
+    src = tmp_path / "aborts.tflite"
+    src.write_bytes(aborting_tflite)
+    for mode in ("builtin", "custom"):
+        out, rep = tmp_path / f"{mode}.tflite", tmp_path / f"{mode}.json"
+        r = run_rewrite(f"--tflite={src}", f"--out={out}", f"--mode={mode}", "--patches=2", "--patch_ops=2",
+                        f"--json_out={rep}")
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1, (mode, r.returncode, r.stderr[-2000:])
+        assert "TFLM crashed (SIGABRT)" in lines[0] and str(src) in lines[0], lines
+        assert not out.exists() and not rep.exists()
+
+
 def test_pipeline_auto_mode(models, tmp_path):
     src = tmp_path / "m.tflite"
     src.write_bytes(models("mbv2_035_96"))
@@ -294,7 +309,8 @@ def test_measured_arena_must_fit_the_budget(models, tmp_path, monkeypatch):
     data = models("mbv2_035_96")
     src.write_bytes(data)
     budget_kb = int(measure_arena(data).total * 0.75 / 1024)
-    opts = flow.RewriteOptions(str(src), str(out), schedule=ScheduleRequest("auto", sram_kb=budget_kb))
+    opts = flow.RewriteOptions(tflite=str(src), out=str(out),
+                               schedule=ScheduleRequest(patches="auto", sram_kb=budget_kb))
     real = flow.measure_arena
 
     def pessimistic(model, where="model", **kw):  # the rewritten model measures above the budget

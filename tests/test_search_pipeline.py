@@ -86,7 +86,7 @@ def _free_ports(n: int) -> list[int]:
 
 
 def test_multi_worker_search(tmp_path):
-    """The README's several-machines recipe on one machine: two processes, --strategy=multi_worker with TF_CONFIG;
+    """docs/search.md's several-machines recipe on one machine: two processes, --strategy=multi_worker with TF_CONFIG;
     the supernet trains on both (gradients all-reduced), only the chief searches and writes; the outputs then
     resume on one process with the default strategy (nothing trained or searched again)."""
     data_dir = fake_idx_set(tmp_path / "idx", n_train=120, n_test=30)

@@ -9,6 +9,8 @@
   when all of them are complete are they renamed into place. If anything fails, the temporary files are removed
   and no output appears (a ``UsageError`` names the path). ``data`` is bytes, str, or anything JSON-serialisable
   (written indented); entries whose path is empty or None are skipped.
+* ``write_folder(out_dir, {name: text})``: a whole folder, all-or-nothing the same way (assembled beside it, then
+  renamed into place; an existing folder is replaced).
 * ``figure_png(fig)``: a matplotlib figure as PNG bytes (tight layout, 110 dpi), the figure closed.
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import tempfile
 from typing import Any, Mapping
 
@@ -112,6 +115,27 @@ def write_outputs(outputs: Mapping[str, Any]) -> None:
         for tmp, _ in temps:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+
+def write_folder(out_dir: str, files: Mapping[str, str], what: str = "--out_dir") -> None:
+    """Write the folder ``out_dir`` holding ``files`` ({name: text}) all-or-nothing: assembled in a temporary folder
+    beside it, then renamed into place (an existing ``out_dir`` is replaced). ``what``: the flag that named it."""
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    try:
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp-deploy-")
+    except OSError as e:
+        raise UsageError(f"{what}={out_dir}: cannot write ({e.strerror or e})") from None
+    try:
+        for name, text in files.items():
+            with open(os.path.join(tmp, name), "w") as f:
+                f.write(text)
+        if os.path.isdir(out_dir):
+            shutil.rmtree(out_dir)
+        os.rename(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def figure_png(fig: Any) -> bytes:

@@ -60,7 +60,8 @@ fi
 # The stamp covers what the install depends on: the lock, pyproject.toml, the interpreter, and which
 # top-level packages exist (an editable install made before a package existed would not map it).
 want=$( { cat "$LOCK" pyproject.toml; "$PY" -c 'import sys; print(sys.version)';
-          ls -d tfmcu/__init__.py pipelines/__init__.py 2>/dev/null || true; } | sha256sum | cut -d' ' -f1)
+          ls -d tfmcu/__init__.py pipelines/__init__.py benchmarks/__init__.py 2>/dev/null || true; } |
+        sha256sum | cut -d' ' -f1)
 if [[ ! -f $STAMP || $(cat "$STAMP") != "$want" ]]; then
     log "pip install -r $LOCK (+ pip install -e . --no-deps)"
     # (drops the machine's pip-config noise "Location 'file:///...' is ignored: it is neither a file nor a directory")

@@ -76,6 +76,7 @@ def test_deploy_run_fits_and_equals_tflite(models, tmp_path, target, kernels):
     r, rep = _deploy(*model, target, str(tmp_path / "fw"), f"--kernels={kernels}")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert rep["kernels"] == kernels
+    assert ("CMSIS-NN" in rep["run"]["measured_by"]) == (kernels == "cmsis_nn")  # names the kernels it measured
     assert ("_cmsis_nn" in open(tmp_path / "fw" / "BUILD").read()) == (kernels == "cmsis_nn")
     assert f"fits {target}" in r.stdout and rep["fits"] and rep["run"]["outputs_equal_tflite"]
     run = rep["run"]

@@ -5,9 +5,11 @@
 // MODEL is a custom-mode model whose whole graph is one TFMCU_PATCH_STAGE op (so a mutation can only reach our
 // kernel, never another kernel's checks). Each iteration copies the model, mutates it in place — bytes of the
 // flexbuffer options, the options' length (truncation), the op's input / output tensor shapes, and values of its
-// INT32 constant inputs (span and buffer-offset tables, multipliers) — then builds a MicroInterpreter, allocates
-// tensors and, when that succeeds, invokes. The kernel must answer kTfLiteError or run; a sanitizer report or a
-// crash fails the run. Prints counts of rejected / accepted mutations. Exit 0 on success, 2 for bad arguments.
+// INT32 constant inputs (span and buffer-offset tables, multipliers) — then runs the options parser alone on the
+// mutated options (patch_stage_options.h: it must accept them or reject them with a message), builds a
+// MicroInterpreter, allocates tensors and, when that succeeds, invokes. The kernel must answer kTfLiteError or run;
+// a sanitizer report or a crash fails the run. Prints counts of rejected / accepted mutations. Exit 0 on success,
+// 1 for a rejection without a message, 2 for bad arguments.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,7 @@
 #include "tensorflow/lite/micro/micro_mutable_op_resolver.h"
 #include "tensorflow/lite/schema/schema_generated.h"
 #include "tflm_patch_kernels/tflm/patch_stage_op.h"
+#include "tflm_patch_kernels/tflm/patch_stage_options.h"
 
 namespace {
 
@@ -41,6 +44,26 @@ struct Region {
   size_t size;
   int kind;  // 0 options bytes, 1 shape int32s, 2 int32 constant data
 };
+
+// The options parser alone, as the kernel's Init calls it: true when it accepts `bytes`; a rejection must say why.
+bool ParseAlone(const uint8_t* bytes, size_t length, bool* unexplained) {
+  tfmcu::PatchStageSizes sizes;
+  tfmcu::PatchStageOptionsError error;
+  error.message[0] = '\0';
+  bool ok = tfmcu::ReadPatchStageSizes(bytes, length, &sizes, &error);
+  if (ok) {
+    std::vector<TfmcuTensor> tensors(static_cast<size_t>(sizes.num_tensors));
+    std::vector<TfmcuLayer> layers(static_cast<size_t>(sizes.num_layers));
+    std::vector<uint64_t> params(sizes.params_bytes / 8 + 1);
+    tfmcu::PatchStageOptions options;
+    ok = tfmcu::ParsePatchStageOptions(bytes, length,
+                                       {tensors.data(), layers.data(), reinterpret_cast<uint8_t*>(params.data())},
+                                       &options, &error);
+  }
+  *unexplained = !ok && error.message[0] == '\0';
+  if (*unexplained) fprintf(stderr, "tfmcu_fuzz_options: the parser rejected options without a message\n");
+  return ok;
+}
 
 }  // namespace
 
@@ -110,7 +133,7 @@ int main(int argc, char** argv) {
   std::vector<uint64_t> arena_storage(kArenaBytes / 8);
   std::vector<uint64_t> work_storage(pristine.size() / 8 + 2);
   uint8_t* work = reinterpret_cast<uint8_t*>(work_storage.data());
-  long rejected = 0, accepted = 0;
+  long rejected = 0, accepted = 0, parsed = 0;
   for (long it = 0; it < iterations; ++it) {
     memcpy(work, pristine.data(), pristine.size());
     const int mutations = 1 + static_cast<int>(rng.Below(6));
@@ -130,6 +153,12 @@ int main(int argc, char** argv) {
         memcpy(work + at, &v, 4);
       }
     }
+    uint32_t options_length = 0;
+    memcpy(&options_length, work + options_at - 4, 4);
+    bool unexplained = false;
+    parsed += ParseAlone(work + options_at, options_length < options->size() ? options_length : options->size(),
+                         &unexplained);
+    if (unexplained) return 1;
     const tflite::Model* mutated = tflite::GetModel(work);
     tflite::MicroInterpreter interpreter(mutated, resolver, reinterpret_cast<uint8_t*>(arena_storage.data()),
                                          kArenaBytes);
@@ -146,5 +175,6 @@ int main(int argc, char** argv) {
   }
   printf("tfmcu_fuzz_options: %ld iterations, %ld rejected at AllocateTensors, %ld ran\n", iterations, rejected,
          accepted);
+  printf("tfmcu_fuzz_options: the options parser alone accepted %ld of them\n", parsed);
   return 0;
 }

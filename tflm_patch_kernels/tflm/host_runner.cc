@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -187,122 +189,114 @@ const char* kAllocationNames[] = {"tflite_eval_tensor_data", "persistent_tflite_
                                   "persistent_tflite_tensor_quantization_data", "persistent_buffer_data",
                                   "tflite_tensor_variable_buffer_data", "node_and_registration_array", "op_data"};
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::vector<std::string> positional;
+struct Args {
+  std::string model_path;
+  std::string out_dir;
+  std::vector<std::string> inputs;  // INPUT0.npy ...
   size_t arena_bytes = kDefaultArenaBytes;
-  std::string stream_path;
+  std::string stream_path;  // --stream_input
+};
+
+// The flags (--name=VALUE, anywhere on the line) and what each sets; every other argument is positional.
+struct Flag {
+  const char* prefix;
+  void (*set)(const std::string& value, Args* args);
+};
+
+const Flag kFlags[] = {
+    {"--arena_bytes=",
+     [](const std::string& value, Args* args) {
+       char* end = nullptr;
+       const unsigned long long v = strtoull(value.c_str(), &end, 10);
+       if (*end != '\0' || v == 0) Fail(2, "--arena_bytes must be a positive integer, not " + value);
+       args->arena_bytes = static_cast<size_t>(v);
+     }},
+    {"--stream_input=", [](const std::string& value, Args* args) { args->stream_path = value; }},
+};
+
+Args ParseArgs(int argc, char** argv) {
+  Args args;
+  std::vector<std::string> positional;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a.rfind("--arena_bytes=", 0) == 0) {
-      char* end = nullptr;
-      const unsigned long long v = strtoull(a.c_str() + 14, &end, 10);
-      if (*end != '\0' || v == 0) Fail(2, "--arena_bytes must be a positive integer, not " + a.substr(14));
-      arena_bytes = static_cast<size_t>(v);
-    } else if (a.rfind("--stream_input=", 0) == 0) {
-      stream_path = a.substr(15);
+    const Flag* flag = std::find_if(std::begin(kFlags), std::end(kFlags),
+                                    [&a](const Flag& f) { return a.rfind(f.prefix, 0) == 0; });
+    if (flag != std::end(kFlags)) {
+      flag->set(a.substr(strlen(flag->prefix)), &args);
     } else {
       positional.push_back(a);
     }
   }
   if (positional.size() < 2) Fail(2, "usage: tfmcu_tflm_run MODEL.tflite OUT_DIR INPUT0.npy [...] [--arena_bytes=N]");
-  const std::string model_path = positional[0], out_dir = positional[1];
+  args.model_path = positional[0];
+  args.out_dir = positional[1];
+  args.inputs.assign(positional.begin() + 2, positional.end());
+  return args;
+}
 
-  std::vector<uint8_t> model_bytes;
-  if (!ReadFile(model_path, &model_bytes) || model_bytes.empty()) Fail(2, model_path + ": cannot read the model");
-  // TFLM reads tensors in place: keep the model 16-byte aligned like a model array in Flash.
-  std::vector<uint64_t> aligned_model((model_bytes.size() + 7) / 8 + 2);
-  uint8_t* model_data = reinterpret_cast<uint8_t*>(aligned_model.data());
-  memcpy(model_data, model_bytes.data(), model_bytes.size());
-  flatbuffers::Verifier verifier(model_data, model_bytes.size());
-  if (!tflite::VerifyModelBuffer(verifier)) Fail(2, model_path + ": not a valid .tflite flatbuffer");
-  const tflite::Model* model = tflite::GetModel(model_data);
+// The model, verified, in 16-byte aligned memory (TFLM reads tensors in place, like a model array in Flash).
+const tflite::Model* LoadModel(const std::string& path, std::vector<uint64_t>* storage) {
+  std::vector<uint8_t> bytes;
+  if (!ReadFile(path, &bytes) || bytes.empty()) Fail(2, path + ": cannot read the model");
+  storage->assign((bytes.size() + 7) / 8 + 2, 0);
+  uint8_t* data = reinterpret_cast<uint8_t*>(storage->data());
+  memcpy(data, bytes.data(), bytes.size());
+  flatbuffers::Verifier verifier(data, bytes.size());
+  if (!tflite::VerifyModelBuffer(verifier)) Fail(2, path + ": not a valid .tflite flatbuffer");
+  return tflite::GetModel(data);
+}
 
-  Resolver resolver;
-  AddOps(&resolver);
-  std::vector<uint64_t> arena_storage(arena_bytes / 8 + 2);
-  uint8_t* arena = reinterpret_cast<uint8_t*>(arena_storage.data());
-  tflite::RecordingMicroInterpreter interpreter(model, resolver, arena, arena_bytes);
-  if (interpreter.AllocateTensors() != kTfLiteOk) {
-    Fail(1, model_path + ": AllocateTensors failed in an arena of " + std::to_string(arena_bytes) + " bytes");
-  }
-
-  const size_t n_inputs = interpreter.inputs_size();
-  if (positional.size() - 2 != n_inputs) {
-    Fail(2, "the model has " + std::to_string(n_inputs) + " input(s), " + std::to_string(positional.size() - 2) +
+// One .npy per model input, each holding the same number of samples (returned) of that input.
+int64_t ReadInputs(const Args& args, tflite::RecordingMicroInterpreter* interpreter, std::vector<Npy>* inputs) {
+  const size_t n_inputs = interpreter->inputs_size();
+  if (args.inputs.size() != n_inputs) {
+    Fail(2, "the model has " + std::to_string(n_inputs) + " input(s), " + std::to_string(args.inputs.size()) +
                 " .npy file(s) given");
   }
-  std::vector<Npy> inputs(n_inputs);
+  inputs->resize(n_inputs);
   int64_t samples = -1;
   for (size_t k = 0; k < n_inputs; ++k) {
+    const std::string& path = args.inputs[k];
+    Npy& npy = (*inputs)[k];
     std::string why;
-    if (!ReadNpy(positional[2 + k], &inputs[k], &why)) Fail(2, positional[2 + k] + ": " + why);
-    const TfLiteTensor* t = interpreter.input(k);
+    if (!ReadNpy(path, &npy, &why)) Fail(2, path + ": " + why);
+    const TfLiteTensor* t = interpreter->input(k);
     const char* descr = NpyDescr(t->type);
-    if (descr == nullptr || inputs[k].descr != descr) {
-      Fail(2, positional[2 + k] + ": dtype " + inputs[k].descr + ", model input " + std::to_string(k) + " is " +
+    if (descr == nullptr || npy.descr != descr) {
+      Fail(2, path + ": dtype " + npy.descr + ", model input " + std::to_string(k) + " is " +
                   TfLiteTypeGetName(t->type));
     }
-    const int64_t n = inputs[k].data.size() / (t->bytes ? t->bytes : 1);
-    if (t->bytes == 0 || inputs[k].data.size() != static_cast<size_t>(n) * t->bytes) {
-      Fail(2, positional[2 + k] + ": its data is not a whole number of model inputs (" + std::to_string(t->bytes) +
+    const int64_t n = npy.data.size() / (t->bytes ? t->bytes : 1);
+    if (t->bytes == 0 || npy.data.size() != static_cast<size_t>(n) * t->bytes) {
+      Fail(2, path + ": its data is not a whole number of model inputs (" + std::to_string(t->bytes) +
                   " bytes each)");
     }
     if (samples >= 0 && n != samples) Fail(2, "the .npy files hold different numbers of samples");
     samples = n;
   }
   if (samples <= 0) Fail(2, "no samples to run");
+  return samples;
+}
 
-  Npy stream;
-  StreamSource source;
-  TfmcuInputProvider provider = {ReadStreamRows, &source};
-  std::vector<int64_t> streamed_rows;
-  if (!stream_path.empty()) {
-    std::string why;
-    if (!ReadNpy(stream_path, &stream, &why)) Fail(2, stream_path + ": " + why);
-    if (stream.shape.size() != 4 || stream.shape[0] != samples || stream.shape[1] <= 0) {
-      Fail(2, stream_path + ": expected [samples, H, W, C] with " + std::to_string(samples) + " samples");
-    }
-    source.rows = static_cast<int32_t>(stream.shape[1]);
-    source.row_bytes = stream.data.size() / static_cast<size_t>(samples) / static_cast<size_t>(source.rows);
-    if (interpreter.SetMicroExternalContext(&provider) != kTfLiteOk) Fail(1, "SetMicroExternalContext failed");
-  }
-
-  const size_t n_outputs = interpreter.outputs_size();
-  std::vector<std::vector<uint8_t>> outputs(n_outputs);
-  for (int64_t s = 0; s < samples; ++s) {
-    for (size_t k = 0; k < n_inputs; ++k) {
-      TfLiteTensor* t = interpreter.input(k);
-      memcpy(t->data.raw, inputs[k].data.data() + s * t->bytes, t->bytes);
-    }
-    if (!stream_path.empty()) {
-      source.sample = stream.data.data() + static_cast<size_t>(s) * source.row_bytes * source.rows;
-      source.next = 0;
-      source.rows_read = 0;
-    }
-    if (interpreter.Invoke() != kTfLiteOk) Fail(1, model_path + ": Invoke failed on sample " + std::to_string(s));
-    if (source.broken) Fail(1, "the kernel broke the input provider's contract (rows out of order or twice)");
-    if (!stream_path.empty()) streamed_rows.push_back(source.rows_read);
-    for (size_t j = 0; j < n_outputs; ++j) {
-      const TfLiteTensor* t = interpreter.output(j);
-      outputs[j].insert(outputs[j].end(), t->data.raw, t->data.raw + t->bytes);
-    }
-  }
-  for (size_t j = 0; j < n_outputs; ++j) {
-    const TfLiteTensor* t = interpreter.output(j);
-    std::vector<int64_t> shape = {samples};  // the batch of 1 becomes the sample axis
+// Writes OUT_DIR/output_<j>.npy: output j of every sample, the batch of 1 becoming the sample axis.
+void WriteOutputs(const Args& args, tflite::RecordingMicroInterpreter* interpreter, int64_t samples,
+                  const std::vector<std::vector<uint8_t>>& outputs) {
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    const TfLiteTensor* t = interpreter->output(j);
+    std::vector<int64_t> shape = {samples};
     const int first = (t->dims->size > 0 && t->dims->data[0] == 1) ? 1 : 0;
     for (int d = first; d < t->dims->size; ++d) shape.push_back(t->dims->data[d]);
     const char* descr = NpyDescr(t->type);
     if (descr == nullptr) Fail(1, std::string("output type ") + TfLiteTypeGetName(t->type) + " is not supported");
-    const std::string path = out_dir + "/output_" + std::to_string(j) + ".npy";
+    const std::string path = args.out_dir + "/output_" + std::to_string(j) + ".npy";
     if (!WriteNpy(path, descr, shape, outputs[j])) Fail(2, path + ": cannot write");
   }
+}
 
-  // The kernel's own persistent bytes (its op data), summed over the model's TFMCU_PATCH_STAGE ops.
-  size_t stage_persistent = 0;
-  int stage_ops = 0;
+// The kernel's own persistent bytes (its op data), summed over the model's TFMCU_PATCH_STAGE ops, and their number.
+size_t StagePersistentBytes(const tflite::Model* model, int* stage_ops) {
+  size_t bytes = 0;
+  *stage_ops = 0;
   const auto* subgraph = model->subgraphs()->Get(0);
   for (uint32_t i = 0; subgraph->operators() != nullptr && i < subgraph->operators()->size(); ++i) {
     const tflite::Operator* op = subgraph->operators()->Get(i);
@@ -310,16 +304,22 @@ int main(int argc, char** argv) {
     if (codes == nullptr || op->opcode_index() >= codes->size()) continue;
     const tflite::OperatorCode* code = codes->Get(op->opcode_index());
     if (code->custom_code() == nullptr || strcmp(code->custom_code()->c_str(), tfmcu::kPatchStageOpName) != 0) continue;
-    ++stage_ops;
+    ++*stage_ops;
     if (op->custom_options() != nullptr) {
-      stage_persistent +=
-          tfmcu::PatchStagePersistentBytesFor(op->custom_options()->data(), op->custom_options()->size());
+      bytes += tfmcu::PatchStagePersistentBytesFor(op->custom_options()->data(), op->custom_options()->size());
     }
   }
+  return bytes;
+}
 
-  const tflite::RecordingMicroAllocator& allocator = interpreter.GetMicroAllocator();
+// OUT_DIR/report.json: the arena figures, the kernel's share and the RecordingMicroAllocator breakdown.
+void WriteReport(const Args& args, const tflite::Model* model, tflite::RecordingMicroInterpreter* interpreter,
+                 int64_t samples, const std::vector<int64_t>& streamed_rows) {
+  int stage_ops = 0;
+  const size_t stage_persistent = StagePersistentBytes(model, &stage_ops);
+  const tflite::RecordingMicroAllocator& allocator = interpreter->GetMicroAllocator();
   const auto* arena_allocator = allocator.GetSimpleMemoryAllocator();
-  std::string json = "{\n  \"arena_used_bytes\": " + std::to_string(interpreter.arena_used_bytes()) +
+  std::string json = "{\n  \"arena_used_bytes\": " + std::to_string(interpreter->arena_used_bytes()) +
                      ",\n  \"head_bytes\": " + std::to_string(arena_allocator->GetNonPersistentUsedBytes()) +
                      ",\n  \"tail_bytes\": " + std::to_string(arena_allocator->GetPersistentUsedBytes()) +
                      ",\n  \"pointer_bytes\": " + std::to_string(sizeof(void*)) +
@@ -336,10 +336,69 @@ int main(int argc, char** argv) {
             ", \"count\": " + std::to_string(a.count) + "}";
   }
   json += "\n  }\n}\n";
-  const std::string report = out_dir + "/report.json";
+  const std::string report = args.out_dir + "/report.json";
   FILE* f = fopen(report.c_str(), "w");
   if (f == nullptr || fwrite(json.data(), 1, json.size(), f) != json.size() || fclose(f) != 0) {
     Fail(2, report + ": cannot write");
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = ParseArgs(argc, argv);
+  std::vector<uint64_t> model_storage;
+  const tflite::Model* model = LoadModel(args.model_path, &model_storage);
+  Resolver resolver;
+  AddOps(&resolver);
+  std::vector<uint64_t> arena_storage(args.arena_bytes / 8 + 2);
+  uint8_t* arena = reinterpret_cast<uint8_t*>(arena_storage.data());
+  tflite::RecordingMicroInterpreter interpreter(model, resolver, arena, args.arena_bytes);
+  if (interpreter.AllocateTensors() != kTfLiteOk) {
+    Fail(1, args.model_path + ": AllocateTensors failed in an arena of " + std::to_string(args.arena_bytes) +
+                " bytes");
+  }
+  std::vector<Npy> inputs;
+  const int64_t samples = ReadInputs(args, &interpreter, &inputs);
+
+  const bool streamed = !args.stream_path.empty();
+  Npy stream;
+  StreamSource source;
+  TfmcuInputProvider provider = {ReadStreamRows, &source};
+  std::vector<int64_t> streamed_rows;
+  if (streamed) {
+    std::string why;
+    if (!ReadNpy(args.stream_path, &stream, &why)) Fail(2, args.stream_path + ": " + why);
+    if (stream.shape.size() != 4 || stream.shape[0] != samples || stream.shape[1] <= 0) {
+      Fail(2, args.stream_path + ": expected [samples, H, W, C] with " + std::to_string(samples) + " samples");
+    }
+    source.rows = static_cast<int32_t>(stream.shape[1]);
+    source.row_bytes = stream.data.size() / static_cast<size_t>(samples) / static_cast<size_t>(source.rows);
+    if (interpreter.SetMicroExternalContext(&provider) != kTfLiteOk) Fail(1, "SetMicroExternalContext failed");
+  }
+
+  std::vector<std::vector<uint8_t>> outputs(interpreter.outputs_size());
+  for (int64_t s = 0; s < samples; ++s) {
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      TfLiteTensor* t = interpreter.input(k);
+      memcpy(t->data.raw, inputs[k].data.data() + s * t->bytes, t->bytes);
+    }
+    if (streamed) {
+      source.sample = stream.data.data() + static_cast<size_t>(s) * source.row_bytes * source.rows;
+      source.next = 0;
+      source.rows_read = 0;
+    }
+    if (interpreter.Invoke() != kTfLiteOk) {
+      Fail(1, args.model_path + ": Invoke failed on sample " + std::to_string(s));
+    }
+    if (source.broken) Fail(1, "the kernel broke the input provider's contract (rows out of order or twice)");
+    if (streamed) streamed_rows.push_back(source.rows_read);
+    for (size_t j = 0; j < outputs.size(); ++j) {
+      const TfLiteTensor* t = interpreter.output(j);
+      outputs[j].insert(outputs[j].end(), t->data.raw, t->data.raw + t->bytes);
+    }
+  }
+  WriteOutputs(args, &interpreter, samples, outputs);
+  WriteReport(args, model, &interpreter, samples, streamed_rows);
   return 0;
 }

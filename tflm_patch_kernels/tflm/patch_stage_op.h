@@ -3,11 +3,12 @@
  *   #include "tflm_patch_kernels/tflm/patch_stage_op.h"
  *   resolver.AddCustom(tfmcu::kPatchStageOpName, tfmcu::Register_TFMCU_PATCH_STAGE());
  *
- * Init checks and parses the op's flexbuffer options (format version 2, tfmcu/stage/custom.py) and allocates the
- * op data; Prepare binds the stage to the op's tensors (weights, biases, multipliers and the span / buffer-offset
- * tables are read in place from the model), validates it once (tfmcu_stage_prepare) and requests the exact scratch
- * memory in the arena; Eval runs the stage. The options come from an untrusted file: every field is checked, and
- * a bad one gives kTfLiteError with a MicroPrintf naming it, never an out-of-bounds access.
+ * Init allocates the op data and parses the op's flexbuffer options into it (patch_stage_options.h: format versions
+ * kPatchStageOldestFormatVersion..kPatchStageFormatVersion, stated in tfmcu/abi.py, written by tfmcu/stage/custom.py);
+ * Prepare binds the stage to the op's tensors (weights, biases, multipliers and the span / buffer-offset / halo tables
+ * are read in place from the model), validates it once (tfmcu_stage_prepare) and requests the exact scratch memory in the arena;
+ * Eval runs the stage. The options come from an untrusted file: every field is checked, and a bad one gives
+ * kTfLiteError with a MicroPrintf naming it, never an out-of-bounds access.
  */
 #ifndef TFMCU_PATCH_KERNELS_TFLM_PATCH_STAGE_OP_H_
 #define TFMCU_PATCH_KERNELS_TFLM_PATCH_STAGE_OP_H_
@@ -16,15 +17,11 @@
 #include <stdint.h>
 
 #include "tensorflow/lite/micro/micro_common.h"
+#include "tflm_patch_kernels/tflm/patch_stage_options.h"  // kPatchStageFormatVersion, the options parser
 
 namespace tfmcu {
 
 inline constexpr char kPatchStageOpName[] = "TFMCU_PATCH_STAGE";
-
-// The custom options format this kernel reads (tfmcu.stage.custom.FORMAT_VERSION).
-inline constexpr int kPatchStageFormatVersion = 3;  // 3: halo caches (num_caches, row_held, col_held, caches),
-                                                    //    streamed input (streamed_input, input_window_bytes)
-inline constexpr int kPatchStageOldestFormatVersion = 2;  // 2: no halo caches
 
 // Streamed input (options streamed_input = 1, tfmcu.stage.custom.rewrite_custom(..., streamed_input=True)): the op's
 // input 0 is a one-element int8 placeholder (the model's input), the arena holds no image, and Eval reads the stage
@@ -40,8 +37,9 @@ TFLMRegistration* Register_TFMCU_PATCH_STAGE();
 // whose params structs take `params_bytes` (the op data; the stage's constants stay in the model).
 size_t PatchStagePersistentBytes(int num_tensors, int num_layers, size_t params_bytes);
 
-// The persistent bytes Init allocates for these custom options (0 when Init would reject them): what a deployment
-// reports as the kernel's own share of the arena's persistent tail.
+// The persistent bytes Init allocates for these custom options (0 when their format version, tensor / layer lists or
+// layer types are invalid: ReadPatchStageSizes): what a deployment reports as the kernel's own share of the arena's
+// persistent tail.
 size_t PatchStagePersistentBytesFor(const uint8_t* options, size_t length);
 
 }  // namespace tfmcu

@@ -1,8 +1,15 @@
 """C++ sources of a whole model in TFLM firmware (tflm_patch_kernels/tflm/firmware_main.cc reads them through
 firmware_model.h): the model as a Flash array, an op resolver with exactly the model's ops (and TFMCU_PATCH_STAGE
-when the model uses it), the test inputs, the output size.
+when the model uses it), the test inputs, the output size; and the firmware folder around them.
 
-Used by `deploy` (tfmcu/flows/deploy.py) and by the firmware tests' generator (tools/gen/gen_model_whole.py).
+* ``check_model(model, kernels)``: what a model must be for the firmware (one input, ops the resolver registers, a
+  well-formed custom-mode stage, a memory plan that holds for the kernels): its signature, ops and stage, or a
+  one-line ``UsageError``;
+* ``model_source(...)``: ``model_data.cc``; ``folder_files(...)``: the whole folder (``model_data.cc``,
+  ``main.cc``, ``BUILD``, ``WORKSPACE``) for a target.
+
+``model``: a ``tfmcu.tflite.model.TfliteModel`` (parsed once) or the bytes of one. Used by `deploy`
+(tfmcu/flows/deploy.py) and by the firmware tests' generator (tools/gen/gen_model_whole.py).
 """
 
 from __future__ import annotations
@@ -15,8 +22,18 @@ from typing import Sequence
 import numpy as np
 
 from tfmcu.errors import UsageError
-from tfmcu.runtime.model_io import model_info
+from tfmcu.firmware.targets import Target
+from tfmcu.kernels.pack import PackedStage
+from tfmcu.runtime.host import host_model
+from tfmcu.runtime.model_io import ModelInfo, TFLMError, model_info
+from tfmcu.runtime.tflm_host import streamed_image
+from tfmcu.stage.common import read_schedule
+from tfmcu.tflite.model import TfliteModel
 from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = "tfmcu_fw"  # the folder's Bazel repository name (--override_repository)
+MAIN_SOURCE = os.path.join(ROOT, "tflm_patch_kernels", "tflm", "firmware_main.cc")
 
 # MicroMutableOpResolver's method for each builtin op (TFLM 90b983c, micro_mutable_op_resolver.h; the ops int8
 # CNNs and their classifier heads use; tests/test_deploy.py checks each against the header). The host runner
@@ -44,7 +61,7 @@ RESOLVER_METHODS: dict[str, str] = {
 }
 
 
-def resolver_ops(model: bytes, where: str = "model") -> list[str]:
+def resolver_ops(model: TfliteModel | bytes, where: str = "model") -> list[str]:
     """The model's distinct ops in first-use order ("CONV_2D", ..., "custom:TFMCU_PATCH_STAGE"); a one-line
     ``UsageError`` naming the first op the firmware cannot register."""
     info = model_info(model, where)
@@ -63,8 +80,33 @@ def resolver_ops(model: bytes, where: str = "model") -> list[str]:
     return ops
 
 
-_TFLM_BUILD = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                           "third_party", "tflite_micro.BUILD")
+def check_model(model: TfliteModel, kernels: str) -> tuple[ModelInfo, list[str], PackedStage | None]:
+    """What the firmware needs of ``model`` (parsed: ``tfmcu.runtime.model_io.read_model``; see the module
+    docstring): ``(signature, resolver_ops, the custom-mode stage's PackedStage or None)``; anything else is a
+    one-line ``UsageError`` naming the file."""
+    path = model.where
+    ops = resolver_ops(model, path)
+    if streamed_image(model) is not None:
+        raise UsageError(f"{path}: its patch stage streams its input (rewrite --stream_input); deploy does not generate "
+                         f"firmware for such models yet (your firmware registers the TfmcuInputProvider: see "
+                         f"tflm_patch_kernels/tflm/firmware_main.cc, which feeds image rows from Flash)")
+    try:
+        info, runner = host_model(model, path)  # a malformed custom-mode model fails here, in one line
+    except TFLMError as e:
+        raise UsageError(str(e)) from None
+    if len(info.inputs) != 1 or len(info.outputs) < 1:
+        raise UsageError(f"{path}: deploy runs models with one input; this one has {len(info.inputs)}")
+    # An in-place memory plan (rewrite --inplace) is derived for TFLM's reference kernels' read order; CMSIS-NN's
+    # kernels read in another order (im2col, 3x3 depthwise), so the two do not go together.
+    record = read_schedule(model) or {}
+    if kernels == "cmsis_nn" and record.get("memory_plan") == "inplace":
+        raise UsageError(f"{path}: its memory plan is in place (rewrite --inplace), which holds for TFLM's reference "
+                         "kernels only; deploy it with --kernels=reference, or rewrite it without --inplace for "
+                         "--kernels=cmsis_nn")
+    return info, ops, (runner.custom.packed if runner is not None else None)
+
+
+_TFLM_BUILD = os.path.join(ROOT, "third_party", "tflite_micro.BUILD")
 
 
 @functools.lru_cache(maxsize=None)
@@ -84,7 +126,11 @@ def cmsis_nn_kernels() -> list[str]:
     return ast.literal_eval(text[start:text.index("\n]\n", start) + 2])
 
 
-KERNELS = ("cmsis_nn", "reference")  # deploy --kernels: TFLM's (and the patch executor's) kernel variant
+KERNELS_WHAT = {  # deploy --kernels: TFLM's (and the patch executor's) kernel variant, and what it runs
+    "cmsis_nn": "TFLM's CMSIS-NN kernels (portable C ones for ops without) + TFMCU_PATCH_STAGE's CMSIS-NN backend",
+    "reference": "TFLM's reference kernels + TFMCU_PATCH_STAGE's portable C kernels",
+}
+KERNELS = tuple(KERNELS_WHAT)
 
 
 def kernel_libraries(ops: Sequence[str], kernels: str = "reference") -> list[str]:
@@ -129,10 +175,11 @@ def resolver_source(ops: Sequence[str]) -> str:
         "}\n")
 
 
-def model_source(model: bytes, inputs: np.ndarray, output_len: int, comment: str, where: str = "model") -> str:
+def model_source(model: TfliteModel | bytes, inputs: np.ndarray, output_len: int, comment: str, where: str = "model",
+                 ops: Sequence[str] | None = None) -> str:
     """The whole generated .cc: ``inputs`` is (N, ...) of the model's input 0 (its dtype), ``output_len`` the bytes
-    of output 0. ``comment`` says what the model is (one line)."""
-    ops = resolver_ops(model, where)
+    of output 0. ``comment`` says what the model is (one line). ``ops``: ``resolver_ops(model)`` when known."""
+    ops = resolver_ops(model, where) if ops is None else list(ops)
     inputs = np.ascontiguousarray(inputs)
     n = int(inputs.shape[0])
     per = inputs[0].nbytes if n else 0
@@ -157,6 +204,64 @@ def model_source(model: bytes, inputs: np.ndarray, output_len: int, comment: str
         f"const unsigned int g_tfmcu_output_len = {output_len};\n\n",
         resolver_source(ops),
     ])
+
+
+def build_file(t: Target, arena: int, stack: int, ops: list[str], kernels: str) -> str:
+    """The folder's BUILD: ``:firmware`` (the ELF for ``t``'s core) with the arena, the stack, TFLM's runtime and the
+    kernel libraries of ``ops`` (``kernels``: "cmsis_nn" or "reference")."""
+    fw = "@//tflm_patch_kernels/firmware"
+    # TFLM's runtime and only the kernels of the model's ops (a cross-build compiles these, not all of TFLM)
+    libs = ["@//tflm_patch_kernels/tflm:firmware_runtime", "@tflite_micro//:runtime", "@tflite_micro//:platform_mcu"]
+    libs += kernel_libraries(ops, kernels)
+    if any(op.startswith("custom:") for op in ops):
+        libs.append("@//tflm_patch_kernels/tflm:patch_stage_op" + ("_cmsis_nn" if kernels == "cmsis_nn" else ""))
+    deps = "\n".join(f'        "{d}",' for d in libs)
+    budget = [] if t.key == "stm32f405" else [f'"-Wl,--defsym=TFMCU_SRAM_BUDGET={t.sram_bytes}"']
+    linkopts = ", ".join([f'"-T"', f'"$(location {fw}:{t.ld})"', f'"-Wl,--defsym=TFMCU_STACK_SIZE={stack}"']
+                         + budget)
+    return f'''# Generated by tfmcu deploy for {t.name}: {t.what}.
+# Build from the tfmcu checkout:
+#   bazel build @{REPO}//:firmware --override_repository={REPO}=$PWD/<this folder>
+load("@//tools/bazel/arm:transition.bzl", "mcu_binary")
+
+cc_binary(
+    name = "firmware_bin",
+    srcs = [
+        "main.cc",
+        "model_data.cc",
+    ],
+    additional_linker_inputs = ["{fw}:{t.ld}"],
+    copts = ["-DTFMCU_ARENA_BYTES={arena}"],
+    linkopts = [{linkopts}],
+    target_compatible_with = ["@platforms//os:none"],
+    deps = [
+        "{fw}:harness",
+        "{fw}:{t.board}",
+{deps}
+    ],
+)
+
+# The ELF for the target's core (through the platform transition).
+mcu_binary(
+    name = "firmware",
+    binary = ":firmware_bin",
+    platform = "@{t.platform}",
+)
+'''
+
+
+def folder_files(model: TfliteModel | bytes, ops: Sequence[str], inputs: np.ndarray, output_len: int, comment: str,
+                 target: Target, arena: int, stack: int, kernels: str, where: str = "model") -> dict[str, str]:
+    """The firmware folder's sources {name: text}: ``model_data.cc`` (``model_source``), ``main.cc`` (a copy of
+    tflm_patch_kernels/tflm/firmware_main.cc), ``BUILD`` (``build_file``) and ``WORKSPACE``."""
+    with open(MAIN_SOURCE) as f:
+        main = f.read()
+    return {
+        "model_data.cc": model_source(model, inputs, output_len, comment, where, ops=ops),
+        "main.cc": main,
+        "BUILD": build_file(target, arena, stack, list(ops), kernels),
+        "WORKSPACE": f'workspace(name = "{REPO}")\n',
+    }
 
 
 def fnv1a32(data: bytes) -> int:

@@ -42,7 +42,7 @@ def parse_patch_options(values: Sequence[str | int]) -> tuple[int, ...]:
     return options
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScheduleRequest:
     patches: str | None = None
     patch_blocks: int | None = None

@@ -48,6 +48,7 @@ from tfmcu.plan.search import SearchOptions, SearchResult, search
 from tfmcu.runtime.capture import import_tensorflow_quietly
 from tfmcu.runtime.tflm import measure_arena
 from tfmcu.stage.builtin import BuiltinArenaCost
+from tfmcu.stage.custom import CustomOptions
 from tfmcu.stage.common import read_schedule
 from tfmcu.tflite.editor import split_appended_zip
 from tfmcu import data as data_mod
@@ -67,7 +68,7 @@ def demo_training() -> TrainConfig:
                        val_split=2000, train_subset=12000, qat_steps_per_epoch=40, int8_eval_samples=1000)
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class DemoOptions:
     out_dir: str = "out/demo"
     training: TrainConfig = field(default_factory=demo_training)
@@ -96,7 +97,7 @@ def validate(o: DemoOptions) -> None:
 
 
 def summary_table(s: dict[str, Any]) -> str:
-    """The README table: per-layer vs patched."""
+    """The summary table (docs/getting-started.md): per-layer vs patched."""
     a = s["accuracy"]
     p, q = s["per_layer"], s["patched"]
     int8 = f"{a['int8_tflm']:.2%}" + (" (TF Lite = TFLM)" if a["tflite_equals_tflm"] else " (TF Lite != TFLM!)")
@@ -168,7 +169,7 @@ def budget_bytes(o: DemoOptions, arena: int) -> int:
 def check_budget(spec: NetSpec, o: DemoOptions, log: Callable[[str], None]) -> tuple[int, SearchResult]:
     """Before training: the budget the demo will use, and the search proving a schedule meets it."""
     model = untrained_int8(spec, o.training.seed)
-    arena = measure_arena(model, where="the untrained model").total
+    arena = measure_arena(model, where="the untrained model", isolate=True).total
     budget = budget_bytes(o, arena)
     graph = from_tflite(model, name=spec.name)
     res = search(graph, BuiltinArenaCost(model, graph, "the untrained model"), budget, SearchOptions())
@@ -232,7 +233,7 @@ def run(o: DemoOptions, log: Callable[[str], None] = print) -> int:
         raise UsageError(f"no patch schedule fits {budget / KB:.1f} kB: {res.message}")
     ev = res.chosen
     patched = ev.result.model
-    m_patched = measure_arena(patched, where="patched model")
+    m_patched = measure_arena(patched, where="patched model", isolate=True)
     if m_patched.total > budget:
         raise UsageError(f"the patched model's measured TFLM arena ({m_patched.total} B) exceeds the budget "
                          f"({budget} B)")
@@ -316,9 +317,10 @@ def on_mcu(o: DemoOptions, model_path: str, inputs_path: str | None, path: Calla
     custom_path = path("model_int8_custom.tflite")
     # measure=False: the arena is measured where it matters, by the firmware on the target (deploy --run below);
     # a host measurement would only add a host build of TFLM to the demo's time.
-    rw = rewrite_run(RewriteOptions(model_path, custom_path, "custom",
-                                    ScheduleRequest(patches="auto", sram_kb=budget_kb), inplace=True,
-                                    json_out=path("rewrite_custom.json"), measure=False), log=log)
+    rw = rewrite_run(RewriteOptions(tflite=model_path, out=custom_path, mode="custom",
+                                    schedule=ScheduleRequest(patches="auto", sram_kb=budget_kb),
+                                    custom=CustomOptions(inplace=True), json_out=path("rewrite_custom.json"),
+                                    measure=False), log=log)
     sch = rw.get("schedule") or {}
     grid = sch.get("grid") or [0, 0]
     out: dict[str, Any] = {"target": t.name, "images": o.mcu_images,

@@ -4,23 +4,29 @@ for a microcontroller, and optionally built with Bazel and run under QEMU.
 The folder (``out_dir``) holds:
 
 * ``model_data.cc``: the model as a Flash array, an op resolver with exactly the model's ops (and TFMCU_PATCH_STAGE),
-  ``num_inputs`` test inputs (``--inputs`` or seeded random ones) (tfmcu/firmware/sources.py);
+  ``num_inputs`` test inputs (``--inputs`` or seeded random ones) (tfmcu/firmware/sources.py, which also writes
+  the three files below);
 * ``main.cc``: MicroInterpreter, the arena (``TFMCU_ARENA_BYTES``), one Invoke per input, the result line
   (a copy of tflm_patch_kernels/tflm/firmware_main.cc);
 * ``BUILD`` + ``WORKSPACE``: a Bazel repository that builds ``:firmware`` (the ELF) for the target with this
   project's toolchain, linking TFLM's runtime and only the kernels of the model's ops (``@tflite_micro//:kernel_*``,
   third_party/tflite_micro.BUILD), our kernel and harness from ``@tfmcu_ws``;
 * ``expect.json``: TF Lite's outputs for the inputs (their hash, top classes), the predicted arena;
-* ``deploy.json``: what was decided: the target, the predicted TFLM arena on Cortex-M (tfmcu.plan.arena, build
-  "cortex-m": 32-bit structs), the arena = prediction x (1 + margin) rounded up to 16 bytes, and the estimated fit;
-  with ``run``, the measured figures and the verdict.
+* ``deploy.json``: what was decided: the target, the kernels, the predicted TFLM arena on Cortex-M
+  (tfmcu.plan.arena, build "cortex-m-cmsis-nn" or "cortex-m" after ``kernels``: 32-bit structs), the arena =
+  prediction x (1 + margin) rounded up to 16 bytes, and the estimated fit; with ``run``, the measured figures (and
+  what measured them) and the verdict.
 
 Without ``run`` the model also runs in TFLM on this host (its outputs must equal TF Lite's; its arena goes to
 deploy.json); with ``run`` the target's run is that check, and no host build of TFLM is needed.
 ``run`` builds ``@tfmcu_fw//:firmware`` from this checkout (``bazel build --override_repository=tfmcu_fw=OUT_DIR``)
-and runs it on the target's QEMU board (tools/qemu/run_firmware.py): the output bytes must equal TF Lite's and the
+and runs it on the target's QEMU board (tfmcu/firmware/run.py): the output bytes must equal TF Lite's and the
 verdict is "fits" when it links into the target's memory and AllocateTensors succeeds; a link that overflows the
-target's RAM or Flash, or an arena TFLM finds too small, is "does not fit", with the figure.
+target's RAM or Flash, or an arena TFLM finds too small, is "does not fit", with the figure; ``run.measured_by``
+names the kernels the firmware ran (``kernels``).
+
+The model is read and parsed once (``tfmcu.tflite.model``); every step below takes that one object. TF Lite and TFLM
+run it in a child process (``tfmcu.runtime.isolate``): a model that makes them abort is a one-line error.
 
 Bad input (missing file, not a TFLite model, an op the firmware cannot register, a malformed custom-mode model) is a
 one-line ``UsageError`` and writes nothing: the folder is assembled beside ``out_dir`` and renamed into place.
@@ -30,38 +36,23 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
-import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
-from tfmcu.errors import TfmcuError, UsageError
-from tfmcu.files import read_bytes
-from tfmcu.firmware.sources import KERNELS, expectation, kernel_libraries, model_source, resolver_ops
-from tfmcu.firmware.targets import Target, get_target
-from tfmcu.flows.verify import load_inputs
-from tfmcu.graph.from_tflite import from_tflite
-from tfmcu.plan.arena import predict_arena
-from tfmcu.runtime.host import HostRunner, evaluate, tflite_outputs
-from tfmcu.runtime.model_io import TFLMError, model_info, random_inputs
-from tfmcu.runtime.tflm_host import streamed_image
-from tfmcu.stage.common import RewriteError, read_schedule
-from tfmcu.stage.custom import load_custom
-from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP
+from tfmcu.errors import UsageError
+from tfmcu.files import write_folder, write_outputs
+from tfmcu.firmware.run import DeployError, run_firmware
+from tfmcu.firmware.sources import KERNELS, check_model, expectation, folder_files
+from tfmcu.firmware.targets import TARGETS, Target, get_target
+from tfmcu.plan.arena import predict_model_arena
+from tfmcu.runtime.host import evaluate
+from tfmcu.runtime.model_io import TFLMError, load_inputs, random_inputs, read_model
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-REPO = "tfmcu_fw"  # the folder's Bazel repository name (--override_repository)
-MAIN_SOURCE = os.path.join(ROOT, "tflm_patch_kernels", "tflm", "firmware_main.cc")
 STATIC_ESTIMATE = 1024  # bytes of .data + .bss besides the arena (TFLM, harness, kernel): measured 0.8-1 KiB
 
-
-class DeployError(TfmcuError):
-    """The firmware could not be built or run for a reason other than the model not fitting; one line."""
+__all__ = ["DeployError", "DeployOptions", "deploy", "prepare", "validate"]
 
 
 @dataclass
@@ -94,102 +85,27 @@ def validate(o: DeployOptions) -> Target:
     return t
 
 
-def _build_file(t: Target, arena: int, stack: int, ops: list[str], kernels: str) -> str:
-    fw = "@//tflm_patch_kernels/firmware"
-    # TFLM's runtime and only the kernels of the model's ops (a cross-build compiles these, not all of TFLM)
-    libs = ["@//tflm_patch_kernels/tflm:firmware_runtime", "@tflite_micro//:runtime", "@tflite_micro//:platform_mcu"]
-    libs += kernel_libraries(ops, kernels)
-    if any(op.startswith("custom:") for op in ops):
-        libs.append("@//tflm_patch_kernels/tflm:patch_stage_op" + ("_cmsis_nn" if kernels == "cmsis_nn" else ""))
-    deps = "\n".join(f'        "{d}",' for d in libs)
-    budget = [] if t.key == "stm32f405" else [f'"-Wl,--defsym=TFMCU_SRAM_BUDGET={t.sram_bytes}"']
-    linkopts = ", ".join([f'"-T"', f'"$(location {fw}:{t.ld})"', f'"-Wl,--defsym=TFMCU_STACK_SIZE={stack}"']
-                         + budget)
-    return f'''# Generated by tfmcu deploy for {t.name}: {t.what}.
-# Build from the tfmcu checkout:
-#   bazel build @{REPO}//:firmware --override_repository={REPO}=$PWD/<this folder>
-load("@//tools/bazel/arm:transition.bzl", "mcu_binary")
-
-cc_binary(
-    name = "firmware_bin",
-    srcs = [
-        "main.cc",
-        "model_data.cc",
-    ],
-    additional_linker_inputs = ["{fw}:{t.ld}"],
-    copts = ["-DTFMCU_ARENA_BYTES={arena}"],
-    linkopts = [{linkopts}],
-    target_compatible_with = ["@platforms//os:none"],
-    deps = [
-        "{fw}:harness",
-        "{fw}:{t.board}",
-{deps}
-    ],
-)
-
-# The ELF for the target's core (through the platform transition).
-mcu_binary(
-    name = "firmware",
-    binary = ":firmware_bin",
-    platform = "@{t.platform}",
-)
-'''
-
-
-def _check_model(model: bytes, path: str) -> Any:
-    if streamed_image(model) is not None:
-        raise UsageError(f"{path}: its patch stage streams its input (rewrite --stream_input); deploy does not generate "
-                         f"firmware for such models yet (your firmware registers the TfmcuInputProvider: see "
-                         f"tflm_patch_kernels/tflm/firmware_main.cc, which feeds image rows from Flash)")
-    try:
-        info = model_info(model, path)
-        if PATCH_STAGE_OP in info.custom_ops:
-            HostRunner(model, path)  # a malformed custom-mode model fails here, in one line
-    except (TFLMError, RewriteError) as e:
-        raise UsageError(str(e)) from None
-    if len(info.inputs) != 1 or len(info.outputs) < 1:
-        raise UsageError(f"{path}: deploy runs models with one input; this one has {len(info.inputs)}")
-    return info
-
-
-def _check_kernels(model: bytes, path: str, kernels: str) -> None:
-    """An in-place memory plan (rewrite --inplace) is derived for TFLM's reference kernels' read order; CMSIS-NN's
-    kernels read in another order (im2col, 3x3 depthwise), so the two do not go together."""
-    record = read_schedule(model)
-    if kernels == "cmsis_nn" and record is not None and record.get("memory_plan") == "inplace":
-        raise UsageError(f"{path}: its memory plan is in place (rewrite --inplace), which holds for TFLM's reference "
-                         "kernels only; deploy it with --kernels=reference, or rewrite it without --inplace for "
-                         "--kernels=cmsis_nn")
-
-
 def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Write the firmware folder (see the module docstring); returns deploy.json's content."""
     t = validate(o)
-    model = read_bytes(o.tflite, "--tflite")
-    info = _check_model(model, o.tflite)
-    ops = resolver_ops(model, o.tflite)
-    _check_kernels(model, o.tflite, o.kernels)
+    model = read_model(o.tflite, "--tflite")
+    info, ops, stage = check_model(model, o.kernels)
     samples = load_inputs(o.inputs, info)[:16] if o.inputs else random_inputs(model, o.num_inputs, o.seed)
-    host_arena = None
+    # TF Lite's outputs are the reference. With ``run`` the run on the target compares the firmware's outputs with
+    # them; TFLM on this host would add nothing to that check but a host build of TFLM (minutes on a fresh machine,
+    # for custom-mode models). Without it, TFLM on this host must agree with TF Lite.
+    log(f"deploy: {o.tflite}: {len(ops)} op types, {len(samples)} inputs; TF Lite reference outputs"
+        + (" ..." if o.run else " and TFLM on this host ..."))
     try:
-        if o.run:
-            # The run on the target compares the firmware's outputs with these; TFLM on this host would add nothing
-            # to that check but a host build of TFLM (minutes on a fresh machine, for custom-mode models).
-            log(f"deploy: {o.tflite}: {len(ops)} op types, {len(samples)} inputs; TF Lite reference outputs ...")
-            outs = [r[0] for r in tflite_outputs(model, samples, "reference", o.tflite, isolate=True)]
-        else:
-            log(f"deploy: {o.tflite}: {len(ops)} op types, {len(samples)} inputs; TF Lite reference outputs and "
-                "TFLM on this host ...")
-            ref = evaluate(model, samples, "reference", o.tflite, isolate=True)
-            outs = [r[0] for r in ref.tflite]
-            if any(not (a[0] == b[0]).all() for a, b in zip(ref.tflite, ref.tflm)):
-                raise DeployError(f"{o.tflite}: TFLM on this host differs from TF Lite; run `verify` first")
-            host_arena = ref.arena.total
+        ref = evaluate(model, samples, "reference", o.tflite, tflm=not o.run, isolate=True)
     except TFLMError as e:
         raise UsageError(str(e)) from None
+    outs = [r[0] for r in ref.tflite]
+    if ref.tflm is not None and any(not (a[0] == b[0]).all() for a, b in zip(ref.tflite, ref.tflm)):
+        raise DeployError(f"{o.tflite}: TFLM on this host differs from TF Lite; run `verify` first")
+    host_arena = None if ref.arena is None else ref.arena.total
     build = "cortex-m-cmsis-nn" if o.kernels == "cmsis_nn" else "cortex-m"
-    stage = (load_custom(model).packed if o.kernels == "cmsis_nn" and PATCH_STAGE_OP in info.custom_ops else None)
-    pred = predict_arena(from_tflite(model), model=model, build=build, stage=stage)
+    pred = predict_model_arena(model, build=build, stage=stage if o.kernels == "cmsis_nn" else None)
     arena = -(-int(pred.total * (1 + o.margin)) // 16) * 16
     stack = o.stack_kib * 1024
     ram_estimate = arena + stack + STATIC_ESTIMATE
@@ -202,7 +118,7 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, A
         "target_what": t.what,
         "kernels": o.kernels,
         "ops": [op.replace("custom:", "") for op in ops],
-        "custom_mode": PATCH_STAGE_OP in info.custom_ops,
+        "custom_mode": stage is not None,
         "inputs": len(xs),
         "model_bytes": len(model),
         "arena": {
@@ -220,125 +136,23 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, A
             "how": f"arena + stack + {STATIC_ESTIMATE} B of other .data/.bss (estimated)",
         },
     }
-    files = {
-        "model_data.cc": model_source(model, xs, outs[0].nbytes, comment, o.tflite),
-        "main.cc": open(MAIN_SOURCE).read(),
-        "BUILD": _build_file(t, arena, stack, ops, o.kernels),
-        "WORKSPACE": f'workspace(name = "{REPO}")\n',
-        "expect.json": json.dumps({"expect": expectation(outs),
-                                   "expect_within": {"arena_used_bytes": [pred.total, 0.01]}}, indent=1) + "\n",
-        "deploy.json": json.dumps(report, indent=1) + "\n",
-    }
-    _write_folder(o.out_dir, files)
+    files = folder_files(model, ops, xs, outs[0].nbytes, comment, t, arena, stack, o.kernels, o.tflite)
+    files["expect.json"] = json.dumps({"expect": expectation(outs),
+                                       "expect_within": {"arena_used_bytes": [pred.total, 0.01]}}, indent=1) + "\n"
+    files["deploy.json"] = json.dumps(report, indent=1) + "\n"
+    write_folder(o.out_dir, files)
     log(f"deploy: wrote {o.out_dir}/ (arena {arena:,} B = predicted {pred.total:,} B + {o.margin:.0%}; "
         f"estimated RAM {ram_estimate:,} B of {t.sram_bytes:,} B: {'fits' if report['estimate']['fits'] else 'does not fit'})")
     return report
 
 
-def _write_folder(out_dir: str, files: dict[str, str]) -> None:
-    """All files or nothing: assembled in a temporary folder beside out_dir, then renamed into place (an existing
-    out_dir is replaced)."""
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    try:
-        os.makedirs(parent, exist_ok=True)
-        tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp-deploy-")
-    except OSError as e:
-        raise UsageError(f"--out_dir={out_dir}: cannot write ({e.strerror or e})") from None
-    try:
-        for name, text in files.items():
-            with open(os.path.join(tmp, name), "w") as f:
-                f.write(text)
-        if os.path.isdir(out_dir):
-            shutil.rmtree(out_dir)
-        os.rename(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-_OVERFLOW = re.compile(r"region `(\w+)' overflowed by (\d+) bytes")
-_TFLM_MISSING = re.compile(r"Requested: (\d+), available (\d+), missing: (\d+)")
-
-
-def run_firmware(o: DeployOptions, report: dict[str, Any], log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Build the folder's firmware with Bazel and run it under QEMU; adds "run" and "verdict" to the report."""
-    t = get_target(o.target)
-    out = os.path.abspath(o.out_dir)
-    log(f"deploy: bazel build @{REPO}//:firmware for {t.name} (TFLM is compiled the first time: minutes) ...")
-    cmd = ["bazel", "build", "--noshow_progress", f"--override_repository={REPO}={out}", f"@{REPO}//:firmware",
-           "//tools/qemu:libinsn_count.so"]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    run: dict[str, Any] = {}
-    if r.returncode != 0:
-        m = _OVERFLOW.search(r.stderr)
-        if not m:
-            log_path = os.path.join(out, "build.log")
-            with open(log_path, "w") as f:
-                f.write(r.stderr)
-            raise DeployError(f"bazel build @{REPO}//:firmware failed (not a memory overflow): see {log_path}")
-        region, missing = m.group(1), int(m.group(2))
-        run = {"linked": False, "overflow": {"region": region, "bytes": missing}}
-        verdict = (f"does not fit {t.name}: the link overflows {region} by {missing:,} bytes "
-                   f"(arena {report['arena']['arena_bytes']:,} B + stack {report['stack_bytes']:,} B + the rest > "
-                   f"{t.sram_bytes:,} B of SRAM)" if region == "RAM" else
-                   f"does not fit {t.name}: the link overflows {region} by {missing:,} bytes")
-        return _finish(o, report, run, False, verdict, log)
-    elf = os.path.join(ROOT, "bazel-bin", "external", REPO, "firmware.elf")
-    plugin = os.path.join(ROOT, "bazel-bin", "tools", "qemu", "libinsn_count.so")
-    run_json = os.path.join(out, "run.json")
-    log(f"deploy: running on QEMU {t.machine} ...")
-    q = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "qemu", "run_firmware.py"), "--elf", elf,
-                        "--machine", t.machine, "--plugin", plugin, "--timeout", str(o.timeout_s),
-                        "--expect", os.path.join(out, "expect.json"), "--report", run_json, "--quiet"],
-                       capture_output=True, text=True)
-    try:
-        with open(run_json) as f:
-            rep = json.load(f)
-    except (OSError, ValueError):
-        raise DeployError(f"QEMU run of {elf} gave no report: {(q.stderr or q.stdout).strip()[-300:]}") from None
-    res = rep.get("result") or {}
-    regions = res.get("regions", [])
-    run = {
-        "linked": True,
-        "measured_by": f"QEMU {t.machine}, TFLM 90b983c built from source (reference kernels + TFMCU_PATCH_STAGE)",
-        "sizes": rep["sizes"],
-        "allocated": bool(res.get("allocated")),
-        "arena_used_bytes": res.get("arena_used_bytes"),
-        "stack_hwm_bytes": res.get("stack_hwm"),
-        "ram_static_bytes": res.get("ram_static"),
-        "invoke_insns": [g.get("insns") for g in regions],
-        "top_class": res.get("top_class"),
-        "problems": rep["problems"],
-    }
-    if not res.get("allocated"):
-        m = _TFLM_MISSING.search(q.stdout)
-        run["tflm_missing_bytes"] = int(m.group(3)) if m else None
-        verdict = (f"does not fit {t.name}: AllocateTensors failed in the {report['arena']['arena_bytes']:,}-byte "
-                   f"arena" + (f" (TFLM: {m.group(3)} bytes missing)" if m else ""))
-        return _finish(o, report, run, False, verdict, log)
-    if rep["problems"]:
-        raise DeployError(f"firmware on {t.machine}: {'; '.join(rep['problems'])}")
-    run["outputs_equal_tflite"] = True
-    verdict = (f"fits {t.name}: arena {res['arena_used_bytes']:,} B used (predicted {report['arena']['predicted_bytes']:,}"
-               f" B), RAM {res['ram_static'] + res['stack_size']:,} of {t.sram_bytes:,} B, Flash "
-               f"{rep['sizes']['flash']:,} of {t.flash_bytes:,} B; outputs equal TF Lite's on {len(regions)} inputs")
-    return _finish(o, report, run, True, verdict, log)
-
-
-def _finish(o: DeployOptions, report: dict[str, Any], run: dict[str, Any], fits: bool, verdict: str,
-            log: Callable[[str], None]) -> dict[str, Any]:
-    report["run"] = run
-    report["fits"] = fits
-    report["verdict"] = verdict
-    with open(os.path.join(o.out_dir, "deploy.json"), "w") as f:
-        json.dump(report, f, indent=1)
-        f.write("\n")
-    log(f"deploy: {verdict}")
-    return report
-
-
 def deploy(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """``prepare``; with ``run``, the firmware built and run under QEMU (tfmcu/firmware/run.py): deploy.json gets
+    ``run`` (the measured figures), ``fits`` and ``verdict``."""
     report = prepare(o, log)
     if o.run:
-        report = run_firmware(o, report, log)
+        report["run"], report["fits"], report["verdict"] = run_firmware(o.out_dir, TARGETS[o.target], report,
+                                                                        o.kernels, o.timeout_s, log)
+        write_outputs({os.path.join(o.out_dir, "deploy.json"): json.dumps(report, indent=1) + "\n"})
+        log(f"deploy: {report['verdict']}")
     return report

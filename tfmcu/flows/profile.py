@@ -136,7 +136,7 @@ def plot_memory(report: dict[str, Any], sram_bytes: int | None = None) -> bytes:
 
 
 # ============================================================================= the flow
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class ProfileOptions:
     model: str = "mcunet-demo"  # preset name, spec JSON, .tflite or Keras file
     resolution: int | None = None  # presets and spec JSON only

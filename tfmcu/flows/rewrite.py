@@ -11,7 +11,10 @@ Everything the options say is checked before any work (``validate``), for both m
 are then measured in TFLM (builtin mode: the tflite-micro wheel; custom mode: the whole model in TFLM built from
 source with our kernel, ``tfmcu.runtime.tflm_host``): in auto mode a rewrite whose measured arena is not smaller
 than the original's falls back to the unpatched model, and an output whose measured arena exceeds ``--sram_kb`` is
-an error. The model and the JSON report are written all-or-nothing.
+an error. The wheel's interpreter runs in a child process (``isolate=True``; the host build is one already), the
+original first: a model that makes TFLM abort is a one-line ``TFLMError`` before any search, never a crash. The
+model and the JSON report are written all-or-nothing. ``RewriteOptions`` holds the options (custom mode's in
+``tfmcu.stage.custom.CustomOptions``, the halo caches' in ``tfmcu.plan.halo.HaloOptions``).
 """
 
 from __future__ import annotations
@@ -26,34 +29,31 @@ from tfmcu.errors import TfmcuError, UsageError
 from tfmcu.files import check_output_paths, read_bytes, write_outputs
 from tfmcu.flows.common import ScheduleRequest
 from tfmcu.graph.from_tflite import from_tflite
-from tfmcu.plan.halo import HALO_MODES
+from tfmcu.plan.regions import ScheduleError
 from tfmcu.plan.search import Evaluation, Progress, candidate_for, candidates, search
 from tfmcu.runtime.model_io import random_inputs
 from tfmcu.runtime.tflm import measure_arena
 from tfmcu.runtime.tflm_host import MEASURED_BY, run_whole
 from tfmcu.stage.builtin import BORDERS, BuiltinArenaCost
-from tfmcu.stage.custom import PATCH_STAGE_OP, CustomArenaCost, memory_report
+from tfmcu.stage.custom import PATCH_STAGE_OP, CustomArenaCost, CustomOptions, memory_report
 from tfmcu.tflite.schema import has_identifier
 
 MODES = ("builtin", "custom")
-REST_CONVS = ("tflm", "tfmcu")
 BORDER_CHOICES = ("auto",) + BORDERS
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class RewriteOptions:
+    """What ``rewrite`` is asked (``pipelines.rewrite``'s flags take their defaults from here); built by keyword."""
+
     tflite: str
     out: str
     mode: str = "builtin"
     schedule: ScheduleRequest = field(default_factory=ScheduleRequest)
     border: str = "auto"  # builtin mode: "auto" (auto mode tries both; a given grid uses strips), "strips", "pad"
-    inplace: bool = False  # custom mode: plan the rest of the graph in place (TFLM's reference kernels only)
     measure: bool = True
     json_out: str | None = None
-    halo: str = "none"  # custom mode: halo caches between patches (tfmcu.plan.halo.select)
-    stream_input: bool = False  # custom mode: the stage reads the image through the application's input provider
-    rest_convs: str = "tflm"  # custom mode: "tfmcu" runs the rest's convolutions by our kernels (multipliers in Flash)
-    halo_max_mac_overhead: float = 0.05  # halo "smallest": the whole model's MAC overhead cap (0.05: +5%)
+    custom: CustomOptions = field(default_factory=CustomOptions)  # custom mode: in place, halo, streamed input, ...
 
 
 def validate(o: RewriteOptions) -> bytes:
@@ -65,25 +65,22 @@ def validate(o: RewriteOptions) -> bytes:
     data = read_bytes(o.tflite, "--tflite")
     if not has_identifier(data):
         raise UsageError(f"--tflite={o.tflite}: not a TFLite flatbuffer (no 'TFL3' file identifier)")
-    if o.inplace and o.mode != "custom":
+    c = o.custom
+    try:
+        c.validate()
+    except ScheduleError as e:
+        raise UsageError(str(e)) from None
+    if c.inplace and o.mode != "custom":
         raise UsageError("--inplace is supported with --mode=custom only")
     if o.border != "auto" and o.mode != "builtin":
         raise UsageError("--border applies to --mode=builtin only")
-    if o.halo not in HALO_MODES:
-        raise UsageError(f"--halo={o.halo}: expected one of {', '.join(HALO_MODES)}")
-    if o.halo != "none" and o.mode != "custom":
+    if c.halo.caches and o.mode != "custom":
         raise UsageError("--halo applies to --mode=custom only (the TFMCU_PATCH_STAGE kernel keeps the caches)")
-    if not 0 <= o.halo_max_mac_overhead < 100:
-        raise UsageError(f"--halo_max_mac_overhead={o.halo_max_mac_overhead:g}: expected a fraction >= 0 (0.05: +5%)")
-    if o.halo_max_mac_overhead != 0.05 and o.halo != "smallest":
-        raise UsageError("--halo_max_mac_overhead applies to --halo=smallest only")
-    if o.rest_convs not in REST_CONVS:
-        raise UsageError(f"--rest_convs={o.rest_convs}: expected one of {', '.join(REST_CONVS)}")
-    if o.rest_convs != "tflm" and o.mode != "custom":
+    if c.rest_convs != CustomOptions().rest_convs and o.mode != "custom":
         raise UsageError("--rest_convs applies to --mode=custom only")
-    if o.stream_input and o.mode != "custom":
+    if c.stream_input and o.mode != "custom":
         raise UsageError("--stream_input applies to --mode=custom only (the TFMCU_PATCH_STAGE kernel reads the rows)")
-    if o.halo != "none" and o.schedule.auto:
+    if c.halo.caches and o.schedule.auto:
         raise UsageError("--halo with --patches=auto is not supported yet: give the grid (--patches=P or PxQ with "
                          "--patch_blocks or --patch_ops)")
     if o.schedule.patches is None:
@@ -120,8 +117,9 @@ def run(o: RewriteOptions, log: Callable[[str], None] = print, progress: Progres
         borders = BORDERS if o.border == "auto" else (o.border,)
         cost: Any = BuiltinArenaCost(data, graph, path, borders if req.auto else borders[:1], opts.count_input)
     else:
-        cost = CustomArenaCost(data, graph, path, o.inplace, opts.count_input, o.halo, budget, o.stream_input,
-                               o.rest_convs, o.halo_max_mac_overhead)
+        cost = CustomArenaCost(data, graph, path, options=o.custom, count_input=opts.count_input, budget=budget)
+    # The original first: a model that makes TFLM abort is a one-line error (isolated) before any search.
+    m_orig = measure_arena(data, where=path, isolate=True) if o.measure else None
     report: dict[str, Any] = {"input": path, "output": o.out, "mode": o.mode}
     if req.auto:
         log(f"auto: {'least-MACs' if opts.objective == 'macs' else 'smallest'} schedule for {path} ({o.mode} mode, "
@@ -148,12 +146,11 @@ def run(o: RewriteOptions, log: Callable[[str], None] = print, progress: Progres
             if key in chosen.details:
                 report[key] = chosen.details[key]
         report["ops"] = {"original": chosen.result.ops_before, "rewritten": chosen.result.ops_after}
-    if o.measure:
-        m_orig = measure_arena(data, where=path)
+    if m_orig is not None:
         report["tflm"] = {"original": _arena(m_orig)}
         if patched:
             if o.mode == "builtin":
-                m_rw = _arena(measure_arena(out_bytes, where=o.out))
+                m_rw = _arena(measure_arena(out_bytes, where=o.out, isolate=True))
             else:  # the whole model in TFLM built from source with our kernel, on one random input
                 sample = random_inputs(data, 1, seed=0)
                 run = run_whole(out_bytes, sample, where=o.out)
@@ -184,7 +181,7 @@ def run(o: RewriteOptions, log: Callable[[str], None] = print, progress: Progres
     report["patched"] = patched
     report["flash_bytes"] = {"original": len(data), "output": len(out_bytes)}
     write_outputs({o.out: out_bytes, o.json_out: report})
-    log(format_summary(report, o.inplace).rstrip())
+    log(format_summary(report, o.custom.inplace).rstrip())
     return report
 
 

@@ -20,7 +20,6 @@ an interpreter crash) is a one-line ``UsageError`` and no output file.
 from __future__ import annotations
 
 import os
-import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -28,24 +27,18 @@ from typing import Any, Callable
 import numpy as np
 
 from tfmcu.errors import UsageError
-from tfmcu.files import check_output_paths, read_bytes, write_outputs
-from tfmcu.graph.from_tflite import from_tflite
+from tfmcu.files import check_output_paths, write_outputs
 from tfmcu.graph.ir import GraphError
-from tfmcu.plan.arena import predict_arena
-from tfmcu.runtime.host import HostRunner, evaluate
-from tfmcu.runtime.model_io import TFLMError, model_info, random_inputs
+from tfmcu.plan.arena import predict_model_arena
+from tfmcu.runtime.host import evaluate, host_model
+from tfmcu.runtime.model_io import TFLMError, load_inputs, random_inputs, read_model
 from tfmcu.runtime.tflite import RESOLVERS
 from tfmcu.runtime.tflm import check_runnable
-from tfmcu.stage.common import RewriteError
 from tfmcu.runtime.tflm_host import MEASURED_BY, streamed_image
-from tfmcu.stage.custom import PATCH_STAGE_OP
+from tfmcu.tflite.model import TfliteModel
 
 
 ROLES = ("original", "rewritten")
-
-
-def _sig(t: Any) -> str:
-    return f"{t.dtype}{list(t.shape)}"
 
 
 def check_signatures(infos: dict[str, Any]) -> None:
@@ -57,71 +50,8 @@ def check_signatures(infos: dict[str, Any]) -> None:
                                   f"{len(tb)}")
         for k, (x, y) in enumerate(zip(ta, tb)):
             if x.signature != y.signature:
-                raise UsageError(f"signature mismatch: {kind[:-1]} {k} is {_sig(x)} in the original, "
-                                      f"{_sig(y)} in the rewritten model")
-
-
-def load_inputs(path: str, info: Any) -> list[tuple[Any, ...]]:
-    """Samples from a .npy (single-input models) or .npz; float data for an integer input is quantized. A file that
-    is not a readable .npy / .npz of numeric arrays is a one-line ``UsageError``."""
-    if not os.path.isfile(path):
-        raise UsageError(f"--inputs={path}: no such file")
-    try:
-        loaded = np.load(path, allow_pickle=False)
-        if isinstance(loaded, np.ndarray):
-            if len(info.inputs) != 1:
-                raise UsageError(f"--inputs={path}: the model has {len(info.inputs)} inputs; give a .npz with one "
-                                 f"array per input")
-            arrays = [loaded]
-        else:
-            with loaded:
-                keys = list(loaded.files)
-                arrays = []
-                for k, t in enumerate(info.inputs):
-                    key = f"arr_{k}" if f"arr_{k}" in keys else t.name if t.name in keys else None
-                    if key is None:
-                        raise UsageError(f"--inputs={path}: no array 'arr_{k}' or '{t.name}' for input {k}")
-                    arrays.append(np.asarray(loaded[key]))
-    except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as e:
-        if isinstance(e, UsageError):
-            raise
-        raise UsageError(f"--inputs={path}: not a readable .npy/.npz of numeric arrays ({type(e).__name__}: "
-                         f"{str(e).splitlines()[0] if str(e) else ''})") from None
-    for k, a in enumerate(arrays):
-        if a.dtype.kind not in "biuf":
-            raise UsageError(f"--inputs={path}: input {k} holds {a.dtype.name} values; numbers are needed")
-    per_input = []
-    n = None
-    for k, (a, t) in enumerate(zip(arrays, info.inputs)):
-        shape = tuple(t.shape)
-        batch1 = shape[:1] == (1,)
-        if batch1 and a.ndim == len(shape) + 1 and tuple(a.shape[1:]) == shape:
-            a = a.reshape((a.shape[0],) + shape[1:])  # (N, 1, ...) -> (N, ...)
-        want = shape[1:] if batch1 else shape
-        if a.ndim != len(want) + 1 or tuple(a.shape[1:]) != want:
-            raise UsageError(f"--inputs={path}: input {k} has shape {list(a.shape)}, expected "
-                                  f"(N, {', '.join(str(d) for d in want)}) for model input {_sig(t)}")
-        a = _convert(a, t, path, k)
-        if n is not None and a.shape[0] != n:
-            raise UsageError(f"--inputs={path}: inputs have different sample counts ({n} and {a.shape[0]})")
-        n = a.shape[0]
-        per_input.append((a, batch1))
-    if not n:
-        raise UsageError(f"--inputs={path}: no samples")
-    return [tuple(a[i:i + 1] if b1 else a[i] for a, b1 in per_input) for i in range(n)]
-
-
-def _convert(a: Any, t: Any, path: str, k: int) -> Any:
-    want = np.dtype(t.dtype)
-    if a.dtype == want:
-        return a
-    if want.kind in "iu" and a.dtype.kind == "f" and t.scale:
-        lim = np.iinfo(want)
-        q = np.round(a.astype(np.float64) / t.scale) + t.zero_point
-        return np.clip(q, lim.min, lim.max).astype(want)
-    if want.kind == "f" and a.dtype.kind in "fiu":
-        return a.astype(want)
-    raise UsageError(f"--inputs={path}: input {k} has dtype {a.dtype.name}, the model wants {want.name}")
+                raise UsageError(f"signature mismatch: {kind[:-1]} {k} is {x.label} in the original, "
+                                      f"{y.label} in the rewritten model")
 
 
 def compare(a: list[list[Any]], b: list[list[Any]], offset: int = 0) -> list[dict[str, Any]]:
@@ -144,9 +74,9 @@ def _arena(stats: Any) -> dict[str, int]:
     return {"arena_total_bytes": stats.total, "arena_head_bytes": stats.head, "arena_tail_bytes": stats.tail}
 
 
-def predict(data: bytes, where: str) -> dict[str, Any]:
+def predict(data: TfliteModel | bytes, where: str) -> dict[str, Any]:
     try:
-        p = predict_arena(from_tflite(data, name=os.path.basename(where)), model=data)
+        p = predict_model_arena(data, name=os.path.basename(where))
     except GraphError as e:
         return {"arena_total_bytes": None, "arena_head_bytes": None, "arena_tail_bytes": None,
                 "error": str(e).splitlines()[0]}
@@ -184,7 +114,7 @@ def verify(o: VerifyOptions) -> dict[str, Any]:
     the report (see the module docstring)."""
     validate(o)
     paths = {"original": o.original, "rewritten": o.rewritten}
-    data = {r: read_bytes(paths[r]) for r in ROLES}
+    data = {r: read_model(paths[r]) for r in ROLES}  # each file parsed once, shared by every step below
     infos = {}
     custom = {}
     for r in ROLES:
@@ -193,13 +123,11 @@ def verify(o: VerifyOptions) -> dict[str, Any]:
                              f"compare such models yet: verify the same rewrite without --stream_input (the stage's "
                              f"results do not depend on how its input arrives)")
         try:
-            infos[r] = model_info(data[r], paths[r])
-            custom[r] = PATCH_STAGE_OP in infos[r].custom_ops
-            if custom[r]:
-                HostRunner(data[r], paths[r])  # a malformed custom-mode model fails here, in one line
-            else:
+            infos[r], runner = host_model(data[r], paths[r])
+            custom[r] = runner is not None
+            if not custom[r]:
                 check_runnable(infos[r], paths[r])
-        except (TFLMError, RewriteError) as e:
+        except TFLMError as e:
             raise UsageError(str(e)) from None
     if custom["original"]:
         raise UsageError(f"{paths['original']}: the original must be a model stock TFLM runs, not a custom-mode model")

@@ -40,6 +40,7 @@ import numpy as np
 from tfmcu.graph import ir, names
 from tfmcu.graph.names import assign_blocks, layer_of, name_components, name_ops
 from tfmcu.tflite import schema as ts
+from tfmcu.tflite.model import TfliteModel
 
 # Standalone activation ops -> IR activation name.
 _ACTIVATION_OPS = {
@@ -54,12 +55,16 @@ _SIMPLE = {
 }
 
 
-def from_tflite(source: str | os.PathLike | bytes | bytearray | memoryview, name: str | None = None) -> ir.Graph:
-    """Lower a .tflite file (path) or its bytes into a validated ``ir.Graph``.
+def from_tflite(source: str | os.PathLike | bytes | bytearray | memoryview | TfliteModel,
+                name: str | None = None) -> ir.Graph:
+    """Lower a .tflite file (path), its bytes or the model already parsed (``tfmcu.tflite.model``) into a validated
+    ``ir.Graph``.
 
     Raises ``ir.GraphError`` with one line naming the file for a missing file, a file that is not a TFLite
     flatbuffer, and for models the IR cannot represent (control flow, inconsistent shapes, ops out of order).
     """
+    if isinstance(source, TfliteModel):
+        return from_model(source, name)
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
         where = name or "<tflite bytes>"
@@ -81,6 +86,15 @@ def from_tflite(source: str | os.PathLike | bytes | bytearray | memoryview, name
         model = ts.load_model(data, where)
     except ts.SchemaError as e:
         raise ir.GraphError(str(e)) from None
+    return _lower(model, graph_name, where)
+
+
+def from_model(model: TfliteModel, name: str | None = None) -> ir.Graph:
+    """``from_tflite`` of a model already parsed (``tfmcu.tflite.model``): nothing is read or parsed again."""
+    return _lower(model.flatbuffer, name or "tflite_model", name or model.where)
+
+
+def _lower(model: ts.ModelT, graph_name: str, where: str) -> ir.Graph:
     try:
         return lower_model(model, graph_name, where)
     except ir.GraphError:

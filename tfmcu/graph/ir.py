@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from tfmcu.errors import TfmcuError
 
@@ -179,9 +179,6 @@ class Graph:
     def num_blocks(self) -> int:
         return max((op.block for op in self.ops), default=-1) + 1
 
-    def block_ops(self, block: int) -> list[int]:
-        return [i for i, op in enumerate(self.ops) if op.block == block]
-
     def block_name(self, block: int) -> str:
         return self.block_names.get(block, f"block{block}")
 
@@ -259,9 +256,3 @@ def macs_per_output_pixel(op: Op) -> int:
     if op.type in (CONV, DEPTHWISE):
         return op.out_channels * op.kernel[0] * op.kernel[1] * (op.in_channels // op.groups)
     return 0
-
-
-def iter_feature_ops(graph: Graph) -> Iterable[tuple[int, Op]]:
-    for i, op in enumerate(graph.ops):
-        if graph.tensors[op.outputs[0]].is_feature_map:
-            yield i, op

@@ -31,16 +31,17 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tfmcu import abi
+from tfmcu.abi import ABI_VERSION, FLOAT32, STATUS
 from tfmcu.graph import ir
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.kernels import PatchKernelError
-from tfmcu.kernels.ops import FLOAT32, STATUS, LayerSpec, kernel_op, layer_spec
+from tfmcu.kernels.ops import LayerSpec, kernel_op, layer_spec
 from tfmcu.kernels.pack import SPAN_FIELDS, PackedStage
 from tfmcu.tflite.editor import load
 
 SOURCE_ENV = "TFMCU_PATCH_KERNELS_SRC"
 CACHE_ENV = "TFMCU_CACHE_DIR"
-ABI_VERSION = 5
 CFLAGS = ("-O2", "-std=c99", "-fPIC", "-Wall", "-Wextra")
 
 _I32 = ctypes.c_int32
@@ -48,53 +49,17 @@ _PTR = ctypes.c_void_p
 
 
 # ============================================================================= ctypes mirror of the C structs
-class ConstView(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("height", ctypes.c_int32), ("width", ctypes.c_int32),
-                ("channels", ctypes.c_int32), ("row_stride", ctypes.c_int32)]
-
-
+# Derived from their field lists in tfmcu.abi (tests/test_abi.py checks those against the C headers).
+ConstView = abi.structure("TfmcuConstView")
 View = ConstView  # same layout (int8_t* / const int8_t* / const float*)
-
-
-class CTensor(ctypes.Structure):
-    _fields_ = [(n, _I32) for n in ("height", "width", "channels", "dtype", "producer")]
-
-
-class CLayer(ctypes.Structure):
-    _fields_ = [("type", _I32), ("params", _PTR), ("num_inputs", _I32), ("inputs", _I32 * 2), ("output", _I32)]
-
-
-class CSpan(ctypes.Structure):
-    _fields_ = [("out_start", _I32), ("out_stop", _I32), ("in_start", _I32 * 2), ("in_stop", _I32 * 2),
-                ("pad_before", _I32 * 2), ("pad_after", _I32 * 2)]
-
-
-class CCache(ctypes.Structure):
-    _fields_ = [("tensor", _I32), ("axis", _I32), ("offset", _I32)]
-
-
-class CStage(ctypes.Structure):
-    _fields_ = [("num_tensors", _I32), ("tensors", ctypes.POINTER(CTensor)), ("num_layers", _I32),
-                ("layers", ctypes.POINTER(CLayer)), ("input_tensor", _I32), ("output_tensor", _I32),
-                ("grid_rows", _I32), ("grid_cols", _I32), ("row_spans", ctypes.POINTER(CSpan)),
-                ("col_spans", ctypes.POINTER(CSpan)), ("buffer_offsets", ctypes.POINTER(_I32)),
-                ("scratch_bytes", ctypes.c_uint32), ("row_held", ctypes.POINTER(_I32)),
-                ("col_held", ctypes.POINTER(_I32)), ("num_caches", _I32), ("caches", ctypes.POINTER(CCache))]
-
-
-class CPreparedStage(ctypes.Structure):
-    _fields_ = [("stage", ctypes.POINTER(CStage)), ("scratch_bytes", ctypes.c_uint32),
-                ("output_bytes", ctypes.c_uint32), ("ready", _I32), ("kernel_scratch_offset", ctypes.c_uint32),
-                ("kernel_scratch_bytes", ctypes.c_uint32), ("input_window_offset", ctypes.c_uint32),
-                ("input_window_bytes", ctypes.c_uint32), ("streamed_scratch_bytes", ctypes.c_uint32)]
-
-
-# TfmcuReadRows: (context, row_start, row_count, destination) -> status
-READ_ROWS = ctypes.CFUNCTYPE(_I32, ctypes.c_void_p, _I32, _I32, ctypes.c_void_p)
-
-
-class CInputProvider(ctypes.Structure):
-    _fields_ = [("read_rows", READ_ROWS), ("context", ctypes.c_void_p)]
+CTensor = abi.structure("TfmcuTensor")
+CLayer = abi.structure("TfmcuLayer")
+CSpan = abi.structure("TfmcuSpan")
+CCache = abi.structure("TfmcuCache")
+CStage = abi.structure("TfmcuStage")
+CPreparedStage = abi.structure("TfmcuPreparedStage")
+READ_ROWS = abi.callback("TfmcuReadRows")  # (context, row_start, row_count, destination) -> status
+CInputProvider = abi.structure("TfmcuInputProvider")
 
 
 # ============================================================================= building the library
@@ -229,23 +194,18 @@ class _CStageData:
             layers[k] = CLayer(spec.type, ctypes.addressof(params), len(p.layer_inputs[k]), (_I32 * 2)(*ins),
                                p.layer_outputs[k])
 
-        def span_array(arr: np.ndarray) -> Any:
-            flat = arr.reshape(-1, SPAN_FIELDS)
-            out = (CSpan * len(flat))()
-            for n, r in enumerate(flat.tolist()):
-                out[n] = CSpan(r[0], r[1], (_I32 * 2)(*r[2:4]), (_I32 * 2)(*r[4:6]), (_I32 * 2)(*r[6:8]),
-                               (_I32 * 2)(*r[8:10]))
-            return out
+        def span_array(arr: np.ndarray) -> Any:  # the int32 rows are TfmcuSpans, field by field
+            flat = np.ascontiguousarray(arr, dtype=np.int32).reshape(-1, SPAN_FIELDS)
+            return (CSpan * len(flat)).from_buffer_copy(flat.tobytes())
 
         rows, cols = span_array(p.row_spans), span_array(p.col_spans)
         offsets = np.ascontiguousarray(p.buffer_offsets, dtype=np.int32)
-        i32p = ctypes.POINTER(_I32)
         held = [np.ascontiguousarray(h, dtype=np.int32) if h is not None else None for h in (p.row_held, p.col_held)]
         caches = (CCache * max(len(p.caches), 1))(*[CCache(*c) for c in p.caches])
         self.keep = keep + [tensors, layers, rows, cols, offsets, held, caches]
         self.stage = CStage(len(p.tensor_names), tensors, len(p.layers), layers, p.input_tensor, p.output_tensor,
-                            p.grid[0], p.grid[1], rows, cols, offsets.ctypes.data_as(i32p), p.scratch_bytes,
-                            *[h.ctypes.data_as(i32p) if h is not None else i32p() for h in held],
+                            p.grid[0], p.grid[1], rows, cols, offsets.ctypes.data, p.scratch_bytes,
+                            *[h.ctypes.data if h is not None else None for h in held],
                             len(p.caches), caches if p.caches else ctypes.POINTER(CCache)())
         self.prepared: CPreparedStage | None = None
 

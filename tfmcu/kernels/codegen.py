@@ -2,13 +2,11 @@
 
 Emits C99 that defines ``const TfmcuStage <name>`` and everything it points to as ``static const`` data (weights
 included, so they stay in Flash), plus ``<NAME>_SCRATCH_BYTES``, ``<NAME>_INPUT_ELEMENTS``, ``<NAME>_OUTPUT_BYTES``.
-The params struct of each layer is written field by field from its ctypes mirror (``tfmcu.kernels.ops``), so the C
+The params struct of each layer is written field by field from its field list (``tfmcu.abi.STRUCTS``), so the C
 initialisers always follow the struct layout.
 """
 
 from __future__ import annotations
-
-import ctypes
 
 import numpy as np
 
@@ -35,8 +33,8 @@ def _c_float(x: float) -> str:
 def layer_to_c(spec: LayerSpec, prefix: str) -> str:
     """C99 definitions of one layer's constant arrays and of ``static const <ParamsStruct> <prefix>_params``."""
     out, fields = [], []
-    for f_name, f_type in spec.op.params._fields_:
-        if f_type is ctypes.c_void_p:
+    for f_name, f_type in spec.op.abi.fields:
+        if f_type.endswith("*"):
             a = spec.arrays.get(f_name)
             if a is None:
                 fields.append(f".{f_name} = NULL")
@@ -44,7 +42,7 @@ def layer_to_c(spec: LayerSpec, prefix: str) -> str:
             ctype = "int8_t" if a.dtype == np.int8 else "int32_t"
             out.append(_c_array(ctype, f"{prefix}_{f_name}", a))
             fields.append(f".{f_name} = {prefix}_{f_name}")
-        elif f_type is ctypes.c_float:
+        elif f_type == "float":
             fields.append(f".{f_name} = {_c_float(spec.params[f_name])}")
         else:
             fields.append(f".{f_name} = {int(spec.params[f_name])}")

@@ -1,10 +1,11 @@
 """The C patch kernels' ops, one table: everything Python knows about each op is its row of ``KERNEL_OPS``.
 
-A row (``KernelOp``) holds the op's code (``TfmcuOpType`` in ``tflm_patch_kernels/patch_stage.h``), the TFLite
-builtins it implements, its C params struct (name and ctypes mirror), its number of inputs and the function that
-builds its ``LayerSpec`` from a .tflite operator (params read from the flatbuffer, quantized multipliers computed
-offline by ``tfmcu.kernels.quant``). Adding a C kernel op touches this table once (plus its builder function); the
-C side has its own single table (``tflm_patch_kernels/op_table.c``).
+A row (``KernelOp``) holds the op's ABI row (``tfmcu.abi.OPS``: its code, C params struct and its ctypes mirror,
+its number and type of inputs, as ``tflm_patch_kernels/op_table.c`` states them), the TFLite builtins it
+implements and the function that builds its ``LayerSpec`` from a .tflite operator (params read from the
+flatbuffer, quantized multipliers computed offline by ``tfmcu.kernels.quant``). Adding a C kernel op: its row of
+``op_table.c``, its ABI row and params struct in ``tfmcu.abi`` (``tests/test_abi.py`` checks the two agree), and
+its row here with its builder function.
 
 ``LayerSpec``: one layer as the C kernels see it (op code, scalar params, constant arrays, name, source op index,
 the op's own padding). ``layer_spec(model, op)``: the LayerSpec of an IR op lowered from ``model``.
@@ -13,57 +14,18 @@ the op's own padding). ``layer_spec(model, op)``: the LayerSpec of an IR op lowe
 from __future__ import annotations
 
 import ctypes
-import struct
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from tfmcu import abi
+from tfmcu.abi import FLOAT32  # noqa: F401 (re-exported for tfmcu.stage.custom)
+from tfmcu.abi import OP_ADD, OP_AVG_POOL, OP_CONV, OP_DEPTHWISE, OP_MAX_POOL, OP_PAD, OP_QUANTIZE
 from tfmcu.graph import ir
 from tfmcu.kernels import PatchKernelError
 from tfmcu.kernels.quant import activation_range, add_params, conv_multipliers
 from tfmcu.tflite import schema as ts
-
-# TfmcuDataType of a tensor (patch_stage.h).
-INT8, FLOAT32 = 0, 1
-# TfmcuStatus (tfmcu_common.h).
-STATUS = {0: "ok", 1: "null pointer", 2: "scratch buffer too small", 3: "invalid stage description",
-          4: "unsupported op or data type", 5: "shape mismatch", 6: "pooling window without input pixels"}
-
-_I32 = ctypes.c_int32
-_PTR = ctypes.c_void_p
-
-
-# ============================================================================= ctypes mirrors of the params structs
-class ConvParams(ctypes.Structure):
-    _fields_ = [("filter", _PTR), ("bias", _PTR), ("output_multiplier", _PTR), ("output_shift", _PTR)] + [
-        (n, _I32) for n in ("kernel_h", "kernel_w", "stride_h", "stride_w", "dilation_h", "dilation_w", "groups",
-                            "input_offset", "output_offset", "act_min", "act_max")]
-
-
-class DepthwiseConvParams(ctypes.Structure):
-    _fields_ = [("filter", _PTR), ("bias", _PTR), ("output_multiplier", _PTR), ("output_shift", _PTR)] + [
-        (n, _I32) for n in ("kernel_h", "kernel_w", "stride_h", "stride_w", "dilation_h", "dilation_w",
-                            "depth_multiplier", "input_offset", "output_offset", "act_min", "act_max")]
-
-
-class AddParams(ctypes.Structure):
-    _fields_ = [(n, _I32) for n in ("input1_offset", "input2_offset", "output_offset", "left_shift",
-                                    "input1_multiplier", "input1_shift", "input2_multiplier", "input2_shift",
-                                    "output_multiplier", "output_shift", "act_min", "act_max")]
-
-
-class PadParams(ctypes.Structure):
-    _fields_ = [("value", _I32)]
-
-
-class PoolParams(ctypes.Structure):
-    _fields_ = [(n, _I32) for n in ("filter_h", "filter_w", "stride_h", "stride_w", "act_min", "act_max")]
-
-
-class QuantizeParams(ctypes.Structure):
-    _fields_ = [("scale", ctypes.c_float), ("zero_point", _I32)]
-
 
 # ============================================================================= layers
 @dataclass
@@ -84,20 +46,18 @@ class LayerSpec:
 
     def c_params(self) -> tuple[ctypes.Structure, list[Any]]:
         """The ctypes params struct (pointing into this spec's arrays, which must stay alive)."""
-        cls = self.op.params
         values = dict(self.params)
         keep = []
-        for name, f_type in cls._fields_:
-            if f_type is _PTR:
-                a = self.arrays.get(name)
-                values[name] = None if a is None else a.ctypes.data
-                keep.append(a)
-        return cls(**values), keep
+        for name in self.op.abi.arrays:
+            a = self.arrays.get(name)
+            values[name] = None if a is None else a.ctypes.data
+            keep.append(a)
+        return self.op.params(**values), keep
 
     def words(self) -> list[int]:
         """The params as the C struct's scalar fields in order (a float as its IEEE-754 bits): what
         ``tfmcu_op_bind`` reads (the TFMCU_PATCH_STAGE custom options store them so)."""
-        return params_to_words(self.type, self.params)
+        return abi.params_to_words(self.op.code, self.params)
 
     def check_arrays(self, in_channels: int, out_channels: int) -> None:
         """The constant arrays are as large as the params say (the C kernels trust them)."""
@@ -264,55 +224,50 @@ def _build_quantize(src: _Source) -> LayerSpec:
     return src.spec(OP_QUANTIZE, dict(scale=scale, zero_point=zp))
 
 
-def _scalar_fields(code: int) -> list[tuple[str, Any]]:
-    return [(n, t) for n, t in kernel_op(code).params._fields_ if t is not _PTR]
-
-
-def params_to_words(code: int, params: dict[str, Any]) -> list[int]:
-    """Op ``code``'s scalar params in the C struct's field order, floats as their bits (see LayerSpec.words)."""
-    out = []
-    for name, f_type in _scalar_fields(code):
-        v = params[name]
-        out.append(struct.unpack("<i", struct.pack("<f", float(v)))[0] if f_type is ctypes.c_float else int(v))
-    return out
-
-
-def params_from_words(code: int, words: Sequence[int]) -> dict[str, Any]:
-    """The inverse of ``params_to_words`` (ValueError when the count is not the op's)."""
-    fields = _scalar_fields(code)
-    if len(words) != len(fields):
-        raise ValueError(f"{kernel_op(code).name} has {len(fields)} scalar params, not {len(words)}")
-    return {name: (struct.unpack("<f", struct.pack("<i", int(w)))[0] if f_type is ctypes.c_float else int(w))
-            for (name, f_type), w in zip(fields, words)}
-
-
 # ============================================================================= the table
 @dataclass(frozen=True)
 class KernelOp:
-    code: int  # TfmcuOpType
-    name: str  # the TFLite op it is named after (messages, C comments)
+    """An op of the C kernels: its ABI row (``tfmcu.abi.OPS``: code, params struct, inputs) plus what Python adds
+    (the TFLite builtins it implements, the LayerSpec builder, the sizes of its constant arrays)."""
+
+    abi: abi.Op
     tflite: tuple[str, ...]  # TFLite builtins it implements
-    params: type  # ctypes mirror of the C params struct
-    c_struct: str  # the C params struct
-    inputs: int  # activation inputs
     build: Callable[[_Source], LayerSpec]
-    input_dtype: int = INT8  # TfmcuDataType of its input(s)
     array_sizes: Callable[[dict[str, Any], int, int], dict[str, int]] | None = None
 
+    @property
+    def code(self) -> int:  # TfmcuOpType
+        return self.abi.code
 
-OP_CONV, OP_DEPTHWISE, OP_ADD, OP_PAD, OP_AVG_POOL, OP_MAX_POOL, OP_QUANTIZE = range(1, 8)
+    @property
+    def name(self) -> str:  # the TFLite op it is named after (messages, C comments)
+        return self.abi.name
+
+    @property
+    def c_struct(self) -> str:  # the C params struct
+        return self.abi.c_struct
+
+    @property
+    def params(self) -> type:  # its ctypes mirror
+        return abi.structure(self.abi.c_struct)
+
+    @property
+    def inputs(self) -> int:  # activation inputs
+        return self.abi.num_inputs
+
+    @property
+    def input_dtype(self) -> int:  # TfmcuDataType of its input(s)
+        return self.abi.input_dtype
+
 
 KERNEL_OPS: dict[int, KernelOp] = {k.code: k for k in [
-    KernelOp(OP_CONV, "CONV_2D", ("CONV_2D", "FULLY_CONNECTED"), ConvParams, "TfmcuConvParams", 1, _build_conv,
-             array_sizes=_conv_arrays),
-    KernelOp(OP_DEPTHWISE, "DEPTHWISE_CONV_2D", ("DEPTHWISE_CONV_2D",), DepthwiseConvParams,
-             "TfmcuDepthwiseConvParams", 1, _build_depthwise, array_sizes=_depthwise_arrays),
-    KernelOp(OP_ADD, "ADD", ("ADD",), AddParams, "TfmcuAddParams", 2, _build_add),
-    KernelOp(OP_PAD, "PAD", ("PAD", "PADV2"), PadParams, "TfmcuPadParams", 1, _build_pad),
-    KernelOp(OP_AVG_POOL, "AVERAGE_POOL_2D", ("AVERAGE_POOL_2D",), PoolParams, "TfmcuPoolParams", 1, _build_pool),
-    KernelOp(OP_MAX_POOL, "MAX_POOL_2D", ("MAX_POOL_2D",), PoolParams, "TfmcuPoolParams", 1, _build_pool),
-    KernelOp(OP_QUANTIZE, "QUANTIZE", ("QUANTIZE",), QuantizeParams, "TfmcuQuantizeParams", 1, _build_quantize,
-             input_dtype=FLOAT32),
+    KernelOp(abi.OPS[OP_CONV], ("CONV_2D", "FULLY_CONNECTED"), _build_conv, _conv_arrays),
+    KernelOp(abi.OPS[OP_DEPTHWISE], ("DEPTHWISE_CONV_2D",), _build_depthwise, _depthwise_arrays),
+    KernelOp(abi.OPS[OP_ADD], ("ADD",), _build_add),
+    KernelOp(abi.OPS[OP_PAD], ("PAD", "PADV2"), _build_pad),
+    KernelOp(abi.OPS[OP_AVG_POOL], ("AVERAGE_POOL_2D",), _build_pool),
+    KernelOp(abi.OPS[OP_MAX_POOL], ("MAX_POOL_2D",), _build_pool),
+    KernelOp(abi.OPS[OP_QUANTIZE], ("QUANTIZE",), _build_quantize),
 ]}
 OP_NAMES = {code: k.name for code, k in KERNEL_OPS.items()}
 _BY_TFLITE = {name: k for k in KERNEL_OPS.values() for name in k.tflite}
@@ -323,6 +278,11 @@ def kernel_op(code: int) -> KernelOp:
     if code not in KERNEL_OPS:
         raise PatchKernelError(f"unknown C kernel op type {code}")
     return KERNEL_OPS[code]
+
+
+def params_from_words(code: int, words: Sequence[int]) -> dict[str, Any]:
+    """``tfmcu.abi.params_from_words`` for a known op (``PatchKernelError`` for an unknown type)."""
+    return abi.params_from_words(kernel_op(code).code, words)
 
 
 def layer_spec(model: ts.ModelT, op: ir.Op, index: int | None = None) -> LayerSpec:

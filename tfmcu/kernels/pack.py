@@ -14,9 +14,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tfmcu import abi
+from tfmcu.abi import FLOAT32, INT8
 from tfmcu.graph import ir
 from tfmcu.kernels import PatchKernelError
-from tfmcu.kernels.ops import FLOAT32, INT8, LayerSpec, layer_spec
+from tfmcu.kernels.ops import LayerSpec, layer_spec
 from tfmcu.plan.placer import Buffer, align_up, alive_bound, place
 from tfmcu.plan.regions import Read
 from tfmcu.tflite.editor import load
@@ -70,7 +72,7 @@ class PackedStage:
     input_tensor: int
     output_tensor: int
     grid: tuple[int, int]
-    row_spans: np.ndarray  # [grid rows, layers, 10] int32 in CSpan field order
+    row_spans: np.ndarray  # [grid rows, layers, SPAN_FIELDS] int32 in TfmcuSpan field order
     col_spans: np.ndarray
     buffer_offsets: np.ndarray  # [patches, tensors] int32, -1 for input/output
     buffer_sizes: np.ndarray  # [patches, tensors] bytes (0 for input/output)
@@ -96,14 +98,18 @@ class PackedStage:
         return np.float32 if self.tensor_dtypes[self.input_tensor] == FLOAT32 else np.int8
 
 
-SPAN_FIELDS = 10
+SPAN_FIELDS = abi.SPAN_WORDS  # int32 words of a TfmcuSpan
+SPAN = abi.word_offsets("TfmcuSpan")  # where each TfmcuSpan field starts in a row of SPAN_FIELDS
 _NO_READ = Read(0, 0, 0, 0)  # what a layer that computes nothing in a band reads
+_READ_FIELDS = (("in_start", "start"), ("in_stop", "stop"), ("pad_before", "pad_before"), ("pad_after", "pad_after"))
 
 
 def _span_row(out: tuple[int, int], reads: list[Any]) -> list[int]:
-    row = [out[0], out[1], 0, 0, 0, 0, 0, 0, 0, 0]
+    row = [0] * SPAN_FIELDS
+    row[SPAN["out_start"]], row[SPAN["out_stop"]] = out
     for k, r in enumerate(reads):
-        row[2 + k], row[4 + k], row[6 + k], row[8 + k] = r.start, r.stop, r.pad_before, r.pad_after
+        for span_field, read_field in _READ_FIELDS:
+            row[SPAN[span_field] + k] = getattr(r, read_field)
     return row
 
 
@@ -115,8 +121,9 @@ def input_window_bytes(packed: "PackedStage") -> int:
     row_bytes = w * c * (4 if packed.tensor_dtypes[t] == FLOAT32 else 1)
     most = prev_start = prev_stop = 0
     for band in packed.row_spans:
-        reads = [(int(span[2 + k]), int(span[4 + k])) for pos, span in enumerate(band)
-                 for k, src in enumerate(packed.layer_inputs[pos]) if src == t and span[4 + k] > span[2 + k]]
+        i0, i1 = SPAN["in_start"], SPAN["in_stop"]
+        reads = [(int(span[i0 + k]), int(span[i1 + k])) for pos, span in enumerate(band)
+                 for k, src in enumerate(packed.layer_inputs[pos]) if src == t and span[i1 + k] > span[i0 + k]]
         start, stop = (min(a for a, _ in reads), max(b for _, b in reads)) if reads else (prev_stop, prev_stop)
         if start < prev_start or stop < prev_stop:
             return 0
@@ -126,7 +133,7 @@ def input_window_bytes(packed: "PackedStage") -> int:
 
 def cache_sizes(row_held: np.ndarray, col_held: np.ndarray, caches: Sequence[tuple[int, int]],
                 producers: Sequence[int], channels: Sequence[int]) -> list[int]:
-    """Bytes of each halo cache ``(tensor, axis)`` from the held tables: ``tfmcu_cache_bytes`` of patch_stage.c."""
+    """Bytes of each halo cache ``(tensor, axis)`` from the held tables: ``tfmcu_cache_bytes`` of patch_stage_validate.c."""
     sizes = []
     for t, axis in caches:
         p = producers[t]

@@ -14,7 +14,7 @@ import dataclasses
 import json
 import random
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from tfmcu.errors import TfmcuError
 
@@ -309,9 +309,6 @@ class SearchSpace:
     widths: tuple[float, ...] = (0.5, 0.75, 1.0)
     resolutions: tuple[int, ...] = (96, 128, 160, 192, 224, 256)
 
-    def genome_length(self, num_stages: int) -> int:
-        return 1 + num_stages * (1 + 3 * max(self.depths))
-
     def encode(self, spec: NetSpec, base: NetSpec) -> list[Any]:
         """Genome of ``spec`` relative to ``base`` (which gives stage strides and channels)."""
         genome: list[Any] = [spec.resolution]
@@ -355,9 +352,3 @@ class SearchSpace:
         if slot == 0:
             return self.depths
         return (self.kernels, self.expands, self.widths)[(slot - 1) % 3]
-
-
-def all_block_kernels(spec: NetSpec) -> Iterable[int]:
-    yield spec.stem.kernel
-    for blk in spec.resolve():
-        yield blk.kernel

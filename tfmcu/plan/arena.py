@@ -20,10 +20,11 @@ host, ``RecordingMicroAllocator`` as in ``tfmcu.runtime.tflm.measure_arena``) al
   builtin options, each kernel's ``OpData`` (Init), per-channel quantization arrays (Prepare), scratch buffer
   handles, and the persistent ``TfLiteTensor`` (+ quantization) of each graph input / output.
 
-What the IR does not carry comes from optional op attributes (``annotate_from_tflite`` adds them from the .tflite;
-``predict_arena(graph, model=bytes)`` does that itself): ``tflite_inputs`` / ``tflite_outputs`` (raw operator tensor
-indices), ``tflite_tensor_index`` ({IR tensor name: index}), ``tflite_num_tensors``, ``weight_scales`` and
-``weights_dtype`` (conv / fully connected weights). Without them:
+What the IR does not carry comes from optional op attributes (``from_tflite`` records them when it lowers a model,
+``annotate_from_tflite`` adds them to other graphs, ``predict_arena(graph, model=...)`` does that itself;
+``predict_model_arena(model)`` lowers a .tflite and predicts it): ``tflite_inputs`` / ``tflite_outputs`` (raw
+operator tensor indices), ``tflite_tensor_index`` ({IR tensor name: index}), ``tflite_num_tensors``,
+``weight_scales`` and ``weights_dtype`` (conv / fully connected weights). Without them:
 
 * tensor count = activation tensors + constant inputs per op type (``CONST_INPUTS``); ops with equal
   ``attrs["weights_key"]`` share weights and biases, otherwise each op counts its own (a shared constant is then
@@ -45,12 +46,13 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from tfmcu.graph import ir
+from tfmcu.graph.from_tflite import from_model
 from tfmcu.plan import cmsis_nn
 from tfmcu.plan.placer import Buffer, align_up, place
 from tfmcu.tflite import offline_plan
 from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, kernel_memory, read_options, streamed_scratch
 from tfmcu.tflite import schema as ts
-from tfmcu.tflite.editor import load
+from tfmcu.tflite.model import TfliteModel, as_model
 
 ALIGN = 16  # MicroArenaBufferAlignment(): planned buffer sizes, kernel persistent buffers, scratch buffers.
 
@@ -311,18 +313,20 @@ def op_allocations(graph: ir.Graph, op: ir.Op, build: str | TflmBuild = "wheel",
         axes = op.attrs.get("axes")
         alloc.scratch = [4 * rank, 4 * (len(axes) if axes is not None else 2)]
     elif b == f"custom:{PATCH_STAGE_OP}" and "custom_options" in op.attrs:
-        # our kernel (tflm_patch_kernels/tflm): one op data from Init, the stage's exact scratch from Prepare
+        # our kernel (tflm_patch_kernels/tflm): one op data from Init, the stage's exact scratch from Prepare; the
+        # CMSIS-NN backend's kernel buffer after the patch buffers
+        buffer = cmsis_nn.stage_scratch_bytes(stage) if tb.cmsis_nn and stage is not None else None
         try:
             options = read_options(op.attrs["custom_options"])
             op_data, scratch = kernel_memory(options, pointer_bytes=tb.pointer_bytes)
         except (ValueError, KeyError, TypeError):
             alloc.modelled = False
         else:
-            if tb.cmsis_nn:  # the CMSIS-NN backend's kernel buffer after the patch buffers
-                if stage is None:
+            if tb.cmsis_nn:
+                if buffer is None:
                     alloc.modelled = False
                 else:
-                    scratch = streamed_scratch(options, cmsis_nn.stage_scratch_bytes(stage))
+                    scratch = streamed_scratch(options, buffer)
             alloc.op_data, alloc.scratch = op_data, [scratch] if scratch > 0 else []
     elif b == "SOFTMAX" and in_dtype == "int16":
         alloc.prepare = [2 * 513, 2 * 513]  # (src) exp and 1/(1+x) int16 lookup tables, LUTSize<int16_t>() = 513
@@ -519,11 +523,12 @@ def predict_tail(graph: ir.Graph, allocs: Sequence[OpAlloc], num_tensors: int,
     return tail
 
 
-def predict_arena(graph: ir.Graph, model: bytes | None = None, count_input: bool = True,
+def predict_arena(graph: ir.Graph, model: TfliteModel | bytes | None = None, count_input: bool = True,
                   build: str | TflmBuild = "wheel", stage: Any = None) -> ArenaPrediction:
     """Head, tail and total bytes of TFLM's arena for ``graph`` (see the module docstring).
 
-    ``model``: the .tflite bytes ``graph`` was lowered from, if at hand: its tensor indices, tensor count and weight
+    ``model``: the .tflite ``graph`` was lowered from (parsed, ``tfmcu.tflite.model``, or its bytes), if at hand: its
+    tensor indices, tensor count and weight
     quantization are then read from it (``annotate_from_tflite`` on a copy), which makes the tail exact for models
     that share constant tensors between operators, and an offline memory plan in its metadata is honoured.
     ``count_input=False``: the arena TFLM would plan if the graph inputs took no space (the image held elsewhere;
@@ -531,14 +536,31 @@ def predict_arena(graph: ir.Graph, model: bytes | None = None, count_input: bool
     "wheel", "host", "cortex-m", "cortex-m-cmsis-nn"). ``stage``: for "cortex-m-cmsis-nn" and a custom-mode graph,
     its ``PackedStage`` (``tfmcu.stage.custom.load_custom(model).packed``), whose tiles size the CMSIS-NN kernel
     buffer (without it the op is listed as unmodelled). Never runs TFLM."""
-    tb = get_build(build)
-    offline = None
+    m = None
     if model is not None:
-        graph = annotate_from_tflite(graph.copy(), model)
-        offline = offline_offsets(graph, model)
+        m = as_model(model).flatbuffer
+        graph = annotate_from_tflite(graph.copy(), m)
+    return _predict(graph, m, count_input, build, stage)
+
+
+def predict_model_arena(model: TfliteModel | bytes, build: str | TflmBuild = "wheel", stage: Any = None,
+                        name: str | None = None) -> ArenaPrediction:
+    """``predict_arena`` of a .tflite (parsed, ``tfmcu.tflite.model``, or its bytes): the graph lowered from it
+    (``tfmcu.graph.from_tflite``; ``name`` names it in errors), which carries the model's own tensor facts (what
+    ``annotate_from_tflite`` would add), and its offline memory plan."""
+    model = as_model(model)
+    return _predict(from_model(model, name), model.flatbuffer, True, build, stage)
+
+
+def _predict(graph: ir.Graph, model: ts.ModelT | None, count_input: bool, build: str | TflmBuild,
+             stage: Any) -> ArenaPrediction:
+    """``predict_arena`` of a graph that carries its TFLite facts; ``model``: the one it was lowered from, for its
+    offline memory plan (None: no model)."""
+    tb = get_build(build)
     allocs = [op_allocations(graph, op, tb, stage) for op in graph.ops]
+    plan = offline_plan.read(model) if model is not None else None
     key, num_tensors, exact = _tensor_order(graph)
-    head, buffers = plan_head(graph, allocs, key, offline, count_input)
+    head, buffers = plan_head(graph, allocs, key, offline_offsets(graph, plan), count_input)
     tail = predict_tail(graph, allocs, num_tensors, tb)
     details = {
         "tflm_build": tb.name,
@@ -563,9 +585,9 @@ def tensor_indices(graph: ir.Graph) -> dict[str, int]:
     return index
 
 
-def offline_offsets(graph: ir.Graph, model: bytes) -> dict[str, int] | None:
-    """Tensor name -> offset of the model's offline memory plan (None if it has none)."""
-    offsets = offline_plan.read(model)
+def offline_offsets(graph: ir.Graph, offsets: list[int] | None) -> dict[str, int] | None:
+    """Tensor name -> offset of an offline memory plan (``offline_plan.read``: offsets per tensor index; None if
+    the model has none)."""
     if offsets is None:
         return None
     return {t: offsets[i] for t, i in tensor_indices(graph).items() if i < len(offsets) and offsets[i] >= 0}
@@ -578,12 +600,12 @@ def planned_buffers(graph: ir.Graph) -> list[dict[str, Any]]:
             for b in buffers]
 
 
-def annotate_from_tflite(graph: ir.Graph, model: bytes) -> ir.Graph:
+def annotate_from_tflite(graph: ir.Graph, model: TfliteModel | bytes | ts.ModelT) -> ir.Graph:
     """Add the TFLite facts ``predict_arena`` uses when present (``tflite_inputs``, ``tflite_outputs``,
     ``tflite_tensor_index``, ``tflite_num_tensors``, ``weight_scales``, ``weights_dtype``) to the ops of ``graph``,
     which must have been lowered from ``model`` by ``from_tflite`` (ops matched by ``src_index``). Returns
     ``graph`` (modified in place). A no-op for ops that already carry them."""
-    m = load(model)
+    m = model if isinstance(model, ts.ModelT) else as_model(model).flatbuffer
     sg = m.subgraphs[0]
     raw_ops = list(sg.operators or [])
     tensors = list(sg.tensors or [])

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfmcu.kernels.ops import OP_AVG_POOL, OP_CONV, OP_DEPTHWISE, OP_MAX_POOL
+from tfmcu import abi
+from tfmcu.abi import OP_AVG_POOL, OP_CONV, OP_DEPTHWISE, OP_MAX_POOL
 
-# CSpan fields (tflm_patch_kernels/patch_stage.h): out_start, out_stop, in_start[2], in_stop[2], pad_before[2], ...
-_OUT_START, _OUT_STOP, _IN_START, _IN_STOP, _PAD_BEFORE = 0, 1, 2, 4, 6
+# Where the TfmcuSpan fields start in a row of the span tables (input 0's for the per-input fields).
+_SPAN = abi.word_offsets("TfmcuSpan")
+_OUT_START, _OUT_STOP, _IN_START, _IN_STOP, _PAD_BEFORE = (_SPAN[f] for f in ("out_start", "out_stop", "in_start",
+                                                                              "in_stop", "pad_before"))
 
 
 def align4(n: int) -> int:

@@ -23,7 +23,8 @@ profiler's alive-tensor rule, its boxes being the needs of the cached walk). No 
 element once.
 
 Which caches: ``choose_caches`` (under an SRAM budget: fewest MACs that fit), ``smallest_caches`` (the smallest stage
-within a whole-model MAC cap), ``select`` (what ``rewrite --halo=none|all|auto|smallest`` uses).
+within a whole-model MAC cap), ``select`` (what ``rewrite --halo=none|all|auto|smallest`` uses). ``HaloOptions`` is
+that request (mode and MAC cap, with their defaults), checked and interpreted here only.
 """
 
 from __future__ import annotations
@@ -36,6 +37,41 @@ from tfmcu.graph import ir
 from tfmcu.plan.regions import PatchSchedule, Range, Read, ScheduleError, read_range
 
 _EMPTY: Range = (0, 0)
+HALO_MODES = ("none", "all", "auto", "smallest")
+DEFAULT_MAX_MAC_OVERHEAD = 0.05  # halo "smallest": at most +5% MACs over the unpatched model
+
+
+@dataclass(frozen=True, kw_only=True)
+class HaloOptions:
+    """The halo caches a rewrite asks for (``rewrite --halo``, ``--halo_max_mac_overhead``; ``select``).
+
+    ``mode``: one of ``HALO_MODES``; ``max_mac_overhead``: mode ``smallest``'s cap on the whole model's MAC overhead
+    (a fraction; None: not given, ``DEFAULT_MAX_MAC_OVERHEAD``), refused with any other mode."""
+
+    mode: str = "none"
+    max_mac_overhead: float | None = None
+
+    @property
+    def mac_cap(self) -> float:
+        """The MAC overhead cap ``smallest`` keeps to."""
+        return DEFAULT_MAX_MAC_OVERHEAD if self.max_mac_overhead is None else self.max_mac_overhead
+
+    @property
+    def caches(self) -> bool:
+        """Whether halo caches are asked for at all (any mode but ``none``)."""
+        return self.mode != "none"
+
+    def validate(self) -> "HaloOptions":
+        """``ScheduleError`` (one line, naming the flag) for a mode or a cap that cannot be used."""
+        if self.mode not in HALO_MODES:
+            raise ScheduleError(f"--halo={self.mode}: expected one of {', '.join(HALO_MODES)}")
+        if self.max_mac_overhead is not None:
+            if not 0 <= self.max_mac_overhead < 100:
+                raise ScheduleError(f"--halo_max_mac_overhead={self.max_mac_overhead:g}: expected a fraction >= 0 "
+                                    f"({DEFAULT_MAX_MAC_OVERHEAD:g}: +{100 * DEFAULT_MAX_MAC_OVERHEAD:g}%)")
+            if self.mode != "smallest":
+                raise ScheduleError("--halo_max_mac_overhead applies to --halo=smallest only")
+        return self
 
 
 def _len(r: Range) -> int:
@@ -283,10 +319,10 @@ def choose_caches(schedule: PatchSchedule, budget: int | None, count_input: bool
     return h
 
 
-def smallest_caches(schedule: PatchSchedule, max_mac_overhead: float = 0.05,
+def smallest_caches(schedule: PatchSchedule, max_mac_overhead: float = DEFAULT_MAX_MAC_OVERHEAD,
                     count_input: bool | str = True) -> HaloPlan:
     """The caches that make the STAGE's analytic peak smallest while the whole model's exact MAC overhead stays
-    within ``max_mac_overhead`` (0.05: at most +5% MACs over the unpatched model). Starting from every cache, drops
+    within ``max_mac_overhead`` (e.g. 0.05: at most +5% MACs over the unpatched model). Starting from every cache, drops
     one cache at a time, the one that frees the most stage-peak bytes per MAC it adds first, down to no cache; the
     plan taken is the smallest stage peak on that path within the MAC cap (fewest MACs among equals); then single
     caches are dropped or taken back while that lowers the peak (or, at the same peak, the MACs) within the cap.
@@ -331,24 +367,20 @@ def smallest_caches(schedule: PatchSchedule, max_mac_overhead: float = 0.05,
     return best
 
 
-HALO_MODES = ("none", "all", "auto", "smallest")
-
-
-def select(schedule: PatchSchedule, mode: str, budget: int | None = None,
-           count_input: bool | str = True, max_mac_overhead: float = 0.05) -> HaloPlan | None:
-    """The halo caches a rewrite uses: ``none`` (recompute every halo: None), ``all`` (every intermediate tensor
-    along both axes), ``auto`` (``choose_caches`` under ``budget``, analytic bytes; without a budget, at the
-    recompute schedule's own analytic peak: fewer MACs for no more memory) or ``smallest`` (``smallest_caches``:
-    the smallest stage within ``max_mac_overhead`` of the unpatched model's MACs)."""
+def select(schedule: PatchSchedule, options: HaloOptions, budget: int | None = None,
+           count_input: bool | str = True) -> HaloPlan | None:
+    """The halo caches a rewrite uses (``options.mode``): ``none`` (recompute every halo: None), ``all`` (every
+    intermediate tensor along both axes), ``auto`` (``choose_caches`` under ``budget``, analytic bytes; without a
+    budget, at the recompute schedule's own analytic peak: fewer MACs for no more memory) or ``smallest``
+    (``smallest_caches``: the smallest stage within ``options.mac_cap`` of the unpatched model's MACs)."""
+    mode = options.validate().mode
     if mode == "none":
         return None
     if mode == "all":
         inter = intermediates(schedule)
         return plan_halo(schedule, inter, inter)
     if mode == "smallest":
-        return smallest_caches(schedule, max_mac_overhead, count_input)
-    if mode != "auto":
-        raise ScheduleError(f"halo mode {mode!r}: expected one of {', '.join(HALO_MODES)}")
+        return smallest_caches(schedule, options.mac_cap, count_input)
     if budget is None:
         image = _image(count_input)
         budget = plan_halo(schedule).peak(image)

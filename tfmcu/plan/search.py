@@ -38,7 +38,7 @@ KB = 1024
 Progress = Callable[[int, int, str], None]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SearchOptions:
     """What is searched and how (shared by every pipeline and cost function)."""
 

@@ -4,8 +4,12 @@
   arena. A custom-mode model (one ``TFMCU_PATCH_STAGE`` op, ``tfmcu.stage.custom``) runs WHOLE in TFLM built from
   source with our kernel (``tfmcu.runtime.tflm_host``): outputs and the measured arena (the kernel's persistent
   bytes in ``ArenaStats.custom``). TF Lite has no kernel for the op: ``HostRunner`` runs the stage in the C kernels
-  (ctypes) and the rest in TF Lite (with the same ``resolver``).
+  (ctypes) and the rest in TF Lite (with the same ``resolver``). ``tflm=False``: TF Lite's outputs only.
 * ``evaluate(..., isolate=True)`` runs all of it in a child process (``tfmcu.runtime.isolate``).
+* ``host_model(model)``: the model's signature and, for a custom-mode model, its ``HostRunner`` (a malformed
+  description is a one-line ``TFLMError`` here, before anything runs).
+
+``model``: a ``tfmcu.tflite.model.TfliteModel`` (parsed once, shared by the steps) or the bytes of one.
 """
 
 from __future__ import annotations
@@ -17,19 +21,20 @@ import numpy as np
 
 from tfmcu.kernels import PatchKernelError
 from tfmcu.kernels.binding import prepare, run_stage
-from tfmcu.runtime.isolate import isolated, phase
-from tfmcu.runtime.model_io import TFLMError
-from tfmcu.runtime.tflite import run_tflite
-from tfmcu.runtime.tflm import ArenaStats, measure_arena, run_tflm
+from tfmcu.runtime.isolate import isolatable, phase
+from tfmcu.runtime.model_io import ModelInfo, TFLMError, prepared
+from tfmcu.runtime.tflite import run_tflite, tflite_outputs
+from tfmcu.runtime.tflm import ArenaStats, measure_arena, run_tflm, tflm_outputs
 from tfmcu.stage.common import RewriteError
 from tfmcu.runtime.tflm_host import MEASURED_BY, run_whole
-from tfmcu.stage.custom import PATCH_STAGE_OP, is_custom_model, load_custom
+from tfmcu.stage.custom import PATCH_STAGE_OP, load_custom
+from tfmcu.tflite.model import TfliteModel
 
 
 class HostRunner:
     """Runs a custom-mode model on the host: C kernels for the stage, TFLM (or TF Lite) for the rest."""
 
-    def __init__(self, data: bytes, where: str = "model"):
+    def __init__(self, data: TfliteModel | bytes, where: str = "model"):
         self.where = where
         self.custom = load_custom(data, where)
         p = self.custom.packed
@@ -54,56 +59,46 @@ class HostRunner:
 @dataclass
 class ModelRun:
     tflite: list[list[np.ndarray]] | None  # outputs per sample (None when not asked)
-    tflm: list[list[np.ndarray]]
-    arena: ArenaStats
+    tflm: list[list[np.ndarray]] | None  # (None: evaluate(tflm=False))
+    arena: ArenaStats | None
     custom_mode: bool = False
 
 
-def evaluate(model: bytes, samples: Sequence[Any], resolver: str | None = "reference", where: str = "model",
-             isolate: bool = False) -> ModelRun:
-    """TF Lite outputs (``resolver=None``: skipped), TFLM outputs and TFLM's arena for one model (see the module
-    docstring)."""
-    if isolate:
-        return isolated(evaluate, bytes(model), list(samples), resolver, where, where=where)
-    model = bytes(model)
-    if is_custom_model(model):
-        return _evaluate_custom(model, samples, resolver, where)
-    phase("TF Lite")
-    tfl = run_tflite(model, samples, resolver, where) if resolver else None
-    phase("TFLM")
-    outs = run_tflm(model, samples, where=where)
-    return ModelRun(tfl, outs, measure_arena(model, where=where))
-
-
-def tflite_outputs(model: bytes, samples: Sequence[Any], resolver: str = "reference", where: str = "model",
-                   isolate: bool = False) -> list[list[np.ndarray]]:
-    """TF Lite's outputs only (custom mode: the stage in the C kernels, the rest in TF Lite), for callers that check
-    them against another TFLM (firmware on the target) and need no TFLM run here."""
-    if isolate:
-        return isolated(tflite_outputs, bytes(model), list(samples), resolver, where, where=where)
-    model = bytes(model)
+def host_model(model: TfliteModel, where: str = "model") -> tuple[ModelInfo, HostRunner | None]:
+    """The model's inputs, outputs and op names, and its ``HostRunner`` when it is a custom-mode model (one
+    ``TFMCU_PATCH_STAGE`` op; None otherwise): a malformed stage is a one-line ``TFLMError``. ``model``: parsed
+    (``tfmcu.runtime.model_io.read_model`` or ``parsed``)."""
     try:
-        if is_custom_model(model):
-            return HostRunner(model, where).run(samples, rest="tflite", resolver=resolver)
-        return run_tflite(model, samples, resolver, where)
+        return model.info, (HostRunner(model, where) if PATCH_STAGE_OP in model.info.custom_ops else None)
     except RewriteError as e:
         raise TFLMError(str(e)) from None
 
 
-def _evaluate_custom(model: bytes, samples: Sequence[Any], resolver: str | None, where: str) -> ModelRun:
-    """TFLM: the whole model in TFLM built from source with our TFMCU_PATCH_STAGE kernel (measured arena). TF Lite
-    has no kernel for the op: there the stage runs in the C kernels (ctypes) and the rest in TF Lite."""
+@isolatable
+def evaluate(model: TfliteModel | bytes, samples: Sequence[Any], resolver: str | None = "reference",
+             where: str = "model", tflm: bool = True) -> ModelRun:
+    """TF Lite outputs (``resolver=None``: skipped), TFLM outputs and TFLM's arena for one model (see the module
+    docstring); ``tflm=False``: TF Lite's outputs only, for callers that check them against another TFLM (firmware
+    on the target). ``isolate=True``: all of it in a child process."""
+    model, _, rows = prepared(model, samples, where)  # parsed and checked once for every interpreter below
+    custom = f"custom:{PATCH_STAGE_OP}" in model.op_names
     try:
         tfl = None
         if resolver:
             phase("TF Lite")
-            tfl = HostRunner(model, where).run(samples, rest="tflite", resolver=resolver)
+            tfl = (HostRunner(model, where).run(rows, rest="tflite", resolver=resolver) if custom else
+                   tflite_outputs(model, rows, resolver, where))
+        if not tflm:
+            return ModelRun(tfl, None, None, custom)
         phase("TFLM")
-        whole = run_whole(model, samples, where)
+        if not custom:
+            return ModelRun(tfl, tflm_outputs(model, rows, None, where), measure_arena(model, where=where))
+        # the whole model in TFLM built from source with our TFMCU_PATCH_STAGE kernel (measured arena)
+        whole = run_whole(model, rows, where)
     except RewriteError as e:
         raise TFLMError(str(e)) from None
     a = whole.arena
-    custom = {"measured_by": MEASURED_BY, "pointer_bytes": a.pointer_bytes,
-              "patch_stage_persistent_bytes": a.patch_stage_persistent_bytes, "allocations": a.allocations}
-    return ModelRun(tfl, whole.outputs, ArenaStats(a.arena_used_bytes, a.head_bytes, a.tail_bytes, custom=custom),
+    stats = {"measured_by": MEASURED_BY, "pointer_bytes": a.pointer_bytes,
+             "patch_stage_persistent_bytes": a.patch_stage_persistent_bytes, "allocations": a.allocations}
+    return ModelRun(tfl, whole.outputs, ArenaStats(a.arena_used_bytes, a.head_bytes, a.tail_bytes, custom=stats),
                     custom_mode=True)

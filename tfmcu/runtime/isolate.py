@@ -5,10 +5,16 @@ whose input scale puts its fixed-point multiplier out of range). ``isolated(fn, 
 function (by reference: module and name) and its arguments, runs it with ``python -m tfmcu.runtime.isolate`` and
 returns its result; a crash (abort, segfault), a non-zero exit or a ``TfmcuError`` in the child becomes a one-line
 ``TFLMError`` naming ``where`` and, when the child announced it (``phase``), which interpreter was running.
+
+``@isolatable`` gives a runner (``run_tflite``, ``run_tflm``, ``measure_arena``, ``evaluate``) an ``isolate``
+keyword: ``isolate=True`` makes the call through ``isolated``, its ``where`` argument naming the model. A parsed
+model (``tfmcu.tflite.model.TfliteModel``) travels to the child as its bytes.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import pickle
 import signal
@@ -75,6 +81,22 @@ def isolated(fn: Callable[..., Any], *args: Any, where: str = "model", timeout: 
     if not ok:
         raise TFLMError(value)
     return value
+
+
+def isolatable(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with an ``isolate=False`` keyword (see the module docstring); ``fn`` is module-level and its arguments
+    pickle."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def call(*args: Any, isolate: bool = False, **kwargs: Any) -> Any:
+        if not isolate:
+            return fn(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return isolated(call, *bound.args, where=str(bound.arguments.get("where", "model")), **bound.kwargs)
+
+    return call
 
 
 def _worker(request: str, result: str) -> int:

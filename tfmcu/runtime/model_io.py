@@ -4,90 +4,70 @@ A *sample* is a tuple of arrays, one per model input, each with the input tensor
 1-tuple; an array missing only the leading batch dimension of 1 gets it added). Runners return outputs as a list (one
 per sample) of lists (one array per model output).
 
+``model`` is a ``tfmcu.tflite.model.TfliteModel`` (parsed once per run) or the bytes of one.
+
 * ``model_info(model)``: inputs / outputs of subgraph 0 (shape, dtype, quantization) and the operator names.
-* ``as_samples(info, samples)``: samples checked against the signature (one-line ``TFLMError`` on a mismatch).
+* ``as_samples(info, samples)``: samples checked against the signature (one-line ``TFLMError`` on a mismatch);
+  ``prepared(model, samples)``: the parsed model, its signature and the checked samples, what a runner starts from.
 * ``random_inputs(model, n, seed)``: seeded samples (see its docstring for the value ranges).
+* ``read_model(path, flag)``: a user's .tflite, read and parsed once (one-line ``UsageError``).
+* ``load_inputs(path, info)``: real samples from a .npy / .npz (``--inputs``; one-line ``UsageError``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import zipfile
 from typing import Any, Sequence
 
 import numpy as np
 
-from tfmcu.errors import TfmcuError
+from tfmcu.errors import TfmcuError, UsageError
+from tfmcu.files import read_bytes
 from tfmcu.tflite import schema as ts
-from tfmcu.tflite.editor import load
+from tfmcu.tflite.model import ModelInfo, TensorInfo, TfliteModel, as_model, tensor_info
+
+__all__ = ["ModelInfo", "TFLMError", "TensorInfo", "as_samples", "input_range", "load_inputs", "model_info", "parsed",
+           "prepared", "random_inputs", "read_model"]
 
 
 class TFLMError(TfmcuError):
     """A model cannot be run or measured (in TFLM, TF Lite or the host runner); one line."""
 
 
-@dataclass(frozen=True)
-class TensorInfo:
-    index: int  # tensor index in subgraph 0
-    name: str
-    shape: tuple[int, ...]
-    dtype: str  # numpy dtype name: "int8", "uint8", "float32", ...
-    scale: float = 0.0  # per-tensor quantization (0.0: none)
-    zero_point: int = 0
-
-    @property
-    def signature(self) -> tuple[tuple[int, ...], str]:
-        return self.shape, self.dtype
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    inputs: tuple[TensorInfo, ...]
-    outputs: tuple[TensorInfo, ...]
-    num_ops: int
-    op_names: tuple[str, ...]  # "CONV_2D", ... "custom:NAME", per operator
-
-    @property
-    def custom_ops(self) -> list[str]:
-        return sorted({n.split(":", 1)[1] for n in self.op_names if n.startswith("custom:")})
-
-
-def _load(model: bytes | ts.ModelT, where: str = "model") -> ts.ModelT:
-    if isinstance(model, ts.ModelT):
-        return model
+def parsed(model: TfliteModel | bytes, where: str = "model") -> TfliteModel:
+    """``as_model`` with its signature read (``info``): a file that is not a TFLite model, or an operator with an
+    operator code the model lacks, is a one-line ``TFLMError``."""
     try:
-        return load(bytes(model), where)
+        model = as_model(model, where)
     except ts.SchemaError as e:
         raise TFLMError(str(e)) from None
-
-
-def _tensor_info(m: ts.ModelT, index: int) -> TensorInfo:
-    t = m.subgraphs[0].tensors[index]
     try:
-        dtype = np.dtype(ts.numpy_dtype(t.type)).name
-    except ts.SchemaError:
-        dtype = ts.dtype_name(t.type)
-    scale, zp = 0.0, 0
-    q = t.quantization
-    if q is not None and q.scale is not None and len(q.scale) > 0:
-        scale = float(np.ravel(q.scale)[0])
-        zp = int(np.ravel(q.zeroPoint)[0]) if q.zeroPoint is not None and len(q.zeroPoint) else 0
-    shape = tuple(int(d) for d in (t.shape if t.shape is not None else []))
-    return TensorInfo(int(index), ts.tensor_name(t), shape, dtype, scale, zp)
+        model.info
+    except ts.SchemaError as e:
+        raise TFLMError(f"{where}: {e}") from None
+    return model
 
 
-def model_info(model: bytes | ts.ModelT, where: str = "model") -> ModelInfo:
-    """Inputs / outputs of subgraph 0 (in the model's order) and the operator names."""
-    m = _load(model, where)
-    sg = m.subgraphs[0]
-    ins = tuple(_tensor_info(m, int(i)) for i in (sg.inputs if sg.inputs is not None else []))
-    outs = tuple(_tensor_info(m, int(i)) for i in (sg.outputs if sg.outputs is not None else []))
-    names = []
-    for op in sg.operators or []:
-        try:
-            names.append(ts.op_name(m, op))
-        except ts.SchemaError as e:
-            raise TFLMError(f"{where}: {e}") from None
-    return ModelInfo(ins, outs, len(names), tuple(names))
+def read_model(path: str, what: str = "") -> TfliteModel:
+    """The .tflite at ``path``, read and parsed once for a whole run: a missing or unreadable file, or one that is
+    not a TFLite model, is a one-line ``UsageError`` (``what``: the flag that named it)."""
+    try:
+        return parsed(read_bytes(path, what), path)
+    except TFLMError as e:
+        raise UsageError(str(e)) from None
+
+
+def model_info(model: TfliteModel | bytes, where: str = "model") -> ModelInfo:
+    """Inputs / outputs of subgraph 0 (in the model's order) and the operator names (``TfliteModel.info``)."""
+    return parsed(model, where).info
+
+
+def prepared(model: TfliteModel | bytes, samples: Sequence[Any],
+             where: str = "model") -> tuple[TfliteModel, ModelInfo, list[tuple[np.ndarray, ...]]]:
+    """What a runner needs: the parsed model, its signature and ``samples`` checked against it (``as_samples``)."""
+    model = parsed(model, where)
+    return model, model.info, as_samples(model.info, samples, where)
 
 
 def as_samples(info: ModelInfo, samples: Sequence[Any], where: str) -> list[tuple[np.ndarray, ...]]:
@@ -113,22 +93,22 @@ def as_samples(info: ModelInfo, samples: Sequence[Any], where: str) -> list[tupl
     return out
 
 
-def _consumer_quantization(m: ts.ModelT, tensor_index: int) -> tuple[float, int, str] | None:
+def _consumer_quantization(model: TfliteModel, tensor_index: int) -> tuple[float, int, str] | None:
     """(scale, zero point, dtype) of the QUANTIZE op output that reads a float input, if any."""
-    sg = m.subgraphs[0]
-    for op in sg.operators or []:
-        if ts.op_name(m, op) == "QUANTIZE" and op.inputs is not None and int(op.inputs[0]) == tensor_index:
-            info = _tensor_info(m, int(op.outputs[0]))
+    m = model.flatbuffer
+    for op, name in zip(m.subgraphs[0].operators or [], model.op_names):
+        if name == "QUANTIZE" and op.inputs is not None and int(op.inputs[0]) == tensor_index:
+            info = tensor_info(m, int(op.outputs[0]))
             if info.scale:
                 return info.scale, info.zero_point, info.dtype
     return None
 
 
-def input_range(model: bytes | ts.ModelT, tensor: TensorInfo) -> tuple[float, float]:
+def input_range(model: TfliteModel | bytes, tensor: TensorInfo) -> tuple[float, float]:
     """The value range random float inputs are drawn from: the range the input's own quantization represents,
     else that of the QUANTIZE op that reads it, else [-1, 1]."""
-    m = _load(model)
-    q = (tensor.scale, tensor.zero_point, "int8") if tensor.scale else _consumer_quantization(m, tensor.index)
+    q = ((tensor.scale, tensor.zero_point, "int8") if tensor.scale else
+         _consumer_quantization(parsed(model), tensor.index))
     if q is None:
         return -1.0, 1.0
     scale, zp, qdtype = q
@@ -136,15 +116,15 @@ def input_range(model: bytes | ts.ModelT, tensor: TensorInfo) -> tuple[float, fl
     return float((lim.min - zp) * scale), float((lim.max - zp) * scale)
 
 
-def random_inputs(model: bytes, n: int, seed: int = 0) -> list[tuple[np.ndarray, ...]]:
+def random_inputs(model: TfliteModel | bytes, n: int, seed: int = 0) -> list[tuple[np.ndarray, ...]]:
     """``n`` seeded samples, each a tuple with one array per model input (shape and dtype of the input tensor).
 
     Integer inputs cover their type's whole range uniformly (int8: [-128, 127], uint8: [0, 255], int16/int32:
     [-32768, 32767]); bool inputs are fair coin flips; float inputs are uniform in the range their quantization
     represents (``input_range``: the input's own scale/zero point, else those of the QUANTIZE op that consumes
     it), else in [-1, 1]."""
-    m = _load(model)
-    info = model_info(m)
+    m = parsed(model)
+    info = m.info
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(int(n)):
@@ -164,3 +144,66 @@ def random_inputs(model: bytes, n: int, seed: int = 0) -> list[tuple[np.ndarray,
             sample.append(a)
         out.append(tuple(sample))
     return out
+
+
+def load_inputs(path: str, info: Any) -> list[tuple[Any, ...]]:
+    """Samples from a .npy (single-input models) or .npz; float data for an integer input is quantized. A file that
+    is not a readable .npy / .npz of numeric arrays is a one-line ``UsageError``."""
+    if not os.path.isfile(path):
+        raise UsageError(f"--inputs={path}: no such file")
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if isinstance(loaded, np.ndarray):
+            if len(info.inputs) != 1:
+                raise UsageError(f"--inputs={path}: the model has {len(info.inputs)} inputs; give a .npz with one "
+                                 f"array per input")
+            arrays = [loaded]
+        else:
+            with loaded:
+                keys = list(loaded.files)
+                arrays = []
+                for k, t in enumerate(info.inputs):
+                    key = f"arr_{k}" if f"arr_{k}" in keys else t.name if t.name in keys else None
+                    if key is None:
+                        raise UsageError(f"--inputs={path}: no array 'arr_{k}' or '{t.name}' for input {k}")
+                    arrays.append(np.asarray(loaded[key]))
+    except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as e:
+        if isinstance(e, UsageError):
+            raise
+        raise UsageError(f"--inputs={path}: not a readable .npy/.npz of numeric arrays ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    for k, a in enumerate(arrays):
+        if a.dtype.kind not in "biuf":
+            raise UsageError(f"--inputs={path}: input {k} holds {a.dtype.name} values; numbers are needed")
+    per_input = []
+    n = None
+    for k, (a, t) in enumerate(zip(arrays, info.inputs)):
+        shape = tuple(t.shape)
+        batch1 = shape[:1] == (1,)
+        if batch1 and a.ndim == len(shape) + 1 and tuple(a.shape[1:]) == shape:
+            a = a.reshape((a.shape[0],) + shape[1:])  # (N, 1, ...) -> (N, ...)
+        want = shape[1:] if batch1 else shape
+        if a.ndim != len(want) + 1 or tuple(a.shape[1:]) != want:
+            raise UsageError(f"--inputs={path}: input {k} has shape {list(a.shape)}, expected "
+                                  f"(N, {', '.join(str(d) for d in want)}) for model input {t.label}")
+        a = _convert(a, t, path, k)
+        if n is not None and a.shape[0] != n:
+            raise UsageError(f"--inputs={path}: inputs have different sample counts ({n} and {a.shape[0]})")
+        n = a.shape[0]
+        per_input.append((a, batch1))
+    if not n:
+        raise UsageError(f"--inputs={path}: no samples")
+    return [tuple(a[i:i + 1] if b1 else a[i] for a, b1 in per_input) for i in range(n)]
+
+
+def _convert(a: Any, t: Any, path: str, k: int) -> Any:
+    want = np.dtype(t.dtype)
+    if a.dtype == want:
+        return a
+    if want.kind in "iu" and a.dtype.kind == "f" and t.scale:
+        lim = np.iinfo(want)
+        q = np.round(a.astype(np.float64) / t.scale) + t.zero_point
+        return np.clip(q, lim.min, lim.max).astype(want)
+    if want.kind == "f" and a.dtype.kind in "fiu":
+        return a.astype(want)
+    raise UsageError(f"--inputs={path}: input {k} has dtype {a.dtype.name}, the model wants {want.name}")

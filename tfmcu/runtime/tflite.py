@@ -1,7 +1,8 @@
 """Run .tflite models in TensorFlow Lite's own interpreter (``tf.lite.Interpreter``), the reference for outputs.
 
 ``run_tflite(model, samples, resolver)``: outputs per sample with the reference kernels (``"reference"``,
-``OpResolverType.BUILTIN_REF``, the kernels TFLM's are ported from) or the optimized builtin ones (``"builtin"``).
+``OpResolverType.BUILTIN_REF``, the kernels TFLM's are ported from) or the optimized builtin ones (``"builtin"``);
+``tflite_outputs(model, rows, resolver)``: the same for a parsed model and samples already checked against it.
 ``tflite_all_tensors(model, sample)``: every tensor of one run (to read an intermediate such as a patch stage's
 output). TensorFlow is imported on first use.
 """
@@ -14,25 +15,31 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tfmcu.runtime.isolate import isolated
-from tfmcu.runtime.model_io import TFLMError, as_samples, model_info
+from tfmcu.runtime.isolate import isolatable
+from tfmcu.runtime.model_io import TFLMError, prepared
+from tfmcu.tflite.model import TfliteModel
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 RESOLVERS = ("reference", "builtin")
 
 
-def run_tflite(model: bytes, samples: Sequence[Any], resolver: str = "reference", where: str = "model",
-               isolate: bool = False) -> list[list[np.ndarray]]:
+@isolatable
+def run_tflite(model: TfliteModel | bytes, samples: Sequence[Any], resolver: str = "reference",
+               where: str = "model") -> list[list[np.ndarray]]:
     """Outputs of ``tf.lite.Interpreter`` for each sample, with the reference kernels (``resolver="reference"``,
-    ``OpResolverType.BUILTIN_REF``) or the optimized builtin ones (``"builtin"``)."""
-    if isolate:
-        return isolated(run_tflite, bytes(model), list(samples), resolver, where, where=where)
+    ``OpResolverType.BUILTIN_REF``) or the optimized builtin ones (``"builtin"``); ``isolate=True``: in a child
+    process (``tfmcu.runtime.isolate``)."""
+    model, _, rows = prepared(model, samples, where)
+    return tflite_outputs(model, rows, resolver, where)
+
+
+def tflite_outputs(model: TfliteModel, rows: Sequence[tuple[np.ndarray, ...]], resolver: str = "reference",
+                   where: str = "model") -> list[list[np.ndarray]]:
+    """``run_tflite`` of a parsed model on samples already checked against it (``model_io.prepared``)."""
     import tensorflow as tf  # lazy: TensorFlow takes seconds to import and most callers never need it
 
-    model = bytes(model)
-    info = model_info(model, where)
-    data = as_samples(info, samples, where)
+    info = model.info
     kinds = {"reference": tf.lite.experimental.OpResolverType.BUILTIN_REF,
              "builtin": tf.lite.experimental.OpResolverType.BUILTIN}
     if resolver not in kinds:
@@ -40,12 +47,12 @@ def run_tflite(model: bytes, samples: Sequence[Any], resolver: str = "reference"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # tf.lite.Interpreter's deprecation notice
-            interp = tf.lite.Interpreter(model_content=model, experimental_op_resolver_type=kinds[resolver])
+            interp = tf.lite.Interpreter(model_content=model.data, experimental_op_resolver_type=kinds[resolver])
         interp.allocate_tensors()
     except (RuntimeError, ValueError) as e:
         raise TFLMError(f"{where}: TF Lite cannot load the model ({str(e).splitlines()[0]})") from None
     results = []
-    for sample in data:
+    for sample in rows:
         for a, t in zip(sample, info.inputs):
             interp.set_tensor(t.index, a)
         interp.invoke()

@@ -5,7 +5,8 @@
   TFLM prints from C, so the text is captured at the file-descriptor level (``tfmcu.runtime.capture``). The arena
   is chosen generously (``max(4 MiB, 10 x model + 1 MiB)``, a multiple of 16) and doubled on an allocation
   failure; the figures do not depend on the arena size (checked: 4 MiB and 64 MiB give the same bytes).
-* ``run_tflm(model, samples)``: outputs per sample (samples: ``tfmcu.runtime.model_io``).
+* ``run_tflm(model, samples)``: outputs per sample (samples: ``tfmcu.runtime.model_io``); ``tflm_outputs(model,
+  rows)``: the same for a parsed model and samples already checked against it (``model_io.prepared``).
 
 Errors: ``TFLMError`` (a ``TfmcuError``) with one line: unsupported op (custom ops included: the wheel has only
 TFLM's builtin kernels; custom-mode models run whole in ``tfmcu.runtime.tflm_host``), allocation that fails even
@@ -27,8 +28,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from tfmcu.runtime.capture import capture_fds
-from tfmcu.runtime.isolate import isolated
-from tfmcu.runtime.model_io import ModelInfo, TFLMError, as_samples, model_info
+from tfmcu.runtime.isolate import isolatable
+from tfmcu.runtime.model_io import ModelInfo, TFLMError, parsed, prepared
+from tfmcu.tflite.model import TfliteModel
 from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP
 
 MIB = 1 << 20
@@ -110,17 +112,16 @@ def check_runnable(info: ModelInfo, where: str = "model") -> None:
         raise TFLMError(f"{where}: custom ops {', '.join(info.custom_ops)} are not available in stock TFLM")
 
 
-def make_interpreter(model: bytes, arena_size: int | None = None, where: str = "model",
+def make_interpreter(model: TfliteModel, arena_size: int | None = None, where: str = "model",
                      grow: bool = False) -> tuple[Any, int, str]:
-    """A TFLM interpreter with its tensors allocated: ``(interpreter, arena_size, captured C text)``.
+    """A TFLM interpreter with its tensors allocated: ``(interpreter, arena_size, captured C text)``; ``model``:
+    parsed (``tfmcu.runtime.model_io.parsed``).
 
     Without ``arena_size`` the arena starts at ``max(4 MiB, 10 x model + 1 MiB)`` and doubles on an allocation
     failure up to 1 GiB; a given ``arena_size`` is used as is (``grow`` decides whether it may still grow)."""
-    model = bytes(model)
-    info = model_info(model, where)
-    check_runnable(info, where)
+    check_runnable(model.info, where)
     runtime = _runtime()
-    size = int(arena_size) if arena_size else _default_arena(model)
+    size = int(arena_size) if arena_size else _default_arena(model.data)
     if arena_size is None:
         grow = True
     while True:
@@ -128,7 +129,7 @@ def make_interpreter(model: bytes, arena_size: int | None = None, where: str = "
         err: Exception | None = None
         with capture_fds() as out:
             try:
-                interp = runtime.Interpreter.from_bytes(model, arena_size=size)
+                interp = runtime.Interpreter.from_bytes(model.data, arena_size=size)
             except (RuntimeError, ValueError) as e:
                 err = e
         text = out[0]
@@ -144,18 +145,16 @@ def make_interpreter(model: bytes, arena_size: int | None = None, where: str = "
         raise TFLMError(f"{where}: TFLM cannot load the model ({detail})")
 
 
-def measure_arena(model: bytes, arena_size: int | None = None, where: str = "model",
-                  isolate: bool = False) -> ArenaStats:
+@isolatable
+def measure_arena(model: TfliteModel | bytes, arena_size: int | None = None, where: str = "model") -> ArenaStats:
     """TFLM's arena figures for ``model`` (bytes of a .tflite), as the wheel's recording allocator reports them
     after ``AllocateTensors`` (the interpreter allocates at construction; invoking does not change them).
 
     Without ``arena_size`` the arena grows until the model fits (``make_interpreter``); with it, a model that does
     not fit raises ``TFLMError``. Use arena sizes that are multiples of 16: TFLM aligns the tail to the arena end,
     so other sizes add up to 15 bytes of padding to the tail. An arena smaller than the tail can crash the wheel
-    (null pointers it does not check): probe small arenas with ``isolate=True``."""
-    if isolate:
-        return isolated(measure_arena, bytes(model), arena_size, where, where=where)
-    interp, size, _ = make_interpreter(model, arena_size, where)
+    (null pointers it does not check): probe small arenas with ``isolate=True`` (in a child process)."""
+    interp, size, _ = make_interpreter(parsed(model, where), arena_size, where)
     try:
         with capture_fds() as out:
             interp.print_allocations()
@@ -166,18 +165,22 @@ def measure_arena(model: bytes, arena_size: int | None = None, where: str = "mod
     return stats
 
 
-def run_tflm(model: bytes, samples: Sequence[Any], arena_size: int | None = None, where: str = "model",
-             isolate: bool = False) -> list[list[np.ndarray]]:
-    """Outputs of the TFLM interpreter for each sample (one interpreter; ``reset()`` before every invoke)."""
-    if isolate:
-        return isolated(run_tflm, bytes(model), list(samples), arena_size, where, where=where)
-    model = bytes(model)
-    info = model_info(model, where)
-    data = as_samples(info, samples, where)
+@isolatable
+def run_tflm(model: TfliteModel | bytes, samples: Sequence[Any], arena_size: int | None = None,
+             where: str = "model") -> list[list[np.ndarray]]:
+    """Outputs of the TFLM interpreter for each sample (one interpreter; ``reset()`` before every invoke);
+    ``isolate=True``: in a child process."""
+    model, _, rows = prepared(model, samples, where)
+    return tflm_outputs(model, rows, arena_size, where)
+
+
+def tflm_outputs(model: TfliteModel, rows: Sequence[tuple[np.ndarray, ...]], arena_size: int | None = None,
+                 where: str = "model") -> list[list[np.ndarray]]:
+    """``run_tflm`` of a parsed model on samples already checked against it (``model_io.prepared``)."""
     interp, _, _ = make_interpreter(model, arena_size, where)
     results = []
     try:
-        for sample in data:
+        for sample in rows:
             with capture_fds() as out:
                 try:
                     interp.reset()
@@ -189,7 +192,7 @@ def run_tflm(model: bytes, samples: Sequence[Any], arena_size: int | None = None
                     err = e
             if err is not None:
                 raise TFLMError(f"{where}: TFLM invoke failed ({_first_error(out[0]) or err})")
-            results.append([np.array(interp.get_output(j), copy=True) for j in range(len(info.outputs))])
+            results.append([np.array(interp.get_output(j), copy=True) for j in range(len(model.info.outputs))])
     finally:
         del interp
     return results

@@ -27,8 +27,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tfmcu.runtime.model_io import TFLMError, as_samples, model_info
+from tfmcu.runtime.model_io import TFLMError, as_samples, parsed
 from tfmcu.tflite import schema as ts
+from tfmcu.tflite.model import TfliteModel, as_model
 from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, read_options, streamed_input
 
 TARGET = "//tflm_patch_kernels/tflm:tfmcu_tflm_run"
@@ -55,17 +56,14 @@ class WholeRun:
     streamed_rows_read: list[int] = field(default_factory=list)  # per sample, for a streamed-input model
 
 
-def streamed_image(model: bytes) -> tuple[tuple[int, int, int], str] | None:
+def streamed_image(model: TfliteModel | bytes) -> tuple[tuple[int, int, int], str] | None:
     """((H, W, C), dtype) of the image a streamed-input TFMCU_PATCH_STAGE reads through its provider (its samples
     are such images); None for any other model."""
     try:
-        m = ts.load_model(model)
-        for op in m.subgraphs[0].operators or []:
-            if ts.op_name(m, op) == f"custom:{PATCH_STAGE_OP}" and op.customOptions is not None:
-                return streamed_input(read_options(np.asarray(op.customOptions, np.uint8).tobytes()))
+        options = as_model(model).custom_options(PATCH_STAGE_OP)
+        return streamed_input(read_options(options[0])) if options else None
     except (ValueError, KeyError, TypeError, IndexError, ts.SchemaError):
         return None
-    return None
 
 
 _BUILT: dict[str, Path] = {}  # built (or found) once per process
@@ -102,10 +100,11 @@ def runner_path(build: bool = True, name: str = "tfmcu_tflm_run") -> Path:
     return p
 
 
-def run_whole(model: bytes, samples: Sequence[Any], where: str = "model",
+def run_whole(model: TfliteModel | bytes, samples: Sequence[Any], where: str = "model",
               arena_bytes: int | None = None) -> WholeRun:
     """Run ``model`` on ``samples`` (``tfmcu.runtime.model_io`` forms) in the TFLM host runner."""
-    info = model_info(model, where)
+    model = parsed(model, where)
+    info = model.info
     image = streamed_image(model)
     images = None
     if image is not None:  # samples are images for the provider; the model input is a placeholder
@@ -119,7 +118,7 @@ def run_whole(model: bytes, samples: Sequence[Any], where: str = "model",
     with tempfile.TemporaryDirectory(prefix="tfmcu-tflm-") as tmp:
         model_path = os.path.join(tmp, "model.tflite")
         with open(model_path, "wb") as f:
-            f.write(model)
+            f.write(model.data)
         args = [str(exe), model_path, tmp]
         for k in range(len(info.inputs)):
             path = os.path.join(tmp, f"input_{k}.npy")

@@ -14,7 +14,8 @@ from typing import Any
 from tfmcu.errors import TfmcuError
 from tfmcu.plan.regions import PatchSchedule
 from tfmcu.tflite import schema as ts
-from tfmcu.tflite.editor import get_metadata, load
+from tfmcu.tflite.editor import get_metadata
+from tfmcu.tflite.model import TfliteModel, as_model
 
 SCHEDULE_METADATA = "tfmcu_schedule"
 
@@ -44,9 +45,9 @@ def schedule_record(s: PatchSchedule, mode: str, **extra: Any) -> dict[str, Any]
     return d
 
 
-def read_schedule(data: bytes | ts.ModelT) -> dict[str, Any] | None:
-    """The schedule a rewritten model (bytes or an already loaded model) records in its metadata (None for other
-    models)."""
-    model = data if isinstance(data, ts.ModelT) else load(data)
+def read_schedule(data: TfliteModel | bytes | ts.ModelT) -> dict[str, Any] | None:
+    """The schedule a rewritten model (bytes or an already parsed or loaded model) records in its metadata (None for
+    other models)."""
+    model = data if isinstance(data, ts.ModelT) else as_model(data).flatbuffer
     raw = get_metadata(model, SCHEDULE_METADATA)
     return None if raw is None else json.loads(raw.decode())

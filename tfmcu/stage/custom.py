@@ -13,7 +13,8 @@ plan when one beats TFLM's greedy planner (the rest in place with ``inplace``).
   (its input is the stage output), with the offline memory plan a single-arena deployment would use.
 * ``memory_report(data)``: the stage's scratch / input / output bytes, the kernel's persistent bytes (64-bit host and
   32-bit Cortex-M) and the model's predicted TFLM arena.
-* ``CustomArenaCost``: that prediction as a cost function of ``tfmcu.plan.search``.
+* ``CustomArenaCost``: that prediction as a cost function of ``tfmcu.plan.search``, for the model ``CustomOptions``
+  (in-place rest, halo caches, streamed input, the rest's convolutions) asks for.
 
 The options format and the kernel's memory arithmetic live in ``tfmcu.tflite.patch_stage_format``. The TFLM kernel
 (``tflm_patch_kernels/tflm``) runs such a model whole in TFLM (``tfmcu.runtime.tflm_host``); ``HostRunner``
@@ -24,19 +25,20 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import numpy as np
 from flatbuffers import flexbuffers
 
+from tfmcu import abi
 from tfmcu.graph import ir
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.kernels import PatchKernelError
-from tfmcu.kernels.ops import FLOAT32, LayerSpec, params_from_words
-from tfmcu.kernels.pack import SPAN_FIELDS, PackedStage, cache_sizes, input_window_bytes, pack_stage
+from tfmcu.kernels.ops import LayerSpec, params_from_words
+from tfmcu.kernels.pack import PackedStage, cache_sizes, input_window_bytes, pack_stage
 from tfmcu.plan.arena import ALIGN, builtin_of, get_build, op_allocations, predict_arena
-from tfmcu.plan.halo import HaloPlan, plan_halo, select
+from tfmcu.plan.halo import HaloOptions, HaloPlan, plan_halo, select
 from tfmcu.plan.memory_plan import with_offline_plan
 from tfmcu.plan.placer import align_up
 from tfmcu.plan.regions import PatchSchedule, ScheduleError, plan
@@ -44,11 +46,12 @@ from tfmcu.plan.search import Candidate, Evaluation
 from tfmcu.stage.common import SCHEDULE_METADATA, RewriteError, RewriteResult, read_schedule, schedule_record
 from tfmcu.tflite import schema as ts
 from tfmcu.tflite.editor import ModelEditor, load
+from tfmcu.tflite.model import TfliteModel, as_model
 from tfmcu.tflite.patch_stage_format import (FORMAT_VERSION, OLDEST_FORMAT_VERSION, PATCH_STAGE_OP, kernel_memory,
                                              read_options)
 
 _TABLES = ("row_spans", "col_spans", "buffer_offsets")
-_ARRAYS = ("filter", "bias", "output_multiplier", "output_shift")
+_ARRAYS = abi.ARRAY_NAMES
 
 
 def is_custom_model(data: bytes | ts.ModelT) -> bool:
@@ -253,10 +256,10 @@ class CustomModel:
     rest_num_tensors: int
 
 
-def load_custom(data: bytes, where: str = "model") -> CustomModel:
-    """The TFMCU_PATCH_STAGE description of a custom-mode model and the rest of its graph (``RewriteError`` with one
-    line for anything that is not a well-formed custom-mode model)."""
-    model = load(data, where)
+def load_custom(data: TfliteModel | bytes, where: str = "model") -> CustomModel:
+    """The TFMCU_PATCH_STAGE description of a custom-mode model (parsed, ``tfmcu.tflite.model``, or its bytes) and
+    the rest of its graph (``RewriteError`` with one line for anything that is not a well-formed custom-mode model)."""
+    model = as_model(data, where).flatbuffer
     sg = model.subgraphs[0]
     ops = list(sg.operators or [])
     found = [k for k, op in enumerate(ops) if ts.op_name(model, op) == f"custom:{PATCH_STAGE_OP}"]
@@ -317,7 +320,7 @@ def _packed_from_options(model: ts.ModelT, op: ts.OperatorT, desc: dict[str, Any
         n_caches = int(desc["num_caches"])
         halo = dict(row_held=table("row_held", (grid[0], n_layers, 2)),
                     col_held=table("col_held", (grid[1], n_layers, 2)),
-                    caches=[tuple(int(v) for v in c) for c in table("caches", (n_caches, 3))])
+                    caches=[tuple(int(v) for v in c) for c in table("caches", (n_caches, abi.CACHE_WORDS))])
         producers = [t[4] for t in tensors]
         halo["cache_bytes"] = cache_sizes(halo["row_held"], halo["col_held"], [c[:2] for c in halo["caches"]],
                                           producers, [t[2] for t in tensors])
@@ -327,8 +330,8 @@ def _packed_from_options(model: ts.ModelT, op: ts.OperatorT, desc: dict[str, Any
         tensor_shapes=[tuple(t[:3]) for t in tensors], tensor_dtypes=[t[3] for t in tensors],
         tensor_producers=[t[4] for t in tensors], tensor_tflite_index=[-1] * len(tensors),
         input_tensor=int(desc["input_tensor"]), output_tensor=int(desc["output_tensor"]), grid=grid,
-        row_spans=table("row_spans", (grid[0], n_layers, SPAN_FIELDS)),
-        col_spans=table("col_spans", (grid[1], n_layers, SPAN_FIELDS)),
+        row_spans=table("row_spans", (grid[0], n_layers, abi.SPAN_WORDS)),
+        col_spans=table("col_spans", (grid[1], n_layers, abi.SPAN_WORDS)),
         buffer_offsets=offsets, buffer_sizes=np.zeros_like(offsets, dtype=np.int64),
         scratch_bytes=int(desc["scratch_bytes"]), lower_bound_bytes=0, plan_strategies=[], **halo)
 
@@ -364,7 +367,7 @@ def memory_report(data: bytes, where: str = "model") -> dict[str, Any]:
         mcu, _ = kernel_memory(opts, pointer_bytes=4)
         shapes, dtypes = opts["tensors"], [t[3] for t in opts["tensors"]]
         i, o = int(opts["input_tensor"]), int(opts["output_tensor"])
-        in_bytes = int(np.prod(shapes[i][:3])) * (4 if dtypes[i] == FLOAT32 else 1)
+        in_bytes = int(np.prod(shapes[i][:3])) * (4 if dtypes[i] == abi.FLOAT32 else 1)
         out_bytes = int(np.prod(shapes[o][:3]))
     except (ValueError, KeyError, TypeError, IndexError) as e:
         raise RewriteError(f"{where}: invalid {PATCH_STAGE_OP} options ({e})") from None
@@ -380,67 +383,85 @@ def _details(p: Any) -> dict[str, int]:
             "predicted_arena_tail_bytes": p.tail}
 
 
+REST_CONVS = ("tflm", "tfmcu")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CustomOptions:
+    """What custom mode builds besides the schedule (``rewrite --mode=custom``'s flags; their defaults here).
+
+    ``inplace``: the rest of the graph planned in place (TFLM's reference kernels only); ``halo``: the halo caches
+    (``tfmcu.plan.halo.HaloOptions``); ``stream_input``: the stage reads the image through the application's input
+    provider; ``rest_convs``: ``tfmcu`` runs the rest's convolutions by our kernels (``convs_to_flash``)."""
+
+    inplace: bool = False
+    halo: HaloOptions = field(default_factory=HaloOptions)
+    stream_input: bool = False
+    rest_convs: str = "tflm"
+
+    def validate(self) -> "CustomOptions":
+        """``ScheduleError`` (one line, naming the flag) for a value no custom-mode rewrite takes."""
+        self.halo.validate()
+        if self.rest_convs not in REST_CONVS:
+            raise ScheduleError(f"--rest_convs={self.rest_convs}: expected one of {', '.join(REST_CONVS)}")
+        return self
+
+
 class CustomArenaCost:
-    """Cost function of ``tfmcu.plan.search``: the predicted TFLM arena of the custom-mode model (the kernel's op
-    data and scratch included; ``tfmcu.plan.arena``), with the rest of the graph planned disjoint or in place.
-    ``count_input=False`` subtracts the input image's buffer."""
+    """Cost function of ``tfmcu.plan.search``: the predicted TFLM arena of the custom-mode model built with
+    ``options`` (the kernel's op data and scratch included; ``tfmcu.plan.arena``). ``count_input=False`` subtracts
+    the input image's buffer; ``budget``: the arena budget halo mode ``auto`` fits its caches under."""
 
     what = "predicted TFLM arena with the TFMCU_PATCH_STAGE kernel"
     variants: tuple[str | None, ...] = (None,)
 
-    def __init__(self, data: bytes, graph: ir.Graph, where: str = "model", inplace: bool = False,
-                 count_input: bool = True, halo: str = "none", budget: int | None = None,
-                 streamed_input: bool = False, rest_convs: str = "tflm", max_mac_overhead: float = 0.05):
-        self.data, self.graph, self.where, self.inplace, self.count_input = data, graph, where, inplace, count_input
-        self.halo, self.budget = halo, budget  # halo caches (tfmcu.plan.halo.select) under an arena budget
-        self.max_mac_overhead = max_mac_overhead  # halo "smallest": the whole model's MAC overhead cap
-        self.streamed_input = streamed_input  # the stage reads the image through the input provider
-        self.rest_convs = rest_convs  # "tfmcu": the rest's convolutions run by our kernels (convs_to_flash)
+    def __init__(self, data: bytes, graph: ir.Graph, where: str = "model", *,
+                 options: CustomOptions = CustomOptions(), count_input: bool = True, budget: int | None = None):
+        self.data, self.graph, self.where = data, graph, where
+        self.options, self.count_input, self.budget = options.validate(), count_input, budget
 
     def _input_bytes(self, patched: bool = False) -> int:
         """What the cost leaves out: the image's arena buffer when not counted (a streamed stage has none)."""
-        if self.count_input or (patched and self.streamed_input):
+        if self.count_input or (patched and self.options.stream_input):
             return 0
         return sum(-(-self.graph.tensors[t].nbytes // 16) * 16 for t in self.graph.inputs)
 
     def evaluate(self, candidate: Candidate, variant: str | None) -> Evaluation:
+        """The candidate's predicted arena. Each (schedule, halo plan) is rewritten and predicted at most once:
+        ``none`` builds the recompute model, ``all`` and ``smallest`` choose their caches analytically and build one
+        model; ``auto`` needs the recompute model's prediction as its reference and builds each plan it tries once.
+        ``rest_convs=tfmcu`` then moves the chosen model's convolutions (the model predicted)."""
         if candidate.schedule is None:  # the unpatched model in TFLM
             p = predict_arena(self.graph, model=self.data)
             return Evaluation(candidate, None, p.total - self._input_bytes(), None, _details(p))
-        s = candidate.schedule
-        result = rewrite_custom(self.data, self.graph, s, self.where, inplace=self.inplace,
-                                streamed_input=self.streamed_input)
-        p = predict_arena(from_tflite(result.model), model=result.model)
-        extra: dict[str, Any] = {}
-        if self.halo != "none":
-            # The caches' analytic budget: the arena budget less what TFLM adds to the analytic peak (persistent
-            # data, alignment, the rest of the graph's plan); for auto, lowered by any overshoot of the prediction
-            # and tried again. Without a budget, auto keeps the arena's head (activations and scratch) within the
-            # recompute schedule's: only the cache tables' three tensor records are added to the tail.
-            image = "streamed" if self.streamed_input else ("counted" if self.count_input else "excluded")
-            recompute = p
-            analytic = plan_halo(s).peak(image)
-            if self.budget is not None:
-                analytic = self.budget - max(p.total - self._input_bytes(True) - analytic, 0)
-            for _ in range(4):
-                try:
-                    plan = select(s, self.halo, analytic, image, self.max_mac_overhead)
-                except ScheduleError:  # auto: not even the recompute schedule fits: no cache
-                    if self.halo == "smallest":  # the MAC cap cannot be met: the user's to change
-                        raise
-                    plan = plan_halo(s)
-                assert plan is not None
-                result = rewrite_custom(self.data, self.graph, s, self.where, inplace=self.inplace, halo=plan,
-                                        streamed_input=self.streamed_input)
-                p = predict_arena(from_tflite(result.model), model=result.model)
-                over = (p.head - recompute.head if self.budget is None
-                        else p.total - self._input_bytes(True) - self.budget)
-                if self.halo != "auto" or over <= 0 or not (plan.cache_rows or plan.cache_cols):
-                    break
-                analytic -= over
-            extra = {"halo": plan.to_dict()}
-        if self.rest_convs == "tfmcu":
-            flash = convs_to_flash(result.model, self.where, inplace=self.inplace)
+        s, o = candidate.schedule, self.options
+        built: dict[Any, RewriteResult] = {}  # halo caches -> the model: each (schedule, plan) rewritten once
+        predicted: dict[Any, Any] = {}  # and predicted at most once
+
+        def build(plan: HaloPlan | None) -> RewriteResult:
+            key = None if plan is None else (plan.cache_rows, plan.cache_cols)
+            if key not in built:
+                built[key] = rewrite_custom(self.data, self.graph, s, self.where, inplace=o.inplace, halo=plan,
+                                            streamed_input=o.stream_input)
+            return built[key]
+
+        def predict(plan: HaloPlan | None) -> Any:
+            key = None if plan is None else (plan.cache_rows, plan.cache_cols)
+            if key not in predicted:
+                model = build(plan).model
+                predicted[key] = predict_arena(from_tflite(model), model=model)
+            return predicted[key]
+
+        image = "streamed" if o.stream_input else ("counted" if self.count_input else "excluded")
+        plan = None
+        if o.halo.mode == "auto":
+            plan = self._auto_caches(s, image, predict)
+        elif o.halo.caches:  # all, smallest: analytic choices (smallest's MAC cap not met: the user's to change)
+            plan = select(s, o.halo, None, image)
+        result = build(plan)
+        extra: dict[str, Any] = {} if plan is None else {"halo": plan.to_dict()}
+        if o.rest_convs == "tfmcu":
+            flash = convs_to_flash(result.model, self.where, inplace=o.inplace)
             result = RewriteResult(flash.model, result.ops_before, result.ops_after, result.new_tensors,
                                    result.schedule)
             p = predict_arena(from_tflite(result.model), model=result.model)
@@ -448,8 +469,34 @@ class CustomArenaCost:
                                    "tflm_persistent_bytes_moved": sum(e["tflm_persistent_bytes"] -
                                                                       e["tfmcu_persistent_bytes"]
                                                                       for e in flash.replaced)}
+        else:
+            p = predict(plan)
         return Evaluation(candidate, None, p.total - self._input_bytes(True), result,
                           {**_details(p), "ops": result.ops_after, **extra})
+
+    def _auto_caches(self, s: PatchSchedule, image: str, predict: Callable[[HaloPlan | None], Any]) -> HaloPlan:
+        """Halo ``auto``'s caches. Their analytic budget: the arena budget less what TFLM adds to the analytic peak
+        (persistent data, alignment, the rest of the graph's plan) in the recompute model's prediction; lowered by
+        any overshoot of the prediction and tried again (at most four plans). Without a budget, the arena's head
+        (activations and scratch) stays within the recompute model's: only the cache tables' three tensor records
+        are added to the tail. ``predict`` builds each plan's model once (the recompute model: None)."""
+        recompute = predict(None)
+        analytic = plan_halo(s).peak(image)
+        if self.budget is not None:
+            analytic = self.budget - max(recompute.total - self._input_bytes(True) - analytic, 0)
+        for _ in range(4):
+            try:
+                plan = select(s, self.options.halo, analytic, image)
+            except ScheduleError:  # not even the recompute schedule fits: no cache
+                plan = plan_halo(s)
+            assert plan is not None
+            p = predict(plan)
+            over = (p.head - recompute.head if self.budget is None
+                    else p.total - self._input_bytes(True) - self.budget)
+            if over <= 0 or not (plan.cache_rows or plan.cache_cols):
+                break
+            analytic -= over
+        return plan
 
     def lower_bound(self, candidate: Candidate, variant: str | None) -> int:
         """The stage's analytic peak (input + stage output + one patch's working set <= input + output + scratch),
@@ -457,10 +504,10 @@ class CustomArenaCost:
         s = candidate.schedule
         if s is None:
             return 0
-        counted = self.count_input and not self.streamed_input
+        counted = self.count_input and not self.options.stream_input
         bound = s.stage_peak_bytes if counted else s.stage_peak_bytes - s.input_bytes
-        if self.halo != "none":  # caches can make the stage smaller than the recompute schedule's
+        if self.options.halo.caches:  # caches can make the stage smaller than the recompute schedule's
             bound = 0
-        if not self.inplace:  # an in-place plan of the rest can go below its analytic peak
+        if not self.options.inplace:  # an in-place plan of the rest can go below its analytic peak
             bound = max(bound, s.rest_peak_bytes)
         return bound

@@ -11,14 +11,15 @@ from __future__ import annotations
 import numpy as np
 
 from tfmcu.tflite import schema as ts
-from tfmcu.tflite.editor import OFFLINE_PLAN_METADATA, ModelEditor, get_metadata, load
+from tfmcu.tflite.editor import OFFLINE_PLAN_METADATA, ModelEditor, get_metadata
+from tfmcu.tflite.model import as_model
 
 VERSION = 1
 
 
 def read(model: bytes | ts.ModelT) -> list[int] | None:
     """Offsets per tensor index (-1: online) of the model's offline plan; None if it has none (or another version)."""
-    m = model if isinstance(model, ts.ModelT) else load(model)
+    m = model if isinstance(model, ts.ModelT) else as_model(model).flatbuffer
     raw = get_metadata(m, OFFLINE_PLAN_METADATA)
     if raw is None or len(raw) < 12 or len(raw) % 4:
         return None

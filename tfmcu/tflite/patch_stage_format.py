@@ -1,7 +1,8 @@
 """The ``TFMCU_PATCH_STAGE`` custom operator as stored in a .tflite: its name, its flexbuffer options (format
-version 2) and what the TFLM kernel (``tflm_patch_kernels/tflm/patch_stage_op.cc``) allocates for it.
+versions 2 and 3; the name, versions, keys and table layouts are ``tfmcu.abi``'s) and what the TFLM kernel
+(``tflm_patch_kernels/tflm/patch_stage_op.cc``) allocates for it.
 
-Format 2 (written by ``tfmcu.stage.custom``): a map with ``version``, ``name``, ``grid`` [rows, cols], ``tensors``
+Format 2 (written by ``tfmcu.stage.custom`` for a stage without halo caches or streamed input): a map with ``version``, ``name``, ``grid`` [rows, cols], ``tensors``
 [[height, width, channels, dtype, producer], ...], ``input_tensor``, ``output_tensor``, ``layers`` [{type, name,
 src, words (the params struct's scalar fields, floats as bits), padding, arrays {filter|bias|output_multiplier|
 output_shift: input position}}], ``layer_inputs``, ``layer_outputs``, ``scratch_bytes``, and the input positions of
@@ -10,8 +11,8 @@ the INT32 tables ``row_spans``, ``col_spans``, ``buffer_offsets`` (read in place
 Format 3 (a stage with halo caches, ``tfmcu.plan.halo``, or streamed input): format 2 plus ``num_caches`` and the
 input positions of the INT32 tables ``row_held``, ``col_held`` ([bands, layers, 2]) and ``caches`` ([num_caches, 3]:
 tensor, axis, offset); ``streamed_input`` (1: the op's input 0 is a one-element int8 placeholder and the kernel reads
-the image through the application's ``TfmcuInputProvider``) with ``input_window_bytes``. A stage with neither is
-still written as format 2.
+the image through the application's ``TfmcuInputProvider``) with ``input_window_bytes``. Written for a stage with
+either; a stage with neither is still written as format 2 (the same bytes as before format 3 existed).
 
 * ``read_options(raw)``: the options map (``ValueError`` for anything else).
 * ``kernel_memory(options, pointer_bytes)``: (the kernel's persistent op-data bytes, its scratch request: 0 for no
@@ -25,12 +26,11 @@ from typing import Any
 
 from flatbuffers import flexbuffers
 
-PATCH_STAGE_OP = "TFMCU_PATCH_STAGE"
-FORMAT_VERSION = 3  # written for a stage with halo caches
-OLDEST_FORMAT_VERSION = 2  # written for a stage without (the same bytes as before halo caches existed)
+from tfmcu import abi
+from tfmcu.abi import FORMAT_VERSION, OLDEST_FORMAT_VERSION, PATCH_STAGE_OP
 
-# Params struct layout per op type (tflm_patch_kernels/op_table.c): (leading pointer fields, 4-byte scalar fields).
-_PARAMS_LAYOUT = {1: (4, 11), 2: (4, 11), 3: (0, 12), 4: (0, 1), 5: (0, 6), 6: (0, 6), 7: (0, 2)}
+__all__ = ["FORMAT_VERSION", "OLDEST_FORMAT_VERSION", "PATCH_STAGE_OP", "kernel_memory", "read_options",
+           "single_layer", "streamed_input", "streamed_scratch"]
 
 
 def read_options(raw: bytes) -> dict[str, Any]:
@@ -56,11 +56,12 @@ def single_layer(options: dict[str, Any]) -> dict[str, Any] | None:
     if len(layers) != 1 or [int(g) for g in options.get("grid", [])] != [1, 1]:
         return None
     code = int(layers[0]["type"])
-    if code not in (1, 2):
+    if code not in (abi.OP_CONV, abi.OP_DEPTHWISE):
         return None
-    w = [int(v) for v in layers[0]["words"]]  # kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w, ...
-    return {"builtin": "CONV_2D" if code == 1 else "DEPTHWISE_CONV_2D", "kernel": (w[0], w[1]),
-            "stride": (w[2], w[3]), "dilation": (w[4], w[5]), "groups": w[6] if code == 1 else 1,
+    w = abi.params_from_words(code, [int(v) for v in layers[0]["words"]])
+    return {"builtin": abi.OPS[code].name, "kernel": (w["kernel_h"], w["kernel_w"]),
+            "stride": (w["stride_h"], w["stride_w"]), "dilation": (w["dilation_h"], w["dilation_w"]),
+            "groups": w["groups"] if code == abi.OP_CONV else 1,
             "padding": tuple(int(p) for p in layers[0]["padding"])}
 
 
@@ -68,29 +69,15 @@ def _align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
 
 
-def _struct(fields: list[int], pointer_bytes: int) -> int:
-    """sizeof a C struct of scalar fields (sizes 4 or pointer_bytes, each aligned to its size)."""
-    at, top = 0, 4
-    for size in fields:
-        at = _align(at, size) + size
-        top = max(top, size)
-    return _align(at, top)
-
-
 def kernel_memory(options: dict[str, Any], pointer_bytes: int = 8) -> tuple[int, int]:
     """(persistent op-data bytes of the TFLM kernel, scratch bytes it requests) for decoded ``options``."""
     p = pointer_bytes
-    stage = _struct([4, p, 4, p, 4, 4, 4, 4, p, p, p, 4, p, p, 4, p], p)  # TfmcuStage
-    prepared = _struct([p, 4, 4, 4, 4, 4, 4, 4, 4], p)  # TfmcuPreparedStage
-    # OpData: the two structs, 4 pointers, a size_t, an int
-    op_data = _align(stage + prepared + 5 * p + 8, p)
-    layer = _struct([4, p, 4, 4, 4, 4], p)  # TfmcuLayer
+    # OpData: a TfmcuStage, a TfmcuPreparedStage, 4 pointers, a size_t, two ints
+    op_data = _align(abi.sizeof("TfmcuStage", p) + abi.sizeof("TfmcuPreparedStage", p) + 5 * p + 8, p)
     n_tensors, layers = len(options["tensors"]), options["layers"]
-    params = 0
-    for entry in layers:
-        arrays, words = _PARAMS_LAYOUT[int(entry["type"])]
-        params += _align(_struct([p] * arrays + [4] * words, p), p)
-    persistent = op_data + _align(20 * n_tensors, p) + _align(layer * len(layers), p) + params
+    params = sum(_align(abi.sizeof(abi.op(int(entry["type"])).c_struct, p), p) for entry in layers)
+    persistent = (op_data + _align(abi.sizeof("TfmcuTensor", p) * n_tensors, p)
+                  + _align(abi.sizeof("TfmcuLayer", p) * len(layers), p) + params)
     return persistent, streamed_scratch(options, int(options["scratch_bytes"]))
 
 

@@ -97,9 +97,9 @@ def main(argv=None):
         src = {graph.ops[k].src_index for k in s.stage}
         stage_ops = len(src) if src == set(range(len(src))) else 0
     if a.patches:
-        from tfmcu.plan.halo import select
+        from tfmcu.plan.halo import HaloOptions, select
         from tfmcu.stage.custom import convs_to_flash
-        caches = select(s, a.halo, None, "streamed" if a.stream else "counted")
+        caches = select(s, HaloOptions(mode=a.halo), None, "streamed" if a.stream else "counted")
         model = rewrite_custom(original, graph, s, a.model, inplace=a.inplace, streamed_input=a.stream,
                                halo=caches).model
         if a.rest_convs:

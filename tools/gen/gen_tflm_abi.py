@@ -7,8 +7,8 @@ usage: gen_tflm_abi.py [--third-party ../shared/third_party] [--out tfmcu/plan/t
 Each struct goes into a small translation unit as `extern "C" const unsigned tfmcu_abi[] = {sizeof(T), alignof(T)}`
 (kernel OpData structs that live in a kernel's .cc are reached by including that .cc); the unit is compiled with
 -c only and the two words are read back from the object's .rodata section (objcopy), so no target code runs.
---check compares with the committed file instead of writing it (tests/test_tflm_abi.py runs it when both
-compilers and the archives are present).
+--check compares with the committed file instead of writing it (test_abi_table_is_current in
+tests/e2e/test_deploy_run.py runs it when both compilers and the archives are present).
 """
 import argparse
 import json

@@ -16,7 +16,7 @@ published points (quoted, analytic, their accounting: input / output excluded, n
 Outputs: ``out/bench/halo.{json,md}`` and ``halo.png``. About 8 min on 2 CPU cores.
 
 Section ``halo_firmware`` (``halo_firmware_section``): the same two models on Cortex-M4 / M7 under QEMU with CMSIS-NN
-(firmware ``bench_halo_*`` in tflm_patch_kernels/tflm/BUILD): per layer, patched recomputing, every halo cached, caches
+(firmware ``bench_halo_*`` in benchmarks/firmware/BUILD): per layer, patched recomputing, every halo cached, caches
 + input streamed from Flash; instructions of one Invoke and of its stage, the arena, outputs = TF Lite's.
 """
 
@@ -28,8 +28,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from benchmarks.firmware_runs import PKG, firmware_reports, generator_record, label
 from tfmcu.files import figure_png, write_outputs
-from tfmcu.flows.bench_firmware import firmware_reports, generator_record
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.nets import zoo
 from tfmcu.plan import halo
@@ -255,18 +255,18 @@ MEMORY_VARIANTS = {"ref": ("TFLM reference kernels per layer (baseline)", None),
 
 
 def halo_firmware_section(o: Any, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """The whole model on Cortex-M4 / M7 under QEMU (tflm_patch_kernels/tflm/BUILD, bench_halo_*; CMSIS-NN
+    """The whole model on Cortex-M4 / M7 under QEMU (benchmarks/firmware/BUILD, bench_halo_*; CMSIS-NN
     everywhere): instructions of one Invoke and of its patch stage, the measured arena, outputs = TF Lite's."""
-    pkg = "tflm_patch_kernels/tflm"
     tests = [f"bench_halo_{m}_{v}_{t}_test" for m in FIRMWARE_MODELS for v in FIRMWARE_VARIANTS
              for t in ("cortex_m4", "cortex_m7")]
     memory_tests = [f"bench_halo_mbv2_035_144_{v}_{t}_test" for v in MEMORY_VARIANTS for t in ("cortex_m4", "cortex_m7")]
-    reports = dict(zip(tests + memory_tests, firmware_reports("halo_firmware", pkg, tests + memory_tests, log)))
+    labels = [label(PKG, t) for t in tests + memory_tests]
+    reports = dict(zip(tests + memory_tests, firmware_reports("halo_firmware", labels, log)))
     rows = []
     for test in tests + memory_tests:
         rep = reports[test]
         res = rep["result"]
-        host = generator_record(pkg, test)
+        host = generator_record(label(PKG, test))
         regions = res["regions"]
         model, variant = host["model"], test[len("bench_halo_"):].rsplit("_cortex", 1)[0][len(host["model"]) + 1:]
         rows.append({"test": test, "model": model, "variant": variant, "target": res["target"],

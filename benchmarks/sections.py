@@ -12,11 +12,11 @@ out/bench/<section>.json (rows for scripts) and out/bench/<section>.md (the tabl
   canvases) at several input resolutions; test accuracy against resolution (float and int8), with MACs and the
   measured TFLM arena of each (about 15 min on 2 cores; resumes from checkpoints).
 - search: the joint architecture + schedule search against the per-layer-only search at 128 and 256 kB, winners
-  fine-tuned, deployed (patched ones in custom mode) and measured in TFLM (``tfmcu.flows.bench_search``; about 1 h).
+  fine-tuned, deployed (patched ones in custom mode) and measured in TFLM (``benchmarks.search``; about 1 h).
 - halo: measured TFLM arena against MAC overhead for MobileNetV2-0.35-144 and -1.0-224: recompute, halo caches,
-  streamed input, the rest's multipliers in Flash (``tfmcu.flows.bench_halo``; about 5 min).
+  streamed input, the rest's multipliers in Flash (``benchmarks.halo``; about 5 min).
 - halo_firmware: the same models on Cortex-M4 / M7 under QEMU with CMSIS-NN: per layer, patched recomputing, every
-  halo cached, caches + streamed input: instructions and arena (``tfmcu.flows.bench_halo``).
+  halo cached, caches + streamed input: instructions and arena (``benchmarks.halo``).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from benchmarks import halo as bench_halo, search as bench_search
+from benchmarks.firmware_runs import PKG, firmware_reports, generator_record, label
 from tfmcu.errors import UsageError
 from tfmcu.files import figure_png, write_outputs
-from tfmcu.flows import bench_halo, bench_search
-from tfmcu.flows.bench_firmware import firmware_reports, generator_record
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.nets import zoo
 from tfmcu.plan import memory_plan
@@ -147,7 +147,7 @@ def custom_section(o: BenchOptions) -> dict[str, Any]:
     """Custom mode (one TFMCU_PATCH_STAGE op): the whole model run in TFLM built from source with our kernel
     (``tfmcu.runtime.tflm_host``), its MEASURED arena vs the original's (TFLM wheel, and the same source build),
     the predictor's figure, the kernel's op data, bit-exactness vs the original in the wheel; and the in-place
-    plans' figures (pairs, lower bound) the README quotes."""
+    plans' figures (pairs, lower bound) docs/memory.md quotes."""
     rows = []
     extras = []
     for name, schedules in CUSTOM_BENCH.items():
@@ -235,7 +235,7 @@ FIRMWARE_TESTS = ["model_mbv2_035_96_cortex_m4_test", "model_mbv2_035_96_cortex_
 
 
 def _firmware_reports(section: str, pkg: str, tests: list[str]) -> list[dict[str, Any]]:
-    return firmware_reports(section, pkg, tests, log)
+    return firmware_reports(section, [label(pkg, t) for t in tests], log)
 
 
 def firmware_section(o: BenchOptions) -> dict[str, Any]:
@@ -268,17 +268,19 @@ def firmware_section(o: BenchOptions) -> dict[str, Any]:
 
 
 # Section "tflm_firmware": whole models in TFLM on the MCU (tflm_patch_kernels/tflm: MicroInterpreter, reference
-# kernels + TFMCU_PATCH_STAGE), under QEMU; the MobileNetV2-1.0-224 ones (tags manual) run only here.
-TFLM_FIRMWARE_TESTS = ["tflm_mbv2_035_96_cortex_m7_test", "tflm_mbv2_035_96_cmsis_nn_cortex_m4_test",
-                       "tflm_mbv2_035_96_cmsis_nn_cortex_m7_test", "tflm_mbv2_035_96_custom_cortex_m4_test",
-                       "tflm_mbv2_035_96_custom_cortex_m7_test", "tflm_mbv2_035_96_custom_stm32f405_test",
-                       "tflm_mbv2_100_224_custom_cortex_m4_test", "tflm_mbv2_100_224_custom_cortex_m7_test"]
+# kernels + TFMCU_PATCH_STAGE), under QEMU; the MobileNetV2-1.0-224 ones (tags manual, benchmarks/firmware) run only
+# here.
+TFLM_FIRMWARE_TESTS = [("tflm_patch_kernels/tflm", t) for t in (
+    "tflm_mbv2_035_96_cortex_m7_test", "tflm_mbv2_035_96_cmsis_nn_cortex_m4_test",
+    "tflm_mbv2_035_96_cmsis_nn_cortex_m7_test", "tflm_mbv2_035_96_custom_cortex_m4_test",
+    "tflm_mbv2_035_96_custom_cortex_m7_test", "tflm_mbv2_035_96_custom_stm32f405_test")] + [
+    (PKG, t) for t in ("tflm_mbv2_100_224_custom_cortex_m4_test", "tflm_mbv2_100_224_custom_cortex_m7_test")]
 
 
 def tflm_firmware_section(o: BenchOptions) -> dict[str, Any]:
     rows = []
-    for t, rep in zip(TFLM_FIRMWARE_TESTS, _firmware_reports("tflm_firmware", "tflm_patch_kernels/tflm",
-                                                             TFLM_FIRMWARE_TESTS)):
+    reports = firmware_reports("tflm_firmware", [label(pkg, t) for pkg, t in TFLM_FIRMWARE_TESTS], log)
+    for (_, t), rep in zip(TFLM_FIRMWARE_TESTS, reports):
         res = rep["result"]
         insns = [g["insns"] for g in res["regions"]]
         rows.append({"test": t, "target": res["target"], "machine": rep["machine"],
@@ -298,7 +300,7 @@ def tflm_firmware_section(o: BenchOptions) -> dict[str, Any]:
     return {"rows": rows, "markdown": "\n".join(md) + "\n"}
 
 
-# Section "cmsis_nn": the same model four ways on Cortex-M4 / M7 (tflm_patch_kernels/tflm/BUILD, bench_*): TFLM
+# Section "cmsis_nn": the same model four ways on Cortex-M4 / M7 (benchmarks/firmware/BUILD, bench_*): TFLM
 # reference kernels per layer (ref), TFLM + CMSIS-NN per layer (cmsis: the baseline), patched with the portable
 # kernels (ref_p, rest in place), patched with the CMSIS-NN backend (cmsis_p). Instructions are QEMU plugin counts
 # of one Invoke and of its "stage" region (the TFMCU_PATCH_STAGE op, or the ops it replaces); MACs from the schedule
@@ -319,16 +321,15 @@ CMSIS_ZOO_MODELS = ("kernels_symmetric", "keras_mobilenet_v1", "resnet_like", "t
 
 
 def cmsis_nn_section(o: BenchOptions) -> dict[str, Any]:
-    pkg = "tflm_patch_kernels/tflm"
     tests = [f"bench_{m}_{v}_{t}_test" for m in CMSIS_BENCH_MODELS for v in CMSIS_BENCH_VARIANTS
              for t in ("cortex_m4", "cortex_m7")]
     zoo_tests = [f"bench_zoo_{m}_cmsis_p_{t}_test" for m in CMSIS_ZOO_MODELS for t in ("cortex_m4", "cortex_m7")]
-    reports = dict(zip(tests + zoo_tests, _firmware_reports("cmsis_nn", pkg, tests + zoo_tests)))
+    reports = dict(zip(tests + zoo_tests, _firmware_reports("cmsis_nn", PKG, tests + zoo_tests)))
     zoo_rows = []
     for test in zoo_tests:
         rep = reports[test]
         res = rep["result"]
-        host = generator_record(pkg, test)
+        host = generator_record(label(PKG, test))
         zoo_rows.append({"test": test, "model": host["model"], "what": host["what"], "target": res["target"],
                          "invoke_insns": min(g["insns"] for g in res["regions"] if g["name"] == "invoke"),
                          "arena_used_bytes": res["arena_used_bytes"],
@@ -341,7 +342,7 @@ def cmsis_nn_section(o: BenchOptions) -> dict[str, Any]:
             for v in CMSIS_BENCH_VARIANTS:
                 test = f"bench_{m}_{v}_{t}_test"
                 rep = reports[test]
-                host = generator_record(pkg, test)  # schedule MACs, predicted arena, reference
+                host = generator_record(label(PKG, test))  # schedule MACs, predicted arena, reference
                 res = rep["result"]
                 invoke = min(g["insns"] for g in res["regions"] if g["name"] == "invoke")
                 stage = min(g["insns"] for g in res["regions"] if g["name"] == "stage")

@@ -1,0 +1,1 @@
+"""The measurements of ``make bench`` (``pipelines.bench``), apart from the library: they import ``tfmcu`` only."""

@@ -1,0 +1,329 @@
+/* Patch-stage validation (see patch_stage.h: tfmcu_stage_check, tfmcu_stage_scratch_bytes, tfmcu_stage_output_bytes):
+ * everything tfmcu_stage_prepare checks once, apart from the executor's hot loop (patch_stage.c). */
+#include "patch_stage_internal.h"
+
+/* ------------------------------------------------------------------------------------------ scratch geometry */
+
+/* Bytes of a halo cache (see patch_stage.h). */
+static int64_t tfmcu_cache_bytes(const TfmcuStage* s, const TfmcuCache* c) {
+  const int32_t producer = s->tensors[c->tensor].producer;
+  const int32_t bands = c->axis == 0 ? s->grid_rows : s->grid_cols;
+  int32_t along = 0;
+  for (int32_t b = 0; b + 1 < bands; ++b) {
+    const int32_t n = tfmcu_handed_over(s, c, b);
+    along = n > along ? n : along;
+  }
+  int32_t across = 0;
+  if (c->axis == 0) {
+    int32_t first_start, first_stop, last_start, last_stop;
+    tfmcu_layer_held(s, 1, 0, producer, &first_start, &first_stop);
+    tfmcu_layer_held(s, 1, s->grid_cols - 1, producer, &last_start, &last_stop);
+    across = last_stop - first_start;
+  } else {
+    for (int32_t b = 0; b < s->grid_rows; ++b) {
+      int32_t start, stop;
+      tfmcu_layer_held(s, 0, b, producer, &start, &stop);
+      across = stop - start > across ? stop - start : across;
+    }
+  }
+  return (int64_t)along * (int64_t)across * (int64_t)s->tensors[c->tensor].channels;
+}
+
+static int64_t tfmcu_buffer_bytes(const TfmcuStage* s, int32_t row_band, int32_t col_band, int32_t t) {
+  int32_t r0, r1, c0, c1;
+  tfmcu_held(s, 0, row_band, t, &r0, &r1);
+  tfmcu_held(s, 1, col_band, t, &c0, &c1);
+  return (int64_t)(r1 - r0) * (int64_t)(c1 - c0) * (int64_t)s->tensors[t].channels;
+}
+
+/* ------------------------------------------------------------------------------------------ validation */
+
+/* The op's own params check (op table), against the channels of the layer's tensors. The layer's type, inputs and
+ * output were checked before. */
+static TfmcuStatus tfmcu_check_layer_params(const TfmcuStage* s, int32_t l) {
+  const TfmcuLayer* layer = &s->layers[l];
+  int32_t in_channels[TFMCU_MAX_LAYER_INPUTS];
+  for (int32_t k = 0; k < layer->num_inputs; ++k) {
+    in_channels[k] = s->tensors[layer->inputs[k]].channels;
+  }
+  return tfmcu_op_info(layer->type)->check(layer->params, in_channels, s->tensors[layer->output].channels);
+}
+
+/* Halo caches against the held tables (the spans were checked): every held range that begins before the computed
+ * one belongs to a cached tensor and axis, and the band before holds what the cache must fill in; the held ranges
+ * of a cached tensor grow band after band on both axes (what the save rule relies on). */
+static TfmcuStatus tfmcu_check_caches(const TfmcuStage* s, int32_t* failed_layer) {
+  if (s->num_caches < 0 || (s->num_caches > 0 && s->caches == NULL)) {
+    TFMCU_STAGE_FAIL(-1);
+  }
+  for (int32_t k = 0; k < s->num_caches; ++k) {
+    const TfmcuCache* c = &s->caches[k];
+    if (c->tensor < 0 || c->tensor >= s->num_tensors || tfmcu_in_memory_tensor(s, c->tensor) ||
+        (c->axis != 0 && c->axis != 1) || c->offset < 0 || tfmcu_find_cache(s, c->tensor, c->axis) != c) {
+      TFMCU_STAGE_FAIL(-1);
+    }
+  }
+  for (int32_t l = 0; l < s->num_layers; ++l) {
+    const int32_t t = s->layers[l].output;
+    const int any_cache = tfmcu_find_cache(s, t, 0) != NULL || tfmcu_find_cache(s, t, 1) != NULL;
+    for (int32_t axis = 0; axis < 2; ++axis) {
+      const int cached = tfmcu_find_cache(s, t, axis) != NULL;
+      const int32_t bands = axis == 0 ? s->grid_rows : s->grid_cols;
+      int32_t prev_start = 0, prev_stop = 0;
+      for (int32_t b = 0; b < bands; ++b) {
+        int32_t start, stop;
+        tfmcu_layer_held(s, axis, b, l, &start, &stop);
+        const int32_t computed_start = tfmcu_span(s, axis, b, l)->out_start;
+        if (start < computed_start && (!cached || b == 0 || computed_start > prev_stop)) {
+          TFMCU_STAGE_FAIL(l);  /* held rows (columns) that neither this patch nor the cache provides */
+        }
+        if (any_cache && b > 0 && (start < prev_start || stop < prev_stop)) {
+          TFMCU_STAGE_FAIL(l);
+        }
+        prev_start = start;
+        prev_stop = stop;
+      }
+    }
+  }
+  return kTfmcuOk;
+}
+
+/* Tensors, layers and spans (everything but the scratch plan). */
+static TfmcuStatus tfmcu_check_structure(const TfmcuStage* s, int32_t* failed_layer) {
+  if (failed_layer != NULL) {
+    *failed_layer = -1;
+  }
+  if (s == NULL || s->tensors == NULL || s->layers == NULL || s->row_spans == NULL || s->col_spans == NULL ||
+      s->buffer_offsets == NULL) {
+    return kTfmcuErrorNullPointer;
+  }
+  if (s->num_tensors < 2 || s->num_layers < 1 || s->grid_rows < 1 || s->grid_cols < 1 || s->input_tensor < 0 ||
+      s->input_tensor >= s->num_tensors || s->output_tensor < 0 || s->output_tensor >= s->num_tensors ||
+      s->input_tensor == s->output_tensor) {
+    TFMCU_STAGE_FAIL(-1);
+  }
+  for (int32_t t = 0; t < s->num_tensors; ++t) {
+    const TfmcuTensor* tensor = &s->tensors[t];
+    if (tensor->height <= 0 || tensor->width <= 0 || tensor->channels <= 0) {
+      TFMCU_STAGE_FAIL(-1);
+    }
+    if (tensor->dtype != kTfmcuInt8 && !(tensor->dtype == kTfmcuFloat32 && t == s->input_tensor)) {
+      return kTfmcuErrorUnsupportedOp;
+    }
+    if (t == s->input_tensor ? tensor->producer != -1
+                             : (tensor->producer < 0 || tensor->producer >= s->num_layers ||
+                                s->layers[tensor->producer].output != t)) {
+      TFMCU_STAGE_FAIL(-1);
+    }
+  }
+  for (int32_t l = 0; l < s->num_layers; ++l) {
+    const TfmcuLayer* layer = &s->layers[l];
+    if (layer->params == NULL) {
+      if (failed_layer != NULL) {
+        *failed_layer = l;
+      }
+      return kTfmcuErrorNullPointer;
+    }
+    const TfmcuOpInfo* op = tfmcu_op_info(layer->type);
+    if (op == NULL) {
+      if (failed_layer != NULL) {
+        *failed_layer = l;
+      }
+      return kTfmcuErrorUnsupportedOp;
+    }
+    if (layer->num_inputs != op->num_inputs || layer->output < 0 ||
+        layer->output >= s->num_tensors || s->tensors[layer->output].producer != l) {
+      TFMCU_STAGE_FAIL(l);
+    }
+    for (int32_t k = 0; k < layer->num_inputs; ++k) {
+      const int32_t t = layer->inputs[k];
+      if (t < 0 || t >= s->num_tensors || (t != s->input_tensor && s->tensors[t].producer >= l)) {
+        TFMCU_STAGE_FAIL(l);
+      }
+      if (s->tensors[t].dtype != op->input_dtype) {
+        TFMCU_STAGE_FAIL(l);
+      }
+    }
+    const TfmcuStatus params_ok = tfmcu_check_layer_params(s, l);
+    if (params_ok != kTfmcuOk) {
+      if (failed_layer != NULL) {
+        *failed_layer = l;
+      }
+      return params_ok;
+    }
+  }
+  /* Spans, per axis, band and layer. */
+  for (int32_t axis = 0; axis < 2; ++axis) {
+    const int32_t bands = axis == 0 ? s->grid_rows : s->grid_cols;
+    for (int32_t b = 0; b < bands; ++b) {
+      for (int32_t l = 0; l < s->num_layers; ++l) {
+        const TfmcuLayer* layer = &s->layers[l];
+        const TfmcuSpan* span = tfmcu_span(s, axis, b, l);
+        const int32_t out_dim = tfmcu_dim(&s->tensors[layer->output], axis);
+        const int empty = span->out_stop == span->out_start;  /* all of it from a halo cache in this band */
+        if (span->out_start < 0 || span->out_stop < span->out_start || span->out_stop > out_dim ||
+            (empty && layer->output == s->output_tensor)) {
+          TFMCU_STAGE_FAIL(l);
+        }
+        int32_t held_start, held_stop;
+        tfmcu_layer_held(s, axis, b, l, &held_start, &held_stop);
+        if (held_start < 0 || held_start > span->out_start || held_stop != span->out_stop ||
+            (layer->output == s->output_tensor && held_start != span->out_start)) {
+          TFMCU_STAGE_FAIL(l);  /* a held range ends where the computed one does; the output is computed whole */
+        }
+        const TfmcuOpInfo* op = tfmcu_op_info(layer->type);
+        TfmcuWindow window = {{1, 1}, {1, 1}, {1, 1}};
+        if (op->window != NULL) {
+          op->window(layer->params, &window);
+        }
+        for (int32_t k = 0; k < layer->num_inputs; ++k) {
+          const int32_t t = layer->inputs[k];
+          const int32_t in_dim = tfmcu_dim(&s->tensors[t], axis);
+          const int32_t start = span->in_start[k];
+          const int32_t stop = span->in_stop[k];
+          const int32_t before = span->pad_before[k];
+          const int32_t after = span->pad_after[k];
+          if (empty) {
+            if (start < 0 || start > in_dim || stop != start || before != 0 || after != 0) {
+              TFMCU_STAGE_FAIL(l);  /* a layer that computes nothing reads nothing */
+            }
+            continue;
+          }
+          if (start < 0 || stop < start || stop > in_dim || before < 0 || after < 0 ||
+              (before > 0 && start != 0) || (after > 0 && stop != in_dim)) {
+            TFMCU_STAGE_FAIL(l);  /* padding only at the feature-map border */
+          }
+          if (op->window != NULL) {
+            const int64_t reach = (int64_t)(span->out_stop - span->out_start - 1) * window.stride[axis] +
+                                  (int64_t)(window.kernel[axis] - 1) * window.dilation[axis] + 1;
+            if ((int64_t)before + (stop - start) + after != reach) {
+              TFMCU_STAGE_FAIL(l);
+            }
+          } else if (start != span->out_start || stop != span->out_stop || before != 0 || after != 0) {
+            TFMCU_STAGE_FAIL(l);
+          }
+          if (stop > start) {
+            int32_t in_held_start, in_held_stop;
+            tfmcu_held(s, axis, b, t, &in_held_start, &in_held_stop);
+            if (start < in_held_start || stop > in_held_stop) {
+              TFMCU_STAGE_FAIL(l);  /* reads outside what the patch holds */
+            }
+          }
+        }
+      }
+    }
+    /* The output tensor is covered completely, band after band. */
+    const int32_t producer = s->tensors[s->output_tensor].producer;
+    int32_t covered = 0;
+    for (int32_t b = 0; b < bands; ++b) {
+      const TfmcuSpan* span = tfmcu_span(s, axis, b, producer);
+      if (span->out_start > covered) {
+        TFMCU_STAGE_FAIL(producer);
+      }
+      covered = span->out_stop > covered ? span->out_stop : covered;
+    }
+    if (covered != tfmcu_dim(&s->tensors[s->output_tensor], axis)) {
+      TFMCU_STAGE_FAIL(producer);
+    }
+  }
+  return tfmcu_check_caches(s, failed_layer);
+}
+
+/* The scratch plan: offsets >= 0, live buffers disjoint, caches disjoint from each other and from every patch
+ * buffer; *end = highest byte reached. */
+static TfmcuStatus tfmcu_check_buffers(const TfmcuStage* s, int64_t* end) {
+  *end = 0;
+  for (int32_t k = 0; k < s->num_caches; ++k) {
+    const int64_t start = s->caches[k].offset;
+    const int64_t stop = start + tfmcu_cache_bytes(s, &s->caches[k]);
+    if (stop == start) {
+      continue;
+    }
+    *end = stop > *end ? stop : *end;
+    for (int32_t m = 0; m < k; ++m) {
+      const int64_t m_start = s->caches[m].offset;
+      const int64_t m_stop = m_start + tfmcu_cache_bytes(s, &s->caches[m]);
+      if (m_stop > m_start && start < m_stop && m_start < stop) {
+        return kTfmcuErrorInvalidStage;
+      }
+    }
+    for (int32_t p = 0; p < s->grid_rows * s->grid_cols; ++p) {
+      const int32_t* offsets = s->buffer_offsets + (ptrdiff_t)p * s->num_tensors;
+      for (int32_t t = 0; t < s->num_tensors; ++t) {
+        if (tfmcu_in_memory_tensor(s, t)) {
+          continue;
+        }
+        const int64_t size = tfmcu_buffer_bytes(s, p / s->grid_cols, p % s->grid_cols, t);
+        if (size > 0 && offsets[t] >= 0 && start < (int64_t)offsets[t] + size && offsets[t] < stop) {
+          return kTfmcuErrorInvalidStage;
+        }
+      }
+    }
+  }
+  for (int32_t i = 0; i < s->grid_rows; ++i) {
+    for (int32_t j = 0; j < s->grid_cols; ++j) {
+      const int32_t* offsets = s->buffer_offsets + ((ptrdiff_t)i * s->grid_cols + j) * s->num_tensors;
+      for (int32_t t = 0; t < s->num_tensors; ++t) {
+        if (tfmcu_in_memory_tensor(s, t)) {
+          if (offsets[t] != -1) {
+            return kTfmcuErrorInvalidStage;
+          }
+          continue;
+        }
+        if (offsets[t] < 0) {
+          return kTfmcuErrorInvalidStage;
+        }
+        const int64_t size = tfmcu_buffer_bytes(s, i, j, t);
+        const int64_t stop = (int64_t)offsets[t] + size;
+        if (size > 0 && stop > *end) {
+          *end = stop;
+        }
+        const int32_t first = s->tensors[t].producer;
+        const int32_t last = tfmcu_last_use(s, t);
+        for (int32_t u = 0; u < t; ++u) {
+          if (tfmcu_in_memory_tensor(s, u)) {
+            continue;
+          }
+          const int32_t u_first = s->tensors[u].producer;
+          const int32_t u_last = tfmcu_last_use(s, u);
+          const int64_t u_size = tfmcu_buffer_bytes(s, i, j, u);
+          const int alive_together = first <= u_last && u_first <= last;
+          const int overlap = size > 0 && u_size > 0 && offsets[t] < (int64_t)offsets[u] + u_size &&
+                              offsets[u] < stop;
+          if (alive_together && overlap) {
+            return kTfmcuErrorInvalidStage;
+          }
+        }
+      }
+    }
+  }
+  return kTfmcuOk;
+}
+
+TfmcuStatus tfmcu_stage_check(const TfmcuStage* stage, int32_t* failed_layer) {
+  const TfmcuStatus status = tfmcu_check_structure(stage, failed_layer);
+  if (status != kTfmcuOk) {
+    return status;
+  }
+  int64_t end = 0;
+  if (tfmcu_check_buffers(stage, &end) != kTfmcuOk || end != (int64_t)stage->scratch_bytes) {
+    TFMCU_STAGE_FAIL(-1);
+  }
+  return kTfmcuOk;
+}
+
+size_t tfmcu_stage_scratch_bytes(const TfmcuStage* stage) {
+  int64_t end = 0;
+  if (tfmcu_check_structure(stage, NULL) != kTfmcuOk || tfmcu_check_buffers(stage, &end) != kTfmcuOk) {
+    return 0;
+  }
+  return (size_t)end;
+}
+
+size_t tfmcu_stage_output_bytes(const TfmcuStage* stage) {
+  if (tfmcu_check_structure(stage, NULL) != kTfmcuOk) {
+    return 0;
+  }
+  const TfmcuTensor* out = &stage->tensors[stage->output_tensor];
+  return (size_t)out->height * (size_t)out->width * (size_t)out->channels;
+}

@@ -1,0 +1,100 @@
+"""A firmware folder (``tfmcu.firmware.sources.folder_files``) built with Bazel and run under QEMU.
+
+``run_firmware(out_dir, target, report, kernels)`` builds ``@tfmcu_fw//:firmware`` from this checkout
+(``bazel build --override_repository=tfmcu_fw=OUT_DIR``) and runs it on the target's QEMU board
+(tools/qemu/run_firmware.py), which checks the output bytes against the folder's ``expect.json``. It returns what
+was measured, whether the model fits and the verdict: "fits" when it links into the target's memory and
+AllocateTensors succeeds; a link that overflows the target's RAM or Flash, or an arena TFLM finds too small, is
+"does not fit", with the figure. Anything else that goes wrong is a one-line ``DeployError``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import Any, Callable
+
+from tfmcu.errors import TfmcuError
+from tfmcu.firmware.sources import KERNELS_WHAT, REPO, ROOT
+from tfmcu.firmware.targets import Target
+
+TFLM_COMMIT = "90b983c"  # the TFLM the firmware links (third_party/tflite_micro.BUILD's pinned archive)
+
+_OVERFLOW = re.compile(r"region `(\w+)' overflowed by (\d+) bytes")
+_TFLM_MISSING = re.compile(r"Requested: (\d+), available (\d+), missing: (\d+)")
+
+
+class DeployError(TfmcuError):
+    """The firmware could not be built or run for a reason other than the model not fitting; one line."""
+
+
+def measured_by(t: Target, kernels: str) -> str:
+    """Where and with which kernels the run measured (deploy.json's ``run.measured_by``)."""
+    return f"QEMU {t.machine}, TFLM {TFLM_COMMIT} built from source ({KERNELS_WHAT[kernels]})"
+
+
+def run_firmware(out_dir: str, t: Target, report: dict[str, Any], kernels: str, timeout_s: int = 300,
+                 log: Callable[[str], None] = print) -> tuple[dict[str, Any], bool, str]:
+    """Build the folder's firmware and run it under QEMU (see the module docstring): ``(run, fits, verdict)``.
+    ``report``: the folder's deploy.json (its arena and stack figures go into the verdict)."""
+    out = os.path.abspath(out_dir)
+    log(f"deploy: bazel build @{REPO}//:firmware for {t.name} (TFLM is compiled the first time: minutes) ...")
+    cmd = ["bazel", "build", "--noshow_progress", f"--override_repository={REPO}={out}", f"@{REPO}//:firmware",
+           "//tools/qemu:libinsn_count.so"]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if r.returncode != 0:
+        m = _OVERFLOW.search(r.stderr)
+        if not m:
+            log_path = os.path.join(out, "build.log")
+            with open(log_path, "w") as f:
+                f.write(r.stderr)
+            raise DeployError(f"bazel build @{REPO}//:firmware failed (not a memory overflow): see {log_path}")
+        region, missing = m.group(1), int(m.group(2))
+        verdict = (f"does not fit {t.name}: the link overflows {region} by {missing:,} bytes "
+                   f"(arena {report['arena']['arena_bytes']:,} B + stack {report['stack_bytes']:,} B + the rest > "
+                   f"{t.sram_bytes:,} B of SRAM)" if region == "RAM" else
+                   f"does not fit {t.name}: the link overflows {region} by {missing:,} bytes")
+        return {"linked": False, "overflow": {"region": region, "bytes": missing}}, False, verdict
+    elf = os.path.join(ROOT, "bazel-bin", "external", REPO, "firmware.elf")
+    plugin = os.path.join(ROOT, "bazel-bin", "tools", "qemu", "libinsn_count.so")
+    run_json = os.path.join(out, "run.json")
+    log(f"deploy: running on QEMU {t.machine} ...")
+    q = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "qemu", "run_firmware.py"), "--elf", elf,
+                        "--machine", t.machine, "--plugin", plugin, "--timeout", str(timeout_s),
+                        "--expect", os.path.join(out, "expect.json"), "--report", run_json, "--quiet"],
+                       capture_output=True, text=True)
+    try:
+        with open(run_json) as f:
+            rep = json.load(f)
+    except (OSError, ValueError):
+        raise DeployError(f"QEMU run of {elf} gave no report: {(q.stderr or q.stdout).strip()[-300:]}") from None
+    res = rep.get("result") or {}
+    regions = res.get("regions", [])
+    run = {
+        "linked": True,
+        "measured_by": measured_by(t, kernels),
+        "sizes": rep["sizes"],
+        "allocated": bool(res.get("allocated")),
+        "arena_used_bytes": res.get("arena_used_bytes"),
+        "stack_hwm_bytes": res.get("stack_hwm"),
+        "ram_static_bytes": res.get("ram_static"),
+        "invoke_insns": [g.get("insns") for g in regions],
+        "top_class": res.get("top_class"),
+        "problems": rep["problems"],
+    }
+    if not res.get("allocated"):
+        m = _TFLM_MISSING.search(q.stdout)
+        run["tflm_missing_bytes"] = int(m.group(3)) if m else None
+        verdict = (f"does not fit {t.name}: AllocateTensors failed in the {report['arena']['arena_bytes']:,}-byte "
+                   f"arena" + (f" (TFLM: {m.group(3)} bytes missing)" if m else ""))
+        return run, False, verdict
+    if rep["problems"]:
+        raise DeployError(f"firmware on {t.machine}: {'; '.join(rep['problems'])}")
+    run["outputs_equal_tflite"] = True
+    verdict = (f"fits {t.name}: arena {res['arena_used_bytes']:,} B used (predicted {report['arena']['predicted_bytes']:,}"
+               f" B), RAM {res['ram_static'] + res['stack_size']:,} of {t.sram_bytes:,} B, Flash "
+               f"{rep['sizes']['flash']:,} of {t.flash_bytes:,} B; outputs equal TF Lite's on {len(regions)} inputs")
+    return run, True, verdict
