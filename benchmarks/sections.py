@@ -17,6 +17,10 @@ out/bench/<section>.json (rows for scripts) and out/bench/<section>.md (the tabl
   streamed input, the rest's multipliers in Flash (``benchmarks.halo``; about 5 min).
 - halo_firmware: the same models on Cortex-M4 / M7 under QEMU with CMSIS-NN: per layer, patched recomputing, every
   halo cached, caches + streamed input: instructions and arena (``benchmarks.halo``).
+- latency: the latency predictor's calibration measured again (per-op instruction counts of the zoo models on
+  Cortex-M4 / M7, both kernel sets) and the committed predictor against it (``benchmarks.latency``; about 20 min).
+- fit: models on their targets through the user's path: ``deploy --run`` per layer against ``fit --run`` at
+  max_latency 1.00 / 1.05 / 1.25 and the smallest, CMSIS-NN, measured under QEMU (``benchmarks.fit``).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from benchmarks import halo as bench_halo, search as bench_search
+from benchmarks import fit as bench_fit, halo as bench_halo, latency as bench_latency, search as bench_search
 from benchmarks.firmware_runs import PKG, firmware_reports, generator_record, label
 from tfmcu.errors import UsageError
 from tfmcu.files import figure_png, write_outputs
@@ -49,7 +53,7 @@ from tfmcu.train.config import Recipe, TrainConfig
 from tfmcu.train.loop import train
 
 SECTIONS = ("rewrite", "custom", "firmware", "tflm_firmware", "cmsis_nn", "train", "resolution", "search", "halo",
-            "halo_firmware")
+            "halo_firmware", "latency", "fit")
 
 
 @dataclass
@@ -517,7 +521,9 @@ def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
         "tflm_firmware": tflm_firmware_section, "cmsis_nn": cmsis_nn_section, "train": train_section,
         "resolution": resolution_section, "search": lambda o: bench_search.search_section(o, log),
         "halo": lambda o: bench_halo.halo_section(o, log),
-        "halo_firmware": lambda o: bench_halo.halo_firmware_section(o, log)}
+        "halo_firmware": lambda o: bench_halo.halo_firmware_section(o, log),
+        "latency": lambda o: bench_latency.latency_section(o, log),
+        "fit": lambda o: bench_fit.fit_section(o, log)}
     unknown = [s for s in o.sections if s not in sections]
     if unknown:
         raise UsageError(f"unknown bench section(s) {', '.join(unknown)}; known: {', '.join(sections)}")

@@ -27,7 +27,10 @@ from absl import app, flags  # noqa: E402
 
 from tfmcu.errors import TfmcuError, UsageError  # noqa: E402
 from tfmcu.flows.common import ScheduleRequest, parse_patch_options  # noqa: E402
+from tfmcu.firmware.targets import TARGETS  # noqa: E402
 from tfmcu.flows.demo import demo_training  # noqa: E402
+from tfmcu.flows.deploy import DeployOptions  # noqa: E402
+from tfmcu.plan.arena import DEFAULT_KERNELS, KERNEL_SETS  # noqa: E402
 from tfmcu.plan.search import MAC_METRICS, OBJECTIVES, UNITS, SearchOptions  # noqa: E402
 from tfmcu.train.config import STRATEGIES, Recipe, TrainConfig  # noqa: E402
 
@@ -61,9 +64,7 @@ def define_schedule_flags() -> None:
     _define("integer", "patch_ops", None, "Patch stage = the first K operators (instead of --patch_blocks).",
             lower_bound=1)
     define_budget_flag()
-    _define("enum", "objective", d.objective, list(OBJECTIVES),
-            "Auto mode: 'macs' = least MACs whose memory fits --sram_kb; 'memory' = the smallest memory "
-            "(--sram_kb optional, checked if given).")
+    define_objective_flag()
     _define("float", "max_mac_overhead", d.max_mac_overhead, "Auto mode: largest allowed MAC overhead (0.2 = +20%).",
             lower_bound=0)
     _define("list", "patch_options", [str(p) for p in d.patch_options],
@@ -71,6 +72,48 @@ def define_schedule_flags() -> None:
     _define("enum", "stage_unit", d.unit, list(UNITS), "Auto mode: patch stages by blocks or by operators.")
     _define("enum", "mac_metric", d.mac_metric, list(MAC_METRICS), "Auto mode: which MAC count to minimise.")
     _define("bool", "count_input", d.count_input, "Count the input image against --sram_kb.")
+
+
+def define_firmware_flags() -> None:
+    """What a firmware is built for and run with (deploy, fit); defaults from ``tfmcu.flows.deploy.DeployOptions``."""
+    d = DeployOptions(tflite="")
+    _define("enum", "target", d.target, list(TARGETS), "The microcontroller (its RAM, Flash, core and QEMU board).")
+    _define("bool", "run", d.run, "Build the firmware with Bazel and run it under QEMU: measured figures and a "
+                                  "'fits / does not fit <target>' verdict.")
+    define_inputs_flag()
+    _define("integer", "num_inputs", d.num_inputs, "Seeded random test inputs when --inputs is not given (at most "
+                                                   "16 inputs are used).", lower_bound=1, upper_bound=16)
+    _define("float", "margin", d.margin, "Arena = predicted TFLM arena x (1 + margin).", lower_bound=0.0,
+            upper_bound=1.0)
+    _define("integer", "stack_kib", d.stack_kib, "Stack reserved for the firmware (KiB).", lower_bound=2,
+            upper_bound=64)
+    define_kernels_flag()
+
+
+def define_tree_flag() -> None:
+    _define("string", "tree", None, "Also write the firmware as a plain source tree with a CMakeLists.txt for "
+                                    "arm-none-eabi-gcc and vendor IDEs (docs/tree.md).")
+
+
+def define_kernels_flag() -> None:
+    _define("enum", "kernels", DEFAULT_KERNELS, list(KERNEL_SETS),
+            "The firmware's kernels: cmsis_nn (TFLM's CMSIS-NN kernels + the patch executor's CMSIS-NN backend) or "
+            "reference (TFLM's reference kernels + our portable C ones). Memory plans (rewrite --inplace) and "
+            "predictions are for these; a model planned in place runs only with the kernels it was planned for.")
+
+
+def define_stream_input_flag() -> None:
+    _define("bool", "stream_input", False,
+            "Custom mode: the patch stage reads the image row band by row band through a TfmcuInputProvider your "
+            "firmware registers (a camera, a decoder, rows in Flash): the model's input becomes a one-byte "
+            "placeholder and the arena holds no image (tflm_patch_kernels/tflm/patch_stage_op.h).")
+
+
+def define_objective_flag() -> None:
+    _define("enum", "objective", SearchOptions().objective, list(OBJECTIVES),
+            "What the schedule search optimises. macs: least MACs whose memory fits --sram_kb; memory: the smallest "
+            "memory (--sram_kb optional, checked if given; fit: within --max_latency); latency: the fewest "
+            "predicted instructions that fit the target (fit only, and fit's default when not given).")
 
 
 def define_output_flags(plot: bool = False, quiet: bool = False) -> None:

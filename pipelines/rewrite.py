@@ -39,10 +39,9 @@ flags.DEFINE_enum("border", _DEFAULTS.border, list(rewrite.BORDER_CHOICES),
                   "strided ops whose input is the patch's largest buffer ('strips'); auto mode tries both.")
 flags.DEFINE_bool("inplace", _CUSTOM.inplace,
                   "Custom mode: plan the rest of the graph in place (an op's output may overlap an input that dies "
-                  "there, TinyEngine-style) where TFLM's reference kernels read before they overwrite. Valid for "
-                  "TFLM's reference kernels (the tflite-micro wheel, TFLM's default build), not for optimized "
-                  "kernels such as CMSIS-NN (deploy such a model with --kernels=reference; deploy's default, CMSIS-NN, "
-                  "refuses it); verify checks it bit-exact in TFLM.")
+                  "there, TinyEngine-style) where the kernels of --kernels read before they overwrite; the model "
+                  "records them and deploy refuses it with other kernels; verify checks it bit-exact in TFLM.")
+_cli.define_kernels_flag()
 flags.DEFINE_enum("halo", _CUSTOM.halo.mode, list(HALO_MODES),
                   "Custom mode: keep the halo between neighbouring patches in caches instead of recomputing it. "
                   "none: recompute (MCUNetV2); all: cache every intermediate tensor (each element computed once); "
@@ -55,10 +54,7 @@ flags.DEFINE_enum("halo", _CUSTOM.halo.mode, list(HALO_MODES),
 flags.DEFINE_float("halo_max_mac_overhead", _CUSTOM.halo.max_mac_overhead,
                    f"--halo=smallest: the whole model's MAC overhead allowed over the original (a fraction; not given: "
                    f"{DEFAULT_MAX_MAC_OVERHEAD:g}, i.e. +{100 * DEFAULT_MAX_MAC_OVERHEAD:g}%).")
-flags.DEFINE_bool("stream_input", _CUSTOM.stream_input,
-                  "Custom mode: the patch stage reads the image row band by row band through a TfmcuInputProvider "
-                  "your firmware registers (a camera, a decoder, rows in Flash): the model's input becomes a "
-                  "one-byte placeholder and the arena holds no image (tflm_patch_kernels/tflm/patch_stage_op.h).")
+_cli.define_stream_input_flag()
 flags.DEFINE_enum("rest_convs", _CUSTOM.rest_convs, list(REST_CONVS),
                   "Custom mode: who runs the CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED ops after the patch stage. "
                   "tflm: TFLM's kernels (their per-channel multipliers in TFLM's persistent arena tail); tfmcu: our "
@@ -77,7 +73,7 @@ flags.adopt_module_key_flags(_cli)  # the shared flags this pipeline defined sho
 def main(argv: Sequence[str]) -> None:
     custom = CustomOptions(inplace=FLAGS.inplace, halo=HaloOptions(mode=FLAGS.halo,
                                                                    max_mac_overhead=FLAGS.halo_max_mac_overhead),
-                           stream_input=FLAGS.stream_input, rest_convs=FLAGS.rest_convs)
+                           stream_input=FLAGS.stream_input, rest_convs=FLAGS.rest_convs, kernels=FLAGS.kernels)
     rewrite.run(rewrite.RewriteOptions(tflite=FLAGS.tflite, out=FLAGS.out, mode=FLAGS.mode,
                                        schedule=_cli.schedule_request(), border=FLAGS.border, measure=FLAGS.measure,
                                        json_out=FLAGS.json_out, custom=custom),

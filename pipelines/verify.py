@@ -4,6 +4,11 @@ r"""Verify a rewritten .tflite against its original: bit-exact outputs in TF Lit
     python -m pipelines.verify --original=a.tflite --rewritten=b.tflite --samples=200 --json_out=v.json \
         [--inputs=x.npy] [--seed=0] [--resolver=reference|builtin]
 
+The rewritten model may be any model `rewrite` writes: custom mode with one TFMCU_PATCH_STAGE op or several
+(--rest_convs=tfmcu), or a stage that streams its input (--stream_input: the original's samples are its images, fed
+row by row through a checked input provider; the report counts the rows read). The original must be a model stock
+TFLM runs.
+
 Exit status: 0 bit-exact, 1 any mismatch (the JSON is still written), 2 bad input (missing file, not a TFLite model,
 the two models' input/output signatures differ, bad --inputs, a malformed custom-mode model, an interpreter crash):
 one line on stderr and no output file.

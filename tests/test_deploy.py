@@ -187,3 +187,120 @@ def test_resolver_host_runner_and_compiled_kernels_agree():
     assert len(set(files)) == len(files)  # a file in two libraries would be linked twice
     assert sources.kernel_libraries(["CONV_2D", "MEAN", "SUM", "custom:TFMCU_PATCH_STAGE"]) == [
         "@tflite_micro//:kernel_conv", "@tflite_micro//:kernel_reduce"]
+
+
+# ============================================================================= every model rewrite writes (issue 23)
+def _rewrites(zoo_models):
+    """tiny_per_tensor 2x2 in custom mode: input streamed, and the rest's convolutions by our kernels (several
+    TFMCU_PATCH_STAGE ops)."""
+    data = zoo_models("tiny_per_tensor")
+    g = from_tflite(data, name="tiny")
+    s = regions.plan(g, 2, n_blocks=zoo.ZOO["tiny_per_tensor"].patch_blocks)
+    plain = custom.rewrite_custom(data, g, s, "tiny").model
+    return data, {"streamed": custom.rewrite_custom(data, g, s, "tiny", streamed_input=True).model,
+                  "rest_convs": custom.convs_to_flash(plain, "tiny").model}
+
+
+def test_streamed_model_folder_feeds_image_rows(zoo_models, tmp_path):
+    """A streamed-input model: the test inputs are images (seeded as the original's would be), model_data.cc sets
+    g_tfmcu_stream_rows so that firmware_main.cc feeds their rows from Flash, and the expectation is TF Lite's
+    outputs of the original on those images, with every row read once per input. TFLM on this host (the host
+    runner's checked provider) agreed, or prepare would have refused."""
+    from tfmcu.runtime.model_io import random_inputs
+
+    data, models = _rewrites(zoo_models)
+    path = tmp_path / "m.tflite"
+    path.write_bytes(models["streamed"])
+    out = tmp_path / "fw"
+    rep = deploy.prepare(deploy.DeployOptions(str(path), "cortex-m4", str(out), num_inputs=2, seed=3,
+                                              kernels="reference"), log=lambda s: 0)
+    src = (out / "model_data.cc").read_text()
+    assert 'extern "C" const unsigned int g_tfmcu_stream_rows = 48u;' in src
+    assert "g_tfmcu_input_len = 6912;" in src and "g_tfmcu_num_inputs = 2;" in src  # 48 x 48 x 3 int8 images
+    assert rep["streamed_input"]["image_rows"] == 48 and rep["streamed_input"]["rows_read"] == [48, 48]
+    ref = [o[0] for o in run_tflite(data, random_inputs(data, 2, 3))]
+    expect = json.loads((out / "expect.json").read_text())["expect"]
+    assert expect == {**sources.expectation(ref), "streamed_rows_read": [48, 48]}
+    assert rep["arena"]["host_measured_bytes"] > 0
+    # a model that does not stream defines no rows (firmware_runtime.cc's weak 0)
+    assert "g_tfmcu_stream_rows" not in sources.model_source(data, np.zeros((1, 48, 48, 3), np.int8), 10, "x")
+
+
+@pytest.mark.parametrize("kernels", ["reference", "cmsis_nn"])
+def test_several_patch_stage_ops_register_once(zoo_models, tmp_path, kernels):
+    """rewrite --rest_convs=tfmcu: several TFMCU_PATCH_STAGE ops, one AddCustom; the arena is predicted with each
+    op's own stage (for CMSIS-NN, each one's kernel buffer), and the expectation is the original's TF Lite outputs."""
+    from tfmcu.runtime.model_io import random_inputs
+
+    data, models = _rewrites(zoo_models)
+    model = models["rest_convs"]
+    path = tmp_path / "m.tflite"
+    path.write_bytes(model)
+    out = tmp_path / "fw"
+    rep = deploy.prepare(deploy.DeployOptions(str(path), "cortex-m7", str(out), kernels=kernels), log=lambda s: 0)
+    src = (out / "model_data.cc").read_text()
+    adds = re.findall(r"r\.(Add\w+)\(", src)
+    assert adds.count("AddCustom") == 1 and len(adds) == len(set(adds)) == len(rep["ops"])
+    assert rep["patch_stage_ops"] > 1 and "g_tfmcu_stream_rows" not in src
+    stages = custom.load_custom(model, all_stages=True).stages
+    assert len(stages) == rep["patch_stage_ops"]
+    build = "cortex-m-cmsis-nn" if kernels == "cmsis_nn" else "cortex-m"
+    pred = predict_arena(from_tflite(model), model=model, build=build,
+                         stage=stages if kernels == "cmsis_nn" else None)
+    assert rep["arena"]["predicted_bytes"] == pred.total and not pred.details["unmodelled_ops"]
+    ref = [o[0] for o in run_tflite(data, random_inputs(data, 2, 0))]
+    assert json.loads((out / "expect.json").read_text())["expect"] == sources.expectation(ref)
+
+
+def test_inplace_plan_only_with_the_kernels_it_was_planned_for(zoo_models, tmp_path):
+    """An in-place plan holds for the kernels it was derived for (the schedule record's memory_plan_kernels,
+    "reference" when absent): deploy takes it with those kernels and refuses any other in one line naming both."""
+    from tfmcu.stage.common import SCHEDULE_METADATA, read_schedule
+
+    _, inplace = _custom_tiny(zoo_models)  # planned for the reference kernels (no memory_plan_kernels: reference)
+    ed = ModelEditor(inplace)
+    ed.set_metadata(SCHEDULE_METADATA, json.dumps({**read_schedule(inplace), "memory_plan_kernels": "cmsis_nn"})
+                    .encode())
+    for model, planned in ((inplace, "reference"), (ed.to_bytes(), "cmsis_nn")):
+        path = tmp_path / f"{planned}.tflite"
+        path.write_bytes(model)
+        other = "reference" if planned == "cmsis_nn" else "cmsis_nn"
+        out = tmp_path / f"fw_{other}"
+        with pytest.raises(UsageError) as e:
+            deploy.prepare(deploy.DeployOptions(str(path), "cortex-m4", str(out), kernels=other), log=lambda s: 0)
+        msg = str(e.value)
+        assert "\n" not in msg and str(path) in msg and not out.exists()
+        assert f"in place for --kernels={planned}" in msg and f"not hold for --kernels={other}" in msg
+    # with the kernels it was planned for: written (the record's kernels are what deploy checks; the plan's
+    # overlaps themselves are the rewrite's business)
+    rep = deploy.prepare(deploy.DeployOptions(str(tmp_path / "cmsis_nn.tflite"), "cortex-m4", str(tmp_path / "ok"),
+                                              kernels="cmsis_nn", num_inputs=1), log=lambda s: 0)
+    assert rep["kernels"] == "cmsis_nn" and (tmp_path / "ok" / "BUILD").exists()
+
+
+def test_model_beyond_flash_goes_to_external_memory():
+    """A model larger than the target's Flash (estimated: model + inputs + the code's upper estimate): on the MPS2
+    boards it goes to their PSRAM (-DTFMCU_MODEL_IN_PSRAM, the board's PSRAM origin), with a note; the STM32F405
+    board has no external memory: it does not fit, said plainly."""
+    m4, stm = TARGETS["cortex-m4"], TARGETS["stm32f405"]
+    small = deploy.flash_estimate(m4, 100_000, 10_000)
+    assert small["model_in"] == "flash" and small["fits"] and small["note"] is None
+    big = deploy.flash_estimate(m4, 5_000_000, 30_000)
+    assert big["model_in"] == "external" and big["fits"] and "external memory" in big["note"]
+    assert big["external_memory"] == {"origin": "0x21000000", "bytes": 16 * 1024 * 1024}
+    huge = deploy.flash_estimate(m4, 20_000_000, 30_000)
+    assert huge["model_in"] == "external" and not huge["fits"] and "does not fit either" in huge["note"]
+    no = deploy.flash_estimate(stm, 1_000_000, 10_000)
+    assert no["model_in"] == "flash" and not no["fits"] and "no external memory" in no["note"]
+    build = sources.build_file(TARGETS["cortex-m7"], 1024, 4096, ["CONV_2D"], "reference", external=True)
+    assert '"-DTFMCU_MODEL_IN_PSRAM"' in build and f"TFMCU_PSRAM_ORIGIN={0x60000000}" in build
+    assert "PSRAM" not in sources.build_file(m4, 1024, 4096, ["CONV_2D"], "reference")
+    with pytest.raises(UsageError, match="no external memory"):
+        sources.build_file(stm, 1024, 4096, ["CONV_2D"], "reference", external=True)
+    # the origins are firmware.bzl's (the Bazel macros' table of the same boards)
+    bzl = open(os.path.join(ROOT, "tflm_patch_kernels", "firmware", "firmware.bzl")).read()
+    for t in TARGETS.values():
+        block = bzl[bzl.index(f'"{t.key}": struct('):]
+        block = block[:block.index("),")]
+        ext = sources.EXTERNAL_MEMORY.get(t.key)
+        assert (f"psram = 0x{ext[0]:08x}" if ext else "psram = none") in block.lower(), t.key

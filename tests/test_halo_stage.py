@@ -219,23 +219,18 @@ def test_rewrite_pipeline_halo_flag(zoo_models, tmp_path):
     assert small["mac_overhead_exact"] <= 0.05
     if h["mac_overhead_exact"] <= 0.05:
         assert small["stage_peak_bytes"] <= h["stage_peak_bytes"], (small, h)
-    # --stream_input: the image leaves the arena (measured in TFLM); verify refuses such a model in one line
+    # --stream_input: the image leaves the arena (measured in TFLM); verify compares it row by row
     js = tmp_path / "stream.json"
     r = _rewrite(base + [f"--out={tmp_path / 'stream.tflite'}", "--halo=auto", "--stream_input", f"--json_out={js}"])
     assert r.returncode == 0, r.stderr[-2000:]
     streamed = json.loads(js.read_text())["tflm"]["rewritten"]["arena_total_bytes"]
     assert streamed < measured["auto"] - 10_000, (streamed, measured)
-    r = subprocess.run([sys.executable, "-m", "pipelines.verify", f"--original={src}",
+    r = subprocess.run([sys.executable, "-m", "pipelines.verify", f"--original={src}", "--samples=2",
                         f"--rewritten={tmp_path / 'stream.tflite'}"], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 2 and "streams its input" in r.stderr.strip().splitlines()[-1], r.stderr[-500:]
-    r = subprocess.run([sys.executable, "-m", "pipelines.deploy", f"--tflite={tmp_path / 'stream.tflite'}",
-                        "--target=stm32f405", f"--out_dir={tmp_path / 'fw'}"], capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 2 and "streams its input" in r.stderr.strip().splitlines()[-1], r.stderr[-500:]
-    assert not (tmp_path / "fw").exists()
+    assert r.returncode == 0 and "rows read per sample: tflite 96, tflm 96 of 96" in r.stdout, r.stderr[-500:]
     out = tmp_path / "bad.tflite"
     for extra, message in ((["--mode=builtin"], "--halo applies to --mode=custom only"),
-                           (["--patches=auto", "--sram_kb=200"], "--patches=auto is not supported yet"),
+                           (["--mode=builtin", "--kernels=reference", "--halo=none"], "--kernels applies to --mode=custom"),
                            (["--halo_max_mac_overhead=0.1"], "applies to --halo=smallest only"),
                            (["--halo=smallest", "--halo_max_mac_overhead=-1"], "expected a fraction >= 0")):
         args = [a for a in base if not any(a.split("=")[0] == e.split("=")[0] for e in extra)]

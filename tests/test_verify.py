@@ -174,3 +174,90 @@ def test_resolver_reaches_the_rest_of_a_custom_mode_model(models, monkeypatch):
     samples = random_inputs(data, 2, seed=1)
     run = host.evaluate(custom, samples, resolver="builtin")
     assert seen == ["builtin"] and run.custom_mode and len(run.tflite) == 2
+
+
+# ============================================================================= every model rewrite writes (issue 23)
+@pytest.fixture(scope="module")
+def rewritten(zoo_models, tmp_path_factory) -> dict[str, str]:
+    """tiny_per_tensor (48x48x3) and, 2x2 over its zoo stage, custom mode with the input streamed (rewrite
+    --stream_input), with the rest's convolutions run by our kernels too (--rest_convs=tfmcu: several
+    TFMCU_PATCH_STAGE ops), and both at once."""
+    from tfmcu.graph.from_tflite import from_tflite
+    from tfmcu.nets import zoo
+    from tfmcu.plan import regions
+    from tfmcu.stage import custom
+
+    root = tmp_path_factory.mktemp("rewritten")
+    data = zoo_models("tiny_per_tensor")
+    g = from_tflite(data, name="tiny")
+    s = regions.plan(g, 2, n_blocks=zoo.ZOO["tiny_per_tensor"].patch_blocks)
+    streamed = custom.rewrite_custom(data, g, s, "tiny", streamed_input=True).model
+    plain = custom.rewrite_custom(data, g, s, "tiny").model
+    models = {"original": data, "streamed": streamed, "rest_convs": custom.convs_to_flash(plain, "tiny").model,
+              "both": custom.convs_to_flash(streamed, "tiny").model}
+    paths = {}
+    for k, m in models.items():
+        paths[k] = str(root / f"{k}.tflite")
+        with open(paths[k], "wb") as f:
+            f.write(m)
+    return paths
+
+
+def _verify(original: str, rewritten_path: str, **kw):
+    from tfmcu.flows import verify
+
+    return verify.verify(verify.VerifyOptions(original=original, rewritten=rewritten_path, quiet=True, **kw))
+
+
+@pytest.mark.parametrize("kind", ["streamed", "rest_convs", "both"])
+def test_streamed_and_several_stage_ops_bit_exact(rewritten, kind):
+    """A streamed-input model takes the original's samples as its images (fed row by row through a provider that
+    checks the contract, on both sides); a model with several TFMCU_PATCH_STAGE ops runs each op in the C kernels
+    on the TF Lite side and whole in TFLM built from source. Both are bit-exact with the original, in TF Lite and
+    TFLM, and the report counts the rows read and the ops."""
+    from tfmcu.flows.verify import format_summary
+
+    rep = _verify(rewritten["original"], rewritten[kind], samples=3, seed=2)
+    assert rep["bit_exact"] and rep["mismatches"]["count"] == 0, rep["mismatches"]
+    assert all(a["agree"] for a in rep["tflite_vs_tflm"].values())
+    c = rep["custom_mode"]["rewritten"]
+    assert (c["patch_stage_ops"] > 1) == (kind != "streamed")
+    assert rep["tflm"]["rewritten"]["arena_total_bytes"] > 0
+    text = format_summary(rep)
+    assert "BIT-EXACT" in text
+    s = rep["streamed_input"]
+    if kind == "rest_convs":
+        assert s is None
+        assert f"{c['patch_stage_ops']} TFMCU_PATCH_STAGE ops" in text
+        return
+    # every one of the 48 image rows read once per sample, by the C executor (ctypes) and by TFLM's kernel
+    assert s["image"] == {"shape": [48, 48, 3], "dtype": "int8"} and s["image_rows"] == 48
+    assert s["rows_read"] == {"tflite": [48] * 3, "tflm": [48] * 3}
+    assert "input streamed" in text and "rows read per sample: tflite 48, tflm 48 of 48" in text
+
+
+def test_streamed_model_errors_are_one_line(rewritten, tmp_path):
+    """A streamed model compared with an original of another input, images of the wrong shape, or a streamed model
+    given as the original: one line, exit 2, no output."""
+    np.save(tmp_path / "small.npy", np.zeros((2, 8, 8, 1), np.int8))
+    j = tmp_path / "v.json"
+    cases = [
+        ([f"--original={rewritten['streamed']}", f"--rewritten={rewritten['streamed']}"],
+         "the original must be a model stock TFLM runs"),
+        ([f"--original={rewritten['original']}", f"--rewritten={rewritten['streamed']}",
+          f"--inputs={tmp_path / 'small.npy'}"], "expected (N, 48, 48, 3)"),
+    ]
+    for args, message in cases:
+        r = run_verify(*args, f"--json_out={j}", "--samples=1")
+        lines = [ln for ln in r.stderr.splitlines() if ln.startswith("verify:")]
+        assert r.returncode == 2 and len(lines) == 1 and message in lines[0], r.stderr[-800:]
+        assert "Traceback" not in r.stderr and not j.exists()
+
+
+def test_streamed_signature_is_the_image(rewritten, models):
+    """A streamed model's signature is its image's: an original with another input is a signature mismatch."""
+    from tfmcu.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"signature mismatch: input 0 is int8\[1, 16, 16, 3\] in the original, "
+                                         r"int8\[1, 48, 48, 3\] in the rewritten model"):
+        _verify(models["a"], rewritten["streamed"], samples=1)

@@ -9,19 +9,20 @@
   when all of them are complete are they renamed into place. If anything fails, the temporary files are removed
   and no output appears (a ``UsageError`` names the path). ``data`` is bytes, str, or anything JSON-serialisable
   (written indented); entries whose path is empty or None are skipped.
-* ``write_folder(out_dir, {name: text})``: a whole folder, all-or-nothing the same way (assembled beside it, then
-  renamed into place; an existing folder is replaced).
+* ``write_folder(out_dir, {path: text or bytes})`` / ``assembled_folder(out_dir)``: a whole folder, all-or-nothing
+  the same way (assembled beside it, then renamed into place; an existing folder is replaced).
 * ``figure_png(fig)``: a matplotlib figure as PNG bytes (tight layout, 110 dpi), the figure closed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import shutil
 import tempfile
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from tfmcu.errors import UsageError
 
@@ -117,25 +118,39 @@ def write_outputs(outputs: Mapping[str, Any]) -> None:
                 os.unlink(tmp)
 
 
-def write_folder(out_dir: str, files: Mapping[str, str], what: str = "--out_dir") -> None:
-    """Write the folder ``out_dir`` holding ``files`` ({name: text}) all-or-nothing: assembled in a temporary folder
-    beside it, then renamed into place (an existing ``out_dir`` is replaced). ``what``: the flag that named it."""
+@contextlib.contextmanager
+def assembled_folder(out_dir: str, what: str = "--out_dir") -> Iterator[str]:
+    """A temporary folder beside ``out_dir`` to assemble it in: renamed into place when the block completes (an
+    existing ``out_dir`` is replaced), removed when it fails, so ``out_dir`` appears whole or not at all.
+    ``what``: the flag that named it (in the error when the parent cannot be written)."""
     parent = os.path.dirname(os.path.abspath(out_dir))
     try:
         os.makedirs(parent, exist_ok=True)
-        tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp-deploy-")
+        tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp-" + os.path.basename(os.path.abspath(out_dir)) + "-")
     except OSError as e:
         raise UsageError(f"{what}={out_dir}: cannot write ({e.strerror or e})") from None
     try:
-        for name, text in files.items():
-            with open(os.path.join(tmp, name), "w") as f:
-                f.write(text)
+        yield tmp
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)
         if os.path.isdir(out_dir):
             shutil.rmtree(out_dir)
         os.rename(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def write_folder(out_dir: str, files: Mapping[str, str | bytes], what: str = "--out_dir") -> None:
+    """Write the folder ``out_dir`` holding ``files`` ({relative path: text or bytes}) all-or-nothing
+    (``assembled_folder``). ``what``: the flag that named it."""
+    with assembled_folder(out_dir, what) as tmp:
+        for name, data in files.items():
+            full = os.path.join(tmp, name)
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            with open(full, "wb") as f:
+                f.write(data.encode() if isinstance(data, str) else data)
 
 
 def figure_png(fig: Any) -> bytes:

@@ -15,6 +15,8 @@ ROOT=$PWD
 # libstdc++-arm-none-eabi-dev: the C++ headers (headers only) TFLM needs when cross-compiled for the MCU.
 APT_PACKAGES=(bazel-bootstrap bazel-rules-java bazel-rules-cc dataset-fashion-mnist
               gcc-arm-none-eabi libnewlib-arm-none-eabi libstdc++-arm-none-eabi-dev qemu-system-arm)
+# cmake: `deploy --tree` writes a plain CMake source tree (tfmcu/firmware/tree.py); tests/test_tree.py builds one.
+APT_PACKAGES+=(cmake)
 # libusb-1.0-0: tflite-support's native metadata module (TFLite model metadata, tfmcu/metadata.py) links against it.
 APT_PACKAGES+=(libusb-1.0-0)
 VENV=.venv

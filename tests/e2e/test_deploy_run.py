@@ -5,7 +5,8 @@ runs them right after it (`pytest tests/e2e`), when TFLM is already built for th
   custom-mode model fits, runs under QEMU, its output bytes equal TF Lite's on real Fashion-MNIST test images and its
   arena equals the prediction; the same model planned in place with `--kernels=reference` on the STM32F405; the
   per-layer MobileNetV2-0.35-96 does not fit the STM32F405 (its link overflows the 128 KiB of SRAM), with the
-  figure, and exit status 1.
+  figure, and exit status 1; a model whose stage streams its input (rewrite --stream_input) on the Cortex-M4, its
+  image rows fed from Flash through the input provider.
 - The resolver table (tfmcu/firmware/sources.py) against TFLM's micro_mutable_op_resolver.h, and the ABI table
   (tfmcu/plan/tflm_abi.json) recompiled from the pinned archives (tools/gen/gen_tflm_abi.py --check).
 """
@@ -94,6 +95,38 @@ def test_deploy_run_per_layer_does_not_fit_stm32f405(models, tmp_path):
     # measured per layer with TFLM + CMSIS-NN on Cortex-M4 / M7 (firmware tests tflm_mbv2_035_96_cmsis_nn)
     assert rep["arena"]["predicted_bytes"] == 204_644
     assert rep["run"]["overflow"]["bytes"] > 204_644 - 128 * 1024
+
+
+def test_deploy_run_streamed_input(zoo_models_e2e, tmp_path):
+    """A model whose patch stage streams its input (rewrite --stream_input): the firmware feeds the test images' rows
+    from Flash through the kernel's TfmcuInputProvider (firmware_main.cc checks the contract); outputs equal TF
+    Lite's on the original, every row read once per input, the arena the prediction."""
+    _need_bazel()
+    tflite = zoo_models_e2e["tiny_streamed"]
+    out = str(tmp_path / "fw")
+    r = subprocess.run([PY, "-m", "pipelines.deploy", f"--tflite={tflite}", "--num_inputs=2", "--target=cortex-m4",
+                        f"--out_dir={out}", "--kernels=reference", "--run"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    rep = json.load(open(os.path.join(out, "deploy.json")))
+    assert rep["fits"] and rep["run"]["outputs_equal_tflite"] and rep["streamed_input"]["image_rows"] == 48
+    assert rep["run"]["streamed_rows_read"] == [48, 48] and "image rows streamed from Flash" in r.stdout
+    assert rep["run"]["arena_used_bytes"] == rep["arena"]["predicted_bytes"]
+
+
+@pytest.fixture(scope="module")
+def zoo_models_e2e(tmp_path_factory):
+    """tiny_per_tensor 2x2 in custom mode with its input streamed."""
+    from tfmcu.graph.from_tflite import from_tflite
+    from tfmcu.nets import zoo
+    from tfmcu.plan import regions
+    from tfmcu.stage import custom
+
+    d = tmp_path_factory.mktemp("streamed")
+    m = zoo.build("tiny_per_tensor", os.environ.get("TFMCU_ZOO_CACHE"))
+    g = from_tflite(m, name="tiny")
+    s = regions.plan(g, 2, n_blocks=zoo.ZOO["tiny_per_tensor"].patch_blocks)
+    (d / "tiny_streamed.tflite").write_bytes(custom.rewrite_custom(m, g, s, "tiny", streamed_input=True).model)
+    return {"tiny_streamed": str(d / "tiny_streamed.tflite")}
 
 
 def test_resolver_methods_exist_in_tflm():

@@ -8,6 +8,11 @@
 // A model whose patch stage streams its input (g_tfmcu_stream_rows > 0) gets the image rows straight from the
 // inputs in Flash through a TfmcuInputProvider (the interpreter's external context): no image in the arena; the
 // line adds the rows each Invoke read ("streamed_rows_read") and fails if the kernel broke the provider's contract.
+// Per-op mode (built with -DTFMCU_PROFILE_OPS, benchmarks/latency.py): the first Invoke's ops are each measured by
+// the instruction-count plugin (tools/qemu/insn_count.c) through the markers tfmcu_cost_begin / tfmcu_cost_end
+// called directly, not as harness regions (a model has more ops than TFMCU_MAX_REGIONS); the line adds
+// "op_tags" (the ops in order) and the plugin's regions are then: invoke, its ops, the later invokes. Without the
+// define this file compiles to exactly the code it had before (the "invoke" counts do not change).
 #include <string.h>
 
 #include "tensorflow/lite/micro/micro_interpreter.h"
@@ -45,6 +50,10 @@ int32_t TopClass(const TfLiteTensor* t) {
   return best;
 }
 
+#ifdef TFMCU_PROFILE_OPS
+void ReportOpTags();  // below, with the per-op profiler
+#endif
+
 // Prints the result line's own keys; TFLM's messages (MicroPrintf) come before the line, never inside it.
 int Report(const char* failure, int allocated, uint32_t hash, const int32_t* classes, uint32_t n_classes,
            size_t arena_used, const int32_t* streamed_rows = nullptr) {
@@ -60,6 +69,9 @@ int Report(const char* failure, int allocated, uint32_t hash, const int32_t* cla
   tfmcu_result_int_array("top_class", classes, n_classes);
   tfmcu_result_int("arena_used_bytes", static_cast<int64_t>(arena_used));
   if (streamed_rows != nullptr) tfmcu_result_int_array("streamed_rows_read", streamed_rows, n_classes);
+#ifdef TFMCU_PROFILE_OPS
+  ReportOpTags();
+#endif
   return tfmcu_result_end();
 }
 
@@ -72,6 +84,63 @@ extern "C" const unsigned int g_tfmcu_stream_rows;
 
 namespace {
 
+#ifdef TFMCU_PROFILE_OPS
+// Per-op mode: the first Invoke's ops, each between the plugin's markers (its own cost region, in op order); the
+// "stage" region is not measured. Later Invokes only pay the test of profiling_ (a load and a branch per op).
+class StageRegion : public tflite::MicroProfilerInterface {
+ public:
+  static constexpr uint32_t kMaxOps = 512;
+  uint32_t BeginEvent(const char* tag) override {
+    if (profiling_) {
+      if (op_ < kMaxOps) tags_[op_] = tag;
+      tfmcu_cost_begin();
+    }
+    return op_++;
+  }
+  void EndEvent(uint32_t op) override {
+    (void)op;
+    if (profiling_) tfmcu_cost_end();
+  }
+  void NextInvoke() {
+    if (invokes_++ == 1) {  // the first Invoke was profiled
+      profiling_ = false;
+      profiled_ops_ = op_;
+    }
+    op_ = 0;
+  }
+  // "op_tags": the profiled Invoke's ops in order, as JSON ("[\"CONV_2D\", ...]"; TFLM's tags are plain names).
+  void ReportTags() const {
+    static char json[kMaxOps * 32 + 4];
+    size_t n = 0;
+    json[n++] = '[';
+    const uint32_t ops = profiled_ops_ < kMaxOps ? profiled_ops_ : kMaxOps;
+    for (uint32_t i = 0; i < ops && n + 40 < sizeof(json); ++i) {
+      if (i) json[n++] = ',';
+      json[n++] = '"';
+      for (const char* c = tags_[i]; c != nullptr && *c != '\0' && *c != '"' && n + 8 < sizeof(json); ++c) {
+        json[n++] = *c;
+      }
+      json[n++] = '"';
+    }
+    json[n++] = ']';
+    json[n] = '\0';
+    tfmcu_result_raw("op_tags", json);
+    tfmcu_result_int("profiled_ops", static_cast<int64_t>(profiled_ops_));
+  }
+
+ private:
+  uint32_t op_ = 0;
+  uint32_t invokes_ = 0;
+  uint32_t profiled_ops_ = 0;
+  bool profiling_ = true;
+  static const char* tags_[kMaxOps];  // static storage: the firmware's stack is small
+};
+const char* StageRegion::tags_[StageRegion::kMaxOps];
+const StageRegion* g_profile = nullptr;  // the result line's "op_tags" (Report)
+void ReportOpTags() {
+  if (g_profile != nullptr) g_profile->ReportTags();
+}
+#else
 // The first g_tfmcu_stage_ops ops of each Invoke (the patch stage: the TFMCU_PATCH_STAGE op, or the ops it
 // replaces in the unpatched model) as the cost region "stage", through TFLM's profiler hooks (one virtual call per
 // op). 0 measures nothing.
@@ -90,6 +159,7 @@ class StageRegion : public tflite::MicroProfilerInterface {
  private:
   uint32_t op_ = 0;
 };
+#endif  // TFMCU_PROFILE_OPS
 
 // The streamed input: rows of one image in Flash, in the order the kernel asks for them (each row at most once).
 struct FlashRows {
@@ -120,6 +190,9 @@ int main(void) {
   const tflite::MicroOpResolver* resolver = tfmcu_model_op_resolver();
   if (resolver == nullptr) return Report("op registration failed", 0, 0, nullptr, 0, 0);
   StageRegion stage_region;
+#ifdef TFMCU_PROFILE_OPS
+  g_profile = &stage_region;
+#endif
   tflite::MicroInterpreter interpreter(model, *resolver, g_arena, sizeof(g_arena), nullptr, &stage_region);
   if (interpreter.AllocateTensors() != kTfLiteOk) {
     return Report("AllocateTensors failed: the model does not fit the TFMCU_ARENA_BYTES arena (see TFLM's message)",
@@ -164,5 +237,8 @@ int main(void) {
     hash = tfmcu_fnv1a32_update(hash, output->data.raw, output->bytes);
     if (k < n) classes[k] = TopClass(output);
   }
+#ifdef TFMCU_PROFILE_OPS
+  stage_region.NextInvoke();  // ends the profile when the model ran one input only
+#endif
   return Report(nullptr, 1, hash, classes, n, interpreter.arena_used_bytes(), streamed ? streamed_rows : nullptr);
 }

@@ -24,6 +24,7 @@ from tfmcu.firmware.targets import Target
 TFLM_COMMIT = "90b983c"  # the TFLM the firmware links (third_party/tflite_micro.BUILD's pinned archive)
 
 _OVERFLOW = re.compile(r"region `(\w+)' overflowed by (\d+) bytes")
+_BUDGET = "exceed the target SRAM budget (TFMCU_SRAM_BUDGET)"  # tflm_patch_kernels/firmware/mps2.ld
 _TFLM_MISSING = re.compile(r"Requested: (\d+), available (\d+), missing: (\d+)")
 
 
@@ -47,6 +48,10 @@ def run_firmware(out_dir: str, t: Target, report: dict[str, Any], kernels: str, 
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if r.returncode != 0:
         m = _OVERFLOW.search(r.stderr)
+        if not m and _BUDGET in r.stderr:  # mps2.ld's ASSERT: .data + .bss + stack over the target's SRAM
+            verdict = (f"does not fit {t.name}: .data + .bss + stack exceed its {t.sram_bytes:,} B of SRAM (arena "
+                       f"{report['arena']['arena_bytes']:,} B + stack {report['stack_bytes']:,} B + the rest)")
+            return {"linked": False, "overflow": {"region": "RAM", "bytes": None}}, False, verdict
         if not m:
             log_path = os.path.join(out, "build.log")
             with open(log_path, "w") as f:
@@ -94,7 +99,14 @@ def run_firmware(out_dir: str, t: Target, report: dict[str, Any], kernels: str, 
     if rep["problems"]:
         raise DeployError(f"firmware on {t.machine}: {'; '.join(rep['problems'])}")
     run["outputs_equal_tflite"] = True
+    psram = rep["sizes"].get("psram", 0)
+    if res.get("streamed_rows_read") is not None:
+        run["streamed_rows_read"] = res["streamed_rows_read"]
     verdict = (f"fits {t.name}: arena {res['arena_used_bytes']:,} B used (predicted {report['arena']['predicted_bytes']:,}"
                f" B), RAM {res['ram_static'] + res['stack_size']:,} of {t.sram_bytes:,} B, Flash "
-               f"{rep['sizes']['flash']:,} of {t.flash_bytes:,} B; outputs equal TF Lite's on {len(regions)} inputs")
+               f"{rep['sizes']['flash']:,} of {t.flash_bytes:,} B"
+               + (f" + the model's {psram:,} B in external memory (PSRAM)" if psram else "")
+               + f"; outputs equal TF Lite's on {len(regions)} inputs"
+               + (f", image rows streamed from Flash ({'/'.join(map(str, sorted(set(res['streamed_rows_read']))))} "
+                  f"per input)" if res.get("streamed_rows_read") else ""))
     return run, True, verdict

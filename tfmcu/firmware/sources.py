@@ -1,10 +1,12 @@
 """C++ sources of a whole model in TFLM firmware (tflm_patch_kernels/tflm/firmware_main.cc reads them through
-firmware_model.h): the model as a Flash array, an op resolver with exactly the model's ops (and TFMCU_PATCH_STAGE
-when the model uses it), the test inputs, the output size; and the firmware folder around them.
+firmware_model.h): the model as a Flash array (or in the board's external memory), an op resolver with exactly the
+model's ops (TFMCU_PATCH_STAGE registered once, however many such ops the model has), the test inputs (for a model
+whose stage streams its input: the images, whose rows the firmware feeds through the kernel's input provider), the
+output size; and the firmware folder around them.
 
-* ``check_model(model, kernels)``: what a model must be for the firmware (one input, ops the resolver registers, a
-  well-formed custom-mode stage, a memory plan that holds for the kernels): its signature, ops and stage, or a
-  one-line ``UsageError``;
+* ``check_model(model, kernels)``: what a model must be for the firmware (one input, ops the resolver registers,
+  well-formed TFMCU_PATCH_STAGE ops, an in-place memory plan only for the kernels it was derived for): its
+  signature, ops and stages, or a one-line ``UsageError``;
 * ``model_source(...)``: ``model_data.cc``; ``folder_files(...)``: the whole folder (``model_data.cc``,
   ``main.cc``, ``BUILD``, ``WORKSPACE``) for a target.
 
@@ -17,13 +19,12 @@ from __future__ import annotations
 import ast
 import functools
 import os
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from tfmcu.errors import UsageError
 from tfmcu.firmware.targets import Target
-from tfmcu.kernels.pack import PackedStage
 from tfmcu.runtime.host import host_model
 from tfmcu.runtime.model_io import ModelInfo, TFLMError, model_info
 from tfmcu.runtime.tflm_host import streamed_image
@@ -80,30 +81,51 @@ def resolver_ops(model: TfliteModel | bytes, where: str = "model") -> list[str]:
     return ops
 
 
-def check_model(model: TfliteModel, kernels: str) -> tuple[ModelInfo, list[str], PackedStage | None]:
+def check_model(model: TfliteModel, kernels: str) -> tuple[ModelInfo, list[str], Any]:
     """What the firmware needs of ``model`` (parsed: ``tfmcu.runtime.model_io.read_model``; see the module
-    docstring): ``(signature, resolver_ops, the custom-mode stage's PackedStage or None)``; anything else is a
-    one-line ``UsageError`` naming the file."""
+    docstring): ``(signature, resolver_ops, stages)``; anything else is a one-line ``UsageError`` naming the file.
+    The signature of a model whose stage streams its input is the image's (``tfmcu.runtime.tflm_host``); ``stages``:
+    None for a builtin-only model, the ``PackedStage`` of its one ``TFMCU_PATCH_STAGE`` op, or for several
+    (``rewrite --rest_convs=tfmcu``) a dict of them by operator index (what ``tfmcu.plan.arena`` takes)."""
     path = model.where
     ops = resolver_ops(model, path)
-    if streamed_image(model) is not None:
-        raise UsageError(f"{path}: its patch stage streams its input (rewrite --stream_input); deploy does not generate "
-                         f"firmware for such models yet (your firmware registers the TfmcuInputProvider: see "
-                         f"tflm_patch_kernels/tflm/firmware_main.cc, which feeds image rows from Flash)")
     try:
         info, runner = host_model(model, path)  # a malformed custom-mode model fails here, in one line
     except TFLMError as e:
         raise UsageError(str(e)) from None
     if len(info.inputs) != 1 or len(info.outputs) < 1:
         raise UsageError(f"{path}: deploy runs models with one input; this one has {len(info.inputs)}")
-    # An in-place memory plan (rewrite --inplace) is derived for TFLM's reference kernels' read order; CMSIS-NN's
-    # kernels read in another order (im2col, 3x3 depthwise), so the two do not go together.
+    # An in-place memory plan (rewrite --inplace) holds for the read order of the kernels it was derived for
+    # (schedule record: memory_plan_kernels, "reference" when absent); other kernels read in another order (im2col,
+    # 3x3 depthwise), so the firmware must link those.
     record = read_schedule(model) or {}
-    if kernels == "cmsis_nn" and record.get("memory_plan") == "inplace":
-        raise UsageError(f"{path}: its memory plan is in place (rewrite --inplace), which holds for TFLM's reference "
-                         "kernels only; deploy it with --kernels=reference, or rewrite it without --inplace for "
-                         "--kernels=cmsis_nn")
-    return info, ops, (runner.custom.packed if runner is not None else None)
+    if record.get("memory_plan") == "inplace":
+        planned = record.get("memory_plan_kernels", "reference")
+        if planned != kernels:
+            raise UsageError(f"{path}: its memory plan is in place for --kernels={planned} (rewrite --inplace), "
+                             f"which does not hold for --kernels={kernels}: deploy it with --kernels={planned}, or "
+                             f"rewrite it in place for {kernels}")
+    if runner is None:
+        return info, ops, None
+    stages = runner.custom.stages
+    return info, ops, (next(iter(stages.values())) if len(stages) == 1 else dict(stages))
+
+
+def stream_rows(model: TfliteModel | bytes) -> int:
+    """Rows of each input image when the model's stage streams its input (the firmware feeds them from Flash through
+    a ``TfmcuInputProvider``: firmware_main.cc, ``g_tfmcu_stream_rows``); 0 for any other model."""
+    image = streamed_image(model)
+    return 0 if image is None else int(image[0][0])
+
+
+# The boards' external memory, where a model larger than the Flash goes (firmware_model.h TFMCU_MODEL_IN_PSRAM,
+# mps2.ld's .model_psram): the MPS2 boards' 16 MiB PSRAM (QEMU's `info mtree`; firmware.bzl TARGETS psram, which
+# tests/test_deploy.py checks this against); on a real part, external (QSPI / OSPI) Flash. The STM32F405 board has
+# none.
+EXTERNAL_MEMORY: dict[str, tuple[int, int]] = {  # target key: (origin, bytes)
+    "cortex_m4": (0x21000000, 16 * 1024 * 1024),
+    "cortex_m7": (0x60000000, 16 * 1024 * 1024),
+}
 
 
 _TFLM_BUILD = os.path.join(ROOT, "third_party", "tflite_micro.BUILD")
@@ -176,9 +198,11 @@ def resolver_source(ops: Sequence[str]) -> str:
 
 
 def model_source(model: TfliteModel | bytes, inputs: np.ndarray, output_len: int, comment: str, where: str = "model",
-                 ops: Sequence[str] | None = None) -> str:
-    """The whole generated .cc: ``inputs`` is (N, ...) of the model's input 0 (its dtype), ``output_len`` the bytes
-    of output 0. ``comment`` says what the model is (one line). ``ops``: ``resolver_ops(model)`` when known."""
+                 ops: Sequence[str] | None = None, stream: int = 0) -> str:
+    """The whole generated .cc: ``inputs`` is (N, ...) of the model's input 0 (its dtype; for a streamed-input model,
+    the images), ``output_len`` the bytes of output 0. ``comment`` says what the model is (one line). ``ops``:
+    ``resolver_ops(model)`` when known. ``stream``: the images' rows (``stream_rows``), which the firmware then
+    feeds from Flash through the kernel's input provider (``g_tfmcu_stream_rows``); 0: none."""
     ops = resolver_ops(model, where) if ops is None else list(ops)
     inputs = np.ascontiguousarray(inputs)
     n = int(inputs.shape[0])
@@ -203,12 +227,17 @@ def model_source(model: TfliteModel | bytes, inputs: np.ndarray, output_len: int
         f"const unsigned int g_tfmcu_num_inputs = {n};\n",
         f"const unsigned int g_tfmcu_output_len = {output_len};\n\n",
         resolver_source(ops),
+        "" if not stream else (
+            "\n// The stage streams its input: firmware_main.cc feeds each image's rows from g_tfmcu_inputs through a\n"
+            "// TfmcuInputProvider (rows in increasing order, each at most once).\n"
+            f'extern "C" const unsigned int g_tfmcu_stream_rows = {int(stream)}u;\n'),
     ])
 
 
-def build_file(t: Target, arena: int, stack: int, ops: list[str], kernels: str) -> str:
+def build_file(t: Target, arena: int, stack: int, ops: list[str], kernels: str, external: bool = False) -> str:
     """The folder's BUILD: ``:firmware`` (the ELF for ``t``'s core) with the arena, the stack, TFLM's runtime and the
-    kernel libraries of ``ops`` (``kernels``: "cmsis_nn" or "reference")."""
+    kernel libraries of ``ops`` (``kernels``: "cmsis_nn" or "reference"); ``external``: the model array in the
+    board's external memory (``EXTERNAL_MEMORY``) instead of the Flash."""
     fw = "@//tflm_patch_kernels/firmware"
     # TFLM's runtime and only the kernels of the model's ops (a cross-build compiles these, not all of TFLM)
     libs = ["@//tflm_patch_kernels/tflm:firmware_runtime", "@tflite_micro//:runtime", "@tflite_micro//:platform_mcu"]
@@ -217,6 +246,12 @@ def build_file(t: Target, arena: int, stack: int, ops: list[str], kernels: str) 
         libs.append("@//tflm_patch_kernels/tflm:patch_stage_op" + ("_cmsis_nn" if kernels == "cmsis_nn" else ""))
     deps = "\n".join(f'        "{d}",' for d in libs)
     budget = [] if t.key == "stm32f405" else [f'"-Wl,--defsym=TFMCU_SRAM_BUDGET={t.sram_bytes}"']
+    copts = [f'"-DTFMCU_ARENA_BYTES={arena}"']
+    if external:
+        if t.key not in EXTERNAL_MEMORY:
+            raise UsageError(f"--target={t.name}: the board has no external memory for the model")
+        copts.append('"-DTFMCU_MODEL_IN_PSRAM"')
+        budget.append(f'"-Wl,--defsym=TFMCU_PSRAM_ORIGIN={EXTERNAL_MEMORY[t.key][0]}"')
     linkopts = ", ".join([f'"-T"', f'"$(location {fw}:{t.ld})"', f'"-Wl,--defsym=TFMCU_STACK_SIZE={stack}"']
                          + budget)
     return f'''# Generated by tfmcu deploy for {t.name}: {t.what}.
@@ -231,7 +266,7 @@ cc_binary(
         "model_data.cc",
     ],
     additional_linker_inputs = ["{fw}:{t.ld}"],
-    copts = ["-DTFMCU_ARENA_BYTES={arena}"],
+    copts = [{", ".join(copts)}],
     linkopts = [{linkopts}],
     target_compatible_with = ["@platforms//os:none"],
     deps = [
@@ -251,15 +286,17 @@ mcu_binary(
 
 
 def folder_files(model: TfliteModel | bytes, ops: Sequence[str], inputs: np.ndarray, output_len: int, comment: str,
-                 target: Target, arena: int, stack: int, kernels: str, where: str = "model") -> dict[str, str]:
-    """The firmware folder's sources {name: text}: ``model_data.cc`` (``model_source``), ``main.cc`` (a copy of
-    tflm_patch_kernels/tflm/firmware_main.cc), ``BUILD`` (``build_file``) and ``WORKSPACE``."""
+                 target: Target, arena: int, stack: int, kernels: str, where: str = "model", stream: int = 0,
+                 external: bool = False) -> dict[str, str]:
+    """The firmware folder's sources {name: text}: ``model_data.cc`` (``model_source``, ``stream``: the streamed
+    images' rows), ``main.cc`` (a copy of tflm_patch_kernels/tflm/firmware_main.cc), ``BUILD`` (``build_file``,
+    ``external``: the model in the board's external memory) and ``WORKSPACE``."""
     with open(MAIN_SOURCE) as f:
         main = f.read()
     return {
-        "model_data.cc": model_source(model, inputs, output_len, comment, where, ops=ops),
+        "model_data.cc": model_source(model, inputs, output_len, comment, where, ops=ops, stream=stream),
         "main.cc": main,
-        "BUILD": build_file(target, arena, stack, list(ops), kernels),
+        "BUILD": build_file(target, arena, stack, list(ops), kernels, external),
         "WORKSPACE": f'workspace(name = "{REPO}")\n',
     }
 

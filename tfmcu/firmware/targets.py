@@ -27,6 +27,11 @@ class Target:
     what: str
     pointer_bytes: int = 4
 
+    @property
+    def core(self) -> str:
+        """The core ("cortex-m4", "cortex-m7"): what the latency predictor is calibrated per."""
+        return self.platform.rsplit(":", 1)[1].replace("_", "-")
+
 
 TARGETS: dict[str, Target] = {
     "stm32f405": Target(

@@ -74,6 +74,9 @@ class ScheduleRequest:
             self.search.validate()
         except ScheduleError as e:
             raise UsageError(str(e)) from None
+        if self.search.objective == "latency":
+            raise UsageError("--objective=latency needs a core's instruction predictions: use python -m pipelines.fit "
+                             "(a model and a target)")
         if self.auto:
             if self.sram_kb is None and self.search.objective == "macs":
                 raise UsageError("--patches=auto needs --sram_kb (or --objective=memory for the smallest arena)")

@@ -11,7 +11,11 @@
    builtin schedule whose predicted TFLM arena fits (``tfmcu.plan.search``), confirmed by the real TFLM interpreter;
 5. verify the patched model against the original (``tfmcu.flows.verify``): bit-exact outputs in TF Lite and TFLM on
    random and real test images, both arenas measured and predicted;
-6. write the summary table (accuracy float / int8; peak SRAM per-layer vs patched, analytic and measured; Flash; MACs).
+6. on the microcontroller (``mcu``, default the STM32F405 under QEMU), with TFLM's CMSIS-NN kernels: the trained
+   model per layer (``deploy --run``) and through ``fit --run`` (``tfmcu.flows.fit``: the fastest configuration
+   whose arena fits the chip, verified, its firmware built and run), on real test images;
+7. write the summary table (accuracy float / int8; peak SRAM per-layer vs patched, analytic and measured; Flash; MACs;
+   on the MCU: arenas, verdicts, instructions).
 
 Everything goes under ``out_dir`` (default out/demo): mbv2_224_profile.json, mbv2_224_memory.png, profile.json,
 memory.png, model_int8.tflite, model_int8_patched.tflite, train_report.json, training_curves.png,
@@ -33,27 +37,24 @@ import numpy as np
 from tfmcu.errors import UsageError
 from tfmcu.files import write_outputs
 from tfmcu.firmware.targets import get_target
-from tfmcu.flows.common import ScheduleRequest
 from tfmcu.flows.deploy import DeployOptions, deploy
-from tfmcu.flows.rewrite import RewriteOptions, run as rewrite_run
+from tfmcu.flows.fit import FitOptions, run as fit_run
 from tfmcu.flows.profile import format_table, plot_memory, profile_report
 from tfmcu.flows.verify import VerifyOptions, format_summary as verify_summary, verify
 from tfmcu.graph.from_spec import from_spec
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.graph.load import load_spec
-from tfmcu.nets.convert import random_representative, to_int8_tflite
 from tfmcu.nets.spec import NetSpec
 from tfmcu.plan.regions import plan
 from tfmcu.plan.search import SearchOptions, SearchResult, search
 from tfmcu.runtime.capture import import_tensorflow_quietly
 from tfmcu.runtime.tflm import measure_arena
 from tfmcu.stage.builtin import BuiltinArenaCost
-from tfmcu.stage.custom import CustomOptions
 from tfmcu.stage.common import read_schedule
 from tfmcu.tflite.editor import split_appended_zip
 from tfmcu import data as data_mod
 from tfmcu.train.config import Recipe, TrainConfig
-from tfmcu.train.export import classifier_as_conv, quantize_inputs, quiet_convert
+from tfmcu.train.export import quantize_inputs, untrained_int8
 from tfmcu.train.loop import format_summary as train_summary, train, validate as validate_training
 
 KB = 1024
@@ -123,14 +124,16 @@ def summary_table(s: dict[str, Any]) -> str:
         pl, pa = mcu["per_layer"], mcu["patched"]
         t = mcu["target"]
         rows += [
-            (f"{t} (QEMU), TFLM arena: predicted / measured", _kb(pl["arena"]["predicted_bytes"]) + " / -",
-             f"{_kb(pa['arena']['predicted_bytes'])} / {_kb(pa['run'].get('arena_used_bytes'))} (custom mode)"),
-            (f"{t} (QEMU), verdict", "does not fit" + (
+            (f"{t} (QEMU), TFLM arena: predicted / measured", _kb(pl["arena"]["predicted_bytes"]) + " / " +
+             _kb((pl.get("run") or {}).get("arena_used_bytes")),
+             f"{_kb(pa['arena']['predicted_bytes'])} / {_kb(pa['run'].get('arena_used_bytes'))} (fit)"),
+            (f"{t} (QEMU), verdict", ("fits" if pl.get("fits") else "does not fit") + (
                 f" (link: RAM overflowed by {pl['run']['overflow']['bytes']:,} B)" if pl["run"].get("overflow") else ""),
              ("fits" if pa["fits"] else "does not fit") + f", {mcu['schedule']}"),
             (f"{t} (QEMU), top-1 of {mcu['images']} test images = TF Lite", "-",
              "yes" if pa["run"].get("outputs_equal_tflite") else "NO"),
-            (f"{t} (QEMU), instructions per inference", "-",
+            (f"{t} (QEMU), instructions per inference (CMSIS-NN)",
+             f"{min(pl['run']['invoke_insns']) / 1e6:.1f}M" if (pl.get("run") or {}).get("invoke_insns") else "-",
              f"{min(pa['run']['invoke_insns']) / 1e6:.1f}M" if pa["run"].get("invoke_insns") else "-"),
         ]
     head = f"| {s['model']} @ {s['resolution']}, {s['dataset']} | per-layer | patched ({s['schedule']}) |"
@@ -145,16 +148,6 @@ def summary_table(s: dict[str, Any]) -> str:
 
 def _kb(n: float | None) -> str:
     return "-" if n is None else f"{n / KB:,.1f} kB"
-
-
-def untrained_int8(spec: NetSpec, seed: int) -> bytes:
-    """The spec as a full-int8 .tflite with untrained weights, exported like a trained one (classifier as a 1x1
-    conv): the same operators and tensors, hence the same TFLM arena."""
-    from tfmcu.nets.keras_builder import build_keras  # lazy: imports TensorFlow
-
-    model = build_keras(spec, seed)
-    data = quiet_convert(to_int8_tflite, model, random_representative(tuple(model.input_shape[1:]), samples=2))
-    return classifier_as_conv(data)[0]
 
 
 def budget_bytes(o: DemoOptions, arena: int) -> int:
@@ -306,31 +299,23 @@ def run(o: DemoOptions, log: Callable[[str], None] = print) -> int:
 
 def on_mcu(o: DemoOptions, model_path: str, inputs_path: str | None, path: Callable[[str], str],
            log: Callable[[str], None]) -> dict[str, Any]:
-    """Step 6: the trained model on the emulated microcontroller (``deploy --run``): per layer, and in custom mode
-    (one TFMCU_PATCH_STAGE op, rest in place) searched under the target's SRAM minus the stack and 2 KiB; both on
-    the first ``mcu_images`` real test images, whose outputs must equal TF Lite's."""
+    """Step 6: the trained model on the emulated microcontroller, both with TFLM's CMSIS-NN kernels: per layer
+    (``deploy --run``), and through ``fit --run`` (the fastest configuration whose predicted arena fits the target,
+    verified bit-exact, its firmware built and run); both on the first ``mcu_images`` real test images, whose outputs
+    must equal TF Lite's."""
     t = get_target(o.mcu)
-    budget_kb = (t.sram_bytes - DeployOptions(model_path).stack_kib * KB - 2 * KB) / KB
-    log(f"\n== 6/7 on the {t.name} (QEMU {t.machine}): per layer, and custom mode under {budget_kb:.0f} kB ==")
+    log(f"\n== 6/7 on the {t.name} (QEMU {t.machine}): per layer (deploy --run), and fit --run ==")
     mcu_inputs = path("mcu_inputs.npy")
     write_outputs({mcu_inputs: _npy(np.load(inputs_path)[:o.mcu_images])})
-    custom_path = path("model_int8_custom.tflite")
-    # measure=False: the arena is measured where it matters, by the firmware on the target (deploy --run below);
-    # a host measurement would only add a host build of TFLM to the demo's time.
-    rw = rewrite_run(RewriteOptions(tflite=model_path, out=custom_path, mode="custom",
-                                    schedule=ScheduleRequest(patches="auto", sram_kb=budget_kb),
-                                    custom=CustomOptions(inplace=True), json_out=path("rewrite_custom.json"),
-                                    measure=False), log=log)
-    sch = rw.get("schedule") or {}
-    grid = sch.get("grid") or [0, 0]
-    out: dict[str, Any] = {"target": t.name, "images": o.mcu_images,
-                           "schedule": f"{grid[0]}x{grid[1]} patches over {sch.get('patch_blocks')} blocks"}
-    # kernels="reference": the rest is planned in place, which holds for TFLM's reference kernels (deploy refuses
-    # an in-place model with its default, CMSIS-NN).
-    for role, tflite in (("per_layer", model_path), ("patched", custom_path)):
-        out[role] = deploy(DeployOptions(tflite, t.name, path(f"firmware_{t.name}_{role}"), run=True,
-                                         inputs=mcu_inputs, kernels="reference"), log=log)
-    return out
+    per_layer = deploy(DeployOptions(tflite=model_path, target=t.name, out_dir=path(f"firmware_{t.name}_per_layer"),
+                                     run=True, inputs=mcu_inputs), log=log)
+    fitted = fit_run(FitOptions(model=model_path, target=t.name, out_dir=path(f"fit_{t.name}"), run=True,
+                                inputs=mcu_inputs, verify_samples=4), log=log)
+    ch = fitted["chosen"]
+    schedule = (f"{ch['patches'][0]}x{ch['patches'][1]} patches over {ch['patch_blocks']} blocks, {ch['config']}"
+                if ch["patched"] else "per layer (it fits as it is)")
+    return {"target": t.name, "images": o.mcu_images, "schedule": schedule, "per_layer": per_layer,
+            "patched": fitted["deploy"], "fit": {k: fitted[k] for k in ("message", "chosen", "per_layer", "measured")}}
 
 
 def _npy(a: np.ndarray) -> bytes:

@@ -1,24 +1,33 @@
 """``deploy``: a .tflite (builtin ops, or custom mode with TFMCU_PATCH_STAGE) as a self-contained TFLM firmware folder
 for a microcontroller, and optionally built with Bazel and run under QEMU.
 
+Every model ``rewrite`` writes is accepted: custom mode with one TFMCU_PATCH_STAGE op or several (``--rest_convs=tfmcu``:
+the op is registered once), a stage that streams its input (``--stream_input``: the test inputs are the images, and
+the firmware feeds their rows from Flash through the kernel's ``TfmcuInputProvider``), and an in-place memory plan
+(``--inplace``) when ``kernels`` are the ones it was planned for (the schedule record's ``memory_plan_kernels``).
+
 The folder (``out_dir``) holds:
 
 * ``model_data.cc``: the model as a Flash array, an op resolver with exactly the model's ops (and TFMCU_PATCH_STAGE),
-  ``num_inputs`` test inputs (``--inputs`` or seeded random ones) (tfmcu/firmware/sources.py, which also writes
-  the three files below);
+  ``num_inputs`` test inputs (``--inputs`` or seeded random ones), ``g_tfmcu_stream_rows`` for a streamed input
+  (tfmcu/firmware/sources.py, which also writes the three files below);
 * ``main.cc``: MicroInterpreter, the arena (``TFMCU_ARENA_BYTES``), one Invoke per input, the result line
   (a copy of tflm_patch_kernels/tflm/firmware_main.cc);
 * ``BUILD`` + ``WORKSPACE``: a Bazel repository that builds ``:firmware`` (the ELF) for the target with this
   project's toolchain, linking TFLM's runtime and only the kernels of the model's ops (``@tflite_micro//:kernel_*``,
   third_party/tflite_micro.BUILD), our kernel and harness from ``@tfmcu_ws``;
-* ``expect.json``: TF Lite's outputs for the inputs (their hash, top classes), the predicted arena;
+* ``expect.json``: TF Lite's outputs for the inputs (their hash, top classes; for a streamed input the rows each
+  Invoke reads), the predicted arena;
 * ``deploy.json``: what was decided: the target, the kernels, the predicted TFLM arena on Cortex-M
   (tfmcu.plan.arena, build "cortex-m-cmsis-nn" or "cortex-m" after ``kernels``: 32-bit structs), the arena =
-  prediction x (1 + margin) rounded up to 16 bytes, and the estimated fit; with ``run``, the measured figures (and
-  what measured them) and the verdict.
+  prediction x (1 + margin) rounded up to 16 bytes, the estimated fit in RAM and in Flash (``flash``: a model beyond
+  the Flash goes to the board's external memory, with a note; on a board without any, it does not fit); with
+  ``run``, the measured figures (and what measured them) and the verdict.
 
-Without ``run`` the model also runs in TFLM on this host (its outputs must equal TF Lite's; its arena goes to
-deploy.json); with ``run`` the target's run is that check, and no host build of TFLM is needed.
+TF Lite's outputs are the expectation: for a custom-mode model, every TFMCU_PATCH_STAGE op in the C kernels
+(ctypes) and the builtin ops in TF Lite (``tfmcu.runtime.host``), on the same images for a streamed input. Without
+``run`` the model also runs in TFLM on this host (its outputs must equal TF Lite's; its arena goes to deploy.json);
+with ``run`` the target's run is that check, and no host build of TFLM is needed.
 ``run`` builds ``@tfmcu_fw//:firmware`` from this checkout (``bazel build --override_repository=tfmcu_fw=OUT_DIR``)
 and runs it on the target's QEMU board (tfmcu/firmware/run.py): the output bytes must equal TF Lite's and the
 verdict is "fits" when it links into the target's memory and AllocateTensors succeeds; a link that overflows the
@@ -28,8 +37,9 @@ names the kernels the firmware ran (``kernels``).
 The model is read and parsed once (``tfmcu.tflite.model``); every step below takes that one object. TF Lite and TFLM
 run it in a child process (``tfmcu.runtime.isolate``): a model that makes them abort is a one-line error.
 
-Bad input (missing file, not a TFLite model, an op the firmware cannot register, a malformed custom-mode model) is a
-one-line ``UsageError`` and writes nothing: the folder is assembled beside ``out_dir`` and renamed into place.
+Bad input (missing file, not a TFLite model, an op the firmware cannot register, a malformed custom-mode model, an
+in-place plan for other kernels) is a one-line ``UsageError`` and writes nothing: the folder is assembled beside
+``out_dir`` and renamed into place.
 """
 
 from __future__ import annotations
@@ -44,13 +54,19 @@ import numpy as np
 from tfmcu.errors import UsageError
 from tfmcu.files import write_folder, write_outputs
 from tfmcu.firmware.run import DeployError, run_firmware
-from tfmcu.firmware.sources import KERNELS, check_model, expectation, folder_files
+from tfmcu.firmware.sources import EXTERNAL_MEMORY, KERNELS, check_model, expectation, folder_files, stream_rows
 from tfmcu.firmware.targets import TARGETS, Target, get_target
-from tfmcu.plan.arena import predict_model_arena
+from tfmcu.firmware.tree import check_dest, export_tree
+from tfmcu.plan.arena import DEFAULT_KERNELS, mcu_build, predict_model_arena
 from tfmcu.runtime.host import evaluate
 from tfmcu.runtime.model_io import TFLMError, load_inputs, random_inputs, read_model
+from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP
 
 STATIC_ESTIMATE = 1024  # bytes of .data + .bss besides the arena (TFLM, harness, kernel): measured 0.8-1 KiB
+# Flash besides the model and the test inputs (TFLM's runtime, the model's kernels, ours, the harness), an upper
+# estimate: the firmware tests' Flash less their model and inputs is about 125 kB with the reference kernels and
+# about 45 kB more with CMSIS-NN (docs/firmware.md).
+CODE_FLASH_ESTIMATE = 192 * 1024
 
 __all__ = ["DeployError", "DeployOptions", "deploy", "prepare", "validate"]
 
@@ -67,7 +83,8 @@ class DeployOptions:
     margin: float = 0.02  # arena = predicted x (1 + margin)
     stack_kib: int = 6
     timeout_s: int = 300
-    kernels: str = "cmsis_nn"  # TFLM's CMSIS-NN kernels + the patch executor's CMSIS-NN backend, or "reference"
+    kernels: str = DEFAULT_KERNELS  # TFLM's CMSIS-NN kernels + the executor's CMSIS-NN backend, or "reference"
+    tree: str | None = None  # also write the firmware as a plain CMake source tree here (docs/tree.md)
 
 
 def validate(o: DeployOptions) -> Target:
@@ -82,6 +99,8 @@ def validate(o: DeployOptions) -> Target:
         raise UsageError(f"--kernels={o.kernels}: must be one of {', '.join(KERNELS)}")
     if os.path.exists(o.out_dir) and not os.path.isdir(o.out_dir):
         raise UsageError(f"--out_dir={o.out_dir}: exists and is not a folder")
+    if o.tree:
+        check_dest(o.out_dir, o.tree, "--tree")
     return t
 
 
@@ -89,8 +108,10 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, A
     """Write the firmware folder (see the module docstring); returns deploy.json's content."""
     t = validate(o)
     model = read_model(o.tflite, "--tflite")
-    info, ops, stage = check_model(model, o.kernels)
-    samples = load_inputs(o.inputs, info)[:16] if o.inputs else random_inputs(model, o.num_inputs, o.seed)
+    info, ops, stages = check_model(model, o.kernels)  # info: a streamed-input model's is its image's
+    rows = stream_rows(model)
+    samples = (load_inputs(o.inputs, info)[:16] if o.inputs else
+               random_inputs(model, o.num_inputs, o.seed, signature=info))
     # TF Lite's outputs are the reference. With ``run`` the run on the target compares the firmware's outputs with
     # them; TFLM on this host would add nothing to that check but a host build of TFLM (minutes on a fresh machine,
     # for custom-mode models). Without it, TFLM on this host must agree with TF Lite.
@@ -104,13 +125,14 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, A
     if ref.tflm is not None and any(not (a[0] == b[0]).all() for a, b in zip(ref.tflite, ref.tflm)):
         raise DeployError(f"{o.tflite}: TFLM on this host differs from TF Lite; run `verify` first")
     host_arena = None if ref.arena is None else ref.arena.total
-    build = "cortex-m-cmsis-nn" if o.kernels == "cmsis_nn" else "cortex-m"
-    pred = predict_model_arena(model, build=build, stage=stage if o.kernels == "cmsis_nn" else None)
+    build = mcu_build(o.kernels)
+    pred = predict_model_arena(model, build=build, stage=stages if o.kernels == "cmsis_nn" else None)
     arena = -(-int(pred.total * (1 + o.margin)) // 16) * 16
     stack = o.stack_kib * 1024
     ram_estimate = arena + stack + STATIC_ESTIMATE
     inputs = [s[0] for s in samples]
     xs = np.concatenate([np.asarray(x).reshape((1,) + tuple(info.inputs[0].shape[1:])) for x in inputs])
+    flash = flash_estimate(t, len(model), xs.nbytes)
     comment = f"{os.path.basename(o.tflite)} for {t.name}; {len(xs)} inputs ({o.inputs or f'random, seed {o.seed}'})"
     report: dict[str, Any] = {
         "tflite": o.tflite,
@@ -118,7 +140,8 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, A
         "target_what": t.what,
         "kernels": o.kernels,
         "ops": [op.replace("custom:", "") for op in ops],
-        "custom_mode": stage is not None,
+        "custom_mode": stages is not None,
+        "patch_stage_ops": sum(name == "custom:" + PATCH_STAGE_OP for name in info.op_names),
         "inputs": len(xs),
         "model_bytes": len(model),
         "arena": {
@@ -129,21 +152,63 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, A
             "host_measured_bytes": host_arena,  # None with --run (measured on the target instead)
         },
         "stack_bytes": stack,
+        "flash": flash,
         "estimate": {
             "ram_bytes": ram_estimate,
             "sram_bytes": t.sram_bytes,
-            "fits": ram_estimate <= t.sram_bytes,
-            "how": f"arena + stack + {STATIC_ESTIMATE} B of other .data/.bss (estimated)",
+            "fits": ram_estimate <= t.sram_bytes and flash["fits"],
+            "how": f"arena + stack + {STATIC_ESTIMATE} B of other .data/.bss (estimated); the Flash as in 'flash'",
         },
     }
-    files = folder_files(model, ops, xs, outs[0].nbytes, comment, t, arena, stack, o.kernels, o.tflite)
-    files["expect.json"] = json.dumps({"expect": expectation(outs),
+    want = expectation(outs)
+    if rows:  # the kernel reads each image's rows from Flash through the firmware's provider
+        read = (ref.streamed_rows_read or {}).get("tflite", [])
+        report["streamed_input"] = {"image_rows": rows, "rows_read": read,
+                                    "how": "the firmware feeds each input image's rows from Flash through a "
+                                           "TfmcuInputProvider (firmware_main.cc): no image in the arena"}
+        want["streamed_rows_read"] = read[:16]  # what the C executor read on this host, per input
+    files = folder_files(model, ops, xs, outs[0].nbytes, comment, t, arena, stack, o.kernels, o.tflite, stream=rows,
+                         external=flash["model_in"] == "external")
+    files["expect.json"] = json.dumps({"expect": want,
                                        "expect_within": {"arena_used_bytes": [pred.total, 0.01]}}, indent=1) + "\n"
     files["deploy.json"] = json.dumps(report, indent=1) + "\n"
     write_folder(o.out_dir, files)
     log(f"deploy: wrote {o.out_dir}/ (arena {arena:,} B = predicted {pred.total:,} B + {o.margin:.0%}; "
-        f"estimated RAM {ram_estimate:,} B of {t.sram_bytes:,} B: {'fits' if report['estimate']['fits'] else 'does not fit'})")
+        f"estimated RAM {ram_estimate:,} B of {t.sram_bytes:,} B: "
+        f"{'fits' if ram_estimate <= t.sram_bytes else 'does not fit'})")
+    if flash["note"]:
+        log(f"deploy: {flash['note']}")
     return report
+
+
+def flash_estimate(t: Target, model_bytes: int, inputs_bytes: int) -> dict[str, Any]:
+    """Where the model goes and whether it fits, ESTIMATED (the link decides with ``run``): the model, the test
+    inputs and ``CODE_FLASH_ESTIMATE`` in the target's Flash; a model beyond it goes to the board's external memory
+    (``tfmcu.firmware.sources.EXTERNAL_MEMORY``: the MPS2 boards' PSRAM, external QSPI Flash on a real part), and
+    on a board without any it does not fit."""
+    need = model_bytes + inputs_bytes + CODE_FLASH_ESTIMATE
+    d: dict[str, Any] = {"model_bytes": model_bytes, "inputs_bytes": inputs_bytes,
+                         "code_estimate_bytes": CODE_FLASH_ESTIMATE, "estimated_bytes": need,
+                         "flash_bytes": t.flash_bytes, "model_in": "flash", "fits": need <= t.flash_bytes,
+                         "how": "model + test inputs + an upper estimate of the code (TFLM, kernels, harness: "
+                                f"{CODE_FLASH_ESTIMATE // 1024} KiB), estimated", "note": None}
+    if d["fits"]:
+        return d
+    ext = EXTERNAL_MEMORY.get(t.key)
+    if ext is None:
+        d["note"] = (f"the model ({model_bytes:,} B) does not fit {t.name}'s {t.flash_bytes // 1024:,} KiB of Flash "
+                     f"(estimated {need:,} B with the code and the test inputs) and the board has no external memory: "
+                     f"the firmware is written but will not link")
+        return d
+    origin, size = ext
+    d.update(model_in="external", external_memory={"origin": f"0x{origin:08x}", "bytes": size},
+             fits=model_bytes <= size and need - model_bytes <= t.flash_bytes)
+    d["note"] = (f"the model ({model_bytes:,} B) is beyond {t.name}'s {t.flash_bytes // 1024:,} KiB of Flash "
+                 f"(estimated {need:,} B with the code and the test inputs): it goes to the board's external memory "
+                 f"({size // (1024 * 1024)} MiB PSRAM at 0x{origin:08x} on the QEMU board; external QSPI/OSPI Flash "
+                 f"on a real part, memory-mapped, slower than the internal Flash)"
+                 + ("" if model_bytes <= size else f", which it does not fit either"))
+    return d
 
 
 def deploy(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -155,4 +220,6 @@ def deploy(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, An
                                                                         o.kernels, o.timeout_s, log)
         write_outputs({os.path.join(o.out_dir, "deploy.json"): json.dumps(report, indent=1) + "\n"})
         log(f"deploy: {report['verdict']}")
+    if o.tree:
+        export_tree(o.out_dir, o.tree, log=log)
     return report

@@ -80,9 +80,8 @@ def validate(o: RewriteOptions) -> bytes:
         raise UsageError("--rest_convs applies to --mode=custom only")
     if c.stream_input and o.mode != "custom":
         raise UsageError("--stream_input applies to --mode=custom only (the TFMCU_PATCH_STAGE kernel reads the rows)")
-    if c.halo.caches and o.schedule.auto:
-        raise UsageError("--halo with --patches=auto is not supported yet: give the grid (--patches=P or PxQ with "
-                         "--patch_blocks or --patch_ops)")
+    if c.kernels != CustomOptions().kernels and o.mode != "custom":
+        raise UsageError("--kernels applies to --mode=custom (the kernels its memory plan is made for)")
     if o.schedule.patches is None:
         raise UsageError("--patches is required: P, PxQ (with --patch_blocks or --patch_ops) or auto")
     o.schedule.validate()

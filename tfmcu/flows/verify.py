@@ -9,9 +9,14 @@ cannot take the caller down). The rewritten model's outputs must equal the origi
 interpreters; TF Lite vs TFLM agreement per model is reported too (informational). TFLM's arena is measured
 (``tfmcu.runtime.tflm.measure_arena``) and predicted (``tfmcu.plan.arena.predict_arena``) for both.
 
-A rewritten model in custom mode (one TFMCU_PATCH_STAGE op) runs WHOLE in TFLM built from source with our kernel
+A rewritten model in custom mode (``TFMCU_PATCH_STAGE`` ops: the patch stage, and with ``rewrite
+--rest_convs=tfmcu`` one more per convolution of the rest) runs WHOLE in TFLM built from source with our kernel
 (``tfmcu.runtime.tflm_host``): its arena is TFLM's measured ``arena_used_bytes`` there, predicted by the same
-``predict_arena``. In TF Lite (no kernel for the op) the stage runs in the C kernels and the rest in TF Lite.
+``predict_arena``. In TF Lite (no kernel for the op) every such op runs in the C kernels (ctypes) and the builtin
+ops between them in TF Lite (``tfmcu.runtime.host.HostRunner``). A model whose stage streams its input (``rewrite
+--stream_input``: its input is a one-element placeholder) takes the original's samples as its images: both sides
+feed their rows through an input provider that checks the contract (rows in increasing order, each at most once),
+and the report has the rows each sample read (``streamed_input``).
 
 Bad input (missing file, not a TFLite model, signatures that differ, bad ``inputs``, a malformed custom-mode model,
 an interpreter crash) is a one-line ``UsageError`` and no output file.
@@ -35,6 +40,7 @@ from tfmcu.runtime.model_io import TFLMError, load_inputs, random_inputs, read_m
 from tfmcu.runtime.tflite import RESOLVERS
 from tfmcu.runtime.tflm import check_runnable
 from tfmcu.runtime.tflm_host import MEASURED_BY, streamed_image
+from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP
 from tfmcu.tflite.model import TfliteModel
 
 
@@ -68,6 +74,11 @@ def compare(a: list[list[Any]], b: list[list[Any]], offset: int = 0) -> list[dic
                 out.append({"sample": i + offset, "output": j, "max_abs_diff": float(np.nanmax(d))})
                 break
     return out
+
+
+def stage_ops(info: Any) -> int:
+    """How many TFMCU_PATCH_STAGE operators the model has."""
+    return sum(name == f"custom:{PATCH_STAGE_OP}" for name in info.op_names)
 
 
 def _arena(stats: Any) -> dict[str, int]:
@@ -118,10 +129,6 @@ def verify(o: VerifyOptions) -> dict[str, Any]:
     infos = {}
     custom = {}
     for r in ROLES:
-        if streamed_image(data[r]) is not None:
-            raise UsageError(f"{paths[r]}: its patch stage streams its input (rewrite --stream_input); verify does not "
-                             f"compare such models yet: verify the same rewrite without --stream_input (the stage's "
-                             f"results do not depend on how its input arrives)")
         try:
             infos[r], runner = host_model(data[r], paths[r])
             custom[r] = runner is not None
@@ -131,6 +138,7 @@ def verify(o: VerifyOptions) -> dict[str, Any]:
             raise UsageError(str(e)) from None
     if custom["original"]:
         raise UsageError(f"{paths['original']}: the original must be a model stock TFLM runs, not a custom-mode model")
+    streamed = streamed_image(data["rewritten"])
     check_signatures(infos)
     samples = random_inputs(data["original"], o.samples, o.seed) if o.samples else []
     real = load_inputs(o.inputs, infos["original"]) if o.inputs else []
@@ -167,7 +175,7 @@ def verify(o: VerifyOptions) -> dict[str, Any]:
         "seed": o.seed,
         "inputs": o.inputs,
         "resolver": o.resolver,
-        "interpreters": {r: ({"tflite": f"{interpreters['tflite']} (stage: tfmcu C kernels)",
+        "interpreters": {r: ({"tflite": f"{interpreters['tflite']} ({PATCH_STAGE_OP} ops: tfmcu C kernels)",
                               "tflm": "tflm built from source + TFMCU_PATCH_STAGE kernel (whole model)"}
                              if custom[r] else interpreters) for r in ROLES},
         "models": dict(paths),
@@ -178,7 +186,15 @@ def verify(o: VerifyOptions) -> dict[str, Any]:
         "tflm": {r: _arena(results[r].arena) for r in ROLES},
         "arena_kind": {r: (MEASURED_BY if custom[r] else "measured by TFLM (tflite-micro wheel)") for r in ROLES},
         "predicted": {r: predict(data[r], paths[r]) for r in ROLES},
-        "custom_mode": {r: results[r].arena.custom for r in ROLES if custom[r]},
+        "custom_mode": {r: {**results[r].arena.custom, "patch_stage_ops": stage_ops(infos[r])}
+                        for r in ROLES if custom[r]},
+        "streamed_input": None if streamed is None else {
+            "image": {"shape": list(streamed[0]), "dtype": streamed[1]},
+            "rows_read": results["rewritten"].streamed_rows_read,  # per sample, TF Lite side (C executor) and TFLM
+            "image_rows": int(streamed[0][0]),
+            "how": "the image rows fed through a TfmcuInputProvider that checks the contract (rows in increasing "
+                   "order, each at most once): tfmcu_stage_run_streamed through ctypes on the TF Lite side, the host "
+                   "runner's --stream_input in TFLM"},
         "flash_bytes": {r: len(data[r]) for r in ROLES},
         "ops": {r: infos[r].num_ops for r in ROLES},
     }
@@ -227,7 +243,17 @@ def format_summary(rep: dict[str, Any]) -> str:
     lines.append(f"{'ops':<18} {rep['ops']['original']:>12} {rep['ops']['rewritten']:>12}")
     for r in ROLES:
         if r in rep.get("custom_mode", {}):
-            kernel = rep["custom_mode"][r]["patch_stage_persistent_bytes"]
-            lines.append(f"{r}: custom mode, whole model in TFLM built from source with the TFMCU_PATCH_STAGE kernel "
-                         f"(its op data: {kernel:,} B); arena measured there")
+            c = rep["custom_mode"][r]
+            n = c.get("patch_stage_ops", 1)
+            ops = f"{n} {PATCH_STAGE_OP} ops" if n > 1 else f"the {PATCH_STAGE_OP} kernel"
+            lines.append(f"{r}: custom mode, whole model in TFLM built from source with {ops} (op data: "
+                         f"{c['patch_stage_persistent_bytes']:,} B); arena measured there; in TF Lite, every "
+                         f"{PATCH_STAGE_OP} op in tfmcu's C kernels")
+    s = rep.get("streamed_input")
+    if s:
+        read = s["rows_read"] or {}
+        per = ", ".join(f"{side} {'/'.join(map(str, sorted(set(v))))}" for side, v in read.items())
+        lines.append(f"rewritten: input streamed ({s['image']['dtype']}{s['image']['shape']} images fed row by row "
+                     f"through a TfmcuInputProvider checking the contract): rows read per sample: {per} of "
+                     f"{s['image_rows']}")
     return "\n".join(lines) + "\n"

@@ -184,6 +184,17 @@ BUILDS: dict[str, TflmBuild] = {
 }
 
 
+# The kernel sets a firmware links (deploy/fit/rewrite --kernels): TFLM's CMSIS-NN kernels with the patch
+# executor's CMSIS-NN backend, or TFLM's reference kernels with the executor's portable C kernels.
+KERNEL_SETS = ("cmsis_nn", "reference")
+DEFAULT_KERNELS = "cmsis_nn"  # what these Arm targets run by default (deploy, fit, rewrite --inplace)
+
+
+def mcu_build(kernels: str) -> str:
+    """The Cortex-M TFLM build (BUILDS) that links ``kernels`` (KERNEL_SETS)."""
+    return "cortex-m-cmsis-nn" if kernels == "cmsis_nn" else "cortex-m"
+
+
 def get_build(build: str | TflmBuild) -> TflmBuild:
     if isinstance(build, TflmBuild):
         return build
@@ -315,6 +326,8 @@ def op_allocations(graph: ir.Graph, op: ir.Op, build: str | TflmBuild = "wheel",
     elif b == f"custom:{PATCH_STAGE_OP}" and "custom_options" in op.attrs:
         # our kernel (tflm_patch_kernels/tflm): one op data from Init, the stage's exact scratch from Prepare; the
         # CMSIS-NN backend's kernel buffer after the patch buffers
+        if isinstance(stage, dict):  # several TFMCU_PATCH_STAGE ops: each one's PackedStage by TFLite op index
+            stage = stage.get(op.src_index)
         buffer = cmsis_nn.stage_scratch_bytes(stage) if tb.cmsis_nn and stage is not None else None
         try:
             options = read_options(op.attrs["custom_options"])
@@ -535,7 +548,8 @@ def predict_arena(graph: ir.Graph, model: TfliteModel | bytes | None = None, cou
     a figure for comparison, TFLM itself always plans its inputs). ``build``: the TFLM whose structs count (BUILDS:
     "wheel", "host", "cortex-m", "cortex-m-cmsis-nn"). ``stage``: for "cortex-m-cmsis-nn" and a custom-mode graph,
     its ``PackedStage`` (``tfmcu.stage.custom.load_custom(model).packed``), whose tiles size the CMSIS-NN kernel
-    buffer (without it the op is listed as unmodelled). Never runs TFLM."""
+    buffer (without it the op is listed as unmodelled); for several TFMCU_PATCH_STAGE ops, a dict of them by TFLite
+    operator index. Never runs TFLM."""
     m = None
     if model is not None:
         m = as_model(model).flatbuffer

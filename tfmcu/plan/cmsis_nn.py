@@ -8,11 +8,40 @@ The buffer sizes are CMSIS-NN 4ab83cc's ``*_get_buffer_size_dsp`` functions (``a
 (``tflm_patch_kernels/patch_stage.c``, ``tflm_patch_kernels/cmsis_nn/``): the patch buffers, then the kernel buffer,
 the largest need over every layer and patch. The firmware tests check both against the arena TFLM reports
 (``tools/gen/gen_model_whole.py --kernels cmsis_nn``: measured == predicted).
+
+``conv_path`` / ``depthwise_path`` are CMSIS-NN's dispatch (``arm_convolve_wrapper_s8``,
+``arm_depthwise_conv_wrapper_s8``) on a DSP core without MVE (Cortex-M4 / M7, ``__ARM_FEATURE_DSP``): the buffer
+sizes above and the processing orders below follow them. ``processing_order`` states, for each kernel path that runs
+in a CMSIS-NN build, in which step every output byte is written and in which step every input byte is read last
+(``tfmcu.plan.memory_plan`` turns that into in-place distances). The steps, read from CMSIS-NN 4ab83cc's DSP code:
+
+* ``arm_convolve_s8`` (im2col, every conv that is not 1x1; the 1 x N path is arm_convolve_s8 on DSP cores): two
+  output pixels per step. Each pixel's whole window (in-image taps, every channel) is copied into the int16 column
+  buffer, and after the second column ``arm_nn_mat_mult_kernel_s8_s16`` writes both pixels' every channel; an odd
+  last pixel is its own step.
+* ``arm_convolve_1x1_s8_fast`` (1x1, stride 1, no padding; GCC: the unbuffered path) is one
+  ``arm_nn_mat_mult_nt_t_s8`` over all pixels, whose DSP loop runs output channels in pairs OUTSIDE the pixels: the
+  pass for channels (2q, 2q + 1) reads every input pixel (two at a time) and writes those two channels of each; an odd
+  last channel is a last pass, pixel by pixel. Every pass reads the whole input again, so nothing written before the
+  last pass may touch it. ``arm_convolve_1x1_s8`` (strided) does the same per output row.
+* ``arm_depthwise_conv_3x3_s8`` (3x3, padding <= 1, depth multiplier 1): per output pixel, per group of four
+  channels (then each leftover channel), the in-image taps of those channels are read, then the four outputs
+  written.
+* ``arm_depthwise_conv_s8_opt`` (other depth-multiplier-1 kernels): per output pixel the whole window into the
+  column buffer, then every channel written.
+* ``arm_depthwise_conv_s8`` (depth multiplier > 1): per output pixel, per input channel, per tile of four outputs
+  (multiplier % 4 == 0) or per output channel: that channel's window read, then the tile written.
+* ``arm_avgpool_s8``: per output pixel, the window summed into the int32 buffer, then every channel written.
+  ``arm_max_pool_s8`` uses the output as its accumulator: a pixel's output is copied from its first in-image tap
+  (memcpy) and updated at every later tap, channel by channel (one step per tap and channel).
+* ``arm_elementwise_add_s8``: four elements of each input read, then those four written; then one by one.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from tfmcu import abi
 from tfmcu.abi import OP_AVG_POOL, OP_CONV, OP_DEPTHWISE, OP_MAX_POOL
@@ -27,12 +56,36 @@ def align4(n: int) -> int:
     return (n + 3) // 4 * 4
 
 
+def conv_path(kernel_h: int, kernel_w: int, padding: tuple[int, int], dilation: tuple[int, int] = (1, 1),
+              stride: tuple[int, int] = (1, 1)) -> str:
+    """The kernel ``arm_convolve_wrapper_s8`` runs for an ungrouped convolution on a DSP core without MVE:
+    "1x1_fast" (arm_convolve_1x1_s8_fast: 1x1, padding 0, dilation 1, stride 1), "1x1" (arm_convolve_1x1_s8: the
+    same with another stride), else "im2col" (arm_convolve_s8; the 1 x N path for an input of height 1 calls it on
+    such cores). ``padding``: (top, left)."""
+    if kernel_h == 1 and kernel_w == 1 and tuple(padding) == (0, 0) and tuple(dilation) == (1, 1):
+        return "1x1_fast" if tuple(stride) == (1, 1) else "1x1"
+    return "im2col"
+
+
+def depthwise_path(kernel_h: int, kernel_w: int, in_channels: int, out_channels: int, padding: tuple[int, int],
+                   dilation: tuple[int, int] = (1, 1)) -> str:
+    """The kernel ``arm_depthwise_conv_wrapper_s8`` runs (batch 1, DSP core without MVE): "3x3"
+    (arm_depthwise_conv_3x3_s8: depth multiplier 1, dilation 1, 3x3, padding <= 1), "opt" (arm_depthwise_conv_s8_opt:
+    other depth-multiplier-1 kernels without dilation), else "generic" (arm_depthwise_conv_s8). ``padding``: (top,
+    left)."""
+    if in_channels != out_channels or tuple(dilation) != (1, 1):
+        return "generic"
+    if kernel_h == 3 and kernel_w == 3 and padding[0] <= 1 and padding[1] <= 1:
+        return "3x3"
+    return "opt"
+
+
 def conv_buffer_bytes(kernel_h: int, kernel_w: int, in_channels: int, padding: tuple[int, int],
                       dilation: tuple[int, int] = (1, 1)) -> int:
     """``arm_convolve_wrapper_s8_get_buffer_size`` (DSP): 0 for a 1x1 convolution (padding 0, dilation 1), else
     arm_convolve_s8's two im2col columns of int16, kernel_h x kernel_w x in_channels rounded up to 4 each (the 1 x N
     path asks the same on DSP cores, so its conditions on the input height and stride do not matter here)."""
-    if kernel_h == 1 and kernel_w == 1 and padding == (0, 0) and dilation == (1, 1):
+    if conv_path(kernel_h, kernel_w, padding, dilation) != "im2col":
         return 0
     return 2 * align4(kernel_h * kernel_w * in_channels) * 2
 
@@ -42,9 +95,7 @@ def depthwise_buffer_bytes(kernel_h: int, kernel_w: int, in_channels: int, out_c
     """``arm_depthwise_conv_wrapper_s8_get_buffer_size`` (DSP): none for the 3x3 kernel with padding <= 1, an int16
     column of kernel_h x kernel_w x channels for arm_depthwise_conv_s8_opt (depth multiplier 1, dilation 1), none for
     the generic kernel."""
-    if in_channels != out_channels or dilation != (1, 1):
-        return 0
-    if kernel_h == 3 and kernel_w == 3 and padding[0] <= 1 and padding[1] <= 1:
+    if depthwise_path(kernel_h, kernel_w, in_channels, out_channels, padding, dilation) != "opt":
         return 0
     return in_channels * kernel_h * kernel_w * 2
 
@@ -55,19 +106,23 @@ def avgpool_buffer_bytes(channels: int) -> int:
 
 
 # ------------------------------------------------------------------------------------------ the patch stage
-def _covers(layer: Any) -> bool:
-    """What the backend runs through CMSIS-NN (cmsis_nn/*_cmsis_nn.c: *_covers); the rest is portable. Pooling
-    tiles of a valid stage always qualify (every window holds an input pixel: tfmcu_cmsis_pool_covers)."""
-    p = layer.params
-    if layer.type in (OP_AVG_POOL, OP_MAX_POOL):
+def covers(op_type: int, p: dict[str, Any]) -> bool:
+    """Whether the backend runs a layer of ``op_type`` (abi.OP_*) with params ``p`` through CMSIS-NN
+    (cmsis_nn/*_cmsis_nn.c: *_covers); the rest runs the portable kernels. Pooling tiles of a valid stage always
+    qualify (every window holds an input pixel: tfmcu_cmsis_pool_covers)."""
+    if op_type in (OP_AVG_POOL, OP_MAX_POOL):
         return True
     if p.get("dilation_h", 1) != 1 or p.get("dilation_w", 1) != 1:
         return False
     if not (-127 <= p["input_offset"] <= 128 and -128 <= p["output_offset"] <= 127):
         return False
-    if layer.type == OP_CONV:
+    if op_type == OP_CONV:
         return p.get("groups", 1) == 1
-    return layer.type == OP_DEPTHWISE and p.get("depth_multiplier", 1) == 1
+    return op_type == OP_DEPTHWISE and p.get("depth_multiplier", 1) == 1
+
+
+def _covers(layer: Any) -> bool:
+    return covers(layer.type, layer.params)
 
 
 def stage_kernel_scratch_bytes(packed: Any) -> int:
@@ -122,3 +177,104 @@ def stage_scratch_bytes(packed: Any) -> int:
     buffer at the next 4-byte boundary."""
     kernel = stage_kernel_scratch_bytes(packed)
     return align4(packed.scratch_bytes) + kernel if kernel > 0 else packed.scratch_bytes
+
+
+# ------------------------------------------------------------------------------------------ processing order
+def _last_reader(n_in: int, n_out: int, kernel: int, stride: int, pad: int) -> np.ndarray:
+    """Per input coordinate, the last output coordinate whose window (in-image taps) holds it; -1 for none."""
+    i = np.arange(n_in, dtype=np.int64)
+    last = np.minimum((i + pad) // stride, n_out - 1)
+    ok = (last >= 0) & (last * stride - pad <= i) & (last * stride - pad + kernel - 1 >= i)
+    return np.where(ok, last, -1)
+
+
+def _chunk_step(n: int, chunk: int) -> np.ndarray:
+    """Step of each of n elements processed ``chunk`` at a time, then one by one (CMSIS-NN's x4 loops + leftovers)."""
+    j = np.arange(n, dtype=np.int64)
+    body = n - n % chunk
+    return np.where(j < body, j // chunk, body // chunk + (j - body))
+
+
+def processing_order(kind: str, in_shape: tuple[int, int, int], out_shape: tuple[int, int, int],
+                     kernel: tuple[int, int] = (1, 1), stride: tuple[int, int] = (1, 1),
+                     padding: tuple[int, int] = (0, 0)) -> tuple[str, np.ndarray, np.ndarray] | None:
+    """(kernel path, step in which each output byte is written, step in which each input byte is read for the last
+    time or -1 if never) for one int8 operator of batch 1 as CMSIS-NN runs it on a DSP core (see the module
+    docstring); within a step every read comes before every write. ``kind``: "conv" (groups 1, dilation 1),
+    "depthwise" (dilation 1), "avg_pool", "max_pool" or "add" (same shapes, one input: the other is alike);
+    shapes (height, width, channels); ``padding`` (top, left). None for what is not modelled."""
+    h, w, c = (int(v) for v in in_shape)
+    ho, wo, co = (int(v) for v in out_shape)
+    if kind == "add":
+        if (h, w, c) != (ho, wo, co):
+            return None
+        step = _chunk_step(h * w * c, 4)
+        return "arm_elementwise_add_s8", step, step
+    kh, kw = kernel
+    sh, sw = stride
+    pt, pl = padding
+    ly, lx = _last_reader(h, ho, kh, sh, pt), _last_reader(w, wo, kw, sw, pl)
+    last_pix = np.where((ly[:, None] >= 0) & (lx[None, :] >= 0), ly[:, None] * wo + lx[None, :], -1).reshape(-1)
+    pixels = np.arange(ho * wo, dtype=np.int64)
+
+    def per_pixel(out_step: np.ndarray, in_step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return (np.repeat(out_step, co), np.where(np.repeat(last_pix, c) >= 0, np.repeat(in_step, c), -1))
+
+    if kind == "conv":
+        path = conv_path(kh, kw, padding, (1, 1), stride)
+        if path == "im2col":  # two pixels per step
+            return ("arm_convolve_s8",) + per_pixel(pixels // 2, np.where(last_pix >= 0, last_pix // 2, -1))
+        # arm_nn_mat_mult_nt_t_s8 over `rows` pixels: channel pairs outside, pixel pairs inside, an odd channel last
+        pairs, passes = co // 2, co // 2 + co % 2
+        rows = ho * wo if path == "1x1_fast" else wo
+        call = pixels // rows  # one call (stride 1) or one per output row
+        r = pixels % rows
+        q = np.minimum(np.arange(co, dtype=np.int64) // 2, pairs)  # the pass of each output channel
+        within = np.where(q[None, :] < pairs, (r // 2)[:, None], r[:, None])
+        out_step = (call[:, None] * passes * rows + q[None, :] * rows + within).reshape(-1)
+        last = passes - 1
+        in_step_px = call * passes * rows + last * rows + (r // 2 if last < pairs else r)
+        if path == "1x1_fast":
+            in_step = np.repeat(in_step_px, c)
+        else:  # input pixel (y * sh, x * sw) feeds output pixel (y, x); the others are never read
+            yy, xx = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+            read = (yy % sh == 0) & (yy // sh < ho) & (xx % sw == 0) & (xx // sw < wo)
+            src = np.where(read, (yy // sh) * wo + xx // sw, 0).reshape(-1)
+            in_step = np.repeat(np.where(read.reshape(-1), in_step_px[src], -1), c)
+        return ("arm_convolve_1x1_s8_fast" if path == "1x1_fast" else "arm_convolve_1x1_s8"), out_step, in_step
+    if kind == "depthwise":
+        if co % c:
+            return None
+        path = depthwise_path(kh, kw, c, co, padding)
+        if path == "opt":
+            return ("arm_depthwise_conv_s8_opt",) + per_pixel(pixels, last_pix)
+        if path == "3x3":  # per pixel, groups of four channels then leftovers
+            g = _chunk_step(c, 4)
+            ng = int(g[-1]) + 1
+            out_step = (pixels[:, None] * ng + g[None, :]).reshape(-1)
+            in_step = np.where(last_pix[:, None] >= 0, last_pix[:, None] * ng + g[None, :], -1).reshape(-1)
+            return "arm_depthwise_conv_3x3_s8", out_step, in_step
+        mult = co // c
+        tile = 4 if mult % 4 == 0 else 1  # depthwise_conv_s8_mult_4 or depthwise_conv_s8_generic
+        nt = co // tile
+        out_step = (pixels[:, None] * nt + np.arange(co)[None, :] // tile).reshape(-1)
+        last_tile = ((np.arange(c) + 1) * mult - 1) // tile
+        in_step = np.where(last_pix[:, None] >= 0, last_pix[:, None] * nt + last_tile[None, :], -1).reshape(-1)
+        return "arm_depthwise_conv_s8", out_step, in_step
+    if kind == "avg_pool" and c == co:
+        return ("arm_avgpool_s8",) + per_pixel(pixels, last_pix)
+    if kind == "max_pool" and c == co:
+        # Step (pixel, tap, channel): the first in-image tap is memcpy'd into the output, each later tap compared
+        # into it; byte by byte forward (a write may land on a byte of the same tap only at or below its channel).
+        taps = kh * kw
+        oy, ox = pixels // wo, pixels % wo
+        first_tap = np.maximum(0, pt - oy * sh) * kw + np.maximum(0, pl - ox * sw)
+        chans = np.arange(c, dtype=np.int64)
+        out_step = (((pixels * taps + first_tap) * c)[:, None] + chans[None, :]).reshape(-1)
+        ty = np.arange(h)[:, None] - (ly[:, None] * sh - pt)
+        tx = np.arange(w)[None, :] - (lx[None, :] * sw - pl)
+        tap = (ty * kw + tx).reshape(-1)
+        in_px = np.where(last_pix >= 0, (last_pix * taps + tap) * c, -1)
+        in_step = np.where(in_px[:, None] >= 0, in_px[:, None] + chans[None, :], -1).reshape(-1)
+        return "arm_max_pool_s8", out_step, in_step
+    return None

@@ -11,14 +11,25 @@ there and plans only the rest (kernel scratch buffers) online. ``tfmcu.plan.aren
 In-place plans (``inplace=True``, TinyEngine's in-place depthwise generalised): an operator's output may overlap an
 input that dies at that operator when the kernel provably reads every input byte before it overwrites it. TFLM places
 offline-planned tensors where the plan says and never checks overlaps, so the only question is the kernel's order of
-reads and writes. ``inplace_distance`` derives, from TFLM's *reference* int8 kernels' loop order (batch, out_y, out_x,
-out channel; the window read before the output byte is written), the least number of bytes D by which the output
-must start before the input: writing output byte o must not touch an input byte any later step still reads, i.e.
-D >= o + 1 - (smallest input byte read after o is written), maximised over o. Optimised kernels that read in another
-order (CMSIS-NN's im2col / 3x3 depthwise paths) do not share that guarantee: in-place plans are for TFLM's reference
-kernels (the tflite-micro wheel, TFLM's default build), which is where ``verify`` checks them bit-exact; ``deploy``
-refuses an in-place model with ``--kernels=cmsis_nn`` (one line) and the firmware generator with ``--kernels
-cmsis_nn --inplace`` (tools/gen/gen_model_whole.py).
+reads and writes, which depends on the kernels the firmware links (``kernels``, ``tfmcu.plan.arena.KERNEL_SETS``).
+``inplace_distance`` derives the least number of bytes D by which the output must start before the input: writing
+output byte o must not touch an input byte any later step still reads, i.e. D >= o + 1 - (smallest input byte read
+after o is written), maximised over o.
+
+* ``kernels="reference"``: TFLM's reference int8 kernels (the tflite-micro wheel, TFLM's default build) and our
+  portable C kernels, which share their loop order (batch, out_y, out_x, out channel; the window read before the
+  output byte is written).
+* ``kernels="cmsis_nn"``: what runs in a CMSIS-NN build on Cortex-M4 / M7 (DSP, no MVE): TFLM's ``kernels/cmsis_nn``
+  variants and the patch executor's CMSIS-NN backend, which for a one-layer TFMCU_PATCH_STAGE op on whole tensors
+  makes the same CMSIS-NN call (layers it does not cover run the portable kernels, so the reference order).
+  ``tfmcu.plan.cmsis_nn.processing_order`` states per kernel path in which step each output byte is written and
+  each input byte last read; ``distance_from_order`` takes the maximum above. Depthwise 3x3 and ADD allow about
+  what the reference kernels allow, im2col convolutions and pooling a pixel (pair) more; 1x1 convolutions (and fully
+  connected layers) re-read their whole input for every pair of output channels, so they allow no useful overlap.
+
+The firmware tests ``//tflm_patch_kernels/firmware:inplace_probe_*`` run every (kernel path, shape class) on
+Cortex-M4 and M7 under QEMU at the derived distance (bit-exact) and closer (changed). An offline plan holds the
+scratch buffers of the build it is made for (``plan(..., kernels=...)``: TFLM places them online around the plan).
 """
 
 from __future__ import annotations
@@ -29,10 +40,13 @@ from typing import Any
 
 import numpy as np
 
+from tfmcu import abi
 from tfmcu.graph import ir
 from tfmcu.graph.from_tflite import from_tflite
-from tfmcu.plan.arena import ALIGN, builtin_of, lifetimes, offline_offsets, plan_head, tensor_indices
-from tfmcu.plan.placer import alive_bound, align_up, compatible, place
+from tfmcu.plan import cmsis_nn
+from tfmcu.plan.arena import (ALIGN, KERNEL_SETS, builtin_of, lifetimes, mcu_build, offline_offsets,
+                              op_allocations, plan_head, tensor_indices)
+from tfmcu.plan.placer import Buffer, alive_bound, align_up, compatible, place
 from tfmcu.tflite import offline_plan
 from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, read_options, single_layer
 
@@ -51,28 +65,80 @@ def _window_read_base(op: ir.Op, in_shape: tuple[int, ...], out_shape: tuple[int
     return ((iy0[:, None] * w + ix0[None, :]) * c).reshape(-1)
 
 
-def inplace_distance(graph: ir.Graph, op: ir.Op, tensor: str) -> int | None:
+def _check_kernels(kernels: str) -> None:
+    if kernels not in KERNEL_SETS:
+        raise ValueError(f"unknown kernels {kernels!r}; known: {', '.join(KERNEL_SETS)}")
+
+
+def distance_from_order(out_step: np.ndarray, in_step: np.ndarray) -> int:
+    """Least D >= 0 such that no output byte o, written in step out_step[o], lands (at o - D in input bytes) on an
+    input byte read in a later step (in_step: its last read, -1 for never): max over o of o + 1 - min{i : in_step[i]
+    > out_step[o]}."""
+    order = np.argsort(in_step, kind="stable")
+    steps = in_step[order]
+    # smallest input byte among those read last at or after steps[k]
+    suffix_min = np.minimum.accumulate(order[::-1])[::-1]
+    pos = np.searchsorted(steps, out_step, side="right")  # the first byte read after the write
+    later = pos < len(steps)
+    if not later.any():
+        return 0
+    need = np.arange(len(out_step), dtype=np.int64)[later] + 1 - suffix_min[pos[later]]
+    return max(0, int(need.max()))
+
+
+def _cmsis_nn_distance(b: str, op: ir.Op, x: ir.Tensor, y: ir.Tensor) -> int | None:
+    """``inplace_distance`` for what TFLM's CMSIS-NN kernels (and the CMSIS-NN backend's one CMSIS-NN call on whole
+    tensors) run: ``tfmcu.plan.cmsis_nn.processing_order``."""
+    kind = {"CONV_2D": "conv", "DEPTHWISE_CONV_2D": "depthwise", "AVERAGE_POOL_2D": "avg_pool",
+            "MAX_POOL_2D": "max_pool", "ADD": "add"}[b]
+    if kind == "conv" and (op.attrs.get("weights_dtype", "int8") != "int8" or op.groups not in (0, 1)):
+        return None  # int4 weights: arm_convolve_wrapper_s4; grouped: not modelled
+    order = cmsis_nn.processing_order(kind, tuple(x.shape[1:]), tuple(y.shape[1:]), tuple(op.kernel),
+                                      tuple(op.stride), (op.padding[0], op.padding[2]))
+    if order is None:
+        return None
+    _, out_step, in_step = order
+    return distance_from_order(out_step, in_step) * x.itemsize
+
+
+def inplace_distance(graph: ir.Graph, op: ir.Op, tensor: str, kernels: str = "reference") -> int | None:
     """Least D (bytes) such that ``op``'s output may start D bytes before its input ``tensor`` and overlap it, with
-    TFLM's reference int8 kernel reading every input byte before overwriting it; None where that is not modelled
-    (other operators, dilation, groups, broadcasting, batch > 1, tensors other than int8). See the module
-    docstring."""
+    the ``kernels`` of the build (KERNEL_SETS: "reference", "cmsis_nn") reading every input byte before
+    overwriting it; None where that is not modelled (other operators, dilation, groups, broadcasting, batch > 1,
+    tensors other than int8). See the module docstring."""
+    _check_kernels(kernels)
     b = builtin_of(op)
     if b == f"custom:{PATCH_STAGE_OP}":  # one conv layer run whole by our kernels (convs_to_flash): its builtin
         try:
-            layer = single_layer(read_options(op.attrs.get("custom_options", b"")))
+            options = read_options(op.attrs.get("custom_options", b""))
+            layer = single_layer(options)
+            if layer is not None and kernels == "cmsis_nn":
+                entry = options["layers"][0]
+                params = abi.params_from_words(int(entry["type"]), [int(v) for v in entry["words"]])
+                if not cmsis_nn.covers(int(entry["type"]), params):
+                    kernels = "reference"  # the backend runs the portable kernel: the reference order
         except (ValueError, KeyError, TypeError, IndexError):
             layer = None
         if layer is None:
             return None
         op = copy.copy(op)
-        op.stride, op.dilation, op.padding, op.groups = (layer["stride"], layer["dilation"], layer["padding"],
-                                                         layer["groups"])
+        op.kernel, op.stride, op.dilation, op.padding, op.groups = (layer["kernel"], layer["stride"],
+                                                                    layer["dilation"], layer["padding"],
+                                                                    layer["groups"])
+        op.attrs = {k: v for k, v in op.attrs.items() if k != "weights_dtype"}
         b = layer["builtin"]
     if b not in INPLACE_BUILTINS or len(op.outputs) != 1 or tensor not in op.inputs:
         return None
     x, y = graph.tensors[tensor], graph.tensors[op.outputs[0]]
     if x.dtype != "int8" or y.dtype != "int8":  # the int8 reference kernels are the ones modelled (and tested)
         return None
+    if kernels == "cmsis_nn":
+        if b == "ADD" and (op.attrs.get("broadcast") or tuple(x.shape) != tuple(y.shape)):
+            return None  # TFLM's CMSIS-NN ADD broadcasts with the reference kernel: not modelled here
+        if b != "ADD" and (tensor != op.inputs[0] or len(x.shape) != 4 or len(y.shape) != 4 or x.shape[0] != 1
+                           or y.shape[0] != 1 or tuple(op.dilation) != (1, 1)):
+            return None
+        return _cmsis_nn_distance(b, op, x, y)
     if b == "ADD":
         # Elementwise: output[i] is written after input1[i] and input2[i] are read; later steps read i+1 onwards.
         if op.attrs.get("broadcast") or tuple(x.shape) != tuple(y.shape):
@@ -107,9 +173,12 @@ def inplace_distance(graph: ir.Graph, op: ir.Op, tensor: str) -> int | None:
     return max(need, 0) * x.itemsize
 
 
-def inplace_pairs(graph: ir.Graph) -> dict[tuple[str, str], int]:
+def inplace_pairs(graph: ir.Graph, kernels: str = "reference") -> dict[tuple[str, str], int]:
     """(output, input) -> D for every operator input that dies at that operator and may be overlapped by its
-    output (``inplace_distance``). Graph inputs and outputs are excluded: the caller owns them."""
+    output (``inplace_distance`` for ``kernels``), at least by one 16-byte aligned step. Graph inputs and outputs are
+    excluded: the caller owns them. A plan for "cmsis_nn" takes the larger of the CMSIS-NN and the reference
+    distance: the same model then runs bit-exact in both builds (the target's, and TFLM on the host where ``verify``
+    and ``rewrite`` check it)."""
     life = lifetimes(graph)
     keep = set(graph.inputs) | set(graph.outputs)
     pairs: dict[tuple[str, str], int] = {}
@@ -119,8 +188,12 @@ def inplace_pairs(graph: ir.Graph) -> dict[tuple[str, str], int]:
         for t in dict.fromkeys(op.inputs):
             if t in keep or t not in life or life[t][1] != i + 1 or t == op.outputs[0]:
                 continue
-            d = inplace_distance(graph, op, t)
-            if d is not None and d < graph.tensors[op.outputs[0]].nbytes:
+            d = inplace_distance(graph, op, t, kernels)
+            if kernels != "reference" and d is not None:
+                ref = inplace_distance(graph, op, t, "reference")
+                d = None if ref is None else max(d, ref)
+            size = align_up(graph.tensors[op.outputs[0]].nbytes, ALIGN)
+            if d is not None and align_up(d, ALIGN) < size:  # they still overlap at TFLM's buffer alignment
                 pairs[(op.outputs[0], t)] = d
     return pairs
 
@@ -154,30 +227,44 @@ def _random_groups(order: list[Any], overlap: dict[tuple[str, str], int], rng: r
     return units
 
 
-def inplace_overlaps(graph: ir.Graph) -> dict[tuple[str, str], int]:
+def inplace_overlaps(graph: ir.Graph, kernels: str = "reference") -> dict[tuple[str, str], int]:
     """``inplace_pairs`` with the distances rounded up to TFLM's 16-byte buffer alignment (a larger distance is
     always safe): what the plans use (and the profiler's ``tflm_inplace`` accounting)."""
-    return {k: align_up(d, ALIGN) for k, d in inplace_pairs(graph).items()}
+    return {k: align_up(d, ALIGN) for k, d in inplace_pairs(graph, kernels).items()}
 
 
-def lower_bound(graph: ir.Graph, inplace: bool = False) -> int:
+def head_buffers(graph: ir.Graph, kernels: str = "reference", stages: Any = None) -> tuple[int, list[Buffer]]:
+    """TFLM's greedy head and planned buffers (``tfmcu.plan.arena.plan_head``) with the scratch buffers of the
+    Cortex-M build that links ``kernels`` (``tfmcu.plan.arena.mcu_build``; the reference kernels' scratch is the same
+    in every reference build). ``stages``: {TFLite operator index: PackedStage} of the TFMCU_PATCH_STAGE ops, whose
+    CMSIS-NN kernel buffer depends on their tiles (without it their scratch is left out of a CMSIS-NN plan)."""
+    _check_kernels(kernels)
+    if kernels == "reference":
+        return plan_head(graph)
+    build = mcu_build(kernels)
+    return plan_head(graph, [op_allocations(graph, op, build, stage=stages) for op in graph.ops])
+
+
+def lower_bound(graph: ir.Graph, inplace: bool = False, kernels: str = "reference", stages: Any = None) -> int:
     """No plan of ``graph``'s head is smaller: the most bytes alive at one step (less what in-place pairs share)."""
-    _, buffers = plan_head(graph)
-    return alive_bound(buffers, inplace_overlaps(graph) if inplace else {})
+    _, buffers = head_buffers(graph, kernels, stages)
+    return alive_bound(buffers, inplace_overlaps(graph, kernels) if inplace else {})
 
 
-def inplace_lower_bound(graph: ir.Graph) -> int:
-    return lower_bound(graph, inplace=True)
+def inplace_lower_bound(graph: ir.Graph, kernels: str = "reference", stages: Any = None) -> int:
+    return lower_bound(graph, inplace=True, kernels=kernels, stages=stages)
 
 
-def plan(graph: ir.Graph, tries: int | None = None, seed: int = 0,
-         inplace: bool = False) -> tuple[int, dict[str, int], int]:
-    """(planned head bytes, tensor name -> offset, TFLM greedy head) for ``graph``'s activation tensors.
-    ``inplace``: outputs may overlap dying inputs where TFLM's reference kernels allow it (``inplace_pairs``);
-    ``tries`` (default 400, 2000 in place) placements are searched, fewer when one reaches the lower bound."""
+def plan(graph: ir.Graph, tries: int | None = None, seed: int = 0, inplace: bool = False,
+         kernels: str = "reference", stages: Any = None) -> tuple[int, dict[str, int], int]:
+    """(planned head bytes, tensor name -> offset, TFLM greedy head) for ``graph``'s activation tensors, around the
+    scratch buffers of the build that links ``kernels`` ("reference" or "cmsis_nn"; ``stages``: see
+    ``head_buffers``). ``inplace``: outputs may overlap dying inputs where those kernels allow it
+    (``inplace_pairs``); ``tries`` (default 400, 2000 in place) placements are searched, fewer when one reaches the
+    lower bound."""
     tries = tries if tries is not None else (2000 if inplace else 400)
-    greedy, buffers = plan_head(graph)
-    overlap = inplace_overlaps(graph) if inplace else {}
+    greedy, buffers = head_buffers(graph, kernels, stages)
+    overlap = inplace_overlaps(graph, kernels) if inplace else {}
     tensors = [b for b in buffers if b.name in graph.tensors]
     others = [b for b in buffers if b.name not in graph.tensors]  # kernel scratch: left to TFLM
     base = sorted(tensors + others, key=lambda b: -b.size)
@@ -199,13 +286,18 @@ def plan(graph: ir.Graph, tries: int | None = None, seed: int = 0,
 
 
 def with_offline_plan(data: bytes, graph: ir.Graph | None = None, tries: int | None = None,
-                      inplace: bool = False) -> tuple[bytes, int, int]:
-    """``data`` with an OfflineMemoryAllocation plan (replacing any) if it beats TFLM's greedy plan:
-    (model bytes, planned head, greedy head). Associated files appended after the flatbuffer are kept.
-    ``inplace``: see ``plan`` (valid for TFLM's reference kernels only)."""
+                      inplace: bool = False, kernels: str = "reference",
+                      stages: Any = None) -> tuple[bytes, int, int]:
+    """``data`` with an OfflineMemoryAllocation plan (replacing any) if it beats TFLM's greedy plan, else without
+    one (a plan it had becomes all online): (model bytes, planned head, greedy head). Associated files appended
+    after the flatbuffer are kept.
+    ``inplace``, ``kernels``, ``stages``: see ``plan``; an in-place plan is valid only for the ``kernels`` it was
+    made for (the caller records them)."""
     graph = graph or from_tflite(data)
-    head, offsets, greedy = plan(graph, tries, inplace=inplace)
+    head, offsets, greedy = plan(graph, tries, inplace=inplace, kernels=kernels, stages=stages)
     if head >= greedy:
+        if offline_plan.read(data) is not None:  # a plan made before (maybe for other kernels): all online
+            return write_offline_plan(data, {}, graph), greedy, greedy
         return data, greedy, greedy
     return write_offline_plan(data, offsets, graph), head, greedy
 
@@ -219,4 +311,4 @@ def write_offline_plan(data: bytes, offsets: dict[str, int], graph: ir.Graph | N
 
 def read_offline_plan(data: bytes, graph: ir.Graph) -> dict[str, int] | None:
     """Tensor name -> offset of the model's OfflineMemoryAllocation metadata (None if it has none)."""
-    return offline_offsets(graph, data)
+    return offline_offsets(graph, offline_plan.read(data))

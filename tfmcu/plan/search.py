@@ -10,14 +10,24 @@
   the predicted TFLM arena of the builtin rewrite (one variant per border treatment);
   ``tfmcu.stage.custom.CustomArenaCost`` the predicted TFLM arena of custom mode (with the TFMCU_PATCH_STAGE
   kernel's op data and scratch). Every cost function counts the input image or not (``count_input``).
-* ``search(graph, cost, budget, options)`` -> ``SearchResult``, for two objectives:
+* ``search(graph, cost, budget, options)`` -> ``SearchResult``, for three objectives:
   - ``"macs"``: the least-MACs candidate whose cost fits ``budget`` (candidates are evaluated in order of MACs, so
     the first that fits wins; the unpatched model wins if it fits). A patched candidate must also cost less than
     the unpatched model.
   - ``"memory"``: the smallest cost (branch and bound: candidates in order of their lower bound, until the bound
     reaches the best cost found); checked against ``budget`` when one is given.
+  - ``"latency"``: the fewest predicted instructions whose cost fits ``budget`` (the unpatched model when it fits:
+    it is the per-layer reference). Candidates are evaluated in order of their MACs (``cost.variant_macs`` where
+    the variant changes them, e.g. halo caches); the search stops past ``LATENCY_MAC_WINDOW`` (2%) more MACs than the
+    first candidate that fits, and keeps the one with the fewest predicted instructions.
+  Objectives ``"memory"`` and ``"latency"`` take ``max_latency``: only candidates whose predicted instructions are
+  at most that factor of the unpatched model's are eligible. Both need a cost function that predicts instructions
+  (``Evaluation.instructions``; e.g. ``CustomArenaCost`` given a latency predictor).
   When nothing fits, the search goes on until the smallest achievable cost is known (every candidate evaluated or
-  ruled out by its lower bound), so the message states a true minimum.
+  ruled out by its lower bound), so the message states a true minimum (within ``max_latency`` when given).
+* Variants: a cost function evaluates every patched candidate in each of its ``variants`` (builtin mode: border
+  treatments; custom mode: configurations such as halo caches or the rest's convolutions in Flash). A variant's
+  label is what reports print.
 """
 
 from __future__ import annotations
@@ -31,7 +41,8 @@ from tfmcu.graph import ir
 from tfmcu.plan.profiler import ACCOUNTINGS, profile
 from tfmcu.plan.regions import PatchSchedule, ScheduleError, largest_prefix, max_stage_blocks, plan
 
-OBJECTIVES = ("macs", "memory")
+OBJECTIVES = ("macs", "memory", "latency")
+LATENCY_MAC_WINDOW = 0.02  # objective "latency": candidates up to +2% MACs over the first that fits are evaluated
 UNITS = ("blocks", "ops")
 MAC_METRICS = ("exact", "padded")
 KB = 1024
@@ -48,8 +59,9 @@ class SearchOptions:
     max_mac_overhead: float | None = None  # e.g. 0.2 = at most +20% MACs
     mac_metric: str = "exact"  # which MAC count candidates are ordered by
     count_input: bool = True  # the input image counts against the budget
-    objective: str = "macs"  # "macs" or "memory"
+    objective: str = "macs"  # "macs", "memory" or "latency"
     accounting: str = "separate"  # analytic memory: tfmcu.plan.profiler.ACCOUNTINGS
+    max_latency: float | None = None  # "memory"/"latency": predicted instructions <= this x the unpatched model's
 
     def validate(self) -> "SearchOptions":
         if not self.patch_options or any(not isinstance(p, int) or p < 1 for p in self.patch_options):
@@ -64,6 +76,12 @@ class SearchOptions:
             raise ScheduleError(f"accounting {self.accounting!r}: expected one of {', '.join(ACCOUNTINGS)}")
         if self.max_mac_overhead is not None and self.max_mac_overhead < 0:
             raise ScheduleError(f"max MAC overhead {self.max_mac_overhead}: expected >= 0")
+        if self.max_latency is not None:
+            if not 0.1 <= self.max_latency <= 100:
+                raise ScheduleError(f"--max_latency={self.max_latency:g}: expected a factor in [0.1, 100] over the "
+                                    f"per-layer model's predicted instructions")
+            if self.objective == "macs":
+                raise ScheduleError("--max_latency applies to --objective=memory or latency")
         return self
 
     @property
@@ -154,12 +172,23 @@ class Evaluation:
     cost: int
     result: Any = None  # what the cost function built (e.g. the rewritten model)
     details: dict[str, Any] = field(default_factory=dict)  # the cost function's figures (JSON-able)
+    instructions: int | None = None  # predicted instructions per Invoke, when the cost function predicts them
 
     def describe(self) -> str:
-        return self.candidate.describe() + (f" ({self.variant} borders)" if self.variant else "")
+        return self.candidate.describe() + _variant_phrase(self.variant)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.candidate.to_dict(), "variant": self.variant, "cost_bytes": self.cost, **self.details}
+        d = {**self.candidate.to_dict(), "variant": self.variant, "cost_bytes": self.cost, **self.details}
+        if self.instructions is not None:
+            d["predicted_instructions"] = self.instructions
+        return d
+
+
+def _variant_phrase(variant: str | None) -> str:
+    """How a variant reads after a candidate: builtin mode's border treatments are single words."""
+    if not variant:
+        return ""
+    return f" ({variant})" if " " in variant else f" ({variant} borders)"
 
 
 class CostModel(Protocol):
@@ -171,6 +200,9 @@ class CostModel(Protocol):
 
     def lower_bound(self, candidate: Candidate, variant: str | None) -> int:
         """A floor under ``evaluate(candidate, variant).cost``, cheap to compute."""
+
+    # Optional: ``variant_macs(candidate, variant) -> int``, the MACs of the candidate in that variant when the
+    # variant changes them (halo caches); the search orders by it (default: ``candidate.macs``).
 
 
 class AnalyticCost:
@@ -234,7 +266,7 @@ class _Run:
         key = (id(cand), variant)
         if key not in self.done:
             if self.progress and total:
-                self.progress(n, total, cand.describe() + (f" ({variant})" if variant else ""))
+                self.progress(n, total, cand.describe() + _variant_phrase(variant))
             try:
                 ev: Evaluation | None = self.cost.evaluate(cand, variant)
             except TfmcuError as e:  # this candidate cannot be built (an unsupported op, ...)
@@ -255,52 +287,81 @@ def search(graph: ir.Graph, cost: CostModel, budget: int | None, options: Search
     """Search the candidates of ``graph`` for ``options.objective`` under ``budget`` bytes (see the module
     docstring)."""
     options.validate()
-    if options.objective == "macs" and budget is None:
-        raise ScheduleError("the least-MACs objective needs an SRAM budget")
+    if options.objective in ("macs", "latency") and budget is None:
+        raise ScheduleError(f"the {'least-MACs' if options.objective == 'macs' else 'fastest'} objective needs an "
+                            f"SRAM budget")
     cands = candidates(graph, options)
     run = _Run(cost, progress)
     baseline = run.evaluate(cands[0], None)
     if baseline is None:
         raise ScheduleError(f"the unpatched model cannot be evaluated: {run.failed[0]}")
+    timed = options.objective == "latency" or options.max_latency is not None
+    if timed and baseline.instructions is None:
+        raise ScheduleError(f"objective {options.objective!r}"
+                            + (" with max_latency" if options.max_latency is not None else "")
+                            + f" needs a cost function that predicts instructions ({cost.what} does not)")
+    limit = None if options.max_latency is None else options.max_latency * (baseline.instructions or 0)
+
+    def eligible(ev: Evaluation) -> bool:
+        return limit is None or (ev.instructions is not None and ev.instructions <= limit)
+
     variants = list(cost.variants)
+    macs_of = getattr(cost, "variant_macs", None) or (lambda c, v: c.macs)
     todo = [(c, v, cost.lower_bound(c, v)) for c in cands[1:] for v in variants]
 
     def improves(ev: Evaluation) -> bool:
         return ev.cost < baseline.cost
 
-    def minimum() -> tuple[Evaluation, int]:
-        """Branch and bound: the smallest cost over all candidates, and how many were bounded out."""
-        best = min((e for e in run.evaluated), key=lambda e: e.cost)
+    def minimum() -> tuple[Evaluation | None, int]:
+        """Branch and bound: the smallest eligible cost over all candidates (None: none is eligible), and how many
+        were bounded out."""
+        best = min((e for e in run.evaluated if eligible(e)), key=lambda e: e.cost, default=None)
         order = sorted(todo, key=lambda t: (t[2], t[0].macs))  # stable: ties keep the candidates' order
         for n, (c, v, bound) in enumerate(order):
-            if bound >= best.cost:
+            if best is not None and bound >= best.cost:
                 return best, sum(1 for t in order[n:] if (id(t[0]), t[1]) not in run.done)
             ev = run.evaluate(c, v, n + 1, len(order))
-            if ev is not None and ev.cost < best.cost:
+            if ev is not None and eligible(ev) and (best is None or ev.cost < best.cost):
                 best = ev
         return best, 0
 
     chosen: Evaluation | None = None
     bounded = 0
-    smallest = baseline
-    if options.objective == "macs":
+    smallest: Evaluation | None = baseline
+    if options.objective in ("macs", "latency"):
         assert budget is not None
         if baseline.cost <= budget:
             chosen = baseline
         else:
-            order = sorted(todo, key=lambda t: (t[0].macs, t[0].cells, variants.index(t[1])))
+            if options.objective == "macs":
+                order = sorted(todo, key=lambda t: (macs_of(t[0], t[1]), t[0].cells, variants.index(t[1])))
+            else:  # equal MACs (to 0.1%): the smaller lower bound first, the likelier to fit
+                base_macs = max(cands[0].macs, 1)
+                order = sorted(todo, key=lambda t: (round(macs_of(t[0], t[1]) / base_macs, 3), t[2], t[0].cells,
+                                                    variants.index(t[1])))
             hopeful = [t for t in order if t[2] <= budget]
             bounded = len(order) - len(hopeful)
+            first_macs = None
             for n, (c, v, _) in enumerate(hopeful):
+                if first_macs is not None and macs_of(c, v) > first_macs * (1 + LATENCY_MAC_WINDOW):
+                    bounded += len(hopeful) - n
+                    break
                 ev = run.evaluate(c, v, n + 1, len(hopeful))
-                if ev is not None and ev.cost <= budget and improves(ev):
+                if ev is None or ev.cost > budget or not improves(ev) or not eligible(ev):
+                    continue
+                if options.objective == "macs":
                     chosen = ev
                     break
-        smallest = min(run.evaluated, key=lambda e: e.cost)
+                first_macs = macs_of(c, v) if first_macs is None else first_macs
+                if chosen is None or (ev.instructions or 0) < (chosen.instructions or 0):
+                    chosen = ev
+        smallest = min((e for e in run.evaluated if eligible(e)), key=lambda e: e.cost, default=None)
     if options.objective == "memory" or chosen is None:
         smallest, bounded = minimum()
         if options.objective == "memory":
-            chosen = smallest if (budget is None or smallest.cost <= budget) else None
+            chosen = smallest if smallest is not None and (budget is None or smallest.cost <= budget) else None
+    if smallest is None:  # nothing within max_latency: the smallest of all, for the message
+        smallest = min(run.evaluated, key=lambda e: e.cost)
     result = SearchResult(chosen, baseline, smallest, run.evaluated, cands, budget, options, cost.what, bounded,
                           run.failed)
     result.message = _message(result)
@@ -311,20 +372,28 @@ def _message(r: SearchResult) -> str:
     o = r.options
     what, ins = r.what, o.input_phrase
     cap = "" if o.max_mac_overhead is None else f" with MAC overhead <= {o.max_mac_overhead * 100:.0f}%"
+    if o.max_latency is not None:
+        cap += f" within {o.max_latency:g}x the unpatched model's predicted instructions"
     tried = (f"{len(r.evaluated) - 1} schedules evaluated, {r.bounded_out} ruled out by a lower bound"
              + (f", {len(r.failed)} could not be built (first: {r.failed[0]})" if r.failed else ""))
     if r.chosen is None:
-        assert r.budget is not None
-        return (f"no schedule fits {_kb(r.budget)} ({ins}){cap}; smallest achievable {what} is "
+        where = f"fits {_kb(r.budget)}" if r.budget is not None else "is eligible"
+        return (f"no schedule {where} ({ins}){cap}; smallest achievable {what} is "
                 f"{_kb(r.smallest.cost)} with {r.smallest.describe()} ({tried})")
     c = r.chosen
+    speed = ""
+    if c.instructions is not None and r.baseline.instructions:
+        speed = (f", predicted {c.instructions / 1e6:.1f}M instructions ({c.instructions / r.baseline.instructions:.3f}x "
+                 f"the unpatched model's)")
     if not c.candidate.patched:
-        if o.objective == "macs":
+        if o.objective in ("macs", "latency"):
             return (f"the unpatched model already fits {_kb(r.budget or 0)} ({what} {_kb(c.cost)}, {ins}): "
                     f"no patching needed")
-        return f"no schedule has a smaller {what} than the unpatched model ({_kb(c.cost)}, {ins}): no patching"
+        return f"no schedule has a smaller {what} than the unpatched model ({_kb(c.cost)}, {ins}{cap}): no patching"
     figures = (f"{what} {_kb(c.cost)} (unpatched {_kb(r.baseline.cost)}), MACs "
-               f"+{c.candidate.mac_overhead * 100:.1f}%")
+               f"+{c.details.get('mac_overhead_exact', c.candidate.mac_overhead) * 100:.1f}%{speed}")
     if o.objective == "macs":
         return f"fits {_kb(r.budget or 0)} ({ins}): {c.describe()}, {figures}"
-    return f"smallest {what} ({ins}): {c.describe()}, {figures} ({tried})"
+    if o.objective == "latency":
+        return f"fastest that fits {_kb(r.budget or 0)} ({ins}): {c.describe()}, {figures} ({tried})"
+    return f"smallest {what} ({ins}{cap}): {c.describe()}, {figures} ({tried})"

@@ -116,15 +116,18 @@ def input_range(model: TfliteModel | bytes, tensor: TensorInfo) -> tuple[float, 
     return float((lim.min - zp) * scale), float((lim.max - zp) * scale)
 
 
-def random_inputs(model: TfliteModel | bytes, n: int, seed: int = 0) -> list[tuple[np.ndarray, ...]]:
-    """``n`` seeded samples, each a tuple with one array per model input (shape and dtype of the input tensor).
+def random_inputs(model: TfliteModel | bytes, n: int, seed: int = 0,
+                  signature: ModelInfo | None = None) -> list[tuple[np.ndarray, ...]]:
+    """``n`` seeded samples, each a tuple with one array per model input (shape and dtype of the input tensor);
+    ``signature``: the inputs to draw for instead of the model's own (a streamed-input model's image,
+    ``tfmcu.runtime.tflm_host.input_signature``).
 
     Integer inputs cover their type's whole range uniformly (int8: [-128, 127], uint8: [0, 255], int16/int32:
     [-32768, 32767]); bool inputs are fair coin flips; float inputs are uniform in the range their quantization
     represents (``input_range``: the input's own scale/zero point, else those of the QUANTIZE op that consumes
     it), else in [-1, 1]."""
     m = parsed(model)
-    info = m.info
+    info = m.info if signature is None else signature
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(int(n)):

@@ -4,7 +4,10 @@
 reference kernels) and our kernel; it runs a ``.tflite`` — builtin ops only, or custom mode — on ``.npy`` inputs
 and reports TFLM's ``arena_used_bytes`` and the RecordingMicroAllocator breakdown. This module calls it.
 
-* ``run_whole(model, samples)``: a ``WholeRun``: outputs per sample and the measured arena (``TflmArena``).
+* ``run_whole(model, samples)``: a ``WholeRun``: outputs per sample and the measured arena (``TflmArena``); for a
+  model whose stage streams its input (``streamed_image``) the samples are the images, whose rows the runner feeds
+  through a checked ``TfmcuInputProvider`` (``--stream_input``), and ``streamed_rows_read`` the rows each read.
+* ``input_signature(model)``, ``image_samples(model, samples)``: what a sample of such a model is (the image).
 * ``runner_path()``: the binary: ``$TFMCU_TFLM_RUNNER``, else the Bazel runfiles of a test, else
   ``bazel-bin/`` of this checkout, built on demand with ``bazel build`` (a minute or more the first time: TFLM is
   compiled from source).
@@ -21,13 +24,13 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from tfmcu.runtime.model_io import TFLMError, as_samples, parsed
+from tfmcu.runtime.model_io import ModelInfo, TensorInfo, TFLMError, as_samples, parsed
 from tfmcu.tflite import schema as ts
 from tfmcu.tflite.model import TfliteModel, as_model
 from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, read_options, streamed_input
@@ -64,6 +67,24 @@ def streamed_image(model: TfliteModel | bytes) -> tuple[tuple[int, int, int], st
         return streamed_input(read_options(options[0])) if options else None
     except (ValueError, KeyError, TypeError, IndexError, ts.SchemaError):
         return None
+
+
+def input_signature(model: TfliteModel | bytes, where: str = "model") -> ModelInfo:
+    """What a sample of ``model`` is: its signature (``TfliteModel.info``), except that a streamed-input model's
+    input is the image its stage reads through the provider (``streamed_image``: int8[1, H, W, C], or float32 for a
+    stage that quantizes its input; index -1 and no quantization, which the rewritten model no longer records)."""
+    model = parsed(model, where)
+    image = streamed_image(model)
+    if image is None:
+        return model.info
+    shape, dtype = image
+    return replace(model.info, inputs=(TensorInfo(-1, "streamed image", (1, *map(int, shape)), dtype),))
+
+
+def image_samples(model: TfliteModel | bytes, samples: Sequence[Any], where: str = "model") -> list[tuple[np.ndarray]]:
+    """The samples of a streamed-input model (images, ``input_signature``) checked as ``model_io.as_samples`` checks
+    a model's: one-element tuples of [1, H, W, C] arrays; a one-line ``TFLMError`` on a mismatch."""
+    return [(s[0],) for s in as_samples(input_signature(model, where), samples, where)]
 
 
 _BUILT: dict[str, Path] = {}  # built (or found) once per process
@@ -105,13 +126,11 @@ def run_whole(model: TfliteModel | bytes, samples: Sequence[Any], where: str = "
     """Run ``model`` on ``samples`` (``tfmcu.runtime.model_io`` forms) in the TFLM host runner."""
     model = parsed(model, where)
     info = model.info
-    image = streamed_image(model)
     images = None
-    if image is not None:  # samples are images for the provider; the model input is a placeholder
-        shape, dtype = image
-        images = np.stack([np.asarray(s if isinstance(s, np.ndarray) else s[0]).reshape(shape) for s in samples])
-        if images.dtype.name != dtype:
-            raise TFLMError(f"{where}: streamed input images are {images.dtype.name}, the stage reads {dtype}")
+    if streamed_image(model) is not None:  # samples are images for the provider; the model input is a placeholder
+        images = np.concatenate([s[0] for s in image_samples(model, samples, where)]) if len(samples) else None
+        if images is None:
+            raise TFLMError(f"{where}: no samples")
         samples = [tuple(np.zeros(t.shape, t.dtype) for t in info.inputs) for _ in range(len(images))]
     rows = as_samples(info, samples, where)
     exe = runner_path()

@@ -8,7 +8,7 @@ per-patch output region, plus the mode and mode-specific fields.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tfmcu.errors import TfmcuError
@@ -31,6 +31,7 @@ class RewriteResult:
     ops_after: int
     new_tensors: int
     schedule: dict[str, Any]
+    stages: dict[int, Any] = field(default_factory=dict)  # custom mode: PackedStage per TFMCU_PATCH_STAGE op index
 
 
 def schedule_record(s: PatchSchedule, mode: str, **extra: Any) -> dict[str, Any]:

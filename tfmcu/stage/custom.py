@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from flatbuffers import flexbuffers
@@ -37,7 +37,7 @@ from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.kernels import PatchKernelError
 from tfmcu.kernels.ops import LayerSpec, params_from_words
 from tfmcu.kernels.pack import PackedStage, cache_sizes, input_window_bytes, pack_stage
-from tfmcu.plan.arena import ALIGN, builtin_of, get_build, op_allocations, predict_arena
+from tfmcu.plan.arena import ALIGN, DEFAULT_KERNELS, KERNEL_SETS, builtin_of, get_build, op_allocations, predict_arena
 from tfmcu.plan.halo import HaloOptions, HaloPlan, plan_halo, select
 from tfmcu.plan.memory_plan import with_offline_plan
 from tfmcu.plan.placer import align_up
@@ -62,10 +62,11 @@ def is_custom_model(data: bytes | ts.ModelT) -> bool:
 # ----------------------------------------------------------------------------- writing
 def rewrite_custom(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where: str = "model",
                    inplace: bool = False, halo: HaloPlan | None = None,
-                   streamed_input: bool = False) -> RewriteResult:
-    """Replace ``schedule``'s stage of the .tflite ``data`` by one TFMCU_PATCH_STAGE operator. ``inplace``: the
-    rest of the graph gets an in-place memory plan (``tfmcu.plan.memory_plan``; valid for TFLM's reference
-    kernels), recorded in the schedule metadata. ``halo``: halo caches of this schedule (``tfmcu.plan.halo``),
+                   streamed_input: bool = False, kernels: str = "reference") -> RewriteResult:
+    """Replace ``schedule``'s stage of the .tflite ``data`` by one TFMCU_PATCH_STAGE operator. The offline memory
+    plan is made around the scratch buffers of the build that links ``kernels`` (``tfmcu.plan.memory_plan``),
+    recorded in the schedule metadata (``memory_plan_kernels``); ``inplace``: the rest of the graph planned in place
+    with the overlaps those kernels allow. ``halo``: halo caches of this schedule (``tfmcu.plan.halo``),
     recorded too. ``streamed_input``: the stage reads the image through the application's ``TfmcuInputProvider``
     (tflm_patch_kernels/tflm/patch_stage_op.h) row band by row band: the model's input becomes a one-element int8
     placeholder and the arena holds no image."""
@@ -108,14 +109,15 @@ def rewrite_custom(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where:
     ed.subgraph.operators = [op] + [o for k, o in enumerate(original_ops) if k not in set(stage_src)]
     ed.drop_unused_tensors()
     record = schedule_record(schedule, "custom", scratch_bytes=int(packed.scratch_bytes),
-                             memory_plan="inplace" if inplace else "disjoint", **stream)
+                             memory_plan="inplace" if inplace else "disjoint", memory_plan_kernels=kernels,
+                             **stream)
     if halo is not None:
         record["halo"] = halo.to_dict()
     ed.set_metadata(SCHEDULE_METADATA, json.dumps(record).encode())
     # The whole model's offline memory plan (the stage op's input and output, the rest in place if asked), when it
     # beats TFLM's greedy planner; TFLM places the op's scratch around it.
-    planned, _, _ = with_offline_plan(ed.to_bytes(), inplace=inplace)
-    return RewriteResult(planned, len(original_ops), len(ed.subgraph.operators), ed.new_tensors, record)
+    planned, _, _ = with_offline_plan(ed.to_bytes(), inplace=inplace, kernels=kernels, stages={0: packed})
+    return RewriteResult(planned, len(original_ops), len(ed.subgraph.operators), ed.new_tensors, record, {0: packed})
 
 
 def _stage_operator(ed: ModelEditor, packed: PackedStage, graph: ir.Graph, stage: list[int],
@@ -197,9 +199,11 @@ class FlashResult:
     model: bytes
     replaced: list[dict[str, Any]]  # per op run by our kernel: index, name, out channels, persistent bytes saved
     kept: list[dict[str, Any]]  # convolutions left to TFLM (our kernel's op data would not be smaller)
+    stages: dict[int, PackedStage] = field(default_factory=dict)  # every TFMCU_PATCH_STAGE op's, by op index
 
 
-def convs_to_flash(data: bytes, where: str = "model", inplace: bool = False, build: str = "cortex-m") -> FlashResult:
+def convs_to_flash(data: bytes, where: str = "model", inplace: bool = False, build: str = "cortex-m",
+                   kernels: str = "reference", stages: dict[int, PackedStage] | None = None) -> FlashResult:
     """Run the model's CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED operators outside a patch stage through our
     kernels too: each becomes a one-layer TFMCU_PATCH_STAGE op (one patch, no scratch; a fully connected layer as the
     1x1 convolution it computes) whose per-channel multipliers and shifts are computed offline into Flash, so TFLM's
@@ -214,12 +218,14 @@ def convs_to_flash(data: bytes, where: str = "model", inplace: bool = False, bui
     tb = get_build(build)
     replaced: dict[int, Any] = {}
     done, kept = [], []
+    packs: dict[int, PackedStage] = dict(stages or {})  # the model's own TFMCU ops keep their operator index
+    unpacked = load(data, where)  # parsed once for every op's pack_stage (read only)
     for k, op in enumerate(graph.ops):
         if builtin_of(op) not in FLASH_OPS:
             continue
         try:
             g = _as_conv(graph, k)
-            packed = pack_stage(data, g, plan(g, (1, 1), ops=[k]), name=op.name)
+            packed = pack_stage(unpacked, g, plan(g, (1, 1), ops=[k]), name=op.name)
         except (PatchKernelError, ScheduleError) as e:
             kept.append({"op": op.src_index, "name": op.name, "why": str(e)})
             continue
@@ -237,52 +243,65 @@ def convs_to_flash(data: bytes, where: str = "model", inplace: bool = False, bui
         if ours < theirs:
             replaced[op.src_index] = _stage_operator(ed, packed, g, [k], original_ops,
                                                      [packed.tensor_tflite_index[packed.input_tensor]], {})
+            packs[op.src_index] = packed
             done.append(entry)
         else:
             kept.append({**entry, "why": "our kernel's op data would not be smaller"})
     ed.subgraph.operators = [replaced.get(i, o) for i, o in enumerate(original_ops)]
     ed.drop_unused_tensors()
-    planned, _, _ = with_offline_plan(ed.to_bytes(), inplace=inplace)
-    return FlashResult(planned, done, kept)
+    planned, _, _ = with_offline_plan(ed.to_bytes(), inplace=inplace, kernels=kernels, stages=packs)
+    return FlashResult(planned, done, kept, packs)
 
 
 # ----------------------------------------------------------------------------- reading
 @dataclass
 class CustomModel:
-    packed: PackedStage
-    rest: bytes  # the model without the stage; its input is the stage output
+    packed: PackedStage  # the patch stage's (operator 0); with ``all_stages``, the first TFMCU_PATCH_STAGE op's
+    rest: bytes | None  # the model without the stage, its input the stage output (None: not one stage at op 0)
     input_index: int  # TFLite tensor index of the model input read by the stage
     num_tensors: int  # tensors of the custom-mode model
     rest_num_tensors: int
+    stages: dict[int, PackedStage] = field(default_factory=dict)  # every TFMCU_PATCH_STAGE op's, by operator index
 
 
-def load_custom(data: TfliteModel | bytes, where: str = "model") -> CustomModel:
+def load_custom(data: TfliteModel | bytes, where: str = "model", all_stages: bool = False) -> CustomModel:
     """The TFMCU_PATCH_STAGE description of a custom-mode model (parsed, ``tfmcu.tflite.model``, or its bytes) and
-    the rest of its graph (``RewriteError`` with one line for anything that is not a well-formed custom-mode model)."""
+    the rest of its graph (``RewriteError`` with one line for anything that is not a well-formed custom-mode model).
+    By default the model must have exactly one such op, its first. ``all_stages``: any number of them anywhere
+    (``rewrite --rest_convs=tfmcu`` adds one per convolution of the rest): each one's description in ``stages`` (by
+    operator index); ``rest`` only for one stage at operator 0."""
     model = as_model(data, where).flatbuffer
     sg = model.subgraphs[0]
     ops = list(sg.operators or [])
     found = [k for k, op in enumerate(ops) if ts.op_name(model, op) == f"custom:{PATCH_STAGE_OP}"]
-    if len(found) > 1 and found[0] == 0:
+    if not all_stages and len(found) > 1 and found[0] == 0:
         raise RewriteError(f"{where}: {len(found)} {PATCH_STAGE_OP} operators (the rest's convolutions run by our "
-                           f"kernels, rewrite --rest_convs=tfmcu): this tool reads models whose only "
-                           f"{PATCH_STAGE_OP} is the patch stage; verify the same rewrite with --rest_convs=tflm")
-    if len(found) != 1 or found[0] != 0:
-        raise RewriteError(f"{where}: expected one {PATCH_STAGE_OP} operator as the first operator")
-    op = ops[0]
-    try:
-        desc = read_options(np.asarray(op.customOptions, dtype=np.uint8).tobytes())
-    except ValueError as e:
-        raise RewriteError(f"{where}: invalid {PATCH_STAGE_OP} options ({e})") from None
-    try:
-        packed = _packed_from_options(model, op, desc, where)
-    except (KeyError, IndexError, TypeError, ValueError) as e:
-        if isinstance(e, RewriteError):
-            raise
-        raise RewriteError(f"{where}: invalid {PATCH_STAGE_OP} options ({type(e).__name__}: {e})") from None
-    record = read_schedule(model) or {}
-    rest, rest_tensors = rest_model(model, int(op.outputs[0]), inplace=record.get("memory_plan") == "inplace")
-    return CustomModel(packed, rest, int(op.inputs[0]), len(sg.tensors), rest_tensors)
+                           f"kernels, rewrite --rest_convs=tfmcu): this reader takes models whose only "
+                           f"{PATCH_STAGE_OP} is the patch stage (load_custom(..., all_stages=True) reads them all)")
+    if not found or (not all_stages and (len(found) != 1 or found[0] != 0)):
+        raise RewriteError(f"{where}: expected {'a' if all_stages else 'one'} {PATCH_STAGE_OP} operator"
+                           + ("" if all_stages else " as the first operator"))
+    stages: dict[int, PackedStage] = {}
+    for k in found:
+        op = ops[k]
+        at = f" of operator {k}" if k else ""
+        try:
+            desc = read_options(np.asarray(op.customOptions, dtype=np.uint8).tobytes())
+        except ValueError as e:
+            raise RewriteError(f"{where}: invalid {PATCH_STAGE_OP} options{at} ({e})") from None
+        try:
+            stages[k] = _packed_from_options(model, op, desc, where)
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            if isinstance(e, RewriteError):
+                raise
+            raise RewriteError(f"{where}: invalid {PATCH_STAGE_OP} options{at} ({type(e).__name__}: {e})") from None
+    first = found[0]
+    rest, rest_tensors = None, 0
+    if found == [0]:
+        record = read_schedule(model) or {}
+        rest, rest_tensors = rest_model(model, int(ops[0].outputs[0]),
+                                        inplace=record.get("memory_plan") == "inplace")
+    return CustomModel(stages[first], rest, int(ops[first].inputs[0]), len(sg.tensors), rest_tensors, stages)
 
 
 def _packed_from_options(model: ts.ModelT, op: ts.OperatorT, desc: dict[str, Any], where: str) -> PackedStage:
@@ -390,7 +409,8 @@ REST_CONVS = ("tflm", "tfmcu")
 class CustomOptions:
     """What custom mode builds besides the schedule (``rewrite --mode=custom``'s flags; their defaults here).
 
-    ``inplace``: the rest of the graph planned in place (TFLM's reference kernels only); ``halo``: the halo caches
+    ``inplace``: the rest of the graph planned in place, with the overlaps ``kernels`` allow (TFLM's reference
+    kernels, or the CMSIS-NN build: ``tfmcu.plan.memory_plan``); ``halo``: the halo caches
     (``tfmcu.plan.halo.HaloOptions``); ``stream_input``: the stage reads the image through the application's input
     provider; ``rest_convs``: ``tfmcu`` runs the rest's convolutions by our kernels (``convs_to_flash``)."""
 
@@ -398,43 +418,127 @@ class CustomOptions:
     halo: HaloOptions = field(default_factory=HaloOptions)
     stream_input: bool = False
     rest_convs: str = "tflm"
+    kernels: str = DEFAULT_KERNELS  # the kernels an in-place plan is derived for (tfmcu.plan.arena.KERNEL_SETS)
 
     def validate(self) -> "CustomOptions":
         """``ScheduleError`` (one line, naming the flag) for a value no custom-mode rewrite takes."""
         self.halo.validate()
         if self.rest_convs not in REST_CONVS:
             raise ScheduleError(f"--rest_convs={self.rest_convs}: expected one of {', '.join(REST_CONVS)}")
+        if self.kernels not in KERNEL_SETS:
+            raise ScheduleError(f"--kernels={self.kernels}: expected one of {', '.join(KERNEL_SETS)}")
         return self
+
+    @property
+    def label(self) -> str:
+        """How a search report names this configuration (a variant of ``CustomArenaCost``)."""
+        parts = [f"halo {self.halo.mode}"]
+        if self.inplace:
+            parts.append(f"rest in place ({self.kernels})")
+        if self.stream_input:
+            parts.append("input streamed")
+        if self.rest_convs == "tfmcu":
+            parts.append("rest convs by tfmcu")
+        return ", ".join(parts)
 
 
 class CustomArenaCost:
     """Cost function of ``tfmcu.plan.search``: the predicted TFLM arena of the custom-mode model built with
-    ``options`` (the kernel's op data and scratch included; ``tfmcu.plan.arena``). ``count_input=False`` subtracts
-    the input image's buffer; ``budget``: the arena budget halo mode ``auto`` fits its caches under."""
+    ``options`` (the kernel's op data and scratch included; ``tfmcu.plan.arena``, TFLM build ``build``).
+    ``count_input=False`` subtracts the input image's buffer; ``budget``: the arena budget halo mode ``auto`` fits
+    its caches under.
+
+    ``configs``: the joint search: every patched candidate is evaluated in each configuration (a variant of the
+    search, named by ``CustomOptions.label``) instead of ``options`` alone. ``instructions``: a latency predictor
+    (model bytes -> predicted instructions per Invoke, ``tfmcu.plan.latency``) that every evaluation then carries
+    (``Evaluation.instructions``), for the search's ``latency`` objective and ``max_latency``."""
 
     what = "predicted TFLM arena with the TFMCU_PATCH_STAGE kernel"
-    variants: tuple[str | None, ...] = (None,)
 
     def __init__(self, data: bytes, graph: ir.Graph, where: str = "model", *,
-                 options: CustomOptions = CustomOptions(), count_input: bool = True, budget: int | None = None):
+                 options: CustomOptions = CustomOptions(), count_input: bool = True, budget: int | None = None,
+                 configs: Sequence[CustomOptions] = (), build: str = "wheel",
+                 instructions: Callable[[bytes], int] | None = None):
         self.data, self.graph, self.where = data, graph, where
         self.options, self.count_input, self.budget = options.validate(), count_input, budget
+        self.configs = {c.validate().label: c for c in configs}
+        self.variants: tuple[str | None, ...] = tuple(self.configs) or (None,)
+        self.build, self.instructions = get_build(build).name, instructions
+        self._plans: dict[tuple[int, str], HaloPlan | None] = {}
+        self._persistent: dict[int, tuple[int, bool]] | None = None
 
-    def _input_bytes(self, patched: bool = False) -> int:
+    def _tail_bound(self, candidate: Candidate, o: CustomOptions) -> int:
+        """A floor under the custom model's persistent tail: what the operators after the stage allocate in TFLM
+        (op data, parsed options, Prepare's buffers; ``tfmcu.plan.arena.op_allocations``), which the rewrite leaves
+        as they are -- except the convolutions ``rest_convs=tfmcu`` may move to our kernel (counted 0)."""
+        if self._persistent is None:
+            tb = get_build(self.build)
+            self._persistent = {}
+            for k, op in enumerate(self.graph.ops):
+                a = op_allocations(self.graph, op, tb)
+                size = sum(align_up(n, ALIGN) for n in [a.op_data or 0, *a.prepare]) + \
+                    (a.builtin_data[0] if a.builtin_data else 0)
+                self._persistent[k] = (size, builtin_of(op) in FLASH_OPS)
+        s = candidate.schedule
+        stage = set(s.stage) if s is not None else set()
+        return sum(size for k, (size, movable) in self._persistent.items()
+                   if k not in stage and not (movable and o.rest_convs == "tfmcu"))
+
+    def config(self, variant: str | None) -> CustomOptions:
+        """The configuration a variant names (None: ``options``)."""
+        return self.options if variant is None else self.configs[variant]
+
+    def _input_bytes(self, o: CustomOptions, patched: bool = False) -> int:
         """What the cost leaves out: the image's arena buffer when not counted (a streamed stage has none)."""
-        if self.count_input or (patched and self.options.stream_input):
+        if self.count_input or (patched and o.stream_input):
             return 0
         return sum(-(-self.graph.tensors[t].nbytes // 16) * 16 for t in self.graph.inputs)
 
+    def _predict(self, result: RewriteResult) -> Any:
+        stages = result.stages if get_build(self.build).cmsis_nn else None
+        return predict_arena(from_tflite(result.model), model=result.model, build=self.build, stage=stages)
+
+    def _image(self, o: CustomOptions) -> str:
+        return "streamed" if o.stream_input else ("counted" if self.count_input else "excluded")
+
+    def _analytic_plan(self, candidate: Candidate, o: CustomOptions) -> HaloPlan | None:
+        """The halo caches of an analytic mode (``all``, ``smallest``; for ``auto``, whose caches depend on the
+        predicted arena, every cache: its fewest MACs), once per candidate; None: none (or not buildable)."""
+        s = candidate.schedule
+        key = (id(candidate), o.halo.mode if o.halo.mode != "smallest" else f"smallest {o.halo.mac_cap}",
+               self._image(o))
+        if key not in self._plans:
+            try:
+                mode = HaloOptions(mode="all") if o.halo.mode == "auto" else o.halo
+                self._plans[key] = select(s, mode, None, self._image(o)) if s is not None and o.halo.caches else None
+            except ScheduleError:
+                self._plans[key] = None
+        return self._plans[key]
+
+    def variant_macs(self, candidate: Candidate, variant: str | None) -> int:
+        """The candidate's MACs in a variant, for the search's order: with every halo cached (``all``, and ``auto``
+        at best) each element is computed once; ``smallest`` recomputes some halos (its MACs are known only once
+        its caches are chosen: the recompute schedule's count stands for them)."""
+        o = self.config(variant)
+        if o.halo.mode not in ("all", "auto"):
+            return candidate.macs
+        plan = self._analytic_plan(candidate, o)
+        if plan is None:
+            return candidate.macs
+        return int(round(candidate.macs / (1 + candidate.mac_overhead) * (1 + plan.mac_overhead)))
+
     def evaluate(self, candidate: Candidate, variant: str | None) -> Evaluation:
-        """The candidate's predicted arena. Each (schedule, halo plan) is rewritten and predicted at most once:
-        ``none`` builds the recompute model, ``all`` and ``smallest`` choose their caches analytically and build one
-        model; ``auto`` needs the recompute model's prediction as its reference and builds each plan it tries once.
-        ``rest_convs=tfmcu`` then moves the chosen model's convolutions (the model predicted)."""
+        """The candidate's predicted arena (and instructions, with a latency predictor). Each (schedule, halo plan)
+        is rewritten and predicted at most once: ``none`` builds the recompute model, ``all`` and ``smallest``
+        choose their caches analytically and build one model; ``auto`` needs the recompute model's prediction as
+        its reference and builds each plan it tries once. ``rest_convs=tfmcu`` then moves the chosen model's
+        convolutions (the model predicted)."""
+        o = self.config(variant)
         if candidate.schedule is None:  # the unpatched model in TFLM
-            p = predict_arena(self.graph, model=self.data)
-            return Evaluation(candidate, None, p.total - self._input_bytes(), None, _details(p))
-        s, o = candidate.schedule, self.options
+            p = predict_arena(self.graph, model=self.data, build=self.build)
+            return Evaluation(candidate, None, p.total - self._input_bytes(o), None, _details(p),
+                              self._instructions(self.data))
+        s = candidate.schedule
         built: dict[Any, RewriteResult] = {}  # halo caches -> the model: each (schedule, plan) rewritten once
         predicted: dict[Any, Any] = {}  # and predicted at most once
 
@@ -442,39 +546,47 @@ class CustomArenaCost:
             key = None if plan is None else (plan.cache_rows, plan.cache_cols)
             if key not in built:
                 built[key] = rewrite_custom(self.data, self.graph, s, self.where, inplace=o.inplace, halo=plan,
-                                            streamed_input=o.stream_input)
+                                            streamed_input=o.stream_input, kernels=o.kernels)
             return built[key]
 
         def predict(plan: HaloPlan | None) -> Any:
             key = None if plan is None else (plan.cache_rows, plan.cache_cols)
             if key not in predicted:
-                model = build(plan).model
-                predicted[key] = predict_arena(from_tflite(model), model=model)
+                predicted[key] = self._predict(build(plan))
             return predicted[key]
 
-        image = "streamed" if o.stream_input else ("counted" if self.count_input else "excluded")
+        image = self._image(o)
         plan = None
         if o.halo.mode == "auto":
-            plan = self._auto_caches(s, image, predict)
+            plan = self._auto_caches(s, o, image, predict)
         elif o.halo.caches:  # all, smallest: analytic choices (smallest's MAC cap not met: the user's to change)
-            plan = select(s, o.halo, None, image)
+            plan = self._analytic_plan(candidate, o) or select(s, o.halo, None, image)
         result = build(plan)
-        extra: dict[str, Any] = {} if plan is None else {"halo": plan.to_dict()}
+        extra: dict[str, Any] = {"mac_overhead_exact": round(candidate.mac_overhead if plan is None
+                                                             else plan.mac_overhead, 6)}
+        if plan is not None:
+            extra["halo"] = plan.to_dict()
         if o.rest_convs == "tfmcu":
-            flash = convs_to_flash(result.model, self.where, inplace=o.inplace)
+            flash = convs_to_flash(result.model, self.where, inplace=o.inplace, kernels=o.kernels,
+                                   stages=result.stages,
+                                   build=self.build if self.build.startswith("cortex-m") else "cortex-m")
             result = RewriteResult(flash.model, result.ops_before, result.ops_after, result.new_tensors,
-                                   result.schedule)
-            p = predict_arena(from_tflite(result.model), model=result.model)
+                                   result.schedule, flash.stages)
+            p = self._predict(result)
             extra["rest_convs"] = {"replaced": len(flash.replaced), "kept": len(flash.kept),
                                    "tflm_persistent_bytes_moved": sum(e["tflm_persistent_bytes"] -
                                                                       e["tfmcu_persistent_bytes"]
                                                                       for e in flash.replaced)}
         else:
             p = predict(plan)
-        return Evaluation(candidate, None, p.total - self._input_bytes(True), result,
-                          {**_details(p), "ops": result.ops_after, **extra})
+        return Evaluation(candidate, variant, p.total - self._input_bytes(o, True), result,
+                          {**_details(p), "ops": result.ops_after, **extra}, self._instructions(result.model))
 
-    def _auto_caches(self, s: PatchSchedule, image: str, predict: Callable[[HaloPlan | None], Any]) -> HaloPlan:
+    def _instructions(self, model: bytes) -> int | None:
+        return None if self.instructions is None else int(self.instructions(model))
+
+    def _auto_caches(self, s: PatchSchedule, o: CustomOptions, image: str,
+                     predict: Callable[[HaloPlan | None], Any]) -> HaloPlan:
         """Halo ``auto``'s caches. Their analytic budget: the arena budget less what TFLM adds to the analytic peak
         (persistent data, alignment, the rest of the graph's plan) in the recompute model's prediction; lowered by
         any overshoot of the prediction and tried again (at most four plans). Without a budget, the arena's head
@@ -483,31 +595,34 @@ class CustomArenaCost:
         recompute = predict(None)
         analytic = plan_halo(s).peak(image)
         if self.budget is not None:
-            analytic = self.budget - max(recompute.total - self._input_bytes(True) - analytic, 0)
+            analytic = self.budget - max(recompute.total - self._input_bytes(o, True) - analytic, 0)
         for _ in range(4):
             try:
-                plan = select(s, self.options.halo, analytic, image)
+                plan = select(s, o.halo, analytic, image)
             except ScheduleError:  # not even the recompute schedule fits: no cache
                 plan = plan_halo(s)
             assert plan is not None
             p = predict(plan)
             over = (p.head - recompute.head if self.budget is None
-                    else p.total - self._input_bytes(True) - self.budget)
+                    else p.total - self._input_bytes(o, True) - self.budget)
             if over <= 0 or not (plan.cache_rows or plan.cache_cols):
                 break
             analytic -= over
         return plan
 
     def lower_bound(self, candidate: Candidate, variant: str | None) -> int:
-        """The stage's analytic peak (input + stage output + one patch's working set <= input + output + scratch),
-        and, for a disjoint plan of the rest, the rest's analytic peak (<= its planned head)."""
+        """The stage's analytic peak (input + stage output + one patch's working set <= input + output + scratch;
+        with the caches of an analytic halo mode, that plan's peak), and, for a disjoint plan of the rest, the
+        rest's analytic peak (<= its planned head)."""
         s = candidate.schedule
         if s is None:
             return 0
-        counted = self.count_input and not self.options.stream_input
+        o = self.config(variant)
+        counted = self.count_input and not o.stream_input
         bound = s.stage_peak_bytes if counted else s.stage_peak_bytes - s.input_bytes
-        if self.options.halo.caches:  # caches can make the stage smaller than the recompute schedule's
-            bound = 0
-        if not self.options.inplace:  # an in-place plan of the rest can go below its analytic peak
+        if o.halo.caches:  # caches can make the stage smaller than the recompute schedule's
+            plan = self._analytic_plan(candidate, o) if o.halo.mode == "all" else None  # the others: costly to know
+            bound = 0 if plan is None else plan.stage_peak(self._image(o))
+        if not o.inplace:  # an in-place plan of the rest can go below its analytic peak
             bound = max(bound, s.rest_peak_bytes)
-        return bound
+        return bound + self._tail_bound(candidate, o)

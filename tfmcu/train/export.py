@@ -12,7 +12,7 @@ import numpy as np
 
 from tfmcu import data as data_mod
 from tfmcu.nets.spec import NetSpec
-from tfmcu.runtime.capture import capture_fds
+from tfmcu.runtime.capture import capture_fds, import_tensorflow_quietly
 from tfmcu.runtime.model_io import model_info
 from tfmcu.runtime.tflite import run_tflite
 from tfmcu.runtime.tflm import run_tflm
@@ -151,3 +151,27 @@ def quiet_convert(convert, *args):
         except Exception:
             sys.stderr.write("".join(text)[-4000:] if text else "")
             raise
+
+
+def untrained_int8(spec: NetSpec, seed: int) -> bytes:
+    """The spec as a full-int8 .tflite with untrained weights, exported like a trained one (classifier as a 1x1
+    conv): the same operators and tensors, hence the same TFLM arena and instructions."""
+    from tfmcu.nets.convert import random_representative, to_int8_tflite  # lazy: imports TensorFlow
+    from tfmcu.nets.keras_builder import build_keras  # lazy: imports TensorFlow
+
+    model = build_keras(spec, seed)
+    data = quiet_convert(to_int8_tflite, model, random_representative(tuple(model.input_shape[1:]), samples=2))
+    return classifier_as_conv(data)[0]
+
+
+def int8_from_keras(path: str, seed: int = 0) -> bytes:
+    """A Keras model file as a full-int8 .tflite, calibrated on seeded random inputs (what the model computes is
+    the file's; its int8 ranges come from random data: convert with your own data for accuracy)."""
+    from tfmcu.nets.convert import random_representative, to_int8_tflite  # lazy: imports TensorFlow
+
+    import_tensorflow_quietly()
+    import tf_keras  # lazy: imports TensorFlow (TF_USE_LEGACY_KERAS: the Keras 2 loader)
+
+    model = tf_keras.models.load_model(path, compile=False)
+    return quiet_convert(to_int8_tflite, model, random_representative(tuple(model.input_shape[1:]), samples=4,
+                                                                      seed=seed))

@@ -9,7 +9,8 @@ usage: gen_model_whole.py --model NAME --out-cc OUT.cc --out-expect OUT.json
                           [--expect-no-fit]
 
 - Without --patches the model runs unpatched (the per-layer baseline); with it, custom mode with a P x P grid over
-  the first N blocks (default: the zoo entry's stage), the rest planned in place with --inplace; --stream: the stage
+  the first N blocks (default: the zoo entry's stage), the rest planned in place with --inplace (with the overlaps
+  the --kernels allow: tfmcu.plan.memory_plan, recorded as memory_plan_kernels); --stream: the stage
   streams its input (the firmware feeds the image rows from Flash through a TfmcuInputProvider; no image in the
   arena); --halo all|auto|smallest: halo caches (tfmcu.plan.halo.select; auto: at the recompute schedule's analytic
   peak; smallest: the smallest stage within +5% whole-model MACs);
@@ -71,13 +72,12 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.rest_convs and a.kernels == "cmsis_nn":
         ap.error("--rest-convs is for the reference build (the predictor models one stage's CMSIS-NN buffer)")
-    if a.inplace and a.kernels == "cmsis_nn":
-        ap.error("--inplace is for TFLM's reference kernels only (CMSIS-NN's kernels read in another order)")
 
     from tfmcu.firmware.sources import expectation, model_source
     from tfmcu.graph.from_tflite import from_tflite
     from tfmcu.nets import zoo
     from tfmcu.plan.arena import predict_arena
+    from tfmcu.plan.memory_plan import with_offline_plan
     from tfmcu.plan.regions import plan
     from tfmcu.runtime.model_io import random_inputs
     from tfmcu.runtime.tflite import run_tflite
@@ -101,7 +101,12 @@ def main(argv=None):
         from tfmcu.stage.custom import convs_to_flash
         caches = select(s, HaloOptions(mode=a.halo), None, "streamed" if a.stream else "counted")
         model = rewrite_custom(original, graph, s, a.model, inplace=a.inplace, streamed_input=a.stream,
-                               halo=caches).model
+                               halo=caches, kernels=a.kernels).model
+        if a.kernels == "cmsis_nn":
+            # The offline plan (in place: with the overlaps CMSIS-NN's kernels allow) around the CMSIS-NN build's
+            # scratch buffers, the stage's kernel buffer included (tfmcu.plan.memory_plan).
+            model = with_offline_plan(model, inplace=a.inplace, kernels="cmsis_nn",
+                                      stages={0: load_custom(model).packed})[0]
         if a.rest_convs:
             model = convs_to_flash(model, a.model, inplace=a.inplace).model
         stage_ops = 1  # the TFMCU_PATCH_STAGE op comes first

@@ -1,0 +1,452 @@
+"""Calibration of the latency predictor (``tfmcu.plan.latency``): per-op instruction counts of zoo models under QEMU.
+
+    python -m benchmarks.latency [--cores cortex-m4,cortex-m7] [--kernels cmsis_nn,reference] [--only NAME,...]
+                                 [--skip NAME,...] [--zoo_cache DIR] [--out tfmcu/plan/latency_calibration.json]
+                                 [--jobs 2] [--build_only | --no_build] [--no_fit]
+    python -m benchmarks.latency --merge A.json,B.json [--out ...]   # runs measured apart, into one file, fitted
+
+Runs already in ``--out`` are kept unless measured again (a partial run adds to the file).
+
+For every variant of ``VARIANTS`` (a zoo model per layer, or rewritten in custom mode: recompute, halo caches,
+streamed input, the rest's convolutions as one-layer TFMCU_PATCH_STAGE ops) and every core and kernel set asked for:
+
+1. the model is built (``tfmcu.nets.zoo``, cached), rewritten as ``tools/gen/gen_model_whole.py`` does, and written
+   as the firmware's model source (``tfmcu.firmware.sources.model_source``, one seeded random input) into one
+   Bazel repository (``out/latency/fw``, built as ``@tfmcu_latency_fw`` the way ``deploy`` builds its folder) with
+   one firmware per (variant, core, kernels): ``tflm_patch_kernels/tflm/firmware_main.cc`` compiled with
+   ``-DTFMCU_PROFILE_OPS``;
+2. ``bazel build`` builds them all; each runs on its QEMU board with the instruction-count plugin
+   (``tools/qemu/insn_count.c``): the plugin's regions are the Invoke and, nested in it, each of its ops;
+3. the per-op counts, each op's features (``tfmcu.plan.latency.op_features``) and the Invoke's count go into the
+   calibration file with the coefficients ``tfmcu.plan.latency.fit`` derives from them.
+
+The Invoke measured in per-op mode pays the profiler's markers: a few instructions per op, measured against the same
+firmware without the mode (the ``PLAIN`` variants, every core and kernel set: ``profile_overhead`` in the file); the
+file stores the Invoke without them ("invoke"), which is what the predictor predicts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from tfmcu.firmware import sources
+from tfmcu.graph.from_tflite import from_tflite
+from tfmcu.nets import zoo
+from tfmcu.plan import latency
+from tfmcu.plan.halo import HaloOptions, select
+from tfmcu.plan.regions import plan
+from tfmcu.runtime.model_io import model_info, random_inputs
+from tfmcu.runtime.tflm_host import input_signature
+from tfmcu.stage.custom import convs_to_flash, rewrite_custom
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "out", "latency")
+CALIBRATION = os.path.join(ROOT, "tfmcu", "plan", "latency_calibration.json")
+REPO = "tfmcu_latency_fw"  # its own name: deploy builds @tfmcu_fw from other folders meanwhile
+FW = "@//tflm_patch_kernels/firmware"
+
+# core -> (firmware.bzl target key, QEMU board, Bazel platform, harness board library, PSRAM origin)
+CORES = {
+    "cortex-m4": ("cortex_m4", "mps2-an386", "//tools/bazel/arm:cortex_m4", "board_cortex_m4", 0x21000000),
+    "cortex-m7": ("cortex_m7", "mps2-an500", "//tools/bazel/arm:cortex_m7", "board_cortex_m7", 0x60000000),
+}
+KERNELS = ("cmsis_nn", "reference")
+
+# Variants also built without the per-op mode: the mode's overhead per op (the markers' calls and the tag store in
+# firmware_main.cc's profiler, less the ordinary profiler's stage test), which must be the same for every op.
+PLAIN = ("mbv2_035_96", "mbv2_035_96_p")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Variant:
+    name: str
+    model: str
+    patches: int | None = None  # None: per layer (builtin ops only)
+    blocks: int | None = None
+    halo: str = "none"
+    stream: bool = False
+    rest_convs: bool = False
+    inplace: bool = False
+    kernels: tuple[str, ...] = KERNELS  # the kernel sets this variant is measured with
+    arena_kib: int = 1024
+    psram: bool = False
+
+
+_SMALL = ["mbv2_035_96", "kernels_symmetric", "keras_mobilenet_v2", "keras_mobilenet_v1", "resnet_like",
+          "tiny_per_tensor", "tiny_float_input", "mbv2_035_144"]
+_PATCHES = {"tiny_per_tensor": 2, "tiny_float_input": 2}
+
+VARIANTS: list[Variant] = (
+    [Variant(name=m, model=m) for m in _SMALL]
+    + [Variant(name=f"{m}_p", model=m, patches=_PATCHES.get(m, 4)) for m in _SMALL]
+    + [Variant(name="mbv2_035_96_p_halo_all", model="mbv2_035_96", patches=4, halo="all"),
+       Variant(name="mbv2_035_96_p_auto_stream", model="mbv2_035_96", patches=4, halo="auto", stream=True),
+       Variant(name="mbv2_035_144_p9_smallest", model="mbv2_035_144", patches=9, blocks=5, halo="smallest"),
+       Variant(name="mbv2_035_96_p_rest", model="mbv2_035_96", patches=4, rest_convs=True, inplace=True,
+               kernels=("reference",)),
+       Variant(name="mbv2_035_144_p9_smallest_rest", model="mbv2_035_144", patches=9, blocks=5, halo="smallest",
+               rest_convs=True, inplace=True, kernels=("reference",)),
+       Variant(name="mbv2_035_96_p_inplace", model="mbv2_035_96", patches=4, inplace=True, kernels=("reference",)),
+       Variant(name="mbv2_035_96_p_auto_stream_rest", model="mbv2_035_96", patches=4, halo="auto", stream=True,
+               rest_convs=True, inplace=True, kernels=("reference",)),
+       Variant(name="mbv2_035_144_p9_smallest_stream_rest", model="mbv2_035_144", patches=9, blocks=5,
+               halo="smallest", stream=True, rest_convs=True, inplace=True, kernels=("reference",)),
+       Variant(name="mbv2_035_96_p2", model="mbv2_035_96", patches=2),
+       Variant(name="mbv2_035_96_p3", model="mbv2_035_96", patches=3),
+       Variant(name="mbv2_035_96_p6", model="mbv2_035_96", patches=6),
+       Variant(name="mbv2_035_96_p4_b3", model="mbv2_035_96", patches=4, blocks=3),
+       Variant(name="mbv2_035_144_p6_all", model="mbv2_035_144", patches=6, halo="all"),
+       Variant(name="keras_mobilenet_v2_p3_all", model="keras_mobilenet_v2", patches=3, halo="all"),
+       Variant(name="mbv2_100_224", model="mbv2_100_224", arena_kib=1800, psram=True),
+       Variant(name="mbv2_100_224_p", model="mbv2_100_224", patches=4, arena_kib=1800, psram=True),
+       Variant(name="mbv2_rd_224", model="mbv2_rd_224", arena_kib=1800, psram=True),
+       Variant(name="mbv2_rd_224_p", model="mbv2_rd_224", patches=4, arena_kib=1800, psram=True)])
+
+
+def _log(msg: str) -> None:
+    print(f"[latency {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def make_model(v: Variant, zoo_cache: str | None) -> bytes:
+    """The variant's .tflite: the zoo model, or rewritten in custom mode as tools/gen/gen_model_whole.py does."""
+    original = zoo.build(v.model, zoo_cache)
+    if v.patches is None:
+        return original
+    entry = zoo.ZOO[v.model]
+    graph = from_tflite(original, name=v.model)
+    blocks = v.blocks if v.blocks is not None else entry.patch_blocks
+    ops = None if blocks is not None else entry.patch_ops
+    s = plan(graph, v.patches, n_blocks=blocks, n_ops=ops)
+    caches = select(s, HaloOptions(mode=v.halo), None, "streamed" if v.stream else "counted")
+    model = rewrite_custom(original, graph, s, v.model, inplace=v.inplace, streamed_input=v.stream,
+                           halo=caches).model
+    if v.rest_convs:
+        model = convs_to_flash(model, v.model, inplace=v.inplace).model
+    return model
+
+
+def model_source(model: bytes, comment: str) -> str:
+    """The firmware's model source with one seeded random input (the streamed images for a streamed stage)."""
+    stream = sources.stream_rows(model)
+    info = model_info(model)
+    if stream:
+        x = random_inputs(model, 1, seed=0, signature=input_signature(model))[0][0]
+    else:
+        x = random_inputs(model, 1, seed=0)[0][0]
+    out = info.outputs[0]
+    out_bytes = int(np.prod(out.shape)) * np.dtype(out.dtype).itemsize
+    return sources.model_source(model, x, out_bytes, comment, stream=stream)
+
+
+def build_rules(name: str, core: str, kernels: str, ops: list[str], v: Variant, profile: bool = True) -> str:
+    """One firmware (cc_binary + mcu_binary ``name``) in the folder's BUILD; ``profile``: in per-op mode."""
+
+    key, _, platform, board, psram = CORES[core]
+    libs = ["@//tflm_patch_kernels/tflm:firmware_runtime", "@tflite_micro//:runtime", "@tflite_micro//:platform_mcu"]
+    libs += sources.kernel_libraries(ops, kernels)
+    if any(op.startswith("custom:") for op in ops):
+        libs.append("@//tflm_patch_kernels/tflm:patch_stage_op" + ("_cmsis_nn" if kernels == "cmsis_nn" else ""))
+    copts = [f"-DTFMCU_ARENA_BYTES={v.arena_kib * 1024}"] + (["-DTFMCU_PROFILE_OPS"] if profile else [])
+    if v.psram:
+        copts.append("-DTFMCU_MODEL_IN_PSRAM")
+    linkopts = ["-T", f"$(location {FW}:mps2.ld)", "-Wl,--defsym=TFMCU_STACK_SIZE=16384",
+                f"-Wl,--defsym=TFMCU_SRAM_BUDGET={4 * 1024 * 1024}", f"-Wl,--defsym=TFMCU_PSRAM_ORIGIN={psram}"]
+    return f'''
+cc_binary(
+    name = "{name}_bin",
+    srcs = ["main.cc", "{v.name}_model.cc"],
+    additional_linker_inputs = ["{FW}:mps2.ld"],
+    copts = {json.dumps(copts)},
+    linkopts = {json.dumps(linkopts)},
+    target_compatible_with = ["@platforms//os:none"],
+    deps = {json.dumps([f"{FW}:harness", f"{FW}:{board}"] + libs)},
+)
+
+mcu_binary(name = "{name}", binary = ":{name}_bin", platform = "@{platform}")
+'''
+
+
+def generate(variants: list[Variant], cores: list[str], kernels: list[str], zoo_cache: str | None) -> list[dict]:
+    """Writes the folder (models, sources, BUILD); returns the firmware list."""
+
+    fw_dir = os.path.join(OUT, "fw")
+    os.makedirs(fw_dir, exist_ok=True)
+    shutil.copy(os.path.join(ROOT, "tflm_patch_kernels", "tflm", "firmware_main.cc"), os.path.join(fw_dir, "main.cc"))
+    rules = ['load("@//tools/bazel/arm:transition.bzl", "mcu_binary")\n']
+    firmwares = []
+    for v in variants:
+        path = os.path.join(OUT, "models", f"{v.name}.tflite")
+        src = os.path.join(fw_dir, f"{v.name}_model.cc")
+        if os.path.exists(path) and os.path.exists(src):
+            with open(path, "rb") as f:
+                model = f.read()
+        else:
+            _log(f"model {v.name}")
+            model = make_model(v, zoo_cache)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(src, "w") as f:
+                f.write(model_source(model, f"latency calibration: {v}"))
+            with open(path, "wb") as f:
+                f.write(model)
+        ops = sources.resolver_ops(model)
+        for core in cores:
+            for k in kernels:
+                if k not in v.kernels:
+                    continue
+                name = f"{v.name}__{CORES[core][0]}__{k}"
+                rules.append(build_rules(name, core, k, ops, v))
+                firmwares.append({"name": name, "variant": v.name, "core": core, "kernels": k, "model": path,
+                                  "zoo": v.model, "profile": True})
+                if v.name in PLAIN:  # the same firmware without the per-op mode: the mode's overhead
+                    rules.append(build_rules(name + "__plain", core, k, ops, v, profile=False))
+                    firmwares.append({"name": name + "__plain", "variant": v.name, "core": core, "kernels": k,
+                                      "model": path, "profile": False})
+    with open(os.path.join(fw_dir, "BUILD"), "w") as f:
+        f.write("".join(rules))
+    with open(os.path.join(fw_dir, "WORKSPACE"), "w") as f:
+        f.write(f'workspace(name = "{REPO}")\n')
+    return firmwares
+
+
+def bazel_build(firmwares: list[dict]) -> None:
+    fw_dir = os.path.join(OUT, "fw")
+    cmd = [os.environ.get("BAZEL", "bazel"), "build", "--noshow_progress", "--keep_going",
+           f"--override_repository={REPO}={fw_dir}", "//tools/qemu:libinsn_count.so"]
+    cmd += [f"@{REPO}//:{fw['name']}" for fw in firmwares]
+    _log(f"bazel build: {len(firmwares)} firmwares")
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.stderr.write(r.stderr[-4000:])
+        _log("bazel build failed for some firmwares (those are skipped)")
+    # Copied out at once: another build of @tfmcu_fw (deploy's folders) replaces Bazel's outputs.
+    os.makedirs(os.path.join(OUT, "elf"), exist_ok=True)
+    for fw in firmwares:
+        src = os.path.join(ROOT, "bazel-bin", "external", REPO, fw["name"] + ".elf")
+        if os.path.exists(src):
+            shutil.copyfile(src, _elf(fw))
+
+
+_PLUGIN_RE = re.compile(r"^INSN_COUNT (\{.*\})\s*$", re.M)
+_RESULT_RE = re.compile(r"^TFMCU_RESULT (\{.*\})\s*$", re.M)
+
+
+def _elf(fw: dict) -> str:
+    return os.path.join(OUT, "elf", fw["name"] + ".elf")
+
+
+def run_one(fw: dict, timeout: int = 3000) -> dict | None:
+    """Runs one firmware under QEMU with the plugin: its Invoke and per-op counts (None if it failed)."""
+    elf = _elf(fw)
+    if not os.path.exists(elf):
+        return None
+    machine = CORES[fw["core"]][1]
+    nm = subprocess.run(["arm-none-eabi-nm", elf], check=True, capture_output=True, text=True).stdout
+    syms = {p[2]: int(p[0], 16) for p in (ln.split() for ln in nm.splitlines()) if len(p) == 3}
+    plugin = os.path.join(ROOT, "bazel-bin", "tools", "qemu", "libinsn_count.so")
+    out = os.path.join(OUT, "runs", fw["name"] + ".insn")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    cmd = ["qemu-system-arm", "-M", machine, "-nographic", "-monitor", "none", "-serial", "none",
+           "-semihosting-config", "enable=on,target=native", "-icount", "shift=0",
+           "-plugin", f"{plugin},begin=0x{syms['tfmcu_cost_begin']:x},end=0x{syms['tfmcu_cost_end']:x},out={out}",
+           "-kernel", elf]
+    t0 = time.time()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+    text = p.stdout.decode(errors="replace")
+    m, r = _RESULT_RE.search(text), None
+    try:
+        counts = json.loads(_PLUGIN_RE.search(open(out).read()).group(1))
+        r = json.loads(m.group(1)) if m else None
+    except (OSError, AttributeError, ValueError):
+        counts = None
+    if p.returncode != 0 or r is None or counts is None or r.get("status") != 0:
+        _log(f"{fw['name']}: failed (qemu {p.returncode}): {text[-400:]}")
+        return None
+    regions = [c["insns"] for c in counts["regions"]]
+    if not fw["profile"]:
+        _log(f"{fw['name']}: invoke {regions[0]:,} insns (without the per-op mode)")
+        return {"invoke": regions[0]}
+    n_ops = r["profiled_ops"]
+    if len(regions) != 1 + n_ops:
+        _log(f"{fw['name']}: {len(regions)} plugin regions for {n_ops} ops")
+        return None
+    _log(f"{fw['name']}: invoke {regions[0]:,} insns, {n_ops} ops ({time.time() - t0:.0f} s)")
+    return {"invoke_profiled": regions[0], "op_insns": regions[1:], "op_tags": r["op_tags"]}
+
+
+def finish(data: dict, plain: dict, runs: dict, no_fit: bool = False) -> None:
+    """The per-op mode's overhead per op (from the variants measured both ways: one figure per core), each run's
+    Invoke without it, the label and the coefficients (``tfmcu.plan.latency.fit``)."""
+    # profiled - plain = a x ops + b (the markers per op; a few instructions once), one (a, b) per core
+    pts: dict[str, list[tuple[int, int]]] = {}
+    for key, p in plain.items():
+        if key in runs:
+            r = runs[key]
+            pts.setdefault(r["core"], []).append((len(r["ops"]), r["invoke_profiled"] - p["invoke"]))
+    over = {}
+    for core, xy in pts.items():
+        a, b = np.linalg.lstsq(np.array([[n, 1.0] for n, _ in xy]), np.array([d for _, d in xy], float),
+                               rcond=None)[0]
+        over[core] = {"per_op": round(float(a), 3), "const": round(float(b), 3),
+                      "points": [{"ops": n, "difference": d} for n, d in xy]}
+    if not over and os.path.exists(CALIBRATION):  # none measured in this run: the committed figures
+        over = latency.load_calibration(CALIBRATION).get("profile_overhead", {})
+    _log(f"per-op mode overhead: {over}")
+    data["profile_overhead"] = over
+    data["runs"] = sorted(runs.values(), key=lambda r: (r["core"], r["kernels"], r["variant"]))
+    data["plain"] = sorted(plain.values(), key=lambda r: (r["core"], r["kernels"], r["variant"]))
+    for r in data["runs"]:
+        o = over.get(r["core"]) or next(iter(over.values()), {"per_op": 0.0, "const": 0.0})
+        r["invoke"] = int(round(r["invoke_profiled"] - o["per_op"] * len(r["ops"]) - o["const"]))
+        p = plain.get((r["variant"], r["core"], r["kernels"]))
+        if p is not None:
+            r["invoke"] = p["invoke"]  # measured without the mode
+    data["measured_by"] = ("QEMU 7.2 mps2-an386 (Cortex-M4) / mps2-an500 (Cortex-M7), tools/qemu/insn_count.c, "
+                           "firmware_main.cc -DTFMCU_PROFILE_OPS; TFLM 90b983c, CMSIS-NN 4ab83cc")
+    data["date"] = datetime.date.today().isoformat()
+    try:
+        data["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                        text=True).stdout.strip() or "?"
+    except OSError:
+        data["commit"] = "?"
+    if not no_fit:
+        data["coefficients"] = latency.fit(data["runs"])
+        for row in latency.accuracy(data):
+            _log(f"{row['variant']:32s} {row['core']} {row['kernels']:9s} measured {row['measured']:>13,} "
+                 f"predicted {row['predicted']:>13,} {100 * row['error']:+6.2f}%")
+
+
+def measure(variants: list[Variant], cores: list[str], kernels: list[str], zoo_cache: str | None, out: str,
+            jobs: int = 2, build: bool = True, no_fit: bool = False) -> dict:
+    """Generate, build and run ``variants`` on ``cores`` x ``kernels``; the runs are added to calibration file
+    ``out`` (kept as they come), then fitted (``finish``)."""
+    firmwares = generate(variants, cores, kernels, zoo_cache)
+    if build:
+        bazel_build(firmwares)
+    data = latency.load_calibration(out) if os.path.exists(out) else {"runs": []}
+    runs = {(r["variant"], r["core"], r["kernels"]): r for r in data.get("runs", [])}
+    plain = {(r["variant"], r["core"], r["kernels"]): r for r in data.get("plain", [])}
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        for fw, res in zip(firmwares, pool.map(run_one, firmwares)):
+            if res is None:
+                continue
+            if not fw["profile"]:
+                plain[(fw["variant"], fw["core"], fw["kernels"])] = {
+                    "variant": fw["variant"], "core": fw["core"], "kernels": fw["kernels"], "invoke": res["invoke"]}
+                data["plain"] = sorted(plain.values(), key=lambda r: (r["core"], r["kernels"], r["variant"]))
+                continue
+            with open(fw["model"], "rb") as f:
+                model = f.read()
+            ops = latency.op_features(model)
+            if [o["type"].replace("custom:", "") for o in ops] != res["op_tags"]:
+                _log(f"{fw['name']}: the firmware's ops {res['op_tags']} are not the model's")
+                continue
+            for o, n in zip(ops, res["op_insns"]):
+                o["insns"] = n
+            runs[(fw["variant"], fw["core"], fw["kernels"])] = {
+                "variant": fw["variant"], "zoo_model": fw["zoo"], "core": fw["core"], "kernels": fw["kernels"],
+                "model_sha1": hashlib.sha1(model).hexdigest()[:12],
+                "invoke_profiled": res["invoke_profiled"], "ops": ops}
+            data["runs"] = sorted(runs.values(), key=lambda r: (r["core"], r["kernels"], r["variant"]))
+            latency.save_calibration(data, out)
+    finish(data, plain, runs, no_fit)
+    latency.save_calibration(data, out)
+    _log(f"wrote {out}: {len(data['runs'])} runs")
+    return data
+
+
+def table(rows: list[dict]) -> str:
+    """The accuracy table (Markdown): measured and predicted instructions per Invoke."""
+    lines = ["| model | core | kernels | measured (QEMU) | predicted | error |", "|---|---|---|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['variant']} | {r['core']} | {r['kernels']} | {r['measured']:,} | {r['predicted']:,} | "
+                     f"{100 * r['error']:+.2f}% |")
+    worst = max((abs(r["error"]) for r in rows), default=0.0)
+    lines.append(f"\nWorst error: {100 * worst:.2f}% over {len(rows)} runs.")
+    return "\n".join(lines) + "\n"
+
+
+def latency_section(o: Any, log: Callable[[str], None] = print) -> dict:
+    """``make bench`` section *latency*: every variant measured again (out/bench/latency_calibration.json), the
+    predictor as committed (tfmcu/plan/latency_calibration.json) against those counts, and refitted."""
+    out = os.path.join(o.out_dir, "latency_calibration.json")
+    os.makedirs(o.out_dir, exist_ok=True)
+    log(f"[latency] {len(VARIANTS)} variants on {', '.join(CORES)} with {', '.join(KERNELS)} -> {out}")
+    data = measure(VARIANTS, list(CORES), list(KERNELS), o.zoo_cache, out)
+    committed = latency.load_calibration()
+    rows = []
+    for r in latency.accuracy({"runs": data["runs"], "coefficients": committed["coefficients"]}):
+        rows.append({**r, "coefficients": "committed"})
+    for r in latency.accuracy(data):
+        rows.append({**r, "coefficients": "refitted"})
+    md = ("Instructions per Invoke: measured by QEMU (tools/qemu/insn_count.c, per-op mode), predicted by "
+          "tfmcu.plan.latency (estimated) with the committed coefficients:\n\n"
+          + table([r for r in rows if r["coefficients"] == "committed"]))
+    return {"rows": rows, "markdown": md}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cores", default=",".join(CORES))
+    ap.add_argument("--kernels", default=",".join(KERNELS))
+    ap.add_argument("--only", help="comma-separated variant names (default: all)")
+    ap.add_argument("--skip", help="comma-separated variant names to leave out")
+    ap.add_argument("--zoo_cache", default=os.path.join(ROOT, ".bazel_local", "zoo_cache"))
+    ap.add_argument("--out", default=CALIBRATION)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--no_build", action="store_true", help="run what is built")
+    ap.add_argument("--build_only", action="store_true", help="generate and build, run nothing")
+    ap.add_argument("--no_fit", action="store_true", help="only add the measurements to the file")
+    ap.add_argument("--merge", help="comma-separated calibration files: their runs into --out, then fit (no runs)")
+    a = ap.parse_args(argv)
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+    if a.merge:
+        data = {"runs": []}
+        runs, plain = {}, {}
+        for path in [a.out] * os.path.exists(a.out) + a.merge.split(","):
+            d = latency.load_calibration(path)
+            runs.update({(r["variant"], r["core"], r["kernels"]): r for r in d.get("runs", [])})
+            plain.update({(r["variant"], r["core"], r["kernels"]): r for r in d.get("plain", [])})
+        for r in runs.values():  # the features as op_features computes them now, from the models measured
+            path = os.path.join(OUT, "models", f"{r['variant']}.tflite")
+            if os.path.exists(path):
+                with open(path, "rb") as f:
+                    model = f.read()
+                if hashlib.sha1(model).hexdigest()[:12] == r["model_sha1"]:
+                    ops = latency.op_features(model)
+                    for o, old in zip(ops, r["ops"]):
+                        o["insns"] = old["insns"]
+                    r["ops"] = ops
+        finish(data, plain, runs, a.no_fit)
+        latency.save_calibration(data, a.out)
+        _log(f"wrote {a.out}: {len(data['runs'])} runs")
+        return 0
+    variants = [v for v in VARIANTS if (not a.only or v.name in a.only.split(","))
+                and (not a.skip or v.name not in a.skip.split(","))]
+    if a.build_only:
+        bazel_build(generate(variants, a.cores.split(","), a.kernels.split(","), a.zoo_cache))
+        return 0
+    data = measure(variants, a.cores.split(","), a.kernels.split(","), a.zoo_cache, a.out, a.jobs, not a.no_build,
+                   a.no_fit)
+    if not a.no_fit:
+        print(table(latency.accuracy(data)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+r"""Fit a model to a microcontroller: the fastest (or smallest) configuration whose TFLM arena fits, verified bit-exact
+and written as firmware (library: ``tfmcu.flows.fit``).
+
+    python -m pipelines.fit --tflite=model.tflite --target=stm32f405 --out_dir=fw/ [--run]
+    python -m pipelines.fit --tflite=model.tflite --target=cortex-m7 --objective=memory --max_latency=1.05
+    python -m pipelines.fit --model=model.keras|spec.json|mbv2 --target=cortex-m4 --stream_input
+
+The budget is the target's RAM less the stack and static data (and deploy's arena margin); the kernels are the
+target's (--kernels, CMSIS-NN by default). One joint search prices every candidate (patch grid x stage x halo caches
+x the rest's convolutions in Flash, the rest in place for those kernels, the input streamed with --stream_input) by
+its predicted TFLM arena and its predicted instructions on the target's core. --objective=latency (default): the
+fewest instructions that fit; memory: the smallest arena within --max_latency x TFLM + the same kernels per layer.
+The chosen model is verified bit-exact (TF Lite and TFLM) and written with its firmware folder; --run builds and runs
+it under QEMU and prints the measured arena, instructions and verdict. out_dir: model.tflite, fit.json, fit.png
+(every candidate: predicted arena against predicted instructions), firmware/.
+
+--stream_input only when your firmware provides the image rows (a camera or decoder through the TfmcuInputProvider:
+docs/firmware.md); the arena then holds no image.
+
+Exit status: 0 written (with --run: it fits and the outputs equal TF Lite's), 1 does not fit (--run measured),
+2 bad input or no configuration fits (one line naming the smallest achievable arena and what it holds).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from absl import flags
+
+from pipelines import _cli
+from tfmcu.errors import UsageError
+from tfmcu.flows import fit
+
+FLAGS = flags.FLAGS
+_D = fit.FitOptions(model="")  # the flags' defaults
+_cli.define_tflite_flag()
+_cli.define_model_flags()
+_cli.define_firmware_flags()
+_cli.define_stream_input_flag()
+_cli.define_out_dir()
+_cli.define_seed_flag()
+_cli.define_tree_flag()
+_cli.define_objective_flag()  # fit: latency (the fastest that fits) unless given; memory: within --max_latency
+flags.DEFINE_float("max_latency", _D.max_latency,
+                   "--objective=memory: predicted instructions at most this factor of TFLM + the same kernels per "
+                   "layer (1.05: at most 5% slower).", lower_bound=1.0)
+flags.DEFINE_list("grids", [str(p) for p in _D.patch_options], "Patches per side to try (square grids, 1: none).")
+flags.DEFINE_float("max_mac_overhead", _D.max_mac_overhead, "Largest MAC overhead a candidate may have (0.2 = +20%).",
+                   lower_bound=0)
+flags.DEFINE_integer("verify_samples", _D.verify_samples, "Random inputs the chosen model is verified on.",
+                     lower_bound=1)
+
+flags.adopt_module_key_flags(_cli)
+
+
+def main(argv: Sequence[str]) -> int:
+    if FLAGS.tflite and FLAGS["model"].present:
+        raise UsageError("give --tflite or --model, not both")
+    if not FLAGS.tflite and not FLAGS["model"].present:
+        raise UsageError("give the model: --tflite=model.tflite (or --model=a Keras file, spec JSON or preset)")
+    if FLAGS.resolution is not None or FLAGS.width is not None:
+        raise UsageError("--resolution and --width are not taken by fit: give the model as it is")
+    o = fit.FitOptions(model=FLAGS.tflite or FLAGS.model, target=FLAGS.target, out_dir=FLAGS.out_dir or _D.out_dir,
+                       kernels=FLAGS.kernels,
+                       objective=FLAGS.objective if FLAGS["objective"].present else _D.objective, max_latency=FLAGS.max_latency,
+                       stream_input=FLAGS.stream_input, run=FLAGS.run, inputs=FLAGS.inputs,
+                       num_inputs=FLAGS.num_inputs, seed=FLAGS.seed, margin=FLAGS.margin, stack_kib=FLAGS.stack_kib,
+                       patch_options=_cli.parse_patch_options(FLAGS.grids),
+                       max_mac_overhead=FLAGS.max_mac_overhead, verify_samples=FLAGS.verify_samples,
+                       tree=FLAGS.tree)
+    rep = fit.run(o, progress=_cli.progress)
+    measured = rep.get("measured")
+    return 1 if measured is not None and not (measured["fits"] and measured["outputs_equal_tflite"]) else 0
+
+
+if __name__ == "__main__":
+    _cli.run(main)

@@ -1,0 +1,136 @@
+"""``fit`` and the joint schedule search: every candidate in every custom-mode configuration, priced by the
+predicted TFLM arena and (with a latency predictor) predicted instructions; objectives latency and memory within
+max_latency; a model and a target -> a verified model and its firmware folder, or one line saying why not."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+from tfmcu.errors import UsageError  # noqa: E402
+from tfmcu.firmware.targets import get_target  # noqa: E402
+from tfmcu.flows import fit  # noqa: E402
+from tfmcu.graph.from_tflite import from_tflite  # noqa: E402
+from tfmcu.plan.halo import HaloOptions  # noqa: E402
+from tfmcu.plan.regions import ScheduleError  # noqa: E402
+from tfmcu.plan.search import SearchOptions, search  # noqa: E402
+from tfmcu.stage.custom import CustomArenaCost, CustomOptions  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = [CustomOptions(inplace=True, kernels="reference", halo=HaloOptions(mode=h), rest_convs=r)
+           for h in ("none", "all") for r in ("tflm", "tfmcu")]
+OPTS = dict(patch_options=(1, 2, 3), rectangular=False)
+
+
+def _size(model: bytes) -> int:
+    """A stand-in latency predictor for the search's logic: deterministic, differs between configurations."""
+    return len(model)
+
+
+@pytest.fixture(scope="module")
+def tiny(zoo_models):
+    data = zoo_models("tiny_per_tensor")
+    return data, from_tflite(data, name="tiny_per_tensor")
+
+
+def test_joint_search_prices_every_configuration_and_finds_the_smallest(tiny):
+    data, g = tiny
+    joint = search(g, CustomArenaCost(data, g, configs=CONFIGS, build="cortex-m"), None,
+                   SearchOptions(objective="memory", **OPTS))
+    labels = {e.variant for e in joint.evaluated if e.candidate.patched}
+    assert labels <= {c.label for c in CONFIGS} and len(labels) >= 2
+    for c in CONFIGS:  # the joint minimum is at most each configuration's own minimum
+        alone = search(g, CustomArenaCost(data, g, options=c, build="cortex-m"), None,
+                       SearchOptions(objective="memory", **OPTS))
+        assert joint.chosen.cost <= alone.chosen.cost
+    assert any(e.cost == joint.chosen.cost for e in joint.evaluated)
+    # every lower bound is a floor under the cost it bounds
+    cost = CustomArenaCost(data, g, configs=CONFIGS, build="cortex-m")
+    for e in joint.evaluated:
+        assert cost.lower_bound(e.candidate, e.variant) <= e.cost, e.describe()
+
+
+def test_latency_objective_and_max_latency(tiny):
+    data, g = tiny
+    cost = CustomArenaCost(data, g, configs=CONFIGS, build="cortex-m", instructions=_size)
+    smallest = search(g, cost, None, SearchOptions(objective="memory", **OPTS)).chosen
+    budget = (smallest.cost + search(g, cost, None, SearchOptions(objective="memory", **OPTS)).baseline.cost) // 2
+    res = search(g, CustomArenaCost(data, g, configs=CONFIGS, build="cortex-m", instructions=_size), budget,
+                 SearchOptions(objective="latency", **OPTS))
+    assert res.chosen is not None and res.chosen.cost <= budget and res.chosen.candidate.patched
+    fitting = [e for e in res.evaluated if e.candidate.patched and e.cost <= budget]
+    assert res.chosen.instructions == min(e.instructions for e in fitting)
+    assert "fastest that fits" in res.message and "instructions" in res.message
+    # max_latency 1.0: every rewrite here has more bytes (the stand-in's instructions) than the original: no patching
+    capped = search(g, CustomArenaCost(data, g, configs=CONFIGS, build="cortex-m", instructions=_size), None,
+                    SearchOptions(objective="memory", max_latency=1.0, **OPTS))
+    assert not capped.chosen.candidate.patched
+    loose = search(g, CustomArenaCost(data, g, configs=CONFIGS, build="cortex-m", instructions=_size), None,
+                   SearchOptions(objective="memory", max_latency=3.0, **OPTS))
+    assert loose.chosen.cost == smallest.cost
+    with pytest.raises(ScheduleError, match="predicts instructions"):
+        search(g, CustomArenaCost(data, g, configs=CONFIGS), budget, SearchOptions(objective="latency", **OPTS))
+    with pytest.raises(ScheduleError, match="max_latency"):
+        SearchOptions(objective="macs", max_latency=1.1).validate()
+
+
+def test_fit_writes_a_verified_model_and_its_firmware(zoo_models, tmp_path):
+    """MobileNetV2-0.35-96 does not fit the STM32F405 per layer (predicted ~200 kB); fit finds a configuration that
+    does, verifies it bit-exact and writes the folder (deploy without --run: TFLM on this host must agree)."""
+    model = tmp_path / "mbv2.tflite"
+    model.write_bytes(zoo_models("mbv2_035_96"))
+    out = tmp_path / "fit"
+    o = fit.FitOptions(model=str(model), target="stm32f405", out_dir=str(out), kernels="reference",
+                       patch_options=(1, 3), halo_modes=("none",), rest_convs=("tfmcu",), verify_samples=2)
+    rep = fit.run(o, log=lambda m: None)
+    budget = fit.arena_budget(o, get_target("stm32f405"))
+    assert rep["per_layer"]["predicted_arena_bytes"] > budget
+    ch = rep["chosen"]
+    assert ch["patched"] and ch["predicted_arena_bytes"] <= budget and ch["predicted_instructions"] > 0
+    assert rep["verify"]["bit_exact"]
+    assert sorted(os.listdir(out)) == ["firmware", "fit.json", "fit.png", "model.tflite"]
+    assert json.loads((out / "fit.json").read_text())["chosen"] == ch
+    dep = json.loads((out / "firmware" / "deploy.json").read_text())
+    assert dep["arena"]["predicted_bytes"] == ch["predicted_arena_bytes"]  # the search's prediction is deploy's
+    assert dep["arena"]["host_measured_bytes"] is not None
+    assert (out / "fit.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_model_that_cannot_fit_is_one_line(zoo_models, tmp_path):
+    model = tmp_path / "mbv2.tflite"
+    model.write_bytes(zoo_models("mbv2_035_96"))
+    o = fit.FitOptions(model=str(model), target="stm32f405", out_dir=str(tmp_path / "no"), kernels="reference",
+                       patch_options=(1,))
+    with pytest.raises(UsageError, match=r"does not fit the stm32f405 at any configuration tried: the smallest "
+                                         r"predicted TFLM arena is [\d,]+ B \(activations and scratch"):
+        fit.run(o, log=lambda m: None)
+    assert not os.path.exists(tmp_path / "no")
+    with pytest.raises(UsageError, match="--max_latency=0.9"):
+        fit.validate(fit.FitOptions(model=str(model), max_latency=0.9))
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    r = subprocess.run([sys.executable, "-m", "pipelines.fit", f"--tflite={model}", "--model=mbv2"], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == "fit: error: give --tflite or --model, not both"
+
+
+def test_rewrite_auto_takes_halo_and_the_other_configurations(zoo_models, tmp_path):
+    """rewrite --patches=auto with --halo (and in place, rest convs, streamed input): one joint-search variant."""
+    from tfmcu.flows.common import ScheduleRequest
+    from tfmcu.flows.rewrite import RewriteOptions, run
+
+    src = tmp_path / "tiny.tflite"
+    src.write_bytes(zoo_models("tiny_per_tensor"))
+    for halo in ("all", "smallest"):
+        o = RewriteOptions(tflite=str(src), out=str(tmp_path / f"{halo}.tflite"), mode="custom", measure=False,
+                           schedule=ScheduleRequest(patches="auto", search=SearchOptions(objective="memory")),
+                           custom=CustomOptions(halo=HaloOptions(mode=halo), inplace=True, kernels="reference",
+                                                rest_convs="tfmcu"))
+        rep = run(o, log=lambda m: None)
+        assert rep["patched"] and rep["halo"]["cache_bytes"] > 0 and rep["rest_convs"]["replaced"] >= 1
+        assert rep["search"]["chosen"]["variant"] is None  # one configuration: the search's single variant

@@ -1,0 +1,143 @@
+"""The latency predictor (tfmcu.plan.latency) against the QEMU instruction counts it was calibrated on
+(tfmcu/plan/latency_calibration.json, written by `python -m benchmarks.latency`)."""
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tfmcu.errors import UsageError
+from tfmcu.plan import latency
+
+TOLERANCE = 0.05  # the predictor's promise: every calibrated model within +-5% of its measured Invoke
+
+
+@pytest.fixture(scope="module")
+def data():
+    return latency.load_calibration()
+
+
+def test_every_stored_model_within_5_percent(data):
+    rows = latency.accuracy(data)
+    assert len(rows) == len(data["runs"]) >= 10
+    bad = [r for r in rows if abs(r["error"]) > TOLERANCE]
+    assert not bad, "\n".join(f"{r['variant']} {r['core']} {r['kernels']}: measured {r['measured']:,}, predicted "
+                              f"{r['predicted']:,} ({100 * r['error']:+.1f}%)" for r in bad)
+
+
+def test_a_wrong_model_misses(data):
+    """The comparison is real: a model twice as large (every op's features doubled) is predicted far off."""
+    r = next(r for r in data["runs"] if r["variant"] == "mbv2_035_96")
+    coef = data["coefficients"][f"{r['core']}/{r['kernels']}"]
+    doubled = [{**f, **{k: 2 * f[k] for k in latency.FEATURES if k in f}} for f in r["ops"]]
+    pred, _ = latency.predict_from_features(doubled, coef, r["kernels"])
+    assert pred / r["invoke"] - 1 > 0.5
+
+
+def test_stored_runs_cover_what_the_predictor_promises(data):
+    """Both cores with CMSIS-NN; builtin models, custom mode with halo caches, streamed input, and several
+    TFMCU_PATCH_STAGE ops (rest_convs) where measured."""
+    have = {(r["core"], r["kernels"]) for r in data["runs"]}
+    assert {("cortex-m4", "cmsis_nn"), ("cortex-m7", "cmsis_nn")} <= have
+    stage = f"custom:{latency.abi.PATCH_STAGE_OP}"
+    kinds = set()
+    for r in data["runs"]:
+        stages = [f for f in r["ops"] if f["type"] == stage]
+        kinds.add("builtin" if not stages else "custom")
+        kinds |= {"halo" for f in stages if f["cache_bytes"]} | {"stream" for f in stages if f["stream_bytes"]}
+        kinds |= {"several_stages" for _ in [0] if len(stages) > 1}
+    assert {"builtin", "custom", "halo", "stream", "several_stages"} <= kinds
+
+
+def test_features_of_a_stored_model_are_the_stored_ones(data, zoo_tiny_per_tensor):
+    """op_features of the zoo model as built now equals what the calibration stored for it (else the stored
+    measurements no longer describe the models the predictor sees)."""
+    runs = [r for r in data["runs"] if r["variant"] == "tiny_per_tensor"]
+    if not runs:
+        pytest.skip("tiny_per_tensor not in the calibration")
+    got = latency.op_features(zoo_tiny_per_tensor)
+    want = [{k: v for k, v in f.items() if k != "insns"} for f in runs[0]["ops"]]
+    assert got == want
+
+
+def test_prediction_api_is_fast_and_labelled(zoo_tiny_per_tensor):
+    from tfmcu.tflite.model import TfliteModel
+
+    model = TfliteModel(zoo_tiny_per_tensor)
+    t0 = time.perf_counter()
+    p = latency.predict_instructions(model, "cortex-m4", "cmsis_nn")
+    assert time.perf_counter() - t0 < 0.5
+    assert p.instructions == pytest.approx(sum(o["instructions"] for o in p.per_op), rel=0.2)
+    assert [o["op"] for o in p.per_op] == list(range(len(model.op_names)))
+    assert p.what.startswith("estimated: per-op cost model calibrated on QEMU counts (latency_calibration.json")
+    assert (p.core, p.kernels) == ("cortex-m4", "cmsis_nn")
+
+
+def test_core_of_and_bad_arguments():
+    from tfmcu.firmware.targets import TARGETS
+
+    assert latency.core_of(TARGETS["cortex-m4"]) == "cortex-m4"
+    assert latency.core_of(TARGETS["stm32f405"]) == "cortex-m4"
+    assert latency.core_of(TARGETS["cortex-m7"]) == "cortex-m7"
+    assert latency.core_of("//tools/bazel/arm:cortex_m7") == "cortex-m7"
+    with pytest.raises(UsageError):
+        latency.core_of("riscv")
+    with pytest.raises(UsageError, match="cortex-m33"):
+        latency.predict_instructions(b"", "cortex-m33", "cmsis_nn")
+    with pytest.raises(UsageError, match="kernels"):
+        latency.predict_instructions(b"", "cortex-m4", "neon")
+
+
+@pytest.fixture(scope="module")
+def zoo_tiny_per_tensor(zoo_models):
+    return zoo_models("tiny_per_tensor")
+
+
+# ---- live: make test's own whole-model firmware (tflm_patch_kernels/tflm/BUILD) run under QEMU here, one per kernel
+# set; tests/BUILD gives this test their ELFs and generated model sources (plain pytest: from bazel-bin, if built).
+LIVE = [
+    # (firmware, its generated model source, QEMU board, core, kernels)
+    ("tflm_mbv2_035_96_cmsis_nn_cortex_m4.elf", "tflm_mbv2_035_96_cmsis_nn_model.cc", "mps2-an386", "cortex-m4",
+     "cmsis_nn"),
+    ("tflm_mbv2_035_96_cortex_m7.elf", "tflm_mbv2_035_96_model.cc", "mps2-an500", "cortex-m7", "reference"),
+]
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _find(rel: str) -> Path | None:
+    for base in (Path.cwd(), _ROOT, _ROOT / "bazel-bin"):
+        if (base / rel).exists():
+            return base / rel
+    return None
+
+
+def _model_bytes(source: Path) -> bytes:
+    """The model array of a generated model source (tfmcu.firmware.sources.model_source)."""
+    text = source.read_text()
+    m = re.search(r"g_tfmcu_model\[(\d+)\] = \{\n(.*?)\n\};", text, re.S)
+    data = np.array(m.group(2).replace("\n", "").split(","), dtype=np.uint8).tobytes()
+    assert len(data) == int(m.group(1))
+    return data
+
+
+@pytest.mark.parametrize("elf,source,machine,core,kernels", LIVE, ids=[x[4] for x in LIVE])
+def test_live_qemu_count_within_5_percent(elf, source, machine, core, kernels, tmp_path):
+    pkg = "tflm_patch_kernels/tflm/"
+    elf_path, src_path = _find(pkg + elf), _find(pkg + source)
+    runner, plugin = _find("tools/qemu/run_firmware.py"), _find("tools/qemu/libinsn_count.so")
+    if not (elf_path and src_path and runner and plugin):
+        pytest.skip("the firmware is not built (bazel test //tests:test_latency builds it)")
+    report = tmp_path / "report.json"
+    r = subprocess.run([sys.executable, str(runner), "--elf", str(elf_path), "--machine", machine, "--plugin",
+                        str(plugin), "--report", str(report), "--quiet", "--timeout", "60"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-1000:] + r.stderr[-1000:]
+    regions = json.loads(report.read_text())["result"]["regions"]
+    measured = [g["insns"] for g in regions if g["name"] == "invoke"][0]
+    p = latency.predict_instructions(_model_bytes(src_path), core, kernels)
+    assert abs(p.instructions / measured - 1) <= TOLERANCE, (measured, p.instructions)

@@ -1,0 +1,179 @@
+"""Generates the cases of the in-place probe firmware (inplace_probe.c): one int8 operator per CMSIS-NN kernel path
+and shape class that runs in a CMSIS-NN build (TFLM's kernels/cmsis_nn and the patch executor's CMSIS-NN backend),
+each with the in-place distance ``tfmcu.plan.memory_plan.inplace_distance(..., kernels="cmsis_nn")`` derives, so the
+derivation and the evidence cannot drift apart.
+
+usage: gen_inplace_probe.py --out-c inplace_probe_cases.c --out-expect inplace_probe_expect.json
+
+The firmware runs every case with the output D bytes before its input (bit-exact with a disjoint run required) and
+D - 1 ... D - slack bytes before it (one of them must change the output: the distance is tight). ``CASES`` lists the
+shape classes; ``cases()`` returns them with their distances (tests/test_inplace_cmsis_nn.py checks them too).
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)  # run from anywhere, also outside Bazel
+
+from tfmcu.graph import ir  # noqa: E402
+from tfmcu.plan import cmsis_nn  # noqa: E402
+from tfmcu.plan.memory_plan import inplace_distance  # noqa: E402
+
+# The probe's operator kinds (inplace_probe.c: ProbeKind) and how each one is called.
+KINDS = {"conv": 0, "depthwise": 1, "avg_pool": 2, "max_pool": 3, "add": 4}
+VIA = {"tflm": 0, "backend": 1}  # the call TFLM's kernels/cmsis_nn makes, or the patch backend's *_cmsis_nn_run
+
+# (name, kind, via, input (h, w, c), output channels, kernel, stride, padding (top, bottom, left, right))
+CASES = [
+    # arm_convolve_s8 (im2col, two pixels per step): even and odd pixel counts, stride 2 with TF's SAME split,
+    # the 1 x N class (input height 1: arm_convolve_s8 on DSP cores)
+    ("conv3x3_s1", "conv", "tflm", (8, 8, 4), 6, (3, 3), (1, 1), (1, 1, 1, 1)),
+    ("conv3x3_s1_odd_pixels", "conv", "tflm", (7, 5, 3), 5, (3, 3), (1, 1), (1, 1, 1, 1)),
+    ("conv3x3_s2", "conv", "tflm", (8, 8, 3), 8, (3, 3), (2, 2), (0, 1, 0, 1)),
+    ("conv1x3_height1", "conv", "tflm", (1, 9, 4), 6, (1, 3), (1, 1), (0, 0, 1, 1)),
+    # arm_convolve_1x1_s8_fast (channel pairs outside the pixels): expansion, projection, odd channels / pixels
+    ("conv1x1_expand", "conv", "tflm", (4, 4, 4), 16, (1, 1), (1, 1), (0, 0, 0, 0)),
+    ("conv1x1_project", "conv", "tflm", (6, 6, 16), 4, (1, 1), (1, 1), (0, 0, 0, 0)),
+    ("conv1x1_odd", "conv", "tflm", (5, 5, 6), 5, (1, 1), (1, 1), (0, 0, 0, 0)),
+    # arm_convolve_1x1_s8 (strided: the same per output row)
+    ("conv1x1_s2", "conv", "tflm", (8, 8, 8), 6, (1, 1), (2, 2), (0, 0, 0, 0)),
+    ("conv1x1_s2_odd", "conv", "tflm", (7, 7, 4), 3, (1, 1), (2, 2), (0, 0, 0, 0)),
+    # arm_depthwise_conv_3x3_s8: groups of four channels, leftovers, stride 2
+    ("dw3x3_s1", "depthwise", "tflm", (8, 8, 16), 16, (3, 3), (1, 1), (1, 1, 1, 1)),
+    ("dw3x3_s1_leftover", "depthwise", "tflm", (6, 6, 10), 10, (3, 3), (1, 1), (1, 1, 1, 1)),
+    ("dw3x3_s2_leftover", "depthwise", "tflm", (9, 9, 10), 10, (3, 3), (2, 2), (1, 1, 1, 1)),
+    ("dw3x3_s2_same_even", "depthwise", "tflm", (8, 8, 7), 7, (3, 3), (2, 2), (0, 1, 0, 1)),
+    # arm_depthwise_conv_s8_opt (other kernels, depth multiplier 1)
+    ("dw5x5_opt", "depthwise", "tflm", (8, 8, 8), 8, (5, 5), (1, 1), (2, 2, 2, 2)),
+    ("dw5x5_opt_s2", "depthwise", "tflm", (9, 9, 6), 6, (5, 5), (2, 2), (2, 2, 2, 2)),
+    # arm_depthwise_conv_s8 (depth multiplier > 1): per output channel, and tiles of four (multiplier 4)
+    ("dw3x3_mult2", "depthwise", "tflm", (6, 6, 4), 8, (3, 3), (1, 1), (1, 1, 1, 1)),
+    ("dw3x3_mult4", "depthwise", "tflm", (6, 6, 3), 12, (3, 3), (1, 1), (1, 1, 1, 1)),
+    # arm_avgpool_s8 / arm_max_pool_s8
+    ("avgpool2x2_s2", "avg_pool", "tflm", (8, 8, 8), 8, (2, 2), (2, 2), (0, 0, 0, 0)),
+    ("avgpool3x3_s1", "avg_pool", "tflm", (6, 6, 5), 5, (3, 3), (1, 1), (1, 1, 1, 1)),
+    ("maxpool2x2_s2", "max_pool", "tflm", (8, 8, 8), 8, (2, 2), (2, 2), (0, 0, 0, 0)),
+    ("maxpool3x3_s1", "max_pool", "tflm", (6, 6, 5), 5, (3, 3), (1, 1), (1, 1, 1, 1)),
+    # arm_elementwise_add_s8: four at a time, then the leftovers (output over either input)
+    ("add_in1", "add", "tflm", (6, 6, 7), 7, (1, 1), (1, 1), (0, 0, 0, 0)),
+    ("add_in2", "add", "tflm", (4, 4, 9), 9, (1, 1), (1, 1), (0, 0, 0, 0)),
+    # The patch backend's run on whole tensors (a one-layer TFMCU_PATCH_STAGE op, rewrite --rest_convs=tfmcu)
+    ("stage_conv3x3", "conv", "backend", (7, 5, 3), 5, (3, 3), (1, 1), (1, 1, 1, 1)),
+    ("stage_conv1x1", "conv", "backend", (6, 6, 16), 4, (1, 1), (1, 1), (0, 0, 0, 0)),
+    ("stage_conv1x1_s2", "conv", "backend", (7, 7, 4), 3, (1, 1), (2, 2), (0, 0, 0, 0)),
+    ("stage_dw3x3", "depthwise", "backend", (9, 9, 10), 10, (3, 3), (2, 2), (1, 1, 1, 1)),
+    ("stage_dw5x5_opt", "depthwise", "backend", (8, 8, 8), 8, (5, 5), (1, 1), (2, 2, 2, 2)),
+]
+_BUILTIN = {"conv": ("CONV_2D", ir.CONV), "depthwise": ("DEPTHWISE_CONV_2D", ir.DEPTHWISE),
+            "avg_pool": ("AVERAGE_POOL_2D", ir.AVG_POOL), "max_pool": ("MAX_POOL_2D", ir.MAX_POOL),
+            "add": ("ADD", ir.ADD)}
+
+
+def out_shape(in_shape, out_c, kernel, stride, padding):
+    h, w, _ = in_shape
+    return (ir.window_out_size(h, kernel[0], stride[0], 1, padding[0], padding[1]),
+            ir.window_out_size(w, kernel[1], stride[1], 1, padding[2], padding[3]), out_c)
+
+
+def case_graph(kind, in_shape, out_c, kernel, stride, padding):
+    """The case as a one-operator graph (what inplace_distance sees for such a TFLite operator)."""
+    y_shape = out_shape(in_shape, out_c, kernel, stride, padding)
+    tensors = {"x": ir.Tensor("x", (1,) + tuple(in_shape)), "y": ir.Tensor("y", (1,) + y_shape)}
+    inputs = ["x"]
+    if kind == "add":
+        tensors["x2"] = ir.Tensor("x2", (1,) + tuple(in_shape))
+        inputs = ["x", "x2"]
+    builtin, typ = _BUILTIN[kind]
+    op = ir.Op("op", typ, inputs, ["y"], kernel=tuple(kernel), stride=tuple(stride), padding=tuple(padding),
+               in_channels=in_shape[2], out_channels=out_c, groups=in_shape[2] if kind == "depthwise" else 1,
+               attrs={"tflite_op": builtin})
+    return ir.Graph("probe", tensors, [op], inputs, ["y"]), op
+
+
+def cases():
+    """Every case as a dict: its geometry, the CMSIS-NN path it takes, its distance D and the slack (how many bytes
+    closer than D one byte of the output may still come out the same: a 1x1 or im2col convolution's binding byte
+    may be overwritten with an equal value)."""
+    out = []
+    for name, kind, via, in_shape, out_c, kernel, stride, padding in CASES:
+        g, op = case_graph(kind, in_shape, out_c, kernel, stride, padding)
+        overlapped = "x2" if name == "add_in2" else "x"
+        d = inplace_distance(g, op, overlapped, kernels="cmsis_nn")
+        ref = inplace_distance(g, op, overlapped, kernels="reference")
+        path = cmsis_nn.processing_order(kind, in_shape, g.tensors["y"].shape[1:], kernel, stride,
+                                         (padding[0], padding[2]))[0]
+        out.append({"name": name, "kind": kind, "via": via, "in": tuple(in_shape),
+                    "out": g.tensors["y"].shape[1:], "kernel": kernel, "stride": stride, "padding": padding,
+                    "overlapped": 2 if overlapped == "x2" else 1, "distance": d, "path": path,
+                    "slack": 4 if kind == "conv" else 1, "reference_distance": -1 if ref is None else ref})
+    return out
+
+
+def _c_array(ctype, name, values):
+    body = ", ".join(str(int(v)) for v in values)
+    return f"static const {ctype} {name}[{max(len(values), 1)}] = {{{body or '0'}}};\n"
+
+
+def source(all_cases, seed=0):
+    """The cases as C (inplace_probe.h: kProbeCases, kProbeNumCases), with seeded random tensors."""
+    rng = np.random.default_rng(seed)
+    lines = ["/* Generated by tflm_patch_kernels/firmware/gen_inplace_probe.py: the in-place probe's cases. */\n",
+             "#include \"tflm_patch_kernels/firmware/inplace_probe.h\"\n\n"]
+    rows = []
+    for k, c in enumerate(all_cases):
+        h, w, ci = c["in"]
+        ho, wo, co = c["out"]
+        x = rng.integers(-128, 128, h * w * ci)
+        x2 = rng.integers(-128, 128, h * w * ci) if c["kind"] == "add" else np.zeros(1)
+        lines.append(_c_array("int8_t", f"k_in{k}", x))
+        lines.append(_c_array("int8_t", f"k_in2_{k}", x2))
+        taps = c["kernel"][0] * c["kernel"][1] * (ci if c["kind"] == "conv" else 1)
+        if c["kind"] in ("conv", "depthwise"):  # filters [co][kh][kw][ci] and [1][kh][kw][co]
+            filt = rng.integers(-127, 128, co * taps)
+            bias = rng.integers(-2000, 2000, co)
+            # Output scale: accumulators of about 64 x 74 x sqrt(taps) brought to about +-50 (few clamped bytes).
+            acc = 64.0 * 74.0 * np.sqrt(taps)
+            mult = rng.integers(1 << 30, (1 << 31) - 1, co)
+            shift = np.full(co, -int(np.round(np.log2(acc / 50.0))))
+        else:
+            filt, bias, mult, shift = np.zeros(1), np.zeros(1), np.zeros(1), np.zeros(1)
+        lines.append(_c_array("int8_t", f"k_filter{k}", filt))
+        lines.append(_c_array("int32_t", f"k_bias{k}", bias))
+        lines.append(_c_array("int32_t", f"k_mult{k}", mult))
+        lines.append(_c_array("int32_t", f"k_shift{k}", shift))
+        pt, _, pl, _ = c["padding"]
+        rows.append("  {\"%s\", %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d,\n"
+                    "   k_in%d, k_in2_%d, k_filter%d, k_bias%d, k_mult%d, k_shift%d}" % (
+                        c["name"], KINDS[c["kind"]], VIA[c["via"]], h, w, ci, ho, wo, co, c["kernel"][0],
+                        c["kernel"][1], c["stride"][0], c["stride"][1], pt, pl, c["overlapped"], c["distance"],
+                        c["slack"], c["reference_distance"], k, k, k, k, k, k))
+    lines.append("\nconst ProbeCase kProbeCases[] = {\n" + ",\n".join(rows) + "\n};\n")
+    lines.append("const int32_t kProbeNumCases = %d;\n" % len(all_cases))
+    return "".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out-c", required=True)
+    ap.add_argument("--out-expect", required=True)
+    a = ap.parse_args(argv)
+    all_cases = cases()
+    if any(c["distance"] is None for c in all_cases):
+        raise SystemExit("gen_inplace_probe: no distance for %s" % [c["name"] for c in all_cases
+                                                                     if c["distance"] is None])
+    with open(a.out_c, "w") as f:
+        f.write(source(all_cases))
+    expect = {"test": "inplace_probe",
+              "expect": {"test": "inplace_probe", "cases": len(all_cases), "failed": 0, "status": 0},
+              "host": {c["name"]: {"path": c["path"], "via": c["via"], "distance": c["distance"],
+                                   "reference_distance": c["reference_distance"]} for c in all_cases}}
+    with open(a.out_expect, "w") as f:
+        json.dump(expect, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,341 @@
+"""``fit``: a model and a target -> firmware that fits the chip, as fast as it can run (``pipelines.fit``).
+
+The SRAM budget is the target's: its RAM less the stack and the other static data (``tfmcu.flows.deploy``'s
+estimate), less deploy's arena margin; the kernels are the target build's (``--kernels``, CMSIS-NN by default).
+One joint schedule search (``tfmcu.plan.search``) prices every candidate -- patch grid x stage x configuration
+(halo caches none / all / smallest / auto, the rest's convolutions by TFLM or by our kernels with their multipliers
+in Flash), the rest planned in place for those kernels, the input streamed when the user says the firmware provides
+rows -- by its predicted TFLM arena on the target's build (``tfmcu.stage.custom.CustomArenaCost``,
+``tfmcu.plan.arena``) and its predicted instructions per Invoke on the target's core (``tfmcu.plan.latency``).
+
+Objectives: ``latency`` (default): the fewest predicted instructions whose arena fits (the unmodified model, run
+per layer by TFLM with the same kernels, when it fits); ``memory``: the smallest arena whose predicted instructions
+are at most ``max_latency`` x the per-layer model's (default 1.05).
+
+Then the chosen model is verified (bit-exact against the original in TF Lite and TFLM, ``tfmcu.flows.verify``) and
+written as a firmware folder (``tfmcu.flows.deploy``); with ``run`` it is built and run under QEMU and the measured
+arena and instructions are compared with the predictions. ``out_dir`` gets ``model.tflite`` (the chosen model),
+``fit.json`` (every candidate evaluated, the chosen one, the per-layer model, verify and deploy reports),
+``fit.png`` (predicted arena against predicted instructions for every candidate) and ``firmware/``; it is assembled
+beside ``out_dir`` and renamed into place, so a failure leaves nothing behind.
+
+A model that cannot fit at any configuration is a one-line ``UsageError`` naming the smallest achievable arena and
+what it holds (or that the model's weights alone exceed the target's Flash).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from tfmcu.errors import TfmcuError, UsageError
+from tfmcu.firmware.targets import Target, get_target
+from tfmcu.firmware.tree import check_dest, export_tree
+from tfmcu.files import assembled_folder, read_bytes
+from tfmcu.flows.deploy import STATIC_ESTIMATE, DeployOptions, deploy, validate as validate_deploy
+from tfmcu.flows.verify import VerifyOptions, verify
+from tfmcu.graph.from_tflite import from_tflite
+from tfmcu.graph.load import KERAS_SUFFIXES, ModelError, load_spec
+from tfmcu.plan.arena import KERNEL_SETS, mcu_build
+from tfmcu.plan.halo import HaloOptions
+from tfmcu.plan.latency import predict_instructions
+from tfmcu.plan.regions import ScheduleError
+from tfmcu.plan.search import Evaluation, Progress, SearchOptions, SearchResult, search
+from tfmcu.stage.custom import CustomArenaCost, CustomOptions
+from tfmcu.tflite.schema import has_identifier
+
+KB = 1024
+FIT_OBJECTIVES = ("latency", "memory")
+_DEPLOY = DeployOptions(tflite="")  # deploy's defaults (margin, stack) are fit's
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitOptions:
+    """What ``fit`` is asked (``pipelines.fit``'s flags take their defaults from here); built by keyword."""
+
+    model: str  # .tflite (int8), Keras file, preset name or spec JSON
+    target: str = _DEPLOY.target
+    out_dir: str = "out/fit"
+    kernels: str = _DEPLOY.kernels
+    objective: str = "latency"
+    max_latency: float = 1.05  # objective "memory": instructions <= this x the per-layer model's (same kernels)
+    stream_input: bool = False  # the firmware provides the image rows (camera, decoder): no image in the arena
+    run: bool = False
+    inputs: str | None = None
+    num_inputs: int = _DEPLOY.num_inputs
+    seed: int = 0
+    margin: float = _DEPLOY.margin
+    stack_kib: int = _DEPLOY.stack_kib
+    patch_options: tuple[int, ...] = (1, 2, 3, 4, 5, 6)  # patches per side (square grids)
+    max_mac_overhead: float | None = None
+    verify_samples: int = 20
+    timeout_s: int = _DEPLOY.timeout_s
+    halo_modes: tuple[str, ...] = ()  # () : by objective (``configurations``); else these modes
+    rest_convs: tuple[str, ...] = ("tflm", "tfmcu")
+    tree: str | None = None  # also the firmware as a plain CMake source tree (docs/tree.md)
+
+
+def validate(o: FitOptions) -> Target:
+    t = get_target(o.target)
+    if o.kernels not in KERNEL_SETS:
+        raise UsageError(f"--kernels={o.kernels}: expected one of {', '.join(KERNEL_SETS)}")
+    if o.objective not in FIT_OBJECTIVES:
+        raise UsageError(f"--objective={o.objective}: expected one of {', '.join(FIT_OBJECTIVES)}")
+    if not 1.0 <= o.max_latency <= 100:
+        raise UsageError(f"--max_latency={o.max_latency:g}: expected a factor >= 1 over TFLM + the same kernels "
+                         f"per layer (1.05: at most 5% slower)")
+    if o.verify_samples < 1:
+        raise UsageError(f"--verify_samples={o.verify_samples}: must be >= 1")
+    validate_deploy(DeployOptions(tflite=o.model, target=o.target, margin=o.margin, stack_kib=o.stack_kib,
+                                  num_inputs=o.num_inputs, kernels=o.kernels))
+    if o.tree:
+        if os.path.abspath(o.tree).startswith(os.path.abspath(o.out_dir) + os.sep):
+            raise UsageError(f"--tree={o.tree}: must lie outside --out_dir={o.out_dir} (which fit replaces)")
+        check_dest(os.path.join(o.out_dir, "firmware"), o.tree, "--tree")
+    try:
+        SearchOptions(patch_options=o.patch_options, max_mac_overhead=o.max_mac_overhead).validate()
+        for mode in o.halo_modes:
+            HaloOptions(mode=mode).validate()
+        for c in configurations(o):
+            c.validate()
+    except ScheduleError as e:
+        raise UsageError(str(e)) from None
+    return t
+
+
+def arena_budget(o: FitOptions, t: Target) -> int:
+    """The predicted arena a candidate may have: the target's RAM less the stack and the other static data, less
+    deploy's margin (deploy allocates the prediction x (1 + margin), rounded up to 16 bytes)."""
+    room = t.sram_bytes - o.stack_kib * KB - STATIC_ESTIMATE
+    return int(room / (1 + o.margin)) // 16 * 16 - 16
+
+
+def model_bytes(o: FitOptions, log: Callable[[str], None]) -> tuple[bytes, str]:
+    """The int8 .tflite of ``o.model`` and a note on where it came from: a .tflite as it is; a Keras file or a spec
+    converted to full int8 (calibrated on seeded random inputs: the arena and instructions are the architecture's,
+    the accuracy is not -- convert with your own data for that)."""
+    m = o.model
+    if m.endswith(".tflite"):
+        data = read_bytes(m, "--model")
+        if not has_identifier(data):
+            raise UsageError(f"--model={m}: not a TFLite flatbuffer (no 'TFL3' file identifier)")
+        return data, "the given .tflite"
+    from tfmcu.train.export import untrained_int8, int8_from_keras  # lazy: imports TensorFlow
+
+    if m.endswith(KERAS_SUFFIXES):
+        if not os.path.isfile(m):
+            raise UsageError(f"--model={m}: no such file")
+        log(f"fit: converting {m} to full int8 (calibrated on random inputs) ...")
+        try:
+            data = int8_from_keras(m, o.seed)
+        except (OSError, ValueError, TypeError) as e:
+            raise UsageError(f"--model={m}: cannot be loaded or converted as a Keras model "
+                             f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+        return data, "converted from the Keras file, calibrated on seeded random inputs"
+    try:
+        spec = load_spec(m)
+    except ModelError as e:
+        raise UsageError(str(e)) from None
+    log(f"fit: building {m} with untrained weights, converted to full int8 ...")
+    return untrained_int8(spec, o.seed), "built from the spec with untrained weights (arena and speed only)"
+
+
+def configurations(o: FitOptions) -> list[CustomOptions]:
+    """The custom-mode configurations every patched candidate is priced in. The rest is always planned in place
+    for the target's kernels (it changes no instruction and never adds memory); streaming only when allowed.
+    Objective latency: halo ``auto``, the most caches that fit the budget (none when none fit: the recompute
+    schedule), i.e. the fewest MACs the budget allows; objective memory: recompute, and ``smallest``, the smallest
+    stage whose whole model computes at most ``max_latency - 1`` more MACs (MACs standing for instructions)."""
+    if o.halo_modes:
+        modes = [HaloOptions(mode=h) for h in o.halo_modes]
+    elif o.objective == "latency":
+        modes = [HaloOptions(mode="auto")]
+    else:
+        modes = [HaloOptions(mode="none"),
+                 HaloOptions(mode="smallest", max_mac_overhead=round(min(o.max_latency - 1.0, 1.0), 4))]
+    return [CustomOptions(inplace=True, kernels=o.kernels, halo=h, stream_input=o.stream_input, rest_convs=r)
+            for h in modes for r in o.rest_convs]
+
+
+def _holds(ev: Evaluation) -> str:
+    d = ev.details
+    head, tail = d.get("predicted_arena_head_bytes"), d.get("predicted_arena_tail_bytes")
+    if head is None or tail is None:
+        return ""
+    return f" (activations and scratch {head:,} B, TFLM's persistent tail {tail:,} B)"
+
+
+def run(o: FitOptions, log: Callable[[str], None] = print, progress: Progress | None = None) -> dict[str, Any]:
+    """Fit ``o.model`` to ``o.target`` (see the module docstring); returns fit.json's content."""
+    t = validate(o)
+    data, origin = model_bytes(o, log)
+    where = o.model
+    name = os.path.splitext(os.path.basename(where))[0]
+    if len(data) > t.flash_bytes and not getattr(t, "external_flash_bytes", 0):
+        raise UsageError(f"{where}: the model ({len(data):,} B: its weights and constants) alone exceeds the "
+                         f"{t.name}'s Flash ({t.flash_bytes:,} B); no configuration can fit it")
+    budget = arena_budget(o, t)
+    build = mcu_build(o.kernels)
+    graph = from_tflite(data, name=name)
+
+    def instructions(model: bytes) -> int:
+        return predict_instructions(model, t.core, o.kernels).instructions
+
+    cost = CustomArenaCost(data, graph, where, configs=configurations(o), count_input=True, budget=budget,
+                           build=build, instructions=instructions)
+    opts = SearchOptions(patch_options=o.patch_options, rectangular=False, max_mac_overhead=o.max_mac_overhead,
+                         count_input=True, objective=o.objective,
+                         max_latency=o.max_latency if o.objective == "memory" else None)
+    log(f"fit: {where} on the {t.name} ({t.core}, {o.kernels} kernels): predicted arena budget {budget:,} B "
+        f"(RAM {t.sram_bytes:,} B - stack {o.stack_kib} KiB - {STATIC_ESTIMATE} B static, / (1 + {o.margin:g})); "
+        f"objective {o.objective}" + (f" within {o.max_latency:g}x the per-layer instructions"
+                                      if o.objective == "memory" else "") + " ...")
+    try:
+        res = search(graph, cost, budget, opts, progress)
+    except ScheduleError as e:
+        raise UsageError(f"{where}: {e}") from None
+    if not res.feasible:
+        s = res.smallest
+        raise UsageError(f"{where}: does not fit the {t.name} at any configuration tried: the smallest predicted "
+                         f"TFLM arena is {s.cost:,} B{_holds(s)} with {s.describe()}, over the {budget:,} B the "
+                         f"target leaves for it")
+    chosen = res.chosen
+    assert chosen is not None
+    log("fit: " + res.message)
+    with assembled_folder(o.out_dir, "--out_dir") as stage:
+        report = _finish(o, t, data, origin, res, chosen, stage, log)
+    if o.tree:
+        report["tree"] = export_tree(os.path.join(o.out_dir, "firmware"), o.tree, log=log)
+    log(format_summary(report))
+    return report
+
+
+def _finish(o: FitOptions, t: Target, data: bytes, origin: str, res: SearchResult, chosen: Evaluation, stage: str,
+            log: Callable[[str], None]) -> dict[str, Any]:
+    """Verify and deploy the chosen model into the staging folder; fit.json and fit.png there."""
+    original = os.path.join(stage, "original.tflite")
+    chosen_path = os.path.join(stage, "model.tflite")
+    patched = chosen.candidate.patched
+    with open(original, "wb") as f:
+        f.write(data)
+    with open(chosen_path, "wb") as f:
+        f.write(chosen.result.model if patched else data)
+    ver = None
+    if patched:
+        log(f"fit: verify: the chosen model against the original on {o.verify_samples} random inputs ...")
+        ver = verify(VerifyOptions(original=original, rewritten=chosen_path, samples=o.verify_samples, seed=o.seed,
+                                   quiet=True))
+        if not ver.get("bit_exact"):
+            raise TfmcuError(f"{o.model}: the chosen model is not bit-exact against the original (a tfmcu bug: please "
+                             f"report it); nothing written")
+    dep = deploy(DeployOptions(tflite=chosen_path, target=o.target, out_dir=os.path.join(stage, "firmware"),
+                               run=o.run, inputs=o.inputs, num_inputs=o.num_inputs, seed=o.seed, margin=o.margin,
+                               stack_kib=o.stack_kib, timeout_s=o.timeout_s, kernels=o.kernels), log=log)
+    base = res.baseline
+    report: dict[str, Any] = {
+        "model": o.model, "model_origin": origin, "out_dir": o.out_dir, "target": t.name, "core": t.core, "kernels": o.kernels,
+        "objective": o.objective, "max_latency": o.max_latency if o.objective == "memory" else None,
+        "stream_input": o.stream_input, "arena_budget_bytes": res.budget,
+        "message": res.message,
+        "per_layer": _entry(base),
+        "chosen": {**_entry(chosen), "patched": patched},
+        "candidates": [_entry(e) for e in res.evaluated],
+        "bounded_out": res.bounded_out, "failed": res.failed[:20],
+        "predicted_by": {"arena": f"tfmcu.plan.arena, TFLM build {mcu_build(o.kernels)!r}",
+                         "instructions": predict_instructions(chosen.result.model if patched else data, t.core,
+                                                              o.kernels).what},
+        "verify": None if ver is None else {"bit_exact": ver["bit_exact"], "samples": ver.get("samples")},
+        "deploy": dep,
+    }
+    if o.run:
+        report["measured"] = _compare(report["chosen"], dep)
+    files = {"fit.json": json.dumps(report, indent=1) + "\n"}
+    for n, text in files.items():
+        with open(os.path.join(stage, n), "w") as f:
+            f.write(text)
+    with open(os.path.join(stage, "fit.png"), "wb") as f:
+        f.write(plot_candidates(report))
+    os.remove(original)
+    return report
+
+
+def _entry(ev: Evaluation) -> dict[str, Any]:
+    c = ev.candidate
+    return {"describe": ev.describe(), "patches": list(c.grid) if c.patched else None, "patch_blocks": c.n_blocks,
+            "config": ev.variant, "predicted_arena_bytes": ev.cost, "predicted_instructions": ev.instructions,
+            "mac_overhead": ev.details.get("mac_overhead_exact", c.mac_overhead),
+            "macs": int(round(c.macs / (1 + c.mac_overhead) * (1 + ev.details.get("mac_overhead_exact",
+                                                                                   c.mac_overhead))))}
+
+
+def _compare(chosen: dict[str, Any], dep: dict[str, Any]) -> dict[str, Any]:
+    """The chosen model's predictions against the firmware's measured figures (deploy's report with ``run``)."""
+    run = dep.get("run") or {}
+    arena = run.get("arena_used_bytes")
+    insns = run.get("invoke_insns") or []
+    insn = min(i for i in insns if i is not None) if any(i is not None for i in insns) else None
+    pa, pi = chosen["predicted_arena_bytes"], chosen["predicted_instructions"]
+    return {"arena_used_bytes": arena, "predicted_arena_bytes": pa,
+            "arena_equal": arena == pa if arena is not None else None,
+            "invoke_instructions": insn, "predicted_instructions": pi,
+            "instructions_error": None if insn in (None, 0) or pi is None else round(pi / insn - 1, 4),
+            "outputs_equal_tflite": bool(run.get("outputs_equal_tflite")), "fits": bool(dep.get("fits")),
+            "measured_by": run.get("measured_by"), "verdict": dep.get("verdict")}
+
+
+def plot_candidates(report: dict[str, Any]) -> bytes:
+    """fit.png: every candidate's predicted arena against its predicted instructions; the per-layer model, the
+    chosen one, the budget and (objective memory) the latency cap marked."""
+    import matplotlib  # lazy: plotting only
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # lazy: plotting only
+
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    pts = [(c["predicted_arena_bytes"] / KB, c["predicted_instructions"] / 1e6, c["config"] or "")
+           for c in report["candidates"] if c["predicted_instructions"] is not None and c["patches"]]
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for x, y, cfg in pts:
+        groups.setdefault(cfg, []).append((x, y))
+    for cfg, xy in sorted(groups.items()):
+        ax.scatter([p[0] for p in xy], [p[1] for p in xy], s=14, alpha=0.6, label=cfg)
+    base, ch = report["per_layer"], report["chosen"]
+    ax.scatter([base["predicted_arena_bytes"] / KB], [base["predicted_instructions"] / 1e6], marker="s", s=70,
+               color="black", label="per layer (TFLM, same kernels)")
+    ax.scatter([ch["predicted_arena_bytes"] / KB], [ch["predicted_instructions"] / 1e6], marker="*", s=220,
+               color="red", label="chosen")
+    ax.axvline(report["arena_budget_bytes"] / KB, color="gray", ls="--", lw=1, label="arena budget")
+    if report.get("max_latency"):
+        ax.axhline(base["predicted_instructions"] * report["max_latency"] / 1e6, color="gray", ls=":", lw=1,
+                   label=f"{report['max_latency']:g}x per-layer instructions")
+    ax.set_xlabel("predicted TFLM arena (kB; tfmcu.plan.arena)")
+    ax.set_ylabel(f"predicted instructions per Invoke (M; {report['core']}, {report['kernels']})")
+    ax.set_title(f"fit: {os.path.basename(report['model'])} on {report['target']} (estimated, every candidate)",
+                 fontsize=10)
+    ax.legend(fontsize=6, loc="best")
+    ax.grid(alpha=0.3)
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def format_summary(r: dict[str, Any]) -> str:
+    b, c = r["per_layer"], r["chosen"]
+    lines = [f"fit: {r['message']}",
+             f"{'':>10} {'arena (predicted)':>18} {'instructions (predicted)':>26}",
+             f"{'per layer':>10} {b['predicted_arena_bytes']:>16,} B {b['predicted_instructions'] or 0:>24,}",
+             f"{'chosen':>10} {c['predicted_arena_bytes']:>16,} B {c['predicted_instructions'] or 0:>24,}"
+             f"   ({b['predicted_arena_bytes'] / c['predicted_arena_bytes']:.2f}x smaller, "
+             f"{(c['predicted_instructions'] or 0) / max(b['predicted_instructions'] or 1, 1):.3f}x the instructions)"]
+    m = r.get("measured")
+    if m:
+        lines.append(f"measured on {r['target']} ({m.get('measured_by')}): arena {m['arena_used_bytes']:,} B "
+                     f"(predicted {'exactly' if m['arena_equal'] else m['predicted_arena_bytes']}), instructions "
+                     f"{m['invoke_instructions'] or 0:,} (predicted {100 * (m['instructions_error'] or 0):+.1f}%); "
+                     f"{m.get('verdict')}")
+    lines.append(f"wrote {r['out_dir']}/: model.tflite, fit.json, fit.png, firmware/")
+    return "\n".join(lines)

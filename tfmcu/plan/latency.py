@@ -1,0 +1,506 @@
+"""The latency predictor: instructions per Invoke of a model in TFLM on a Cortex-M core, per-op cost models
+calibrated on QEMU instruction counts.
+
+    p = predict_instructions(model, "cortex-m4", "cmsis_nn")
+    p.instructions, p.per_op, p.what
+
+* ``op_features(model)``: per operator of subgraph 0, its cost features: MACs, output / input elements, output
+  pixels and rows, kernel size, stride, the code path it takes (``path``: CMSIS-NN's 1x1 fast conv, 3x3 depthwise,
+  generic ...). A ``TFMCU_PATCH_STAGE`` op (``tfmcu.tflite.patch_stage_format``) is its layers run on every patch
+  of its grid: the same features summed over the kernel calls its span tables describe (the boxes each layer
+  computes per patch; with halo caches, only what the caches do not hold), plus what the executor copies (cache
+  bytes, the streamed input's rows) and its call counts. One-layer stages (``rewrite --rest_convs=tfmcu``) are
+  the same with one call.
+* A builtin op's cost is a linear function of its features, one row of coefficients per (core, kernels, op path).
+  A stage's cost with CMSIS-NN is linear in its calls' costs summed per kind (conv, depthwise, other: priced by the
+  builtin rows of the same path, since the backend calls the CMSIS-NN functions TFLM's kernels call) and in the
+  executor's terms (calls, output rows, patches, cache and streamed bytes); with the portable C kernels (not TFLM's
+  reference kernels) its calls have rows of their own (``stage_rows``), fitted on the stage ops.
+  The Invoke adds a constant and a per-op cost (TFLM's interpreter loop and the profiler hook).
+* The coefficients and the measurements they were fitted on are in ``latency_calibration.json`` beside this file;
+  ``python -m benchmarks.latency`` measures and fits them again (``fit`` here), see docs/latency.md.
+
+The model is parsed once (``tfmcu.tflite.model``); no TensorFlow: a prediction takes milliseconds.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tfmcu import abi
+from tfmcu.errors import UsageError
+from tfmcu.tflite import patch_stage_format as psf
+from tfmcu.tflite import schema as ts
+from tfmcu.tflite.model import TfliteModel, as_model
+
+CALIBRATION_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "latency_calibration.json")
+CORES = ("cortex-m4", "cortex-m7")
+KERNELS = ("cmsis_nn", "reference")
+
+# The features of one kernel call (a builtin op, or one layer on one patch), in the coefficient rows' order.
+FEATURES = ("macs", "vmacs", "col", "inner", "vinner", "out", "pix", "rows", "inp", "calls")
+# The stage's own terms: per kind of layer the summed predicted cost of its calls, and the executor's overheads.
+STAGE_KINDS = ("conv", "dw", "other")
+# Ops whose cost is arithmetic over windows (their own rows only); the rest also price ops never measured.
+HEAVY = ("FULLY_CONNECTED", "AVERAGE_POOL_2D", "MAX_POOL_2D", "MEAN", "SOFTMAX")
+STAGE_TERMS = tuple(f"cost_{k}" for k in STAGE_KINDS) + ("calls", "rows", "patches", "cache_bytes", "stream_bytes")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LatencyPrediction:
+    instructions: int  # predicted per Invoke
+    per_op: list[dict]  # {"op": tflite op index, "type": "CONV_2D" | "custom:TFMCU_PATCH_STAGE" | ..., "instructions"}
+    core: str
+    kernels: str
+    what: str  # "estimated: per-op cost model calibrated on QEMU counts (<file>, <date>)"
+
+
+def core_of(target: Any) -> str:
+    """The core of a firmware target (``tfmcu.firmware.targets.Target``, or its ``platform`` string, or a core
+    name): "cortex-m4" or "cortex-m7". The STM32F405 is a Cortex-M4."""
+    platform = getattr(target, "platform", target)
+    if not isinstance(platform, str):
+        raise UsageError(f"core_of: not a target: {target!r}")
+    for core in CORES:
+        if platform.endswith(core.replace("-", "_")) or platform == core:
+            return core
+    raise UsageError(f"core_of: no Cortex-M core known for {platform!r} (known: {', '.join(CORES)})")
+
+
+# ============================================================================= features
+def _same_pad(size: int, k: int, s: int, d: int) -> int:
+    """TFLite SAME padding before (the smaller half)."""
+    out = -(-size // s)
+    total = max((out - 1) * s + (k - 1) * d + 1 - size, 0)
+    return total // 2
+
+
+def _taps(size: int, pad: int, k: int, s: int, d: int, out: int) -> int:
+    """Kernel taps inside the input (not in the padding), summed over ``out`` output positions along one axis."""
+    n = 0
+    for o in range(max(out, 0)):
+        start = o * s - pad
+        n += sum(1 for t in range(k) if 0 <= start + t * d < size)
+    return n
+
+
+def _call(macs: float, inner: float, out: float, pix: float, rows: float, inp: float, col: float = 0.0,
+          vmacs: float | None = None, vinner: float | None = None) -> dict[str, float]:
+    return {"macs": macs, "vmacs": macs if vmacs is None else vmacs, "col": col, "inner": inner,
+            "vinner": inner if vinner is None else vinner, "out": out, "pix": pix, "rows": rows, "inp": inp,
+            "calls": 1.0}
+
+
+def _conv_path(kernels: str, kh: int, kw: int, sh: int, sw: int, pad: tuple[int, int], dil: tuple[int, int],
+               depthwise: bool, mult: int) -> str:
+    """The code path a convolution takes (CMSIS-NN's wrappers choose by these, 4ab83cc; the reference kernels
+    have one each)."""
+    if kernels == "reference":
+        return "dw" if depthwise else "conv"
+    if depthwise:
+        if mult != 1 or dil != (1, 1):
+            return "dw_generic"
+        return "dw_3x3" if (kh, kw) == (3, 3) and max(pad) <= 1 else "dw_opt"
+    if (kh, kw) == (1, 1) and pad == (0, 0) and dil == (1, 1):
+        return "conv_1x1" if (sh, sw) == (1, 1) else "conv_1x1_strided"
+    return "conv"
+
+
+def _builtin(m: ts.ModelT, op: ts.OperatorT, name: str) -> dict[str, Any]:
+    """Features of one builtin op (kernel-independent; the path is chosen per kernel set later)."""
+    sg = m.subgraphs[0]
+    shape = lambda i: tuple(int(d) for d in (sg.tensors[i].shape if sg.tensors[i].shape is not None else []))  # noqa
+    ins = [int(i) for i in (op.inputs if op.inputs is not None else []) if i >= 0]
+    outs = [int(i) for i in (op.outputs if op.outputs is not None else [])]
+    o = shape(outs[0]) if outs else ()
+    out = float(np.prod(o)) if o else 0.0
+    i0 = shape(ins[0]) if ins else ()
+    inp = float(np.prod(i0)) if i0 else 0.0
+    pix = float(np.prod(o[1:3])) if len(o) == 4 else 1.0
+    rows = float(o[1]) if len(o) == 4 else 1.0
+    f: dict[str, Any] = {"type": name, "geometry": None}
+    opts = op.builtinOptions
+    if name in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+        w = shape(ins[1])
+        dw = name == "DEPTHWISE_CONV_2D"
+        kh, kw = w[1], w[2]
+        cin = i0[3]
+        sh, sw = int(opts.strideH), int(opts.strideW)
+        dh, dwl = int(getattr(opts, "dilationHFactor", 1) or 1), int(getattr(opts, "dilationWFactor", 1) or 1)
+        same = int(opts.padding) == 0  # Padding.SAME
+        pad = (_same_pad(i0[1], kh, sh, dh), _same_pad(i0[2], kw, sw, dwl)) if same else (0, 0)
+        mult = int(getattr(opts, "depthMultiplier", 1) or 1) if dw else 1
+        k = kh * kw * (1 if dw else w[3])
+        # col: the im2col elements (each output pixel's window over the input channels) of a convolution;
+        # vmacs / vinner: the MACs and window steps over taps inside the input (reference kernels skip the padding)
+        cout = o[3]
+        taps = _taps(i0[1], pad[0], kh, sh, dh, o[1]) * _taps(i0[2], pad[1], kw, sw, dwl, o[2])
+        per_tap = 1 if dw else w[3]
+        f.update(_call(out * k, out * kh * kw, out, pix, rows, inp, col=0.0 if dw else pix * k,
+                       vmacs=float(taps * cout * per_tap), vinner=float(taps * cout)))
+        f["geometry"] = {"kernel": [kh, kw], "stride": [sh, sw], "pad": list(pad), "dilation": [dh, dwl],
+                         "in_h": i0[1], "depthwise": dw, "mult": mult, "cin": cin}
+        return f
+    if name == "FULLY_CONNECTED":
+        w = shape(ins[1])
+        f.update(_call(out * w[-1], out * w[-1], out, 1.0, 1.0, inp))
+        return f
+    if name in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
+        k = int(opts.filterHeight) * int(opts.filterWidth)
+        f.update(_call(0.0, out * k, out, pix, rows, inp))
+        return f
+    if name == "MEAN":
+        f.update(_call(0.0, inp, out, pix, rows, inp))
+        return f
+    f.update(_call(0.0, 0.0, out, pix, rows, inp))
+    return f
+
+
+def _table(m: ts.ModelT, op: ts.OperatorT, position: int) -> np.ndarray:
+    t = m.subgraphs[0].tensors[int(op.inputs[int(position)])]
+    return np.frombuffer(ts.buffer_data(m, t) or b"", dtype="<i4")
+
+
+def _stage(m: ts.ModelT, op: ts.OperatorT) -> dict[str, Any]:
+    """Features of one TFMCU_PATCH_STAGE op: per layer its calls' summed features, and the executor's terms."""
+    o = psf.read_options(np.asarray(op.customOptions, np.uint8).tobytes())
+    grid_r, grid_c = (int(g) for g in o["grid"])
+    tensors = [[int(v) for v in t] for t in o["tensors"]]
+    layers = o["layers"]
+    n_layers = len(layers)
+    sw = abi.SPAN_WORDS
+    offs = abi.word_offsets("TfmcuSpan")
+    row_spans = _table(m, op, o["row_spans"]).reshape(grid_r, n_layers, sw)
+    col_spans = _table(m, op, o["col_spans"]).reshape(grid_c, n_layers, sw)
+    held = None
+    if int(o.get("num_caches", 0) or 0) > 0:
+        held = (_table(m, op, o["row_held"]).reshape(grid_r, n_layers, 2),
+                _table(m, op, o["col_held"]).reshape(grid_c, n_layers, 2))
+    layer_feats = []
+    cache_bytes = 0.0
+    calls = rows_total = 0.0
+    for li, layer in enumerate(layers):
+        code = int(layer["type"])
+        p = abi.params_from_words(code, [int(v) for v in layer["words"]])
+        out_t = tensors[int(o["layer_outputs"][li])]
+        in_ts = [tensors[int(t)] for t in o["layer_inputs"][li]]
+        cout = out_t[2]
+        cin = in_ts[0][2]
+        r_out = row_spans[:, li, offs["out_stop"]] - row_spans[:, li, offs["out_start"]]
+        c_out = col_spans[:, li, offs["out_stop"]] - col_spans[:, li, offs["out_start"]]
+        r_in = row_spans[:, li, offs["in_stop"]] - row_spans[:, li, offs["in_start"]]
+        c_in = col_spans[:, li, offs["in_stop"]] - col_spans[:, li, offs["in_start"]]
+        boxes = np.outer(np.maximum(r_out, 0), np.maximum(c_out, 0))  # output pixels per patch
+        live = boxes > 0
+        pix = float(boxes.sum())
+        n_calls = float(live.sum())
+        rows = float((np.outer(np.maximum(r_out, 0), np.ones(grid_c)) * live).sum())
+        inp = float((np.outer(np.maximum(r_in, 0), np.maximum(c_in, 0)) * live).sum()) * cin
+        name = abi.op(code).name
+        kh = int(p.get("kernel_h", p.get("filter_h", 1)))
+        kw = int(p.get("kernel_w", p.get("filter_w", 1)))
+        out = pix * cout
+        vmacs = vinner = None
+        if code in (abi.OP_CONV, abi.OP_DEPTHWISE):
+            sh, sw, dh, dwl = (int(p[k]) for k in ("stride_h", "stride_w", "dilation_h", "dilation_w"))
+            pb_r = row_spans[:, li, offs["pad_before"]]
+            pb_c = col_spans[:, li, offs["pad_before"]]
+            t_r = np.array([_taps(int(r_in[i]), int(pb_r[i]), kh, sh, dh, int(r_out[i])) for i in range(grid_r)])
+            t_c = np.array([_taps(int(c_in[j]), int(pb_c[j]), kw, sw, dwl, int(c_out[j])) for j in range(grid_c)])
+            vinner = float((np.outer(t_r, t_c) * live).sum()) * cout
+        if code == abi.OP_CONV:
+            groups = int(p.get("groups", 1)) or 1
+            macs, inner = out * kh * kw * cin / groups, out * kh * kw
+            vmacs = vinner * cin / groups
+        elif code == abi.OP_DEPTHWISE:
+            macs, inner = out * kh * kw, out * kh * kw
+            vmacs = vinner
+        elif code in (abi.OP_AVG_POOL, abi.OP_MAX_POOL):
+            macs, inner = 0.0, out * kh * kw
+        else:
+            macs, inner = 0.0, 0.0
+        geometry = None
+        if code in (abi.OP_CONV, abi.OP_DEPTHWISE):
+            pad = [int(v) for v in layer.get("padding", [0, 0, 0, 0])]
+            geometry = {"kernel": [kh, kw], "stride": [int(p["stride_h"]), int(p["stride_w"])],
+                        "pad": [max(pad[0], pad[1]), max(pad[2], pad[3])],
+                        "dilation": [int(p["dilation_h"]), int(p["dilation_w"])], "in_h": in_ts[0][0],
+                        "depthwise": code == abi.OP_DEPTHWISE, "mult": int(p.get("depth_multiplier", 1) or 1),
+                        "cin": cin}
+        col = pix * kh * kw * cin / (int(p.get("groups", 1)) or 1) if code == abi.OP_CONV else 0.0
+        feats = {"type": name, "geometry": geometry, "macs": macs, "vmacs": macs if vmacs is None else vmacs,
+                 "col": col, "inner": inner, "vinner": inner if vinner is None else vinner, "out": out,
+                 "pix": pix, "rows": rows, "inp": inp, "calls": n_calls}
+        layer_feats.append(feats)
+        calls += n_calls
+        rows_total += rows
+        if held is not None:  # the part of the held box a cache restores (then saves for the next patch)
+            h_r = held[0][:, li, 1] - held[0][:, li, 0]
+            h_c = held[1][:, li, 1] - held[1][:, li, 0]
+            cache_bytes += float((np.outer(h_r, h_c) - boxes).clip(min=0).sum()) * cout
+    stream = 0.0
+    if int(o.get("streamed_input", 0) or 0):
+        t = tensors[int(o["input_tensor"])]
+        stream = float(t[0] * t[1] * t[2])
+    return {"type": f"custom:{abi.PATCH_STAGE_OP}", "layers": layer_feats, "grid": [grid_r, grid_c],
+            "calls": calls, "rows": rows_total, "patches": float(grid_r * grid_c), "cache_bytes": cache_bytes,
+            "stream_bytes": stream, "single_layer": psf.single_layer(o) is not None}
+
+
+def op_features(model: bytes | TfliteModel, where: str = "model") -> list[dict[str, Any]]:
+    """Per operator of subgraph 0 its cost features (see the module docstring), with ``op`` (its index)."""
+    tm = as_model(model, where)
+    m = tm.flatbuffer
+    out = []
+    for i, (op, name) in enumerate(zip(m.subgraphs[0].operators or [], tm.op_names)):
+        if name == f"custom:{abi.PATCH_STAGE_OP}":
+            f = _stage(m, op)
+        elif name.startswith("custom:"):
+            raise UsageError(f"{where}: the latency predictor knows no custom op {name[7:]}")
+        else:
+            f = _builtin(m, op, name)
+        f["op"] = i
+        out.append(f)
+    return out
+
+
+# ============================================================================= the cost model
+def path_of(f: dict[str, Any], kernels: str) -> str:
+    """The coefficient row of a builtin op or stage layer: "<TYPE>" or "<TYPE>:<path>" for convolutions."""
+    g = f.get("geometry")
+    if g is None:
+        return f["type"]
+    p = _conv_path(kernels, g["kernel"][0], g["kernel"][1], g["stride"][0], g["stride"][1], tuple(g["pad"]),
+                   tuple(g["dilation"]), g["depthwise"], g["mult"])
+    return f"{f['type']}:{p}"
+
+
+def _kind(f: dict[str, Any]) -> str:
+    return {"CONV_2D": "conv", "DEPTHWISE_CONV_2D": "dw"}.get(f["type"], "other")
+
+
+def _row_cost(coef: dict[str, Any], row: str, f: dict[str, Any]) -> float:
+    c = coef["ops"].get(row)
+    if c is None:  # a path never measured: another path of the op; an op never measured: the light ops' row
+        op = row.split(":")[0]
+        c = next((coef["ops"][r] for r in sorted(coef["ops"]) if r.split(":")[0] == op), coef["light"])
+    return float(sum(c.get(k, 0.0) * f[k] for k in FEATURES))
+
+
+def stage_terms(f: dict[str, Any], coef: dict[str, Any], kernels: str) -> dict[str, float]:
+    """A stage op's terms (``STAGE_TERMS``): its layers' calls priced by the builtin rows, summed per kind."""
+    terms = {t: 0.0 for t in STAGE_TERMS}
+    for lf in f["layers"]:
+        terms[f"cost_{_kind(lf)}"] += _row_cost(coef, path_of(lf, kernels), lf)
+    for t in ("calls", "rows", "patches", "cache_bytes", "stream_bytes"):
+        terms[t] = float(f[t])
+    return terms
+
+
+def stage_row_terms(f: dict[str, Any], kernels: str) -> dict[str, float]:
+    """A stage op's terms when its kernels have rows of their own (``stage_rows``: the portable C kernels, which
+    are not TFLM's reference kernels): per row and feature the sum over its calls ("<row>.<feature>"), and the
+    executor's terms."""
+    terms: dict[str, float] = {}
+    for lf in f["layers"]:
+        row = path_of(lf, kernels)
+        for k in FEATURES:
+            if lf[k]:
+                terms[f"{row}.{k}"] = terms.get(f"{row}.{k}", 0.0) + float(lf[k])
+    for t in ("patches", "cache_bytes", "stream_bytes"):
+        terms[t] = float(f[t])
+    return terms
+
+
+def op_cost(f: dict[str, Any], coef: dict[str, Any], kernels: str) -> float:
+    if f["type"] == f"custom:{abi.PATCH_STAGE_OP}":
+        s = coef["stage"]
+        if coef.get("stage_rows"):
+            return float(sum(s.get(t, 0.0) * v for t, v in stage_row_terms(f, kernels).items()))
+        return float(sum(s.get(t, 0.0) * v for t, v in stage_terms(f, coef, kernels).items()))
+    return _row_cost(coef, path_of(f, kernels), f)
+
+
+@functools.lru_cache(maxsize=4)
+def _load(path: str) -> dict[str, Any]:
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def load_calibration(path: str = CALIBRATION_FILE) -> dict[str, Any]:
+    """The calibration file with each run's ``ops``: the features of its model's ops (stored once per model, in
+    ``models``) with the instructions the run measured for each (``insns``); ``coefficients`` per
+    "core/kernels"."""
+    data = json.loads(json.dumps(_load(os.path.abspath(path))))
+    models = data.pop("models", {})
+    for r in data.get("runs", []):
+        if "op_insns" in r:
+            m = models[r["variant"]]
+            r["zoo_model"], r["model_sha1"] = m["zoo_model"], m["model_sha1"]
+            r["ops"] = [{**f, "insns": n} for f, n in zip(json.loads(json.dumps(m["ops"])), r.pop("op_insns"))]
+    return data
+
+
+def save_calibration(data: dict[str, Any], path: str = CALIBRATION_FILE) -> None:
+    """Writes ``data`` (as ``load_calibration`` returns it) with each model's features stored once."""
+    out = {k: v for k, v in data.items() if k != "runs"}
+    out["models"], out["runs"] = {}, []
+    for r in data.get("runs", []):
+        ops = [{k: v for k, v in f.items() if k != "insns"} for f in r["ops"]]
+        out["models"][r["variant"]] = {"zoo_model": r["zoo_model"], "model_sha1": r["model_sha1"], "ops": ops}
+        out["runs"].append({**{k: v for k, v in r.items() if k not in ("ops", "zoo_model", "model_sha1")},
+                            "op_insns": [f["insns"] for f in r["ops"]]})
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(out, fh, indent=None, separators=(",", ":"), sort_keys=True)
+        fh.write("\n")
+    os.replace(tmp, path)
+    _load.cache_clear()
+
+
+def predict_from_features(ops: list[dict[str, Any]], coef: dict[str, Any], kernels: str) -> tuple[float, list[float]]:
+    """(Invoke instructions, per-op instructions) for features ``ops`` under one core/kernels' coefficients."""
+    per_op = [op_cost(f, coef, kernels) for f in ops]
+    inv = coef["invoke"]
+    return float(sum(per_op) + inv["const"] + inv["per_op"] * len(ops)), per_op
+
+
+def predict_instructions(model: bytes | TfliteModel, core: str, kernels: str, where: str = "model",
+                         calibration: str = CALIBRATION_FILE) -> LatencyPrediction:
+    """Predicted instructions per Invoke of ``model`` in TFLM on ``core`` ("cortex-m4" | "cortex-m7") with
+    ``kernels`` ("cmsis_nn" | "reference"); per op too. Estimated, not measured (see ``what``)."""
+    if core not in CORES:
+        raise UsageError(f"core {core!r}: the latency predictor knows {', '.join(CORES)}")
+    if kernels not in KERNELS:
+        raise UsageError(f"kernels {kernels!r}: the latency predictor knows {', '.join(KERNELS)}")
+    data = _load(os.path.abspath(calibration))
+    coef = data.get("coefficients", {}).get(f"{core}/{kernels}")
+    if coef is None:
+        raise UsageError(f"{os.path.basename(calibration)} has no calibration for {core} with {kernels} "
+                         "(python -m benchmarks.latency)")
+    ops = op_features(model, where)
+    total, per = predict_from_features(ops, coef, kernels)
+    return LatencyPrediction(
+        instructions=int(round(total)),
+        per_op=[{"op": f["op"], "type": f["type"], "instructions": int(round(c))} for f, c in zip(ops, per)],
+        core=core, kernels=kernels,
+        what=(f"estimated: per-op cost model calibrated on QEMU counts ({os.path.basename(calibration)}, "
+              f"{data.get('date', '?')}, {data.get('commit', '?')})"))
+
+
+# ============================================================================= fitting (benchmarks/latency.py)
+def nnls(a: np.ndarray, b: np.ndarray, iterations: int = 200) -> np.ndarray:
+    """min |a x - b| subject to x >= 0 (Lawson and Hanson's active set method; the fits are a few columns)."""
+    n = a.shape[1]
+    x = np.zeros(n)
+    free = np.zeros(n, dtype=bool)
+    for _ in range(iterations):
+        grad = a.T @ (b - a @ x)
+        if free.all() or grad[~free].max(initial=-np.inf) <= 1e-10 * max(1.0, float(np.abs(grad).max())):
+            break
+        free[np.argmax(np.where(free, -np.inf, grad))] = True
+        while True:
+            z = np.zeros(n)
+            z[free] = np.linalg.lstsq(a[:, free], b, rcond=None)[0]
+            if (z[free] > 0).all():
+                x = z
+                break
+            neg = free & (z <= 0)
+            alpha = np.min(x[neg] / np.maximum(x[neg] - z[neg], 1e-300))
+            x = x + alpha * (z - x)
+            free &= x > 1e-12
+            x[~free] = 0.0
+    return x
+
+
+def _nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Non-negative least squares, relative errors weighted equally (each row scaled by 1 / b)."""
+    w = 1.0 / np.maximum(np.abs(b), 1.0)
+    aw, bw = a * w[:, None], b * w
+    scale = np.maximum(np.abs(aw).max(axis=0), 1e-12)
+    return nnls(aw / scale, bw) / scale
+
+
+def fit(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Coefficients per "core/kernels" from the measured ``runs`` (benchmarks/latency.py's calibration runs):
+    builtin rows fitted on the per-op counts, then the stage terms on the stage ops, then the Invoke's constant and
+    per-op cost on what the ops' counts leave of the Invoke."""
+    out: dict[str, Any] = {}
+    for core in CORES:
+        for kernels in KERNELS:
+            rs = [r for r in runs if r["core"] == core and r["kernels"] == kernels]
+            if not rs:
+                continue
+            coef: dict[str, Any] = {"ops": {}, "stage": {}, "invoke": {"const": 0.0, "per_op": 0.0}, "light": {}}
+            rows: dict[str, list[dict]] = {}
+            for r in rs:
+                for f in r["ops"]:
+                    if f["type"] != f"custom:{abi.PATCH_STAGE_OP}":
+                        rows.setdefault(path_of(f, kernels), []).append(f)
+            for row, fs in sorted(rows.items()):
+                used = [k for k in FEATURES if any(f[k] for f in fs)]
+                a = np.array([[f[k] for k in used] for f in fs], dtype=float)
+                b = np.array([f["insns"] for f in fs], dtype=float)
+                x = _nnls(a, b)
+                coef["ops"][row] = {k: float(v) for k, v in zip(used, x) if v}
+            # an op type never measured is priced like the light ops (element-wise, shape and copy ops)
+            light = [f for row, fs in rows.items() if row not in HEAVY for f in fs if ":" not in row]
+            if light:
+                a = np.array([[f["out"], f["inp"], 1.0] for f in light])
+                x = _nnls(a, np.array([f["insns"] for f in light], dtype=float))
+                coef["light"] = {k: float(v) for k, v in zip(("out", "inp", "calls"), x)}
+            # Convolution paths measured only inside stages fall back to the op's generic row (path_of).
+            stages = [f for r in rs for f in r["ops"] if f["type"] == f"custom:{abi.PATCH_STAGE_OP}"]
+            # The CMSIS-NN backend calls the functions TFLM's CMSIS-NN kernels call: its calls are priced by the
+            # builtin rows. The portable kernels are not TFLM's reference kernels: rows of their own.
+            coef["stage_rows"] = kernels == "reference"
+            if stages and coef["stage_rows"]:
+                terms = [stage_row_terms(f, kernels) for f in stages]
+                used = sorted({t for tm in terms for t in tm})
+                a = np.array([[tm.get(t, 0.0) for t in used] for tm in terms], dtype=float)
+                b = np.array([f["insns"] for f in stages], dtype=float)
+                coef["stage"] = {t: float(v) for t, v in zip(used, _nnls(a, b)) if v}
+            elif stages:
+                terms = [stage_terms(f, coef, kernels) for f in stages]
+                used = [t for t in STAGE_TERMS if any(tm[t] for tm in terms)]
+                a = np.array([[tm[t] for t in used] for tm in terms], dtype=float)
+                b = np.array([f["insns"] for f in stages], dtype=float)
+                coef["stage"] = {t: float(v) for t, v in zip(used, _nnls(a, b))}
+            # the Invoke beyond its ops: TFLM's loop over the ops and the profiler hook
+            n = np.array([[1.0, len(r["ops"])] for r in rs])
+            left = np.array([r["invoke"] - sum(f["insns"] for f in r["ops"]) for r in rs], dtype=float)
+            const, per_op = np.linalg.lstsq(n, left, rcond=None)[0]
+            coef["invoke"] = {"const": float(const), "per_op": float(per_op)}
+            out[f"{core}/{kernels}"] = coef
+    return out
+
+
+def accuracy(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per stored run: measured and predicted Invoke instructions and the relative error (from the stored
+    features: the cost model alone)."""
+    rows = []
+    for r in data["runs"]:
+        coef = data["coefficients"].get(f"{r['core']}/{r['kernels']}")
+        if coef is None:
+            continue
+        pred, _ = predict_from_features(r["ops"], coef, r["kernels"])
+        rows.append({"variant": r["variant"], "core": r["core"], "kernels": r["kernels"], "measured": r["invoke"],
+                     "predicted": int(round(pred)), "error": pred / r["invoke"] - 1.0})
+    return rows
+
+
+def cross_validate(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Leave one zoo model out: for each, the coefficients fitted without any of its runs predict its runs (the
+    error a model the calibration never saw gets)."""
+    rows = []
+    for name in sorted({r["zoo_model"] for r in data["runs"]}):
+        rest = [r for r in data["runs"] if r["zoo_model"] != name]
+        held = {"runs": [r for r in data["runs"] if r["zoo_model"] == name], "coefficients": fit(rest)}
+        rows += accuracy(held)
+    return rows
