@@ -199,9 +199,11 @@ def run(o: FitOptions, log: Callable[[str], None] = print, progress: Progress | 
         raise UsageError(f"{where}: {e}") from None
     if not res.feasible:
         s = res.smallest
-        raise UsageError(f"{where}: does not fit the {t.name} at any configuration tried: the smallest predicted "
-                         f"TFLM arena is {s.cost:,} B{_holds(s)} with {s.describe()}, over the {budget:,} B the "
-                         f"target leaves for it")
+        within = (f" within {o.max_latency:g}x the per-layer model's predicted instructions"
+                  if opts.max_latency is not None else "")
+        raise UsageError(f"{where}: does not fit the {t.name} at any configuration tried{within}: the smallest "
+                         f"predicted TFLM arena is {s.cost:,} B{_holds(s)} with {s.describe()}, over the {budget:,} B "
+                         f"the target leaves for it")
     chosen = res.chosen
     assert chosen is not None
     log("fit: " + res.message)
