@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
+from tfmcu.errors import UsageError
 from tfmcu.files import write_outputs
 from tfmcu.firmware.targets import get_target
 from tfmcu.flows.deploy import DeployOptions, deploy
@@ -34,6 +35,19 @@ CASES = (("keras_mobilenet_v2", "stm32f405", False, (1, 2, 3, 4, 5, 6)),
 CAPS = (1.00, 1.05, 1.25, None)  # None: the smallest arena, whatever its instructions
 
 
+def selection(models: tuple[str, ...] = (), caps: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``fit_section``'s cases and caps for ``pipelines.bench --fit_models --fit_caps`` (empty: all)."""
+    known = [c[0] for c in CASES]
+    unknown = [m for m in models if m not in known]
+    if unknown:
+        raise UsageError(f"--fit_models: unknown {', '.join(unknown)}; known: {', '.join(known)}")
+    try:
+        chosen_caps = tuple(None if c == "none" else float(c) for c in caps) if caps else CAPS
+    except ValueError:
+        raise UsageError(f"--fit_caps={','.join(caps)}: expected factors such as 1.05, or none") from None
+    return {"cases": tuple(c for c in CASES if not models or c[0] in models), "caps": chosen_caps}
+
+
 def _model(name: str, cache: str) -> bytes:
     if name in zoo.ZOO:
         return zoo.build(name, cache)
@@ -46,7 +60,7 @@ def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CA
     os.makedirs(work, exist_ok=True)
     for name, target, stream, grids in cases:
         path = os.path.join(work, f"{name}.tflite")
-        data = _model(name, os.path.join(work, "zoo"))
+        data = _model(name, o.zoo_cache)
         write_outputs({path: data})
         macs = profile(from_tflite(data)).macs
         log(f"fit bench: {name} on {target}: per layer (deploy --run, CMSIS-NN) ...")
@@ -80,8 +94,9 @@ def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CA
             row = _row(name, target, what, ch["describe"], ch["predicted_arena_bytes"],
                        ch["predicted_instructions"], (rep["deploy"].get("run") or {}), ch["macs"],
                        rep["deploy"]["model_bytes"], rep["deploy"])
-            row["arena_ratio"] = round(base["arena_used_bytes"] / row["arena_used_bytes"], 2) \
-                if base.get("arena_used_bytes") and row.get("arena_used_bytes") else None
+            # against the per-layer arena measured on the target, or predicted where it does not link there
+            ref = base.get("arena_used_bytes") or base["predicted_arena_bytes"]
+            row["arena_ratio"] = round(ref / row["arena_used_bytes"], 2) if row.get("arena_used_bytes") else None
             row["instructions_ratio"] = round(row["instructions"] / base["instructions"], 3) \
                 if base.get("instructions") and row.get("instructions") else None
             row["verified_bit_exact"] = (rep.get("verify") or {}).get("bit_exact", True)
@@ -127,7 +142,10 @@ def _markdown(rows: list[dict[str, Any]]) -> str:
         if "error" in r:
             md.append(f"| {r['model']} | {r['target']} | {r['what']} | {r['error']} | | | | | | | | | |")
             continue
-        equal = "yes" if r["arena_equal"] else f"no ({_n(r['predicted_arena_bytes'])})"
+        if r["arena_used_bytes"] is None:
+            equal = f"- (predicted {_n(r['predicted_arena_bytes'])})"
+        else:
+            equal = "yes" if r["arena_equal"] else f"no ({_n(r['predicted_arena_bytes'])})"
         err = "-" if r["instructions_error"] is None else f"{100 * r['instructions_error']:+.1f}%"
         ratio = "-" if r.get("arena_ratio") is None else f"{r['arena_ratio']:.2f}x smaller"
         slower = "-" if r.get("instructions_ratio") is None else f"{r['instructions_ratio']:.3f}x"
@@ -135,7 +153,7 @@ def _markdown(rows: list[dict[str, Any]]) -> str:
         md.append(f"| {r['model']} | {r['target']} | {what} | {r['schedule'] or 'per layer'} | "
                   f"{_n(r['arena_used_bytes'])} | {ratio} | {equal} | {_n(r['instructions'])} | {slower} | {err} | "
                   f"{r['macs'] / 1e6:.1f}M | {_n(r['flash_model_bytes'])} | "
-                  f"{'yes' if r['outputs_equal_tflite'] else 'NO'} |")
+                  f"{'-' if r['arena_used_bytes'] is None else 'yes' if r['outputs_equal_tflite'] else 'NO'} |")
     return "\n".join(md) + "\n"
 
 

@@ -62,6 +62,8 @@ class BenchOptions:
     sections: tuple[str, ...] = SECTIONS
     zoo_cache: str = "out/zoo"  # converted zoo models
     samples: int = 8  # random inputs for the bit-exactness checks
+    fit_models: tuple[str, ...] = ()  # section fit: only these models (default: all of benchmarks.fit.CASES)
+    fit_caps: tuple[str, ...] = ()  # section fit: only these --max_latency caps ("none": no cap; default: CAPS)
 
 
 # model -> (auto-mode budget as a fraction of the original's measured arena, fixed schedules)
@@ -523,7 +525,7 @@ def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
         "halo": lambda o: bench_halo.halo_section(o, log),
         "halo_firmware": lambda o: bench_halo.halo_firmware_section(o, log),
         "latency": lambda o: bench_latency.latency_section(o, log),
-        "fit": lambda o: bench_fit.fit_section(o, log)}
+        "fit": lambda o: bench_fit.fit_section(o, log, **bench_fit.selection(o.fit_models, o.fit_caps))}
     unknown = [s for s in o.sections if s not in sections]
     if unknown:
         raise UsageError(f"unknown bench section(s) {', '.join(unknown)}; known: {', '.join(sections)}")

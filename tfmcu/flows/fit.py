@@ -312,8 +312,9 @@ def plot_candidates(report: dict[str, Any]) -> bytes:
     if report.get("max_latency"):
         ax.axhline(base["predicted_instructions"] * report["max_latency"] / 1e6, color="gray", ls=":", lw=1,
                    label=f"{report['max_latency']:g}x per-layer instructions")
+    ax.set_yscale("log")
     ax.set_xlabel("predicted TFLM arena (kB; tfmcu.plan.arena)")
-    ax.set_ylabel(f"predicted instructions per Invoke (M; {report['core']}, {report['kernels']})")
+    ax.set_ylabel(f"predicted instructions per Invoke (M, log; {report['core']}, {report['kernels']})")
     ax.set_title(f"fit: {os.path.basename(report['model'])} on {report['target']} (estimated, every candidate)",
                  fontsize=10)
     ax.legend(fontsize=6, loc="best")
