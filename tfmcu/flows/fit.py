@@ -147,14 +147,15 @@ def configurations(o: FitOptions) -> list[CustomOptions]:
     """The custom-mode configurations every patched candidate is priced in. The rest is always planned in place
     for the target's kernels (it changes no instruction and never adds memory); streaming only when allowed.
     Objective latency: halo ``auto``, the most caches that fit the budget (none when none fit: the recompute
-    schedule), i.e. the fewest MACs the budget allows; objective memory: recompute, and ``smallest``, the smallest
-    stage whose whole model computes at most ``max_latency - 1`` more MACs (MACs standing for instructions)."""
+    schedule), i.e. the fewest MACs the budget allows; objective memory: recompute, every halo cached (the fewest
+    MACs), and ``smallest``, the smallest stage whose whole model computes at most ``max_latency - 1`` more MACs
+    (MACs standing for instructions)."""
     if o.halo_modes:
         modes = [HaloOptions(mode=h) for h in o.halo_modes]
     elif o.objective == "latency":
         modes = [HaloOptions(mode="auto")]
     else:
-        modes = [HaloOptions(mode="none"),
+        modes = [HaloOptions(mode="none"), HaloOptions(mode="all"),
                  HaloOptions(mode="smallest", max_mac_overhead=round(min(o.max_latency - 1.0, 1.0), 4))]
     return [CustomOptions(inplace=True, kernels=o.kernels, halo=h, stream_input=o.stream_input, rest_convs=r)
             for h in modes for r in o.rest_convs]
