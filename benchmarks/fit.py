@@ -51,7 +51,7 @@ def selection(models: tuple[str, ...] = (), caps: tuple[str, ...] = ()) -> dict[
 def _model(name: str, cache: str) -> bytes:
     if name in zoo.ZOO:
         return zoo.build(name, cache)
-    return untrained_int8(load_spec(name), 0)
+    return untrained_int8(load_spec(name), 0, as_conv=False)
 
 
 def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CAPS) -> dict[str, Any]:
@@ -64,8 +64,13 @@ def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CA
         write_outputs({path: data})
         macs = profile(from_tflite(data)).macs
         log(f"fit bench: {name} on {target}: per layer (deploy --run, CMSIS-NN) ...")
-        dep = deploy(DeployOptions(tflite=path, target=target, out_dir=os.path.join(work, f"{name}_{target}_per_layer"),
-                                   run=True), log=log)
+        try:
+            dep = deploy(DeployOptions(tflite=path, target=target,
+                                       out_dir=os.path.join(work, f"{name}_{target}_per_layer"), run=True), log=log)
+        except Exception as e:  # noqa: BLE001 -- a row that says why, the bench goes on
+            rows.append({"model": name, "target": target, "what": "TFLM + CMSIS-NN per layer",
+                         "error": str(e).splitlines()[0]})
+            continue
         run = dep.get("run") or {}
         pred_i = predict_instructions(data, _core(target), "cmsis_nn").instructions
         base = _row(name, target, "TFLM + CMSIS-NN per layer", None, dep["arena"]["predicted_bytes"], pred_i, run,

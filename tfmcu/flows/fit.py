@@ -140,7 +140,8 @@ def model_bytes(o: FitOptions, log: Callable[[str], None]) -> tuple[bytes, str]:
     except ModelError as e:
         raise UsageError(str(e)) from None
     log(f"fit: building {m} with untrained weights, converted to full int8 ...")
-    return untrained_int8(spec, o.seed), "built from the spec with untrained weights (arena and speed only)"
+    return untrained_int8(spec, o.seed, as_conv=False), ("built from the spec with untrained weights (arena and "
+                                                         "speed only)")
 
 
 def configurations(o: FitOptions) -> list[CustomOptions]:

@@ -153,15 +153,16 @@ def quiet_convert(convert, *args):
             raise
 
 
-def untrained_int8(spec: NetSpec, seed: int) -> bytes:
+def untrained_int8(spec: NetSpec, seed: int, as_conv: bool = True) -> bytes:
     """The spec as a full-int8 .tflite with untrained weights, exported like a trained one (classifier as a 1x1
-    conv): the same operators and tensors, hence the same TFLM arena and instructions."""
+    conv: the same operators and tensors, hence the same TFLM arena and instructions). ``as_conv=False`` keeps the
+    converter's FULLY_CONNECTED classifier (a model TF Lite runs whatever the weights, for ``fit --model``)."""
     from tfmcu.nets.convert import random_representative, to_int8_tflite  # lazy: imports TensorFlow
     from tfmcu.nets.keras_builder import build_keras  # lazy: imports TensorFlow
 
     model = build_keras(spec, seed)
     data = quiet_convert(to_int8_tflite, model, random_representative(tuple(model.input_shape[1:]), samples=2))
-    return classifier_as_conv(data)[0]
+    return classifier_as_conv(data)[0] if as_conv else data
 
 
 def int8_from_keras(path: str, seed: int = 0) -> bytes:
