@@ -207,7 +207,7 @@ def flash_estimate(t: Target, model_bytes: int, inputs_bytes: int) -> dict[str, 
                  f"(estimated {need:,} B with the code and the test inputs): it goes to the board's external memory "
                  f"({size // (1024 * 1024)} MiB PSRAM at 0x{origin:08x} on the QEMU board; external QSPI/OSPI Flash "
                  f"on a real part, memory-mapped, slower than the internal Flash)"
-                 + ("" if model_bytes <= size else f", which it does not fit either"))
+                 + ("" if model_bytes <= size else ", which it does not fit either"))
     return d
 
 
