@@ -105,6 +105,8 @@ VARIANTS: list[Variant] = (
                rest_convs=True, inplace=True, kernels=("reference",)),
        Variant(name="mbv2_035_144_p9_smallest_stream_rest", model="mbv2_035_144", patches=9, blocks=5,
                halo="smallest", stream=True, rest_convs=True, inplace=True, kernels=("reference",)),
+       Variant(name="mbv2_035_144_p9_all_stream_rest", model="mbv2_035_144", patches=9, blocks=5, halo="all",
+               stream=True, rest_convs=True, inplace=True),
        Variant(name="mbv2_035_96_p2", model="mbv2_035_96", patches=2),
        Variant(name="mbv2_035_96_p3", model="mbv2_035_96", patches=3),
        Variant(name="mbv2_035_96_p6", model="mbv2_035_96", patches=6),
@@ -132,10 +134,12 @@ def make_model(v: Variant, zoo_cache: str | None) -> bytes:
     ops = None if blocks is not None else entry.patch_ops
     s = plan(graph, v.patches, n_blocks=blocks, n_ops=ops)
     caches = select(s, HaloOptions(mode=v.halo), None, "streamed" if v.stream else "counted")
+    # in place: planned for the CMSIS-NN build when it is measured (such a plan holds for both kernel sets)
+    plan_kernels = "cmsis_nn" if "cmsis_nn" in v.kernels else "reference"
     model = rewrite_custom(original, graph, s, v.model, inplace=v.inplace, streamed_input=v.stream,
-                           halo=caches).model
+                           halo=caches, kernels=plan_kernels).model
     if v.rest_convs:
-        model = convs_to_flash(model, v.model, inplace=v.inplace).model
+        model = convs_to_flash(model, v.model, inplace=v.inplace, kernels=plan_kernels).model
     return model
 
 

@@ -141,3 +141,23 @@ def test_live_qemu_count_within_5_percent(elf, source, machine, core, kernels, t
     measured = [g["insns"] for g in regions if g["name"] == "invoke"][0]
     p = latency.predict_instructions(_model_bytes(src_path), core, kernels)
     assert abs(p.instructions / measured - 1) <= TOLERANCE, (measured, p.instructions)
+
+
+def test_function_profile_of_a_live_run(tmp_path):
+    """run_firmware.py --profile: the plugin's per-address counts summed per function (where a kernel's instructions
+    go); the CMSIS-NN build's 1x1 convolutions run arm_nn_mat_mult_nt_t_s8, the largest share of MobileNetV2's."""
+    elf, _, machine, _, _ = LIVE[0]
+    elf_path = _find("tflm_patch_kernels/tflm/" + elf)
+    runner, plugin = _find("tools/qemu/run_firmware.py"), _find("tools/qemu/libinsn_count.so")
+    if not (elf_path and runner and plugin):
+        pytest.skip("the firmware is not built (bazel test //tests:test_latency builds it)")
+    report = tmp_path / "report.json"
+    r = subprocess.run([sys.executable, str(runner), "--elf", str(elf_path), "--machine", machine, "--plugin",
+                        str(plugin), "--report", str(report), "--quiet", "--timeout", "60", "--profile", "5"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-1000:] + r.stderr[-1000:]
+    rep = json.loads(report.read_text())
+    prof = rep["profile"]
+    assert len(prof) == 5 and prof[0]["function"] == "arm_nn_mat_mult_nt_t_s8", prof
+    assert [p["insns"] for p in prof] == sorted((p["insns"] for p in prof), reverse=True)
+    assert sum(p["insns"] for p in prof) <= rep["result"]["insns_total"]

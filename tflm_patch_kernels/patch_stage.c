@@ -218,13 +218,42 @@ static TfmcuStatus tfmcu_run_layer(const TfmcuPreparedStage* prepared, int32_t i
   const int32_t pad_top = tfmcu_span(s, 0, i, l)->pad_before[0];
   const int32_t pad_left = tfmcu_span(s, 1, j, l)->pad_before[0];
   const TfmcuOpInfo* op = tfmcu_op_info(layer->type);
-  if (op->backend_run != NULL) {
-    TfmcuKernelScratch kernel_scratch;
-    kernel_scratch.data = prepared->kernel_scratch_bytes > 0 ? scratch + prepared->kernel_scratch_offset : NULL;
-    kernel_scratch.bytes = (int32_t)prepared->kernel_scratch_bytes;
+  if (op->backend_run == NULL) {
+    return op->run(layer->params, in, pad_top, pad_left, &out);
+  }
+  TfmcuKernelScratch kernel_scratch;
+  kernel_scratch.data = prepared->kernel_scratch_bytes > 0 ? scratch + prepared->kernel_scratch_offset : NULL;
+  kernel_scratch.bytes = (int32_t)prepared->kernel_scratch_bytes;
+  /* A box narrower than its patch buffer (the columns before it come from a halo cache) would cost the backend one
+   * call per row, and CMSIS-NN repeats per call work that grows with the weights (arm_nn_mat_mult_nt_t_s8 sums the
+   * filter rows). The box is computed dense into the buffer instead, then its rows moved into place; the cached
+   * parts of the buffer are restored after the layer runs (tfmcu_run_row_band), so all of it is free now. When the
+   * box ends where the buffer ends (a halo cache fills the beginning), the dense box ends there too and each row
+   * moves back (first row first); else it starts where the box starts and each row moves forward (last row
+   * first, a slower copy). The stage output is written row by row: other patches' rows are there. */
+  const size_t row_bytes = (size_t)out.width * (size_t)out.channels;
+  if (layer->output == s->output_tensor || out.height == 1 || (size_t)out.row_stride == row_bytes) {
     return op->backend_run(layer->params, in, pad_top, pad_left, &out, &kernel_scratch);
   }
-  return op->run(layer->params, in, pad_top, pad_left, &out);
+  const TfmcuBuffer held = tfmcu_buffer(s, i, j, layer->output, NULL, 0, NULL, scratch);
+  int32_t r0, r1;
+  tfmcu_held(s, 0, i, layer->output, &r0, &r1);
+  int8_t* const box_end = out.data + (ptrdiff_t)(out.height - 1) * out.row_stride + (ptrdiff_t)row_bytes;
+  const int at_end = box_end == held.write + (ptrdiff_t)(r1 - r0) * held.row_stride;
+  TfmcuView dense = out;
+  dense.row_stride = (int32_t)row_bytes;
+  if (at_end) {
+    dense.data = box_end - (ptrdiff_t)out.height * (ptrdiff_t)row_bytes;
+  }
+  const TfmcuStatus status = op->backend_run(layer->params, in, pad_top, pad_left, &dense, &kernel_scratch);
+  if (status != kTfmcuOk) {
+    return status;
+  }
+  for (int32_t k = 1; k < out.height; ++k) {
+    const int32_t r = at_end ? k - 1 : out.height - k;  /* rows 0 .. h - 2 moved back, or h - 1 .. 1 forward */
+    memmove(out.data + (ptrdiff_t)r * out.row_stride, dense.data + (ptrdiff_t)r * (ptrdiff_t)row_bytes, row_bytes);
+  }
+  return kTfmcuOk;
 }
 
 /* Copies `rows` rows of `bytes` bytes between two strided boxes. */
@@ -238,21 +267,35 @@ static void tfmcu_copy_box(int8_t* dst, int32_t dst_stride, const int8_t* src, i
   }
 }
 
-/* Before layer l of patch (i, j): fills the beginning of its output's held box from the caches (columns first). */
+/* The row (axis 0) and column (axis 1) halo caches of tensor t, NULL where it has none: one pass over the caches. */
+static void tfmcu_caches_of(const TfmcuStage* s, int32_t t, const TfmcuCache** rows, const TfmcuCache** cols) {
+  *rows = NULL;
+  *cols = NULL;
+  for (int32_t k = 0; k < s->num_caches; ++k) {
+    if (s->caches[k].tensor == t) {
+      *(s->caches[k].axis == 0 ? rows : cols) = &s->caches[k];
+    }
+  }
+}
+
+/* After layer l of patch (i, j) ran: fills the rest of its output's held box from the caches (columns first). */
 static void tfmcu_restore_caches(const TfmcuStage* s, int32_t i, int32_t j, int32_t l, int8_t* scratch) {
   const int32_t t = s->layers[l].output;
+  const TfmcuCache *rows, *cols;
+  tfmcu_caches_of(s, t, &rows, &cols);
+  if ((cols == NULL || j == 0) && (rows == NULL || i == 0)) {
+    return;
+  }
   const TfmcuBuffer buf = tfmcu_buffer(s, i, j, t, NULL, 0, NULL, scratch);
   const int32_t channels = s->tensors[t].channels;
   int32_t r0, r1, c0, c1;
   tfmcu_held(s, 0, i, t, &r0, &r1);
   tfmcu_held(s, 1, j, t, &c0, &c1);
-  const TfmcuCache* cols = tfmcu_find_cache(s, t, 1);
   if (cols != NULL && j > 0) {
     const int32_t n = tfmcu_span(s, 1, j, l)->out_start - c0;
     const int32_t stride = tfmcu_handed_over(s, cols, j - 1) * channels;
     tfmcu_copy_box(buf.write, buf.row_stride, scratch + cols->offset, stride, r1 - r0, n * channels);
   }
-  const TfmcuCache* rows = tfmcu_find_cache(s, t, 0);
   if (rows != NULL && i > 0) {
     int32_t first, unused;
     tfmcu_layer_held(s, 1, 0, l, &first, &unused);
@@ -264,42 +307,71 @@ static void tfmcu_restore_caches(const TfmcuStage* s, int32_t i, int32_t j, int3
   }
 }
 
-/* After layer l of patch (i, j): hands over to the next patch / band what it needs of every cached tensor whose
- * last reader is l. */
+/* Whether no layer after l reads tensor t. */
+static int tfmcu_unread_after(const TfmcuStage* s, int32_t t, int32_t l) {
+  for (int32_t later = l + 1; later < s->num_layers; ++later) {
+    for (int32_t k = 0; k < s->layers[later].num_inputs; ++k) {
+      if (s->layers[later].inputs[k] == t) {
+        return 0;
+      }
+    }
+  }
+  return 1;
+}
+
+/* Hands over to the next patch / band what it needs of cache c (patch (i, j), after the last use of its tensor). */
+static void tfmcu_save_cache(const TfmcuStage* s, const TfmcuCache* c, int32_t i, int32_t j, int8_t* scratch) {
+  const int32_t t = c->tensor;
+  const int32_t producer = s->tensors[t].producer;
+  const int32_t channels = s->tensors[t].channels;
+  const TfmcuBuffer buf = tfmcu_buffer(s, i, j, t, NULL, 0, NULL, scratch);
+  int32_t r0, r1, c0, c1;
+  tfmcu_held(s, 0, i, t, &r0, &r1);
+  tfmcu_held(s, 1, j, t, &c0, &c1);
+  if (c->axis == 1 && j + 1 < s->grid_cols) {
+    const int32_t n = tfmcu_handed_over(s, c, j);
+    int32_t next_start, next_stop;
+    tfmcu_layer_held(s, 1, j + 1, producer, &next_start, &next_stop);
+    tfmcu_copy_box(scratch + c->offset, n * channels, buf.write + (ptrdiff_t)(next_start - c0) * channels,
+                   buf.row_stride, r1 - r0, n * channels);
+  } else if (c->axis == 0 && i + 1 < s->grid_rows) {
+    const int32_t n = tfmcu_handed_over(s, c, i);
+    int32_t next_start, next_stop, first, unused, last_start, last_stop;
+    tfmcu_layer_held(s, 0, i + 1, producer, &next_start, &next_stop);
+    tfmcu_layer_held(s, 1, 0, producer, &first, &unused);
+    tfmcu_layer_held(s, 1, s->grid_cols - 1, producer, &last_start, &last_stop);
+    int32_t stop = c1;
+    if (j + 1 < s->grid_cols) {
+      int32_t right_start, right_stop;
+      tfmcu_layer_held(s, 1, j + 1, producer, &right_start, &right_stop);
+      stop = right_start < c1 ? right_start : c1;  /* the right neighbour saves its own columns */
+    }
+    tfmcu_copy_box(scratch + c->offset + (ptrdiff_t)(c0 - first) * channels, (last_stop - first) * channels,
+                   buf.write + (ptrdiff_t)(next_start - r0) * buf.row_stride, buf.row_stride, n,
+                   (stop - c0) * channels);
+  }
+}
+
+/* After layer l of patch (i, j): saves the caches of every tensor whose last use is l (l produces or reads it and
+ * no later layer reads it): only the tensors l touches are looked up, not every cache for every layer. */
 static void tfmcu_save_caches(const TfmcuStage* s, int32_t i, int32_t j, int32_t l, int8_t* scratch) {
-  for (int32_t k = 0; k < s->num_caches; ++k) {
-    const TfmcuCache* c = &s->caches[k];
-    const int32_t t = c->tensor;
-    if (tfmcu_last_use(s, t) != l) {
+  const TfmcuLayer* layer = &s->layers[l];
+  for (int32_t k = -1; k < layer->num_inputs; ++k) {
+    const int32_t t = k < 0 ? layer->output : layer->inputs[k];
+    int seen = k >= 0 && t == layer->output;
+    for (int32_t before = 0; before < k; ++before) {
+      seen |= layer->inputs[before] == t;
+    }
+    if (seen || !tfmcu_unread_after(s, t, l)) {
       continue;
     }
-    const int32_t producer = s->tensors[t].producer;
-    const int32_t channels = s->tensors[t].channels;
-    const TfmcuBuffer buf = tfmcu_buffer(s, i, j, t, NULL, 0, NULL, scratch);
-    int32_t r0, r1, c0, c1;
-    tfmcu_held(s, 0, i, t, &r0, &r1);
-    tfmcu_held(s, 1, j, t, &c0, &c1);
-    if (c->axis == 1 && j + 1 < s->grid_cols) {
-      const int32_t n = tfmcu_handed_over(s, c, j);
-      int32_t next_start, next_stop;
-      tfmcu_layer_held(s, 1, j + 1, producer, &next_start, &next_stop);
-      tfmcu_copy_box(scratch + c->offset, n * channels, buf.write + (ptrdiff_t)(next_start - c0) * channels,
-                     buf.row_stride, r1 - r0, n * channels);
-    } else if (c->axis == 0 && i + 1 < s->grid_rows) {
-      const int32_t n = tfmcu_handed_over(s, c, i);
-      int32_t next_start, next_stop, first, unused, last_start, last_stop;
-      tfmcu_layer_held(s, 0, i + 1, producer, &next_start, &next_stop);
-      tfmcu_layer_held(s, 1, 0, producer, &first, &unused);
-      tfmcu_layer_held(s, 1, s->grid_cols - 1, producer, &last_start, &last_stop);
-      int32_t stop = c1;
-      if (j + 1 < s->grid_cols) {
-        int32_t right_start, right_stop;
-        tfmcu_layer_held(s, 1, j + 1, producer, &right_start, &right_stop);
-        stop = right_start < c1 ? right_start : c1;  /* the right neighbour saves its own columns */
-      }
-      tfmcu_copy_box(scratch + c->offset + (ptrdiff_t)(c0 - first) * channels, (last_stop - first) * channels,
-                     buf.write + (ptrdiff_t)(next_start - r0) * buf.row_stride, buf.row_stride, n,
-                     (stop - c0) * channels);
+    const TfmcuCache *rows, *cols;
+    tfmcu_caches_of(s, t, &rows, &cols);
+    if (rows != NULL) {
+      tfmcu_save_cache(s, rows, i, j, scratch);
+    }
+    if (cols != NULL) {
+      tfmcu_save_cache(s, cols, i, j, scratch);
     }
   }
 }
@@ -310,14 +382,12 @@ static TfmcuStatus tfmcu_run_row_band(const TfmcuPreparedStage* prepared, int32_
   const TfmcuStage* stage = prepared->stage;
   for (int32_t j = 0; j < stage->grid_cols; ++j) {
     for (int32_t l = 0; l < stage->num_layers; ++l) {
-      if (stage->num_caches > 0) {
-        tfmcu_restore_caches(stage, i, j, l, scratch);
-      }
       const TfmcuStatus status = tfmcu_run_layer(prepared, i, j, l, input, input_row0, output, scratch);
       if (status != kTfmcuOk) {
         return status;
       }
       if (stage->num_caches > 0) {
+        tfmcu_restore_caches(stage, i, j, l, scratch);
         tfmcu_save_caches(stage, i, j, l, scratch);
       }
     }

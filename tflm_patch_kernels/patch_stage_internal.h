@@ -3,22 +3,13 @@
  * macro. See patch_stage.h for the data model (spans, held boxes, halo caches, patch buffers).
  *
  * The helpers are plain `static` functions, as they were when executor and validation were one file, and not
- * `inline` (GCC inlines `inline` ones more eagerly): the executor compiles to the same code as before the split
- * (code size, and the instruction counts the firmware benches measure). Both files call every one of them
- * (-Wunused-function). */
+ * `inline` (GCC inlines `inline` ones more eagerly). Both files call every one of them (-Wunused-function). */
 #ifndef TFMCU_PATCH_KERNELS_PATCH_STAGE_INTERNAL_H_
 #define TFMCU_PATCH_KERNELS_PATCH_STAGE_INTERNAL_H_
 
 #include <stddef.h>
 
 #include "patch_stage.h"
-
-/* tfmcu_last_use stays out of line in the executor, as when the validation's calls kept it so. */
-#if defined(__GNUC__) || defined(__clang__)
-#define TFMCU_OUT_OF_LINE __attribute__((noinline))
-#else
-#define TFMCU_OUT_OF_LINE
-#endif
 
 /* A stage description that fails validation: stores `layer_index` (the offending layer, -1 when the problem is
  * not one layer's) in the caller's `failed_layer` (when not NULL) and returns kTfmcuErrorInvalidStage. */
@@ -70,16 +61,6 @@ static void tfmcu_held(const TfmcuStage* s, int32_t axis, int32_t band, int32_t 
   tfmcu_layer_held(s, axis, band, s->tensors[t].producer, start, stop);
 }
 
-/* The halo cache of tensor t along axis, or NULL. */
-static const TfmcuCache* tfmcu_find_cache(const TfmcuStage* s, int32_t t, int32_t axis) {
-  for (int32_t k = 0; k < s->num_caches; ++k) {
-    if (s->caches[k].tensor == t && s->caches[k].axis == axis) {
-      return &s->caches[k];
-    }
-  }
-  return NULL;
-}
-
 /* Elements along the cache's axis that band b hands to band b + 1 (0 if their held ranges do not overlap). */
 static int32_t tfmcu_handed_over(const TfmcuStage* s, const TfmcuCache* c, int32_t b) {
   const int32_t producer = s->tensors[c->tensor].producer;
@@ -87,19 +68,6 @@ static int32_t tfmcu_handed_over(const TfmcuStage* s, const TfmcuCache* c, int32
   tfmcu_layer_held(s, c->axis, b, producer, &start, &stop);
   tfmcu_layer_held(s, c->axis, b + 1, producer, &next_start, &next_stop);
   return stop > next_start ? stop - next_start : 0;
-}
-
-/* Last layer reading tensor t (its producer if none does). */
-TFMCU_OUT_OF_LINE static int32_t tfmcu_last_use(const TfmcuStage* s, int32_t t) {
-  int32_t last = s->tensors[t].producer;
-  for (int32_t l = 0; l < s->num_layers; ++l) {
-    for (int32_t k = 0; k < s->layers[l].num_inputs; ++k) {
-      if (s->layers[l].inputs[k] == t && l > last) {
-        last = l;
-      }
-    }
-  }
-  return last;
 }
 
 #endif  /* TFMCU_PATCH_KERNELS_PATCH_STAGE_INTERNAL_H_ */

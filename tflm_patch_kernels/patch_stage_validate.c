@@ -4,6 +4,29 @@
 
 /* ------------------------------------------------------------------------------------------ scratch geometry */
 
+/* The halo cache of tensor t along axis, or NULL. */
+static const TfmcuCache* tfmcu_find_cache(const TfmcuStage* s, int32_t t, int32_t axis) {
+  for (int32_t k = 0; k < s->num_caches; ++k) {
+    if (s->caches[k].tensor == t && s->caches[k].axis == axis) {
+      return &s->caches[k];
+    }
+  }
+  return NULL;
+}
+
+/* Last layer reading tensor t (its producer if none does). */
+static int32_t tfmcu_last_use(const TfmcuStage* s, int32_t t) {
+  int32_t last = s->tensors[t].producer;
+  for (int32_t l = 0; l < s->num_layers; ++l) {
+    for (int32_t k = 0; k < s->layers[l].num_inputs; ++k) {
+      if (s->layers[l].inputs[k] == t && l > last) {
+        last = l;
+      }
+    }
+  }
+  return last;
+}
+
 /* Bytes of a halo cache (see patch_stage.h). */
 static int64_t tfmcu_cache_bytes(const TfmcuStage* s, const TfmcuCache* c) {
   const int32_t producer = s->tensors[c->tensor].producer;

@@ -2,6 +2,7 @@
 #include "cmsis_nn/cmsis_nn_backend.h"
 
 #include "arm_nnfunctions.h"
+#include "arm_nnsupportfunctions.h"
 #include "conv2d.h"
 
 /* What CMSIS-NN runs like the portable kernel: see cmsis_nn_backend.h. */
@@ -46,6 +47,17 @@ static arm_cmsis_nn_status tfmcu_conv2d_cmsis_nn_call(const void* args, const cm
                                                       int32_t pad_top, const cmsis_nn_dims* out_dims,
                                                       int8_t* out) {
   const TfmcuConvCall* a = (const TfmcuConvCall*)args;
+  if (a->p->kernel_h == 1 && a->p->kernel_w == 1 && pad_top == 0 && a->pad_left == 0 && out_dims->h == 1 &&
+      out_dims->w == 1) {
+    /* One output pixel of a 1x1 convolution (a classifier run as one): the vector-matrix product TFLM's
+     * FULLY_CONNECTED calls. arm_convolve_1x1_s8_fast's arm_nn_mat_mult_nt_t_s8 would first sum every filter row
+     * for the input offset, once per call; this adds the offset to the one input pixel instead. Same integer
+     * arithmetic, same requantization, and the same order of reads and writes (per pair of output channels the
+     * whole input pixel, then those two outputs), so the in-place distances of the 1x1 path hold. */
+    return arm_nn_vec_mat_mult_t_per_ch_s8(in, a->p->filter, NULL, a->p->bias, out, a->p->input_offset,
+                                           a->p->output_offset, a->p->output_multiplier, a->p->output_shift,
+                                           in_dims->c, out_dims->c, a->p->act_min, a->p->act_max, 1, 0);
+  }
   const cmsis_nn_conv_params c = tfmcu_conv2d_cmsis_nn_params(a->p, pad_top, a->pad_left);
   cmsis_nn_per_channel_quant_params quant;
   quant.multiplier = (int32_t*)a->p->output_multiplier;  /* CMSIS-NN only reads them */

@@ -199,6 +199,54 @@ static const int8_t k_conv_k3_dilation2_groups2_expected[252] = {
   -41, -57, -128, -128, -128, -87, -128, -71, -128, -128, -128, -128
 };
 
+/* conv_k1_one_pixel: CONV_2D (1, 1) stride (1, 1) dilation (1, 1) padding (0, 0, 0, 0) activation relu */
+static const int8_t k_conv_k1_one_pixel_filter[242] = {
+  55, -97, -3, -44, -95, 123, 115, -83, -64, -6, -71, -110, -127, -124, 60, 12, -19, -90, 74, -126, -34, 84, -47, 71,
+  37, -15, 63, -74, -114, 16, -108, 47, -7, 67, 113, 60, -127, 94, 89, 62, 86, -95, 122, -83, 24, 81, -66, 43,
+  -123, 27, 24, -15, 75, -106, -117, 26, 69, 80, -26, 109, -91, -127, 22, 31, 29, 78, 86, -112, -124, -64, 76, 13,
+  -67, 82, 56, -83, 104, 96, 37, 31, 103, 40, 127, 5, -43, -107, -127, 2, -83, 108, -101, -123, -12, 97, 113, 35,
+  -127, -11, -58, 49, 126, 123, -38, -9, 55, -114, 73, -111, 120, -89, 79, -99, -26, 1, 24, -11, 32, 111, 20, 127,
+  -36, 102, -73, 47, -72, -42, -77, 93, 29, -115, -95, 89, 107, -41, -69, -42, 63, -5, -75, 87, 18, 43, 61, 125,
+  72, -68, -127, -54, -5, -90, -114, -97, 7, -114, 32, -127, 91, -31, -4, -87, -27, -94, -77, 106, 53, 17, 38, -117,
+  25, 27, -73, 22, 118, -95, -92, -114, 58, 83, 120, 85, 120, -34, 83, -79, 74, 49, -86, 63, 69, 50, 127, 51,
+  -93, -21, 63, 80, 62, -86, 120, 106, 21, -99, 40, 65, 102, 35, -121, 127, 55, 100, -5, -26, -89, -69, -64, 27,
+  32, 123, 120, -66, -78, -104, 127, 80, 87, 106, 58, -116, 102, -19, -114, -110, 114, 56, -61, 27, 58, 66, 109, -101,
+  -93, 49
+};
+static const int32_t k_conv_k1_one_pixel_bias[11] = {
+  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+};
+static const int32_t k_conv_k1_one_pixel_output_multiplier[11] = {
+  1113625513, 1086531627, 1113372489, 1096301869, 1111115091, 2130915818, 1106117003, 1078435722, 2134890201, 1107861388, 1097743074
+};
+static const int32_t k_conv_k1_one_pixel_output_shift[11] = {
+  -7, -7, -7, -7, -7, -8, -7, -7, -8, -7, -7
+};
+static const TfmcuConvParams k_conv_k1_one_pixel_params = {
+  .filter = k_conv_k1_one_pixel_filter,
+  .bias = k_conv_k1_one_pixel_bias,
+  .output_multiplier = k_conv_k1_one_pixel_output_multiplier,
+  .output_shift = k_conv_k1_one_pixel_output_shift,
+  .kernel_h = 1,
+  .kernel_w = 1,
+  .stride_h = 1,
+  .stride_w = 1,
+  .dilation_h = 1,
+  .dilation_w = 1,
+  .groups = 1,
+  .input_offset = 0,
+  .output_offset = -128,
+  .act_min = -128,
+  .act_max = 127
+};
+static const int8_t k_conv_k1_one_pixel_input[22] = {
+  79, -107, -83, -68, -82, 77, 94, 21, -118, -104, -43, -18, 31, -6, -61, -88, 49, 60, -120, -99,
+  -13, -28
+};
+static const int8_t k_conv_k1_one_pixel_expected[11] = {
+  54, -128, -128, 9, 40, -52, 13, -128, -128, -102, -128
+};
+
 /* depthwise_k3_multiplier2_relu: DEPTHWISE_CONV_2D (3, 3) stride (1, 1) dilation (1, 1) padding (1, 1, 1, 1) activation relu */
 static const int8_t k_depthwise_k3_multiplier2_relu_filter[72] = {
   127, -39, 4, -17, 46, 30, 67, -127, 112, 16, 38, 117, 95, -127, -70, -16, -110, -36, -38, -127, -55, 85, 126, -76,
@@ -477,10 +525,11 @@ static const int8_t k_quantize_expected[60] = {
   84, 40, 46, 81, -19, 65, 96, -102, 89, -28, -6, -91, 50, -54, 94, -58, 15, -26, 28, -78
 };
 
-static const TfmcuGoldenKernelCase kGoldenKernelCases[11] = {
+static const TfmcuGoldenKernelCase kGoldenKernelCases[12] = {
   {"conv_k3_s2_same_relu6", 1, &k_conv_k3_s2_same_relu6_params, k_conv_k3_s2_same_relu6_input, NULL, 7, 6, 4, 4, 3, 8, 1, 0, k_conv_k3_s2_same_relu6_expected},
   {"conv_k5_s1_valid_per_tensor", 1, &k_conv_k5_s1_valid_per_tensor_params, k_conv_k5_s1_valid_per_tensor_input, NULL, 7, 6, 4, 3, 2, 4, 0, 0, k_conv_k5_s1_valid_per_tensor_expected},
   {"conv_k3_dilation2_groups2", 1, &k_conv_k3_dilation2_groups2_params, k_conv_k3_dilation2_groups2_input, NULL, 7, 6, 4, 7, 6, 6, 2, 2, k_conv_k3_dilation2_groups2_expected},
+  {"conv_k1_one_pixel", 1, &k_conv_k1_one_pixel_params, k_conv_k1_one_pixel_input, NULL, 1, 1, 22, 1, 1, 11, 0, 0, k_conv_k1_one_pixel_expected},
   {"depthwise_k3_multiplier2_relu", 2, &k_depthwise_k3_multiplier2_relu_params, k_depthwise_k3_multiplier2_relu_input, NULL, 7, 6, 4, 7, 6, 8, 1, 1, k_depthwise_k3_multiplier2_relu_expected},
   {"depthwise_k5_s2_per_tensor", 2, &k_depthwise_k5_s2_per_tensor_params, k_depthwise_k5_s2_per_tensor_input, NULL, 7, 6, 4, 4, 3, 4, 2, 1, k_depthwise_k5_s2_per_tensor_expected},
   {"add_scales_relu", 3, &k_add_scales_relu_params, k_add_scales_relu_input, k_add_scales_relu_input2, 5, 6, 6, 5, 6, 6, 0, 0, k_add_scales_relu_expected},

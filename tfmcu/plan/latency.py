@@ -44,7 +44,8 @@ CORES = ("cortex-m4", "cortex-m7")
 KERNELS = ("cmsis_nn", "reference")
 
 # The features of one kernel call (a builtin op, or one layer on one patch), in the coefficient rows' order.
-FEATURES = ("macs", "vmacs", "col", "inner", "vinner", "out", "pix", "rows", "inp", "calls")
+# wts: filter elements times the kernel calls (CMSIS-NN's 1x1 path sums every filter row once per call).
+FEATURES = ("macs", "vmacs", "col", "inner", "vinner", "out", "pix", "rows", "inp", "calls", "wts")
 # The stage's own terms: per kind of layer the summed predicted cost of its calls, and the executor's overheads.
 STAGE_KINDS = ("conv", "dw", "other")
 # Ops whose cost is arithmetic over windows (their own rows only); the rest also price ops never measured.
@@ -91,10 +92,10 @@ def _taps(size: int, pad: int, k: int, s: int, d: int, out: int) -> int:
 
 
 def _call(macs: float, inner: float, out: float, pix: float, rows: float, inp: float, col: float = 0.0,
-          vmacs: float | None = None, vinner: float | None = None) -> dict[str, float]:
+          vmacs: float | None = None, vinner: float | None = None, wts: float = 0.0) -> dict[str, float]:
     return {"macs": macs, "vmacs": macs if vmacs is None else vmacs, "col": col, "inner": inner,
             "vinner": inner if vinner is None else vinner, "out": out, "pix": pix, "rows": rows, "inp": inp,
-            "calls": 1.0}
+            "calls": 1.0, "wts": wts}
 
 
 def _conv_path(kernels: str, kh: int, kw: int, sh: int, sw: int, pad: tuple[int, int], dil: tuple[int, int],
@@ -143,13 +144,13 @@ def _builtin(m: ts.ModelT, op: ts.OperatorT, name: str) -> dict[str, Any]:
         taps = _taps(i0[1], pad[0], kh, sh, dh, o[1]) * _taps(i0[2], pad[1], kw, sw, dwl, o[2])
         per_tap = 1 if dw else w[3]
         f.update(_call(out * k, out * kh * kw, out, pix, rows, inp, col=0.0 if dw else pix * k,
-                       vmacs=float(taps * cout * per_tap), vinner=float(taps * cout)))
+                       vmacs=float(taps * cout * per_tap), vinner=float(taps * cout), wts=float(k * cout)))
         f["geometry"] = {"kernel": [kh, kw], "stride": [sh, sw], "pad": list(pad), "dilation": [dh, dwl],
                          "in_h": i0[1], "depthwise": dw, "mult": mult, "cin": cin}
         return f
     if name == "FULLY_CONNECTED":
         w = shape(ins[1])
-        f.update(_call(out * w[-1], out * w[-1], out, 1.0, 1.0, inp))
+        f.update(_call(out * w[-1], out * w[-1], out, 1.0, 1.0, inp, wts=out * w[-1]))
         return f
     if name in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
         k = int(opts.filterHeight) * int(opts.filterWidth)
@@ -182,6 +183,19 @@ def _stage(m: ts.ModelT, op: ts.OperatorT) -> dict[str, Any]:
     if int(o.get("num_caches", 0) or 0) > 0:
         held = (_table(m, op, o["row_held"]).reshape(grid_r, n_layers, 2),
                 _table(m, op, o["col_held"]).reshape(grid_c, n_layers, 2))
+    producers = {int(t): li for li, t in enumerate(o["layer_outputs"])}
+    t_in, t_out = int(o["input_tensor"]), int(o["output_tensor"])
+    col_offs = (offs["out_start"], offs["out_stop"])
+
+    def held_cols(t: int, j: int) -> int:
+        """Columns of tensor t's buffer in column band j (patch_stage.c's tfmcu_held)."""
+        if t in (t_in, t_out):
+            return tensors[t][1]
+        if held is not None:
+            return int(held[1][j, producers[t], 1] - held[1][j, producers[t], 0])
+        span = col_spans[j, producers[t]]
+        return int(span[col_offs[1]] - span[col_offs[0]])
+
     layer_feats = []
     cache_bytes = 0.0
     calls = rows_total = 0.0
@@ -233,10 +247,26 @@ def _stage(m: ts.ModelT, op: ts.OperatorT) -> dict[str, Any]:
                         "dilation": [int(p["dilation_h"]), int(p["dilation_w"])], "in_h": in_ts[0][0],
                         "depthwise": code == abi.OP_DEPTHWISE, "mult": int(p.get("depth_multiplier", 1) or 1),
                         "cin": cin}
+            # every call one output pixel of a 1x1 convolution (a classifier run as one): the CMSIS-NN backend
+            # calls the vector-matrix product TFLM's FULLY_CONNECTED calls (conv2d_cmsis_nn.c)
+            geometry["vector"] = (code == abi.OP_CONV and (kh, kw) == (1, 1) and max(pad) == 0 and n_calls > 0
+                                  and pix == n_calls)
         col = pix * kh * kw * cin / (int(p.get("groups", 1)) or 1) if code == abi.OP_CONV else 0.0
+        # The CMSIS-NN backend's calls (patch_stage.c, cmsis_nn/window_rows.c): one per patch, or one per output row
+        # where its input box is narrower than its buffer, or it writes part of the stage output's rows.
+        t_first = int(o["layer_inputs"][li][0])
+        kernel_calls = 0.0
+        for i in range(grid_r):
+            for j in range(grid_c):
+                if live[i, j]:
+                    per_row = ((r_in[i] > 1 and c_in[j] != held_cols(t_first, j))
+                               or (int(o["layer_outputs"][li]) == t_out and r_out[i] > 1 and c_out[j] != out_t[1]))
+                    kernel_calls += float(r_out[i]) if per_row else 1.0
+        weights = (kh * kw * (1 if code == abi.OP_DEPTHWISE else cin / (int(p.get("groups", 1)) or 1)) * cout
+                   if code in (abi.OP_CONV, abi.OP_DEPTHWISE) else 0.0)
         feats = {"type": name, "geometry": geometry, "macs": macs, "vmacs": macs if vmacs is None else vmacs,
                  "col": col, "inner": inner, "vinner": inner if vinner is None else vinner, "out": out,
-                 "pix": pix, "rows": rows, "inp": inp, "calls": n_calls}
+                 "pix": pix, "rows": rows, "inp": inp, "calls": n_calls, "wts": weights * kernel_calls}
         layer_feats.append(feats)
         calls += n_calls
         rows_total += rows
@@ -276,6 +306,8 @@ def path_of(f: dict[str, Any], kernels: str) -> str:
     g = f.get("geometry")
     if g is None:
         return f["type"]
+    if kernels == "cmsis_nn" and g.get("vector"):
+        return "FULLY_CONNECTED"
     p = _conv_path(kernels, g["kernel"][0], g["kernel"][1], g["stride"][0], g["stride"][1], tuple(g["pad"]),
                    tuple(g["dilation"]), g["depthwise"], g["mult"])
     return f"{f['type']}:{p}"
@@ -297,7 +329,10 @@ def stage_terms(f: dict[str, Any], coef: dict[str, Any], kernels: str) -> dict[s
     """A stage op's terms (``STAGE_TERMS``): its layers' calls priced by the builtin rows, summed per kind."""
     terms = {t: 0.0 for t in STAGE_TERMS}
     for lf in f["layers"]:
-        terms[f"cost_{_kind(lf)}"] += _row_cost(coef, path_of(lf, kernels), lf)
+        row = path_of(lf, kernels)
+        if row == "FULLY_CONNECTED":  # the features FULLY_CONNECTED's row is fitted on (_builtin)
+            lf = {**lf, "inner": lf["macs"], "vinner": lf["macs"], "col": 0.0}
+        terms[f"cost_{_kind(lf)}"] += _row_cost(coef, row, lf)
     for t in ("calls", "rows", "patches", "cache_bytes", "stream_bytes"):
         terms[t] = float(f[t])
     return terms

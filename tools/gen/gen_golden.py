@@ -85,6 +85,9 @@ def kernel_cases() -> list[tuple[str, Any, dict[str, Any], str]]:
         ("conv_k3_dilation2_groups2", model("c3", (7, 6, 4), lambda x: L.Conv2D(6, 3, 1, "same", groups=2,
                                                                                 activation="relu")(x)),
          {"dilate": True}, "CONV_2D"),
+        # one output pixel: the CMSIS-NN backend's vector-matrix path (odd output channels, input channels not a
+        # multiple of 4: both leftover loops)
+        ("conv_k1_one_pixel", model("c4", (1, 1, 22), lambda x: L.Conv2D(11, 1, activation="relu")(x)), {}, "CONV_2D"),
         ("depthwise_k3_multiplier2_relu", model("d1", (7, 6, 4), lambda x: L.DepthwiseConv2D(
             3, 1, "same", depth_multiplier=2, activation="relu")(x)), {}, "DEPTHWISE_CONV_2D"),
         ("depthwise_k5_s2_per_tensor", model("d2", (7, 6, 4), lambda x: L.DepthwiseConv2D(5, 2, "same")(x)),

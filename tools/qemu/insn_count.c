@@ -14,6 +14,9 @@
  *   INSN_COUNT {"total": N, "range_total": N, "regions": [{"insns": N, "range_insns": N}, ...], "open": K}
  * to PATH (or QEMU's log, which needs `-d plugin`). Thumb symbol addresses may be passed as they are: bit 0
  * is ignored. Single vCPU only (the Cortex-M boards have one).
+ *
+ * With `profile=PATH` the plugin also counts every instruction address's executions and writes one line
+ * "0xADDR COUNT" per executed address to PATH at exit (tools/qemu/profile.py sums them per function).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -37,6 +40,31 @@ static uint64_t g_total;       /* every executed instruction */
 static uint64_t g_range_total; /* those in [g_lo, g_hi) */
 static uint64_t g_begin = UINT64_MAX, g_end = UINT64_MAX, g_lo = 1, g_hi = 0;
 static const char *g_out_path;
+
+/* profile=PATH: an open-addressing table of per-address counters (entries never move: the inline adds keep
+ * pointers into it). */
+#define PROFILE_SLOTS (1u << 18)
+typedef struct {
+    uint64_t pc; /* 0: free */
+    uint64_t count;
+} ProfileSlot;
+static ProfileSlot *g_profile;
+static const char *g_profile_path;
+static size_t g_profile_full; /* addresses that found no free slot (not profiled) */
+
+static uint64_t *profile_counter(uint64_t pc) {
+    uint64_t key = pc | 1; /* never 0 */
+    size_t h = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 40) & (PROFILE_SLOTS - 1);
+    for (size_t n = 0; n < PROFILE_SLOTS; n++, h = (h + 1) & (PROFILE_SLOTS - 1)) {
+        if (g_profile[h].pc == key) return &g_profile[h].count;
+        if (g_profile[h].pc == 0) {
+            g_profile[h].pc = key;
+            return &g_profile[h].count;
+        }
+    }
+    g_profile_full++;
+    return NULL;
+}
 
 static Region g_regions[MAX_REGIONS];
 static size_t g_n_regions;
@@ -99,6 +127,12 @@ static void on_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb) {
         if (pc >= g_lo && pc < g_hi) {
             qemu_plugin_register_vcpu_insn_exec_inline(insn, QEMU_PLUGIN_INLINE_ADD_U64, &g_range_total, 1);
         }
+        if (g_profile != NULL) {
+            uint64_t *counter = profile_counter(pc);
+            if (counter != NULL) {
+                qemu_plugin_register_vcpu_insn_exec_inline(insn, QEMU_PLUGIN_INLINE_ADD_U64, counter, 1);
+            }
+        }
     }
 }
 
@@ -130,6 +164,20 @@ static void on_exit(qemu_plugin_id_t id, void *udata) {
         qemu_plugin_outs(buf);
     }
     free(buf);
+    if (g_profile != NULL) {
+        FILE *f = fopen(g_profile_path, "w");
+        if (f == NULL) {
+            fprintf(stderr, "insn_count: cannot write %s\n", g_profile_path);
+            return;
+        }
+        for (size_t i = 0; i < PROFILE_SLOTS; i++) {
+            if (g_profile[i].pc != 0 && g_profile[i].count != 0) {
+                fprintf(f, "0x%" PRIx64 " %" PRIu64 "\n", g_profile[i].pc & ~(uint64_t)1, g_profile[i].count);
+            }
+        }
+        if (g_profile_full) fprintf(stderr, "insn_count: %zu addresses not profiled (table full)\n", g_profile_full);
+        fclose(f);
+    }
 }
 
 static int parse_u64(const char *s, uint64_t *out) {
@@ -158,17 +206,26 @@ TFMCU_QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu
             g_hi &= ~(uint64_t)1;
         } else if (strncmp(a, "out=", 4) == 0) {
             g_out_path = a + 4;
+        } else if (strncmp(a, "profile=", 8) == 0) {
+            g_profile_path = a + 8;
         } else {
             goto bad;
         }
         continue;
     bad:
-        fprintf(stderr, "insn_count: bad argument '%s' (want begin=ADDR end=ADDR range=LO:HI out=PATH)\n", a);
+        fprintf(stderr, "insn_count: bad argument '%s' (want begin=ADDR end=ADDR range=LO:HI out=PATH profile=PATH)\n", a);
         return -1;
     }
     if (g_begin == g_end && g_begin != UINT64_MAX) {
         fprintf(stderr, "insn_count: begin and end are the same address\n");
         return -1;
+    }
+    if (g_profile_path != NULL) {
+        g_profile = calloc(PROFILE_SLOTS, sizeof(ProfileSlot));
+        if (g_profile == NULL) {
+            fprintf(stderr, "insn_count: no memory for the profile table\n");
+            return -1;
+        }
     }
     qemu_plugin_register_vcpu_tb_trans_cb(id, on_tb_trans);
     qemu_plugin_register_atexit_cb(id, on_exit, NULL);

@@ -2,7 +2,8 @@
 """Runs a firmware ELF under qemu-system-arm and reports what it measured.
 
 usage: run_firmware.py --elf FW.elf --machine mps2-an386 [--plugin libinsn_count.so] [--expect EXPECT.json]
-                       [--range LO:HI | --range-symbol FUNC] [--timeout 120] [--report OUT.json] [--quiet]
+                       [--range LO:HI | --range-symbol FUNC] [--profile TOP] [--timeout 120] [--report OUT.json]
+                       [--quiet]
 
 - Sizes: .text/.rodata/.data/.bss/.stack of the ELF (arm-none-eabi-size -A).
 - Runs `qemu-system-arm -M MACHINE -icount shift=0 -semihosting ...` with a wall-clock timeout; the
@@ -13,6 +14,9 @@ usage: run_firmware.py --elf FW.elf --machine mps2-an386 [--plugin libinsn_count
   tfmcu_cost_begin / tfmcu_cost_end markers and its regions are matched, in order, to the regions the
   firmware names in its result line; each gets "insns" (and "range_insns": those inside --range or the function
   --range-symbol). The timer must agree (insns ~ TICK_INSNS x ticks).
+- --profile N (with --plugin): instructions per function over the whole run (the plugin's per-address counts
+  summed over `nm -S` symbols), the N largest in the report's "profile" and printed; for finding where a
+  kernel's instructions go, not a measure of one Invoke.
 - Parses the firmware's one `TFMCU_RESULT {json}` line (tflm_patch_kernels/firmware/harness.h).
 - --expect: a JSON file {"expect": {key: value, ...}} (e.g. a checksum computed on the host); every key
   must be in the result with exactly that value. With "expect_failure": "TEXT" next to "expect", the run must
@@ -28,6 +32,7 @@ non-zero status).
 Standard library only: it runs with any python3 (Bazel's sh_test uses /usr/bin/python3).
 """
 import argparse
+import bisect
 import json
 import os
 import re
@@ -94,6 +99,27 @@ def symbol_range(elf, nm_tool, name):
     raise SystemExit("run_firmware: no sized symbol %s in %s" % (name, elf))
 
 
+def function_profile(elf, nm_tool, profile_text, top):
+    """[(function, instructions)], largest first: the plugin's per-address counts summed per sized symbol."""
+    out = subprocess.run([nm_tool, "-S", "--defined-only", elf], check=True, capture_output=True, text=True).stdout
+    spans = []
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[2] in "tTwW":
+            lo = int(parts[0], 16) & ~1
+            spans.append((lo, lo + int(parts[1], 16), parts[3]))
+    spans.sort()
+    los = [s[0] for s in spans]
+    totals = {}
+    for line in profile_text.splitlines():
+        pc, count = line.split()
+        pc = int(pc, 16)
+        k = bisect.bisect_right(los, pc) - 1
+        name = spans[k][2] if k >= 0 and pc < spans[k][1] else "?"
+        totals[name] = totals.get(name, 0) + int(count)
+    return sorted(totals.items(), key=lambda kv: -kv[1])[:top]
+
+
 def run_qemu(args, plugin_out):
     cmd = [
         _tool("qemu-system-arm", args.qemu),
@@ -112,6 +138,8 @@ def run_qemu(args, plugin_out):
             args.range = symbol_range(args.elf, _tool("arm-none-eabi-nm", args.nm), args.range_symbol)
         if args.range:
             popts.append("range=" + args.range)
+        if args.profile:
+            popts.append("profile=" + plugin_out + ".profile")
         cmd += ["-plugin", ",".join([os.path.abspath(args.plugin)] + popts)]
     cmd += ["-kernel", args.elf]
     try:
@@ -140,6 +168,7 @@ def main(argv=None):
     ap.add_argument("--plugin", help="the insn_count QEMU plugin (.so)")
     ap.add_argument("--range", help="LO:HI addresses whose instructions the plugin counts separately")
     ap.add_argument("--range-symbol", help="the same for one function, e.g. tfmcu_conv2d_s8")
+    ap.add_argument("--profile", type=int, default=0, help="with --plugin: the N functions that ran most instructions")
     ap.add_argument("--expect", help='JSON file {"expect": {key: value}}')
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds (wall clock)")
     ap.add_argument("--report", help="write the report JSON here")
@@ -161,6 +190,10 @@ def main(argv=None):
         plugin_out = os.path.join(tmp, "insn_count.txt")
         rc, output, cmd = run_qemu(args, plugin_out)
         plugin_text = open(plugin_out).read() if os.path.exists(plugin_out) else ""
+        profile = None
+        if args.plugin and args.profile and os.path.exists(plugin_out + ".profile"):
+            with open(plugin_out + ".profile") as f:
+                profile = function_profile(args.elf, _tool("arm-none-eabi-nm", args.nm), f.read(), args.profile)
 
     if not args.quiet:
         sys.stdout.write(output if output.endswith("\n") or not output else output + "\n")
@@ -231,6 +264,10 @@ def main(argv=None):
         "result": result,
         "problems": problems,
     }
+    if profile is not None:
+        report["profile"] = [{"function": name, "insns": n} for name, n in profile]
+        for name, n in profile:
+            print("%14d  %s" % (n, name))
     _print_summary(report)
     print("TFMCU_REPORT " + json.dumps(report, sort_keys=True))
     for path in filter(None, [args.report, os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR")]):
