@@ -74,37 +74,45 @@ class SceneConfig:
                 f"seed {self.seed}")
 
 
-def parse_name(name: str) -> SceneConfig | None:
-    """The SceneConfig a data-set name asks for (None: not a scenes name); see the module docstring."""
-    head, _, rest = name.partition(":")
-    if head.lower() != "scenes":
+def parse_options(name: str, head: str, defaults: Any, error: type[TfmcuError] = SceneError) -> Any | None:
+    """``defaults`` (a frozen config dataclass with a ``validate()``) with the options of a ``head:key=value,...``
+    name applied and validated (None: ``name`` is not a ``head`` name). A field's annotation says how its value
+    parses: ``str``, ``int``, ``float``, or ``tuple[int, int]`` (a range ``lo-hi``, or one number for both). Unknown
+    keys and bad values are one-line ``error``s."""
+    first, _, rest = name.partition(":")
+    if first.lower() != head:
         return None
-    types = {f.name: f.type for f in fields(SceneConfig)}
+    types = {f.name: f.type for f in fields(defaults)}
     values: dict[str, Any] = {}
     for item in filter(None, rest.split(",")):
         key, eq, value = item.partition("=")
         key = key.strip()
         if not eq or key not in types:
-            raise SceneError(f"--dataset={name}: '{item}' is not key=value with a key among "
-                                     f"{', '.join(types)}")
+            raise error(f"--dataset={name}: '{item}' is not key=value with a key among {', '.join(types)}")
+        kind = types[key]
         try:
-            if key == "source":
+            if kind == "str":
                 values[key] = value.strip()
-            elif key in ("object_px", "distractors"):
+            elif kind == "tuple[int, int]":
                 lo, _, hi = value.partition("-")
                 values[key] = (int(lo), int(hi or lo))
-            elif key in ("noise", "clutter"):
+            elif kind == "float":
                 values[key] = float(value)
             else:
                 values[key] = int(value)
         except ValueError:
-            raise SceneError(f"--dataset={name}: {key}={value} is not a number"
-                                     f"{' range (lo-hi)' if key in ('object_px', 'distractors') else ''}") from None
-    return replace(SceneConfig(), **values).validate()
+            raise error(f"--dataset={name}: {key}={value} is not a number"
+                        f"{' range (lo-hi)' if kind == 'tuple[int, int]' else ''}") from None
+    return replace(defaults, **values).validate()
+
+
+def parse_name(name: str) -> SceneConfig | None:
+    """The SceneConfig a data-set name asks for (None: not a scenes name); see the module docstring."""
+    return parse_options(name, "scenes", SceneConfig())
 
 
 # ============================================================================= rendering
-def _resize(img: np.ndarray, h: int, w: int) -> np.ndarray:
+def resize(img: np.ndarray, h: int, w: int) -> np.ndarray:
     """Bilinear resize of a 2-D float image (align corners off, like PIL / TF's half-pixel centres)."""
     ih, iw = img.shape
     ys = np.clip((np.arange(h) + 0.5) * ih / h - 0.5, 0, ih - 1)
@@ -117,30 +125,42 @@ def _resize(img: np.ndarray, h: int, w: int) -> np.ndarray:
     return top * (1 - wy) + bottom * wy
 
 
-def _paste(canvas: np.ndarray, patch: np.ndarray, y: int, x: int) -> None:
+def paste(canvas: np.ndarray, patch: np.ndarray, y: int, x: int) -> None:
+    """``patch`` onto ``canvas`` at row ``y``, column ``x`` (in place, the brighter pixel wins; the patch must fit)."""
     h, w = patch.shape
     region = canvas[y:y + h, x:x + w]
     np.maximum(region, patch, out=region)
 
 
-def render(config: SceneConfig, pool: np.ndarray, index: int, rng: np.random.Generator) -> np.ndarray:
-    """One scene (float32 canvas, 0..255) with ``pool[index]`` (a 28x28 uint8 image) as its object."""
-    c = config.canvas
-    coarse = rng.random((6, 6)) * config.clutter
-    canvas = _resize(coarse, c, c) + rng.normal(0.0, config.noise, (c, c))
+def cluttered_canvas(side: int, clutter: float, noise: float, distractors: tuple[int, int],
+                     fragment_px: tuple[int, int], pool: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A ``side`` x ``side`` float32 canvas (0..255) of clutter: a smooth random background (peak ``clutter``),
+    Gaussian pixel noise (std ``noise``) and ``distractors`` (lo, hi) fragments: crops of random ``pool`` images
+    (28x28 uint8), scaled as if their image were ``fragment_px`` (lo, hi) px on a side, dimmed to 0.5-0.9."""
+    c = side
+    coarse = rng.random((6, 6)) * clutter
+    canvas = resize(coarse, c, c) + rng.normal(0.0, noise, (c, c))
     canvas = np.clip(canvas, 0, 255).astype(np.float32)
-    lo, hi = config.object_px
-    for _ in range(int(rng.integers(config.distractors[0], config.distractors[1] + 1))):
+    lo, hi = fragment_px
+    for _ in range(int(rng.integers(distractors[0], distractors[1] + 1))):
         other = pool[int(rng.integers(len(pool)))].astype(np.float32)
         fh, fw = int(rng.integers(8, 17)), int(rng.integers(8, 17))  # a part of another image (<= 16 of 28 px)
         fy, fx = int(rng.integers(0, 28 - fh + 1)), int(rng.integers(0, 28 - fw + 1))
         scale = float(rng.integers(lo, hi + 1)) / 28.0
-        frag = _resize(other[fy:fy + fh, fx:fx + fw], max(2, round(fh * scale)), max(2, round(fw * scale)))
+        frag = resize(other[fy:fy + fh, fx:fx + fw], max(2, round(fh * scale)), max(2, round(fw * scale)))
         frag *= float(rng.uniform(0.5, 0.9))
-        _paste(canvas, frag, int(rng.integers(0, c - frag.shape[0] + 1)), int(rng.integers(0, c - frag.shape[1] + 1)))
+        paste(canvas, frag, int(rng.integers(0, c - frag.shape[0] + 1)), int(rng.integers(0, c - frag.shape[1] + 1)))
+    return canvas
+
+
+def render(config: SceneConfig, pool: np.ndarray, index: int, rng: np.random.Generator) -> np.ndarray:
+    """One scene (float32 canvas, 0..255) with ``pool[index]`` (a 28x28 uint8 image) as its object."""
+    c = config.canvas
+    canvas = cluttered_canvas(c, config.clutter, config.noise, config.distractors, config.object_px, pool, rng)
+    lo, hi = config.object_px
     size = int(rng.integers(lo, hi + 1))
-    obj = _resize(pool[index].astype(np.float32), size, size)
-    _paste(canvas, obj, int(rng.integers(0, c - size + 1)), int(rng.integers(0, c - size + 1)))
+    obj = resize(pool[index].astype(np.float32), size, size)
+    paste(canvas, obj, int(rng.integers(0, c - size + 1)), int(rng.integers(0, c - size + 1)))
     return canvas
 
 

@@ -2,8 +2,11 @@
 
 ``from_spec(spec)`` needs no TensorFlow: the stem conv is block 0, each inverted residual block one block (named
 ``block{i}``), the head the last block; ops are ``stem_conv``, ``block{i}_expand`` / ``_depthwise`` / ``_se_*`` /
-``_project`` / ``_add``, ``head_conv``, ``head_pool``, ``classifier``, so that
-``from_keras(build_keras(spec)) == from_spec(spec)`` op by op (``tests/test_lower_keras.py``).
+``_project`` / ``_add``, ``head_conv``, ``head_pool``, ``classifier`` (a yolo head: ``head_scale{i}_conv`` /
+``_pred`` per scale, coarsest first, each prediction a graph output in that order), so that
+``from_keras(build_keras(spec)) == from_spec(spec)`` op by op (``tests/test_lower_keras.py``,
+``tests/test_detection_model.py``). The head's ops are the last block, after every backbone block, even when a
+yolo scale reads an earlier block's output.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ def from_spec(spec: NetSpec, with_head: bool = True) -> Graph:
     b.block_names[0] = "stem"
     st = spec.stem
     x = b.window("stem_conv", CONV, x, spec.stem_channels, st.kernel, st.stride, st.activation)
+    features = [x]  # output of block 0 (the stem), 1, ..., N
     for blk in spec.resolve():
         b.block = blk.index
         b.block_names[blk.index] = blk.name
@@ -87,19 +91,40 @@ def from_spec(spec: NetSpec, with_head: bool = True) -> Graph:
         if blk.residual:
             shape = b.tensors[x].shape
             x = b.op(f"{p}_add", ADD, [inp, x], shape, in_channels=shape[3], out_channels=shape[3])
-    h = spec.head
+        features.append(x)
     b.block += 1
     b.block_names[b.block] = "head"
+    outputs = [x]
     if with_head:
-        if spec.last_channels:
-            x = b.window("head_conv", CONV, x, spec.last_channels, 1, 1, h.activation)
-        c = b.tensors[x].shape[3]
-        if h.pooling == "avg":
-            x = b.op("head_pool", MEAN, [x], (1, c), in_channels=c, out_channels=c)
-        if h.num_classes:
-            x = b.op("classifier", FULLY_CONNECTED, [x], (1, h.num_classes), in_channels=c,
-                     out_channels=h.num_classes, weights=c * h.num_classes, biases=h.num_classes)
+        outputs = _yolo_head(b, spec, features) if spec.head.type == "yolo" else [_classify_head(b, spec, x)]
     if not any(op.block == b.block for op in b.ops):
         b.block_names.pop(b.block, None)  # no head ops
-    return Graph(name=spec.name, tensors=b.tensors, ops=b.ops, inputs=["input"], outputs=[x], source="spec",
+    return Graph(name=spec.name, tensors=b.tensors, ops=b.ops, inputs=["input"], outputs=outputs, source="spec",
                  block_names=b.block_names).validate()
+
+
+def _classify_head(b: _Builder, spec: NetSpec, x: str) -> str:
+    """[head_conv] -> [head_pool] -> [classifier]; returns the output tensor."""
+    h = spec.head
+    if spec.last_channels:
+        x = b.window("head_conv", CONV, x, spec.last_channels, 1, 1, h.activation)
+    c = b.tensors[x].shape[3]
+    if h.pooling == "avg":
+        x = b.op("head_pool", MEAN, [x], (1, c), in_channels=c, out_channels=c)
+    if h.num_classes:
+        x = b.op("classifier", FULLY_CONNECTED, [x], (1, h.num_classes), in_channels=c,
+                 out_channels=h.num_classes, weights=c * h.num_classes, biases=h.num_classes)
+    return x
+
+
+def _yolo_head(b: _Builder, spec: NetSpec, features: list[str]) -> list[str]:
+    """Per scale, coarsest first: [head_scale{i}_conv] -> head_scale{i}_pred; returns the prediction tensors.
+    ``features[k]`` is the output of block k (0 = the stem)."""
+    h = spec.head
+    outputs = []
+    for sc in spec.detection_scales():
+        y = features[sc.block]
+        if h.head_channels:
+            y = b.window(f"{sc.name}_conv", CONV, y, h.head_channels, 1, 1, h.activation)
+        outputs.append(b.window(f"{sc.name}_pred", CONV, y, sc.channels, 1, 1, "none"))
+    return outputs

@@ -8,7 +8,13 @@ op names ``tfmcu.graph.from_spec`` gives, so that ``tfmcu.graph.from_keras.from_
   its batch norm ``<name>_bn``, its activation ``<name>_relu`` (ReLU or ReLU6) and, with symmetric padding,
   its explicit padding ``<name>_pad`` (``ZeroPadding2D`` of k//2 on each side, then a VALID conv);
 * squeeze-excite is ``block{i}_se_squeeze`` / ``_se_reduce`` / ``_se_expand`` / ``_se_excite``;
-* the residual is ``block{i}_add``; the head is ``head_conv``, ``head_pool`` and ``classifier`` (logits).
+* the residual is ``block{i}_add``; the head is ``head_conv``, ``head_pool`` and ``classifier`` (logits), or for a
+  yolo head, per scale ``i`` (``NetSpec.detection_scales``), ``head_scale{i}_conv`` (with ``head_channels``) and
+  ``head_scale{i}_pred``: a linear 1x1 conv with bias whose output is a model output, ``[1, S, S, A * (5 + K)]``
+  raw logits. Outputs are ordered by scale, coarsest first: one tensor for 1 scale, ``[stride 32, stride 16]``
+  for 2 (the finest last). The TFLite converter does not keep that order in the .tflite subgraph's outputs (it
+  gave ``[stride 16, stride 32]`` with TF 2.21); its ``serving_default`` signature names each output
+  ``head_scale{i}_pred``, and the grid sizes differ, so read a .tflite's scales by name or by shape.
 
 Channel counts come from ``NetSpec.resolve`` only, so the builder and the IR agree by construction.
 """
@@ -114,7 +120,7 @@ def inverted_residual(x, spec: NetSpec, seeds: _Seeds, blk: ResolvedBlock):
 
 
 def head(x, spec: NetSpec, seeds: _Seeds):
-    """[last 1x1 conv] -> [global average pool] -> [Dense logits]."""
+    """The classify head: [last 1x1 conv] -> [global average pool] -> [Dense logits]."""
     h = spec.head
     if spec.last_channels:
         x = conv_bn(x, spec, seeds, "head_conv", spec.last_channels, 1, 1, h.activation)
@@ -125,9 +131,25 @@ def head(x, spec: NetSpec, seeds: _Seeds):
     return x
 
 
-def build_keras(spec: NetSpec, seed: int | None = None) -> tf_keras.Model:
-    """The spec as a functional ``tf_keras.Model`` with input ``(res, res, in_channels)`` and logits output.
+def yolo_head(features: list, spec: NetSpec, seeds: _Seeds) -> list:
+    """Per scale (coarsest first): [1x1 conv + activation] -> linear 1x1 conv with bias to A * (5 + K) logits.
 
+    ``features[b]`` is the output of block ``b`` (0 = the stem)."""
+    h = spec.head
+    outputs = []
+    for sc in spec.detection_scales():
+        x = features[sc.block]
+        if h.head_channels:
+            x = conv_bn(x, spec, seeds, f"{sc.name}_conv", h.head_channels, 1, 1, h.activation)
+        outputs.append(layers.Conv2D(sc.channels, 1, use_bias=True, kernel_initializer=seeds.conv(),
+                                     name=f"{sc.name}_pred")(x))
+    return outputs
+
+
+def build_keras(spec: NetSpec, seed: int | None = None) -> tf_keras.Model:
+    """The spec as a functional ``tf_keras.Model`` with input ``(res, res, in_channels)`` and logits output(s).
+
+    A yolo head gives one output per scale (a list for 2 scales, coarsest first; see the module docstring).
     ``seed`` makes the initial weights deterministic (each layer gets its own derived seed); ``None`` is random.
     """
     spec.validate()
@@ -135,7 +157,11 @@ def build_keras(spec: NetSpec, seed: int | None = None) -> tf_keras.Model:
     inputs = tf_keras.Input((spec.resolution, spec.resolution, spec.in_channels), name="input")
     st = spec.stem
     x = conv_bn(inputs, spec, seeds, "stem_conv", spec.stem_channels, st.kernel, st.stride, st.activation)
+    features = [x]
     for blk in spec.resolve():
         x = inverted_residual(x, spec, seeds, blk)
-    x = head(x, spec, seeds)
-    return tf_keras.Model(inputs, x, name=spec.name)
+        features.append(x)
+    if spec.head.type == "yolo":
+        outputs = yolo_head(features, spec, seeds)
+        return tf_keras.Model(inputs, outputs[0] if len(outputs) == 1 else outputs, name=spec.name)
+    return tf_keras.Model(inputs, head(x, spec, seeds), name=spec.name)

@@ -14,16 +14,20 @@ Spec conventions this file relies on (``tfmcu.nets.spec``):
 * channels are ``make_divisible(c * width, 8)``; the stem is scaled too (Keras MobileNetV2 rule); the head's last
   1x1 conv is scaled only when ``head.scale_last_channels`` and width > 1.
 
-``PRESETS`` maps names to builders; ``get_preset`` looks one up by name.
+``PRESETS`` maps names to builders; ``get_preset`` looks one up by name. The detector presets (``mbv2-det-w035``,
+``mbv2-det2-w035``) put a yolo head (``HeadSpec.yolo``) on a MobileNetV2 backbone.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
+from tfmcu.nets.anchors import split_anchors
 from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec
 
-__all__ = ["PRESETS", "get_preset", "mbv2", "mbv2_rd", "mnasnet_a1", "fbnet_a", "proxyless_mobile"]
+__all__ = ["PRESETS", "get_preset", "mbv2", "mbv2_rd", "mnasnet_a1", "fbnet_a", "proxyless_mobile", "mbv2_det",
+           "mbv2_det2"]
 
 
 def _repeat(n: int, out: int, kernel: int, expand: float, stride: int, **kw) -> list[BlockSpec]:
@@ -48,6 +52,12 @@ def mbv2(width: float = 1.0, resolution: int = 224, num_classes: int = 1000) -> 
     ReLU6, last 1x1 conv 1280 scaled only when alpha > 1.
     Published: 1.0 @ 224: 300M MACs, 3.4M params; 0.35 @ 224: 59M MACs, 1.7M params.
     """
+    return _mbv2_backbone("mbv2", width, resolution,
+                          HeadSpec(last_channels=1280, num_classes=num_classes, scale_last_channels=True,
+                                   activation="relu6"))
+
+
+def _mbv2_backbone(name: str, width: float, resolution: int, head: HeadSpec) -> NetSpec:
     act = "relu6"
     stages = [  # (n, c, k, t, s) from the paper's Table 2
         _repeat(1, 16, 3, 1, 1, activation=act),
@@ -58,8 +68,34 @@ def mbv2(width: float = 1.0, resolution: int = 224, num_classes: int = 1000) -> 
         _repeat(3, 160, 3, 6, 2, activation=act),
         _repeat(1, 320, 3, 6, 1, activation=act),
     ]
-    return _net("mbv2", width, resolution, StemSpec(out_channels=32, kernel=3, stride=2, activation=act), stages,
-                HeadSpec(last_channels=1280, num_classes=num_classes, scale_last_channels=True, activation=act))
+    return _net(name, width, resolution, StemSpec(out_channels=32, kernel=3, stride=2, activation=act), stages, head)
+
+
+# ---------------------------------------------------------------------------------------------------- detectors
+# Default anchors (w, h as fractions of the input): square, spaced geometrically. One scale: 10, 16 and 24 px at
+# 160 px, the object sizes of tfmcu.scenes' default (10-24 px). Two scales: six sizes from 10 to 80 px at 160 px,
+# the three smallest on the stride-16 scale. Fit them to a data set's boxes with tfmcu.nets.anchors.kmeans_anchors.
+DET_ANCHORS: list[list[list[float]]] = [[[0.0625, 0.0625], [0.1, 0.1], [0.15, 0.15]]]
+DET2_ANCHORS: list[list[list[float]]] = split_anchors(
+    [[s, s] for s in (0.0625, 0.095, 0.144, 0.218, 0.33, 0.5)], 2)
+DET_HEAD_CHANNELS = 128  # the 1x1 conv + ReLU6 before each prediction conv
+
+
+def mbv2_det(width: float = 0.35, resolution: int = 160, num_classes: int = 10,
+             anchors: list[list[list[float]]] | None = None) -> NetSpec:
+    """A small detector (ours): the MobileNetV2 backbone (``mbv2`` without its classification head) and a
+    one-scale yolo head on the stride-32 output (5x5 at 160 px), 3 anchors (``DET_ANCHORS`` unless given)."""
+    head = HeadSpec.yolo(num_classes, copy.deepcopy(DET_ANCHORS if anchors is None else anchors), DET_HEAD_CHANNELS)
+    return _mbv2_backbone("mbv2-det-w035", width, resolution, head)
+
+
+def mbv2_det2(width: float = 0.35, resolution: int = 160, num_classes: int = 10,
+              anchors: list[list[list[float]]] | None = None) -> NetSpec:
+    """``mbv2_det`` with a second scale on block 13's stride-16 output (10x10 at 160 px); 3 anchors per scale
+    (``DET2_ANCHORS`` unless given). Outputs: [stride 32, stride 16]."""
+    head = HeadSpec.yolo(num_classes, copy.deepcopy(DET2_ANCHORS if anchors is None else anchors),
+                         DET_HEAD_CHANNELS)
+    return _mbv2_backbone("mbv2-det2-w035", width, resolution, head)
 
 
 def mbv2_rd(width: float = 1.0, resolution: int = 224, num_classes: int = 1000) -> NetSpec:
@@ -193,12 +229,15 @@ PRESETS: dict[str, Callable[..., NetSpec]] = {
     "fbnet-a": fbnet_a,
     "proxyless-mobile": proxyless_mobile,
     "mbv2-rd": mbv2_rd,
+    "mbv2-det-w035": mbv2_det,
+    "mbv2-det2-w035": mbv2_det2,
 }
 
 
 def get_preset(name: str, resolution: int | None = None, width: float | None = None,
                num_classes: int | None = None) -> NetSpec:
-    """The preset ``name`` (e.g. "mbv2"); arguments left as None keep the builder's defaults (224, 1.0, 1000).
+    """The preset ``name`` (e.g. "mbv2"); arguments left as None keep the builder's defaults (224, 1.0, 1000 for
+    the classifiers).
 
     Raises ``ValueError`` naming the known presets when ``name`` is unknown, and ``SpecError`` (a ValueError)
     when the arguments give an invalid network.

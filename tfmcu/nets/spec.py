@@ -5,7 +5,17 @@ A ``NetSpec`` is plain data. ``tfmcu.graph.from_spec`` lowers it into the graph 
 resolved here, once (``resolve``), so both lowerings agree by construction.
 
 Block counting follows the patch scheduler's convention: the stem conv is block 0 and every inverted residual
-block is one block; the head (last 1x1 conv, pooling, classifier) is the last block.
+block is one block; the head is the last block. Two heads (``HeadSpec.type``):
+
+* ``"classify"`` (the default): [last 1x1 conv] -> [global average pool] -> [logits];
+* ``"yolo"``: a YOLOv2/v3-style detector on 1 or 2 scales (``detection_scales``). Scale 0 reads the last block's
+  output (the network's final output stride: 32 for MobileNetV2-like nets); with 2 scales, scale 1 reads the last
+  block at half that stride (16). Per scale: [1x1 conv + activation, ``head_channels``] -> a linear 1x1 conv with
+  bias to ``A * (5 + K)`` channels (A anchors, K classes). Channel ``a * (5 + K) + f`` of a cell holds field ``f``
+  of anchor ``a``: ``ty, tx, th, tw, obj`` then the K class logits (``YOLO_FIELDS``), all raw. The box fields are
+  the centre-size encoding TFLite's DETECTION_POSTPROCESS decodes (``tfmcu.nets.anchors.decode_boxes``). The Keras
+  model's and the IR's outputs are ordered by scale, coarsest first (the finest scale, stride 16, is the last
+  output); a .tflite names them instead (``tfmcu.nets.keras_builder``).
 """
 
 from __future__ import annotations
@@ -21,6 +31,9 @@ from tfmcu.errors import TfmcuError
 PADDINGS = ("same", "symmetric")
 ACTIVATIONS = ("relu6", "relu", "none")
 POOLINGS = ("avg", "none")
+HEAD_TYPES = ("classify", "yolo")
+YOLO_FIELDS = ("ty", "tx", "th", "tw", "obj")  # per anchor, before the class logits (y, x, h, w: the op's order)
+MAX_DETECTION_SCALES = 2
 
 
 class SpecError(TfmcuError):
@@ -66,11 +79,39 @@ class StemSpec:
 
 @dataclass
 class HeadSpec:
-    last_channels: int = 1280  # 0 = no last 1x1 conv
-    pooling: str = "avg"
-    num_classes: int = 1000  # 0 = no classifier
+    """The head (module docstring): ``type`` "classify" or "yolo". Each type's own fields must keep the values of
+    ``CLASSIFY_ONLY`` / ``YOLO_ONLY`` under the other type, and JSON holds only the fields of the head's type."""
+
+    last_channels: int = 1280  # 0 = no last 1x1 conv (classify)
+    pooling: str = "avg"  # classify
+    num_classes: int = 1000  # classify: 0 = no classifier; yolo: K >= 1
     scale_last_channels: bool = False  # apply the global width multiplier to last_channels (MobileNetV2: only if >1)
-    activation: str = "relu6"
+    activation: str = "relu6"  # of the last 1x1 conv (classify) / of the head_channels convs (yolo)
+    type: str = "classify"
+    anchors: list[list[list[float]]] = field(default_factory=list)  # yolo: per scale, [w, h] pairs in (0, 1]
+    head_channels: int = 0  # yolo: a 1x1 conv + activation before each prediction conv; 0 = none
+
+    @classmethod
+    def yolo(cls, num_classes: int, anchors: list[list[list[float]]], head_channels: int = 0,
+             activation: str = "relu6") -> "HeadSpec":
+        """A yolo head: ``anchors`` per scale (coarsest first), each a list of [w, h] relative to the input."""
+        return cls(type="yolo", num_classes=num_classes, anchors=anchors, head_channels=head_channels,
+                   activation=activation, **CLASSIFY_ONLY)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields of the head's type: a classify head writes exactly what it wrote before yolo heads existed."""
+        d = dataclasses.asdict(self)
+        if self.type == "classify":
+            for key in ("type", *YOLO_ONLY):
+                d.pop(key)
+        elif self.type == "yolo":
+            d = {"type": d.pop("type"), **{k: v for k, v in d.items() if k not in CLASSIFY_ONLY}}
+        return d
+
+
+# The values a head's fields take under the other head type (and the JSON defaults of a yolo head).
+CLASSIFY_ONLY: dict[str, Any] = {"last_channels": 0, "pooling": "none", "scale_last_channels": False}
+YOLO_ONLY: dict[str, Any] = {"anchors": [], "head_channels": 0}
 
 
 @dataclass
@@ -87,7 +128,7 @@ class NetSpec:
 
     # ---------------------------------------------------------------- JSON
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "head": self.head.to_dict()}
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
@@ -143,21 +184,27 @@ class NetSpec:
                 _check(_is_int(b.groups) and b.groups >= 1, f"{p}.groups", "a positive integer")
                 _check(isinstance(b.residual, bool), f"{p}.residual", "true or false")
         h = self.head
+        _check(h.type in HEAD_TYPES, "head.type", f"one of {HEAD_TYPES}")
         _check(_is_int(h.last_channels) and h.last_channels >= 0, "head.last_channels", "an integer >= 0")
         _check(h.pooling in POOLINGS, "head.pooling", f"one of {POOLINGS}")
         _check(_is_int(h.num_classes) and h.num_classes >= 0, "head.num_classes", "an integer >= 0")
         _check(h.activation in ACTIVATIONS, "head.activation", f"one of {ACTIVATIONS}")
-        _check(not (h.num_classes and h.pooling == "none"), "head.pooling", "'avg' when num_classes > 0")
+        if h.type == "yolo":
+            _validate_yolo(h)
+        else:
+            _check(not (h.num_classes and h.pooling == "none"), "head.pooling", "'avg' when num_classes > 0")
+            for key, value in YOLO_ONLY.items():
+                _check(getattr(h, key) == value, f"head.{key}", f"{value!r} unless head.type is 'yolo'")
         # Shapes: the feature map must not vanish, and grouped convs must divide channels.
-        size = _conv_out(self.resolution, s.kernel, s.stride, self.padding)
-        _check(size >= 1, "resolution", f"large enough for the stem (got {self.resolution})")
-        for blk in self.resolve():
-            size = _conv_out(size, blk.kernel, blk.stride, self.padding)
+        sizes = self.feature_sizes()
+        _check(sizes[0] >= 1, "resolution", f"large enough for the stem (got {self.resolution})")
+        for blk, size in zip(self.resolve(), sizes[1:]):
             _check(size >= 1, "resolution", f"large enough for {blk.name} (feature map vanishes)")
             if blk.groups > 1:
                 ok = blk.in_channels % blk.groups == 0 and blk.hidden % blk.groups == 0 and blk.out % blk.groups == 0
                 _check(ok, f"{blk.path}.groups", f"a divisor of the block's channels ({blk.in_channels}, "
                                                   f"{blk.hidden}, {blk.out})")
+        self.detection_scales()  # a second scale needs a block at half the final output stride
         return self
 
     # ---------------------------------------------------------------- resolved channels
@@ -193,6 +240,37 @@ class NetSpec:
                 index += 1
         return out
 
+    def feature_sizes(self) -> list[int]:
+        """Output height (= width) of block 0 (the stem), 1, ..., N, in execution order (not validated)."""
+        sizes = [_conv_out(self.resolution, self.stem.kernel, self.stem.stride, self.padding)]
+        for blk in self.resolve():
+            sizes.append(_conv_out(sizes[-1], blk.kernel, blk.stride, self.padding))
+        return sizes
+
+    def output_strides(self) -> list[int]:
+        """Output stride (product of the strides so far) of block 0 (the stem), 1, ..., N."""
+        strides = [self.stem.stride]
+        for blk in self.resolve():
+            strides.append(strides[-1] * blk.stride)
+        return strides
+
+    def detection_scales(self) -> list["DetectionScale"]:
+        """The yolo head's outputs, coarsest first ([] for a classify head): scale 0 reads the last block, scale 1
+        the last block whose output stride is half the final one. Raises SpecError when there is no such block."""
+        h = self.head
+        if h.type != "yolo":
+            return []
+        strides, sizes = self.output_strides(), self.feature_sizes()
+        taps = [len(strides) - 1]
+        if len(h.anchors) > 1:
+            finer = [b for b, s in enumerate(strides) if 2 * s == strides[-1]]
+            _check(bool(finer), "head.anchors", f"1 scale for this backbone (a second scale reads the last block at "
+                                                f"output stride {strides[-1] / 2:g}; no block has it)")
+            taps.append(finer[-1])
+        return [DetectionScale(index=i, block=b, stride=strides[b], grid=sizes[b],
+                               anchors=tuple((float(w), float(ht)) for w, ht in h.anchors[i]),
+                               num_classes=h.num_classes) for i, b in enumerate(taps)]
+
     @property
     def num_blocks(self) -> int:
         """Stem + inverted residual blocks (the head is not counted)."""
@@ -225,6 +303,43 @@ class ResolvedBlock:
     @property
     def name(self) -> str:
         return f"block{self.index}"
+
+
+@dataclass(frozen=True)
+class DetectionScale:
+    """One yolo output: reads the output of block ``block`` (0 = the stem), a ``grid`` x ``grid`` map at output
+    ``stride``; predicts ``channels`` = A * (5 + K) raw logits per cell (layout: module docstring)."""
+
+    index: int
+    block: int
+    stride: int
+    grid: int
+    anchors: tuple[tuple[float, float], ...]  # [w, h] relative to the input
+    num_classes: int
+
+    @property
+    def channels(self) -> int:
+        return len(self.anchors) * (len(YOLO_FIELDS) + self.num_classes)
+
+    @property
+    def name(self) -> str:
+        """Op name prefix: ``head_scale{i}_conv`` (optional 1x1 conv), ``head_scale{i}_pred`` (the output)."""
+        return f"head_scale{self.index}"
+
+
+def _validate_yolo(h: HeadSpec) -> None:
+    _check(_is_int(h.num_classes) and h.num_classes >= 1, "head.num_classes", "an integer >= 1 for a yolo head")
+    for key, value in CLASSIFY_ONLY.items():
+        _check(getattr(h, key) == value, f"head.{key}", f"{value!r} for a yolo head")
+    _check(_is_int(h.head_channels) and h.head_channels >= 0, "head.head_channels", "an integer >= 0")
+    _check(isinstance(h.anchors, (list, tuple)) and 1 <= len(h.anchors) <= MAX_DETECTION_SCALES, "head.anchors",
+           f"a list of 1..{MAX_DETECTION_SCALES} scales, each a list of [w, h] anchors")
+    for i, scale in enumerate(h.anchors):
+        _check(isinstance(scale, (list, tuple)) and len(scale) >= 1, f"head.anchors[{i}]",
+               "a non-empty list of [w, h] anchors")
+        for j, a in enumerate(scale):
+            ok = isinstance(a, (list, tuple)) and len(a) == 2 and all(_is_num(v) and 0 < v <= 1 for v in a)
+            _check(ok, f"head.anchors[{i}][{j}]", "a [w, h] pair of numbers in (0, 1] (fractions of the input size)")
 
 
 def _conv_out(size: int, k: int, s: int, padding: str) -> int:
@@ -281,6 +396,13 @@ def _parse_stage(data: Any, path: str) -> StageSpec:
     return _build(StageSpec, data, path, {"blocks": blocks})
 
 
+def _parse_head(data: Any, path: str) -> HeadSpec:
+    """A yolo head's JSON leaves the classification fields out: they default to ``CLASSIFY_ONLY``."""
+    if isinstance(data, dict) and data.get("type") == "yolo":
+        data = {**CLASSIFY_ONLY, **data}
+    return _build(HeadSpec, data, path)
+
+
 def _parse_netspec(data: Any) -> NetSpec:
     def stages(v: Any, p: str) -> list[StageSpec]:
         if not isinstance(v, list):
@@ -288,7 +410,7 @@ def _parse_netspec(data: Any) -> NetSpec:
         return [_parse_stage(s, f"{p}[{k}]") for k, s in enumerate(v)]
     return _build(NetSpec, data, "", {
         "stem": lambda v, p: _build(StemSpec, v, p),
-        "head": lambda v, p: _build(HeadSpec, v, p),
+        "head": _parse_head,
         "stages": stages,
     })
 
