@@ -24,31 +24,74 @@ checkpoints/ (one per epoch; --resume continues from the last).
 --strategy: default (one device), mirrored (tf.distribute.MirroredStrategy over all local GPUs) or multi_worker
 (MultiWorkerMirroredStrategy; every worker runs this same command with its own TF_CONFIG). --batch_size is global.
 
+--task=detection trains a yolo spec (default mbv2-det-w035) on detection data (default scenes-det; or
+scenes-det:key=value,... or a COCO folder), no QAT yet (--qat_epochs must be 0): anchors k-means'd from the training
+boxes (--anchors=spec keeps the spec's), YOLOv3-style targets, objectness / class BCE + smooth-L1 box loss, flip /
+zoom / shift augmentation, val mAP@0.5 per epoch; then COCO mAP@0.5 and mAP@[.5:.95] on the test split of the float
+model and (--int8, the default) of the full-int8 .tflite with TFLM's DETECTION_POSTPROCESS, in TF Lite and TFLM.
+Writes model_int8.tflite, spec.json, labels.txt, model_float.weights.h5, train_report.json, training_curves.png,
+detections.png and checkpoints/ (tfmcu.train.detection_loop; docs/detection.md#training):
+
+    python -m pipelines.train --task=detection --dataset=scenes-det:canvas=128 --resolution=96 --epochs=30
+
 Exit status: 0 done; 2 bad input (missing data set -> how to install it, unknown folder layout, corrupted
-checkpoint, a spec that does not fit the data) with one line on stderr; 1 if TF Lite and TFLM disagree.
+checkpoint, a spec that does not fit the data, a detector or detection data without --task=detection and the
+reverse) with one line on stderr; 1 if TF Lite and TFLM disagree.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 from absl import flags, logging
 
 from pipelines import _cli
 from tfmcu import train
+from tfmcu.errors import UsageError
 from tfmcu.runtime.capture import import_tensorflow_quietly
+from tfmcu.train.config import ANCHOR_SOURCES, TASKS, DetectionOptions, detection_config
+from tfmcu.train.detection_loop import format_detection_summary, train_detector
 
 FLAGS = flags.FLAGS
 _cli.define_training_flags()
 _cli.define_out_dir()
+_DETECTION = detection_config()
+flags.DEFINE_enum("task", "classify", list(TASKS),
+                  f"classify: a classifier on fashion_mnist, mnist, scenes or class folders; detection: a yolo spec "
+                  f"(default {_DETECTION.model}) on scenes-det[:...] or a COCO folder (default {_DETECTION.dataset}; "
+                  f"recipe defaults: epochs {_DETECTION.recipe.epochs}, batch_size {_DETECTION.recipe.batch_size}, "
+                  f"lr {_DETECTION.recipe.lr}, warmup_epochs {_DETECTION.recipe.warmup_epochs}, qat_epochs 0).")
+flags.DEFINE_enum("anchors", None, list(ANCHOR_SOURCES),
+                  f"--task=detection: kmeans (anchors clustered from the training boxes, written into spec.json) or "
+                  f"spec (the spec's own) ({DetectionOptions().anchors}).")
+flags.DEFINE_bool("int8", None, f"--task=detection: export the full-int8 .tflite with DETECTION_POSTPROCESS and "
+                                  f"measure its mAP in TF Lite and TFLM ({DetectionOptions().int8}).")
 
 flags.adopt_module_key_flags(_cli)  # the shared flags this pipeline defined show in --help
 
+
 def main(argv: Sequence[str]) -> int:
     logging.set_verbosity(logging.WARNING)  # TensorFlow's INFO chatter (saver, converter) through absl
-    cfg = _cli.training_config(train.TrainConfig())
+    detection_flags = ("anchors", "int8")
+    if FLAGS.task == "classify":
+        given = [f"--{name}" for name in detection_flags if FLAGS[name].present]
+        if given:
+            raise UsageError(f"{', '.join(given)}: only for --task=detection")
+        cfg = _cli.training_config(train.TrainConfig())
+    else:  # the detection defaults with every flag given; --model's default is the classification demo's net
+        cfg = _cli.training_config(_DETECTION)
+        options = {name: getattr(FLAGS, name) for name in detection_flags if getattr(FLAGS, name) is not None}
+        cfg = dataclasses.replace(cfg, model=cfg.model if FLAGS["model"].present else _DETECTION.model,
+                                  detection=dataclasses.replace(cfg.detection, **options))
     train.validate(cfg)
     import_tensorflow_quietly()
+    if cfg.task == "detection":
+        report = train_detector(cfg, _cli.out_dir("train"))
+        if report.get("chief") is False:
+            return 0
+        print(format_detection_summary(report), end="")
+        return 0 if not report["int8"] or report["int8"]["tflite_vs_tflm"]["agree"] else 1
     report = train.train(cfg, _cli.out_dir("train"))
     if report.get("chief") is False:
         return 0

@@ -13,6 +13,13 @@
 // called directly, not as harness regions (a model has more ops than TFMCU_MAX_REGIONS); the line adds
 // "op_tags" (the ops in order) and the plugin's regions are then: invoke, its ops, the later invokes. Without the
 // define this file compiles to exactly the code it had before (the "invoke" counts do not change).
+// A detector (built with -DTFMCU_DETECTOR_SLOTS=N by deploy, tfmcu/firmware/sources.py: its four outputs are
+// TFLite_Detection_PostProcess's boxes [1, M, 4], classes [1, M], scores [1, M], num_detections [1], all float32):
+// after each Invoke the entries past num_detections are zeroed (the op leaves them as the arena held them, so does TF
+// Lite's, and the host zeroes them the same way: canonical_outputs), the hash covers all four outputs, "top_class" is
+// the top detection's class (-1: none), and the line adds "detections": per input, [class, score, ymin, xmin, ymax,
+// xmax] per detection, score and box in millionths (N detections kept in all). Without the define none of this is
+// compiled.
 #include <string.h>
 
 #include "tensorflow/lite/micro/micro_interpreter.h"
@@ -54,6 +61,73 @@ int32_t TopClass(const TfLiteTensor* t) {
 void ReportOpTags();  // below, with the per-op profiler
 #endif
 
+#ifdef TFMCU_DETECTOR_SLOTS
+// The detections kept to print: [class, score, ymin, xmin, ymax, xmax], score and box in millionths.
+int32_t g_detections[TFMCU_DETECTOR_SLOTS][6];
+uint32_t g_detections_used = 0;
+int32_t g_detections_per_input[16];
+
+// round(v x 1e6), halves away from zero; the product is stored first (volatile) so that no fused multiply-add
+// changes it.
+int32_t Millionths(float v) {
+  volatile float scaled = v * 1000000.0f;
+  const float x = scaled;
+  return static_cast<int32_t>(x < 0.0f ? x - 0.5f : x + 0.5f);
+}
+
+// The detector's outputs after Invoke: the unwritten entries zeroed, the first 16 inputs' detections kept (their
+// count in g_detections_per_input[k]); returns the top detection's class (-1: none), or -2 when the outputs are not
+// the op's four float32 tensors.
+int32_t TakeDetections(tflite::MicroInterpreter* interpreter, uint32_t k) {
+  if (interpreter->outputs_size() != 4) return -2;
+  TfLiteTensor* boxes = interpreter->output(0);
+  TfLiteTensor* classes = interpreter->output(1);
+  TfLiteTensor* scores = interpreter->output(2);
+  const TfLiteTensor* num = interpreter->output(3);
+  for (size_t j = 0; j < 4; ++j) {
+    if (interpreter->output(j)->type != kTfLiteFloat32) return -2;
+  }
+  const uint32_t slots = static_cast<uint32_t>(scores->bytes / sizeof(float));
+  if (boxes->bytes != 16u * slots || classes->bytes != 4u * slots || num->bytes != 4u) return -2;
+  const float count_f = num->data.f[0];
+  const uint32_t count = count_f <= 0.0f ? 0u : (count_f >= static_cast<float>(slots) ? slots
+                                                                                      : static_cast<uint32_t>(count_f));
+  memset(boxes->data.f + 4 * count, 0, 16u * (slots - count));
+  memset(classes->data.f + count, 0, 4u * (slots - count));
+  memset(scores->data.f + count, 0, 4u * (slots - count));
+  if (k < 16) {
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < count && g_detections_used < TFMCU_DETECTOR_SLOTS; ++i, ++kept) {
+      int32_t* d = g_detections[g_detections_used++];
+      d[0] = static_cast<int32_t>(classes->data.f[i]);
+      d[1] = Millionths(scores->data.f[i]);
+      for (int c = 0; c < 4; ++c) d[2 + c] = Millionths(boxes->data.f[4 * i + c]);
+    }
+    g_detections_per_input[k] = static_cast<int32_t>(kept);
+  }
+  return count > 0 ? static_cast<int32_t>(classes->data.f[0]) : -1;
+}
+
+// "detections": [[[class, score, ymin, xmin, ymax, xmax], ...], ...] per input, written straight to the line.
+void ReportDetections(uint32_t n_inputs) {
+  tfmcu_result_raw("detections", "[");
+  uint32_t at = 0;
+  for (uint32_t k = 0; k < n_inputs; ++k) {
+    tfmcu_puts(k ? ", [" : "[");
+    for (int32_t i = 0; i < g_detections_per_input[k]; ++i, ++at) {
+      tfmcu_puts(i ? ", [" : "[");
+      for (int c = 0; c < 6; ++c) {
+        if (c) tfmcu_puts(", ");
+        tfmcu_put_i64(g_detections[at][c]);
+      }
+      tfmcu_puts("]");
+    }
+    tfmcu_puts("]");
+  }
+  tfmcu_puts("]");
+}
+#endif  // TFMCU_DETECTOR_SLOTS
+
 // Prints the result line's own keys; TFLM's messages (MicroPrintf) come before the line, never inside it.
 int Report(const char* failure, int allocated, uint32_t hash, const int32_t* classes, uint32_t n_classes,
            size_t arena_used, const int32_t* streamed_rows = nullptr) {
@@ -69,6 +143,9 @@ int Report(const char* failure, int allocated, uint32_t hash, const int32_t* cla
   tfmcu_result_int_array("top_class", classes, n_classes);
   tfmcu_result_int("arena_used_bytes", static_cast<int64_t>(arena_used));
   if (streamed_rows != nullptr) tfmcu_result_int_array("streamed_rows_read", streamed_rows, n_classes);
+#ifdef TFMCU_DETECTOR_SLOTS
+  ReportDetections(n_classes);
+#endif
 #ifdef TFMCU_PROFILE_OPS
   ReportOpTags();
 #endif
@@ -234,8 +311,17 @@ int main(void) {
     if (output == nullptr || output->bytes != g_tfmcu_output_len) {
       return Report("output size differs from TF Lite's", 1, 0, nullptr, 0, 0);
     }
+#ifdef TFMCU_DETECTOR_SLOTS
+    const int32_t top = TakeDetections(&interpreter, k);
+    if (top < -1) return Report("detector: outputs not TFLite_Detection_PostProcess's four", 1, 0, nullptr, 0, 0);
+    for (size_t j = 0; j < 4; ++j) {
+      hash = tfmcu_fnv1a32_update(hash, interpreter.output(j)->data.raw, interpreter.output(j)->bytes);
+    }
+    if (k < n) classes[k] = top;
+#else
     hash = tfmcu_fnv1a32_update(hash, output->data.raw, output->bytes);
     if (k < n) classes[k] = TopClass(output);
+#endif
   }
 #ifdef TFMCU_PROFILE_OPS
   stage_region.NextInvoke();  // ends the profile when the model ran one input only

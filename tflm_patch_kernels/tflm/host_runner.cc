@@ -1,5 +1,6 @@
 // Runs a whole .tflite model (builtin ops only, or custom mode with TFMCU_PATCH_STAGE) in TFLM on the host: TFLM
-// built from source with its reference kernels, plus our kernel.
+// built from source with its reference kernels, plus our kernel, plus TFLM's own custom op
+// TFLite_Detection_PostProcess (a detector's tail, tfmcu/tflite/detection_postprocess.py).
 //
 //   tfmcu_tflm_run MODEL.tflite OUT_DIR INPUT0.npy [INPUT1.npy ...] [--arena_bytes=N] [--stream_input=IMAGES.npy]
 //
@@ -33,7 +34,7 @@
 namespace {
 
 constexpr size_t kDefaultArenaBytes = 64u << 20;
-constexpr int kMaxOps = 64;  // RESOLVER_METHODS (tfmcu/firmware/sources.py) + TFMCU_PATCH_STAGE
+constexpr int kMaxOps = 64;  // RESOLVER_METHODS (tfmcu/firmware/sources.py) + TFMCU_PATCH_STAGE + detection
 
 using Resolver = tflite::MicroMutableOpResolver<kMaxOps>;
 
@@ -141,7 +142,8 @@ bool WriteNpy(const std::string& path, const char* descr, const std::vector<int6
 }
 
 // Exactly the builtin ops deploy's firmware can register (RESOLVER_METHODS in tfmcu/firmware/sources.py; a test keeps
-// the two equal) + the patch stage.
+// the two equal) + the patch stage + TFLM's detection post-processing (registered as AddDetectionPostprocess() does;
+// its kernel: @tflite_micro//:kernel_detection_postprocess, in :micro; CUSTOM_RESOLVER in sources.py).
 void AddOps(Resolver* r) {
   r->AddAbs(); r->AddAdd(); r->AddArgMax(); r->AddArgMin(); r->AddAveragePool2D(); r->AddBatchMatMul();
   r->AddBatchToSpaceNd(); r->AddCast(); r->AddConcatenation(); r->AddConv2D(); r->AddDepthToSpace();
@@ -154,6 +156,7 @@ void AddOps(Resolver* r) {
   r->AddSpaceToDepth(); r->AddSplit(); r->AddSplitV(); r->AddSqueeze(); r->AddStridedSlice(); r->AddSub();
   r->AddSum(); r->AddTanh(); r->AddTranspose(); r->AddTransposeConv(); r->AddUnpack();
   r->AddCustom(tfmcu::kPatchStageOpName, tfmcu::Register_TFMCU_PATCH_STAGE());
+  r->AddCustom("TFLite_Detection_PostProcess", tflite::Register_DETECTION_POSTPROCESS());
 }
 
 std::string JoinInts(const std::vector<int64_t>& v) {

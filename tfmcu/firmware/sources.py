@@ -1,8 +1,10 @@
 """C++ sources of a whole model in TFLM firmware (tflm_patch_kernels/tflm/firmware_main.cc reads them through
 firmware_model.h): the model as a Flash array (or in the board's external memory), an op resolver with exactly the
-model's ops (TFMCU_PATCH_STAGE registered once, however many such ops the model has), the test inputs (for a model
-whose stage streams its input: the images, whose rows the firmware feeds through the kernel's input provider), the
-output size; and the firmware folder around them.
+model's ops (TFMCU_PATCH_STAGE registered once, however many such ops the model has; TFLM's own custom op
+TFLite_Detection_PostProcess for a detector: ``CUSTOM_RESOLVER``), the test inputs (for a model whose stage streams
+its input: the images, whose rows the firmware feeds through the kernel's input provider), the output size; and the
+firmware folder around them. A detector's firmware is built with ``-DTFMCU_DETECTOR_SLOTS`` (``build_file``): it
+hashes all four outputs and prints each input's detections (``detector_expectation`` is what it must print).
 
 * ``check_model(model, kernels)``: what a model must be for the firmware (one input, ops the resolver registers,
   well-formed TFMCU_PATCH_STAGE ops, an in-place memory plan only for the kernels it was derived for): its
@@ -29,6 +31,7 @@ from tfmcu.runtime.host import host_model
 from tfmcu.runtime.model_io import ModelInfo, TFLMError, model_info
 from tfmcu.runtime.tflm_host import streamed_image
 from tfmcu.stage.common import read_schedule
+from tfmcu.tflite.detection_postprocess import detections, postprocess_outputs
 from tfmcu.tflite.model import TfliteModel
 from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP
 
@@ -62,6 +65,11 @@ RESOLVER_METHODS: dict[str, str] = {
 }
 
 
+# TFLM's own custom ops the firmware can register: {custom op name: MicroMutableOpResolver method}. Their kernel
+# libraries are third_party/tflite_micro.BUILD's TFLM_CUSTOM_KERNELS (``custom_kernel_table``).
+CUSTOM_RESOLVER: dict[str, str] = {"TFLite_Detection_PostProcess": "AddDetectionPostprocess"}
+
+
 def resolver_ops(model: TfliteModel | bytes, where: str = "model") -> list[str]:
     """The model's distinct ops in first-use order ("CONV_2D", ..., "custom:TFMCU_PATCH_STAGE"); a one-line
     ``UsageError`` naming the first op the firmware cannot register."""
@@ -71,9 +79,10 @@ def resolver_ops(model: TfliteModel | bytes, where: str = "model") -> list[str]:
         if name in ops:
             continue
         if name.startswith("custom:"):
-            if name != "custom:" + PATCH_STAGE_OP:
+            if name != "custom:" + PATCH_STAGE_OP and name.split(":", 1)[1] not in CUSTOM_RESOLVER:
                 raise UsageError(f"{where}: op {i} is custom op {name.split(':', 1)[1]!r}; the firmware registers "
-                                 f"only the custom op {PATCH_STAGE_OP} (add your own kernel to the resolver)")
+                                 f"only the custom ops {', '.join([PATCH_STAGE_OP, *CUSTOM_RESOLVER])} (add your own "
+                                 f"kernel to the resolver)")
         elif name not in RESOLVER_METHODS:
             raise UsageError(f"{where}: op {i} is {name}, which deploy cannot register; supported builtin ops: "
                              f"{', '.join(sorted(RESOLVER_METHODS))}")
@@ -95,6 +104,10 @@ def check_model(model: TfliteModel, kernels: str) -> tuple[ModelInfo, list[str],
         raise UsageError(str(e)) from None
     if len(info.inputs) != 1 or len(info.outputs) < 1:
         raise UsageError(f"{path}: deploy runs models with one input; this one has {len(info.inputs)}")
+    detector = postprocess_outputs(model.flatbuffer)
+    if "custom:TFLite_Detection_PostProcess" in ops and detector != (0, 1, 2, 3):
+        raise UsageError(f"{path}: a detector's outputs must be exactly TFLite_Detection_PostProcess's four, in its "
+                         f"order (boxes, classes, scores, num), as tfmcu.tflite.detection_postprocess writes them")
     # An in-place memory plan (rewrite --inplace) holds for the read order of the kernels it was derived for
     # (schedule record: memory_plan_kernels, "reference" when absent); other kernels read in another order (im2col,
     # 3x3 depthwise), so the firmware must link those.
@@ -140,6 +153,18 @@ def kernel_table() -> dict[str, tuple[list[str], list[str]]]:
     return ast.literal_eval(text[start:text.index("\n}\n", start) + 2])
 
 
+@functools.lru_cache(maxsize=None)
+def custom_kernel_table() -> dict[str, tuple[list[str], list[str]]]:
+    """third_party/tflite_micro.BUILD's TFLM_CUSTOM_KERNELS: {library name: (custom ops it registers, its kernel
+    files)}; empty when the BUILD has none."""
+    with open(_TFLM_BUILD) as f:
+        text = f.read()
+    if "TFLM_CUSTOM_KERNELS = {" not in text:
+        return {}
+    start = text.index("TFLM_CUSTOM_KERNELS = {") + len("TFLM_CUSTOM_KERNELS = ")
+    return ast.literal_eval(text[start:text.index("\n}\n", start) + 2])
+
+
 def cmsis_nn_kernels() -> list[str]:
     """third_party/tflite_micro.BUILD's CMSIS_NN_KERNELS: the kernel libraries TFLM has a CMSIS-NN version of."""
     with open(_TFLM_BUILD) as f:
@@ -159,9 +184,14 @@ def kernel_libraries(ops: Sequence[str], kernels: str = "reference") -> list[str
     """The TFLM kernel libraries (``@tflite_micro//:kernel_<name>``, or ``kernel_<name>_cmsis_nn`` where TFLM has a
     CMSIS-NN version and ``kernels`` is "cmsis_nn") a firmware with ``ops`` (resolver_ops) links."""
     lib_of = {op: name for name, (lib_ops, _) in kernel_table().items() for op in lib_ops}
+    lib_of.update({f"custom:{op}": name for name, (lib_ops, _) in custom_kernel_table().items() for op in lib_ops})
     cmsis = set(cmsis_nn_kernels()) if kernels == "cmsis_nn" else set()
+    missing = [op for op in ops if op.split(":", 1)[-1] in CUSTOM_RESOLVER and op not in lib_of]
+    if missing:
+        raise UsageError(f"{', '.join(missing)}: third_party/tflite_micro.BUILD compiles no kernel for it "
+                         f"(TFLM_CUSTOM_KERNELS)")
     return sorted({f"@tflite_micro//:kernel_{lib_of[op]}" + ("_cmsis_nn" if lib_of[op] in cmsis else "")
-                   for op in ops if not op.startswith("custom:")})
+                   for op in ops if op in lib_of})
 
 
 def _c_bytes(data: bytes) -> str:
@@ -174,7 +204,9 @@ def resolver_source(ops: Sequence[str]) -> str:
     """``tfmcu_model_op_resolver()``: a MicroMutableOpResolver with exactly ``ops`` (see firmware_model.h)."""
     adds = []
     for op in ops:
-        if op.startswith("custom:"):
+        if op.startswith("custom:") and op.split(":", 1)[1] in CUSTOM_RESOLVER:
+            adds.append(f"r.{CUSTOM_RESOLVER[op.split(':', 1)[1]]}()")
+        elif op.startswith("custom:"):
             adds.append("r.AddCustom(tfmcu::kPatchStageOpName, tfmcu::Register_TFMCU_PATCH_STAGE())")
         else:
             adds.append(f"r.{RESOLVER_METHODS[op]}()")
@@ -210,7 +242,7 @@ def model_source(model: TfliteModel | bytes, inputs: np.ndarray, output_len: int
     includes = ["#include <new>\n",
                 '#include "tensorflow/lite/micro/micro_mutable_op_resolver.h"',
                 '#include "tflm_patch_kernels/tflm/firmware_model.h"']
-    if any(op.startswith("custom:") for op in ops):
+    if "custom:" + PATCH_STAGE_OP in ops:
         includes.append('#include "tflm_patch_kernels/tflm/patch_stage_op.h"')
     return "".join([
         "// Generated by tfmcu (tfmcu/firmware/sources.py): do not edit.\n",
@@ -234,19 +266,23 @@ def model_source(model: TfliteModel | bytes, inputs: np.ndarray, output_len: int
     ])
 
 
-def build_file(t: Target, arena: int, stack: int, ops: list[str], kernels: str, external: bool = False) -> str:
+def build_file(t: Target, arena: int, stack: int, ops: list[str], kernels: str, external: bool = False,
+               detector_slots: int = 0) -> str:
     """The folder's BUILD: ``:firmware`` (the ELF for ``t``'s core) with the arena, the stack, TFLM's runtime and the
     kernel libraries of ``ops`` (``kernels``: "cmsis_nn" or "reference"); ``external``: the model array in the
-    board's external memory (``EXTERNAL_MEMORY``) instead of the Flash."""
+    board's external memory (``EXTERNAL_MEMORY``) instead of the Flash; ``detector_slots``: a detector's firmware
+    (``-DTFMCU_DETECTOR_SLOTS``: the detections it keeps to print, ``detector_slots_for``)."""
     fw = "@//tflm_patch_kernels/firmware"
     # TFLM's runtime and only the kernels of the model's ops (a cross-build compiles these, not all of TFLM)
     libs = ["@//tflm_patch_kernels/tflm:firmware_runtime", "@tflite_micro//:runtime", "@tflite_micro//:platform_mcu"]
     libs += kernel_libraries(ops, kernels)
-    if any(op.startswith("custom:") for op in ops):
+    if "custom:" + PATCH_STAGE_OP in ops:
         libs.append("@//tflm_patch_kernels/tflm:patch_stage_op" + ("_cmsis_nn" if kernels == "cmsis_nn" else ""))
     deps = "\n".join(f'        "{d}",' for d in libs)
     budget = [] if t.key == "stm32f405" else [f'"-Wl,--defsym=TFMCU_SRAM_BUDGET={t.sram_bytes}"']
     copts = [f'"-DTFMCU_ARENA_BYTES={arena}"']
+    if detector_slots:
+        copts.append(f'"-DTFMCU_DETECTOR_SLOTS={int(detector_slots)}"')
     if external:
         if t.key not in EXTERNAL_MEMORY:
             raise UsageError(f"--target={t.name}: the board has no external memory for the model")
@@ -287,16 +323,16 @@ mcu_binary(
 
 def folder_files(model: TfliteModel | bytes, ops: Sequence[str], inputs: np.ndarray, output_len: int, comment: str,
                  target: Target, arena: int, stack: int, kernels: str, where: str = "model", stream: int = 0,
-                 external: bool = False) -> dict[str, str]:
+                 external: bool = False, detector_slots: int = 0) -> dict[str, str]:
     """The firmware folder's sources {name: text}: ``model_data.cc`` (``model_source``, ``stream``: the streamed
     images' rows), ``main.cc`` (a copy of tflm_patch_kernels/tflm/firmware_main.cc), ``BUILD`` (``build_file``,
-    ``external``: the model in the board's external memory) and ``WORKSPACE``."""
+    ``external``: the model in the board's external memory; ``detector_slots``: a detector's) and ``WORKSPACE``."""
     with open(MAIN_SOURCE) as f:
         main = f.read()
     return {
         "model_data.cc": model_source(model, inputs, output_len, comment, where, ops=ops, stream=stream),
         "main.cc": main,
-        "BUILD": build_file(target, arena, stack, list(ops), kernels, external),
+        "BUILD": build_file(target, arena, stack, list(ops), kernels, external, detector_slots),
         "WORKSPACE": f'workspace(name = "{REPO}")\n',
     }
 
@@ -315,3 +351,43 @@ def expectation(outputs: Sequence[np.ndarray]) -> dict:
     data = b"".join(np.ascontiguousarray(o).tobytes() for o in outputs)
     return {"output_fnv1a32": "0x%08x" % fnv1a32(data),
             "top_class": [int(np.argmax(np.asarray(o).reshape(-1))) for o in outputs[:16]]}
+
+
+# ----------------------------------------------------------------------------- detectors
+MAX_PRINTED_INPUTS = 16  # firmware_main.cc keeps the results of the first 16 inputs (top_class, detections)
+
+
+def detector_slots_for(where: tuple[int, int, int, int] | None, info: ModelInfo, num_inputs: int) -> int:
+    """The detections a detector's firmware keeps to print (``-DTFMCU_DETECTOR_SLOTS``): max_detections for each
+    of the first 16 inputs; 0 for a model that is not a detector (``where``: ``postprocess_outputs``)."""
+    if where is None:
+        return 0
+    max_detections = int(np.prod(info.outputs[where[2]].shape))
+    return max_detections * max(1, min(int(num_inputs), MAX_PRINTED_INPUTS))
+
+
+def millionths(value: float) -> int:
+    """A box coordinate or score as the firmware prints it: round(value x 1e6) (float32 product, halves away from
+    zero; the firmware's float arithmetic may land 1 away)."""
+    x = np.float32(value) * np.float32(1e6)
+    return int(x - np.float32(0.5)) if x < 0 else int(x + np.float32(0.5))
+
+
+def detector_expectation(outputs: Sequence[Sequence[np.ndarray]], where: tuple[int, int, int, int]) -> dict:
+    """What a detector's firmware must print for these reference outputs (per input, all four outputs of
+    TFLite_Detection_PostProcess, unwritten entries zeroed: ``canonical_outputs``): the FNV-1a hash of the four
+    outputs' bytes, input by input, in the model's order (the op's: ``check_model`` requires it), and per input (the
+    first 16) the top detection's class (-1: none)."""
+    data = b"".join(np.ascontiguousarray(a).tobytes() for o in outputs for a in o)
+    top = []
+    for o in outputs[:MAX_PRINTED_INPUTS]:
+        found = detections(o, where)
+        top.append(found[0]["class"] if found else -1)
+    return {"output_fnv1a32": "0x%08x" % fnv1a32(data), "top_class": top}
+
+
+def printed_detections(outputs: Sequence[Sequence[np.ndarray]], where: tuple[int, int, int, int]) -> list[list]:
+    """The detections the firmware prints for these outputs: per input (the first 16), [class, score, ymin, xmin,
+    ymax, xmax] per detection, score and box in millionths (``millionths``)."""
+    return [[[d["class"], millionths(d["score"]), *(millionths(v) for v in d["box"])] for d in detections(o, where)]
+            for o in outputs[:MAX_PRINTED_INPUTS]]

@@ -24,6 +24,12 @@ The folder (``out_dir``) holds:
   the Flash goes to the board's external memory, with a note; on a board without any, it does not fit); with
   ``run``, the measured figures (and what measured them) and the verdict.
 
+A detector (its outputs those of TFLite_Detection_PostProcess, ``tfmcu.tflite.detection_postprocess``) gets a
+firmware built with ``-DTFMCU_DETECTOR_SLOTS``: the output check hashes all four outputs (the op's unwritten entries
+zeroed on both sides), ``top_class`` is each input's top detection, and the result line lists each input's
+detections (class, score, box); deploy.json's ``detector`` has TF Lite's, and with ``run`` ``run.detections`` the
+firmware's, which must agree to the printed millionth.
+
 TF Lite's outputs are the expectation: for a custom-mode model, every TFMCU_PATCH_STAGE op in the C kernels
 (ctypes) and the builtin ops in TF Lite (``tfmcu.runtime.host``), on the same images for a streamed input. Without
 ``run`` the model also runs in TFLM on this host (its outputs must equal TF Lite's; its arena goes to deploy.json);
@@ -54,15 +60,24 @@ import numpy as np
 from tfmcu.errors import UsageError
 from tfmcu.files import write_folder, write_outputs
 from tfmcu.firmware.run import DeployError, run_firmware
-from tfmcu.firmware.sources import EXTERNAL_MEMORY, KERNELS, check_model, expectation, folder_files, stream_rows
+from tfmcu.firmware.sources import (EXTERNAL_MEMORY, KERNELS, check_model, detector_expectation, detector_slots_for,
+                                    expectation, folder_files, printed_detections, stream_rows)
 from tfmcu.firmware.targets import TARGETS, Target, get_target
 from tfmcu.firmware.tree import check_dest, export_tree
 from tfmcu.plan.arena import DEFAULT_KERNELS, mcu_build, predict_model_arena
 from tfmcu.runtime.host import evaluate
 from tfmcu.runtime.model_io import TFLMError, load_inputs, random_inputs, read_model
+from tfmcu.tflite.detection_postprocess import postprocess_outputs, read_detector
 from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP
 
 STATIC_ESTIMATE = 1024  # bytes of .data + .bss besides the arena (TFLM, harness, kernel): measured 0.8-1 KiB
+
+
+def detector_static_bytes(slots: int) -> int:
+    """A detector firmware's extra .bss (firmware_main.cc): 24 B per detection kept to print, the per-input counts,
+    and about 256 B more measured (TFLite_Detection_PostProcess and its kernels' statics: 2,024 B of .data + .bss
+    besides the arena with 30 slots on Cortex-M4, 2026-11-25)."""
+    return 24 * slots + 68 + 256 if slots else 0
 # Flash besides the model and the test inputs (TFLM's runtime, the model's kernels, ours, the harness), an upper
 # estimate: the firmware tests' Flash less their model and inputs is about 125 kB with the reference kernels and
 # about 45 kB more with CMSIS-NN (docs/firmware.md).
@@ -122,14 +137,19 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, A
     except TFLMError as e:
         raise UsageError(str(e)) from None
     outs = [r[0] for r in ref.tflite]
-    if ref.tflm is not None and any(not (a[0] == b[0]).all() for a, b in zip(ref.tflite, ref.tflm)):
+    detector = postprocess_outputs(model.flatbuffer)  # a detector: all four outputs are checked
+    checked = (lambda r: r) if detector else (lambda r: r[:1])
+    if ref.tflm is not None and any(not all(np.array_equal(x, y) for x, y in zip(checked(a), checked(b)))
+                                    for a, b in zip(ref.tflite, ref.tflm)):
         raise DeployError(f"{o.tflite}: TFLM on this host differs from TF Lite; run `verify` first")
     host_arena = None if ref.arena is None else ref.arena.total
     build = mcu_build(o.kernels)
     pred = predict_model_arena(model, build=build, stage=stages if o.kernels == "cmsis_nn" else None)
     arena = -(-int(pred.total * (1 + o.margin)) // 16) * 16
     stack = o.stack_kib * 1024
-    ram_estimate = arena + stack + STATIC_ESTIMATE
+    slots = detector_slots_for(detector, info, len(samples))
+    static = STATIC_ESTIMATE + detector_static_bytes(slots)
+    ram_estimate = arena + stack + static
     inputs = [s[0] for s in samples]
     xs = np.concatenate([np.asarray(x).reshape((1,) + tuple(info.inputs[0].shape[1:])) for x in inputs])
     flash = flash_estimate(t, len(model), xs.nbytes)
@@ -157,10 +177,20 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, A
             "ram_bytes": ram_estimate,
             "sram_bytes": t.sram_bytes,
             "fits": ram_estimate <= t.sram_bytes and flash["fits"],
-            "how": f"arena + stack + {STATIC_ESTIMATE} B of other .data/.bss (estimated); the Flash as in 'flash'",
+            "how": f"arena + stack + {static} B of other .data/.bss (estimated"
+                   + (f"; {detector_static_bytes(slots)} B of them for the detector: the detections kept to print, "
+                      f"its kernel" if slots else "") + "); the Flash as in 'flash'",
         },
     }
-    want = expectation(outs)
+    want = detector_expectation(ref.tflite, detector) if detector else expectation(outs)
+    if detector:
+        record = read_detector(model.flatbuffer) or {}
+        report["detector"] = {
+            "max_detections": int(np.prod(info.outputs[2].shape)),
+            "score_threshold": record.get("score_threshold"), "labels": record.get("labels"),
+            "detections": printed_detections(ref.tflite, detector),
+            "how": "TF Lite's detections per input (the first 16): [class, score, ymin, xmin, ymax, xmax], score "
+                   "and box in millionths; the firmware prints the same list and hashes all four outputs"}
     if rows:  # the kernel reads each image's rows from Flash through the firmware's provider
         read = (ref.streamed_rows_read or {}).get("tflite", [])
         report["streamed_input"] = {"image_rows": rows, "rows_read": read,
@@ -168,7 +198,8 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, A
                                            "TfmcuInputProvider (firmware_main.cc): no image in the arena"}
         want["streamed_rows_read"] = read[:16]  # what the C executor read on this host, per input
     files = folder_files(model, ops, xs, outs[0].nbytes, comment, t, arena, stack, o.kernels, o.tflite, stream=rows,
-                         external=flash["model_in"] == "external")
+                         external=flash["model_in"] == "external",
+                         detector_slots=slots)
     files["expect.json"] = json.dumps({"expect": want,
                                        "expect_within": {"arena_used_bytes": [pred.total, 0.01]}}, indent=1) + "\n"
     files["deploy.json"] = json.dumps(report, indent=1) + "\n"
@@ -211,6 +242,25 @@ def flash_estimate(t: Target, model_bytes: int, inputs_bytes: int) -> dict[str, 
     return d
 
 
+def firmware_detections(out_dir: str, expected: list[list[list[int]]]) -> list[list[list[int]]]:
+    """The detections a detector's firmware printed (its run.json), checked against TF Lite's (``expected``): the same
+    detections, classes equal, scores and boxes within 1 millionth (the printed rounding). The output hash has
+    already proved the four outputs bit-exact; this checks what the firmware prints from them."""
+    try:
+        with open(os.path.join(out_dir, "run.json")) as f:
+            got = (json.load(f).get("result") or {}).get("detections")
+    except (OSError, ValueError):
+        got = None
+    if not isinstance(got, list):
+        raise DeployError(f"{out_dir}/run.json: the detector's firmware printed no detections")
+    same = len(got) == len(expected) and all(
+        len(g) == len(e) and all(len(a) == 6 and a[0] == b[0] and all(abs(x - y) <= 1 for x, y in zip(a[1:], b[1:]))
+                                 for a, b in zip(g, e)) for g, e in zip(got, expected))
+    if not same:
+        raise DeployError(f"{out_dir}: the firmware's detections differ from TF Lite's: {json.dumps(got)[:200]}")
+    return got
+
+
 def deploy(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
     """``prepare``; with ``run``, the firmware built and run under QEMU (tfmcu/firmware/run.py): deploy.json gets
     ``run`` (the measured figures), ``fits`` and ``verdict``."""
@@ -218,6 +268,8 @@ def deploy(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, An
     if o.run:
         report["run"], report["fits"], report["verdict"] = run_firmware(o.out_dir, TARGETS[o.target], report,
                                                                         o.kernels, o.timeout_s, log)
+        if report.get("detector") and report["fits"]:
+            report["run"]["detections"] = firmware_detections(o.out_dir, report["detector"]["detections"])
         write_outputs({os.path.join(o.out_dir, "deploy.json"): json.dumps(report, indent=1) + "\n"})
         log(f"deploy: {report['verdict']}")
     if o.tree:

@@ -18,6 +18,12 @@ ops between them in TF Lite (``tfmcu.runtime.host.HostRunner``). A model whose s
 feed their rows through an input provider that checks the contract (rows in increasing order, each at most once),
 and the report has the rows each sample read (``streamed_input``).
 
+A detector (its outputs those of TFLite_Detection_PostProcess: ``tfmcu.tflite.detection_postprocess``) is compared
+on those four outputs, boxes, classes, scores and the number of detections, bit for bit as any output; the op leaves
+the entries past ``num_detections`` as the arena held them, so every runner zeroes them first (``canonical_outputs``).
+The report's ``detector`` adds the detections per sample in each model and interpreter and the largest box
+difference between the two models (0.0 when bit-exact).
+
 Bad input (missing file, not a TFLite model, signatures that differ, bad ``inputs``, a malformed custom-mode model,
 an interpreter crash) is a one-line ``UsageError`` and no output file.
 """
@@ -40,6 +46,7 @@ from tfmcu.runtime.model_io import TFLMError, load_inputs, random_inputs, read_m
 from tfmcu.runtime.tflite import RESOLVERS
 from tfmcu.runtime.tflm import check_runnable
 from tfmcu.runtime.tflm_host import MEASURED_BY, streamed_image
+from tfmcu.tflite.detection_postprocess import OUTPUT_NAMES, detections, postprocess_outputs
 from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP
 from tfmcu.tflite.model import TfliteModel
 
@@ -74,6 +81,25 @@ def compare(a: list[list[Any]], b: list[list[Any]], offset: int = 0) -> list[dic
                 out.append({"sample": i + offset, "output": j, "max_abs_diff": float(np.nanmax(d))})
                 break
     return out
+
+
+def detector_report(results: dict[str, Any], where: dict[str, Any]) -> dict[str, Any] | None:
+    """For detectors (``where``: per role, ``postprocess_outputs``): the detections per sample in each model and
+    interpreter, and the largest box difference between the two models; None when the original is no detector."""
+    if where["original"] is None or where["rewritten"] is None:
+        return None
+    counts = {r: {k: [len(detections(o, where[r])) for o in getattr(results[r], k)] for k in ("tflite", "tflm")}
+              for r in ROLES}
+    diff = 0.0
+    for k in ("tflite", "tflm"):
+        for a, b in zip(getattr(results["original"], k), getattr(results["rewritten"], k)):
+            u, v = a[where["original"][0]], b[where["rewritten"][0]]
+            if u.shape == v.shape:
+                diff = max(diff, float(np.max(np.abs(u.astype(np.float64) - v.astype(np.float64)), initial=0.0)))
+    return {"outputs": list(OUTPUT_NAMES),
+            "compared": "the four outputs of TFLite_Detection_PostProcess, bit for bit, entries past num_detections "
+                        "zeroed in every runner (the op leaves them unwritten)",
+            "detections_per_sample": counts, "max_box_abs_diff": diff}
 
 
 def stage_ops(info: Any) -> int:
@@ -140,6 +166,11 @@ def verify(o: VerifyOptions) -> dict[str, Any]:
         raise UsageError(f"{paths['original']}: the original must be a model stock TFLM runs, not a custom-mode model")
     streamed = streamed_image(data["rewritten"])
     check_signatures(infos)
+    where = {r: postprocess_outputs(data[r].flatbuffer) for r in ROLES}
+    if where["original"] is not None and where["rewritten"] is None:
+        raise UsageError(f"{paths['rewritten']}: the original is a detector (its outputs are those of "
+                         f"TFLite_Detection_PostProcess), the rewritten model is not")
+    detector = where if where["original"] is not None else None
     samples = random_inputs(data["original"], o.samples, o.seed) if o.samples else []
     real = load_inputs(o.inputs, infos["original"]) if o.inputs else []
     if not samples and not real:
@@ -167,6 +198,10 @@ def verify(o: VerifyOptions) -> dict[str, Any]:
         agreement[r] = {"agree": not diff, "mismatching_samples": len(diff), "first": diff[:o.max_details]}
     for m in mismatches:
         m["source"] = "random" if m["sample"] < len(samples) else "inputs"
+        if detector is not None:
+            m["output_name"] = OUTPUT_NAMES[detector["original"].index(m["output"])] \
+                if m["output"] in detector["original"] else None
+    det = detector_report(results, detector) if detector is not None else None
     return {
         "bit_exact": not mismatches,
         "samples": len(all_samples),
@@ -197,6 +232,7 @@ def verify(o: VerifyOptions) -> dict[str, Any]:
                    "runner's --stream_input in TFLM"},
         "flash_bytes": {r: len(data[r]) for r in ROLES},
         "ops": {r: infos[r].num_ops for r in ROLES},
+        "detector": det,
     }
 
 
@@ -232,6 +268,12 @@ def format_summary(rep: dict[str, Any]) -> str:
     agree = ", ".join(f"{r} {'yes' if a['agree'] else 'NO (' + str(a['mismatching_samples']) + ' samples)'}"
                       for r, a in rep["tflite_vs_tflm"].items())
     lines.append(f"TF Lite == TFLM: {agree}")
+    det = rep.get("detector")
+    if det:
+        found = det["detections_per_sample"]["original"]["tflite"]
+        lines.append(f"detector: {', '.join(det['outputs'])} compared (entries past num_detections zeroed); "
+                     f"{sum(found)} detections in {len(found)} samples (original, TF Lite); largest box difference "
+                     f"between the models {det['max_box_abs_diff']:g}")
     rows = [("TFLM arena total", "tflm", "arena_total_bytes"), ("TFLM arena head", "tflm", "arena_head_bytes"),
             ("TFLM arena tail", "tflm", "arena_tail_bytes"), ("predicted total", "predicted", "arena_total_bytes"),
             ("predicted head", "predicted", "arena_head_bytes"), ("predicted tail", "predicted", "arena_tail_bytes")]

@@ -165,3 +165,41 @@ def build_keras(spec: NetSpec, seed: int | None = None) -> tf_keras.Model:
         outputs = yolo_head(features, spec, seeds)
         return tf_keras.Model(inputs, outputs[0] if len(outputs) == 1 else outputs, name=spec.name)
     return tf_keras.Model(inputs, head(x, spec, seeds), name=spec.name)
+
+
+def _channels(lo: int, hi: int | None, name: str):
+    """A Lambda layer taking channels ``lo:hi`` of a [1, N, C] tensor (a STRIDED_SLICE in the .tflite)."""
+    return layers.Lambda(lambda t: t[:, :, lo:hi], name=name)
+
+
+def _flatten(rows: int, fields: int, name: str):
+    """[1, S, S, A * F] -> [1, S * S * A, F] as one RESHAPE with a constant shape (Keras' Reshape layer reads the batch
+    size at run time: SHAPE, STRIDED_SLICE and PACK before the RESHAPE in the .tflite)."""
+    return layers.Lambda(lambda t: tf_keras.backend.reshape(t, (-1, rows, fields)), name=name)
+
+
+def detector_export_model(model: tf_keras.Model, spec: NetSpec) -> tf_keras.Model:
+    """``model`` (``build_keras(spec)`` of a yolo ``spec``: raw outputs [1, S, S, A * (5 + K)] per scale, coarsest
+    first) with the decode layers that turn it into what ``DETECTION_POSTPROCESS`` takes, two outputs in order:
+
+    * ``boxes`` [1, N, 4]: the box encodings (t_y, t_x, t_h, t_w) of every anchor, raw;
+    * ``scores`` [1, N, K]: ``sigmoid(obj) * sigmoid(class logit)`` per anchor and class.
+
+    Per scale a reshape to [1, S * S * A, 5 + K] (``head_scale{i}_flat``), the scales concatenated (``head_concat``,
+    2 scales only), so anchor ``n`` is row ``n`` of ``tfmcu.nets.anchors.anchor_grid(spec)``. In the .tflite:
+    RESHAPE, CONCATENATION, STRIDED_SLICE, LOGISTIC and MUL, all int8 (TFLM has each). The weights are ``model``'s
+    (the layers are shared, not copied)."""
+    scales = spec.detection_scales()
+    if not scales:
+        raise ValueError(f"{spec.name}: detector_export_model needs a yolo head (head.type 'yolo')")
+    raw = list(model.outputs)
+    if len(raw) != len(scales):
+        raise ValueError(f"{spec.name}: the model has {len(raw)} outputs, the spec {len(scales)} detection scales")
+    fields = 5 + spec.head.num_classes
+    flat = [_flatten(sc.grid * sc.grid * len(sc.anchors), fields, f"{sc.name}_flat")(x) for sc, x in zip(scales, raw)]
+    x = flat[0] if len(flat) == 1 else layers.Concatenate(axis=1, name="head_concat")(flat)
+    boxes = _channels(0, 4, "boxes")(x)
+    obj = layers.Activation("sigmoid", name="head_obj_sigmoid")(_channels(4, 5, "head_obj")(x))
+    cls = layers.Activation("sigmoid", name="head_class_sigmoid")(_channels(5, None, "head_class")(x))
+    scores = layers.Multiply(name="scores")([obj, cls])
+    return tf_keras.Model(model.inputs, [boxes, scores], name=f"{model.name}_export")

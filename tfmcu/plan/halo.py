@@ -333,9 +333,13 @@ def smallest_caches(schedule: PatchSchedule, max_mac_overhead: float = DEFAULT_M
     image = _image(count_input)
     inter = intermediates(schedule)
     everything = {(t, axis) for t in inter for axis in ("rows", "cols")}
+    built: dict[frozenset[tuple[str, str]], HaloPlan] = {}  # the local search meets the greedy path's plans again
 
     def build(opts: set[tuple[str, str]]) -> HaloPlan:
-        return _plan_of(schedule, opts)
+        key = frozenset(opts)
+        if key not in built:
+            built[key] = _plan_of(schedule, opts)
+        return built[key]
 
     def key(h: HaloPlan) -> tuple[int, int]:
         return h.stage_peak(image), h.stage_macs_exact

@@ -38,6 +38,15 @@ class ScheduleError(TfmcuError):
 
 
 # ----------------------------------------------------------------------------- stage selection
+DETECTION_HEAD = "head_scale"  # the yolo head's ops (tfmcu.nets.spec.DetectionScale.name): never in a patch stage
+
+
+def is_detection_head(op: ir.Op) -> bool:
+    """An op of a yolo head (``head_scale{i}_conv`` / ``_pred`` / ``_flat``): the patch stage ends before it, so
+    the head and the detection post-processing after it always run whole."""
+    return op.name.startswith(DETECTION_HEAD)
+
+
 def stage_ops(graph: ir.Graph, n_blocks: int | None = None, n_ops: int | None = None) -> list[int]:
     """Op indices of the patch stage: ops of blocks < n_blocks, or the first n_ops ops."""
     if (n_blocks is None) == (n_ops is None):
@@ -60,6 +69,9 @@ def check_stage(graph: ir.Graph, idx: Sequence[int]) -> tuple[list[str], list[st
     produced = {t for i in idx for t in graph.ops[i].outputs}
     for i in idx:
         op = graph.ops[i]
+        if is_detection_head(op):
+            raise ScheduleError(f"{op.describe(i)} is in the detection head, which runs whole: the patch stage must "
+                                f"end before it (largest stage that works: {largest_prefix(graph)} ops)")
         if not op.patchable:
             raise ScheduleError(f"{op.describe(i)} cannot run patch by patch (supported: conv, depthwise conv, "
                                 f"pooling, pad, add, concatenation, quantize, elementwise); largest stage that "
@@ -82,10 +94,11 @@ def check_stage(graph: ir.Graph, idx: Sequence[int]) -> tuple[list[str], list[st
 
 
 def largest_prefix(graph: ir.Graph) -> int:
-    """Number of leading ops that are all patchable feature-map ops."""
+    """Number of leading ops that are all patchable feature-map ops, before any op of a detection head."""
     n = 0
     for op in graph.ops:
-        if not op.patchable or not all(graph.tensors[t].is_feature_map for t in op.inputs + op.outputs):
+        if (not op.patchable or is_detection_head(op)
+                or not all(graph.tensors[t].is_feature_map for t in op.inputs + op.outputs)):
             break
         n += 1
     return n

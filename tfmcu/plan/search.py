@@ -315,13 +315,16 @@ def search(graph: ir.Graph, cost: CostModel, budget: int | None, options: Search
     def minimum() -> tuple[Evaluation | None, int]:
         """Branch and bound: the smallest eligible cost over all candidates (None: none is eligible), and how many
         were bounded out."""
-        best = min((e for e in run.evaluated if eligible(e)), key=lambda e: e.cost, default=None)
+        def rank(e: Evaluation) -> tuple[int, int]:  # equal costs: the fewer predicted instructions
+            return e.cost, e.instructions if e.instructions is not None else 0
+
+        best = min((e for e in run.evaluated if eligible(e)), key=rank, default=None)
         order = sorted(todo, key=lambda t: (t[2], t[0].macs))  # stable: ties keep the candidates' order
         for n, (c, v, bound) in enumerate(order):
             if best is not None and bound >= best.cost:
                 return best, sum(1 for t in order[n:] if (id(t[0]), t[1]) not in run.done)
             ev = run.evaluate(c, v, n + 1, len(order))
-            if ev is not None and eligible(ev) and (best is None or ev.cost < best.cost):
+            if ev is not None and eligible(ev) and (best is None or rank(ev) < rank(best)):
                 best = ev
         return best, 0
 

@@ -4,7 +4,8 @@
 ``OpResolverType.BUILTIN_REF``, the kernels TFLM's are ported from) or the optimized builtin ones (``"builtin"``);
 ``tflite_outputs(model, rows, resolver)``: the same for a parsed model and samples already checked against it.
 ``tflite_all_tensors(model, sample)``: every tensor of one run (to read an intermediate such as a patch stage's
-output). TensorFlow is imported on first use.
+output). TensorFlow is imported on first use. A detector's outputs (``tfmcu.tflite.detection_postprocess``) come back
+with the op's unwritten entries (past ``num_detections``) zeroed (``canonical_outputs``), as TFLM's do.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 
 from tfmcu.runtime.isolate import isolatable
 from tfmcu.runtime.model_io import TFLMError, prepared
+from tfmcu.tflite.detection_postprocess import canonical_outputs, postprocess_outputs
 from tfmcu.tflite.model import TfliteModel
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -51,12 +53,13 @@ def tflite_outputs(model: TfliteModel, rows: Sequence[tuple[np.ndarray, ...]], r
         interp.allocate_tensors()
     except (RuntimeError, ValueError) as e:
         raise TFLMError(f"{where}: TF Lite cannot load the model ({str(e).splitlines()[0]})") from None
+    detector = postprocess_outputs(model.flatbuffer)
     results = []
     for sample in rows:
         for a, t in zip(sample, info.inputs):
             interp.set_tensor(t.index, a)
         interp.invoke()
-        results.append([np.array(interp.get_tensor(t.index), copy=True) for t in info.outputs])
+        results.append(canonical_outputs([interp.get_tensor(t.index) for t in info.outputs], detector))
     return results
 
 

@@ -9,8 +9,12 @@
   rows)``: the same for a parsed model and samples already checked against it (``model_io.prepared``).
 
 Errors: ``TFLMError`` (a ``TfmcuError``) with one line: unsupported op (custom ops included: the wheel has only
-TFLM's builtin kernels; custom-mode models run whole in ``tfmcu.runtime.tflm_host``), allocation that fails even
-in a 1 GiB arena, input shape or dtype mismatch, not a TFLite file.
+TFLM's own kernels, among them ``TFLite_Detection_PostProcess``; custom-mode models run whole in
+``tfmcu.runtime.tflm_host``), allocation that fails even in a 1 GiB arena, input shape or dtype mismatch, not a
+TFLite file.
+
+A detector's outputs (``tfmcu.tflite.detection_postprocess``) come back with the op's unwritten entries (past
+``num_detections``) zeroed (``canonical_outputs``), as TF Lite's do (``tfmcu.runtime.tflite``).
 
 Isolation: TFLM ``abort()``s the whole process on some models (a failed ``TFLITE_CHECK``, e.g. an int8 SOFTMAX
 whose input scale puts its fixed-point multiplier out of range). ``isolate=True`` runs the work in a child process
@@ -30,8 +34,13 @@ import numpy as np
 from tfmcu.runtime.capture import capture_fds
 from tfmcu.runtime.isolate import isolatable
 from tfmcu.runtime.model_io import ModelInfo, TFLMError, parsed, prepared
+from tfmcu.tflite.detection_postprocess import OP_NAME as DETECTION_OP
+from tfmcu.tflite.detection_postprocess import canonical_outputs, postprocess_outputs
 from tfmcu.tflite.model import TfliteModel
 from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP
+
+# Custom ops TFLM itself has a kernel for (the wheel registers them; so do the host runner and deploy's firmware).
+TFLM_CUSTOM_OPS = (DETECTION_OP,)
 
 MIB = 1 << 20
 MIN_ARENA = 4 * MIB
@@ -108,8 +117,9 @@ def check_runnable(info: ModelInfo, where: str = "model") -> None:
     if PATCH_STAGE_OP in info.custom_ops:
         raise TFLMError(f"{where}: custom-mode models ({PATCH_STAGE_OP}) run in TFLM with tfmcu's kernel "
                         f"(tfmcu.runtime.tflm_host), not in the stock tflite-micro wheel")
-    if info.custom_ops:
-        raise TFLMError(f"{where}: custom ops {', '.join(info.custom_ops)} are not available in stock TFLM")
+    unknown = [op for op in info.custom_ops if op not in TFLM_CUSTOM_OPS]
+    if unknown:
+        raise TFLMError(f"{where}: custom ops {', '.join(unknown)} are not available in stock TFLM")
 
 
 def make_interpreter(model: TfliteModel, arena_size: int | None = None, where: str = "model",
@@ -178,6 +188,7 @@ def tflm_outputs(model: TfliteModel, rows: Sequence[tuple[np.ndarray, ...]], are
                  where: str = "model") -> list[list[np.ndarray]]:
     """``run_tflm`` of a parsed model on samples already checked against it (``model_io.prepared``)."""
     interp, _, _ = make_interpreter(model, arena_size, where)
+    detector = postprocess_outputs(model.flatbuffer)
     results = []
     try:
         for sample in rows:
@@ -192,7 +203,8 @@ def tflm_outputs(model: TfliteModel, rows: Sequence[tuple[np.ndarray, ...]], are
                     err = e
             if err is not None:
                 raise TFLMError(f"{where}: TFLM invoke failed ({_first_error(out[0]) or err})")
-            results.append([np.array(interp.get_output(j), copy=True) for j in range(len(model.info.outputs))])
+            results.append(canonical_outputs([interp.get_output(j) for j in range(len(model.info.outputs))],
+                                             detector))
     finally:
         del interp
     return results

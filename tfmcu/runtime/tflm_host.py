@@ -1,8 +1,11 @@
 """Whole models in TFLM built from source, with the TFMCU_PATCH_STAGE kernel registered.
 
 ``tflm_patch_kernels/tflm:tfmcu_tflm_run`` (Bazel ``cc_binary``) links TFLM (the pinned upstream archive, its
-reference kernels) and our kernel; it runs a ``.tflite`` — builtin ops only, or custom mode — on ``.npy`` inputs
-and reports TFLM's ``arena_used_bytes`` and the RecordingMicroAllocator breakdown. This module calls it.
+reference kernels, and its own TFLite_Detection_PostProcess for detectors) and our kernel; it runs a ``.tflite`` —
+builtin ops only, or custom mode — on ``.npy`` inputs and reports TFLM's ``arena_used_bytes`` and the
+RecordingMicroAllocator breakdown. This module calls it. A detector's outputs come back with the op's unwritten
+entries (past ``num_detections``) zeroed (``tfmcu.tflite.detection_postprocess.canonical_outputs``), as the other
+runners' do.
 
 * ``run_whole(model, samples)``: a ``WholeRun``: outputs per sample and the measured arena (``TflmArena``); for a
   model whose stage streams its input (``streamed_image``) the samples are the images, whose rows the runner feeds
@@ -32,6 +35,7 @@ import numpy as np
 
 from tfmcu.runtime.model_io import ModelInfo, TensorInfo, TFLMError, as_samples, parsed
 from tfmcu.tflite import schema as ts
+from tfmcu.tflite.detection_postprocess import canonical_outputs, postprocess_outputs
 from tfmcu.tflite.model import TfliteModel, as_model
 from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, read_options, streamed_input
 
@@ -157,7 +161,9 @@ def run_whole(model: TfliteModel | bytes, samples: Sequence[Any], where: str = "
         with open(os.path.join(tmp, "report.json")) as f:
             report = json.load(f)
         outs = [np.load(os.path.join(tmp, f"output_{j}.npy")) for j in range(len(info.outputs))]
-    per_sample = [[outs[j][s].reshape(info.outputs[j].shape) for j in range(len(outs))] for s in range(len(rows))]
+    detector = postprocess_outputs(model.flatbuffer)  # the op's unwritten entries zeroed, as the other runners do
+    per_sample = [canonical_outputs([outs[j][s].reshape(info.outputs[j].shape) for j in range(len(outs))], detector)
+                  for s in range(len(rows))]
     arena = TflmArena(int(report["arena_used_bytes"]), int(report["head_bytes"]), int(report["tail_bytes"]),
                       int(report["pointer_bytes"]), int(report["patch_stage_persistent_bytes"]),
                       report.get("allocations", {}))

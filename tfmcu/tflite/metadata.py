@@ -8,6 +8,12 @@ and only its metadata modules are imported (``tensorflow_lite_support.metadata.p
 description, input image with its normalisation ``(pixel - mean) / std`` and colour space, classification output)
 and the label file packed as an associated file (a zip appended after the flatbuffer; TFLM and TF Lite ignore it,
 the model editor keeps it). ``read_metadata(model)`` returns the metadata as a dict with the labels.
+
+``add_detector_metadata(model, labels, mean, std, ...)`` does the same for a detector whose outputs are those of
+TFLite's detection post-processing op (``tfmcu.tflite.detection_postprocess``): tflite-support's object-detector
+metadata (input normalisation; outputs location, category, score, number of detections; the label file on the
+category output). tfmcu's own record of the detector (anchors per scale, thresholds, labels) is the
+``tfmcu_detector`` metadata entry ``append_postprocess`` writes; the populator keeps it.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ def _writers():
     try:
         from tensorflow_lite_support.metadata import metadata_schema_py_generated as fb
         from tensorflow_lite_support.metadata.python.metadata_writers import image_classifier, metadata_info
+        from tensorflow_lite_support.metadata.python.metadata_writers import object_detector  # noqa: F401
     except ImportError as e:
         raise MetadataError(f"tflite-support is not importable ({e}); install it with "
                             f"`pip install --no-deps tflite-support==0.4.4` (make setup does)") from None
@@ -69,6 +76,46 @@ def add_metadata(model: bytes, labels: Sequence[str], mean: Sequence[float], std
             general_md = info.GeneralMd(name=name, version=version or None, description=description or None,
                                         author=author or None)
             writer = image_classifier.MetadataWriter.create_from_metadata_info(buf, general_md, input_md, output_md)
+            return _fixed_zip_times(bytes(writer.populate()))
+        except (ValueError, RuntimeError, TypeError) as e:
+            raise MetadataError(f"cannot write the metadata: {str(e).splitlines()[0]}") from None
+
+
+def add_detector_metadata(model: bytes, labels: Sequence[str], mean: Sequence[float], std: Sequence[float],
+                          name: str = "tfmcu object detector", description: str = "", version: str = "",
+                          author: str = "tfmcu", grayscale: bool = False) -> bytes:
+    """``model`` (ending in TFLite_Detection_PostProcess, its four outputs the model's in the op's order) with
+    tflite-support's object-detector metadata: the input normalisation, the four outputs, the labels (one per
+    class) as the category output's label file."""
+    _, info, fb = _writers()
+    from tensorflow_lite_support.metadata.python.metadata_writers import object_detector, writer_utils
+
+    labels = [str(lab) for lab in labels]
+    if any("\n" in lab for lab in labels):
+        raise MetadataError("class labels must not contain newlines")
+    if len(mean) != len(std):
+        raise MetadataError(f"normalisation mean ({len(mean)} values) and std ({len(std)}) differ in length")
+    with tempfile.TemporaryDirectory(prefix="tfmcu-md-") as tmp:
+        label_path = os.path.join(tmp, LABEL_FILE)
+        with open(label_path, "w") as f:
+            f.write("\n".join(labels) + "\n")
+        try:
+            buf = bytearray(model)
+            if len(writer_utils.get_output_tensor_types(buf)) != 4:
+                raise MetadataError("a detector's metadata needs the 4 outputs of TFLite_Detection_PostProcess")
+            input_md = info.InputImageTensorMd(
+                name="image", description="Input image, normalised as (pixel - mean) / std, then quantized "
+                                          "with the input tensor's scale and zero point.",
+                norm_mean=[float(v) for v in mean], norm_std=[float(v) for v in std],
+                color_space_type=fb.ColorSpaceType.GRAYSCALE if grayscale else fb.ColorSpaceType.RGB,
+                tensor_type=writer_utils.get_input_tensor_types(buf)[0])
+            category_md = info.CategoryTensorMd(
+                name="category", description=f"Class of each detected box, 0..{len(labels) - 1} (float).",
+                label_files=[info.LabelFileMd(file_path=label_path)])
+            general_md = info.GeneralMd(name=name, version=version or None, description=description or None,
+                                        author=author or None)
+            writer = object_detector.MetadataWriter.create_from_metadata_info(
+                buf, general_md, input_md, output_category_md=category_md)
             return _fixed_zip_times(bytes(writer.populate()))
         except (ValueError, RuntimeError, TypeError) as e:
             raise MetadataError(f"cannot write the metadata: {str(e).splitlines()[0]}") from None

@@ -3,6 +3,11 @@
 ``Recipe`` is the MCUNetV2 training recipe scaled down to small data sets and 2 CPU cores; ``TrainConfig`` adds the
 model, the data and the run's settings; ``resolve_spec`` checks the spec against the data set. Errors the user can fix
 are ``TrainError`` (one line).
+
+Detection (``TrainConfig.task == "detection"``, ``tfmcu.train.detection_loop``): the same ``TrainConfig`` and
+``Recipe`` (``detection_config()`` gives the detection defaults), plus ``DetectionOptions`` (anchors, target
+assignment, loss weights, augmentation, evaluation); ``check_task`` turns a spec or data set of the other task into
+one line before any data is read, ``resolve_detection_spec`` checks a yolo spec against a ``DetDataset``.
 """
 
 from __future__ import annotations
@@ -10,14 +15,18 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 
+from tfmcu import scenes_det
 from tfmcu.errors import TfmcuError
 from tfmcu.graph.load import load_spec
 from tfmcu.nets.spec import NetSpec
 from tfmcu import data as data_mod
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
+TASKS = ("classify", "detection")
+ANCHOR_SOURCES = ("kmeans", "spec")
 
 
 class TrainError(TfmcuError):
@@ -67,6 +76,42 @@ class Recipe:
 
 
 @dataclass
+class DetectionOptions:
+    """What detection training adds to the recipe (``tfmcu.train.detection`` documents each part)."""
+
+    anchors: str = "kmeans"  # kmeans: fit to the training boxes (k = the spec's anchor count) | spec: keep the spec's
+    ignore_iou: float = 0.5  # an unassigned anchor whose box overlaps a true box more than this: no no-object loss
+    box_weight: float = 1.0  # smooth-L1 of the box encodings, on assigned anchors
+    noobj_weight: float = 0.5  # objectness BCE of the unassigned, not-ignored anchors (assigned ones weigh 1)
+    class_weight: float = 1.0  # class BCE, on assigned anchors
+    scale: float = 0.25  # augmentation: random zoom in [1 - scale, 1 + scale]
+    translate: float = 0.125  # augmentation: random shift of up to this fraction of the image, per axis
+    score_threshold: float = 0.01  # evaluation: detections scoring below are dropped before NMS
+    iou_threshold: float = 0.5  # evaluation: NMS suppresses a box overlapping a higher-scoring one more than this
+    max_detections: int = 100  # evaluation: detections per image after NMS (COCO counts up to 100)
+    plot_images: int = 8  # test images drawn in detections.png
+    int8: bool = True  # export the full-int8 .tflite with DETECTION_POSTPROCESS; its mAP in TF Lite and TFLM
+
+    def validate(self) -> "DetectionOptions":
+        checks = [
+            (self.anchors in ANCHOR_SOURCES, f"anchors must be one of {', '.join(ANCHOR_SOURCES)}"),
+            (0 < self.ignore_iou <= 1, "ignore_iou must be in (0, 1]"),
+            (self.box_weight >= 0 and self.noobj_weight >= 0 and self.class_weight >= 0,
+             "the loss weights must be >= 0"),
+            (0 <= self.scale < 1, "scale must be in [0, 1)"),
+            (0 <= self.translate <= 0.5, "translate must be in [0, 0.5]"),
+            (0 <= self.score_threshold < 1, "score_threshold must be in [0, 1)"),
+            (0 < self.iou_threshold <= 1, "iou_threshold must be in (0, 1]"),
+            (self.max_detections >= 1, "max_detections must be >= 1"),
+            (self.plot_images >= 0, "plot_images must be >= 0"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise TrainError(msg)
+        return self
+
+
+@dataclass
 class TrainConfig:
     model: str = "mcunet-demo"  # preset name or spec JSON
     dataset: str = "fashion_mnist"  # fashion_mnist | mnist | scenes[:key=value,...] | folder of class folders
@@ -89,6 +134,8 @@ class TrainConfig:
     resume: bool = False
     init_weights: str | None = None  # start from these Keras weights (.h5 of the same spec: a searched sub-network)
     verbose: int | None = None  # Keras fit verbosity (None: progress bar on a terminal, one line per epoch else)
+    task: str = "classify"  # classify | detection (a yolo spec on scenes-det or a COCO folder)
+    detection: DetectionOptions = field(default_factory=DetectionOptions)  # task "detection" only
 
     def fingerprint(self, spec: NetSpec) -> str:
         """What a checkpoint depends on: resuming with other settings would silently train something else."""
@@ -96,7 +143,24 @@ class TrainConfig:
                 "val_split": self.val_split, "train_subset": self.train_subset,
                 "steps_per_epoch": self.steps_per_epoch, "qat_steps_per_epoch": self.qat_steps_per_epoch,
                 "seed": self.seed, "init_weights": _file_digest(self.init_weights)}
+        if self.task != "classify":  # (a classification fingerprint stays what it was before detection)
+            keep["task"] = self.task
+            keep["detection"] = {k: v for k, v in dataclasses.asdict(self.detection).items()
+                                 if k not in _EVALUATION_ONLY}
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# Detection options that change only the evaluation, not the trained weights (not part of the fingerprint).
+_EVALUATION_ONLY = ("score_threshold", "iou_threshold", "max_detections", "plot_images", "int8")
+
+
+def detection_config(**changes) -> TrainConfig:
+    """A ``TrainConfig`` with the detection defaults: ``mbv2-det-w035`` on ``scenes-det``, no QAT (not wired for
+    detectors yet: ``tfmcu.train.detection_loop``), a shorter warm-up'd SGD recipe with flips."""
+    recipe = Recipe(epochs=30, qat_epochs=0, batch_size=32, lr=0.05, warmup_epochs=1.0, flip="auto")
+    base = TrainConfig(model="mbv2-det-w035", dataset="scenes-det", recipe=recipe, task="detection", val_split=0.1,
+                       test_fraction=0.1)  # (held out of a COCO folder's train.json when it has no val / test file)
+    return dataclasses.replace(base, **changes)
 
 
 def _file_digest(path: str | None) -> str | None:
@@ -115,9 +179,72 @@ def resolve_spec(cfg: TrainConfig, ds: data_mod.Dataset) -> NetSpec:
     spec = load_spec(cfg.model, resolution=cfg.resolution, width=cfg.width,
                             num_classes=None if is_json else ds.num_classes)
     where = cfg.model
+    if spec.head.type == "yolo":
+        raise TrainError(f"{where}: a detector (yolo head); train it with --task=detection on a detection data set "
+                         f"(scenes-det[:...] or a COCO folder)")
     if spec.head.num_classes == 0 or spec.head.pooling != "avg":
         raise TrainError(f"{where}: the spec has no classifier (head.num_classes=0); set head.num_classes to "
                          f"{ds.num_classes} for {ds.name}")
+    if spec.head.num_classes != ds.num_classes:
+        raise TrainError(f"{where}: the spec has {spec.head.num_classes} classes, {ds.name} has {ds.num_classes}; "
+                         f"set head.num_classes to {ds.num_classes}")
+    if spec.in_channels not in (1, 3):
+        raise TrainError(f"{where}: the spec takes {spec.in_channels}-channel input; {ds.name} images give 1 "
+                         f"(grey) or 3 (RGB) channels")
+    if spec.in_channels == 1 and ds.channels == 3:
+        raise TrainError(f"{where}: the spec takes 1-channel (grey) input, {ds.name} has colour images; use "
+                         f"in_channels=3")
+    return spec
+
+
+def dataset_kind(name: str) -> str | None:
+    """"classify" or "detection" when the name alone says which task a data set is for (None: a folder of either
+    kind that does not exist, or cannot be told apart without reading it)."""
+    if scenes_det.is_name(name):
+        return "detection"
+    if data_mod.canonical_name(name) or name.lower().split(":")[0] == "scenes":
+        return "classify"
+    if os.path.isdir(name) and any(os.path.isfile(os.path.join(name, f)) for f in ("annotations.json", "train.json")):
+        return "detection"
+    return None
+
+
+def check_task(cfg: TrainConfig) -> None:
+    """The task, and a data set or a spec that is plainly for the other task: one line each (before any data is
+    read)."""
+    if cfg.task not in TASKS:
+        raise TrainError(f"unknown task '{cfg.task}'; known: {', '.join(TASKS)}")
+    kind = dataset_kind(cfg.dataset)
+    if cfg.task == "classify" and kind == "detection":
+        raise TrainError(f"--dataset={cfg.dataset}: a detection data set (boxes); train a detector on it with "
+                         f"--task=detection (e.g. --model=mbv2-det-w035)")
+    if cfg.task == "detection" and kind == "classify":
+        raise TrainError(f"--dataset={cfg.dataset}: a classification data set (no boxes); --task=detection needs "
+                         f"scenes-det[:key=value,...] or a COCO folder")
+    head = load_spec(cfg.model, resolution=cfg.resolution, width=cfg.width).head.type  # (no data needed)
+    if cfg.task == "classify" and head == "yolo":
+        raise TrainError(f"{cfg.model}: a detector (yolo head); train it with --task=detection on a detection data "
+                         f"set (scenes-det[:...] or a COCO folder)")
+    if cfg.task == "detection" and head != "yolo":
+        raise TrainError(f"{cfg.model}: a classifier (head.type '{head}'); --task=detection needs a yolo head "
+                         f"(e.g. --model=mbv2-det-w035)")
+    if cfg.task == "detection":
+        cfg.detection.validate()
+        if cfg.recipe.qat_epochs:
+            raise TrainError(f"qat_epochs={cfg.recipe.qat_epochs}: quantization-aware training of detectors is not "
+                             f"there yet (float training only); use --qat_epochs=0")
+
+
+def resolve_detection_spec(cfg: TrainConfig, ds) -> NetSpec:
+    """The yolo spec to train (``ds``: a ``tfmcu.detection_data.DetDataset``), checked against the data set:
+    head type, classes, channels. Its anchors are the spec's; ``tfmcu.train.detection.fit_anchors`` replaces them."""
+    is_json = cfg.model.endswith(".json")
+    spec = load_spec(cfg.model, resolution=cfg.resolution, width=cfg.width,
+                     num_classes=None if is_json else ds.num_classes)
+    where = cfg.model
+    if spec.head.type != "yolo":
+        raise TrainError(f"{where}: a classifier (head.type '{spec.head.type}'); --task=detection needs a yolo head "
+                         f"(e.g. --model=mbv2-det-w035)")
     if spec.head.num_classes != ds.num_classes:
         raise TrainError(f"{where}: the spec has {spec.head.num_classes} classes, {ds.name} has {ds.num_classes}; "
                          f"set head.num_classes to {ds.num_classes}")

@@ -1,5 +1,13 @@
 """Export and int8 evaluation: the classifier as a 1x1 convolution, inputs quantized like the model's, and the int8
-model run in TF Lite and TFLM side by side."""
+model run in TF Lite and TFLM side by side.
+
+Detectors (a yolo ``NetSpec``): ``detector_int8(model, spec, calibration_images, seed)`` exports the Keras model with
+its decode layers (``tfmcu.nets.keras_builder.detector_export_model``: box encodings and scores), full int8, then
+appends the detection post-processing (``tfmcu.tflite.detection_postprocess.append_postprocess``: DEQUANTIZE and
+TFLite_Detection_PostProcess on ``anchor_grid(spec)`` with ``BOX_SCALES``) and the metadata (labels, anchors per
+scale, thresholds; tflite-support's object-detector metadata). ``untrained_detector_int8(spec, seed)`` does the same
+for an untrained model (tests, memory work).
+"""
 
 from __future__ import annotations
 
@@ -11,14 +19,16 @@ from typing import Callable
 import numpy as np
 
 from tfmcu import data as data_mod
+from tfmcu.nets.anchors import BOX_SCALES, anchor_grid
 from tfmcu.nets.spec import NetSpec
 from tfmcu.runtime.capture import capture_fds, import_tensorflow_quietly
 from tfmcu.runtime.model_io import model_info
 from tfmcu.runtime.tflite import run_tflite
 from tfmcu.runtime.tflm import run_tflm
 from tfmcu.tflite import schema as ts
+from tfmcu.tflite.detection_postprocess import append_postprocess
 from tfmcu.tflite.editor import ModelEditor
-from tfmcu.tflite.metadata import add_metadata
+from tfmcu.tflite.metadata import add_detector_metadata, add_metadata
 from tfmcu.train.config import TrainError
 
 
@@ -176,3 +186,95 @@ def int8_from_keras(path: str, seed: int = 0) -> bytes:
     model = tf_keras.models.load_model(path, compile=False)
     return quiet_convert(to_int8_tflite, model, random_representative(tuple(model.input_shape[1:]), samples=4,
                                                                       seed=seed))
+
+
+# ----------------------------------------------------------------------------- detectors
+def detector_tflite(plain: bytes, spec: NetSpec, labels: list[str] | None = None, max_detections: int = 10,
+                    score_threshold: float = 0.3, iou_threshold: float = 0.5, dataset_name: str = "",
+                    version: str = "", metadata: bool = True) -> bytes:
+    """The full-int8 export of ``detector_export_model`` (outputs: box encodings, scores) with the detection
+    post-processing on ``anchor_grid(spec)`` and, with ``metadata``, the object-detector metadata (labels: the
+    class names, default ``class_0`` ...)."""
+    k = spec.head.num_classes
+    labels = [f"class_{i}" for i in range(k)] if labels is None else [str(v) for v in labels]
+    data = append_postprocess(plain, anchor_grid(spec), k, max_detections, score_threshold, iou_threshold,
+                              box_scales=BOX_SCALES, labels=labels, anchors_per_scale=spec.head.anchors,
+                              where=spec.name)
+    if not metadata:
+        return data
+    ch = spec.in_channels
+    desc = (f"{spec.name} object detector" + (f" trained on {dataset_name}" if dataset_name else "")
+            + f" at {spec.resolution}x{spec.resolution} by tfmcu; int8 input = quantize((pixel - "
+            f"{data_mod.NORM_MEAN}) / {data_mod.NORM_STD}); outputs: TFLite_Detection_PostProcess's boxes (ymin, "
+            f"xmin, ymax, xmax fractions), classes, scores, number of detections")
+    return add_detector_metadata(data, labels, [data_mod.NORM_MEAN] * ch, [data_mod.NORM_STD] * ch, name=spec.name,
+                                 description=desc, version=version, grayscale=(ch == 1))
+
+
+def detector_int8(model, spec: NetSpec, calibration_images: np.ndarray, seed: int, labels: list[str] | None = None,
+                  max_detections: int = 10, score_threshold: float = 0.3, iou_threshold: float = 0.5,
+                  samples: int = 200, dataset_name: str = "", version: str = "", metadata: bool = True) -> bytes:
+    """A yolo Keras model (``build_keras(spec)``, trained or QAT) as a full-int8 detector .tflite that ends in
+    TFLite_Detection_PostProcess (see the module docstring). ``calibration_images``: float model inputs
+    [n, H, W, C] (normalised as for training); at most ``samples`` of them, drawn with ``seed``, calibrate."""
+    from tfmcu.nets.convert import to_int8_tflite  # lazy: imports TensorFlow
+    from tfmcu.nets.keras_builder import detector_export_model  # lazy: imports TensorFlow
+
+    x = np.asarray(calibration_images, dtype=np.float32)
+    want = tuple(int(d) for d in model.input_shape[1:])
+    if x.ndim != 4 or tuple(x.shape[1:]) != want or len(x) == 0:
+        raise TrainError(f"calibration images: expected [n, {', '.join(map(str, want))}] with n >= 1, got "
+                         f"{list(x.shape)}")
+    pick = np.sort(np.random.default_rng(seed).permutation(len(x))[:max(1, int(samples))])
+
+    def representative():
+        for i in pick:
+            yield [x[i:i + 1]]
+
+    plain = quiet_convert(to_int8_tflite, detector_export_model(model, spec), representative)
+    return detector_tflite(plain, spec, labels, max_detections, score_threshold, iou_threshold, dataset_name,
+                           version, metadata)
+
+
+def spread_untrained(model, spec: NetSpec, images: np.ndarray, seed: int) -> None:
+    """Give an untrained yolo model, in place, the activation spread of a trained one on ``images``: every batch
+    norm's moving statistics become those of ``images`` (one forward pass in training mode with momentum 0, as
+    training would set them), then each prediction conv (``head_scale{i}_pred``) is rescaled so that every output
+    channel has mean 0 and standard deviation 1, plus a seeded N(0, 0.5) offset. Why: with Glorot weights and the
+    initial statistics (mean 0, variance 1) the features shrink layer by layer to about 1e-10 at the head, so every
+    anchor got the same encodings and a 0.25 score: nothing to compare detections on."""
+    import tf_keras  # lazy: imports TensorFlow
+
+    bns = [layer for layer in model.layers if isinstance(layer, tf_keras.layers.BatchNormalization)]
+    momenta = [bn.momentum for bn in bns]
+    for bn in bns:
+        bn.momentum = 0.0
+    try:
+        model(images, training=True)
+    finally:
+        for bn, mom in zip(bns, momenta):
+            bn.momentum = mom
+    rng = np.random.default_rng(seed)
+    for sc in spec.detection_scales():
+        pred = model.get_layer(f"{sc.name}_pred")
+        feats = tf_keras.Model(model.inputs, pred.input)(images, training=False).numpy().astype(np.float64)
+        kernel, bias = pred.get_weights()
+        y = feats.reshape(-1, feats.shape[-1]) @ kernel.reshape(kernel.shape[-2], kernel.shape[-1])
+        mean, std = y.mean(axis=0), y.std(axis=0)
+        std = np.where(std > 0, std, 1.0)
+        offset = rng.normal(0.0, 0.5, size=bias.shape)
+        pred.set_weights([(kernel / std).astype(kernel.dtype), (offset - mean / std).astype(bias.dtype)])
+
+
+def untrained_detector_int8(spec: NetSpec, seed: int, max_detections: int = 10, score_threshold: float = 0.3,
+                            iou_threshold: float = 0.5, calibration: int = 4, metadata: bool = True) -> bytes:
+    """A yolo ``spec`` with untrained weights (spread as a trained model's: ``spread_untrained``) as the detector
+    .tflite ``detector_int8`` writes, calibrated on ``calibration`` seeded uniform random inputs in [-1, 1]."""
+    from tfmcu.nets.keras_builder import build_keras  # lazy: imports TensorFlow
+
+    model = build_keras(spec, seed)
+    shape = tuple(int(d) for d in model.input_shape[1:])
+    images = np.random.default_rng(seed).uniform(-1.0, 1.0, (max(1, calibration),) + shape).astype(np.float32)
+    spread_untrained(model, spec, images, seed)
+    return detector_int8(model, spec, images, seed, max_detections=max_detections, score_threshold=score_threshold,
+                         iou_threshold=iou_threshold, samples=len(images), metadata=metadata)

@@ -33,6 +33,9 @@ worker resumes from the chief's ``out_dir/checkpoints`` (put ``out_dir`` on a sh
 
 Errors the user can fix are ``TfmcuError``s (``TrainError``, ``DataError``, ``ModelError``, ``MetadataError``;
 one line).
+
+Detectors (``TrainConfig.task == "detection"``) train with ``tfmcu.train.detection_loop.train_detector``, whose run
+is a ``TrainingRun`` with the task-specific methods replaced (data, targets, loss, mAP).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ from tfmcu.runtime.model_io import model_info
 from tfmcu.runtime.tflm import measure_arena
 from tfmcu import data as data_mod
 from tfmcu.train.checkpoints import Checkpoints
-from tfmcu.train.config import STRATEGIES, TrainConfig, TrainError, resolve_spec
+from tfmcu.train.config import STRATEGIES, TrainConfig, TrainError, check_task, resolve_spec
 from tfmcu.train.export import (classifier_as_conv, confusion, quantize_inputs, quiet_convert, run_int8,
                                 with_metadata)
 from tfmcu.train.plots import plot_confusion, plot_curves
@@ -88,14 +91,20 @@ def _epoch_record(h: dict[str, list[float]], epoch: int, lr: float, seconds: flo
 def validate(cfg: TrainConfig) -> None:
     """The settings that can be checked without data or TensorFlow."""
     cfg.recipe.validate()
+    check_task(cfg)
     if cfg.strategy not in STRATEGIES:
         raise TrainError(f"unknown strategy '{cfg.strategy}'; known: {', '.join(STRATEGIES)}")
     if cfg.calibration_samples < 1:
         raise TrainError("calibration_samples must be >= 1")
 
 
-class _Training:
-    """One training run, phase by phase (see the module docstring); the attributes are what the phases share."""
+class TrainingRun:
+    """One training run, phase by phase (see the module docstring); the attributes are what the phases share.
+
+    The task-specific parts are methods a detector's run (``tfmcu.train.detection_loop``) overrides: ``load_data``,
+    ``describe``, ``prepare_batches``, ``epoch_dataset``, ``validate_epoch``, ``epoch_summary``, ``build_float``,
+    ``compile``, ``evaluate_float``; the rest (checkpoints, resume, the epoch loop, batch-norm re-calibration, QAT)
+    is shared."""
 
     def __init__(self, cfg: TrainConfig, out_dir: str, log: Callable[[str], None]):
         self.cfg, self.out_dir, self.log = cfg, out_dir, log
@@ -103,9 +112,9 @@ class _Training:
         self.timing: dict[str, float] = {}
 
     # ------------------------------------------------------------------ 1. setup
-    def setup(self) -> None:
+    def load_data(self) -> None:
+        """The data set, the spec, the train / validation splits and the flip setting."""
         cfg, recipe = self.cfg, self.cfg.recipe
-        validate(cfg)
         ds = self.ds = data_mod.load(cfg.dataset, cfg.data_dir, cfg.test_fraction, cfg.seed)
         spec = self.spec = resolve_spec(cfg, ds)
         self.res, self.ch = spec.resolution, spec.in_channels
@@ -119,6 +128,17 @@ class _Training:
                              f"({recipe.batch_size})")
         data_mod.check_decodable(self.train_split)
         self.flip = ds.flip if recipe.flip == "auto" else recipe.flip == "yes"
+
+    def describe(self) -> str:
+        ds = self.ds
+        return (f"{len(self.train_split)} train / {len(self.val_split)} validation / {len(ds.test)} test samples, "
+                f"{ds.num_classes} classes")
+
+    def setup(self) -> None:
+        cfg, recipe = self.cfg, self.cfg.recipe
+        validate(cfg)
+        self.load_data()
+        ds, spec = self.ds, self.spec
         # The checkpoint state is checked before TensorFlow loads, so a bad one fails fast.
         self.ckpt_dir = os.path.join(self.out_dir, "checkpoints")
         self.ckpts = Checkpoints(self.ckpt_dir, cfg.fingerprint(spec), self.log)
@@ -136,8 +156,7 @@ class _Training:
             raise TrainError(f"batch_size {recipe.batch_size} is not a multiple of the {self.replicas} replicas")
         steps = len(self.train_split) // recipe.batch_size
         self.steps = min(steps, cfg.steps_per_epoch) if cfg.steps_per_epoch else steps
-        self.log(f"[train] {spec.name} @ {self.res}x{self.res}x{self.ch} on {ds.name}: {len(self.train_split)} "
-                 f"train / {len(self.val_split)} validation / {len(ds.test)} test samples, {ds.num_classes} classes; "
+        self.log(f"[train] {spec.name} @ {self.res}x{self.res}x{self.ch} on {ds.name}: {self.describe()}; "
                  f"{self.steps} steps of {recipe.batch_size} per epoch; strategy {cfg.strategy} ({self.replicas} "
                  f"replica{'s' if self.replicas > 1 else ''})")
         if not self.chief:
@@ -148,11 +167,16 @@ class _Training:
                                                           else {"float": [], "qat": []})
         self.history.setdefault("float", [])
         self.history.setdefault("qat", [])
-        self.val_ds = (data_mod.eval_dataset(self.val_split, self.res, self.ch, 256).map(self.onehot)
-                       if len(self.val_split) else None)
         self.verbose = _verbose(cfg)
         self.qat_steps = min(self.steps, cfg.qat_steps_per_epoch) if cfg.qat_steps_per_epoch else self.steps
-        # Batch-norm re-calibration batches: fixed training images, no augmentation.
+        self.prepare_batches()
+
+    def prepare_batches(self) -> None:
+        """The validation batches and the batch-norm re-calibration batches (fixed training images, no
+        augmentation)."""
+        cfg, recipe = self.cfg, self.cfg.recipe
+        self.val_ds = (data_mod.eval_dataset(self.val_split, self.res, self.ch, 256).map(self.onehot)
+                       if len(self.val_split) else None)
         self.calib_ds = data_mod.train_dataset(self.train_split, self.res, self.ch, recipe.batch_size, cfg.seed + 2000,
                                                0, augment=False,
                                                steps=max(1, recipe.bn_recalibration_batches)).map(self.onehot)
@@ -167,9 +191,7 @@ class _Training:
         for epoch in range(start, epochs):
             t0 = time.time()
             log(f"[train] {phase} epoch {epoch + 1}/{epochs} (lr {current_lr(opt):.4g})")
-            train_ds = data_mod.train_dataset(self.train_split, self.res, self.ch, recipe.batch_size,
-                                              cfg.seed + seed_offset, epoch, augment=recipe.augment, flip=self.flip,
-                                              steps=n_steps).map(self.onehot)
+            train_ds = self.epoch_dataset(epoch, n_steps, cfg.seed + seed_offset)
             t_fit = time.time()
             h = model.fit(train_ds, epochs=1, verbose=self.verbose)
             rec = _epoch_record(h.history, epoch + 1, current_lr(opt), time.time() - t0, n_steps * recipe.batch_size)
@@ -178,29 +200,42 @@ class _Training:
                 # Only the moving statistics change (training-mode passes use batch statistics), so the training
                 # trajectory is the same; validation and the checkpoint then see BN statistics of these weights.
                 recalibrate_bn(model, self.calib_ds, recipe.bn_recalibration_batches, self.strategy)
-            if self.val_ds is not None:
-                v = model.evaluate(self.val_ds, verbose=0, return_dict=True)
-                rec["val_loss"], rec["val_accuracy"] = float(v["loss"]), float(v["accuracy"])
+            self.validate_epoch(model, rec)
             rec["seconds"] = round(time.time() - t0, 2)
             t_save = time.time()
             self.history[phase].append(rec)
             self.ckpts.save(ckpt, phase, epoch + 1, self.history, float_final)
-            val = f", val acc {rec['val_accuracy']:.4f}" if "val_accuracy" in rec else ""
-            log(f"[train] {phase} epoch {epoch + 1}: loss {rec['loss']:.4f}, acc {rec['accuracy']:.4f}{val} "
+            log(f"[train] {phase} epoch {epoch + 1}: {self.epoch_summary(rec)} "
                 f"({rec['seconds']:.0f} s, training {rec['fit_seconds']:.0f} s; checkpoint "
                 f"{time.time() - t_save:.1f} s)")
+
+    def epoch_dataset(self, epoch: int, steps: int, seed: int):
+        """One epoch of shuffled, augmented training batches (deterministic for (seed, epoch))."""
+        recipe = self.cfg.recipe
+        return data_mod.train_dataset(self.train_split, self.res, self.ch, recipe.batch_size, seed, epoch,
+                                      augment=recipe.augment, flip=self.flip, steps=steps).map(self.onehot)
+
+    def validate_epoch(self, model, rec: dict[str, Any]) -> None:
+        """The validation figures of the epoch, into ``rec``."""
+        if self.val_ds is not None:
+            v = model.evaluate(self.val_ds, verbose=0, return_dict=True)
+            rec["val_loss"], rec["val_accuracy"] = float(v["loss"]), float(v["accuracy"])
+
+    def epoch_summary(self, rec: dict[str, Any]) -> str:
+        val = f", val acc {rec['val_accuracy']:.4f}" if "val_accuracy" in rec else ""
+        return f"loss {rec['loss']:.4f}, acc {rec['accuracy']:.4f}{val}"
 
     # ------------------------------------------------------------------ 2. float
     def train_float(self) -> None:
         cfg, recipe, tf, state = self.cfg, self.cfg.recipe, self.tf, self.state
         with self.strategy.scope():
-            model = self.float_model = build_model(self.spec, cfg.seed, recipe.bn_momentum)
+            model = self.float_model = self.build_float()
             if cfg.init_weights and not state:
-                self.load_init_weights(model)
+                self.load_init_weights(self.spec_model)
             opt = make_optimizer(recipe.lr, recipe.momentum, recipe.nesterov, recipe.weight_decay,
                                  self.steps * max(recipe.epochs, 1), int(round(recipe.warmup_epochs * self.steps)))
             opt.build(model.trainable_variables)
-            compile_model(model, opt, recipe.label_smoothing)
+            self.compile(model, opt)
             ckpt = tf.train.Checkpoint(model=model, optimizer=opt)
         start = 0
         if state and state["phase"] == "float":
@@ -214,6 +249,23 @@ class _Training:
         t = time.time()
         self.run_phase("float", model, opt, ckpt, recipe.epochs, start, 0, None)
         self.timing["float_training"] = time.time() - t
+        self.evaluate_float(model)
+
+    def build_float(self):
+        """The float model to train (in the strategy's scope)."""
+        return build_model(self.spec, self.cfg.seed, self.cfg.recipe.bn_momentum)
+
+    @property
+    def spec_model(self):
+        """The Keras model of the spec (what ``--init_weights`` loads into)."""
+        return self.float_model
+
+    def compile(self, model, opt) -> None:
+        compile_model(model, opt, self.cfg.recipe.label_smoothing)
+
+    def evaluate_float(self, model) -> None:
+        """The float model on the test split (``self.test_part``)."""
+        cfg = self.cfg
         self.test_part = data_mod.subset(self.ds.test, cfg.test_subset, cfg.seed)
         self.test_ds = data_mod.eval_dataset(self.test_part, self.res, self.ch, 256).map(self.onehot)
         self.log(f"[eval] float model on {len(self.test_part)} test samples")
@@ -258,7 +310,7 @@ class _Training:
             opt = make_optimizer(qat_lr, recipe.momentum, recipe.nesterov, recipe.weight_decay,
                                  self.qat_steps * recipe.qat_epochs)
             opt.build(model.trainable_variables)
-            compile_model(model, opt, recipe.label_smoothing)
+            self.compile(model, opt)
             ckpt = tf.train.Checkpoint(model=model, optimizer=opt)
         self.qat_model = model
         for note in self.qat_notes:
@@ -410,8 +462,12 @@ class _Training:
 
 
 def train(cfg: TrainConfig, out_dir: str, log: Callable[[str], None] = _log_default) -> dict[str, Any]:
-    """Run the whole pipeline; returns the report (also written to ``out_dir/train_report.json``)."""
-    run = _Training(cfg, out_dir, log)
+    """Run the whole pipeline; returns the report (also written to ``out_dir/train_report.json``). Classifiers only:
+    ``tfmcu.train.detection_loop.train_detector`` trains detectors."""
+    if cfg.task != "classify":
+        raise TrainError(f"task '{cfg.task}': tfmcu.train.train trains classifiers; detectors train with "
+                         f"tfmcu.train.detection_loop.train_detector")
+    run = TrainingRun(cfg, out_dir, log)
     run.setup()
     run.train_float()
     run.train_qat()

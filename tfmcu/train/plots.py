@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from tfmcu.files import figure_png
 
 
-def plot_curves(history: dict[str, list[dict[str, Any]]], title: str) -> bytes:
+CLASSIFY_PANELS = (("loss", "loss"), ("accuracy", "accuracy"))
+
+
+def plot_curves(history: dict[str, list[dict[str, Any]]], title: str,
+                panels: Sequence[tuple[str, str]] = CLASSIFY_PANELS) -> bytes:
+    """One panel per (history key, label) of ``panels``, each with the training (``key``) and validation
+    (``val_<key>``) values that the history has."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -17,8 +23,8 @@ def plot_curves(history: dict[str, list[dict[str, Any]]], title: str) -> bytes:
 
     rows = [("float", r) for r in history.get("float", [])] + [("qat", r) for r in history.get("qat", [])]
     x = np.arange(1, len(rows) + 1)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, key, label in ((axes[0], "loss", "loss"), (axes[1], "accuracy", "accuracy")):
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for ax, (key, label) in zip(axes[0], panels):
         for prefix, style in (("", "-o"), ("val_", "-s")):
             ys = [r.get(prefix + key) for _, r in rows]
             if any(v is not None for v in ys):

@@ -1,0 +1,450 @@
+"""Detection training (issue 24): target assignment, the loss, box-keeping augmentation, decode + fast NMS, COCO mAP,
+k-means anchors in the trained spec, a tiny run through pipelines.train with --resume, and user mistakes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from tfmcu import train  # noqa: E402
+from tfmcu.detection_data import DetSplit  # noqa: E402
+from tfmcu.nets.anchors import anchor_grid, decode_boxes  # noqa: E402
+from tfmcu.nets.presets import DET_ANCHORS  # noqa: E402
+from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec  # noqa: E402
+from tfmcu.train import detection as det  # noqa: E402
+from tfmcu.train.config import DetectionOptions, Recipe, detection_config  # noqa: E402
+from tfmcu.train.detection_loop import train_detector  # noqa: E402
+from tests.support import fake_idx_set  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TWO = [[[0.4, 0.4], [0.6, 0.3]], [[0.1, 0.1], [0.2, 0.2]]]  # coarse scale (4x4 at 64 px) first, then 8x8
+ONE = [[[0.25, 0.25]]]  # one anchor per cell, 4x4
+
+
+def small_det(anchors=TWO, num_classes: int = 3, res: int = 64) -> NetSpec:
+    """Output stride 16 (4x4 at 64 px) and a second scale at stride 8 (8x8)."""
+    stages = [StageSpec([BlockSpec(8, expand=1)]), StageSpec([BlockSpec(16, expand=2, stride=2)]),
+              StageSpec([BlockSpec(16, expand=2, stride=2)]), StageSpec([BlockSpec(24, expand=2, stride=2)])]
+    return NetSpec("small-det", res, stem=StemSpec(8, 3, 2), stages=stages,
+                   head=HeadSpec.yolo(num_classes, anchors, head_channels=8)).validate()
+
+
+def perfect_logits(y: np.ndarray, big: float = 20.0) -> np.ndarray:
+    """Raw outputs that the targets ``y`` describe exactly: encodings, obj and classes at +-big."""
+    out = np.full(y.shape, -big, np.float32)
+    out[..., :4] = y[..., :4]
+    out[..., 4] = np.where(y[..., 4] == 1, big, -big)
+    out[..., 5:] = np.where(y[..., 5:] == 1, big, -big)
+    return out
+
+
+def iou_xyxy(a, b) -> float:
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = ix * iy
+    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+
+
+# ============================================================================= targets
+def test_each_box_goes_to_its_best_anchor_at_its_cell_and_decodes_back():
+    spec = small_det()
+    grid = anchor_grid(spec)
+    # (x0, y0, x1, y1): a is exactly the fine scale's 0.2 anchor, centred at (x 0.33, y 0.7); b (0.5 x 0.36, at
+    # the centre of coarse cell (1, 2)) fits the coarse 0.4 x 0.4 anchor best (IoU 0.735), 0.6 x 0.3 next (0.714)
+    a = [0.33 - 0.1, 0.7 - 0.1, 0.33 + 0.1, 0.7 + 0.1]
+    b = [0.625 - 0.25, 0.375 - 0.18, 0.625 + 0.25, 0.375 + 0.18]
+    y = det.assign_targets([np.array([a, b]), np.zeros((0, 4))], [np.array([2, 0]), np.zeros(0)], spec)
+    assert y.shape == (2, 4 * 4 * 2 + 8 * 8 * 2, 5 + 3)
+    idx_a = 4 * 4 * 2 + (5 * 8 + 2) * 2 + 1  # fine scale after the coarse one's 32; cell (5, 2); its anchor 1
+    idx_b = (1 * 4 + 2) * 2 + 0  # coarse scale, cell (1, 2), anchor 0
+    assert sorted(np.flatnonzero(y[0, :, 4] == 1)) == sorted([idx_a, idx_b])
+    assert y[0, idx_a, 5:].tolist() == [0, 0, 1] and y[0, idx_b, 5:].tolist() == [1, 0, 0]
+    # the encodings decode back to the boxes (ymin, xmin, ymax, xmax); box a's anchor sits at cell (5, 2)'s centre
+    # (y 0.6875, x 0.3125): centre offsets, no size change
+    back = decode_boxes(y[0, [idx_a, idx_b], :4], grid[[idx_a, idx_b]])
+    np.testing.assert_allclose(back, np.array([a, b])[:, [1, 0, 3, 2]], atol=1e-6)
+    assert np.all(y[0, idx_a, :2] != 0) and np.allclose(y[0, idx_a, 2:4], 0, atol=1e-5)
+    # ignored: every other anchor whose box overlaps a true box with IoU > 0.5; the rest are background
+    corners = [[g[1] - g[3] / 2, g[0] - g[2] / 2, g[1] + g[3] / 2, g[0] + g[2] / 2] for g in grid]  # x first
+    overlapping = {i for i, c in enumerate(corners) if max(iou_xyxy(c, a), iou_xyxy(c, b)) > 0.5}
+    assert idx_b + 1 in overlapping  # the 0.6 x 0.3 anchor at b's cell
+    assert set(np.flatnonzero(y[0, :, 4] == -1)) == overlapping - {idx_a, idx_b}
+    assert np.all(y[1] == 0)  # an image without boxes: all background
+
+
+def test_a_taken_slot_sends_the_box_to_its_next_best_anchor():
+    spec = small_det()
+    box = np.array([[0.2, 0.6, 0.4, 0.8]] * 2)  # the same 0.2-anchor box twice
+    y = det.assign_targets([box], [np.array([0, 1])], spec)
+    pos = np.flatnonzero(y[0, :, 4] == 1)
+    assert len(pos) == 2
+    back = decode_boxes(y[0, pos, :4], anchor_grid(spec)[pos])
+    np.testing.assert_allclose(back, box[:, [1, 0, 3, 2]], atol=1e-6)
+    # degenerate boxes are skipped
+    assert not det.assign_targets([np.array([[0.3, 0.3, 0.3, 0.5]])], [np.array([0])], spec)[..., 4].any()
+
+
+# ============================================================================= loss
+def test_loss_is_zero_for_perfect_outputs_and_grows_with_each_mistake():
+    import tensorflow as tf
+
+    spec = small_det()
+    boxes = [np.array([[0.2, 0.6, 0.4, 0.8], [0.375, 0.195, 0.875, 0.555]]), np.array([[0.6, 0.6, 0.7, 0.7]])]
+    y = det.assign_targets(boxes, [np.array([2, 0]), np.array([1])], spec)
+    loss = det.detection_loss()
+    f = lambda out: float(np.mean(loss(tf.constant(y), tf.constant(out)).numpy()))  # noqa: E731
+    good = perfect_logits(y)
+    assert f(good) < 1e-5
+    pos = y[..., 4] == 1
+    background = np.argwhere(y[..., 4] == 0)[0]
+    ignored = np.argwhere(y[..., 4] == -1)
+    assert len(ignored)
+    mistakes = {}
+    out = good.copy()
+    out[pos, 0] += 2.0
+    mistakes["box off by 2 units"] = out
+    out = good.copy()
+    out[pos, 5:] = -out[pos, 5:]
+    mistakes["wrong classes"] = out
+    out = good.copy()
+    out[pos, 4] = -20.0
+    mistakes["missed objects"] = out
+    out = good.copy()
+    out[tuple(background)][4] = 20.0
+    mistakes["a false positive"] = out
+    for what, o in mistakes.items():
+        assert f(o) > 1.0, what
+    out = good.copy()
+    out[tuple(ignored[0])][4] = 20.0  # an ignored anchor that fires costs nothing
+    assert f(out) < 1e-5
+    parts = [float(m(tf.constant(y), tf.constant(mistakes["box off by 2 units"])).numpy())
+             for m in det.loss_metrics()]
+    assert parts[0] == pytest.approx(1.5, rel=1e-4) and parts[1] < 1e-6 and parts[2] < 1e-6  # smooth-L1(2) = 1.5
+
+
+# ============================================================================= augmentation
+class FixedRng:
+    """Stands in for the generator ``augment`` draws from: zoom offset, (ty, tx), then the flip coin."""
+
+    def __init__(self, zoom: float, ty: float, tx: float, mirror: bool):
+        self.values = [zoom - 1.0, np.array([ty, tx])]
+        self.coin = 0.0 if mirror else 0.9
+
+    def uniform(self, lo, hi, size=None):
+        return self.values.pop(0)
+
+    def random(self):
+        return self.coin
+
+
+def white_square(x0: int, y0: int, x1: int, y1: int, side: int = 64) -> np.ndarray:
+    img = np.full((side, side, 1), -1.0, np.float32)
+    img[y0:y1, x0:x1] = 1.0
+    return img
+
+
+def ink_box(img: np.ndarray) -> np.ndarray:
+    ys, xs = np.nonzero(img[..., 0] > 0)
+    return np.array([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1], np.float64)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_augmentation_keeps_boxes_on_the_object(seed):
+    img = white_square(4, 10, 20, 34)  # off-centre, so a mirrored square lands far from an unmirrored one
+    box = np.array([[4, 10, 20, 34]]) / 64
+    out, b, lab = det.augment(img, box, np.array([7]), np.random.default_rng([5, 0, seed]))
+    assert out.shape == img.shape and out.dtype == np.float32 and lab.tolist() == [7]
+    np.testing.assert_allclose(b[0] * 64, ink_box(out), atol=1.0)  # clipped at the border where it was pushed out
+    again = det.augment(img, box, np.array([7]), np.random.default_rng([5, 0, seed]))
+    assert np.array_equal(again[0], out) and np.array_equal(again[1], b)
+
+
+def test_flip_zoom_shift_and_dropping_exactly():
+    img = white_square(8, 16, 24, 40)
+    box = np.array([[8, 16, 24, 40]]) / 64
+    out, b, _ = det.augment(img, box, np.array([1]), FixedRng(1.0, 0.0, 0.0, True))  # mirror only: exact
+    np.testing.assert_allclose(b[0] * 64, [40, 16, 56, 40], atol=1e-9)
+    assert np.array_equal(out, img[:, ::-1])
+    out, b, _ = det.augment(img, box, np.array([1]), FixedRng(1.25, 0.125, -0.125, False))
+    expect = ((np.array([8, 16, 24, 40]) / 64 - 0.5) * 1.25 + 0.5 + np.array([-0.125, 0.125] * 2)) * 64
+    assert expect[0] < 0  # x0 leaves the image: clipped
+    expect = np.clip(expect, 0, 64)
+    np.testing.assert_allclose(b[0] * 64, expect, atol=1e-9)
+    np.testing.assert_allclose(ink_box(out), expect, atol=1.0)
+    # pushed almost out of the image: dropped with its label
+    out, b, lab = det.augment(img, box, np.array([1]), FixedRng(1.0, 0.0, -0.35, False))
+    assert b.shape == (0, 4) and lab.shape == (0,)
+
+
+def test_epoch_batches_are_deterministic_per_seed_and_epoch():
+    spec = small_det()
+    rng = np.random.default_rng(0)
+    arrays = det.DetArrays(rng.uniform(-1, 1, (10, 64, 64, 1)).astype(np.float32),
+                           [np.array([[0.1, 0.1, 0.5, 0.6]])] * 10, [np.array([1])] * 10)
+    a = list(det.epoch_batches(arrays, spec, 4, seed=3, epoch=1))
+    b = list(det.epoch_batches(arrays, spec, 4, seed=3, epoch=1))
+    c = list(det.epoch_batches(arrays, spec, 4, seed=3, epoch=2))
+    assert len(a) == 2 and a[0][0].shape == (4, 64, 64, 3) and a[0][1].shape == (4, 160, 8)  # grey -> 3 channels
+    assert all(np.array_equal(x[0], y[0]) and np.array_equal(x[1], y[1]) for x, y in zip(a, b))
+    assert not np.array_equal(a[0][0], c[0][0])
+    assert all(int((t[..., 4] == 1).sum()) == 4 for _, t in a)  # every image keeps its box
+
+
+# ============================================================================= decode + NMS
+def hand_made_outputs(spec: NetSpec) -> np.ndarray:
+    """[1, 4, 4, 8]: one anchor (0.25) per cell, 3 classes; everything off except four cells."""
+    out = np.full((1, 4, 4, 8), -10.0, np.float32)
+    out[0, 0, 0, :] = [0, 0, 0, 0, 3, 5, -5, -5]  # the anchor box (0, 0, .25, .25), class 0, score .9478
+    out[0, 0, 1, :] = [0, -8, 0, 0, 2, -5, 4, -5]  # x shifted 0.2 left: IoU 2/3 with the first, class 1, lower score
+    out[0, 3, 3, :] = [0, 0, 5 * np.log(2), 0, 1, -5, -5, 2]  # twice as tall, beyond the image (not clipped)
+    out[0, 2, 0, :] = [0, 0, 0, 0, -3, 5, -5, -5]  # score 0.047: below the threshold
+    return out
+
+
+def test_decode_runs_fast_nms_over_the_best_class():
+    spec = small_det(ONE)
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    out = hand_made_outputs(spec)
+    d = det.decode(out, spec, score_threshold=0.1, iou_threshold=0.5)
+    assert len(d) == 1 and d[0].classes.tolist() == [0, 2]  # the class-1 box is suppressed by the class-0 one
+    np.testing.assert_allclose(d[0].scores, [sig(3) * sig(5), sig(1) * sig(2)], rtol=1e-6)
+    np.testing.assert_allclose(d[0].boxes, [[0, 0, 0.25, 0.25], [0.625, 0.75, 1.125, 1.0]], atol=1e-6)
+    d = det.decode(out, spec, score_threshold=0.1, iou_threshold=0.7)[0]  # IoU 2/3 is not > 0.7: kept
+    assert d.classes.tolist() == [0, 1, 2]
+    np.testing.assert_allclose(d.boxes[1], [0, 0.05, 0.25, 0.30], atol=1e-6)
+    assert det.decode(out, spec, score_threshold=0.1, max_detections=1)[0].classes.tolist() == [0]
+    assert len(det.decode(out, spec, score_threshold=0.01)[0]) == 3  # the 0.047 one joins (the rest stay ~0)
+    flat = out.reshape(1, 16, 8)
+    assert det.decode(flat, spec, 0.1)[0].classes.tolist() == [0, 2]  # [B, N, 5 + K] reads the same
+
+
+def test_flatten_outputs_follows_the_anchor_order():
+    spec = small_det()
+    scales = spec.detection_scales()
+    outs = [np.zeros((2, sc.grid, sc.grid, sc.channels), np.float32) for sc in scales]
+    outs[1][1, 5, 2, 1 * 8 + 4] = 7.0  # image 1, fine scale, cell (5, 2), anchor 1, obj
+    flat = det.flatten_outputs(outs, spec)
+    assert flat.shape == (2, 160, 8)
+    assert np.argwhere(flat == 7.0).tolist() == [[1, 32 + (5 * 8 + 2) * 2 + 1, 4]]
+    with pytest.raises(ValueError, match="shape"):
+        det.flatten_outputs([outs[1], outs[0]], spec)
+
+
+# ============================================================================= evaluation
+def box_split(n: int = 6, side: int = 64, seed: int = 0) -> DetSplit:
+    """Blank images with 1-3 boxes each, all in the left half (x1 < 0.5)."""
+    rng = np.random.default_rng(seed)
+    boxes, labels = [], []
+    for _ in range(n):
+        k = int(rng.integers(1, 4))
+        wh = rng.uniform(0.08, 0.3, (k, 2))
+        x0 = rng.uniform(0.02, 0.48 - wh[:, 0])
+        y0 = rng.uniform(0.02, 0.98 - wh[:, 1])
+        boxes.append((np.stack([x0, y0, x0 + wh[:, 0], y0 + wh[:, 1]], 1) * side).astype(np.float32))
+        labels.append(rng.integers(0, 3, k).astype(np.int32))
+    return DetSplit(np.zeros((n, side, side, 1), np.uint8), boxes, labels, np.arange(1, n + 1, dtype=np.int64))
+
+
+def predictor(split: DetSplit, spec: NetSpec, mirror: bool = False):
+    """A predict function giving perfect outputs for the split's boxes, batch after batch (x mirrored: nonsense)."""
+    state = {"at": 0}
+
+    def predict(x):
+        i = state["at"]
+        state["at"] += len(x)
+        boxes = [b / 64 for b in split.boxes[i:i + len(x)]]
+        if mirror:
+            boxes = [np.stack([1 - b[:, 2], b[:, 1], 1 - b[:, 0], b[:, 3]], 1) for b in boxes]
+        return perfect_logits(det.assign_targets(boxes, split.labels[i:i + len(x)], spec))
+
+    return predict
+
+
+def test_evaluate_gives_one_for_the_truth_and_zero_for_nonsense():
+    spec = small_det()
+    split = box_split()
+    m = det.evaluate(predictor(split, spec), split, spec, batch_size=4)
+    assert m["map50"] == pytest.approx(1.0) and m["map"] == pytest.approx(1.0)
+    assert m["images"] == 6 and m["boxes"] == m["detections"] == sum(len(b) for b in split.boxes)
+    m = det.evaluate(predictor(split, spec, mirror=True), split, spec, batch_size=4)
+    assert m["map50"] == 0.0 and m["map"] == 0.0
+    none = det.coco_map(split, [det.Detections(np.zeros((0, 4)), np.zeros(0), np.zeros(0))] * 6, 3)
+    assert none["map50"] == 0.0 and none["detections"] == 0
+
+
+def test_fit_anchors_keeps_the_spec_shape():
+    spec = small_det()
+    split = box_split(40)
+    new, info = det.fit_anchors(spec, [b / 64 for b in split.boxes])
+    assert [len(s) for s in new.head.anchors] == [2, 2] and new.head.anchors == info["anchors"]
+    areas = [w * h for s in new.head.anchors for w, h in s]
+    assert min(areas[:2]) >= max(areas[2:])  # the larger anchors on the coarse scale
+    assert info["fit"] >= info["spec_fit"] and info["boxes"] == sum(len(b) for b in split.boxes)
+
+
+def test_plot_detections_is_a_png():
+    spec = small_det()
+    split = box_split(3)
+    dets = det.predict_detections(predictor(split, spec), split, spec)
+    png = det.plot_detections(split, dets, ["a", "b", "c"], n=3)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ============================================================================= training runs
+DATASET = "scenes-det:canvas=128,train=96,val=16,test=16,seed=1"
+
+
+@pytest.fixture(scope="module")
+def idx_dir(tmp_path_factory) -> str:
+    return fake_idx_set(tmp_path_factory.mktemp("idx") / "fm", n_train=200, n_test=50)
+
+
+def tiny_config(idx_dir: str, **kw) -> train.TrainConfig:
+    recipe = Recipe(epochs=2, qat_epochs=0, batch_size=16, lr=0.05, warmup_epochs=0.5, bn_recalibration_batches=2)
+    base = dict(dataset=DATASET, data_dir=idx_dir, resolution=64, recipe=recipe, steps_per_epoch=3, seed=3,
+                verbose=0, detection=DetectionOptions(int8=False))  # (the CLI run exports int8)
+    base.update(kw)
+    return detection_config(**base)
+
+
+@pytest.fixture(scope="module")
+def run_a(idx_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("det") / "a"
+    return out, train_detector(tiny_config(idx_dir), str(out), log=lambda m: None)
+
+
+def test_library_run_writes_everything(run_a):
+    out, r = run_a
+    assert r["task"] == "detection" and r["dataset"]["train"] == 96 and r["dataset"]["resolution"] == 64
+    for key in ("spec", "labels", "weights", "report", "curves", "detections"):
+        assert os.path.isfile(r["files"][key]), key
+    assert [e["epoch"] for e in r["history"]["float"]] == [1, 2]
+    for e in r["history"]["float"]:
+        assert {"loss", "box_loss", "obj_loss", "class_loss", "val_loss", "val_map50", "val_map"} <= set(e)
+    for key in ("map50", "map"):
+        assert 0.0 <= r[key]["float"] <= 1.0 and r[key]["int8_tflite"] is None and r[key]["int8_tflm"] is None
+    assert r["int8"] is None and "tflite" not in r["files"]
+    assert r["evaluation"]["images"] == 16 and r["evaluation"]["boxes"] == r["dataset"]["boxes"]["test"]
+    spec = NetSpec.load(r["files"]["spec"])  # the trained spec carries the k-means anchors
+    assert spec.head.anchors == r["anchors"]["anchors"] == r["spec"]["head"]["anchors"] != DET_ANCHORS
+    assert r["anchors"]["source"] == "kmeans" and r["anchors"]["fit"] > 0
+    on_disk = json.loads(open(r["files"]["report"]).read())
+    assert on_disk["map50"] == r["map50"]
+    for key in ("curves", "detections"):
+        assert open(r["files"][key], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    from tfmcu.nets.keras_builder import build_keras
+
+    model = build_keras(spec, 0)
+    model.load_weights(r["files"]["weights"])  # the spec's own Keras model reads the weights
+
+
+def test_resume_after_interruption_matches_uninterrupted_run(run_a, idx_dir, tmp_path, monkeypatch):
+    _, ra = run_a
+    out = tmp_path / "b"
+    real_save = train.Checkpoints.save
+
+    class Stop(Exception):
+        pass
+
+    def save_then_stop(self, *args, **kwargs):
+        real_save(self, *args, **kwargs)
+        raise Stop()
+
+    monkeypatch.setattr(train.Checkpoints, "save", save_then_stop)
+    with pytest.raises(Stop):
+        train_detector(tiny_config(idx_dir), str(out), log=lambda m: None)
+    monkeypatch.setattr(train.Checkpoints, "save", real_save)
+    assert not (out / "train_report.json").exists()
+    logs: list[str] = []
+    rb = train_detector(tiny_config(idx_dir, resume=True), str(out), log=logs.append)
+    assert any("resumed after float epoch 1" in m for m in logs)
+    strip = lambda h: [{k: v for k, v in e.items() if "seconds" not in k} for e in h]  # noqa: E731
+    assert strip(ra["history"]["float"]) == strip(rb["history"]["float"])
+    assert ra["map50"] == rb["map50"] and ra["map"] == rb["map"]
+
+
+def test_spec_that_does_not_fit_the_data(idx_dir, tmp_path):
+    p = tmp_path / "three.json"
+    p.write_text(small_det().to_json())
+    with pytest.raises(train.TrainError, match="the spec has 3 classes, .* has 10; set head.num_classes to 10"):
+        train_detector(tiny_config(idx_dir, model=str(p)), str(tmp_path / "o"), log=lambda m: None)
+    assert not (tmp_path / "o").exists()
+
+
+def test_each_entry_point_takes_its_own_task(idx_dir, tmp_path):
+    with pytest.raises(train.TrainError, match="detectors train with tfmcu.train.detection_loop.train_detector"):
+        train.train(tiny_config(idx_dir), str(tmp_path / "o"), log=lambda m: None)
+    with pytest.raises(train.TrainError, match="train_detector trains detectors"):
+        train_detector(train.TrainConfig(), str(tmp_path / "o"), log=lambda m: None)
+    assert not (tmp_path / "o").exists()
+
+
+def test_coco_folder_run(idx_dir, tmp_path):
+    """Images on disk (paths, read with PIL) and splits from the COCO files."""
+    from tfmcu.detection_data import load_detection, write_coco_dataset
+
+    folder = str(tmp_path / "coco")
+    write_coco_dataset(load_detection(DATASET, idx_dir), folder)
+    r = train_detector(tiny_config(idx_dir, dataset=folder, data_dir=None, recipe=Recipe(
+        epochs=1, qat_epochs=0, batch_size=16, lr=0.05, bn_recalibration_batches=1)), str(tmp_path / "o"),
+        log=lambda m: None)
+    assert (r["dataset"]["train"], r["dataset"]["validation"], r["dataset"]["test"]) == (96, 16, 16)
+    assert r["dataset"]["channels_stored"] == 1 and 0.0 <= r["map50"]["float"] <= 1.0
+    assert os.path.isfile(r["files"]["detections"])
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, "-m", "pipelines.train", *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=600)
+
+
+def test_cli_tiny_run_and_resume(idx_dir, tmp_path):
+    out = tmp_path / "cli"
+    args = ["--task=detection", f"--dataset={DATASET}", f"--data_dir={idx_dir}", "--resolution=64", "--epochs=1",
+            "--batch_size=16", "--bn_recalibration_batches=2", f"--out_dir={out}", "--noprogress"]
+    proc = cli(*args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "float on 16 test images" in proc.stdout and "identical outputs on every image" in proc.stdout
+    assert "[train] float epoch 1: loss" in proc.stderr and "val mAP@0.5" in proc.stderr
+    r = json.loads((out / "train_report.json").read_text())
+    assert r["model"] == "mbv2-det-w035" and r["steps_per_epoch"] == 6
+    for key in ("map50", "map"):
+        assert all(0.0 <= r[key][k] <= 1.0 for k in ("float", "int8_tflite", "int8_tflm")), r[key]
+        assert r[key]["int8_tflite"] == r[key]["int8_tflm"]  # TF Lite and TFLM give the same detections
+    assert r["int8"]["tflite_vs_tflm"] == {"agree": True, "mismatching_images": 0, "images": 16,
+                                           "tflite_kernels": "reference"}
+    from tfmcu.runtime.model_io import model_info
+
+    info = model_info(open(r["files"]["tflite"], "rb").read())
+    assert [t.dtype for t in info.inputs] == ["int8"] and len(info.outputs) == 4  # DETECTION_POSTPROCESS's four
+    assert (out / "checkpoints" / "float-0001.index").is_file()
+    proc = cli(*args, "--resume", "--noint8")  # (int8 changes no weights: the checkpoint still fits)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resumed after float epoch 1" in proc.stderr and "float epoch 1/1" not in proc.stderr
+    assert json.loads((out / "train_report.json").read_text())["map50"]["float"] == r["map50"]["float"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--task=detection", "--model=mcunet-demo"], "mcunet-demo: a classifier (head.type 'classify'); "
+                                                  "--task=detection needs a yolo head"),
+    (["--task=detection", "--dataset=fashion_mnist"], "a classification data set (no boxes)"),
+    (["--model=mbv2-det-w035"], "mbv2-det-w035: a detector (yolo head); train it with --task=detection"),
+    (["--dataset=scenes-det:canvas=64"], "a detection data set (boxes); train a detector on it with --task=detection"),
+    (["--task=detection", "--qat_epochs=1"], "quantization-aware training of detectors is not there yet"),
+    (["--anchors=spec", "--int8"], "--anchors, --int8: only for --task=detection"),
+])
+def test_cli_user_mistakes_are_one_line_exit_2(tmp_path, args, message):
+    proc = cli(*args, f"--out_dir={tmp_path / 'out'}")
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
