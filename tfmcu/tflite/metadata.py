@@ -45,30 +45,45 @@ def _writers():
     return image_classifier, metadata_info, fb
 
 
-def add_metadata(model: bytes, labels: Sequence[str], mean: Sequence[float], std: Sequence[float],
-                 name: str = "tfmcu image classifier", description: str = "", version: str = "",
-                 author: str = "tfmcu", grayscale: bool = False) -> bytes:
-    """``model`` with image-classifier metadata: labels (one per output class), input normalisation per channel."""
-    image_classifier, info, fb = _writers()
+def _label_file(folder: str, labels: Sequence[str], mean: Sequence[float], std: Sequence[float]) -> str:
+    """The labels written one per line into ``folder`` (the label file both writers attach); the labels and the
+    normalisation checked first (``MetadataError``)."""
     labels = [str(lab) for lab in labels]
     if any("\n" in lab for lab in labels):
         raise MetadataError("class labels must not contain newlines")
     if len(mean) != len(std):
         raise MetadataError(f"normalisation mean ({len(mean)} values) and std ({len(std)}) differ in length")
+    path = os.path.join(folder, LABEL_FILE)
+    with open(path, "w") as f:
+        f.write("\n".join(labels) + "\n")
+    return path
+
+
+def _image_input_md(info: Any, fb: Any, buf: bytearray, mean: Sequence[float], std: Sequence[float],
+                    grayscale: bool) -> Any:
+    """The input image's metadata: normalisation per channel, colour space, tensor type."""
+    from tensorflow_lite_support.metadata.python.metadata_writers import writer_utils
+
+    return info.InputImageTensorMd(
+        name="image", description="Input image, normalised as (pixel - mean) / std, then quantized "
+                                  "with the input tensor's scale and zero point.",
+        norm_mean=[float(v) for v in mean], norm_std=[float(v) for v in std],
+        color_space_type=fb.ColorSpaceType.GRAYSCALE if grayscale else fb.ColorSpaceType.RGB,
+        tensor_type=writer_utils.get_input_tensor_types(buf)[0])
+
+
+def add_metadata(model: bytes, labels: Sequence[str], mean: Sequence[float], std: Sequence[float],
+                 name: str = "tfmcu image classifier", description: str = "", version: str = "",
+                 author: str = "tfmcu", grayscale: bool = False) -> bytes:
+    """``model`` with image-classifier metadata: labels (one per output class), input normalisation per channel."""
+    image_classifier, info, fb = _writers()
     with tempfile.TemporaryDirectory(prefix="tfmcu-md-") as tmp:
-        label_path = os.path.join(tmp, LABEL_FILE)
-        with open(label_path, "w") as f:
-            f.write("\n".join(labels) + "\n")
+        label_path = _label_file(tmp, labels, mean, std)
         try:
             from tensorflow_lite_support.metadata.python.metadata_writers import writer_utils
 
             buf = bytearray(model)
-            input_md = info.InputImageTensorMd(
-                name="image", description=f"Input image, normalised as (pixel - mean) / std, then quantized "
-                                          f"with the input tensor's scale and zero point.",
-                norm_mean=[float(v) for v in mean], norm_std=[float(v) for v in std],
-                color_space_type=fb.ColorSpaceType.GRAYSCALE if grayscale else fb.ColorSpaceType.RGB,
-                tensor_type=writer_utils.get_input_tensor_types(buf)[0])
+            input_md = _image_input_md(info, fb, buf, mean, std, grayscale)
             output_md = info.ClassificationTensorMd(
                 name="logits", description=f"Class scores (logits) of the {len(labels)} labels.",
                 label_files=[info.LabelFileMd(file_path=label_path)],
@@ -90,27 +105,16 @@ def add_detector_metadata(model: bytes, labels: Sequence[str], mean: Sequence[fl
     _, info, fb = _writers()
     from tensorflow_lite_support.metadata.python.metadata_writers import object_detector, writer_utils
 
-    labels = [str(lab) for lab in labels]
-    if any("\n" in lab for lab in labels):
-        raise MetadataError("class labels must not contain newlines")
-    if len(mean) != len(std):
-        raise MetadataError(f"normalisation mean ({len(mean)} values) and std ({len(std)}) differ in length")
+    n_labels = len(labels)
     with tempfile.TemporaryDirectory(prefix="tfmcu-md-") as tmp:
-        label_path = os.path.join(tmp, LABEL_FILE)
-        with open(label_path, "w") as f:
-            f.write("\n".join(labels) + "\n")
+        label_path = _label_file(tmp, labels, mean, std)
         try:
             buf = bytearray(model)
             if len(writer_utils.get_output_tensor_types(buf)) != 4:
                 raise MetadataError("a detector's metadata needs the 4 outputs of TFLite_Detection_PostProcess")
-            input_md = info.InputImageTensorMd(
-                name="image", description="Input image, normalised as (pixel - mean) / std, then quantized "
-                                          "with the input tensor's scale and zero point.",
-                norm_mean=[float(v) for v in mean], norm_std=[float(v) for v in std],
-                color_space_type=fb.ColorSpaceType.GRAYSCALE if grayscale else fb.ColorSpaceType.RGB,
-                tensor_type=writer_utils.get_input_tensor_types(buf)[0])
+            input_md = _image_input_md(info, fb, buf, mean, std, grayscale)
             category_md = info.CategoryTensorMd(
-                name="category", description=f"Class of each detected box, 0..{len(labels) - 1} (float).",
+                name="category", description=f"Class of each detected box, 0..{n_labels - 1} (float).",
                 label_files=[info.LabelFileMd(file_path=label_path)])
             general_md = info.GeneralMd(name=name, version=version or None, description=description or None,
                                         author=author or None)
