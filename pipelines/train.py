@@ -25,7 +25,7 @@ checkpoints/ (one per epoch; --resume continues from the last).
 (MultiWorkerMirroredStrategy; every worker runs this same command with its own TF_CONFIG). --batch_size is global.
 
 --task=detection trains a yolo spec (default mbv2-det-w035) on detection data (default scenes-det; or
-scenes-det:key=value,... or a COCO folder), no QAT yet (--qat_epochs must be 0): anchors k-means'd from the training
+scenes-det:key=value,... or a COCO folder), --qat_epochs of QAT after the float phase: anchors k-means'd from the training
 boxes (--anchors=spec keeps the spec's), YOLOv3-style targets, objectness / class BCE + smooth-L1 box loss, flip /
 zoom / shift augmentation, val mAP@0.5 per epoch; then COCO mAP@0.5 and mAP@[.5:.95] on the test split of the float
 model and (--int8, the default) of the full-int8 .tflite with TFLM's DETECTION_POSTPROCESS, in TF Lite and TFLM.
@@ -61,7 +61,7 @@ flags.DEFINE_enum("task", "classify", list(TASKS),
                   f"classify: a classifier on fashion_mnist, mnist, scenes or class folders; detection: a yolo spec "
                   f"(default {_DETECTION.model}) on scenes-det[:...] or a COCO folder (default {_DETECTION.dataset}; "
                   f"recipe defaults: epochs {_DETECTION.recipe.epochs}, batch_size {_DETECTION.recipe.batch_size}, "
-                  f"lr {_DETECTION.recipe.lr}, warmup_epochs {_DETECTION.recipe.warmup_epochs}, qat_epochs 0).")
+                  f"lr {_DETECTION.recipe.lr}, warmup_epochs {_DETECTION.recipe.warmup_epochs}, qat_epochs {_DETECTION.recipe.qat_epochs}).")
 flags.DEFINE_enum("anchors", None, list(ANCHOR_SOURCES),
                   f"--task=detection: kmeans (anchors clustered from the training boxes, written into spec.json) or "
                   f"spec (the spec's own) ({DetectionOptions().anchors}).")

@@ -21,7 +21,7 @@ from tfmcu.nets.presets import DET_ANCHORS  # noqa: E402
 from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec  # noqa: E402
 from tfmcu.train import detection as det  # noqa: E402
 from tfmcu.train.config import DetectionOptions, Recipe, detection_config  # noqa: E402
-from tfmcu.train.detection_loop import train_detector  # noqa: E402
+from tfmcu.train.detection_loop import DetectionRun, format_detection_summary, train_detector  # noqa: E402
 from tests.support import fake_idx_set  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -401,6 +401,43 @@ def test_coco_folder_run(idx_dir, tmp_path):
     assert os.path.isfile(r["files"]["detections"])
 
 
+def test_qat_run_exports_the_qat_weights(idx_dir, tmp_path):
+    """1 float + 1 QAT epoch on 64 images at 64 px, then the int8 export: the report has the QAT mAP, TF Lite and
+    TFLM agree, and the .tflite's prediction conv holds the QAT model's weights (not the float model's)."""
+    cfg = tiny_config(idx_dir, dataset="scenes-det:canvas=128,train=64,val=16,test=16,seed=1", steps_per_epoch=None,
+                      calibration_samples=16, detection=DetectionOptions(), recipe=Recipe(
+                          epochs=1, qat_epochs=1, batch_size=16, lr=0.05, qat_lr=0.05, bn_recalibration_batches=1))
+    logs: list[str] = []
+    run = DetectionRun(cfg, str(tmp_path / "q"), logs.append)
+    run.setup()  # (the phases of train_detector, kept apart to look at the QAT model)
+    run.train_float()
+    run.train_qat()
+    run.export_int8()
+    r = run.report()
+    assert [e["epoch"] for e in r["history"]["qat"]] == [1] and "val_map50" in r["history"]["qat"][0]
+    for key in ("map50", "map"):
+        assert all(0.0 <= r[key][k] <= 1.0 for k in ("float", "qat", "int8_tflite", "int8_tflm")), r[key]
+        assert r[key]["int8_tflite"] == r[key]["int8_tflm"]
+    assert r["int8"]["tflite_vs_tflm"]["agree"] and r["int8"]["quantization"] == "QAT (1 epochs)"
+    assert r["recipe"]["qat_lr"] == 0.05 and r["timing_s"]["qat_training"] > 0
+    assert any("[eval] QAT test mAP@0.5" in m for m in logs) and "QAT mAP@0.5" in format_detection_summary(r)
+    model_bytes = open(r["files"]["tflite"], "rb").read()
+    assert model_bytes == run.int8["model_bytes"]
+    import tensorflow as tf
+
+    interp = tf.lite.Interpreter(model_content=model_bytes)
+    [w] = [d for d in interp.get_tensor_details() if "head_scale0_pred/Conv2D" in d["name"]
+           and "BiasAdd" not in d["name"] and d["dtype"] == np.int8]  # the filter (not the activation)
+    scales = w["quantization_parameters"]["scales"]
+    got = interp.get_tensor(w["index"]).astype(np.float64) * scales[:, None, None, None]  # [out, 1, 1, in]
+    as_tflite = lambda k: np.transpose(np.asarray(k), (3, 0, 1, 2))  # noqa: E731  (Keras [1, 1, in, out])
+    [qat_kernel] = [as_tflite(v.numpy()) for v in run.qat_base.get_layer("quant_head_scale0_pred").weights
+                    if v.name.endswith("/kernel:0")]  # (the wrapped layer's .kernel is the fake-quantized tensor)
+    float_kernel = as_tflite(run.base_model.get_layer("head_scale0_pred").kernel)
+    assert np.all(np.abs(got - qat_kernel) <= 0.51 * scales[:, None, None, None])  # the QAT weights, rounded
+    assert np.abs(got - qat_kernel).mean() < 0.5 * np.abs(got - float_kernel).mean()
+
+
 def cli(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
     return subprocess.run([sys.executable, "-m", "pipelines.train", *args], capture_output=True, text=True, env=env,
@@ -439,7 +476,6 @@ def test_cli_tiny_run_and_resume(idx_dir, tmp_path):
     (["--task=detection", "--dataset=fashion_mnist"], "a classification data set (no boxes)"),
     (["--model=mbv2-det-w035"], "mbv2-det-w035: a detector (yolo head); train it with --task=detection"),
     (["--dataset=scenes-det:canvas=64"], "a detection data set (boxes); train a detector on it with --task=detection"),
-    (["--task=detection", "--qat_epochs=1"], "quantization-aware training of detectors is not there yet"),
     (["--anchors=spec", "--int8"], "--anchors, --int8: only for --task=detection"),
 ])
 def test_cli_user_mistakes_are_one_line_exit_2(tmp_path, args, message):

@@ -34,8 +34,9 @@ operator tensor indices), ``tflite_tensor_index`` ({IR tensor name: index}), ``t
 * FULLY_CONNECTED int8/int16 weights are per-channel (the default of TF >= 2.16 converters).
 
 The custom op TFMCU_PATCH_STAGE (our TFLM kernel) gets its op data and its scratch request
-(``tfmcu.tflite.patch_stage_format.kernel_memory``). Other unknown op types get no builtin data, no OpData and no
-scratch (listed in ``details["unmodelled_ops"]``).
+(``tfmcu.tflite.patch_stage_format.kernel_memory``). TFLM's custom op TFLite_Detection_PostProcess (the end of a
+detector, ``tfmcu.tflite.detection_postprocess``) gets its OpData and its 11 scratch requests. Other unknown op types
+get no builtin data, no OpData and no scratch (listed in ``details["unmodelled_ops"]``).
 """
 
 from __future__ import annotations
@@ -50,11 +51,14 @@ from tfmcu.graph.from_tflite import from_model
 from tfmcu.plan import cmsis_nn
 from tfmcu.plan.placer import Buffer, align_up, place
 from tfmcu.tflite import offline_plan
+from tfmcu.tflite.detection_postprocess import OP_NAME as _DPP_NAME
+from tfmcu.tflite.detection_postprocess import PostprocessError, read_postprocess_options
 from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, kernel_memory, read_options, streamed_scratch
 from tfmcu.tflite import schema as ts
 from tfmcu.tflite.model import TfliteModel, as_model
 
 ALIGN = 16  # MicroArenaBufferAlignment(): planned buffer sizes, kernel persistent buffers, scratch buffers.
+DETECTION_POSTPROCESS = f"custom:{_DPP_NAME}"  # TFLM's TFLite_Detection_PostProcess, as builtin_of names it
 
 # ----------------------------------------------------------------------------------------------------------------
 # THE table of TFLM constants (bytes). Everything predict_arena adds to the tail comes from here.
@@ -138,6 +142,8 @@ OP_DATA: dict[str, int] = {
     # (src)
     "SUB": 52, "RELU": 28, "RELU6": 8, "LOGISTIC": 16, "TANH": 16, "HARD_SWISH": 20, "LEAKY_RELU": 24,
     "PRELU": 28,
+    # TFLM's custom op (detection_postprocess.cc OpData: no pointers, the source's size; calibrated on a detector)
+    DETECTION_POSTPROCESS: 112,
 }
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -341,11 +347,38 @@ def op_allocations(graph: ir.Graph, op: ir.Op, build: str | TflmBuild = "wheel",
                 else:
                     scratch = streamed_scratch(options, buffer)
             alloc.op_data, alloc.scratch = op_data, [scratch] if scratch > 0 else []
+    elif b == DETECTION_POSTPROCESS:
+        scratch = _detection_postprocess_scratch(graph, op)
+        if scratch is None or alloc.op_data is None:
+            alloc.modelled = False
+        else:
+            alloc.scratch = scratch
     elif b == "SOFTMAX" and in_dtype == "int16":
         alloc.prepare = [2 * 513, 2 * 513]  # (src) exp and 1/(1+x) int16 lookup tables, LUTSize<int16_t>() = 513
     elif b not in tb.builtin_data and b not in tb.op_data and b not in _NO_ALLOC:
         alloc.modelled = False
     return alloc
+
+
+def _detection_postprocess_scratch(graph: ir.Graph, op: ir.Op) -> list[int] | None:
+    """The 11 scratch buffers TFLM's TFLite_Detection_PostProcess requests in Prepare (kernels/
+    detection_postprocess.cc), in request order, from its box encodings [1, N, 4], its class predictions [1, N, C]
+    and its options (max_detections M, num_classes K): active candidates N, decoded boxes 16N, scores 4NC, score
+    buffer 4N, keep scores 4N, scores after regular NMS 4MN, sorted values 4MN, keep indices 4N, sorted indices
+    4MN, buffer 4 max(K, M) N, selected 4 min(N, M) N. (Its three temporary input tensors are freed in Prepare.)
+    None when the op's inputs or options are not those (the op is then unmodelled)."""
+    try:
+        opts = read_postprocess_options(op.attrs["custom_options"])
+        m, k = int(opts["max_detections"]), int(opts["num_classes"])
+        boxes = graph.tensors[op.inputs[0]].shape
+        scores = graph.tensors[op.inputs[1]].shape
+    except (PostprocessError, KeyError, IndexError, TypeError, ValueError):
+        return None
+    if len(boxes) != 3 or len(scores) != 3:
+        return None
+    n = int(boxes[1])
+    return [n, 16 * n, 4 * int(scores[1]) * int(scores[2]), 4 * n, 4 * n, 4 * m * n, 4 * m * n, 4 * n,
+            4 * m * n, 4 * max(k, m) * n, 4 * min(n, m) * n]
 
 
 def _cmsis_nn_buffer(graph: ir.Graph, op: ir.Op, builtin: str) -> int:

@@ -155,8 +155,8 @@ _EVALUATION_ONLY = ("score_threshold", "iou_threshold", "max_detections", "plot_
 
 
 def detection_config(**changes) -> TrainConfig:
-    """A ``TrainConfig`` with the detection defaults: ``mbv2-det-w035`` on ``scenes-det``, no QAT (not wired for
-    detectors yet: ``tfmcu.train.detection_loop``), a shorter warm-up'd SGD recipe with flips."""
+    """A ``TrainConfig`` with the detection defaults: ``mbv2-det-w035`` on ``scenes-det``, a shorter warm-up'd SGD
+    recipe with flips, no QAT by default (``qat_epochs`` > 0 adds it: ``tfmcu.train.detection_loop``)."""
     recipe = Recipe(epochs=30, qat_epochs=0, batch_size=32, lr=0.05, warmup_epochs=1.0, flip="auto")
     base = TrainConfig(model="mbv2-det-w035", dataset="scenes-det", recipe=recipe, task="detection", val_split=0.1,
                        test_fraction=0.1)  # (held out of a COCO folder's train.json when it has no val / test file)
@@ -185,6 +185,12 @@ def resolve_spec(cfg: TrainConfig, ds: data_mod.Dataset) -> NetSpec:
     if spec.head.num_classes == 0 or spec.head.pooling != "avg":
         raise TrainError(f"{where}: the spec has no classifier (head.num_classes=0); set head.num_classes to "
                          f"{ds.num_classes} for {ds.name}")
+    _check_against_data(spec, ds, where)
+    return spec
+
+
+def _check_against_data(spec: NetSpec, ds, where: str) -> None:
+    """The spec's classes and input channels against the data set's (both tasks)."""
     if spec.head.num_classes != ds.num_classes:
         raise TrainError(f"{where}: the spec has {spec.head.num_classes} classes, {ds.name} has {ds.num_classes}; "
                          f"set head.num_classes to {ds.num_classes}")
@@ -194,7 +200,6 @@ def resolve_spec(cfg: TrainConfig, ds: data_mod.Dataset) -> NetSpec:
     if spec.in_channels == 1 and ds.channels == 3:
         raise TrainError(f"{where}: the spec takes 1-channel (grey) input, {ds.name} has colour images; use "
                          f"in_channels=3")
-    return spec
 
 
 def dataset_kind(name: str) -> str | None:
@@ -230,9 +235,6 @@ def check_task(cfg: TrainConfig) -> None:
                          f"(e.g. --model=mbv2-det-w035)")
     if cfg.task == "detection":
         cfg.detection.validate()
-        if cfg.recipe.qat_epochs:
-            raise TrainError(f"qat_epochs={cfg.recipe.qat_epochs}: quantization-aware training of detectors is not "
-                             f"there yet (float training only); use --qat_epochs=0")
 
 
 def resolve_detection_spec(cfg: TrainConfig, ds) -> NetSpec:
@@ -245,13 +247,5 @@ def resolve_detection_spec(cfg: TrainConfig, ds) -> NetSpec:
     if spec.head.type != "yolo":
         raise TrainError(f"{where}: a classifier (head.type '{spec.head.type}'); --task=detection needs a yolo head "
                          f"(e.g. --model=mbv2-det-w035)")
-    if spec.head.num_classes != ds.num_classes:
-        raise TrainError(f"{where}: the spec has {spec.head.num_classes} classes, {ds.name} has {ds.num_classes}; "
-                         f"set head.num_classes to {ds.num_classes}")
-    if spec.in_channels not in (1, 3):
-        raise TrainError(f"{where}: the spec takes {spec.in_channels}-channel input; {ds.name} images give 1 "
-                         f"(grey) or 3 (RGB) channels")
-    if spec.in_channels == 1 and ds.channels == 3:
-        raise TrainError(f"{where}: the spec takes 1-channel (grey) input, {ds.name} has colour images; use "
-                         f"in_channels=3")
+    _check_against_data(spec, ds, where)
     return spec

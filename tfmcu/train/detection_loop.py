@@ -49,7 +49,7 @@ from tfmcu.train.config import TrainConfig, TrainError, resolve_detection_spec
 from tfmcu.train.export import detector_int8, quantize_inputs
 from tfmcu.train.loop import TrainingRun
 from tfmcu.train.plots import plot_curves
-from tfmcu.train.qat import build_model
+from tfmcu.train.qat import build_model, make_optimizer, quantize
 
 DETECTION_PANELS = (("loss", "loss"), ("map50", "mAP@0.5"), ("map", "mAP@[.5:.95]"))
 
@@ -186,10 +186,54 @@ class DetectionRun(TrainingRun):
         self.log(f"[eval] float test mAP@0.5 {_fmt(m['map50'])}, mAP@[.5:.95] {_fmt(m['map'])} "
                  f"({m['detections']} detections)")
 
+    # ------------------------------------------------------------------ 3. QAT
+    def train_qat(self) -> None:
+        """``qat_epochs`` of quantization-aware training: the spec's model (``base_model``) quantized with
+        ``tfmcu.train.qat.quantize`` (``qat_base``: raw outputs per scale, fake-quantized as the int8 model computes
+        them), wrapped in ``training_model`` and trained with the same loss, data and epoch loop as the float phase at
+        ``qat_lr`` (default lr / 10); checkpointed and resumable like classification's QAT phase. Then the QAT
+        model's test mAP. The int8 export converts ``qat_base`` (``export_int8``)."""
+        recipe, tf, state = self.cfg.recipe, self.tf, self.state
+        self.qat_model = self.qat_base = self.qat_map = None
+        self.qat_notes: list[str] = []
+        self.timing["qat_training"] = 0.0
+        if recipe.qat_epochs <= 0:
+            return
+        float_final = "float-final"
+        if not (state and state["phase"] == "qat"):
+            self.ckpts.write_extra(tf.train.Checkpoint(model=self.float_model), float_final)
+        with self.strategy.scope():
+            self.qat_base, self.qat_notes = quantize(self.base_model)
+            model = self.qat_model = det.training_model(self.qat_base, self.spec)
+            opt = make_optimizer(self.qat_lr, recipe.momentum, recipe.nesterov, recipe.weight_decay,
+                                 self.qat_steps * recipe.qat_epochs)
+            opt.build(model.trainable_variables)
+            self.compile(model, opt)
+            ckpt = tf.train.Checkpoint(model=model, optimizer=opt)
+        for note in self.qat_notes:
+            self.log(f"[qat] {note}")
+        start = self.resume_phase(ckpt, "qat") if state and state["phase"] == "qat" else 0
+        t = time.time()
+        self.run_phase("qat", model, opt, ckpt, recipe.qat_epochs, start, 1000, float_final)
+        self.timing["qat_training"] = time.time() - t
+        o = self.cfg.detection
+        self.log(f"[eval] QAT model on {len(self.test_part)} test images")
+        dets = det.predict_detections(self.qat_base, self.test_part, self.spec, o.score_threshold, o.iou_threshold,
+                                      o.max_detections)
+        m = self.qat_map = det.coco_map(self.test_part, dets, self.spec.head.num_classes)
+        self.log(f"[eval] QAT test mAP@0.5 {_fmt(m['map50'])}, mAP@[.5:.95] {_fmt(m['map'])} "
+                 f"({m['detections']} detections)")
+
+    @property
+    def qat_lr(self) -> float:
+        recipe = self.cfg.recipe
+        return recipe.qat_lr if recipe.qat_lr is not None else recipe.lr / 10
+
     # ------------------------------------------------------------------ 4. int8
     def export_int8(self) -> None:
-        """The full-int8 detector (``tfmcu.train.export.detector_int8``: the spec's Keras model with its decode
-        layers, post-training quantization calibrated on ``calibration_samples`` training images, then TFLM's
+        """The full-int8 detector (``tfmcu.train.export.detector_int8``: the spec's Keras model -- the QAT one
+        (``qat_base``) after QAT, else the float one -- with its decode layers, calibrated on ``calibration_samples``
+        training images (after QAT only the decode layers' ranges come from them), then TFLM's
         DETECTION_POSTPROCESS with the evaluation's thresholds) run in TF Lite (reference kernels) and TFLM on the
         test images; the op's detections scored with ``coco_map`` like the float model's. ``detection.int8=False``
         skips it (the report's int8 entries stay None)."""
@@ -201,9 +245,12 @@ class DetectionRun(TrainingRun):
         arrays = self.train_arrays
         n_cal = min(cfg.calibration_samples, len(arrays))
         pick = np.sort(np.random.default_rng(cfg.seed + 17).permutation(len(arrays))[:n_cal])
-        self.log(f"[export] full-int8 .tflite with DETECTION_POSTPROCESS (post-training quantization, {n_cal} "
-                 f"calibration images from the training split)")
-        model_bytes = detector_int8(self.base_model, spec, det.batch_images(arrays.images[pick], self.ch), cfg.seed,
+        source = self.qat_base if self.qat_base is not None else self.base_model
+        how = (f"QAT ({self.cfg.recipe.qat_epochs} epochs)" if self.qat_base is not None
+               else "post-training quantization")
+        self.log(f"[export] full-int8 .tflite with DETECTION_POSTPROCESS ({how}, {n_cal} calibration images from the "
+                 f"training split)")
+        model_bytes = detector_int8(source, spec, det.batch_images(arrays.images[pick], self.ch), cfg.seed,
                                     labels=ds.class_names, max_detections=o.max_detections,
                                     score_threshold=o.score_threshold, iou_threshold=o.iou_threshold,
                                     samples=n_cal, dataset_name=ds.name)
@@ -236,7 +283,7 @@ class DetectionRun(TrainingRun):
         self.int8 = {"tflite": det.coco_map(part, found["tflite"], k), "tflm": det.coco_map(part, found["tflm"], k),
                      "tflite_vs_tflm": {"agree": mismatching == 0, "mismatching_images": mismatching,
                                         "images": len(part), "tflite_kernels": "reference"},
-                     "calibration_images": n_cal, "quantization": "post-training (no QAT for detectors yet)",
+                     "calibration_images": n_cal, "quantization": how,
                      "postprocess": {"op": "TFLite_Detection_PostProcess", "use_regular_nms": False,
                                      "max_classes_per_detection": 1, "score_threshold": o.score_threshold,
                                      "iou_threshold": o.iou_threshold, "max_detections": o.max_detections},
@@ -254,7 +301,7 @@ class DetectionRun(TrainingRun):
         timing = {k: round(v, 1) for k, v in self.timing.items()}
         timing["total"] = round(time.time() - self.t_start, 1)
         m, o = self.float_map, cfg.detection
-        int8 = self.int8
+        int8, q = self.int8, self.qat_map
         report: dict[str, Any] = {
             "task": "detection",
             "model": spec.name,
@@ -265,18 +312,20 @@ class DetectionRun(TrainingRun):
                                   "test": _n_boxes(ds.test)},
                         "channels_stored": ds.channels, "resolution": self.res, "channels": self.ch,
                         "augment": recipe.augment, "flip": self.flip, **ds.info},
-            "recipe": dataclasses.asdict(recipe),
+            "recipe": dataclasses.asdict(recipe) | {"qat_lr": self.qat_lr},
             "detection": dataclasses.asdict(o),
             "anchors": self.anchor_info,
             "steps_per_epoch": self.steps,
+            "qat_steps_per_epoch": self.qat_steps,
             "seed": cfg.seed,
             "deterministic": cfg.deterministic,
             "strategy": {"name": cfg.strategy, "replicas": self.replicas},
+            "qat_notes": self.qat_notes,
             "history": self.history,
-            # COCO box mAP on the test split; the int8 figures come with the int8 export (export_int8).
-            "map50": {"float": m["map50"], "int8_tflite": int8 and int8["tflite"]["map50"],
+            # COCO box mAP on the test split; "qat" is None without QAT, the int8 figures come with the int8 export.
+            "map50": {"float": m["map50"], "qat": q and q["map50"], "int8_tflite": int8 and int8["tflite"]["map50"],
                       "int8_tflm": int8 and int8["tflm"]["map50"]},
-            "map": {"float": m["map"], "int8_tflite": int8 and int8["tflite"]["map"],
+            "map": {"float": m["map"], "qat": q and q["map"], "int8_tflite": int8 and int8["tflite"]["map"],
                     "int8_tflm": int8 and int8["tflm"]["map"]},
             "evaluation": {"split": "test", "images": m["images"], "boxes": m["boxes"],
                            "detections": m["detections"], "score_threshold": o.score_threshold,
@@ -285,8 +334,8 @@ class DetectionRun(TrainingRun):
                                   "with use_regular_nms=False, max_classes_per_detection=1)",
                            "metric": "pycocotools COCOeval, bbox, up to 100 detections per image"},
             "int8": int8 and {k: v for k, v in int8.items() if k != "model_bytes"},
-            "timing_s": {k: timing.get(k, 0.0) for k in ("resize", "float_training", "evaluation", "export",
-                                                         "int8_eval", "total")},
+            "timing_s": {k: timing.get(k, 0.0) for k in ("resize", "float_training", "evaluation", "qat_training",
+                                                         "export", "int8_eval", "total")},
         }
         out = self.out_dir
         files = {
@@ -305,7 +354,8 @@ class DetectionRun(TrainingRun):
             self.base_model.save_weights(path)
             with open(path, "rb") as f:
                 weights = f.read()
-        title = f"{spec.name} on {ds.name} @ {self.res}: float test mAP@0.5 {_fmt(m['map50'])}, mAP {_fmt(m['map'])}"
+        title = (f"{spec.name} on {ds.name} @ {self.res}: float test mAP@0.5 {_fmt(m['map50'])}, mAP {_fmt(m['map'])}"
+                 + (f"; QAT {_fmt(q['map50'])}, {_fmt(q['map'])}" if q else ""))
         outputs: dict[str, Any] = {
             files["spec"]: spec.to_json() + "\n",
             files["labels"]: "\n".join(ds.class_names) + "\n",
@@ -333,10 +383,11 @@ def train_detector(cfg: TrainConfig, out_dir: str, log: Callable[[str], None] = 
     run = DetectionRun(cfg, out_dir, log)
     run.setup()
     run.train_float()
-    run.train_qat()  # (qat_epochs is 0 for detectors: check_task)
+    run.train_qat()
     if not run.chief:
         log("[train] not the chief worker: the chief evaluates and writes the outputs")
-        return {"chief": False, "task": "detection", "map50": {"float": run.float_map["map50"]}}
+        return {"chief": False, "task": "detection",
+                "map50": {"float": run.float_map["map50"], "qat": run.qat_map and run.qat_map["map50"]}}
     run.export_int8()
     return run.report()
 
@@ -346,7 +397,9 @@ def format_detection_summary(r: dict[str, Any]) -> str:
     lines = [f"model {r['model']} on {d['name']} @ {d['resolution']}x{d['resolution']}x{d['channels']}, "
              f"{len(r['spec']['head']['anchors'])} scale(s), anchors: {r['anchors']['source']}",
              f"float on {e['images']} test images ({e['boxes']} boxes): mAP@0.5 {_fmt(r['map50']['float'])}, "
-             f"mAP@[.5:.95] {_fmt(r['map']['float'])}",
+             f"mAP@[.5:.95] {_fmt(r['map']['float'])}"
+             + (f"; QAT mAP@0.5 {_fmt(r['map50']['qat'])}, mAP@[.5:.95] {_fmt(r['map']['qat'])}"
+                if r["map50"].get("qat") is not None or r["recipe"]["qat_epochs"] else ""),
              (f"int8 (DETECTION_POSTPROCESS) on {e['images']} test images: mAP@0.5 TF Lite "
               f"{_fmt(r['map50']['int8_tflite'])}, TFLM {_fmt(r['map50']['int8_tflm'])}; mAP@[.5:.95] TFLM "
               f"{_fmt(r['map']['int8_tflm'])}; TF Lite vs TFLM: "

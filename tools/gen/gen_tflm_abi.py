@@ -90,6 +90,8 @@ OP_DATA = {  # builtin -> (include, type): what the kernel's Init allocates
     "HARD_SWISH": (_TYPES, "tflite::HardSwishParams"),
     "LEAKY_RELU": ("kernels/leaky_relu.h", "tflite::LeakyReluOpData"),
     "PRELU": (_TYPES, "tflite::PreluParams"),
+    # custom ops TFLM ships, keyed as the predictor names them (tfmcu.plan.arena.builtin_of)
+    "custom:TFLite_Detection_PostProcess": ("kernels/detection_postprocess.cc", "tflite::OpData"),
 }
 
 # TFLM's CMSIS-NN kernel variants (kernels/cmsis_nn/*.cc, third_party/tflite_micro.BUILD) allocate their own
