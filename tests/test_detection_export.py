@@ -239,3 +239,40 @@ def _renamed_op(model: bytes) -> bytes:
         if code.customCode == b"TFLite_Detection_PostProcess":
             code.customCode = b"MyPostProcess"
     return ed.to_bytes()
+
+
+def test_arena_prediction_models_the_postprocess_op(det):
+    """The arena predictor models TFLite_Detection_PostProcess (OpData from Init, 11 scratch buffers from Prepare):
+    predicted == measured, to the byte, in the wheel (every per-type line too) and in TFLM built from source."""
+    from tfmcu.plan import arena
+    from tfmcu.runtime.tflm import measure_arena
+
+    _, _, whole = det
+    wheel = arena.predict_model_arena(whole, build="wheel")
+    assert wheel.details["unmodelled_ops"] == [] and wheel.details["scratch_buffers"] == 11
+    m = measure_arena(whole)
+    assert (wheel.head, wheel.tail, wheel.total) == (m.head, m.tail, m.total)
+    for kind, rec in m.by_type.items():
+        assert wheel.details["by_type"].get(kind) == {"used": rec.used, "requested": rec.requested,
+                                                       "count": rec.count}, kind
+    _runner_or_skip()
+    host = arena.predict_model_arena(whole, build="host")
+    assert host.details["unmodelled_ops"] == []
+    assert run_whole(whole, random_inputs(whole, 1, seed=0)).arena.arena_used_bytes == host.total
+
+
+def test_latency_prediction_prices_the_postprocess_op(det):
+    """The latency predictor takes a detector: the op's features are its anchors, box encodings and scores, and
+    every core and kernel set gives it a positive cost (so fit can price detectors)."""
+    from tfmcu.plan import latency
+
+    _, _, whole = det
+    feats = latency.op_features(whole)
+    [f] = [f for f in feats if f["type"] == "custom:TFLite_Detection_PostProcess"]
+    boxes = [o for o in feats if o["op"] < f["op"]]
+    assert f["out"] > 0 and f["inp"] == 4 * f["out"] and f["inner"] % f["out"] == 0 and boxes
+    for core in latency.CORES:
+        for kernels in latency.KERNELS:
+            p = latency.predict_instructions(whole, core, kernels)
+            assert p.per_op[f["op"]]["type"] == "custom:TFLite_Detection_PostProcess"
+            assert p.per_op[f["op"]]["instructions"] > 0 and p.instructions > p.per_op[f["op"]]["instructions"]

@@ -180,29 +180,15 @@ def run(o: FitOptions, log: Callable[[str], None] = print, progress: Progress | 
         raise UsageError(f"{where}: the model ({len(data):,} B: its weights and constants) alone exceeds the "
                          f"{t.name}'s Flash ({t.flash_bytes:,} B); no configuration can fit it")
     budget = arena_budget(o, t)
-    build = mcu_build(o.kernels)
-    graph = from_tflite(data, name=name)
-
-    def instructions(model: bytes) -> int:
-        return predict_instructions(model, t.core, o.kernels).instructions
-
-    cost = CustomArenaCost(data, graph, where, configs=configurations(o), count_input=True, budget=budget,
-                           build=build, instructions=instructions)
-    opts = SearchOptions(patch_options=o.patch_options, rectangular=False, max_mac_overhead=o.max_mac_overhead,
-                         count_input=True, objective=o.objective,
-                         max_latency=o.max_latency if o.objective == "memory" else None)
     log(f"fit: {where} on the {t.name} ({t.core}, {o.kernels} kernels): predicted arena budget {budget:,} B "
         f"(RAM {t.sram_bytes:,} B - stack {o.stack_kib} KiB - {STATIC_ESTIMATE} B static, / (1 + {o.margin:g})); "
         f"objective {o.objective}" + (f" within {o.max_latency:g}x the per-layer instructions"
                                       if o.objective == "memory" else "") + " ...")
-    try:
-        res = search(graph, cost, budget, opts, progress)
-    except ScheduleError as e:
-        raise UsageError(f"{where}: {e}") from None
+    res = search_model(o, t, data, name, budget, progress)
     if not res.feasible:
         s = res.smallest
         within = (f" within {o.max_latency:g}x the per-layer model's predicted instructions"
-                  if opts.max_latency is not None else "")
+                  if o.objective == "memory" else "")
         raise UsageError(f"{where}: does not fit the {t.name} at any configuration tried{within}: the smallest "
                          f"predicted TFLM arena is {s.cost:,} B{_holds(s)} with {s.describe()}, over the {budget:,} B "
                          f"the target leaves for it")
@@ -215,6 +201,27 @@ def run(o: FitOptions, log: Callable[[str], None] = print, progress: Progress | 
         report["tree"] = export_tree(os.path.join(o.out_dir, "firmware"), o.tree, log=log)
     log(format_summary(report))
     return report
+
+
+def search_model(o: FitOptions, t: Target, data: bytes, name: str, budget: int,
+                 progress: Progress | None = None) -> SearchResult:
+    """fit's joint schedule search for the int8 model ``data`` on target ``t`` under a predicted-arena ``budget``
+    (``run`` passes ``arena_budget``; the detection bench passes its own): the candidates priced by their predicted
+    TFLM arena on the target's build and their predicted instructions on its core."""
+    graph = from_tflite(data, name=name)
+
+    def instructions(model: bytes) -> int:
+        return predict_instructions(model, t.core, o.kernels).instructions
+
+    cost = CustomArenaCost(data, graph, o.model, configs=configurations(o), count_input=True, budget=budget,
+                           build=mcu_build(o.kernels), instructions=instructions)
+    opts = SearchOptions(patch_options=o.patch_options, rectangular=False, max_mac_overhead=o.max_mac_overhead,
+                         count_input=True, objective=o.objective,
+                         max_latency=o.max_latency if o.objective == "memory" else None)
+    try:
+        return search(graph, cost, budget, opts, progress)
+    except ScheduleError as e:
+        raise UsageError(f"{o.model}: {e}") from None
 
 
 def _finish(o: FitOptions, t: Target, data: bytes, origin: str, res: SearchResult, chosen: Evaluation, stage: str,

@@ -36,6 +36,7 @@ import numpy as np
 from tfmcu import abi
 from tfmcu.errors import UsageError
 from tfmcu.tflite import patch_stage_format as psf
+from tfmcu.tflite.detection_postprocess import OP_NAME as DETECTION_POSTPROCESS
 from tfmcu.tflite import schema as ts
 from tfmcu.tflite.model import TfliteModel, as_model
 
@@ -161,6 +162,18 @@ def _builtin(m: ts.ModelT, op: ts.OperatorT, name: str) -> dict[str, Any]:
         return f
     f.update(_call(0.0, 0.0, out, pix, rows, inp))
     return f
+
+
+def _postprocess(m: ts.ModelT, op: ts.OperatorT, name: str) -> dict[str, Any]:
+    """Features of TFLM's TFLite_Detection_PostProcess (fast NMS, one class per box): per anchor its box decoded
+    (``out``: N anchors; ``inp``: the 4N box encodings) and its K class scores searched for the best (``inner``:
+    N K). Its non-maximum suppression depends on how many boxes pass the score threshold (the data), which no
+    feature sees: its row is fitted on the calibration firmware's seeded inputs."""
+    sg = m.subgraphs[0]
+    boxes = [int(d) for d in sg.tensors[int(op.inputs[0])].shape]
+    scores = [int(d) for d in sg.tensors[int(op.inputs[1])].shape]
+    n, k = boxes[1], scores[2]
+    return {"type": name, "geometry": None, **_call(0.0, float(n * k), float(n), 1.0, 1.0, float(4 * n))}
 
 
 def _table(m: ts.ModelT, op: ts.OperatorT, position: int) -> np.ndarray:
@@ -291,8 +304,11 @@ def op_features(model: bytes | TfliteModel, where: str = "model") -> list[dict[s
     for i, (op, name) in enumerate(zip(m.subgraphs[0].operators or [], tm.op_names)):
         if name == f"custom:{abi.PATCH_STAGE_OP}":
             f = _stage(m, op)
+        elif name == f"custom:{DETECTION_POSTPROCESS}":
+            f = _postprocess(m, op, name)
         elif name.startswith("custom:"):
-            raise UsageError(f"{where}: the latency predictor knows no custom op {name[7:]}")
+            raise UsageError(f"{where}: the latency predictor knows no custom op {name[7:]} (it knows "
+                             f"{abi.PATCH_STAGE_OP} and {DETECTION_POSTPROCESS})")
         else:
             f = _builtin(m, op, name)
         f["op"] = i
