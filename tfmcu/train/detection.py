@@ -459,10 +459,9 @@ def predict_detections(model_or_predict_fn: Any, split: Any, spec: NetSpec, scor
     return dets
 
 
-def coco_map(split: Any, detections: Sequence[Detections], num_classes: int) -> dict[str, Any]:
-    """COCO box mAP of ``detections`` (one per image of ``split``, a ``DetSplit``) against the split's boxes, with
-    pycocotools' ``COCOeval`` in the images' pixels: {"map": mAP@[.5:.95], "map50": mAP@0.5, "images", "boxes",
-    "detections"}; the mAPs are None when the split has no boxes, 0.0 when there are no detections."""
+def _coco_sets(split: Any, detections: Sequence[Detections], num_classes: int) -> tuple[COCO | None, list, list]:
+    """pycocotools' ground truth of ``split`` (None when it has no boxes), the images and the detections as COCO
+    results (in the images' pixels)."""
     if len(detections) != len(split):
         raise ValueError(f"{len(detections)} detection lists for {len(split)} images")
     sizes = _image_sizes(split)
@@ -480,25 +479,75 @@ def coco_map(split: Any, detections: Sequence[Detections], num_classes: int) -> 
             ymin, xmin, ymax, xmax = (float(v) for v in box)
             results.append({"image_id": image_id, "category_id": int(cls) + 1, "score": float(score),
                             "bbox": [xmin * w, ymin * h, (xmax - xmin) * w, (ymax - ymin) * h]})
-    summary: dict[str, Any] = {"map50": None, "map": None, "images": len(split), "boxes": len(annotations),
-                               "detections": len(results)}
     if not annotations:
-        return summary
-    if not results:
-        return summary | {"map50": 0.0, "map": 0.0}
+        return None, images, results
     with contextlib.redirect_stdout(io.StringIO()):
         gt = COCO()
         gt.dataset = {"images": images, "annotations": annotations,
                       "categories": [{"id": k + 1, "name": str(k)} for k in range(num_classes)]}
         gt.createIndex()
-        dt = gt.loadRes(results)
-        ev = COCOeval(gt, dt, "bbox")
+    return gt, images, results
+
+
+def coco_map(split: Any, detections: Sequence[Detections], num_classes: int) -> dict[str, Any]:
+    """COCO box mAP of ``detections`` (one per image of ``split``, a ``DetSplit``) against the split's boxes, with
+    pycocotools' ``COCOeval`` in the images' pixels: {"map": mAP@[.5:.95], "map50": mAP@0.5, "images", "boxes",
+    "detections"}; the mAPs are None when the split has no boxes, 0.0 when there are no detections."""
+    gt, images, results = _coco_sets(split, detections, num_classes)
+    summary: dict[str, Any] = {"map50": None, "map": None, "images": len(split),
+                               "boxes": 0 if gt is None else len(gt.dataset["annotations"]),
+                               "detections": len(results)}
+    if gt is None:
+        return summary
+    if not results:
+        return summary | {"map50": 0.0, "map": 0.0}
+    with contextlib.redirect_stdout(io.StringIO()):
+        ev = COCOeval(gt, gt.loadRes(results), "bbox")
         ev.params.imgIds = [im["id"] for im in images]
         ev.evaluate()
         ev.accumulate()
         ev.summarize()
     ap, ap50 = float(ev.stats[0]), float(ev.stats[1])
     return summary | {"map": max(ap, 0.0), "map50": max(ap50, 0.0)}
+
+
+def bootstrap_map50(split: Any, detections: Sequence[Detections], num_classes: int, samples: int = 200,
+                    seed: int = 0, level: float = 0.95) -> dict[str, Any]:
+    """A bootstrap interval of ``coco_map``'s mAP@0.5 over the split's images: pycocotools matches every image once
+    (``COCOeval.evaluate`` at IoU 0.5), then each of ``samples`` seeded resamples of the images (with replacement)
+    is accumulated from those matches. {"map50": the full split's, "low", "high": the ``level`` percentile interval,
+    "samples", "seed"}; None entries when the split has no boxes."""
+    out: dict[str, Any] = {"map50": None, "low": None, "high": None, "samples": samples, "seed": seed,
+                           "level": level}
+    gt, images, results = _coco_sets(split, detections, num_classes)
+    if gt is None:
+        return out
+    if not results:
+        return out | {"map50": 0.0, "low": 0.0, "high": 0.0}
+    with contextlib.redirect_stdout(io.StringIO()):
+        ev = COCOeval(gt, gt.loadRes(results), "bbox")
+        ev.params.imgIds = [im["id"] for im in images]
+        ev.params.iouThrs = np.array([0.5])
+        ev.evaluate()
+    matched = list(ev.evalImgs)  # ordered (category, area range, image)
+    n, per_cat = len(images), len(ev.params.areaRng) * len(images)
+
+    def map50(idx: np.ndarray) -> float:
+        ev.evalImgs = [matched[c * per_cat + a * n + int(i)] for c in range(len(ev.params.catIds))
+                       for a in range(len(ev.params.areaRng)) for i in idx]
+        ev.params.imgIds = list(range(len(idx)))
+        ev._paramsEval.imgIds = ev.params.imgIds
+        with contextlib.redirect_stdout(io.StringIO()):
+            ev.accumulate()
+        p = ev.eval["precision"][0, :, :, 0, -1]  # IoU 0.5, every recall, every class, area "all", 100 detections
+        p = p[p > -1]
+        return float(p.mean()) if p.size else 0.0
+
+    rng = np.random.default_rng(seed)
+    boot = [map50(rng.integers(0, n, n)) for _ in range(samples)]
+    tail = (1.0 - level) / 2 * 100
+    return out | {"map50": map50(np.arange(n)), "low": float(np.percentile(boot, tail)),
+                  "high": float(np.percentile(boot, 100 - tail))}
 
 
 def evaluate(model_or_predict_fn: Any, split: Any, spec: NetSpec, score_threshold: float = 0.01,

@@ -280,7 +280,9 @@ class DetectionRun(TrainingRun):
             found["tflite"] += [as_detections(u) for u in a]
             found["tflm"] += [as_detections(v) for v in b]
         k = spec.head.num_classes
-        self.int8 = {"tflite": det.coco_map(part, found["tflite"], k), "tflm": det.coco_map(part, found["tflm"], k),
+        tflm_map = det.coco_map(part, found["tflm"], k)
+        tflm_map["map50_bootstrap"] = det.bootstrap_map50(part, found["tflm"], k, seed=cfg.seed)
+        self.int8 = {"tflite": det.coco_map(part, found["tflite"], k), "tflm": tflm_map,
                      "tflite_vs_tflm": {"agree": mismatching == 0, "mismatching_images": mismatching,
                                         "images": len(part), "tflite_kernels": "reference"},
                      "calibration_images": n_cal, "quantization": how,

@@ -1,0 +1,329 @@
+"""The bench section *detection* (issue 24, part 6): does running the first layers patch by patch buy a detector the
+input resolution it needs, at the same SRAM?
+
+1. **Resolution sensitivity** (MCUNetV2's Figure 2): the same backbone family trained from scratch with the same
+   recipe at several input resolutions -- MobileNetV2-0.35 classifying ``scenes`` (one object per canvas) and the
+   two-scale yolo detector ``mbv2-det2-w035`` on ``scenes-det`` (both 160 px canvases, 8-40 px objects) -- int8 in
+   TFLM on the test split; each point's relative drop from the largest resolution.
+2. **The claim**: under 128 kB and 256 kB of TFLM arena (Cortex-M4, CMSIS-NN build, the image counted), the best
+   per-layer detector (the highest resolution trained here whose unmodified model's predicted arena fits) against
+   the patched one (the highest resolution at which ``fit``'s joint schedule search, objective ``memory`` within
+   ``MAX_LATENCY`` x the per-layer model's predicted instructions, finds a configuration that fits), each at its
+   int8 TFLM mAP@0.5 on the test split. One seed per resolution (2 CPU cores): the spread is a bootstrap interval over
+   the test images (``tfmcu.train.detection.bootstrap_map50``), not seeds. The four models are then deployed to the
+   Cortex-M4 (``deploy --run``, QEMU) when ``measure`` is on: their TFLM ``arena_used_bytes`` measured.
+3. **The 128 kB winner on the STM32F405** through ``fit --run``: detections equal TF Lite's on 8 test images (the
+   firmware's output hash against TF Lite's), instructions per inference (QEMU), arena measured against predicted.
+
+Training runs are cached in ``out_dir/detection/<name>/`` (a finished run's ``train_report.json`` is reused), so the
+section can be resumed. The search is restricted to the configuration ``fit`` picks for this detector at 96 px with
+every configuration open (halo ``smallest``, the rest's convolutions by tfmcu in place): ``SEARCH``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from tfmcu.files import figure_png, write_outputs
+from tfmcu.firmware.targets import get_target
+from tfmcu.flows.deploy import DeployOptions, deploy
+from tfmcu.flows.fit import FitOptions, run as fit_run, search_model
+from tfmcu.plan.arena import mcu_build, predict_model_arena
+from tfmcu.plan.latency import predict_instructions
+from tfmcu.train.config import DetectionOptions, Recipe, TrainConfig, detection_config
+
+DET_MODEL = "mbv2-det2-w035"
+DET_DATASET = "scenes-det:canvas=160,object_px=8-40,train=2000,val=200,test=300,seed=0"
+CLS_MODEL, CLS_WIDTH = "mbv2", 0.35
+CLS_DATASET = "scenes:canvas=160,object_px=8-40,train=2000,val=300,test=1000,seed=0"
+DET_RESOLUTIONS = (64, 80, 96, 128, 160)
+CLS_RESOLUTIONS = (64, 96, 128, 160)
+EPOCHS = 20
+DET_RECIPE = Recipe(epochs=EPOCHS, qat_epochs=0, batch_size=32, lr=0.05, warmup_epochs=1.0, flip="auto")
+CLS_RECIPE = Recipe(epochs=EPOCHS, qat_epochs=0, batch_size=32, lr=0.05, warmup_epochs=1.0)
+BUDGETS = (128 * 1024, 256 * 1024)
+CORE, TARGET, KERNELS = "cortex-m4", "cortex-m4", "cmsis_nn"
+MAX_LATENCY = 1.25
+SEARCH = {"halo_modes": ("smallest",), "rest_convs": ("tfmcu",)}
+BOARD = "stm32f405"
+BOARD_IMAGES = 8
+
+
+def _cached(folder: str) -> dict[str, Any] | None:
+    path = os.path.join(folder, "train_report.json")
+    if os.path.isfile(path):
+        with open(path) as f:
+            return json.load(f)
+    return None
+
+
+def train_detector_at(resolution: int, work: str, log: Callable[[str], None]) -> dict[str, Any]:
+    from tfmcu.train.detection_loop import train_detector
+
+    folder = os.path.join(work, f"det_{resolution}")
+    r = _cached(folder)
+    if r is None:
+        log(f"[detection] training {DET_MODEL} @ {resolution} on {DET_DATASET}, {EPOCHS} epochs -> {folder}")
+        cfg = detection_config(model=DET_MODEL, dataset=DET_DATASET, resolution=resolution, recipe=DET_RECIPE,
+                               detection=DetectionOptions(), resume=True)
+        r = train_detector(cfg, folder, log=log)
+    return r
+
+
+def train_classifier_at(resolution: int, work: str, log: Callable[[str], None]) -> dict[str, Any]:
+    from tfmcu.train.loop import train
+
+    folder = os.path.join(work, f"cls_{resolution}")
+    r = _cached(folder)
+    if r is None:
+        log(f"[detection] training {CLS_MODEL}-{CLS_WIDTH} @ {resolution} on {CLS_DATASET}, {EPOCHS} epochs -> "
+            f"{folder}")
+        cfg = TrainConfig(model=CLS_MODEL, width=CLS_WIDTH, dataset=CLS_DATASET, resolution=resolution,
+                          recipe=CLS_RECIPE, resume=True)
+        r = train(cfg, folder, log=log)
+    return r
+
+
+def arenas(model: bytes, name: str, budget: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """The per-layer model's predicted arena and instructions, and fit's smallest configuration within
+    ``MAX_LATENCY`` (``SEARCH``) on the Cortex-M4 with CMSIS-NN, the image counted."""
+    t0 = time.time()
+    o = FitOptions(model=name, target=TARGET, kernels=KERNELS, objective="memory", max_latency=MAX_LATENCY, **SEARCH)
+    res = search_model(o, get_target(TARGET), model, name, budget)
+    base, small = res.baseline, res.smallest
+    per_layer = predict_model_arena(model, build=mcu_build(KERNELS)).total
+    base_insns = predict_instructions(model, CORE, KERNELS).instructions
+    log(f"[detection] {name}: per layer {per_layer:,} B; patched {small.cost:,} B ({small.describe()}) "
+        f"[{time.time() - t0:.0f} s]")
+    return {"per_layer_bytes": per_layer, "per_layer_instructions": base_insns, "search_baseline_bytes": base.cost,
+            "patched_bytes": small.cost, "patched": small.describe(),
+            "patched_instructions": small.details.get("predicted_instructions"),
+            "patched_macs": small.details.get("macs"), "per_layer_macs": base.details.get("macs")}
+
+
+def _tflite(report: dict[str, Any]) -> bytes:
+    with open(report["files"]["tflite"], "rb") as f:
+        return f.read()
+
+
+def detection_section(o: Any, log: Callable[[str], None] = print, measure: bool = True) -> dict[str, Any]:
+    work = os.path.join(o.out_dir, "detection")
+    os.makedirs(work, exist_ok=True)
+    # 1. resolution sensitivity
+    det_runs = {r: train_detector_at(r, work, log) for r in DET_RESOLUTIONS}
+    cls_runs = {r: train_classifier_at(r, work, log) for r in CLS_RESOLUTIONS}
+    top_d, top_c = max(DET_RESOLUTIONS), max(CLS_RESOLUTIONS)
+    m_top = det_runs[top_d]["map50"]["int8_tflm"]
+    a_top = cls_runs[top_c]["accuracy"]["int8_tflm"]
+    sens = []
+    for r in sorted(set(DET_RESOLUTIONS) | set(CLS_RESOLUTIONS)):
+        d, c = det_runs.get(r), cls_runs.get(r)
+        m = d and d["map50"]["int8_tflm"]
+        a = c and c["accuracy"]["int8_tflm"]
+        sens.append({"resolution": r,
+                     "map50_int8_tflm": m, "map50_float": d and d["map50"]["float"],
+                     "map50_interval": d and [d["int8"]["tflm"]["map50_bootstrap"]["low"],
+                                              d["int8"]["tflm"]["map50_bootstrap"]["high"]],
+                     "detection_relative": None if m is None else m / m_top,
+                     "accuracy_int8_tflm": a, "classification_relative": None if a is None else a / a_top})
+    # 2. the claim: arenas of every trained detector, then per budget the best per-layer and patched ones
+    sizes = {}
+    for r in DET_RESOLUTIONS:
+        cache = os.path.join(work, f"det_{r}", "arenas.json")
+        if os.path.isfile(cache):
+            with open(cache) as f:
+                sizes[r] = json.load(f)
+        else:
+            sizes[r] = arenas(_tflite(det_runs[r]), f"{DET_MODEL}@{r}", max(BUDGETS), log)
+            write_outputs({cache: sizes[r]})
+    claims = []
+    for budget in BUDGETS:
+        flat = [r for r in DET_RESOLUTIONS if sizes[r]["per_layer_bytes"] <= budget]
+        patched = [r for r in DET_RESOLUTIONS if sizes[r]["patched_bytes"] <= budget]
+        row: dict[str, Any] = {"budget_bytes": budget}
+        for kind, fits in (("per_layer", flat), ("patched", patched)):
+            if not fits:
+                row[kind] = None
+                continue
+            r = max(fits)
+            rep = det_runs[r]
+            b = rep["int8"]["tflm"]["map50_bootstrap"]
+            row[kind] = {"resolution": r, "map50": rep["map50"]["int8_tflm"], "map": rep["map"]["int8_tflm"],
+                         "map50_interval": [b["low"], b["high"]],
+                         "predicted_arena_bytes": sizes[r][f"{kind}_bytes"],
+                         "schedule": "per layer" if kind == "per_layer" else sizes[r]["patched"],
+                         "predicted_instructions": sizes[r][f"{kind}_instructions"]}
+        if row["per_layer"] and row["patched"]:
+            row["gain_points"] = 100 * (row["patched"]["map50"] - row["per_layer"]["map50"])
+        claims.append(row)
+    if measure:
+        for row in claims:
+            for kind in ("per_layer", "patched"):
+                if row[kind]:
+                    row[kind]["measured"] = _measure_m4(row[kind], det_runs, work, kind, log)
+    # 3. the 128 kB winner on the STM32F405
+    board = None
+    small = claims[0]["patched"]
+    if measure and small:
+        board = _board_run(det_runs[small["resolution"]], work, log)
+    result = {"sensitivity": sens, "claims": claims, "arenas": {str(r): s for r, s in sizes.items()},
+              "board": board, "setup": _setup()}
+    plot = os.path.join(o.out_dir, "detection.png")
+    write_outputs({plot: _plot(sens, claims)})
+    return {"rows": result, "markdown": markdown(result), "plot": "detection.png"}
+
+
+def _setup() -> dict[str, Any]:
+    return {"detector": DET_MODEL, "detection_data": DET_DATASET, "classifier": f"{CLS_MODEL} width {CLS_WIDTH}",
+            "classification_data": CLS_DATASET, "epochs": EPOCHS, "seeds": 1,
+            "spread": "bootstrap 95% interval over the test images (200 resamples)", "core": CORE,
+            "kernels": KERNELS, "max_latency": MAX_LATENCY, "search": {k: list(v) for k, v in SEARCH.items()},
+            "image": "counted in the arena"}
+
+
+def _measure_m4(entry: dict[str, Any], det_runs: dict[int, Any], work: str, kind: str,
+                log: Callable[[str], None]) -> dict[str, Any]:
+    """``deploy --run`` on the Cortex-M4 (CMSIS-NN): the model as it is (per layer) or fit's chosen one (patched,
+    ``fit --run`` at the same budget and search)."""
+    r = entry["resolution"]
+    folder = os.path.join(work, f"m4_{kind}_{r}")
+    done = os.path.join(folder, "measured.json")
+    if os.path.isfile(done):
+        with open(done) as f:
+            return json.load(f)
+    src = det_runs[r]["files"]["tflite"]
+    if kind == "per_layer":
+        dep = deploy(DeployOptions(tflite=src, target=TARGET, out_dir=os.path.join(folder, "fw"), run=True,
+                                   kernels=KERNELS, num_inputs=1), log=log)
+    else:
+        rep = fit_run(FitOptions(model=src, target=TARGET, kernels=KERNELS, objective="memory",
+                                 max_latency=MAX_LATENCY, run=True, num_inputs=1,
+                                 out_dir=os.path.join(folder, "fit"), **SEARCH), log=log)
+        dep = rep["deploy"]
+    m = _measured(dep)
+    write_outputs({done: m})
+    return m
+
+
+def _measured(dep: dict[str, Any]) -> dict[str, Any]:
+    run = dep.get("run") or {}
+    return {"arena_used_bytes": run.get("arena_used_bytes"), "instructions": run.get("instructions"),
+            "outputs_equal_tflite": run.get("outputs_match"), "predicted_arena_bytes": dep.get("arena", {}).get(
+                "predicted_bytes")}
+
+
+def _board_run(rep: dict[str, Any], work: str, log: Callable[[str], None]) -> dict[str, Any]:
+    """``fit --run`` on the STM32F405 with ``BOARD_IMAGES`` test images (the firmware prints their detections)."""
+    folder = os.path.join(work, f"{BOARD}_fit")
+    done = os.path.join(work, f"{BOARD}_fit.json")
+    if os.path.isfile(done):
+        with open(done) as f:
+            return json.load(f)
+    from tfmcu.detection_data import load_detection, resize_for_model
+    from tfmcu.train.export import quantize_inputs
+
+    model = _tflite(rep)
+    res = rep["dataset"]["resolution"]
+    ds = load_detection(DET_DATASET)
+    x, _ = resize_for_model(ds.test.images[:BOARD_IMAGES], ds.test.boxes[:BOARD_IMAGES], res, 3)
+    inputs = os.path.join(work, f"{BOARD}_inputs.npy")
+    np.save(inputs, quantize_inputs(model, x))
+    r = fit_run(FitOptions(model=rep["files"]["tflite"], target=BOARD, kernels=KERNELS, objective="memory",
+                           max_latency=MAX_LATENCY, run=True, inputs=inputs, num_inputs=BOARD_IMAGES,
+                           out_dir=folder, **SEARCH), log=log)
+    out = {"resolution": res, "chosen": r["chosen"], "measured": r.get("measured"), "images": BOARD_IMAGES,
+           "run": (r["deploy"].get("run") or {})}
+    write_outputs({done: out})
+    return out
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{100 * v:.1f}"
+
+
+def markdown(res: dict[str, Any]) -> str:
+    s = res["setup"]
+    md = [f"Resolution sensitivity: {s['classifier']} on `{s['classification_data']}` and {s['detector']} on "
+          f"`{s['detection_data']}`, each trained from scratch for {s['epochs']} epochs at every resolution (one "
+          f"seed), int8 in TFLM on the test split (measured by this code):", "",
+          "| input | classification acc. (int8 TFLM) | relative | detection mAP@0.5 (int8 TFLM) [95% bootstrap] "
+          "| relative |", "|---:|---:|---:|---:|---:|"]
+    for r in res["sensitivity"]:
+        iv = r["map50_interval"]
+        md.append(f"| {r['resolution']} | {_pct(r['accuracy_int8_tflm'])} | {_pct(r['classification_relative'])} | "
+                  f"{_pct(r['map50_int8_tflm'])}" + (f" [{_pct(iv[0])}, {_pct(iv[1])}]" if iv else "")
+                  + f" | {_pct(r['detection_relative'])} |")
+    md += ["", f"The claim, under each budget of TFLM arena ({s['core']}, {s['kernels']}, image counted): the best "
+               f"per-layer detector against the patched one (fit's search, within {s['max_latency']}x the per-layer "
+               f"predicted instructions). Arena: predicted (tfmcu.plan.arena) and, where measured, TFLM's "
+               f"arena_used_bytes under QEMU:", "",
+           "| budget | per layer: input, mAP@0.5 [95%], arena | patched: input, mAP@0.5 [95%], arena, schedule | gain |",
+           "|---:|---|---|---:|"]
+    for c in res["claims"]:
+        cells = []
+        for kind in ("per_layer", "patched"):
+            e = c[kind]
+            if not e:
+                cells.append("nothing fits")
+                continue
+            meas = (e.get("measured") or {}).get("arena_used_bytes")
+            cell = (f"{e['resolution']} px, {_pct(e['map50'])} [{_pct(e['map50_interval'][0])}, "
+                    f"{_pct(e['map50_interval'][1])}], {e['predicted_arena_bytes']:,} B predicted"
+                    + (f" / {meas:,} B measured" if meas else ""))
+            if kind == "patched":
+                cell += f", {e['schedule']}"
+            cells.append(cell)
+        gain = c.get("gain_points")
+        md.append(f"| {c['budget_bytes'] // 1024} kB | {cells[0]} | {cells[1]} | "
+                  f"{'n/a' if gain is None else f'{gain:+.1f} points'} |")
+    b = res.get("board")
+    if b:
+        m = b.get("measured") or {}
+        md += ["", f"The 128 kB winner ({b['resolution']} px) through `fit --run` on the STM32F405 (QEMU), "
+                   f"{b['images']} test images: {json.dumps(m)}"]
+    return "\n".join(md) + "\n"
+
+
+def _plot(sens: list[dict[str, Any]], claims: list[dict[str, Any]]) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    d = [r for r in sens if r["detection_relative"] is not None]
+    c = [r for r in sens if r["classification_relative"] is not None]
+    a1.plot([r["resolution"] for r in c], [100 * r["classification_relative"] for r in c], "o-",
+            label="classification (scenes), accuracy")
+    a1.plot([r["resolution"] for r in d], [100 * r["detection_relative"] for r in d], "s-",
+            label="detection (scenes-det), mAP@0.5")
+    a1.set_xlabel("input resolution (px)")
+    a1.set_ylabel("% of the largest resolution's figure (int8, TFLM)")
+    a1.set_title("resolution sensitivity (measured)", fontsize=10)
+    a1.legend(fontsize=8)
+    labels, flat, patched = [], [], []
+    for row in claims:
+        labels.append(f"{row['budget_bytes'] // 1024} kB")
+        flat.append(100 * row["per_layer"]["map50"] if row["per_layer"] else 0.0)
+        patched.append(100 * row["patched"]["map50"] if row["patched"] else 0.0)
+    x = np.arange(len(labels))
+    a2.bar(x - 0.2, flat, 0.4, label="per layer (TFLM + CMSIS-NN)")
+    a2.bar(x + 0.2, patched, 0.4, label="patched (fit)")
+    for i, row in enumerate(claims):
+        for dx, kind in ((-0.2, "per_layer"), (0.2, "patched")):
+            e = row[kind]
+            if e:
+                a2.annotate(f"{e['resolution']} px", (i + dx, 100 * e["map50"]), ha="center",
+                            textcoords="offset points", xytext=(0, 3), fontsize=8)
+    a2.set_xticks(x, labels)
+    a2.set_xlabel("TFLM arena budget (Cortex-M4, image counted)")
+    a2.set_ylabel("test mAP@0.5 (%), int8 TFLM")
+    a2.set_title("same SRAM: per layer vs patched (measured mAP)", fontsize=10)
+    a2.legend(fontsize=8)
+    fig.tight_layout()
+    return figure_png(fig)
