@@ -29,12 +29,15 @@ from typing import Any, Callable
 
 import numpy as np
 
+from benchmarks.fit import measured_row
 from tfmcu.files import figure_png, write_outputs
 from tfmcu.firmware.targets import get_target
 from tfmcu.flows.deploy import DeployOptions, deploy
-from tfmcu.flows.fit import FitOptions, run as fit_run, search_model
+from tfmcu.flows.fit import FitOptions, run as fit_run, search_model, sram_arena_budget
+from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.plan.arena import mcu_build, predict_model_arena
 from tfmcu.plan.latency import predict_instructions
+from tfmcu.plan.profiler import profile
 from tfmcu.train.config import DetectionOptions, Recipe, TrainConfig, detection_config
 
 DET_MODEL = "mbv2-det2-w035"
@@ -46,7 +49,7 @@ CLS_RESOLUTIONS = (64, 96, 128, 160)
 EPOCHS = 20
 DET_RECIPE = Recipe(epochs=EPOCHS, qat_epochs=0, batch_size=32, lr=0.05, warmup_epochs=1.0, flip="auto")
 CLS_RECIPE = Recipe(epochs=EPOCHS, qat_epochs=0, batch_size=32, lr=0.05, warmup_epochs=1.0)
-BUDGETS = (128 * 1024, 256 * 1024)
+SRAMS = (128 * 1024, 256 * 1024)  # the chip's RAM; the arena gets what fit leaves it (sram_arena_budget)
 CORE, TARGET, KERNELS = "cortex-m4", "cortex-m4", "cmsis_nn"
 MAX_LATENCY = 1.25
 SEARCH = {"halo_modes": ("smallest",), "rest_convs": ("tfmcu",)}
@@ -106,6 +109,10 @@ def arenas(model: bytes, name: str, budget: int, log: Callable[[str], None]) -> 
             "patched_macs": small.details.get("macs"), "per_layer_macs": base.details.get("macs")}
 
 
+def _budget(sram: int) -> int:
+    return sram_arena_budget(sram, FitOptions(model="", target=TARGET))
+
+
 def _tflite(report: dict[str, Any]) -> bytes:
     with open(report["files"]["tflite"], "rb") as f:
         return f.read()
@@ -139,13 +146,14 @@ def detection_section(o: Any, log: Callable[[str], None] = print, measure: bool 
             with open(cache) as f:
                 sizes[r] = json.load(f)
         else:
-            sizes[r] = arenas(_tflite(det_runs[r]), f"{DET_MODEL}@{r}", max(BUDGETS), log)
+            sizes[r] = arenas(_tflite(det_runs[r]), f"{DET_MODEL}@{r}", _budget(max(SRAMS)), log)
             write_outputs({cache: sizes[r]})
     claims = []
-    for budget in BUDGETS:
+    for sram in SRAMS:
+        budget = _budget(sram)
         flat = [r for r in DET_RESOLUTIONS if sizes[r]["per_layer_bytes"] <= budget]
         patched = [r for r in DET_RESOLUTIONS if sizes[r]["patched_bytes"] <= budget]
-        row: dict[str, Any] = {"budget_bytes": budget}
+        row: dict[str, Any] = {"sram_bytes": sram, "budget_bytes": budget}
         for kind, fits in (("per_layer", flat), ("patched", patched)):
             if not fits:
                 row[kind] = None
@@ -189,32 +197,31 @@ def _setup() -> dict[str, Any]:
 def _measure_m4(entry: dict[str, Any], det_runs: dict[int, Any], work: str, kind: str,
                 log: Callable[[str], None]) -> dict[str, Any]:
     """``deploy --run`` on the Cortex-M4 (CMSIS-NN): the model as it is (per layer) or fit's chosen one (patched,
-    ``fit --run`` at the same budget and search)."""
+    ``fit --run`` with the same search): measured arena and instructions against their predictions."""
     r = entry["resolution"]
     folder = os.path.join(work, f"m4_{kind}_{r}")
-    done = os.path.join(folder, "measured.json")
+    done = os.path.join(work, f"m4_{kind}_{r}.json")
     if os.path.isfile(done):
         with open(done) as f:
             return json.load(f)
     src = det_runs[r]["files"]["tflite"]
+    data = _tflite(det_runs[r])
+    name = f"{DET_MODEL}@{r}"
     if kind == "per_layer":
-        dep = deploy(DeployOptions(tflite=src, target=TARGET, out_dir=os.path.join(folder, "fw"), run=True,
-                                   kernels=KERNELS, num_inputs=1), log=log)
+        dep = deploy(DeployOptions(tflite=src, target=TARGET, out_dir=folder, run=True, kernels=KERNELS,
+                                   num_inputs=1), log=log)
+        m = measured_row(name, TARGET, "per layer", None, dep["arena"]["predicted_bytes"],
+                         predict_instructions(data, CORE, KERNELS).instructions, dep.get("run") or {},
+                         profile(from_tflite(data)).macs, len(data), dep)
     else:
         rep = fit_run(FitOptions(model=src, target=TARGET, kernels=KERNELS, objective="memory",
-                                 max_latency=MAX_LATENCY, run=True, num_inputs=1,
-                                 out_dir=os.path.join(folder, "fit"), **SEARCH), log=log)
-        dep = rep["deploy"]
-    m = _measured(dep)
+                                 max_latency=MAX_LATENCY, run=True, num_inputs=1, verify_samples=4, out_dir=folder,
+                                 **SEARCH), log=log)
+        ch, dep = rep["chosen"], rep["deploy"]
+        m = measured_row(name, TARGET, "patched (fit)", ch["describe"], ch["predicted_arena_bytes"],
+                         ch["predicted_instructions"], dep.get("run") or {}, ch["macs"], dep["model_bytes"], dep)
     write_outputs({done: m})
     return m
-
-
-def _measured(dep: dict[str, Any]) -> dict[str, Any]:
-    run = dep.get("run") or {}
-    return {"arena_used_bytes": run.get("arena_used_bytes"), "instructions": run.get("instructions"),
-            "outputs_equal_tflite": run.get("outputs_match"), "predicted_arena_bytes": dep.get("arena", {}).get(
-                "predicted_bytes")}
 
 
 def _board_run(rep: dict[str, Any], work: str, log: Callable[[str], None]) -> dict[str, Any]:
@@ -258,11 +265,12 @@ def markdown(res: dict[str, Any]) -> str:
         md.append(f"| {r['resolution']} | {_pct(r['accuracy_int8_tflm'])} | {_pct(r['classification_relative'])} | "
                   f"{_pct(r['map50_int8_tflm'])}" + (f" [{_pct(iv[0])}, {_pct(iv[1])}]" if iv else "")
                   + f" | {_pct(r['detection_relative'])} |")
-    md += ["", f"The claim, under each budget of TFLM arena ({s['core']}, {s['kernels']}, image counted): the best "
+    md += ["", f"The claim, on a chip with 128 / 256 kB of SRAM (the TFLM arena gets what fit leaves it after the "
+               f"stack, static data and deploy's margin; {s['core']}, {s['kernels']}, image counted): the best "
                f"per-layer detector against the patched one (fit's search, within {s['max_latency']}x the per-layer "
                f"predicted instructions). Arena: predicted (tfmcu.plan.arena) and, where measured, TFLM's "
                f"arena_used_bytes under QEMU:", "",
-           "| budget | per layer: input, mAP@0.5 [95%], arena | patched: input, mAP@0.5 [95%], arena, schedule | gain |",
+           "| SRAM (arena budget) | per layer: input, mAP@0.5 [95%], arena | patched: input, mAP@0.5 [95%], arena, schedule | gain |",
            "|---:|---|---|---:|"]
     for c in res["claims"]:
         cells = []
@@ -271,7 +279,7 @@ def markdown(res: dict[str, Any]) -> str:
             if not e:
                 cells.append("nothing fits")
                 continue
-            meas = (e.get("measured") or {}).get("arena_used_bytes")
+            meas = (e.get("measured") or {}).get("arena_used_bytes")  # (measured_row's)
             cell = (f"{e['resolution']} px, {_pct(e['map50'])} [{_pct(e['map50_interval'][0])}, "
                     f"{_pct(e['map50_interval'][1])}], {e['predicted_arena_bytes']:,} B predicted"
                     + (f" / {meas:,} B measured" if meas else ""))
@@ -279,7 +287,7 @@ def markdown(res: dict[str, Any]) -> str:
                 cell += f", {e['schedule']}"
             cells.append(cell)
         gain = c.get("gain_points")
-        md.append(f"| {c['budget_bytes'] // 1024} kB | {cells[0]} | {cells[1]} | "
+        md.append(f"| {c['sram_bytes'] // 1024} kB ({c['budget_bytes']:,} B) | {cells[0]} | {cells[1]} | "
                   f"{'n/a' if gain is None else f'{gain:+.1f} points'} |")
     b = res.get("board")
     if b:
@@ -308,7 +316,7 @@ def _plot(sens: list[dict[str, Any]], claims: list[dict[str, Any]]) -> bytes:
     a1.legend(fontsize=8)
     labels, flat, patched = [], [], []
     for row in claims:
-        labels.append(f"{row['budget_bytes'] // 1024} kB")
+        labels.append(f"{row['sram_bytes'] // 1024} kB SRAM")
         flat.append(100 * row["per_layer"]["map50"] if row["per_layer"] else 0.0)
         patched.append(100 * row["patched"]["map50"] if row["patched"] else 0.0)
     x = np.arange(len(labels))
@@ -321,7 +329,7 @@ def _plot(sens: list[dict[str, Any]], claims: list[dict[str, Any]]) -> bytes:
                 a2.annotate(f"{e['resolution']} px", (i + dx, 100 * e["map50"]), ha="center",
                             textcoords="offset points", xytext=(0, 3), fontsize=8)
     a2.set_xticks(x, labels)
-    a2.set_xlabel("TFLM arena budget (Cortex-M4, image counted)")
+    a2.set_xlabel("chip SRAM (TFLM arena + stack + static data; Cortex-M4, image counted)")
     a2.set_ylabel("test mAP@0.5 (%), int8 TFLM")
     a2.set_title("same SRAM: per layer vs patched (measured mAP)", fontsize=10)
     a2.legend(fontsize=8)

@@ -73,8 +73,8 @@ def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CA
             continue
         run = dep.get("run") or {}
         pred_i = predict_instructions(data, _core(target), "cmsis_nn").instructions
-        base = _row(name, target, "TFLM + CMSIS-NN per layer", None, dep["arena"]["predicted_bytes"], pred_i, run,
-                    macs, len(data), dep)
+        base = measured_row(name, target, "TFLM + CMSIS-NN per layer", None, dep["arena"]["predicted_bytes"],
+                            pred_i, run, macs, len(data), dep)
         if not dep.get("fits"):  # it does not link for the target: its instructions from the calibration's runs
             measured = _calibration_invoke(name, _core(target))
             if measured is not None:
@@ -96,9 +96,9 @@ def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CA
                 rows.append({"model": name, "target": target, "what": what, "error": str(e).splitlines()[0]})
                 continue
             ch, m = rep["chosen"], rep.get("measured") or {}
-            row = _row(name, target, what, ch["describe"], ch["predicted_arena_bytes"],
-                       ch["predicted_instructions"], (rep["deploy"].get("run") or {}), ch["macs"],
-                       rep["deploy"]["model_bytes"], rep["deploy"])
+            row = measured_row(name, target, what, ch["describe"], ch["predicted_arena_bytes"],
+                               ch["predicted_instructions"], (rep["deploy"].get("run") or {}), ch["macs"],
+                               rep["deploy"]["model_bytes"], rep["deploy"])
             # against the per-layer arena measured on the target, or predicted where it does not link there
             ref = base.get("arena_used_bytes") or base["predicted_arena_bytes"]
             row["arena_ratio"] = round(ref / row["arena_used_bytes"], 2) if row.get("arena_used_bytes") else None
@@ -122,8 +122,8 @@ def _core(target: str) -> str:
     return get_target(target).core
 
 
-def _row(name: str, target: str, what: str, schedule: str | None, pred_arena: int, pred_insns: int | None,
-         run: dict[str, Any], macs: int, flash: int, dep: dict[str, Any]) -> dict[str, Any]:
+def measured_row(name: str, target: str, what: str, schedule: str | None, pred_arena: int, pred_insns: int | None,
+                 run: dict[str, Any], macs: int, flash: int, dep: dict[str, Any]) -> dict[str, Any]:
     insns = [i for i in (run.get("invoke_insns") or []) if i is not None]
     measured_i = min(insns) if insns else None
     arena = run.get("arena_used_bytes")

@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from benchmarks import fit as bench_fit, halo as bench_halo, latency as bench_latency, search as bench_search
+from benchmarks import detection as bench_detection, fit as bench_fit, halo as bench_halo, latency as bench_latency, search as bench_search
 from benchmarks.firmware_runs import PKG, firmware_reports, generator_record, label
 from tfmcu.errors import UsageError
 from tfmcu.files import figure_png, write_outputs
@@ -53,7 +53,7 @@ from tfmcu.train.config import Recipe, TrainConfig
 from tfmcu.train.loop import train
 
 SECTIONS = ("rewrite", "custom", "firmware", "tflm_firmware", "cmsis_nn", "train", "resolution", "search", "halo",
-            "halo_firmware", "latency", "fit")
+            "halo_firmware", "latency", "fit", "detection")
 
 
 @dataclass
@@ -525,7 +525,8 @@ def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
         "halo": lambda o: bench_halo.halo_section(o, log),
         "halo_firmware": lambda o: bench_halo.halo_firmware_section(o, log),
         "latency": lambda o: bench_latency.latency_section(o, log),
-        "fit": lambda o: bench_fit.fit_section(o, log, **bench_fit.selection(o.fit_models, o.fit_caps))}
+        "fit": lambda o: bench_fit.fit_section(o, log, **bench_fit.selection(o.fit_models, o.fit_caps)),
+        "detection": lambda o: bench_detection.detection_section(o, log)}
     unknown = [s for s in o.sections if s not in sections]
     if unknown:
         raise UsageError(f"unknown bench section(s) {', '.join(unknown)}; known: {', '.join(sections)}")

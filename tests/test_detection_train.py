@@ -280,6 +280,22 @@ def test_evaluate_gives_one_for_the_truth_and_zero_for_nonsense():
     assert none["map50"] == 0.0 and none["detections"] == 0
 
 
+def test_bootstrap_interval_of_map50():
+    """The bootstrap over test images: the full split's mAP@0.5 equals coco_map's, the interval holds it, the truth
+    gives [1, 1], and half the images' boxes missed widen nothing below 0 nor above 1."""
+    split = box_split(40)
+    truth = [det.Detections(np.asarray(b, np.float32)[:, [1, 0, 3, 2]] / 64, np.asarray(l), np.ones(len(l)))
+             for b, l in zip(split.boxes, split.labels)]
+    b = det.bootstrap_map50(split, truth, 3, samples=50)
+    assert (b["map50"], b["low"], b["high"]) == (pytest.approx(1.0), pytest.approx(1.0), pytest.approx(1.0))
+    empty = det.Detections(np.zeros((0, 4)), np.zeros(0), np.zeros(0))
+    half = [d if i % 2 else empty for i, d in enumerate(truth)]
+    b = det.bootstrap_map50(split, half, 3, samples=100, seed=1)
+    assert b["map50"] == pytest.approx(det.coco_map(split, half, 3)["map50"])
+    assert 0.0 < b["low"] < b["map50"] < b["high"] < 1.0 and b["samples"] == 100
+    assert det.bootstrap_map50(split, half, 3, samples=100, seed=1) == b  # seeded
+
+
 def test_fit_anchors_keeps_the_spec_shape():
     spec = small_det()
     split = box_split(40)

@@ -109,7 +109,12 @@ def validate(o: FitOptions) -> Target:
 def arena_budget(o: FitOptions, t: Target) -> int:
     """The predicted arena a candidate may have: the target's RAM less the stack and the other static data, less
     deploy's margin (deploy allocates the prediction x (1 + margin), rounded up to 16 bytes)."""
-    room = t.sram_bytes - o.stack_kib * KB - STATIC_ESTIMATE
+    return sram_arena_budget(t.sram_bytes, o)
+
+
+def sram_arena_budget(sram_bytes: int, o: FitOptions) -> int:
+    """``arena_budget`` of a chip with ``sram_bytes`` of RAM."""
+    room = sram_bytes - o.stack_kib * KB - STATIC_ESTIMATE
     return int(room / (1 + o.margin)) // 16 * 16 - 16
 
 
