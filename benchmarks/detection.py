@@ -35,7 +35,7 @@ from benchmarks.fit import measured_row
 from tfmcu.files import figure_png, write_outputs
 from tfmcu.firmware.targets import get_target
 from tfmcu.flows.deploy import DeployOptions, deploy
-from tfmcu.flows.fit import FitOptions, run as fit_run, search_model, sram_arena_budget
+from tfmcu.flows.fit import FitOptions, candidate_entry, run as fit_run, search_model, sram_arena_budget
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.plan.arena import mcu_build, predict_model_arena
 from tfmcu.plan.latency import predict_instructions
@@ -46,7 +46,7 @@ DET_MODEL = "mbv2-det2-w035"
 DET_DATASET = "scenes-det:canvas=160,object_px=8-40,train=2000,val=200,test=300,seed=0"
 CLS_MODEL, CLS_WIDTH = "mbv2", 0.35
 CLS_DATASET = "scenes:canvas=160,object_px=8-40,train=2000,val=300,test=1000,seed=0"
-DET_RESOLUTIONS = (64, 80, 96, 128, 160)
+DET_RESOLUTIONS = (48, 64, 80, 96, 128, 160)
 CLS_RESOLUTIONS = (64, 96, 128, 160)
 EPOCHS = 20
 DET_RECIPE = Recipe(epochs=EPOCHS, qat_epochs=0, batch_size=32, lr=0.05, warmup_epochs=1.0, flip="auto")
@@ -104,15 +104,15 @@ def arenas(model: bytes, name: str, budget: int, log: Callable[[str], None]) -> 
     t0 = time.time()
     o = FitOptions(model=name, target=TARGET, kernels=KERNELS, objective="memory", max_latency=MAX_LATENCY, **SEARCH)
     res = search_model(o, get_target(TARGET), model, name, budget)
-    base, small = res.baseline, res.smallest
+    base, small = candidate_entry(res.baseline), candidate_entry(res.smallest)
     per_layer = predict_model_arena(model, build=mcu_build(KERNELS)).total
-    base_insns = predict_instructions(model, CORE, KERNELS).instructions
-    log(f"[detection] {name}: per layer {per_layer:,} B; patched {small.cost:,} B ({small.describe()}) "
-        f"[{time.time() - t0:.0f} s]")
-    return {"per_layer_bytes": per_layer, "per_layer_instructions": base_insns, "search_baseline_bytes": base.cost,
-            "patched_bytes": small.cost, "patched": small.describe(),
-            "patched_instructions": small.details.get("predicted_instructions"),
-            "patched_macs": small.details.get("macs"), "per_layer_macs": base.details.get("macs")}
+    log(f"[detection] {name}: per layer {per_layer:,} B; patched {small['predicted_arena_bytes']:,} B "
+        f"({small['describe']}) [{time.time() - t0:.0f} s]")
+    return {"per_layer_bytes": per_layer, "per_layer_instructions": base["predicted_instructions"],
+            "per_layer_macs": base["macs"], "search_baseline_bytes": base["predicted_arena_bytes"],
+            "patched_bytes": small["predicted_arena_bytes"], "patched": small["describe"],
+            "patched_instructions": small["predicted_instructions"], "patched_macs": small["macs"],
+            "patched_mac_overhead": small["mac_overhead"]}
 
 
 def _budget(sram: int) -> int:

@@ -256,9 +256,9 @@ def _finish(o: FitOptions, t: Target, data: bytes, origin: str, res: SearchResul
         "objective": o.objective, "max_latency": o.max_latency if o.objective == "memory" else None,
         "stream_input": o.stream_input, "arena_budget_bytes": res.budget,
         "message": res.message,
-        "per_layer": _entry(base),
-        "chosen": {**_entry(chosen), "patched": patched},
-        "candidates": [_entry(e) for e in res.evaluated],
+        "per_layer": candidate_entry(base),
+        "chosen": {**candidate_entry(chosen), "patched": patched},
+        "candidates": [candidate_entry(e) for e in res.evaluated],
         "bounded_out": res.bounded_out, "failed": res.failed[:20],
         "predicted_by": {"arena": f"tfmcu.plan.arena, TFLM build {mcu_build(o.kernels)!r}",
                          "instructions": predict_instructions(chosen.result.model if patched else data, t.core,
@@ -278,7 +278,7 @@ def _finish(o: FitOptions, t: Target, data: bytes, origin: str, res: SearchResul
     return report
 
 
-def _entry(ev: Evaluation) -> dict[str, Any]:
+def candidate_entry(ev: Evaluation) -> dict[str, Any]:
     c = ev.candidate
     return {"describe": ev.describe(), "patches": list(c.grid) if c.patched else None, "patch_blocks": c.n_blocks,
             "config": ev.variant, "predicted_arena_bytes": ev.cost, "predicted_instructions": ev.instructions,
