@@ -45,7 +45,7 @@ from tfmcu.train.config import DetectionOptions, Recipe, TrainConfig, detection_
 DET_MODEL = "mbv2-det2-w035"
 DET_DATASET = "scenes-det:canvas=160,object_px=8-40,train=2000,val=200,test=300,seed=0"
 CLS_MODEL, CLS_WIDTH = "mbv2", 0.35
-CLS_DATASET = "scenes:canvas=160,object_px=8-40,train=2000,val=300,test=1000,seed=0"
+CLS_DATASET = "scenes:canvas=160,object_px=8-40,train=1000,val=200,test=1000,seed=0"  # (half the images: 2 cores)
 DET_RESOLUTIONS = (48, 64, 80, 96, 128, 160)
 CLS_RESOLUTIONS = (64, 96, 128, 160)
 EPOCHS = 20
