@@ -61,19 +61,23 @@ flags.DEFINE_enum("task", "classify", list(TASKS),
                   f"classify: a classifier on fashion_mnist, mnist, scenes or class folders; detection: a yolo spec "
                   f"(default {_DETECTION.model}) on scenes-det[:...] or a COCO folder (default {_DETECTION.dataset}; "
                   f"recipe defaults: epochs {_DETECTION.recipe.epochs}, batch_size {_DETECTION.recipe.batch_size}, "
-                  f"lr {_DETECTION.recipe.lr}, warmup_epochs {_DETECTION.recipe.warmup_epochs}, qat_epochs {_DETECTION.recipe.qat_epochs}).")
+                  f"lr {_DETECTION.recipe.lr}, warmup_epochs {_DETECTION.recipe.warmup_epochs}, qat_epochs "
+                  f"{_DETECTION.recipe.qat_epochs}).")
 flags.DEFINE_enum("anchors", None, list(ANCHOR_SOURCES),
                   f"--task=detection: kmeans (anchors clustered from the training boxes, written into spec.json) or "
                   f"spec (the spec's own) ({DetectionOptions().anchors}).")
 flags.DEFINE_bool("int8", None, f"--task=detection: export the full-int8 .tflite with DETECTION_POSTPROCESS and "
                                   f"measure its mAP in TF Lite and TFLM ({DetectionOptions().int8}).")
+flags.DEFINE_integer("max_detections", None, f"--task=detection: detections per image after NMS, in the evaluation and "
+                     f"in the .tflite's DETECTION_POSTPROCESS, whose TFLM scratch grows with it (12 bytes per anchor and "
+                     f"detection; {DetectionOptions().max_detections}).", lower_bound=1)
 
 flags.adopt_module_key_flags(_cli)  # the shared flags this pipeline defined show in --help
 
 
 def main(argv: Sequence[str]) -> int:
     logging.set_verbosity(logging.WARNING)  # TensorFlow's INFO chatter (saver, converter) through absl
-    detection_flags = ("anchors", "int8")
+    detection_flags = ("anchors", "int8", "max_detections")
     if FLAGS.task == "classify":
         given = [f"--{name}" for name in detection_flags if FLAGS[name].present]
         if given:

@@ -493,6 +493,7 @@ def test_cli_tiny_run_and_resume(idx_dir, tmp_path):
     (["--model=mbv2-det-w035"], "mbv2-det-w035: a detector (yolo head); train it with --task=detection"),
     (["--dataset=scenes-det:canvas=64"], "a detection data set (boxes); train a detector on it with --task=detection"),
     (["--anchors=spec", "--int8"], "--anchors, --int8: only for --task=detection"),
+    (["--max_detections=5"], "--max_detections: only for --task=detection"),
 ])
 def test_cli_user_mistakes_are_one_line_exit_2(tmp_path, args, message):
     proc = cli(*args, f"--out_dir={tmp_path / 'out'}")
