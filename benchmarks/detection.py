@@ -40,7 +40,11 @@ from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.plan.arena import mcu_build, predict_model_arena
 from tfmcu.plan.latency import predict_instructions
 from tfmcu.plan.profiler import profile
+from tfmcu.detection_data import load_detection, resize_for_model
 from tfmcu.train.config import DetectionOptions, Recipe, TrainConfig, detection_config
+from tfmcu.train.detection_loop import train_detector
+from tfmcu.train.export import quantize_inputs
+from tfmcu.train.loop import train
 
 DET_MODEL = "mbv2-det2-w035"
 DET_DATASET = "scenes-det:canvas=160,object_px=8-40,train=2000,val=200,test=300,seed=0"
@@ -72,8 +76,6 @@ def _cached(folder: str) -> dict[str, Any] | None:
 
 
 def train_detector_at(resolution: int, work: str, log: Callable[[str], None]) -> dict[str, Any]:
-    from tfmcu.train.detection_loop import train_detector
-
     folder = os.path.join(work, f"det_{resolution}")
     r = _cached(folder)
     if r is None:
@@ -85,8 +87,6 @@ def train_detector_at(resolution: int, work: str, log: Callable[[str], None]) ->
 
 
 def train_classifier_at(resolution: int, work: str, log: Callable[[str], None]) -> dict[str, Any]:
-    from tfmcu.train.loop import train
-
     folder = os.path.join(work, f"cls_{resolution}")
     r = _cached(folder)
     if r is None:
@@ -238,9 +238,6 @@ def _board_run(rep: dict[str, Any], work: str, log: Callable[[str], None]) -> di
     if os.path.isfile(done):
         with open(done) as f:
             return json.load(f)
-    from tfmcu.detection_data import load_detection, resize_for_model
-    from tfmcu.train.export import quantize_inputs
-
     model = _tflite(rep)
     res = rep["dataset"]["resolution"]
     ds = load_detection(DET_DATASET)
