@@ -43,7 +43,8 @@ from tfmcu.plan.profiler import profile
 from tfmcu.detection_data import load_detection, resize_for_model
 from tfmcu.train.config import DetectionOptions, Recipe, TrainConfig, detection_config
 from tfmcu.train.detection_loop import train_detector
-from tfmcu.train.export import quantize_inputs
+from tfmcu.graph.load import load_spec
+from tfmcu.train.export import quantize_inputs, untrained_detector_int8
 from tfmcu.train.loop import train
 
 DET_MODEL = "mbv2-det2-w035"
@@ -98,10 +99,15 @@ def train_classifier_at(resolution: int, work: str, log: Callable[[str], None]) 
     return r
 
 
-def arenas(model: bytes, name: str, budget: int, log: Callable[[str], None]) -> dict[str, Any]:
-    """The per-layer model's predicted arena and instructions, and fit's smallest configuration within
-    ``MAX_LATENCY`` (``SEARCH``) on the Cortex-M4 with CMSIS-NN, the image counted."""
+def arenas(resolution: int, budget: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """The per-layer detector's predicted arena and instructions at ``resolution``, and fit's smallest configuration
+    within ``MAX_LATENCY`` (``SEARCH``) on the Cortex-M4 with CMSIS-NN, the image counted. Both are the
+    architecture's (weights change neither), so the model is the spec with untrained weights and the trained
+    models' post-process settings: the search runs apart from the training."""
     t0 = time.time()
+    name = f"{DET_MODEL}@{resolution}"
+    model = untrained_detector_int8(load_spec(DET_MODEL, resolution=resolution), 0,
+                                    max_detections=DET_OPTIONS.max_detections)
     o = FitOptions(model=name, target=TARGET, kernels=KERNELS, objective="memory", max_latency=MAX_LATENCY, **SEARCH)
     res = search_model(o, get_target(TARGET), model, name, budget)
     base, small = candidate_entry(res.baseline), candidate_entry(res.smallest)
@@ -154,7 +160,11 @@ def detection_section(o: Any, log: Callable[[str], None] = print, measure_m4: bo
             with open(cache) as f:
                 sizes[r] = json.load(f)
         else:
-            sizes[r] = arenas(_tflite(det_runs[r]), f"{DET_MODEL}@{r}", _budget(max(SRAMS)), log)
+            sizes[r] = arenas(r, _budget(max(SRAMS)), log)
+        trained = predict_model_arena(_tflite(det_runs[r]), build=mcu_build(KERNELS)).total
+        if trained != sizes[r]["per_layer_bytes"]:  # (the same architecture: a change in the export would show here)
+            raise RuntimeError(f"{DET_MODEL}@{r}: the trained model's predicted arena {trained:,} B is not the "
+                               f"untrained one's {sizes[r]['per_layer_bytes']:,} B")
             write_outputs({cache: sizes[r]})
     claims = []
     for sram in SRAMS:
