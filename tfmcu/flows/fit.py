@@ -349,7 +349,9 @@ def format_summary(r: dict[str, Any]) -> str:
              f"   ({b['predicted_arena_bytes'] / c['predicted_arena_bytes']:.2f}x smaller, "
              f"{(c['predicted_instructions'] or 0) / max(b['predicted_instructions'] or 1, 1):.3f}x the instructions)"]
     m = r.get("measured")
-    if m:
+    if m and m.get("arena_used_bytes") is None:  # it did not build or run (deploy's verdict says why)
+        lines.append(f"not measured on {r['target']}: {m.get('verdict')}")
+    elif m:
         lines.append(f"measured on {r['target']} ({m.get('measured_by')}): arena {m['arena_used_bytes']:,} B "
                      f"(predicted {'exactly' if m['arena_equal'] else m['predicted_arena_bytes']}), instructions "
                      f"{m['invoke_instructions'] or 0:,} (predicted {100 * (m['instructions_error'] or 0):+.1f}%); "
