@@ -199,9 +199,7 @@ class DetectionRun(TrainingRun):
         self.timing["qat_training"] = 0.0
         if recipe.qat_epochs <= 0:
             return
-        float_final = "float-final"
-        if not (state and state["phase"] == "qat"):
-            self.ckpts.write_extra(tf.train.Checkpoint(model=self.float_model), float_final)
+        float_final = self.keep_float_weights()
         with self.strategy.scope():
             self.qat_base, self.qat_notes = quantize(self.base_model)
             model = self.qat_model = det.training_model(self.qat_base, self.spec)

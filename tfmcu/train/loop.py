@@ -295,15 +295,21 @@ class TrainingRun:
         return start
 
     # ------------------------------------------------------------------ 3. QAT
+    def keep_float_weights(self) -> str:
+        """The float model's final weights as an extra checkpoint before QAT changes them (not again when QAT
+        resumes); returns its name."""
+        name = "float-final"
+        if not (self.state and self.state["phase"] == "qat"):
+            self.ckpts.write_extra(self.tf.train.Checkpoint(model=self.float_model), name)
+        return name
+
     def train_qat(self) -> None:
         recipe, tf, state = self.cfg.recipe, self.tf, self.state
         self.qat_model, self.qat_notes, self.qat_acc = None, [], None
         self.timing["qat_training"] = 0.0
         if recipe.qat_epochs <= 0:
             return
-        float_final = "float-final"
-        if not (state and state["phase"] == "qat"):
-            self.ckpts.write_extra(tf.train.Checkpoint(model=self.float_model), float_final)
+        float_final = self.keep_float_weights()
         with self.strategy.scope():
             model, self.qat_notes = quantize(self.float_model)
             qat_lr = recipe.qat_lr if recipe.qat_lr is not None else recipe.lr / 10
