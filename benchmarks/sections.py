@@ -21,6 +21,10 @@ out/bench/<section>.json (rows for scripts) and out/bench/<section>.md (the tabl
   Cortex-M4 / M7, both kernel sets) and the committed predictor against it (``benchmarks.latency``; about 20 min).
 - fit: models on their targets through the user's path: ``deploy --run`` per layer against ``fit --run`` at
   max_latency 1.00 / 1.05 / 1.25 and the smallest, CMSIS-NN, measured under QEMU (``benchmarks.fit``).
+- detection: detectors and classifiers trained at several resolutions, per layer vs patched at 128 / 256 kB
+  (``benchmarks.detection``; hours on 2 cores, resumable).
+- multistage: several patch stages per network, the analytic Pareto fronts of the stage-plan search against one
+  stage and msf-CNN's quoted figures (``benchmarks.multistage``; about 5 min).
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from benchmarks import detection as bench_detection, fit as bench_fit, halo as bench_halo, latency as bench_latency, search as bench_search
+from benchmarks import (detection as bench_detection, fit as bench_fit, halo as bench_halo, latency as bench_latency,
+                        multistage as bench_multistage, search as bench_search)
 from benchmarks.firmware_runs import PKG, firmware_reports, generator_record, label
 from tfmcu.errors import UsageError
 from tfmcu.files import figure_png, write_outputs
@@ -53,7 +58,7 @@ from tfmcu.train.config import Recipe, TrainConfig
 from tfmcu.train.loop import train
 
 SECTIONS = ("rewrite", "custom", "firmware", "tflm_firmware", "cmsis_nn", "train", "resolution", "search", "halo",
-            "halo_firmware", "latency", "fit", "detection")
+            "halo_firmware", "latency", "fit", "detection", "multistage")
 
 
 @dataclass
@@ -526,7 +531,8 @@ def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
         "halo_firmware": lambda o: bench_halo.halo_firmware_section(o, log),
         "latency": lambda o: bench_latency.latency_section(o, log),
         "fit": lambda o: bench_fit.fit_section(o, log, **bench_fit.selection(o.fit_models, o.fit_caps)),
-        "detection": lambda o: bench_detection.detection_section(o, log)}
+        "detection": lambda o: bench_detection.detection_section(o, log),
+        "multistage": lambda o: bench_multistage.multistage_section(o, log)}
     unknown = [s for s in o.sections if s not in sections]
     if unknown:
         raise UsageError(f"unknown bench section(s) {', '.join(unknown)}; known: {', '.join(sections)}")

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from tfmcu.graph import ir
-from tfmcu.plan.regions import PatchSchedule, Range, Read, ScheduleError, read_range
+from tfmcu.plan.regions import PatchSchedule, Range, Read, ScheduleError, held_bytes, read_range
 
 _EMPTY: Range = (0, 0)
 HALO_MODES = ("none", "all", "auto", "smallest")
@@ -250,9 +250,12 @@ def plan_halo(schedule: PatchSchedule, rows: Iterable[str] = (), cols: Iterable[
     produced = {t for i in idx for t in g.ops[i].outputs}
     out_bytes = sum(g.tensors[t].nbytes for t in outs)
     in_bytes = sum(g.tensors[t].nbytes for t in ins if t in g.inputs)
+    held = held_bytes(g, idx, ins, produced, life)
+    out_bytes += held.nbytes  # (held whole for the whole stage, like its outputs)
     peak_in = peak_x = own_most = 0
     for i in idx:
-        alive = [t for t, (a, b) in life.items() if a <= i <= b and (t in produced or t in ins) and t not in outs]
+        alive = [t for t, (a, b) in life.items()
+                 if a <= i <= b and (t in produced or t in ins) and t not in outs and t not in held.whole]
         for r, c in itertools.product(rw, cw):
             own = sum(_len(r.need.get(t, _EMPTY)) * _len(c.need.get(t, _EMPTY)) * per_pixel(t)
                       for t in alive if t not in ins)
@@ -264,7 +267,7 @@ def plan_halo(schedule: PatchSchedule, rows: Iterable[str] = (), cols: Iterable[
     # Streamed (tfmcu_stage_run_streamed): the row window (the most input rows a band reads, whole rows) beside the
     # largest patch working set.
     row_window = sum(max((_len(w.need.get(t, _EMPTY)) for w in rw), default=0) * g.tensors[t].shape[2] * per_pixel(t)
-                     for t in ins)
+                     for t in ins if t not in held.whole)
     peak_s = out_bytes + caches + own_most + row_window
     return HaloPlan(schedule, rows, cols, rw, cw, macs, row_bytes, col_bytes, peak_in, peak_x, peak_s)
 

@@ -194,6 +194,25 @@ def walk_axis(graph: ir.Graph, idx: Sequence[int], outputs: Sequence[str], axis:
 
 
 # ----------------------------------------------------------------------------- schedule
+@dataclass(frozen=True)
+class Held:
+    """What a stage holds whole for its whole run besides its outputs and the image: its inputs that another op
+    produced whole before it (a stage after the first: every patch reads its window of them), and the tensors alive
+    across it that it neither reads nor writes (a skip connection around it)."""
+
+    whole: frozenset[str]
+    nbytes: int
+
+
+def held_bytes(graph: ir.Graph, idx: Sequence[int], inputs: Sequence[str], produced: set[str],
+               life: dict[str, tuple[int, int]]) -> Held:
+    first, last = idx[0], idx[-1]
+    names = {t for t in inputs if t not in graph.inputs}
+    names |= {t for t, (a, b) in life.items() if a < first and b > last and t not in produced and t not in inputs
+              and t not in graph.inputs}
+    return Held(frozenset(names), sum(graph.tensors[t].nbytes for t in names))
+
+
 @dataclass
 class PatchRegion:
     """One op's work for one patch: output box and, per input, the clipped box read plus border padding."""
@@ -341,6 +360,7 @@ def plan(graph: ir.Graph, patches: int | tuple[int, int], n_blocks: int | None =
     out_bytes = sum(graph.tensors[t].nbytes for t in outs)
     in_bytes = sum(graph.tensors[t].nbytes for t in ins if t in graph.inputs)
     produced = {t for i in idx for t in graph.ops[i].outputs}
+    held = held_bytes(graph, idx, ins, produced, life)
     # Patch buffers that share (paper: a depthwise in place, a residual branch over its shortcut, inside one
     # patch; never the stage outputs, which are whole tensors, nor the stage inputs).
     in_place = {i: [(y, x, d) for y, x, d in pairs if y not in outs and x in produced]
@@ -353,7 +373,8 @@ def plan(graph: ir.Graph, patches: int | tuple[int, int], n_blocks: int | None =
         return _length(r.need[t]) * _length(c.need[t]) * tensor.shape[3] * tensor.itemsize
 
     for i in idx:
-        alive = [t for t, (a, b) in life.items() if a <= i <= b and (t in produced or t in ins) and t not in outs]
+        alive = [t for t, (a, b) in life.items()
+                 if a <= i <= b and (t in produced or t in ins) and t not in outs and t not in held.whole]
         peak_in = peak_x = 0
         for r, c in itertools.product(rows, cols):
             patch_in = patch_x = 0
@@ -369,8 +390,8 @@ def plan(graph: ir.Graph, patches: int | tuple[int, int], n_blocks: int | None =
                 patch_in -= shared
                 patch_x -= shared
             peak_in, peak_x = max(peak_in, patch_in), max(peak_x, patch_x)
-        mem[i] = out_bytes + in_bytes + peak_in
-        mem_x[i] = out_bytes + peak_x
+        mem[i] = out_bytes + in_bytes + held.nbytes + peak_in
+        mem_x[i] = out_bytes + held.nbytes + peak_x
         patch_peak = max(patch_peak, peak_x)
     last = idx[-1]
     rest = range(last + 1, len(graph.ops))

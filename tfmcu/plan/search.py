@@ -38,8 +38,10 @@ from typing import Any, Callable, Protocol
 
 from tfmcu.errors import TfmcuError
 from tfmcu.graph import ir
-from tfmcu.plan.profiler import ACCOUNTINGS, profile
-from tfmcu.plan.regions import PatchSchedule, ScheduleError, largest_prefix, max_stage_blocks, plan
+from tfmcu.plan.halo import intermediates, plan_halo
+from tfmcu.plan.profiler import ACCOUNTINGS, profile, step_memory
+from tfmcu.plan.regions import (PatchSchedule, ScheduleError, check_stage, largest_prefix, max_stage_blocks,
+                                plan)
 
 OBJECTIVES = ("macs", "memory", "latency")
 LATENCY_MAC_WINDOW = 0.02  # objective "latency": candidates up to +2% MACs over the first that fits are evaluated
@@ -400,3 +402,188 @@ def _message(r: SearchResult) -> str:
     if o.objective == "latency":
         return f"fastest that fits {_kb(r.budget or 0)} ({ins}): {c.describe()}, {figures} ({tried})"
     return f"smallest {what} ({ins}{cap}): {c.describe()}, {figures} ({tried})"
+
+
+# ============================================================================= several stages
+STAGE_VARIANTS = ("recompute", "halo all")  # how a patch stage of a stage plan treats its halos (analytic)
+# the image: held whole (counted), not counted but a patch's window (excluded, msf-CNN's accounting), or fed row by
+# row to the first stage (streamed: its row window; an op that reads it per layer holds it whole)
+IMAGE_MODES = ("counted", "excluded", "streamed")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Ops ``[start, stop)`` of a stage plan: run per layer (``grid`` None: one op) or as one patch stage on a
+    ``grid``; ``pooled``: the stage ends in the global average pool after it (its output is summed patch by patch
+    into an int32 accumulator, never held whole)."""
+
+    start: int
+    stop: int
+    grid: tuple[int, int] | None
+    variant: str | None
+    peak: int  # analytic bytes while the segment runs (the stage plan's image mode)
+    macs: int
+    pooled: bool = False
+
+    @property
+    def patched(self) -> bool:
+        return self.grid is not None
+
+
+@dataclass
+class StagePlan:
+    """Several patch stages and the ops between them per layer: its analytic peak (max over segments) and MACs."""
+
+    graph: ir.Graph
+    segments: tuple[Segment, ...]
+    image: str
+
+    @property
+    def peak(self) -> int:
+        return max(s.peak for s in self.segments)
+
+    @property
+    def macs(self) -> int:
+        return sum(s.macs for s in self.segments)
+
+    @property
+    def stages(self) -> list[Segment]:
+        return [s for s in self.segments if s.patched]
+
+    @property
+    def mac_overhead(self) -> float:
+        base = sum(ir.op_macs(self.graph, op) for op in self.graph.ops)
+        return self.macs / base - 1.0 if base else 0.0
+
+    def describe(self) -> str:
+        if not self.stages:
+            return "no patching (per-layer)"
+        g = self.graph
+
+        def where(s: Segment) -> str:
+            first, last = g.ops[s.start], g.ops[s.stop - 1]
+            span = (f"block {first.block}" if first.block == last.block else f"blocks {first.block}-{last.block}")
+            return (f"{s.grid[0]}x{s.grid[1]} over {span}" + (f" ({s.variant})" if s.variant else "")
+                    + (" into the pool" if s.pooled else ""))
+        return f"{len(self.stages)} stage{'s' if len(self.stages) > 1 else ''}: " + "; ".join(
+            where(s) for s in self.stages)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"describe": self.describe(), "image": self.image, "peak_bytes": self.peak, "macs": self.macs,
+                "mac_overhead": round(self.mac_overhead, 6), "stages": len(self.stages),
+                "segments": [{"ops": [s.start, s.stop], "grid": list(s.grid) if s.grid else None,
+                              "variant": s.variant, "pooled": s.pooled, "peak_bytes": s.peak, "macs": s.macs}
+                             for s in self.segments if s.patched]}
+
+
+def _global_pool_after(graph: ir.Graph, outputs: list[str]) -> int | None:
+    """The op index of a global average pool that is the only consumer of the stage's single output, if any."""
+    if len(outputs) != 1:
+        return None
+    cons = graph.consumers().get(outputs[0], [])
+    if len(cons) != 1 or outputs[0] in graph.outputs:
+        return None
+    op = graph.ops[cons[0]]
+    return cons[0] if op.type == ir.MEAN and len(op.outputs) == 1 else None
+
+
+def stage_segments(graph: ir.Graph, options: SearchOptions = SearchOptions(), image: str = "counted",
+                   progress: Progress | None = None) -> list[Segment]:
+    """Every segment a stage plan can use: each op per layer, and every run of whole blocks that can form a patch
+    stage x square grid (``options.patch_options``, up to the stage output's side) x ``STAGE_VARIANTS`` (halo caches
+    need separate accounting), with the stage's analytic peak (``regions.plan`` / ``halo.plan_halo``; the image as
+    ``image`` says) and its exact MACs; a stage whose output only a global average pool reads also as ``pooled``."""
+    if image not in IMAGE_MODES:
+        raise ScheduleError(f"image {image!r}: expected one of {', '.join(IMAGE_MODES)}")
+    blocks = [op.block for op in graph.ops]
+    if blocks != sorted(blocks):
+        raise ScheduleError("the graph's blocks are not in op order: stage plans need a chain of blocks")
+    life = graph.lifetimes()
+    if image == "streamed" and options.accounting != "separate":
+        raise ScheduleError(f"a streamed image is planned with separate accounting, not {options.accounting!r}")
+    mem = step_memory(graph, life, exclude_inputs=image == "excluded", accounting=options.accounting)
+    segs = [Segment(i, i + 1, None, None, mem[i], ir.op_macs(graph, op)) for i, op in enumerate(graph.ops)]
+    starts = [i for i, op in enumerate(graph.ops) if i == 0 or op.block != graph.ops[i - 1].block]
+    variants = STAGE_VARIANTS if options.accounting == "separate" else ("recompute",)
+    # a stage ends where a block starts, at the end, or before a global average pool (it may end into the pool)
+    pools = [i for i, op in enumerate(graph.ops) if op.type == ir.MEAN and i not in starts]
+    pairs = [(a, b) for n, a in enumerate(starts) for b in sorted(set(starts[n + 1:] + pools + [len(graph.ops)]))
+             if b > a]
+    for n, (a, b) in enumerate(pairs):
+        if progress:
+            progress(n + 1, len(pairs), f"ops {a}-{b - 1}")
+        idx = list(range(a, b))
+        try:
+            _, outs = check_stage(graph, idx)
+        except ScheduleError:
+            continue
+        side = min(graph.tensors[outs[0]].hw)
+        pool = _global_pool_after(graph, outs)
+        for p in sorted({p for p in options.patch_options if 1 < p <= side}):
+            try:
+                s = plan(graph, (p, p), ops=idx, accounting=options.accounting)
+            except ScheduleError:
+                continue
+            for v in variants:
+                if options.accounting != "separate":
+                    peak = s.stage_peak_bytes if image == "counted" else s.stage_peak_bytes_excluding_input
+                    macs = s.stage_macs_patched_exact
+                else:  # (no cache: regions' figures, and the streamed one)
+                    inter = intermediates(s) if v == "halo all" else []
+                    h = plan_halo(s, inter, inter)
+                    peak, macs = h.stage_peak(image), h.stage_macs_exact
+                segs.append(Segment(a, b, (p, p), v, peak, macs))
+                if pool is not None:  # the output summed into C int32 + the pool's own output, not held whole
+                    out = graph.tensors[outs[0]]
+                    pooled = peak - out.nbytes + 4 * out.shape[3] + graph.tensors[graph.ops[pool].outputs[0]].nbytes
+                    segs.append(Segment(a, pool + 1, (p, p), v, pooled, macs, pooled=True))
+    return segs
+
+
+def stage_plans(graph: ir.Graph, options: SearchOptions = SearchOptions(), max_stages: int | None = None,
+                image: str = "counted", progress: Progress | None = None) -> list[StagePlan]:
+    """The Pareto front of stage plans, least peak first (each the fewest MACs at its peak): a dynamic programme over
+    the graph's chain of ops (msf-CNN's search over cut points), labels (peak, MACs, stages) kept per cut point and
+    extended by every segment that starts there (``stage_segments``); at most ``max_stages`` patch stages (None: any
+    number). Candidates above ``options.max_mac_overhead`` are dropped from the front."""
+    options.validate()
+    if max_stages is not None and max_stages < 0:
+        raise ScheduleError(f"--max_stages={max_stages}: expected >= 0")
+    return pareto_plans(graph, stage_segments(graph, options, image, progress), options, max_stages, image)
+
+
+def pareto_plans(graph: ir.Graph, segs: list[Segment], options: SearchOptions = SearchOptions(),
+                 max_stages: int | None = None, image: str = "counted") -> list[StagePlan]:
+    """``stage_plans``' dynamic programme over given segments (``stage_segments``: computed once for several
+    ``max_stages``)."""
+    by_start: dict[int, list[Segment]] = {}
+    for s in segs:
+        by_start.setdefault(s.start, []).append(s)
+    n = len(graph.ops)
+    # a label: (peak, macs, stages, segments); per cut point only labels no other beats on all three
+    labels: list[list[tuple[int, int, int, tuple[Segment, ...]]]] = [[] for _ in range(n + 1)]
+    labels[0] = [(0, 0, 0, ())]
+
+    def add(at: int, lab: tuple[int, int, int, tuple[Segment, ...]]) -> None:
+        kept = labels[at]
+        if any(k[0] <= lab[0] and k[1] <= lab[1] and k[2] <= lab[2] for k in kept):
+            return
+        labels[at] = [k for k in kept if not (lab[0] <= k[0] and lab[1] <= k[1] and lab[2] <= k[2])] + [lab]
+
+    for at in range(n):
+        for peak, macs, stages, path in labels[at]:
+            for s in by_start.get(at, []):
+                k = stages + s.patched
+                if max_stages is not None and k > max_stages:
+                    continue
+                add(s.stop, (max(peak, s.peak), macs + s.macs, k, path + (s,)))
+    final = sorted(labels[n], key=lambda lab: (lab[0], lab[1]))
+    front: list[StagePlan] = []
+    for peak, macs, _, path in final:
+        if front and macs >= front[-1].macs:
+            continue
+        p = StagePlan(graph, path, image)
+        if options.max_mac_overhead is not None and p.mac_overhead > options.max_mac_overhead + 1e-12:
+            continue
+        front.append(p)
+    return front

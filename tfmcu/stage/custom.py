@@ -120,6 +120,82 @@ def rewrite_custom(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where:
     return RewriteResult(planned, len(original_ops), len(ed.subgraph.operators), ed.new_tensors, record, {0: packed})
 
 
+def rewrite_stages(data: bytes, graph: ir.Graph, stages: Sequence[tuple[PatchSchedule, HaloPlan | None]],
+                   where: str = "model", inplace: bool = False, streamed_input: bool = False,
+                   kernels: str = "reference") -> RewriteResult:
+    """Several patch stages (a stage plan: ``tfmcu.plan.search.stage_plans``), each ONE TFMCU_PATCH_STAGE operator
+    with its own grid and halo caches, in the place of its operators; the first may start at operator 0 and stream the
+    image (``streamed_input``, as ``rewrite_custom``). The stages must be runs of consecutive operators that do not
+    overlap. The schedule metadata is the first stage's record (what one-stage readers read) with ``stage_plan``:
+    every stage's operators, grid and caches. One offline memory plan for the whole model (``inplace``: the builtin
+    ops in place) with every stage's scratch."""
+    if not stages:
+        raise RewriteError(f"{where}: no patch stage given")
+    order = sorted(stages, key=lambda sh: graph.ops[sh[0].stage[0]].src_index)
+    if len(order) == 1 and graph.ops[order[0][0].stage[0]].src_index == 0:
+        return rewrite_custom(data, graph, order[0][0], where, inplace, order[0][1], streamed_input, kernels)
+    first, rest = order[0], order[1:]
+    result = None
+    if graph.ops[first[0].stage[0]].src_index == 0:  # the first stage as rewrite_custom makes it (streamed or not)
+        result = rewrite_custom(data, graph, first[0], where, inplace, first[1], streamed_input, kernels)
+        data = result.model
+        base = from_tflite(data, name=where)
+        shift = len(first[0].stage) - 1  # operators before the later stages: the first stage's became one
+        todo = [(sch, h, [graph.ops[k].src_index - shift for k in sch.stage]) for sch, h in rest]
+        orig = [[graph.ops[k].src_index for k in sch.stage] for sch, _ in rest]
+    else:
+        if streamed_input:
+            raise RewriteError(f"{where}: streamed input needs a patch stage that starts at the first operator")
+        base = graph
+        todo = [(sch, h, [graph.ops[k].src_index for k in sch.stage]) for sch, h in order]
+        orig = [src for _, _, src in todo]
+    ed = ModelEditor(data, where)
+    original_ops = list(ed.subgraph.operators)
+    unpacked = load(data, where)
+    replace: dict[int, Any] = {}
+    drop: set[int] = set()
+    entries: list[tuple[int, dict[str, Any]]] = [] if result is None else [(0, _plan_entry(first[0], first[1]))]
+    last = -1
+    for (sch, halo, src), src0 in zip(todo, orig):
+        if src != list(range(src[0], src[0] + len(src))) or src[0] <= last:
+            raise RewriteError(f"{where}: a patch stage must be a run of consecutive operators after the one before "
+                               f"(operators {src[0]}..{src[-1]})")
+        last = src[-1]
+        by_src = {op.src_index: k for k, op in enumerate(base.ops)}
+        ops = [by_src[i] for i in src]
+        s = plan(base, sch.grid, ops=ops, accounting=sch.accounting)
+        h = None if halo is None else plan_halo(s, halo.cache_rows, halo.cache_cols)
+        try:
+            packed = pack_stage(unpacked, base, s, halo=h, name=f"stage_{src[0]}")
+        except PatchKernelError as e:
+            raise RewriteError(f"{where}: {e}") from None
+        replace[src[0]] = _stage_operator(ed, packed, base, ops, original_ops,
+                                          [packed.tensor_tflite_index[packed.input_tensor]], {})
+        drop |= set(src[1:])
+        entries.append((src[0], {**_plan_entry(s, h), "ops_tflite": src0}))
+    new_ops, index = [], {}
+    for i, o in enumerate(original_ops):
+        if i not in drop:
+            index[i] = len(new_ops)
+            new_ops.append(replace.get(i, o))
+    ed.subgraph.operators = new_ops
+    ed.drop_unused_tensors()
+    record = dict(result.schedule) if result else schedule_record(
+        order[0][0], "custom", memory_plan="inplace" if inplace else "disjoint", memory_plan_kernels=kernels)
+    record["stage_plan"] = [{"operator": index[i], **e} for i, e in entries]
+    ed.set_metadata(SCHEDULE_METADATA, json.dumps(record).encode())
+    mid = ed.to_bytes()
+    found = load_custom(mid, where, all_stages=True).stages
+    planned, _, _ = with_offline_plan(mid, inplace=inplace, kernels=kernels, stages=found)
+    return RewriteResult(planned, len(graph.ops), len(ed.subgraph.operators), ed.new_tensors, record, found)
+
+
+def _plan_entry(s: PatchSchedule, halo: HaloPlan | None) -> dict[str, Any]:
+    """One stage of a stage plan as the schedule metadata records it (its operators in the original model)."""
+    return {"ops_tflite": [s.graph.ops[k].src_index for k in s.stage], "grid": list(s.grid),
+            "halo": None if halo is None else halo.to_dict()}
+
+
 def _stage_operator(ed: ModelEditor, packed: PackedStage, graph: ir.Graph, stage: list[int],
                     original_ops: list[Any], inputs: list[int], stream: dict[str, int]) -> Any:
     """The TFMCU_PATCH_STAGE operator of ``packed`` (ops ``stage`` of ``graph``; ``inputs`` starts with its input

@@ -1,0 +1,163 @@
+"""Stage plans: several patch stages in one network, chosen by a dynamic programme over the chain of cut points
+(``tfmcu.plan.search.stage_plans``), on the analytic model (pure Python; no TensorFlow).
+
+The programme is checked against brute force (every partition of a small network into per-layer ops and stages,
+every grid and variant), and the analytic figures of a stage that does not start at the image against a hand count.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from tfmcu.graph import ir
+from tfmcu.graph.from_spec import from_spec
+from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec
+from tfmcu.plan import regions
+from tfmcu.plan.halo import intermediates, plan_halo
+from tfmcu.plan.profiler import profile, step_memory
+from tfmcu.plan.search import (SearchOptions, candidates, pareto_plans, stage_plans, stage_segments)
+
+
+def small_graph() -> ir.Graph:
+    spec = NetSpec(name="small", resolution=32, stem=StemSpec(8, kernel=3, stride=2),
+                   stages=[StageSpec([BlockSpec(8, kernel=3, expand=3, stride=1),
+                                      BlockSpec(16, kernel=3, expand=3, stride=2)]),
+                           StageSpec([BlockSpec(16, kernel=3, expand=4, stride=1),
+                                      BlockSpec(24, kernel=5, expand=3, stride=2)])],
+                   head=HeadSpec(64, num_classes=10))
+    return from_spec(spec)
+
+
+OPTS = SearchOptions(patch_options=(2, 3, 4))
+
+
+def _brute_front(graph: ir.Graph, segs, max_stages=None) -> list[tuple[int, int]]:
+    """Every chain of segments from op 0 to the end, by exhaustive recursion: the (peak, MACs) Pareto front."""
+    by_start: dict[int, list] = {}
+    for s in segs:
+        by_start.setdefault(s.start, []).append(s)
+    n = len(graph.ops)
+    points = []
+
+    def walk(at: int, peak: int, macs: int, stages: int) -> None:
+        if at == n:
+            points.append((peak, macs))
+            return
+        for s in by_start.get(at, []):
+            k = stages + s.patched
+            if max_stages is None or k <= max_stages:
+                walk(s.stop, max(peak, s.peak), macs + s.macs, k)
+
+    walk(0, 0, 0, 0)
+    front = []
+    for p in sorted(set(points)):
+        if not front or p[1] < front[-1][1]:
+            front.append(p)
+    return front
+
+
+@pytest.mark.parametrize("max_stages", [0, 1, 2, None])
+@pytest.mark.parametrize("image", ["counted", "excluded", "streamed"])
+def test_dynamic_programme_equals_brute_force(max_stages, image):
+    g = small_graph()
+    segs = stage_segments(g, OPTS, image)
+    front = pareto_plans(g, segs, OPTS, max_stages, image)
+    assert [(p.peak, p.macs) for p in front] == _brute_front(g, segs, max_stages)
+    for p in front:  # each plan tiles the graph, its figures are its segments'
+        assert [s.start for s in p.segments] == [0] + [s.stop for s in p.segments[:-1]]
+        assert p.segments[-1].stop == len(g.ops)
+        assert max_stages is None or len(p.stages) <= max_stages
+
+
+def test_no_stage_is_the_per_layer_model():
+    g = small_graph()
+    for image, exclude in (("counted", False), ("excluded", True)):
+        (p,) = stage_plans(g, OPTS, max_stages=0, image=image)
+        prof = profile(g)
+        assert p.peak == max(step_memory(g, exclude_inputs=exclude))
+        assert p.peak == (prof.peak_sram_per_layer_bytes_excluding_input if exclude
+                          else prof.peak_sram_per_layer_bytes)
+        assert p.macs == prof.macs and p.mac_overhead == 0.0 and p.describe() == "no patching (per-layer)"
+
+
+def test_one_stage_is_at_least_as_good_as_the_prefix_search():
+    """One stage anywhere includes the single-stage search's prefix stages (recompute): never worse."""
+    g = small_graph()
+    best_prefix = min(c.peak_sram_bytes_excluding_input for c in candidates(g, SearchOptions(patch_options=(2, 3, 4),
+                                                                                             rectangular=False)))
+    front = stage_plans(g, OPTS, max_stages=1, image="excluded")
+    assert front[0].peak <= best_prefix
+    more = stage_plans(g, OPTS, max_stages=None, image="excluded")
+    assert more[0].peak <= front[0].peak
+
+
+def test_a_later_stage_holds_its_input_whole():
+    """A stage after the first reads a tensor another op wrote whole: it is held for the whole stage (counted with
+    or without the image), and a halo plan counts it the same way."""
+    g = small_graph()
+    b = [op.block for op in g.ops]
+    a, z = b.index(2), b.index(3)  # block 2 alone
+    idx = list(range(a, z))
+    ins, outs = regions.check_stage(g, idx)
+    (x,) = ins
+    assert x not in g.inputs
+    s = regions.plan(g, (2, 2), ops=idx)
+    s1 = regions.plan(g, (1, 1), ops=idx)
+    # one patch covering everything: the stage holds its input whole, its output, and one full working set
+    assert s1.stage_peak_bytes == s1.stage_peak_bytes_excluding_input
+    assert s1.stage_peak_bytes >= g.tensors[x].nbytes + sum(g.tensors[t].nbytes for t in outs)
+    assert s.stage_peak_bytes_excluding_input >= g.tensors[x].nbytes + sum(g.tensors[t].nbytes for t in outs)
+    h = plan_halo(s)  # no cache: regions' figures
+    assert h.stage_peak_bytes_excluding_input == s.stage_peak_bytes_excluding_input
+    hall = plan_halo(s, intermediates(s), intermediates(s))
+    assert hall.stage_peak_bytes_streamed >= g.tensors[x].nbytes  # nothing to stream: the input is whole
+
+
+def test_pooled_stage_ends_into_the_global_pool():
+    g = small_graph()
+    pool = next(i for i, op in enumerate(g.ops) if op.type == ir.MEAN)
+    segs = stage_segments(g, OPTS, "excluded")
+    pooled = [s for s in segs if s.pooled]
+    assert pooled and all(s.stop == pool + 1 for s in pooled)
+    for s in pooled:  # the same stage, its output summed into int32 instead of held
+        twin = next(t for t in segs if (t.start, t.stop, t.grid, t.variant, t.pooled) == (s.start, pool, s.grid,
+                                                                                            s.variant, False))
+        out = g.tensors[g.ops[pool].inputs[0]]
+        assert twin.peak - s.peak == out.nbytes - 4 * out.shape[3] - g.tensors[g.ops[pool].outputs[0]].nbytes
+
+
+def test_max_mac_overhead_and_bad_options():
+    g = small_graph()
+    capped = stage_plans(g, SearchOptions(patch_options=(2, 3, 4), max_mac_overhead=0.05), image="excluded")
+    assert capped and all(p.mac_overhead <= 0.05 + 1e-12 for p in capped)
+    with pytest.raises(regions.ScheduleError, match="max_stages"):
+        stage_plans(g, OPTS, max_stages=-1)
+    with pytest.raises(regions.ScheduleError, match="image"):
+        stage_plans(g, OPTS, image="whole")
+    with pytest.raises(regions.ScheduleError, match="streamed"):
+        stage_plans(g, SearchOptions(patch_options=(2,), accounting="paper"), image="streamed")
+
+
+def test_streamed_image_beats_counted_and_per_layer_holds_it():
+    g = small_graph()
+    segs = {im: stage_segments(g, OPTS, im) for im in ("counted", "excluded", "streamed")}
+    first = [(s.start, s.stop, s.grid, s.variant, s.pooled) for s in segs["counted"] if s.patched and s.start == 0]
+    assert first
+    by = {im: {(s.start, s.stop, s.grid, s.variant, s.pooled): s.peak for s in v} for im, v in segs.items()}
+    image = g.tensors[g.inputs[0]].nbytes
+    # the first stage: a row window, never more than the whole image (as much when a band reads every row)
+    assert all(by["streamed"][k] <= by["counted"][k] for k in first)
+    assert min(by["streamed"][k] for k in first) < min(by["counted"][k] for k in first)
+    # a per-layer first op holds the image whole when streamed, as when counted
+    assert by["streamed"][(0, 1, None, None, False)] == by["counted"][(0, 1, None, None, False)]
+    assert by["counted"][(0, 1, None, None, False)] - by["excluded"][(0, 1, None, None, False)] == image
+
+
+def test_front_is_sorted_and_strict():
+    g = small_graph()
+    front = stage_plans(g, OPTS, image="excluded")
+    assert all(a.peak < b.peak and a.macs > b.macs for a, b in itertools.pairwise(front))
+    d = front[0].to_dict()
+    assert d["peak_bytes"] == front[0].peak and d["stages"] == len(front[0].stages)

@@ -1,0 +1,76 @@
+"""Several patch stages in one model (``tfmcu.stage.custom.rewrite_stages``): each its own TFMCU_PATCH_STAGE op with its
+own grid and halo caches, a later one reading a tensor the model wrote whole; bit-exact against TF Lite (stages in
+the C kernels, builtins in TF Lite and in TFLM) and whole in TFLM built from source, whose arena_used_bytes equals
+the prediction."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+from tfmcu.graph.from_tflite import from_tflite  # noqa: E402
+from tfmcu.plan import regions  # noqa: E402
+from tfmcu.plan.arena import predict_model_arena  # noqa: E402
+from tfmcu.plan.halo import intermediates, plan_halo  # noqa: E402
+from tfmcu.runtime.host import HostRunner  # noqa: E402
+from tfmcu.runtime.model_io import random_inputs  # noqa: E402
+from tfmcu.runtime.tflite import run_tflite  # noqa: E402
+from tfmcu.runtime.tflm import run_tflm  # noqa: E402
+from tfmcu.runtime.tflm_host import run_whole  # noqa: E402
+from tfmcu.stage.common import RewriteError, read_schedule  # noqa: E402
+from tfmcu.stage.custom import load_custom, rewrite_stages  # noqa: E402
+
+NAME = "mbv2_035_96"
+
+
+def _stages(graph, first: bool = True):
+    """A 3x3 stage over blocks 0-2 (optional) and a 2x2 one over blocks 4-5 with every halo cached."""
+    blocks = [op.block for op in graph.ops]
+    later = regions.plan(graph, (2, 2), ops=list(range(blocks.index(4), blocks.index(6))))
+    inter = intermediates(later)
+    out = [(later, plan_halo(later, inter, inter))]
+    if first:
+        out.insert(0, (regions.plan(graph, (3, 3), n_blocks=3), None))
+    return out
+
+
+@pytest.mark.parametrize("streamed,first", [(False, True), (True, True), (False, False)])
+def test_several_stages_are_bit_exact_and_predicted(zoo_models, streamed, first):
+    data = zoo_models(NAME)
+    g = from_tflite(data, name=NAME)
+    stages = _stages(g, first)
+    res = rewrite_stages(data, g, stages, NAME, streamed_input=streamed)
+    n_stage_ops = sum(len(s.stage) for s, _ in stages)
+    assert res.ops_after == res.ops_before - n_stage_ops + len(stages)
+    cm = load_custom(res.model, NAME, all_stages=True)
+    assert len(cm.stages) == len(stages)
+    plan = read_schedule(res.model)["stage_plan"]
+    assert [e["ops_tflite"] for e in plan] == [[g.ops[k].src_index for k in s.stage] for s, _ in stages]
+    assert sorted(cm.stages) == [e["operator"] for e in plan]
+    assert plan[-1]["halo"]["cache_bytes"] > 0 and cm.stages[plan[-1]["operator"]].caches  # the later stage caches
+    inputs = random_inputs(data, 3, seed=3)
+    ref = run_tflite(data, inputs)
+    assert np.stack([r[0] for r in ref]).astype(float).std(axis=0).max() > 0
+    runner = HostRunner(res.model, NAME)
+    for rest, want in (("tflite", ref), ("tflm", run_tflm(data, inputs))):
+        got = runner.run(inputs, rest=rest)
+        assert all(np.array_equal(a[0], b[0]) for a, b in zip(want, got))
+    whole = run_whole(res.model, inputs, NAME)  # every op in TFLM, the stages by the TFMCU_PATCH_STAGE kernel
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(ref, whole.outputs))
+    assert whole.arena.arena_used_bytes == predict_model_arena(res.model, build="host").total
+
+
+def test_overlapping_or_streamed_later_stages_are_refused(zoo_models):
+    data = zoo_models(NAME)
+    g = from_tflite(data, name=NAME)
+    (later, halo), = _stages(g, first=False)
+    with pytest.raises(RewriteError, match="streamed input needs a patch stage that starts at the first operator"):
+        rewrite_stages(data, g, [(later, halo)], NAME, streamed_input=True)
+    with pytest.raises(RewriteError, match="consecutive operators"):
+        rewrite_stages(data, g, [(later, None), (later, None)], NAME)
+    with pytest.raises(RewriteError, match="no patch stage"):
+        rewrite_stages(data, g, [], NAME)
