@@ -214,10 +214,11 @@ def define_training_flags() -> None:
 
 
 # ============================================================================= flags -> library options
-def schedule_request() -> ScheduleRequest:
+def schedule_request(**search_options: Any) -> ScheduleRequest:
+    """The schedule flags (and a pipeline's own ``search_options``, e.g. rewrite's ``max_stages``)."""
     search = SearchOptions(patch_options=parse_patch_options(FLAGS.patch_options), unit=FLAGS.stage_unit,
                            max_mac_overhead=FLAGS.max_mac_overhead, mac_metric=FLAGS.mac_metric,
-                           count_input=FLAGS.count_input, objective=FLAGS.objective)
+                           count_input=FLAGS.count_input, objective=FLAGS.objective, **search_options)
     return ScheduleRequest(patches=FLAGS.patches, patch_blocks=FLAGS.patch_blocks, patch_ops=FLAGS.patch_ops,
                            sram_kb=FLAGS.sram_kb, search=search)
 

@@ -45,6 +45,9 @@ flags.DEFINE_float("max_latency", _D.max_latency,
                    "--objective=memory: predicted instructions at most this factor of TFLM + the same kernels per "
                    "layer (1.05: at most 5% slower).", lower_bound=1.0)
 flags.DEFINE_list("grids", [str(p) for p in _D.patch_options], "Patches per side to try (square grids, 1: none).")
+flags.DEFINE_integer("max_stages", _D.max_stages, "At most this many patch stages anywhere in the network (each its "
+                     "own TFMCU_PATCH_STAGE op, proposed by a dynamic programme over cut points); 1: one stage at the "
+                     "start.", lower_bound=1)
 flags.DEFINE_float("max_mac_overhead", _D.max_mac_overhead, "Largest MAC overhead a candidate may have (0.2 = +20%).",
                    lower_bound=0)
 flags.DEFINE_integer("verify_samples", _D.verify_samples, "Random inputs the chosen model is verified on.",
@@ -66,7 +69,8 @@ def main(argv: Sequence[str]) -> int:
                        stream_input=FLAGS.stream_input, run=FLAGS.run, inputs=FLAGS.inputs,
                        num_inputs=FLAGS.num_inputs, seed=FLAGS.seed, margin=FLAGS.margin, stack_kib=FLAGS.stack_kib,
                        patch_options=_cli.parse_patch_options(FLAGS.grids),
-                       max_mac_overhead=FLAGS.max_mac_overhead, verify_samples=FLAGS.verify_samples,
+                       max_mac_overhead=FLAGS.max_mac_overhead, max_stages=FLAGS.max_stages,
+                       verify_samples=FLAGS.verify_samples,
                        tree=FLAGS.tree)
     rep = fit.run(o, progress=_cli.progress)
     measured = rep.get("measured")

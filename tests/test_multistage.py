@@ -161,3 +161,25 @@ def test_front_is_sorted_and_strict():
     assert all(a.peak < b.peak and a.macs > b.macs for a, b in itertools.pairwise(front))
     d = front[0].to_dict()
     assert d["peak_bytes"] == front[0].peak and d["stages"] == len(front[0].stages)
+
+
+def test_stage_plans_are_candidates_of_the_one_search():
+    """``max_stages > 1`` adds stage plans to the single-stage candidates; the analytic search over them can only do
+    better, and a plan's candidate carries it."""
+    from tfmcu.plan.search import AnalyticCost, search
+
+    g = small_graph()
+    one = SearchOptions(patch_options=(2, 3, 4), rectangular=False, objective="memory", count_input=False)
+    several = SearchOptions(patch_options=(2, 3, 4), rectangular=False, objective="memory", count_input=False,
+                            max_stages=3)
+    plans = [c for c in candidates(g, several) if c.plan is not None]
+    assert plans and all(c.patched and c.schedule is None for c in plans)
+    assert not any(len(c.plan.stages) == 1 and c.plan.stages[0].start == 0 for c in plans)
+    assert all(len(c.plan.stages) <= 3 and c.peak_sram_bytes == c.plan.peak for c in plans)
+    assert not any(c.plan is not None for c in candidates(g, one))
+    a = search(g, AnalyticCost(count_input=False), None, one)
+    b = search(g, AnalyticCost(count_input=False), None, several)
+    assert b.chosen.cost <= a.chosen.cost
+    assert "stage" in b.chosen.describe() or b.chosen.cost == a.chosen.cost
+    with pytest.raises(regions.ScheduleError, match="max_stages"):
+        SearchOptions(max_stages=0).validate()

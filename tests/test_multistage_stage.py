@@ -74,3 +74,31 @@ def test_overlapping_or_streamed_later_stages_are_refused(zoo_models):
         rewrite_stages(data, g, [(later, None), (later, None)], NAME)
     with pytest.raises(RewriteError, match="no patch stage"):
         rewrite_stages(data, g, [], NAME)
+
+
+def test_the_search_prices_stage_plans_in_tflm(zoo_models):
+    """A stage plan as a candidate of the one search: ``CustomArenaCost`` builds it (several stage ops, the rest in
+    place, its convolutions in Flash), predicts its arena on the host build, and that model runs bit-exact in TFLM
+    with arena_used_bytes = the prediction; the lower bound is below the cost."""
+    from tfmcu.plan.search import SearchOptions, candidates
+    from tfmcu.stage.custom import CustomArenaCost, CustomOptions
+
+    data = zoo_models(NAME)
+    g = from_tflite(data, name=NAME)
+    plans = [c for c in candidates(g, SearchOptions(patch_options=(2, 3), rectangular=False, max_stages=3))
+             if c.plan is not None and len(c.plan.stages) > 1]
+    assert plans
+    cand = min(plans, key=lambda c: c.peak_sram_bytes)
+    cfg = CustomOptions(inplace=True, rest_convs="tfmcu")
+    cost = CustomArenaCost(data, g, NAME, configs=[cfg], build="host")
+    (variant,) = cost.variants
+    ev = cost.evaluate(cand, variant)
+    assert ev.cost >= cost.lower_bound(cand, variant) > 0
+    assert ev.details["stage_plan"]["stages"] == len(cand.plan.stages) and "halo none" not in ev.describe()
+    assert cost.evaluate(cand, variant).result is ev.result  # built once
+    model = ev.result.model
+    assert len(load_custom(model, NAME, all_stages=True).stages) >= len(cand.plan.stages)
+    inputs = random_inputs(data, 2, seed=1)
+    whole = run_whole(model, inputs, NAME)
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(run_tflite(data, inputs), whole.outputs))
+    assert whole.arena.arena_used_bytes == ev.cost

@@ -71,6 +71,7 @@ class FitOptions:
     stack_kib: int = _DEPLOY.stack_kib
     patch_options: tuple[int, ...] = (1, 2, 3, 4, 5, 6)  # patches per side (square grids)
     max_mac_overhead: float | None = None
+    max_stages: int = 1  # > 1: several patch stages anywhere (stage plans) are candidates too
     verify_samples: int = 20
     timeout_s: int = _DEPLOY.timeout_s
     halo_modes: tuple[str, ...] = ()  # () : by objective (``configurations``); else these modes
@@ -96,7 +97,8 @@ def validate(o: FitOptions) -> Target:
             raise UsageError(f"--tree={o.tree}: must lie outside --out_dir={o.out_dir} (which fit replaces)")
         check_dest(os.path.join(o.out_dir, "firmware"), o.tree, "--tree")
     try:
-        SearchOptions(patch_options=o.patch_options, max_mac_overhead=o.max_mac_overhead).validate()
+        SearchOptions(patch_options=o.patch_options, max_mac_overhead=o.max_mac_overhead,
+                      max_stages=o.max_stages).validate()
         for mode in o.halo_modes:
             HaloOptions(mode=mode).validate()
         for c in configurations(o):
@@ -221,6 +223,7 @@ def search_model(o: FitOptions, t: Target, data: bytes, name: str, budget: int,
     cost = CustomArenaCost(data, graph, o.model, configs=configurations(o), count_input=True, budget=budget,
                            build=mcu_build(o.kernels), instructions=instructions)
     opts = SearchOptions(patch_options=o.patch_options, rectangular=False, max_mac_overhead=o.max_mac_overhead,
+                         max_stages=o.max_stages,
                          count_input=True, objective=o.objective,
                          max_latency=o.max_latency if o.objective == "memory" else None)
     try:
@@ -281,6 +284,7 @@ def _finish(o: FitOptions, t: Target, data: bytes, origin: str, res: SearchResul
 def candidate_entry(ev: Evaluation) -> dict[str, Any]:
     c = ev.candidate
     return {"describe": ev.describe(), "patches": list(c.grid) if c.patched else None, "patch_blocks": c.n_blocks,
+            "stages": len(c.plan.stages) if c.plan is not None else int(c.patched),
             "config": ev.variant, "predicted_arena_bytes": ev.cost, "predicted_instructions": ev.instructions,
             "mac_overhead": ev.details.get("mac_overhead_exact", c.mac_overhead),
             "macs": int(round(c.macs / (1 + c.mac_overhead) * (1 + ev.details.get("mac_overhead_exact",

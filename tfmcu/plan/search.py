@@ -38,7 +38,7 @@ from typing import Any, Callable, Protocol
 
 from tfmcu.errors import TfmcuError
 from tfmcu.graph import ir
-from tfmcu.plan.halo import intermediates, plan_halo
+from tfmcu.plan.halo import HaloPlan, intermediates, plan_halo
 from tfmcu.plan.profiler import ACCOUNTINGS, profile, step_memory
 from tfmcu.plan.regions import (PatchSchedule, ScheduleError, check_stage, largest_prefix, max_stage_blocks,
                                 plan)
@@ -64,6 +64,7 @@ class SearchOptions:
     objective: str = "macs"  # "macs", "memory" or "latency"
     accounting: str = "separate"  # analytic memory: tfmcu.plan.profiler.ACCOUNTINGS
     max_latency: float | None = None  # "memory"/"latency": predicted instructions <= this x the unpatched model's
+    max_stages: int = 1  # > 1: stage plans (several patch stages anywhere: ``stage_plans``) are candidates too
 
     def validate(self) -> "SearchOptions":
         if not self.patch_options or any(not isinstance(p, int) or p < 1 for p in self.patch_options):
@@ -76,6 +77,8 @@ class SearchOptions:
             raise ScheduleError(f"objective {self.objective!r}: expected one of {', '.join(OBJECTIVES)}")
         if self.accounting not in ACCOUNTINGS:
             raise ScheduleError(f"accounting {self.accounting!r}: expected one of {', '.join(ACCOUNTINGS)}")
+        if not isinstance(self.max_stages, int) or self.max_stages < 1:
+            raise ScheduleError(f"--max_stages={self.max_stages}: expected an integer >= 1 (1: one patch stage)")
         if self.max_mac_overhead is not None and self.max_mac_overhead < 0:
             raise ScheduleError(f"max MAC overhead {self.max_mac_overhead}: expected >= 0")
         if self.max_latency is not None:
@@ -101,11 +104,12 @@ class Candidate:
     peak_sram_bytes_excluding_input: int
     macs: int  # by the search's MAC metric
     mac_overhead: float
-    schedule: PatchSchedule | None = None  # None: the unpatched model
+    schedule: PatchSchedule | None = None  # None: the unpatched model (or a stage plan)
+    plan: StagePlan | None = None  # several patch stages (``stage_plans``; ``schedule`` None)
 
     @property
     def patched(self) -> bool:
-        return self.schedule is not None
+        return self.schedule is not None or self.plan is not None
 
     @property
     def cells(self) -> int:
@@ -115,16 +119,21 @@ class Candidate:
         return self.peak_sram_bytes if count_input else self.peak_sram_bytes_excluding_input
 
     def describe(self) -> str:
+        if self.plan is not None:
+            return self.plan.describe()
         if self.schedule is None:
             return "no patching (per-layer)"
         stage = f"{self.n_blocks} blocks" if self.n_blocks is not None else f"{self.n_ops} ops"
         return f"{self.grid[0]}x{self.grid[1]} patches over the first {stage}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"patches": list(self.grid), "patch_blocks": self.n_blocks, "patch_ops": self.n_ops,
-                "peak_sram_bytes": self.peak_sram_bytes,
-                "peak_sram_bytes_excluding_input": self.peak_sram_bytes_excluding_input,
-                "macs": self.macs, "mac_overhead": round(self.mac_overhead, 6)}
+        d = {"patches": list(self.grid), "patch_blocks": self.n_blocks, "patch_ops": self.n_ops,
+             "peak_sram_bytes": self.peak_sram_bytes,
+             "peak_sram_bytes_excluding_input": self.peak_sram_bytes_excluding_input,
+             "macs": self.macs, "mac_overhead": round(self.mac_overhead, 6)}
+        if self.plan is not None:
+            d["stage_plan"] = self.plan.to_dict()
+        return d
 
 
 def candidates(graph: ir.Graph, options: SearchOptions = SearchOptions()) -> list[Candidate]:
@@ -150,6 +159,36 @@ def candidates(graph: ir.Graph, options: SearchOptions = SearchOptions()) -> lis
         if options.max_mac_overhead is not None and overhead > options.max_mac_overhead + 1e-12:
             continue
         out.append(Candidate(grid, n, k, s.peak_sram_bytes, s.peak_sram_bytes_excluding_input, macs, overhead, s))
+    if options.max_stages > 1:
+        out += plan_candidates(graph, options)
+    return out
+
+
+MAX_PLANS_PER_FRONT = 12  # stage plans a search evaluates per Pareto front (spread over it)
+
+
+def plan_candidates(graph: ir.Graph, options: SearchOptions) -> list[Candidate]:
+    """Stage plans as candidates: the analytic Pareto fronts (``stage_plans``, at most ``options.max_stages``
+    stages; the image counted or excluded as ``count_input`` says, and streamed) without what the single-stage
+    candidates already are (one stage at the first op), at most ``MAX_PLANS_PER_FRONT`` of each spread over it,
+    within ``max_mac_overhead``. Stages that end into the global pool are left out (not executable yet)."""
+    images = ["counted" if options.count_input else "excluded"] + (["streamed"] if options.accounting == "separate"
+                                                                   else [])
+    seen: set[tuple[Any, ...]] = set()
+    out = []
+    for image in images:
+        front = [p for p in stage_plans(graph, options, options.max_stages, image, pooled=False)
+                 if p.stages and not (len(p.stages) == 1 and p.stages[0].start == 0)]
+        if len(front) > MAX_PLANS_PER_FRONT:
+            step = (len(front) - 1) / (MAX_PLANS_PER_FRONT - 1)
+            front = [front[round(i * step)] for i in range(MAX_PLANS_PER_FRONT)]
+        for p in front:
+            key = tuple((s.start, s.stop, s.grid, s.variant) for s in p.stages)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(Candidate(p.stages[0].grid or (1, 1), None, None, p.peak, p.peak, p.macs, p.mac_overhead,
+                                 plan=p))
     return out
 
 
@@ -177,7 +216,10 @@ class Evaluation:
     instructions: int | None = None  # predicted instructions per Invoke, when the cost function predicts them
 
     def describe(self) -> str:
-        return self.candidate.describe() + _variant_phrase(self.variant)
+        variant = self.variant
+        if self.candidate.plan is not None and variant:  # a plan's halo caches are its stages' own
+            variant = ", ".join(p for p in variant.split(", ") if not p.startswith("halo ")) or None
+        return self.candidate.describe() + _variant_phrase(variant)
 
     def to_dict(self) -> dict[str, Any]:
         d = {**self.candidate.to_dict(), "variant": self.variant, "cost_bytes": self.cost, **self.details}
@@ -468,6 +510,19 @@ class StagePlan:
         return f"{len(self.stages)} stage{'s' if len(self.stages) > 1 else ''}: " + "; ".join(
             where(s) for s in self.stages)
 
+    def schedules(self) -> list[tuple[PatchSchedule, HaloPlan | None]]:
+        """Each patch stage as the rewriter takes it (``tfmcu.stage.custom.rewrite_stages``): its schedule and its
+        halo caches (None: recompute)."""
+        out = []
+        for s in self.stages:
+            if s.pooled:
+                raise ScheduleError(f"a stage that ends into the global average pool (ops {s.start}..{s.stop - 1}) "
+                                    f"is analytic only: the executor does not run it yet")
+            sch = plan(self.graph, s.grid, ops=list(range(s.start, s.stop)))
+            inter = intermediates(sch) if s.variant == "halo all" else None
+            out.append((sch, None if inter is None else plan_halo(sch, inter, inter)))
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return {"describe": self.describe(), "image": self.image, "peak_bytes": self.peak, "macs": self.macs,
                 "mac_overhead": round(self.mac_overhead, 6), "stages": len(self.stages),
@@ -488,11 +543,12 @@ def _global_pool_after(graph: ir.Graph, outputs: list[str]) -> int | None:
 
 
 def stage_segments(graph: ir.Graph, options: SearchOptions = SearchOptions(), image: str = "counted",
-                   progress: Progress | None = None) -> list[Segment]:
+                   progress: Progress | None = None, pooled: bool = True) -> list[Segment]:
     """Every segment a stage plan can use: each op per layer, and every run of whole blocks that can form a patch
     stage x square grid (``options.patch_options``, up to the stage output's side) x ``STAGE_VARIANTS`` (halo caches
     need separate accounting), with the stage's analytic peak (``regions.plan`` / ``halo.plan_halo``; the image as
-    ``image`` says) and its exact MACs; a stage whose output only a global average pool reads also as ``pooled``."""
+    ``image`` says) and its exact MACs; a stage whose output only a global average pool reads also as ``pooled``
+    (``pooled=False``: not; the executor does not run such stages yet, so only the analytic fronts use them)."""
     if image not in IMAGE_MODES:
         raise ScheduleError(f"image {image!r}: expected one of {', '.join(IMAGE_MODES)}")
     blocks = [op.block for op in graph.ops]
@@ -533,7 +589,7 @@ def stage_segments(graph: ir.Graph, options: SearchOptions = SearchOptions(), im
                     h = plan_halo(s, inter, inter)
                     peak, macs = h.stage_peak(image), h.stage_macs_exact
                 segs.append(Segment(a, b, (p, p), v, peak, macs))
-                if pool is not None:  # the output summed into C int32 + the pool's own output, not held whole
+                if pool is not None and pooled:  # the output summed into C int32 + the pool's own output, not held whole
                     out = graph.tensors[outs[0]]
                     pooled = peak - out.nbytes + 4 * out.shape[3] + graph.tensors[graph.ops[pool].outputs[0]].nbytes
                     segs.append(Segment(a, pool + 1, (p, p), v, pooled, macs, pooled=True))
@@ -541,7 +597,7 @@ def stage_segments(graph: ir.Graph, options: SearchOptions = SearchOptions(), im
 
 
 def stage_plans(graph: ir.Graph, options: SearchOptions = SearchOptions(), max_stages: int | None = None,
-                image: str = "counted", progress: Progress | None = None) -> list[StagePlan]:
+                image: str = "counted", progress: Progress | None = None, pooled: bool = True) -> list[StagePlan]:
     """The Pareto front of stage plans, least peak first (each the fewest MACs at its peak): a dynamic programme over
     the graph's chain of ops (msf-CNN's search over cut points), labels (peak, MACs, stages) kept per cut point and
     extended by every segment that starts there (``stage_segments``); at most ``max_stages`` patch stages (None: any
@@ -549,7 +605,7 @@ def stage_plans(graph: ir.Graph, options: SearchOptions = SearchOptions(), max_s
     options.validate()
     if max_stages is not None and max_stages < 0:
         raise ScheduleError(f"--max_stages={max_stages}: expected >= 0")
-    return pareto_plans(graph, stage_segments(graph, options, image, progress), options, max_stages, image)
+    return pareto_plans(graph, stage_segments(graph, options, image, progress, pooled), options, max_stages, image)
 
 
 def pareto_plans(graph: ir.Graph, segs: list[Segment], options: SearchOptions = SearchOptions(),

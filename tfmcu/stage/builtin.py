@@ -357,6 +357,9 @@ class BuiltinArenaCost:
         self.original = predict_arena(graph, model=data)
 
     def evaluate(self, candidate: Candidate, variant: str | None) -> Evaluation:
+        if candidate.plan is not None:
+            raise RewriteError(f"{self.where}: builtin mode rewrites one patch stage; several stages need "
+                               f"--mode=custom")
         if candidate.schedule is None:
             result, model, graph = None, self.data, self.graph
         else:
@@ -368,6 +371,6 @@ class BuiltinArenaCost:
         return Evaluation(candidate, variant, p.total, result, details)
 
     def lower_bound(self, candidate: Candidate, variant: str | None) -> int:
-        if candidate.schedule is None:
+        if candidate.schedule is None:  # (the unpatched model, or a stage plan: evaluate refuses it)
             return 0
         return lower_bound(candidate.schedule, self.original.tail, self.count_input)

@@ -455,21 +455,28 @@ def memory_report(data: bytes, where: str = "model") -> dict[str, Any]:
     running it, ``tfmcu.runtime.tflm_host``): the stage's scratch, input and output bytes, the kernel's persistent
     op data on a 64-bit host and on 32-bit Cortex-M, and the predicted arena (head / tail / total)."""
     model = load(data, where)
-    op = model.subgraphs[0].operators[0]
-    try:
-        opts = read_options(np.asarray(op.customOptions, dtype=np.uint8).tobytes())
-        host, scratch = kernel_memory(opts, pointer_bytes=8)
-        mcu, _ = kernel_memory(opts, pointer_bytes=4)
-        shapes, dtypes = opts["tensors"], [t[3] for t in opts["tensors"]]
-        i, o = int(opts["input_tensor"]), int(opts["output_tensor"])
-        in_bytes = int(np.prod(shapes[i][:3])) * (4 if dtypes[i] == abi.FLOAT32 else 1)
-        out_bytes = int(np.prod(shapes[o][:3]))
-    except (ValueError, KeyError, TypeError, IndexError) as e:
-        raise RewriteError(f"{where}: invalid {PATCH_STAGE_OP} options ({e})") from None
+    found = [(k, op) for k, op in enumerate(model.subgraphs[0].operators or [])
+             if ts.op_name(model, op) == f"custom:{PATCH_STAGE_OP}"]
+    if not found:
+        raise RewriteError(f"{where}: no {PATCH_STAGE_OP} operator")
+    stages = []
+    for k, op in found:
+        try:
+            opts = read_options(np.asarray(op.customOptions, dtype=np.uint8).tobytes())
+            host, scratch = kernel_memory(opts, pointer_bytes=8)
+            mcu, _ = kernel_memory(opts, pointer_bytes=4)
+            shapes, dtypes = opts["tensors"], [t[3] for t in opts["tensors"]]
+            i, o = int(opts["input_tensor"]), int(opts["output_tensor"])
+            in_bytes = int(np.prod(shapes[i][:3])) * (4 if dtypes[i] == abi.FLOAT32 else 1)
+            out_bytes = int(np.prod(shapes[o][:3]))
+        except (ValueError, KeyError, TypeError, IndexError) as e:
+            raise RewriteError(f"{where}: invalid {PATCH_STAGE_OP} options of operator {k} ({e})") from None
+        stages.append({"operator": k, "scratch_bytes": int(opts["scratch_bytes"]), "scratch_request_bytes": scratch,
+                       "input_bytes": in_bytes, "stage_output_bytes": out_bytes,
+                       "patch_stage_persistent_bytes": {"host_64bit": host, "cortex_m_32bit": mcu}})
     p = predict_arena(from_tflite(data), model=data)
-    return {"scratch_bytes": int(opts["scratch_bytes"]), "scratch_request_bytes": scratch, "input_bytes": in_bytes,
-            "stage_output_bytes": out_bytes,
-            "patch_stage_persistent_bytes": {"host_64bit": host, "cortex_m_32bit": mcu},
+    # the first stage's figures at the top (one-stage readers), every stage's in "stages"
+    return {**{key: v for key, v in stages[0].items() if key != "operator"}, "stages": stages,
             "predicted": {"arena_total_bytes": p.total, "arena_head_bytes": p.head, "arena_tail_bytes": p.tail}}
 
 
@@ -542,6 +549,7 @@ class CustomArenaCost:
         self.build, self.instructions = get_build(build).name, instructions
         self._plans: dict[tuple[int, str], HaloPlan | None] = {}
         self._persistent: dict[int, tuple[int, bool]] | None = None
+        self._built_plans: dict[tuple[Any, ...], tuple[int, RewriteResult, dict[str, Any], int | None]] = {}
 
     def _tail_bound(self, candidate: Candidate, o: CustomOptions) -> int:
         """A floor under the custom model's persistent tail: what the operators after the stage allocate in TFLM
@@ -596,7 +604,7 @@ class CustomArenaCost:
         at best) each element is computed once; ``smallest`` recomputes some halos (its MACs are known only once
         its caches are chosen: the recompute schedule's count stands for them)."""
         o = self.config(variant)
-        if o.halo.mode not in ("all", "auto"):
+        if o.halo.mode not in ("all", "auto") or candidate.plan is not None:  # (a plan's caches are its own)
             return candidate.macs
         plan = self._analytic_plan(candidate, o)
         if plan is None:
@@ -610,6 +618,8 @@ class CustomArenaCost:
         its reference and builds each plan it tries once. ``rest_convs=tfmcu`` then moves the chosen model's
         convolutions (the model predicted)."""
         o = self.config(variant)
+        if candidate.plan is not None:
+            return self._evaluate_plan(candidate, variant, o)
         if candidate.schedule is None:  # the unpatched model in TFLM
             p = predict_arena(self.graph, model=self.data, build=self.build)
             return Evaluation(candidate, None, p.total - self._input_bytes(o), None, _details(p),
@@ -658,6 +668,32 @@ class CustomArenaCost:
         return Evaluation(candidate, variant, p.total - self._input_bytes(o, True), result,
                           {**_details(p), "ops": result.ops_after, **extra}, self._instructions(result.model))
 
+    def _evaluate_plan(self, candidate: Candidate, variant: str | None, o: CustomOptions) -> Evaluation:
+        """A stage plan (several TFMCU_PATCH_STAGE ops, each stage's halo caches as the plan chose them: the
+        configuration's halo mode does not apply) in the configuration's memory plan, streaming and rest convs;
+        each such build once per candidate."""
+        plan = candidate.plan
+        assert plan is not None
+        stream = o.stream_input and plan.stages[0].start == 0
+        key = (id(candidate), o.inplace, stream, o.rest_convs, o.kernels)
+        if key not in self._built_plans:
+            result = rewrite_stages(self.data, self.graph, plan.schedules(), self.where, inplace=o.inplace,
+                                    streamed_input=stream, kernels=o.kernels)
+            extra: dict[str, Any] = {"mac_overhead_exact": round(plan.mac_overhead, 6), "stage_plan": plan.to_dict()}
+            if o.rest_convs == "tfmcu":
+                flash = convs_to_flash(result.model, self.where, inplace=o.inplace, kernels=o.kernels,
+                                       stages=result.stages,
+                                       build=self.build if self.build.startswith("cortex-m") else "cortex-m")
+                result = RewriteResult(flash.model, result.ops_before, result.ops_after, result.new_tensors,
+                                       result.schedule, flash.stages)
+                extra["rest_convs"] = {"replaced": len(flash.replaced), "kept": len(flash.kept)}
+            p = self._predict(result)
+            self._built_plans[key] = (p.total - self._input_bytes(o, stream), result,
+                                      {**_details(p), "ops": result.ops_after, **extra},
+                                      self._instructions(result.model))
+        cost, result, details, ins = self._built_plans[key]
+        return Evaluation(candidate, variant, cost, result, dict(details), ins)
+
     def _instructions(self, model: bytes) -> int | None:
         return None if self.instructions is None else int(self.instructions(model))
 
@@ -690,6 +726,8 @@ class CustomArenaCost:
         """The stage's analytic peak (input + stage output + one patch's working set <= input + output + scratch;
         with the caches of an analytic halo mode, that plan's peak), and, for a disjoint plan of the rest, the
         rest's analytic peak (<= its planned head)."""
+        if candidate.plan is not None:  # the stages after the first (the image cannot change their peaks)
+            return max((seg.peak for seg in candidate.plan.stages if seg.start > 0), default=0)
         s = candidate.schedule
         if s is None:
             return 0
