@@ -90,6 +90,12 @@ def define_firmware_flags() -> None:
     define_kernels_flag()
 
 
+def define_max_stages_flag() -> None:
+    _define("integer", "max_stages", SearchOptions().max_stages,
+            "At most this many patch stages anywhere in the network (each its own TFMCU_PATCH_STAGE op, proposed by "
+            "a dynamic programme over cut points; docs/multistage.md). 1: one stage at the start.", lower_bound=1)
+
+
 def define_tree_flag() -> None:
     _define("string", "tree", None, "Also write the firmware as a plain source tree with a CMakeLists.txt for "
                                     "arm-none-eabi-gcc and vendor IDEs (docs/tree.md).")

@@ -45,9 +45,7 @@ flags.DEFINE_float("max_latency", _D.max_latency,
                    "--objective=memory: predicted instructions at most this factor of TFLM + the same kernels per "
                    "layer (1.05: at most 5% slower).", lower_bound=1.0)
 flags.DEFINE_list("grids", [str(p) for p in _D.patch_options], "Patches per side to try (square grids, 1: none).")
-flags.DEFINE_integer("max_stages", _D.max_stages, "At most this many patch stages anywhere in the network (each its "
-                     "own TFMCU_PATCH_STAGE op, proposed by a dynamic programme over cut points); 1: one stage at the "
-                     "start.", lower_bound=1)
+_cli.define_max_stages_flag()
 flags.DEFINE_float("max_mac_overhead", _D.max_mac_overhead, "Largest MAC overhead a candidate may have (0.2 = +20%).",
                    lower_bound=0)
 flags.DEFINE_integer("verify_samples", _D.verify_samples, "Random inputs the chosen model is verified on.",

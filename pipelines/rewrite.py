@@ -25,7 +25,6 @@ from absl import flags
 from pipelines import _cli
 from tfmcu.flows import rewrite
 from tfmcu.plan.halo import DEFAULT_MAX_MAC_OVERHEAD, HALO_MODES, HaloOptions
-from tfmcu.plan.search import SearchOptions
 from tfmcu.stage.custom import REST_CONVS, CustomOptions
 
 FLAGS = flags.FLAGS
@@ -62,10 +61,7 @@ flags.DEFINE_enum("rest_convs", _CUSTOM.rest_convs, list(REST_CONVS),
                   "kernels (a fully connected layer as a 1x1 convolution), each "
                   "as a one-layer TFMCU_PATCH_STAGE op with its multipliers computed offline into Flash (where that "
                   "makes the tail smaller).")
-flags.DEFINE_integer("max_stages", SearchOptions().max_stages,
-                     "Auto mode, custom mode: at most this many patch stages anywhere in the network (each its own "
-                     "TFMCU_PATCH_STAGE op; a dynamic programme over cut points proposes them). 1: one stage at the "
-                     "start.", lower_bound=1)
+_cli.define_max_stages_flag()  # auto mode, custom mode
 flags.DEFINE_bool("measure", _DEFAULTS.measure,
                   "Measure both models' arenas in the TFLM interpreter (auto mode needs it to "
                   "guarantee the rewritten arena is not larger, and to check --sram_kb).")

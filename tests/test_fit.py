@@ -113,6 +113,8 @@ def test_a_model_that_cannot_fit_is_one_line(zoo_models, tmp_path):
     assert not os.path.exists(tmp_path / "no")
     with pytest.raises(UsageError, match="--max_latency=0.9"):
         fit.validate(fit.FitOptions(model=str(model), max_latency=0.9))
+    with pytest.raises(UsageError, match="--max_stages=0"):
+        fit.validate(fit.FitOptions(model=str(model), max_stages=0))
     env = dict(os.environ, PYTHONPATH=ROOT)
     r = subprocess.run([sys.executable, "-m", "pipelines.fit", f"--tflite={model}", "--model=mbv2"], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=120)

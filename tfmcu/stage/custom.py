@@ -653,16 +653,8 @@ class CustomArenaCost:
         if plan is not None:
             extra["halo"] = plan.to_dict()
         if o.rest_convs == "tfmcu":
-            flash = convs_to_flash(result.model, self.where, inplace=o.inplace, kernels=o.kernels,
-                                   stages=result.stages,
-                                   build=self.build if self.build.startswith("cortex-m") else "cortex-m")
-            result = RewriteResult(flash.model, result.ops_before, result.ops_after, result.new_tensors,
-                                   result.schedule, flash.stages)
+            result, extra["rest_convs"] = self._rest_convs(result, o)
             p = self._predict(result)
-            extra["rest_convs"] = {"replaced": len(flash.replaced), "kept": len(flash.kept),
-                                   "tflm_persistent_bytes_moved": sum(e["tflm_persistent_bytes"] -
-                                                                      e["tfmcu_persistent_bytes"]
-                                                                      for e in flash.replaced)}
         else:
             p = predict(plan)
         return Evaluation(candidate, variant, p.total - self._input_bytes(o, True), result,
@@ -681,18 +673,23 @@ class CustomArenaCost:
                                     streamed_input=stream, kernels=o.kernels)
             extra: dict[str, Any] = {"mac_overhead_exact": round(plan.mac_overhead, 6), "stage_plan": plan.to_dict()}
             if o.rest_convs == "tfmcu":
-                flash = convs_to_flash(result.model, self.where, inplace=o.inplace, kernels=o.kernels,
-                                       stages=result.stages,
-                                       build=self.build if self.build.startswith("cortex-m") else "cortex-m")
-                result = RewriteResult(flash.model, result.ops_before, result.ops_after, result.new_tensors,
-                                       result.schedule, flash.stages)
-                extra["rest_convs"] = {"replaced": len(flash.replaced), "kept": len(flash.kept)}
+                result, extra["rest_convs"] = self._rest_convs(result, o)
             p = self._predict(result)
             self._built_plans[key] = (p.total - self._input_bytes(o, stream), result,
                                       {**_details(p), "ops": result.ops_after, **extra},
                                       self._instructions(result.model))
         cost, result, details, ins = self._built_plans[key]
         return Evaluation(candidate, variant, cost, result, dict(details), ins)
+
+    def _rest_convs(self, result: RewriteResult, o: CustomOptions) -> tuple[RewriteResult, dict[str, int]]:
+        """``rest_convs=tfmcu``: the rewritten model's remaining convolutions by our kernels (``convs_to_flash``),
+        and what moved."""
+        flash = convs_to_flash(result.model, self.where, inplace=o.inplace, kernels=o.kernels, stages=result.stages,
+                               build=self.build if self.build.startswith("cortex-m") else "cortex-m")
+        moved = sum(e["tflm_persistent_bytes"] - e["tfmcu_persistent_bytes"] for e in flash.replaced)
+        return (RewriteResult(flash.model, result.ops_before, result.ops_after, result.new_tensors, result.schedule,
+                              flash.stages),
+                {"replaced": len(flash.replaced), "kept": len(flash.kept), "tflm_persistent_bytes_moved": moved})
 
     def _instructions(self, model: bytes) -> int | None:
         return None if self.instructions is None else int(self.instructions(model))
