@@ -115,7 +115,7 @@ def _plot(fronts: dict[tuple[str, str, int | None], list[StagePlan]]) -> bytes:
                         label=f"tfmcu, {'any number of' if ms is None else f'<= {ms}'} stage{'s' if ms != 1 else ''}")
         today = sorted((100 * p.mac_overhead, p.peak / 1000) for p in fronts.get((name, "excluded runnable", None), []))
         if today:
-            ax.step([x for x, _ in today], [y for _, y in today], where="post", linestyle="--", color="k",
+            ax.step([x for x, _ in today], [y for _, y in today], where="post", linestyle="--", color="k", marker="x",
                     linewidth=1, label="tfmcu, any number, no pooled tail (runs today)")
         if name == "mbv2_035_144":
             ax.plot([100 * (m - 1) for _, m in MSF_CNN_144], [kb for kb, _ in MSF_CNN_144], "k*", markersize=9,
