@@ -334,10 +334,13 @@ def markdown(res: dict[str, Any]) -> str:
             if not e:
                 cells.append("nothing fits")
                 continue
-            meas = (e.get("measured") or {}).get("arena_used_bytes")  # (measured_row's)
+            m = e.get("measured") or {}  # (measured_row's: the trained model's prediction and TFLM's count)
+            meas = m.get("arena_used_bytes")
             cell = (f"{e['resolution']} px, {_pct(e['map50'])} [{_pct(e['map50_interval'][0])}, "
-                    f"{_pct(e['map50_interval'][1])}], {e['predicted_arena_bytes']:,} B predicted"
-                    + (f" / {meas:,} B measured" if meas else ""))
+                    f"{_pct(e['map50_interval'][1])}], "
+                    + (f"{meas:,} B measured (predicted {m.get('predicted_arena_bytes', 0):,} B), "
+                       f"{m.get('instructions') or 0:,} instructions" if meas else
+                       f"{e['predicted_arena_bytes']:,} B predicted"))
             if kind == "patched":
                 cell += f", {e['schedule']}"
             cells.append(cell)
@@ -346,9 +349,17 @@ def markdown(res: dict[str, Any]) -> str:
                   f"{'n/a' if gain is None else f'{gain:+.1f} points'} |")
     b = res.get("board")
     if b:
-        m = b.get("measured") or {}
-        md += ["", f"The 128 kB winner ({b['resolution']} px) through `fit --run` on the STM32F405 (QEMU), "
-                   f"{b['images']} test images: {json.dumps(m)}"]
+        m, second = b.get("measured") or {}, b.get("second") or {}
+        md += ["", f"The 128 kB winner ({b['resolution']} px) through `fit --run` on the STM32F405 (QEMU): "
+                   f"{b['chosen']['describe']}; arena {m.get('arena_used_bytes') or 0:,} B measured (predicted "
+                   f"{m.get('predicted_arena_bytes') or 0:,} B), {m.get('invoke_instructions') or 0:,} instructions "
+                   f"per inference (predicted {m.get('predicted_instructions') or 0:,}); detections equal TF Lite's "
+                   f"on its {len((b.get('run') or {}).get('invoke_insns') or [])} test images: "
+                   f"{m.get('outputs_equal_tflite')}"
+                   + (f"; the same model on the next {second.get('images')} (deploy --run): arena "
+                      f"{second.get('arena_used_bytes') or 0:,} B, detections equal TF Lite's: "
+                      f"{second.get('outputs_equal_tflite')}, equal the unmodified model's in TF Lite: "
+                      f"{second.get('detections_equal_original_tflite')}" if second else "") + "."]
     return "\n".join(md) + "\n"
 
 
@@ -366,7 +377,7 @@ def _plot(sens: list[dict[str, Any]], claims: list[dict[str, Any]]) -> bytes:
     a1.plot([r["resolution"] for r in d], [100 * r["detection_relative"] for r in d], "s-",
             label="detection (scenes-det), mAP@0.5")
     a1.set_xlabel("input resolution (px)")
-    a1.set_ylabel("% of the largest resolution's figure (int8, TFLM)")
+    a1.set_ylabel("% of the figure at the largest resolution both have (int8, TFLM)", fontsize=9)
     a1.set_title("resolution sensitivity (measured)", fontsize=10)
     a1.legend(fontsize=8)
     labels, flat, patched = [], [], []
