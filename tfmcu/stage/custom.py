@@ -153,7 +153,9 @@ def rewrite_stages(data: bytes, graph: ir.Graph, stages: Sequence[tuple[PatchSch
     original_ops = list(ed.subgraph.operators)
     unpacked = load(data, where)
     replace: dict[int, Any] = {}
+    packs: dict[int, PackedStage] = {}  # by operator index in the input to this loop
     drop: set[int] = set()
+    by_src = {op.src_index: k for k, op in enumerate(base.ops)}
     entries: list[tuple[int, dict[str, Any]]] = [] if result is None else [(0, _plan_entry(first[0], first[1]))]
     last = -1
     for (sch, halo, src), src0 in zip(todo, orig):
@@ -161,7 +163,6 @@ def rewrite_stages(data: bytes, graph: ir.Graph, stages: Sequence[tuple[PatchSch
             raise RewriteError(f"{where}: a patch stage must be a run of consecutive operators after the one before "
                                f"(operators {src[0]}..{src[-1]})")
         last = src[-1]
-        by_src = {op.src_index: k for k, op in enumerate(base.ops)}
         ops = [by_src[i] for i in src]
         s = plan(base, sch.grid, ops=ops, accounting=sch.accounting)
         h = None if halo is None else plan_halo(s, halo.cache_rows, halo.cache_cols)
@@ -171,6 +172,7 @@ def rewrite_stages(data: bytes, graph: ir.Graph, stages: Sequence[tuple[PatchSch
             raise RewriteError(f"{where}: {e}") from None
         replace[src[0]] = _stage_operator(ed, packed, base, ops, original_ops,
                                           [packed.tensor_tflite_index[packed.input_tensor]], {})
+        packs[src[0]] = packed
         drop |= set(src[1:])
         entries.append((src[0], {**_plan_entry(s, h), "ops_tflite": src0}))
     new_ops, index = [], {}
@@ -184,9 +186,8 @@ def rewrite_stages(data: bytes, graph: ir.Graph, stages: Sequence[tuple[PatchSch
         order[0][0], "custom", memory_plan="inplace" if inplace else "disjoint", memory_plan_kernels=kernels)
     record["stage_plan"] = [{"operator": index[i], **e} for i, e in entries]
     ed.set_metadata(SCHEDULE_METADATA, json.dumps(record).encode())
-    mid = ed.to_bytes()
-    found = load_custom(mid, where, all_stages=True).stages
-    planned, _, _ = with_offline_plan(mid, inplace=inplace, kernels=kernels, stages=found)
+    found = {**(result.stages if result else {}), **{index[i]: p for i, p in packs.items()}}
+    planned, _, _ = with_offline_plan(ed.to_bytes(), inplace=inplace, kernels=kernels, stages=found)
     return RewriteResult(planned, len(graph.ops), len(ed.subgraph.operators), ed.new_tensors, record, found)
 
 
