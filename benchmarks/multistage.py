@@ -8,8 +8,16 @@ MobileNetV2-0.35-96 (tf_keras.applications: ``keras_mobilenet_v2``), with at mos
 in three image modes: ``excluded`` (msf-CNN's accounting: the image is not counted, only the window a patch reads;
 kB = 1000 in the comparison), ``streamed`` (the first stage reads the image row by row, as ``fit --stream_input``
 does) and ``counted`` (held whole). A stage may end into the global average pool (its output summed into
-int32 patch by patch: ``pooled``). The TFLM side -- several TFMCU_PATCH_STAGE ops per model, their predicted and
-measured arenas and Cortex-M4 instructions -- is not built yet: nothing here is measured in TFLM.
+int32 patch by patch: ``pooled``; the executor runs it since ABI 6).
+
+The MEASURED half (``measure_m4``): along each model's front of plans weighed by their estimated instructions
+(``pareto_plans(by="instructions")``, the image streamed, at most +10% MACs, as ``fit --max_stages`` searches), the
+``PRICED`` lowest-peak plans and the smallest one- and two-stage plans are built (``rewrite_stages``, the rest in
+place, its convolutions by our kernels) and their TFLM arena and instructions predicted; the smallest one- and
+two-stage plans, the smallest predicted arena and the smallest within ``MAX_LATENCY`` x the per-layer model's
+predicted instructions run on the Cortex-M4 (``deploy --run``, QEMU mps2-an386, CMSIS-NN): TFLM's
+``arena_used_bytes`` and the instructions of one Invoke, against the per-layer model's QEMU count from the latency
+calibration runs (``tfmcu/plan/latency_calibration.json``).
 """
 
 from __future__ import annotations
@@ -18,10 +26,18 @@ import os
 import time
 from typing import Any, Callable
 
+import json
+
+from benchmarks.fit import measured_row
 from tfmcu.files import figure_png, write_outputs
+from tfmcu.flows.deploy import DeployOptions, deploy
 from tfmcu.graph.from_tflite import from_tflite
+from tfmcu.graph.ir import Graph
 from tfmcu.nets import zoo
-from tfmcu.plan.search import SearchOptions, StagePlan, pareto_plans, stage_segments
+from tfmcu.plan.arena import mcu_build
+from tfmcu.plan.latency import CALIBRATION_FILE, predict_instructions
+from tfmcu.plan.search import Candidate, SearchOptions, StagePlan, pareto_plans, stage_segments
+from tfmcu.stage.custom import CustomArenaCost, CustomOptions
 
 MODELS = (("mbv2_035_144", "MobileNetV2-0.35-144 (tf_keras)"), ("keras_mobilenet_v2", "MobileNetV2-0.35-96 (tf_keras)"))
 MAX_STAGES = (1, 2, 3, None)
@@ -33,21 +49,106 @@ MAC_CAPS = (0.10, 0.20, 0.30)
 MSF_CNN_144 = ((124.6, 1.036), (37.3, 1.226), (21.3, 1.294), (15.8, 1.567))
 
 
+# The measured half: Cortex-M4 with CMSIS-NN, the image streamed, the rest in place and its convolutions in Flash.
+CORE, TARGET, KERNELS = "cortex-m4", "cortex-m4", "cmsis_nn"
+MEASURED_CAP = 0.10  # MAC overhead of the plans priced and measured (the issue's target)
+MAX_LATENCY = 1.10  # x the per-layer model's predicted instructions
+PRICED = 10  # lowest-peak plans of the instruction-weighed front built and predicted per model
+CONFIG = CustomOptions(inplace=True, kernels=KERNELS, stream_input=True, rest_convs="tfmcu")
+
+
+def per_layer_measured(name: str) -> int | None:
+    """The per-layer model's instructions per Invoke measured under QEMU (``benchmarks.latency``'s calibration run of
+    the same zoo model on the Cortex-M4 with CMSIS-NN), or None."""
+    with open(CALIBRATION_FILE) as f:
+        runs = json.load(f).get("runs", [])
+    return next((int(r["invoke"]) for r in runs if r.get("variant") == name and r.get("core") == CORE
+                 and r.get("kernels") == KERNELS), None)
+
+
+def measured_points(o: Any, name: str, data: bytes, graph: Graph, segs: list[Any],
+                    log: Callable[[str], None]) -> dict[str, Any]:
+    """The priced plans of one model and the Cortex-M4 measurements of the chosen ones (see the module docstring;
+    cached per model and plan in ``<out_dir>/multistage/``)."""
+    work = os.path.join(o.out_dir, "multistage", name)
+    os.makedirs(work, exist_ok=True)
+    opts = SearchOptions(patch_options=OPTIONS.patch_options, max_mac_overhead=MEASURED_CAP)
+
+    def ins(model: bytes) -> int:
+        return predict_instructions(model, CORE, KERNELS).instructions
+
+    cost = CustomArenaCost(data, graph, name, options=CONFIG, build=mcu_build(KERNELS), instructions=ins)
+    base_pred = ins(data)
+    fronts = {ms: pareto_plans(graph, segs, opts, ms, "streamed", by="instructions") for ms in (1, 2, None)}
+    plans: list[tuple[str, StagePlan]] = [("1 stage", p) for p in fronts[1][:3] if p.stages]
+    plans += [("2 stages", p) for p in fronts[2][:3] if len(p.stages) == 2]
+    plans += [("any", p) for p in fronts[None][:PRICED] if p.stages]
+    priced, keep = [], []
+    for kind, p in plans:
+        c = Candidate(p.stages[0].grid or (1, 1), None, None, p.peak, p.peak, p.macs, p.mac_overhead, plan=p)
+        keep.append(c)  # (the cost function caches by candidate)
+        t0 = time.time()
+        ev = cost.evaluate(c, None)
+        priced.append({"kind": kind, "plan": p.to_dict(), "predicted_arena_bytes": ev.cost,
+                       "predicted_instructions": ev.instructions, "model": ev.result.model,
+                       "predicted_tail_bytes": ev.details.get("predicted_arena_tail_bytes")})
+        log(f"[multistage] {name}: {p.describe()}: predicted arena {ev.cost:,} B, "
+            f"{ev.instructions / base_pred:.3f}x instructions [{time.time() - t0:.0f} s]")
+    chosen: dict[str, dict[str, Any]] = {}
+    for label, pool in (("smallest 1 stage", [e for e in priced if e["kind"] == "1 stage"]),
+                        ("smallest 2 stages", [e for e in priced if e["kind"] == "2 stages"]),
+                        ("smallest", priced),
+                        (f"smallest within {MAX_LATENCY:g}x", [e for e in priced if e["predicted_instructions"]
+                                                               <= MAX_LATENCY * base_pred])):
+        if pool:
+            chosen[label] = min(pool, key=lambda e: (e["predicted_arena_bytes"], e["predicted_instructions"]))
+    measured = []
+    for label, e in chosen.items():
+        key = "_".join(f"{a}-{b}-{g[0]}x{g[1]}" for a, b, g in
+                       ((sg["ops"][0], sg["ops"][1], sg["grid"]) for sg in e["plan"]["segments"]))
+        done = os.path.join(work, f"{abs(hash(key)) % 10 ** 10}.json")
+        if os.path.isfile(done):
+            with open(done) as f:
+                m = json.load(f)
+        else:
+            path = os.path.join(work, "model.tflite")
+            write_outputs({path: e["model"]})
+            dep = deploy(DeployOptions(tflite=path, target=TARGET, out_dir=os.path.join(work, "firmware"), run=True,
+                                       kernels=KERNELS, num_inputs=1), log=log)
+            m = measured_row(name, TARGET, label, e["plan"]["describe"], e["predicted_arena_bytes"],
+                             e["predicted_instructions"], dep.get("run") or {}, e["plan"]["macs"], len(e["model"]),
+                             dep)
+            m["key"] = key
+            write_outputs({done: m})
+        m = {**m, "what": label, "plan": e["plan"]}
+        log(f"[multistage] {name}, {label}: measured arena {m['arena_used_bytes']} B "
+            f"(predicted {m['predicted_arena_bytes']:,}), {m['instructions']} instructions")
+        measured.append(m)
+    return {"per_layer_instructions_measured": per_layer_measured(name),
+            "per_layer_instructions_predicted": base_pred,
+            "priced": [{k: v for k, v in e.items() if k != "model"} for e in priced], "measured": measured}
+
+
 def _best(front: list[StagePlan], cap: float) -> StagePlan | None:
     within = [p for p in front if p.mac_overhead <= cap + 1e-12]
     return min(within, key=lambda p: (p.peak, p.macs)) if within else None
 
 
-def multistage_section(o: Any, log: Callable[[str], None] = print) -> dict[str, Any]:
+def multistage_section(o: Any, log: Callable[[str], None] = print, measure_m4: bool = True) -> dict[str, Any]:
+    """The section (see the module docstring); ``measure_m4=False``: the analytic fronts only."""
     rows: list[dict[str, Any]] = []
     fronts: dict[tuple[str, str, int | None], list[StagePlan]] = {}
+    measured: dict[str, Any] = {}
     for name, label in MODELS:
-        graph = from_tflite(zoo.build(name, o.zoo_cache), name=name)
+        data = zoo.build(name, o.zoo_cache)
+        graph = from_tflite(data, name=name)
         for image in IMAGES:
             t0 = time.time()
             segs = stage_segments(graph, OPTIONS, image)
             log(f"[multistage] {name}, image {image}: {len(segs)} segments [{time.time() - t0:.0f} s]")
-            runnable = [sg for sg in segs if not sg.pooled]  # what the executor runs today
+            if image == "streamed" and measure_m4:
+                measured[name] = {"label": label, **measured_points(o, name, data, graph, segs, log)}
+            runnable = [sg for sg in segs if not sg.pooled]  # without a stage into the pool (what the pool buys)
             for ms in MAX_STAGES:
                 front = pareto_plans(graph, segs, OPTIONS, ms, image)
                 today = pareto_plans(graph, runnable, OPTIONS, ms, image)
@@ -61,8 +162,36 @@ def multistage_section(o: Any, log: Callable[[str], None] = print) -> dict[str, 
                     row[f"best_within_{int(round(100 * cap))}pct"] = b.to_dict() if b else None
                     row[f"runnable_within_{int(round(100 * cap))}pct"] = r.to_dict() if r else None
                 rows.append(row)
-    write_outputs({os.path.join(o.out_dir, "multistage.png"): _plot(fronts)})
-    return {"rows": rows, "markdown": markdown(rows), "plot": "multistage.png"}
+    write_outputs({os.path.join(o.out_dir, "multistage.png"): _plot(fronts, measured)})
+    return {"rows": rows, "measured": measured, "markdown": markdown(rows) + measured_markdown(measured),
+            "plot": "multistage.png"}
+
+
+def _n(v: Any) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
+def measured_markdown(measured: dict[str, Any]) -> str:
+    if not measured:
+        return ""
+    md = ["", "Measured on the Cortex-M4 (QEMU mps2-an386; TFLM built from source with its CMSIS-NN kernels and the "
+              "patch executor's CMSIS-NN backend; the image streamed, the rest in place, its convolutions by our "
+              f"kernels; plans within +{100 * MEASURED_CAP:.0f}% MACs): TFLM's arena_used_bytes and the instructions "
+              "of one Invoke, against the per-layer model's QEMU count (latency calibration run).", "",
+          "| model | plan | stages | schedule | MACs | arena (B) | = predicted | instructions | vs per layer | "
+          "predicted error |", "|---|---|---:|---|---:|---:|---|---:|---:|---:|"]
+    for name, r in measured.items():
+        base = r["per_layer_instructions_measured"]
+        md.append(f"| {r['label']} | per layer (TFLM + CMSIS-NN) | 0 | - | +0.0% | - | - | {_n(base)} | 1.000x | - |")
+        for m in r["measured"]:
+            p = m["plan"]
+            ratio = f"{m['instructions'] / base:.3f}x" if base and m["instructions"] else "-"
+            err = "-" if m["instructions_error"] is None else f"{100 * m['instructions_error']:+.1f}%"
+            equal = "yes" if m["arena_equal"] else f"no ({_n(m['predicted_arena_bytes'])})"
+            md.append(f"| {r['label']} | {m['what']} | {p['stages']} | {p['describe']} | "
+                      f"+{100 * p['mac_overhead']:.1f}% | {_n(m['arena_used_bytes'])} | {equal} | "
+                      f"{_n(m['instructions'])} | {ratio} | {err} |")
+    return "\n".join(md) + "\n"
 
 
 def _kb(n: int) -> str:
@@ -71,8 +200,8 @@ def _kb(n: int) -> str:
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     md = ["Analytic (tfmcu.plan.regions / halo: int8 bytes, patch buffers apart, residual ADDs kept, kB = 1000); "
-          "not measured in TFLM. Smallest peak SRAM within a MAC overhead, by the most stages allowed; each cell: "
-          "the plans the executor runs today / with a last stage that ends into the global pool (analytic only):",
+          "the TFLM side is measured below. Smallest peak SRAM within a MAC overhead, by the most stages allowed; "
+          "each cell: without / with a last stage that ends into the global pool (its input summed patch by patch):",
           "", "| model | image | stages | per layer | <= +10% MACs | <= +20% | <= +30% |", "|---|---|---:|---:|---|---|---|"]
 
     def cell(b: dict[str, Any] | None) -> str:
@@ -91,7 +220,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     best = next((r for r in rows if r["model"] == "mbv2_035_144" and r["image"] == "excluded"
                  and r["max_stages"] is None), None)
     if best:
-        for key, what in (("runnable_within_20pct", "runs today"), ("best_within_20pct", "analytic only")):
+        for key, what in (("runnable_within_20pct", "no stage into the pool"),
+                          ("best_within_20pct", "a stage into the pool")):
             b = best[key]
             if b:
                 md += ["", f"MobileNetV2-0.35-144, best within +20% MACs, image excluded, any number of stages "
@@ -99,13 +229,35 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(md) + "\n"
 
 
-def _plot(fronts: dict[tuple[str, str, int | None], list[StagePlan]]) -> bytes:
+def _plot(fronts: dict[tuple[str, str, int | None], list[StagePlan]], measured: dict[str, Any]) -> bytes:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(MODELS), figsize=(12, 4.4))
+    rows = 2 if measured else 1
+    fig, axes2 = plt.subplots(rows, len(MODELS), figsize=(12, 4.4 * rows), squeeze=False)
+    axes = axes2[0]
+    for ax, (name, label) in zip(axes2[1] if measured else [], MODELS):
+        r = measured.get(name)
+        if not r:
+            continue
+        base = r["per_layer_instructions_predicted"]
+        pts = [(e["predicted_instructions"] / base, e["predicted_arena_bytes"] / 1000) for e in r["priced"]]
+        ax.plot([x for x, _ in pts], [y for _, y in pts], "o", color="0.6", markersize=4,
+                label="priced plans (predicted arena and instructions)")
+        mb = r["per_layer_instructions_measured"]
+        for m in r["measured"]:
+            if m["arena_used_bytes"] and m["instructions"] and mb:
+                ax.plot(m["instructions"] / mb, m["arena_used_bytes"] / 1000, "r*", markersize=10)
+                ax.annotate(m["what"], (m["instructions"] / mb, m["arena_used_bytes"] / 1000), fontsize=7,
+                            xytext=(4, 4), textcoords="offset points")
+        ax.axvline(MAX_LATENCY, color="k", linestyle=":", linewidth=1)
+        ax.set_xlabel("instructions vs TFLM + CMSIS-NN per layer (measured: red stars)")
+        ax.set_ylabel("TFLM arena (kB = 1000 B, image streamed)")
+        ax.set_title(f"{label}: Cortex-M4 (QEMU), plans within +{100 * MEASURED_CAP:.0f}% MACs", fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
     for ax, (name, label) in zip(axes, MODELS):
         for ms in MAX_STAGES:
             front = fronts.get((name, "excluded", ms), [])
@@ -116,7 +268,7 @@ def _plot(fronts: dict[tuple[str, str, int | None], list[StagePlan]]) -> bytes:
         today = sorted((100 * p.mac_overhead, p.peak / 1000) for p in fronts.get((name, "excluded runnable", None), []))
         if today:
             ax.step([x for x, _ in today], [y for _, y in today], where="post", linestyle="--", color="k", marker="x",
-                    linewidth=1, label="tfmcu, any number, no pooled tail (runs today)")
+                    linewidth=1, label="tfmcu, any number, no stage into the pool")
         if name == "mbv2_035_144":
             ax.plot([100 * (m - 1) for _, m in MSF_CNN_144], [kb for kb, _ in MSF_CNN_144], "k*", markersize=9,
                     label="msf-CNN (quoted; no residuals)")

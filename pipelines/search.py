@@ -39,6 +39,7 @@ flags.DEFINE_float("flash_kb", 1024, "Flash limit: the int8 .tflite with its met
 flags.DEFINE_float("max_mmacs", None, "MAC limit in millions (patch overhead included).")
 flags.DEFINE_bool("count_input", True, "Count the input image against --sram_kb.")
 flags.DEFINE_list("patch_options", ["1", "2", "3", "4"], "Patches per side the schedules may use.")
+_cli.define_max_stages_flag()
 flags.DEFINE_bool("compare_per_layer", True, "Also run the search restricted to p = 1 (per-layer only).")
 flags.DEFINE_list("kernel_sizes", ["3", "5", "7"], "Search space: depthwise kernel sizes.")
 flags.DEFINE_list("expands", ["3", "4", "6"], "Search space: expansion ratios.")
@@ -78,7 +79,7 @@ def main(argv: Sequence[str]) -> None:
     options = search.SearchRunOptions(
         model=FLAGS.model, dataset=FLAGS.dataset, data_dir=FLAGS.data_dir, space=space, sram_kb=FLAGS.sram_kb,
         flash_kb=FLAGS.flash_kb, max_mmacs=FLAGS.max_mmacs, count_input=FLAGS.count_input,
-        patch_options=search.parse_numbers("patch_options", FLAGS.patch_options, int),
+        patch_options=search.parse_numbers("patch_options", FLAGS.patch_options, int), max_stages=FLAGS.max_stages,
         compare_per_layer=FLAGS.compare_per_layer,
         supernet=SupernetRecipe(largest_epochs=FLAGS.largest_epochs, epochs=FLAGS.supernet_epochs,
                                 batch_size=FLAGS.batch_size, lr=FLAGS.lr, random_subnets=FLAGS.random_subnets,
@@ -98,7 +99,8 @@ def main(argv: Sequence[str]) -> None:
         b = r["best"]
         print(f"{name}: held-out accuracy {b['accuracy']:.2%} (supernet), {b['resolution']} px, grid "
               f"{b['grid'][0]}x{b['grid'][1]}, predicted arena {b['arena_bytes'] / 1024:.1f} kB, Flash "
-              f"{b['flash_bytes'] / 1024:.1f} kB, {b['macs'] / 1e6:.1f}M MACs")
+              f"{b['flash_bytes'] / 1024:.1f} kB, {b['macs'] / 1e6:.1f}M MACs"
+              + (f" ({b['stage_plan']['describe']})" if b.get("stage_plan") else ""))
     per_layer = ", best_per_layer.*" if options.compare_per_layer else ""
     print(f"wrote {options.out_dir}/best.json, best.weights.h5, best_schedule.json{per_layer}, search_report.json, "
           f"pareto.png")

@@ -33,8 +33,8 @@ def small_graph() -> ir.Graph:
 OPTS = SearchOptions(patch_options=(2, 3, 4))
 
 
-def _brute_front(graph: ir.Graph, segs, max_stages=None) -> list[tuple[int, int]]:
-    """Every chain of segments from op 0 to the end, by exhaustive recursion: the (peak, MACs) Pareto front."""
+def _brute_front(graph: ir.Graph, segs, max_stages=None, cost=lambda s: s.macs) -> list[tuple[int, int]]:
+    """Every chain of segments from op 0 to the end, by exhaustive recursion: the (peak, cost) Pareto front."""
     by_start: dict[int, list] = {}
     for s in segs:
         by_start.setdefault(s.start, []).append(s)
@@ -48,7 +48,7 @@ def _brute_front(graph: ir.Graph, segs, max_stages=None) -> list[tuple[int, int]
         for s in by_start.get(at, []):
             k = stages + s.patched
             if max_stages is None or k <= max_stages:
-                walk(s.stop, max(peak, s.peak), macs + s.macs, k)
+                walk(s.stop, max(peak, s.peak), macs + cost(s), k)
 
     walk(0, 0, 0, 0)
     front = []
@@ -62,13 +62,36 @@ def _brute_front(graph: ir.Graph, segs, max_stages=None) -> list[tuple[int, int]
 @pytest.mark.parametrize("image", ["counted", "excluded", "streamed"])
 def test_dynamic_programme_equals_brute_force(max_stages, image):
     g = small_graph()
-    segs = stage_segments(g, OPTS, image)
+    # (square grids only: with row bands too, the exhaustive side takes minutes for any number of stages)
+    segs = [s for s in stage_segments(g, OPTS, image) if s.grid is None or s.grid[0] == s.grid[1]]
     front = pareto_plans(g, segs, OPTS, max_stages, image)
     assert [(p.peak, p.macs) for p in front] == _brute_front(g, segs, max_stages)
     for p in front:  # each plan tiles the graph, its figures are its segments'
         assert [s.start for s in p.segments] == [0] + [s.stop for s in p.segments[:-1]]
         assert p.segments[-1].stop == len(g.ops)
         assert max_stages is None or len(p.stages) <= max_stages
+
+
+@pytest.mark.parametrize("max_stages", [1, 2])
+def test_the_instruction_weighed_programme_equals_brute_force(max_stages):
+    """``by="instructions"``: the same programme with the segments' instruction estimate as the cost (row bands
+    included), against exhaustive enumeration; a row band's estimate is below its square grid's of equal patches
+    per side (fewer kernel calls)."""
+    g = small_graph()
+    segs = stage_segments(g, OPTS, "streamed")
+    assert any(s.grid and s.grid[1] == 1 for s in segs)
+    front = pareto_plans(g, segs, OPTS, max_stages, "streamed", by="instructions")
+    got = [(p.peak, round(p.instructions, 3)) for p in front]
+    assert got == [(a, round(b, 3)) for a, b in _brute_front(g, segs, max_stages, cost=lambda s: s.instructions)]
+    for s in segs:
+        if s.grid and s.grid[1] == 1 and s.grid[0] > 1:
+            square = next((t for t in segs if (t.start, t.stop, t.variant, t.pooled) == (s.start, s.stop, s.variant,
+                                                                                         s.pooled)
+                           and t.grid == (s.grid[0], s.grid[0])), None)
+            if square is not None:
+                assert s.instructions < square.instructions
+    with pytest.raises(regions.ScheduleError, match="by"):
+        pareto_plans(g, segs, OPTS, 1, "streamed", by="seconds")
 
 
 def test_no_stage_is_the_per_layer_model():
@@ -121,11 +144,18 @@ def test_pooled_stage_ends_into_the_global_pool():
     segs = stage_segments(g, OPTS, "excluded")
     pooled = [s for s in segs if s.pooled]
     assert pooled and all(s.stop == pool + 1 for s in pooled)
-    for s in pooled:  # the same stage, its output summed into int32 instead of held
+    out = g.tensors[g.ops[pool].inputs[0]]
+    for s in pooled:  # the same stage, its output summed into int32 instead of held: a tile of it per patch
         twin = next(t for t in segs if (t.start, t.stop, t.grid, t.variant, t.pooled) == (s.start, pool, s.grid,
                                                                                             s.variant, False))
-        out = g.tensors[g.ops[pool].inputs[0]]
-        assert twin.peak - s.peak == out.nbytes - 4 * out.shape[3] - g.tensors[g.ops[pool].outputs[0]].nbytes
+        sch = regions.plan(g, s.grid, ops=list(range(s.start, s.stop)))
+        assert sch.pool == pool and sch.tiles == [out.name] and sch.accumulator_bytes == 4 * out.shape[3]
+        inter = intermediates(sch) if s.variant == "halo all" else []
+        assert s.peak == plan_halo(sch, inter, inter).stage_peak("excluded")
+        tile = max((r.band[1] - r.band[0]) * (c.band[1] - c.band[0]) for r in sch.rows for c in sch.cols)
+        assert s.peak >= 4 * out.shape[3] + g.tensors[g.ops[pool].outputs[0]].nbytes + tile * out.shape[3]
+        assert twin.peak - s.peak <= out.nbytes - 4 * out.shape[3] - g.tensors[g.ops[pool].outputs[0]].nbytes
+        assert s.peak < twin.peak
 
 
 def test_max_mac_overhead_and_bad_options():

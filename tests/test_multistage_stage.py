@@ -129,3 +129,99 @@ def test_rewrite_pipeline_max_stages(zoo_models, tmp_path):
     if r["patched"]:  # (the flow checks the output against the original in TFLM built from source)
         assert r["tflm"]["rewritten"]["outputs_equal_original_on"]
         assert r["tflm"]["rewritten"]["arena_total_bytes"] < r["tflm"]["original"]["arena_total_bytes"]
+
+
+def _pooled(graph, grid=(2, 2), blocks_before=2):
+    """A stage over the last blocks that ends into the global average pool (MEAN): its input summed patch by patch."""
+    pool = next(i for i, op in enumerate(graph.ops) if op.type == "mean")
+    blocks = [op.block for op in graph.ops]
+    start = blocks.index(blocks[pool - 1] - blocks_before)
+    return regions.plan(graph, grid, ops=list(range(start, pool + 1))), pool
+
+
+@pytest.mark.parametrize("halo,streamed", [(False, True), (True, False)])
+def test_a_stage_into_the_global_pool_is_bit_exact_and_predicted(zoo_models, halo, streamed):
+    """The head's 1x1 convolution and the MEAN after it as one stage: the MEAN's input never exists whole (a tile
+    per patch, summed into int32), bit-exact with TF Lite and TFLM's MEAN; TFLM's arena = the prediction."""
+    data = zoo_models(NAME)
+    g = from_tflite(data, name=NAME)
+    sch, pool = _pooled(g)
+    assert sch.pool == pool and sch.stage_outputs == g.ops[pool].outputs
+    fm = g.tensors[sch.tiles[0]]
+    assert sch.accumulator_bytes == 4 * fm.shape[3]
+    whole = regions.plan(g, sch.grid, ops=sch.tiled)  # the same ops writing the 3x3x1280 map whole
+    tile = max((r.band[1] - r.band[0]) * (c.band[1] - c.band[0]) for r in sch.rows for c in sch.cols)
+    assert sch.step_memory[pool] == sum(g.tensors[t].nbytes for t in sch.stage_inputs) + sch.accumulator_bytes + \
+        g.tensors[sch.stage_outputs[0]].nbytes + tile * fm.shape[3]  # its input held, the sums, the output, a tile
+    assert whole.stage_outputs == sch.tiles
+    inter = intermediates(sch)
+    assert sch.tiles[0] not in inter
+    h = plan_halo(sch, inter, inter) if halo else None
+    res = rewrite_stages(data, g, [(regions.plan(g, (3, 3), n_blocks=3), None), (sch, h)], NAME,
+                         streamed_input=streamed)
+    cm = load_custom(res.model, NAME, all_stages=True)
+    packed = cm.stages[max(cm.stages)]
+    assert packed.output_shape == (1, 1, 1, fm.shape[3]) and (packed.output_tensor, 2) in [c[:2] for c in packed.caches]
+    inputs = random_inputs(data, 3, seed=5)
+    ref = run_tflm(data, inputs)  # (the stage's MEAN computes TFLM's bytes, which TF Lite's MEAN may round apart)
+    assert np.stack([r[0] for r in ref]).astype(float).std(axis=0).max() > 0
+    got = HostRunner(res.model, NAME).run(inputs, rest="tflite")
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(ref, got))
+    whole = run_whole(res.model, inputs, NAME)
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(ref, whole.outputs))
+    assert whole.arena.arena_used_bytes == predict_model_arena(res.model, build="host").total
+
+
+def test_the_pooled_stage_alone_in_the_c_kernels(zoo_models):
+    """The packed pooled stage run by the C library = TF Lite's MEAN output; it touches exactly its scratch; the
+    validation refuses a reduction whose tiles do not partition its input, or without its accumulator."""
+    from tfmcu.kernels import binding, pack
+    from tfmcu.runtime.tflite import tflite_all_tensors
+
+    data = zoo_models(NAME)
+    g = from_tflite(data, name=NAME)
+    sch, _ = _pooled(g, grid=(3, 1), blocks_before=1)
+    p = pack.pack_stage(data, g, sch)
+    assert binding.check_stage(p) == (0, -1)
+    tensors = tflite_all_tensors(data, random_inputs(data, 1, seed=2)[0])
+    x = tensors(p.tensor_tflite_index[p.input_tensor])
+    want = tensors(p.tensor_tflite_index[p.output_tensor])
+    assert np.array_equal(binding.run_stage(p, x).reshape(-1), want.reshape(-1))
+    touched, _ = binding.touched_scratch(p, x)
+    assert touched == p.scratch_bytes == binding.c_scratch_bytes(p)
+    last = len(p.layers) - 1
+
+    def tile_gap(q):  # band 1 starts a row after band 0 stops: a row never summed
+        q.row_spans[1, last, pack.SPAN["in_start"]] += 1
+
+    def no_accumulator(q):
+        q.caches = [c for c in q.caches if c[1] != 2]
+        q.cache_bytes = q.cache_bytes[:len(q.caches)]
+
+    for mutate in (tile_gap, no_accumulator):
+        q = pack.pack_stage(data, g, sch)
+        mutate(q)
+        assert binding.check_stage(q)[0] == 3, mutate.__name__  # kTfmcuErrorInvalidStage
+
+
+def test_verify_takes_tflm_bytes_where_tf_lite_rounds_apart(zoo_models, tmp_path):
+    """MobileNetV2-0.35-144: TF Lite and TFLM disagree about the original on some inputs (by 1, in its classifier
+    head); a rewritten model whose stage ends into the pool and whose classifier runs in our kernels
+    (``convs_to_flash``) gives TFLM's bytes on both sides: ``verify`` lists those samples under ``tflm_semantics``
+    and calls the model bit-exact."""
+    from tfmcu.flows.verify import VerifyOptions, verify
+    from tfmcu.stage.custom import convs_to_flash
+
+    data = zoo_models("mbv2_035_144")
+    g = from_tflite(data, name="mbv2_035_144")
+    sch, _ = _pooled(g, grid=(3, 1), blocks_before=0)
+    res = rewrite_stages(data, g, [(sch, None)], "mbv2_035_144")
+    model = convs_to_flash(res.model, "mbv2_035_144", stages=res.stages).model
+    paths = {n: str(tmp_path / f"{n}.tflite") for n in ("original", "rewritten")}
+    for n, b in (("original", data), ("rewritten", model)):
+        with open(paths[n], "wb") as f:
+            f.write(b)
+    v = verify(VerifyOptions(original=paths["original"], rewritten=paths["rewritten"], samples=20, seed=0,
+                             quiet=True))
+    assert not v["tflite_vs_tflm"]["original"]["agree"], "no sample on which TF Lite and TFLM differ: nothing tested"
+    assert v["bit_exact"] and v["tflm_semantics"]["samples"] == v["tflite_vs_tflm"]["original"]["mismatching_samples"]

@@ -86,6 +86,21 @@ def test_constraints_of_an_architecture(tmp_path):
     assert not macs(genome).ok and "MACs" in macs(genome).why
 
 
+def test_constraints_with_stage_plans(tmp_path):
+    """``Limits.max_stages`` > 1: each architecture's schedule search also weighs stage plans (several patch stages
+    anywhere): its floor and its smallest predicted arena are no higher than with one stage."""
+    labels = [str(i) for i in range(10)]
+    genome = SPACE.encode(SPACE.sample(BASE, random.Random(2)), BASE)
+    graph = cons.from_spec(SPACE.decode(genome, BASE))
+    one, many = (cons.Limits(sram_bytes=512 * 1024, patch_options=(1, 2, 3), max_stages=k) for k in (1, 3))
+    assert "up to 3 stages" in many.describe() and "stages" not in one.describe()
+    assert cons.sram_floor(graph, many) <= cons.sram_floor(graph, one)
+    f1 = cons.ModelConstraints(SPACE, BASE, one, "t", labels, cache_dir=str(tmp_path / "1"))(genome)
+    f3 = cons.ModelConstraints(SPACE, BASE, many, "t", labels, cache_dir=str(tmp_path / "3"))(genome)
+    assert f1.ok and f3.ok
+    assert f3.figures["smallest_arena_bytes"] <= f1.figures["smallest_arena_bytes"]
+
+
 def test_constraints_in_a_worker_process():
     """ConstraintPool: the same figures from a spawned worker as in this process."""
     labels = [str(i) for i in range(10)]

@@ -172,8 +172,11 @@ def test_stage_by_ops_and_errors():
     g = from_spec(mbv2_spec(96))
     s = scheduler.plan(g, 2, n_ops=4)
     assert s.stage == [0, 1, 2, 3]
-    with pytest.raises(scheduler.ScheduleError, match="MEAN"):
-        scheduler.plan(g, 2, n_ops=len(g.ops) - 1)
+    # every op up to the global average pool: a stage that sums the pool's input patch by patch
+    pooled = scheduler.plan(g, 2, n_ops=len(g.ops) - 1)
+    assert pooled.pool == len(g.ops) - 2 and pooled.stage_outputs == g.ops[-2].outputs
+    assert pooled.tiles == g.ops[-2].inputs and pooled.tiled == pooled.stage[:-1]
+    assert pooled.region(pooled.pool, (1, 0)).out == ((0, 1), (0, 1))
     with pytest.raises(scheduler.ScheduleError, match="blocks"):
         scheduler.plan(g, 2, n_blocks=99)
     with pytest.raises(scheduler.ScheduleError, match="do not fit"):

@@ -15,6 +15,7 @@ TFMCU_LAYOUT(TfmcuAddParams, 0, input1_offset, act_max, 12);
 TFMCU_LAYOUT(TfmcuPadParams, 0, value, value, 1);
 TFMCU_LAYOUT(TfmcuPoolParams, 0, filter_h, act_max, 6);
 TFMCU_LAYOUT(TfmcuQuantizeParams, 0, scale, zero_point, 2);
+TFMCU_LAYOUT(TfmcuMeanParams, 0, input_offset, output_shift, 4);
 
 /* The optimised backend compiled in (tfmcu_common.h): CONV_2D, DEPTHWISE_CONV_2D, ADD and the two poolings through
  * CMSIS-NN with -DTFMCU_CMSIS_NN (cmsis_nn/), none otherwise. */
@@ -36,7 +37,7 @@ TFMCU_LAYOUT(TfmcuQuantizeParams, 0, scale, zero_point, 2);
 #endif
 
 /* {num_inputs, input dtype, sizeof params, num_arrays, num_words, array_sizes, window, check, run, backend_run,
- *  backend_scratch} */
+ *  backend_scratch, accumulate, finish} */
 static const TfmcuOpInfo kTfmcuOps[] = {
     [kTfmcuOpConv2D] = {1, kTfmcuInt8, sizeof(TfmcuConvParams), 4, 11, tfmcu_conv2d_op_array_sizes,
                         tfmcu_conv2d_op_window, tfmcu_conv2d_op_check, tfmcu_conv2d_op_run, TFMCU_CONV2D_BACKEND},
@@ -54,6 +55,8 @@ static const TfmcuOpInfo kTfmcuOps[] = {
                            tfmcu_max_pool2d_op_check, tfmcu_max_pool2d_op_run, TFMCU_MAX_POOL2D_BACKEND},
     [kTfmcuOpQuantize] = {1, kTfmcuFloat32, sizeof(TfmcuQuantizeParams), 0, 2, NULL, NULL, tfmcu_quantize_op_check,
                           tfmcu_quantize_op_run, NULL, NULL},
+    [kTfmcuOpMean] = {1, kTfmcuInt8, sizeof(TfmcuMeanParams), 0, 4, NULL, NULL, tfmcu_mean_op_check, tfmcu_mean_op_run,
+                      NULL, NULL, tfmcu_mean_op_accumulate, tfmcu_mean_op_finish},
 };
 
 const char* tfmcu_backend_name(void) { return TFMCU_BACKEND_NAME; }

@@ -13,6 +13,7 @@
 #include "conv2d.h"
 #include "depthwise_conv2d.h"
 #include "max_pool2d.h"
+#include "mean.h"
 #include "pad.h"
 #include "quantize.h"
 #include "tfmcu_common.h"
@@ -31,7 +32,8 @@ typedef enum {
   kTfmcuOpPad = 4,              /* TfmcuPadParams */
   kTfmcuOpAveragePool2D = 5,    /* TfmcuPoolParams */
   kTfmcuOpMaxPool2D = 6,        /* TfmcuPoolParams */
-  kTfmcuOpQuantize = 7          /* TfmcuQuantizeParams (float32 input, the stage input) */
+  kTfmcuOpQuantize = 7,         /* TfmcuQuantizeParams (float32 input, the stage input) */
+  kTfmcuOpMean = 8              /* TfmcuMeanParams (a reduction: the last layer of a stage, patch_stage.h) */
 } TfmcuOpType;
 
 typedef enum {
@@ -56,6 +58,10 @@ typedef struct {
   /* The optimised backend of this build (tfmcu_common.h), or NULL: the stage executor then runs `run`. */
   TfmcuOpBackendRunFn backend_run;
   TfmcuOpBackendScratchFn backend_scratch;  /* NULL: the backend needs no kernel buffer */
+  /* A reduction (MEAN; tfmcu_common.h): a patch stage sums its input patch by patch, then finishes. NULL, NULL for
+   * every other op. */
+  TfmcuOpAccumulateFn accumulate;
+  TfmcuOpFinishFn finish;
 } TfmcuOpInfo;
 
 /* The name of the backend compiled in: "portable" or "cmsis_nn" (-DTFMCU_CMSIS_NN). */

@@ -218,6 +218,18 @@ static TfmcuStatus tfmcu_run_layer(const TfmcuPreparedStage* prepared, int32_t i
   const int32_t pad_top = tfmcu_span(s, 0, i, l)->pad_before[0];
   const int32_t pad_left = tfmcu_span(s, 1, j, l)->pad_before[0];
   const TfmcuOpInfo* op = tfmcu_op_info(layer->type);
+  if (op->accumulate != NULL) {  /* a reduction: this patch's tile into the sums, the output after the last one */
+    const TfmcuTensor* t = &s->tensors[layer->inputs[0]];
+    int8_t* sums = scratch + tfmcu_find_cache(s, layer->output, 2)->offset;
+    if (i == 0 && j == 0) {
+      memset(sums, 0, (size_t)t->channels * 4u);
+    }
+    op->accumulate(layer->params, in, sums);
+    if (i < s->grid_rows - 1 || j < s->grid_cols - 1) {
+      return kTfmcuOk;
+    }
+    return op->finish(layer->params, sums, t->height * t->width, &out);
+  }
   if (op->backend_run == NULL) {
     return op->run(layer->params, in, pad_top, pad_left, &out);
   }
@@ -272,7 +284,7 @@ static void tfmcu_caches_of(const TfmcuStage* s, int32_t t, const TfmcuCache** r
   *rows = NULL;
   *cols = NULL;
   for (int32_t k = 0; k < s->num_caches; ++k) {
-    if (s->caches[k].tensor == t) {
+    if (s->caches[k].tensor == t && s->caches[k].axis < 2) {
       *(s->caches[k].axis == 0 ? rows : cols) = &s->caches[k];
     }
   }

@@ -30,7 +30,7 @@
  * that only ever exist as patch buffers in scratch memory.
  *
  * Layers (`TfmcuLayer`), in execution order: an op type, a pointer to that op's params struct (conv2d.h,
- * depthwise_conv2d.h, add.h, pad.h, avg_pool2d.h / max_pool2d.h (TfmcuPoolParams), quantize.h), input tensor ids
+ * depthwise_conv2d.h, add.h, pad.h, avg_pool2d.h / max_pool2d.h (TfmcuPoolParams), quantize.h, mean.h), input tensor ids
  * and the output tensor id. Weights and biases are referenced by the params structs and read in place. What the
  * executor knows of an op (inputs, window geometry, params check, how to run it) comes from the op table
  * (op_table.h); tfmcu_op_run runs one op alone through the same table.
@@ -81,6 +81,14 @@
  * caches (num_caches 0, NULL tables) runs exactly as with ABI 3. Caches change which pixels are computed, never
  * their values: results stay bit-exact, scratch_bytes (caches included) is known offline.
  *
+ * Reductions (ABI 6): the last layer may be a MEAN over height and width (global average pooling; an op whose
+ * op-table row has `accumulate`): it writes the stage output, 1 x 1 x C, and no patch ever holds its whole input. In
+ * every band its span has out_start 0, out_stop 1 (held the same) and reads the band's tile of its input, pads 0:
+ * the tiles of the bands, in order, partition the input along that axis, so every pixel is summed once. Its int32
+ * sums live in the stage's accumulator, a `TfmcuCache` of the output tensor with axis 2: 4 x C bytes at `offset`,
+ * disjoint from every other cache and patch buffer, zeroed by the first patch; each patch adds its tile, the last
+ * one writes the output (mean.h). Integer sums do not depend on the order: bit-exact with the whole op.
+ *
  * Backends: the kernels run are the op table's (op_table.c). The portable build runs the portable C kernels; a
  * build with -DTFMCU_CMSIS_NN (Bazel: :patch_kernels_cmsis_nn, Cortex-M only) runs CONV_2D, DEPTHWISE_CONV_2D and
  * ADD through CMSIS-NN's s8 kernels on the same patch buffers, bit-exact, with a kernel buffer (the im2col /
@@ -127,8 +135,9 @@ extern "C" {
  * 3: TfmcuPreparedStage.kernel_scratch_offset / kernel_scratch_bytes (the optimised backend's kernel buffer).
  * 4: halo caches: TfmcuStage.row_held / col_held / num_caches / caches (NULL / 0: a stage as in ABI 3).
  * 5: streamed input: tfmcu_stage_run_streamed, TfmcuInputProvider, TfmcuPreparedStage.input_window_* and
- *    streamed_scratch_bytes. */
-#define TFMCU_PATCH_STAGE_ABI_VERSION 5
+ *    streamed_scratch_bytes.
+ * 6: MEAN (kTfmcuOpMean, TfmcuMeanParams) as a stage's last layer, its accumulator a TfmcuCache with axis 2. */
+#define TFMCU_PATCH_STAGE_ABI_VERSION 6
 
 /* TfmcuOpType (layer types) and TfmcuDataType (tensor data types): see op_table.h. */
 
@@ -161,7 +170,8 @@ typedef struct {
 /* A halo cache of one intermediate tensor along one axis (see the file comment). */
 typedef struct {
   int32_t tensor;  /* tensor id: an intermediate tensor (neither the stage input nor its output) */
-  int32_t axis;    /* 0: row cache (for the row band below), 1: column cache (for the patch to the right) */
+  int32_t axis;    /* 0: row cache (for the row band below), 1: column cache (for the patch to the right),
+                      2: the accumulator of the stage's reduction (its output tensor; 4 x C bytes) */
   int32_t offset;  /* bytes into scratch */
 } TfmcuCache;
 

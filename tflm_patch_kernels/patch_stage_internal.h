@@ -61,6 +61,16 @@ static void tfmcu_held(const TfmcuStage* s, int32_t axis, int32_t band, int32_t 
   tfmcu_layer_held(s, axis, band, s->tensors[t].producer, start, stop);
 }
 
+/* The cache of tensor t along `axis` (0: rows, 1: columns, 2: a reduction's accumulator), or NULL. */
+static const TfmcuCache* tfmcu_find_cache(const TfmcuStage* s, int32_t t, int32_t axis) {
+  for (int32_t k = 0; k < s->num_caches; ++k) {
+    if (s->caches[k].tensor == t && s->caches[k].axis == axis) {
+      return &s->caches[k];
+    }
+  }
+  return NULL;
+}
+
 /* Elements along the cache's axis that band b hands to band b + 1 (0 if their held ranges do not overlap). */
 static int32_t tfmcu_handed_over(const TfmcuStage* s, const TfmcuCache* c, int32_t b) {
   const int32_t producer = s->tensors[c->tensor].producer;

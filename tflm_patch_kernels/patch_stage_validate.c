@@ -4,16 +4,6 @@
 
 /* ------------------------------------------------------------------------------------------ scratch geometry */
 
-/* The halo cache of tensor t along axis, or NULL. */
-static const TfmcuCache* tfmcu_find_cache(const TfmcuStage* s, int32_t t, int32_t axis) {
-  for (int32_t k = 0; k < s->num_caches; ++k) {
-    if (s->caches[k].tensor == t && s->caches[k].axis == axis) {
-      return &s->caches[k];
-    }
-  }
-  return NULL;
-}
-
 /* Last layer reading tensor t (its producer if none does). */
 static int32_t tfmcu_last_use(const TfmcuStage* s, int32_t t) {
   int32_t last = s->tensors[t].producer;
@@ -27,8 +17,11 @@ static int32_t tfmcu_last_use(const TfmcuStage* s, int32_t t) {
   return last;
 }
 
-/* Bytes of a halo cache (see patch_stage.h). */
+/* Bytes of a halo cache or an accumulator (see patch_stage.h). */
 static int64_t tfmcu_cache_bytes(const TfmcuStage* s, const TfmcuCache* c) {
+  if (c->axis == 2) {
+    return 4 * (int64_t)s->tensors[c->tensor].channels;
+  }
   const int32_t producer = s->tensors[c->tensor].producer;
   const int32_t bands = c->axis == 0 ? s->grid_rows : s->grid_cols;
   int32_t along = 0;
@@ -81,10 +74,21 @@ static TfmcuStatus tfmcu_check_caches(const TfmcuStage* s, int32_t* failed_layer
   }
   for (int32_t k = 0; k < s->num_caches; ++k) {
     const TfmcuCache* c = &s->caches[k];
-    if (c->tensor < 0 || c->tensor >= s->num_tensors || tfmcu_in_memory_tensor(s, c->tensor) ||
-        (c->axis != 0 && c->axis != 1) || c->offset < 0 || tfmcu_find_cache(s, c->tensor, c->axis) != c) {
+    if (c->tensor < 0 || c->tensor >= s->num_tensors || c->axis < 0 || c->axis > 2 || c->offset < 0 ||
+        tfmcu_find_cache(s, c->tensor, c->axis) != c) {
       TFMCU_STAGE_FAIL(-1);
     }
+    /* a halo cache belongs to an intermediate tensor, an accumulator to the output of the stage's reduction */
+    const int reduced = c->tensor == s->output_tensor &&
+                        tfmcu_op_info(s->layers[s->tensors[c->tensor].producer].type)->accumulate != NULL;
+    if (c->axis == 2 ? !reduced : tfmcu_in_memory_tensor(s, c->tensor)) {
+      TFMCU_STAGE_FAIL(-1);
+    }
+  }
+  const int32_t last = s->num_layers - 1;
+  if (tfmcu_op_info(s->layers[last].type)->accumulate != NULL &&
+      tfmcu_find_cache(s, s->layers[last].output, 2) == NULL) {
+    TFMCU_STAGE_FAIL(last);  /* a reduction without its accumulator */
   }
   for (int32_t l = 0; l < s->num_layers; ++l) {
     const int32_t t = s->layers[l].output;
@@ -158,6 +162,11 @@ static TfmcuStatus tfmcu_check_structure(const TfmcuStage* s, int32_t* failed_la
         layer->output >= s->num_tensors || s->tensors[layer->output].producer != l) {
       TFMCU_STAGE_FAIL(l);
     }
+    if (op->accumulate != NULL &&
+        (l != s->num_layers - 1 || layer->output != s->output_tensor || s->tensors[layer->output].height != 1 ||
+         s->tensors[layer->output].width != 1)) {
+      TFMCU_STAGE_FAIL(l);  /* a reduction is the last layer and writes the 1 x 1 stage output */
+    }
     for (int32_t k = 0; k < layer->num_inputs; ++k) {
       const int32_t t = layer->inputs[k];
       if (t < 0 || t >= s->num_tensors || (t != s->input_tensor && s->tensors[t].producer >= l)) {
@@ -216,7 +225,14 @@ static TfmcuStatus tfmcu_check_structure(const TfmcuStage* s, int32_t* failed_la
               (before > 0 && start != 0) || (after > 0 && stop != in_dim)) {
             TFMCU_STAGE_FAIL(l);  /* padding only at the feature-map border */
           }
-          if (op->window != NULL) {
+          if (op->accumulate != NULL) {
+            /* a reduction reads the band's tile: the tiles of the bands, in order, partition its input */
+            const int32_t tile_start = b > 0 ? tfmcu_span(s, axis, b - 1, l)->in_stop[k] : 0;
+            if (start != tile_start || stop <= start || before != 0 || after != 0 ||
+                (b == bands - 1 && stop != in_dim)) {
+              TFMCU_STAGE_FAIL(l);
+            }
+          } else if (op->window != NULL) {
             const int64_t reach = (int64_t)(span->out_stop - span->out_start - 1) * window.stride[axis] +
                                   (int64_t)(window.kernel[axis] - 1) * window.dilation[axis] + 1;
             if ((int64_t)before + (stop - start) + after != reach) {

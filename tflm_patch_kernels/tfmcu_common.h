@@ -111,6 +111,13 @@ typedef void (*TfmcuOpArraySizesFn)(const void* params, const int32_t* in_channe
 typedef TfmcuStatus (*TfmcuOpRunFn)(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
                                     int32_t pad_left, const TfmcuView* output);
 
+/* Reductions (MEAN): the op's output is 1 x 1 x C and a patch stage computes it patch by patch. accumulate adds the
+ * per-channel int32 sums of one box of inputs[0] to `sums` (C int32 in native byte order, any alignment); finish
+ * writes the output from the sums of `count` pixels. NULL for every other op. */
+typedef void (*TfmcuOpAccumulateFn)(const void* params, const TfmcuConstView* inputs, int8_t* sums);
+typedef TfmcuStatus (*TfmcuOpFinishFn)(const void* params, const int8_t* sums, int32_t count,
+                                       const TfmcuView* output);
+
 /* ------------------------------------------------------------------------------ the optimised-backend seam
  * A build may give an op a second, optimised implementation (the CMSIS-NN backend: -DTFMCU_CMSIS_NN,
  * the files in cmsis_nn/), listed in the same table row (op_table.c). It runs on the same views with the same results (bit for

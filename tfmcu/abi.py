@@ -2,7 +2,7 @@
 options agree on. Every Python user reads it from here; ``tests/test_abi.py`` checks it against the C headers
 (``tfmcu_common.h``, ``op_table.h``, ``patch_stage.h``, the params headers), ``op_table.c`` and the TFLM kernel.
 
-* Codes: ``STATUS`` (``TfmcuStatus``), ``INT8`` / ``FLOAT32`` (``TfmcuDataType``), ``OP_CONV`` .. ``OP_QUANTIZE``
+* Codes: ``STATUS`` (``TfmcuStatus``), ``INT8`` / ``FLOAT32`` (``TfmcuDataType``), ``OP_CONV`` .. ``OP_MEAN``
   (``TfmcuOpType``), ``ABI_VERSION`` (``TFMCU_PATCH_STAGE_ABI_VERSION``).
 * Structs: ``STRUCTS``, every C struct Python builds or reads as its field list ``(name, C type)`` in declaration
   order. ``structure(name)`` derives the ctypes mirror, ``sizeof(name, pointer_bytes)`` the C size on a 64-bit host
@@ -21,7 +21,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-ABI_VERSION = 5  # TFMCU_PATCH_STAGE_ABI_VERSION (patch_stage.h)
+ABI_VERSION = 6  # TFMCU_PATCH_STAGE_ABI_VERSION (patch_stage.h)
 MAX_LAYER_INPUTS = 2  # TFMCU_MAX_LAYER_INPUTS (op_table.h)
 MAX_PARAM_ARRAYS = 4  # TFMCU_MAX_PARAM_ARRAYS (tfmcu_common.h)
 
@@ -42,7 +42,7 @@ INT8, FLOAT32 = 0, 1
 DATA_TYPES = (("kTfmcuInt8", INT8), ("kTfmcuFloat32", FLOAT32))
 
 # TfmcuOpType (op_table.h).
-OP_CONV, OP_DEPTHWISE, OP_ADD, OP_PAD, OP_AVG_POOL, OP_MAX_POOL, OP_QUANTIZE = range(1, 8)
+OP_CONV, OP_DEPTHWISE, OP_ADD, OP_PAD, OP_AVG_POOL, OP_MAX_POOL, OP_QUANTIZE, OP_MEAN = range(1, 9)
 
 
 # ============================================================================= structs
@@ -75,6 +75,7 @@ STRUCTS: dict[str, tuple[tuple[str, str], ...]] = {
                            "output_shift", "act_min", "act_max"),
     "TfmcuPadParams": _i32("value"),
     "TfmcuQuantizeParams": (("scale", "float"), ("zero_point", "int32_t")),
+    "TfmcuMeanParams": _i32("input_offset", "output_offset", "output_multiplier", "output_shift"),
     # patch_stage.h
     "TfmcuTensor": _i32("height", "width", "channels", "dtype", "producer"),
     "TfmcuLayer": (("type", "int32_t"), ("params", "const void*"), ("num_inputs", "int32_t"),
@@ -252,6 +253,7 @@ OPS: dict[int, Op] = {op.code: op for op in (
     Op(OP_AVG_POOL, "kTfmcuOpAveragePool2D", "AVERAGE_POOL_2D", "TfmcuPoolParams"),
     Op(OP_MAX_POOL, "kTfmcuOpMaxPool2D", "MAX_POOL_2D", "TfmcuPoolParams"),
     Op(OP_QUANTIZE, "kTfmcuOpQuantize", "QUANTIZE", "TfmcuQuantizeParams", input_dtype=FLOAT32),
+    Op(OP_MEAN, "kTfmcuOpMean", "MEAN", "TfmcuMeanParams"),
 )}
 
 

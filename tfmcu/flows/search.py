@@ -53,6 +53,7 @@ class SearchRunOptions:
     max_mmacs: float | None = None
     count_input: bool = True
     patch_options: tuple[int, ...] = (1, 2, 3, 4)
+    max_stages: int = 1  # > 1: each candidate network's schedule may be a stage plan (docs/multistage.md)
     compare_per_layer: bool = True
     supernet: SupernetRecipe = field(default_factory=SupernetRecipe)
     evolution: EvolutionOptions = field(default_factory=EvolutionOptions)
@@ -94,6 +95,8 @@ def validate(o: SearchRunOptions) -> None:
         raise UsageError("--patch_options: integers >= 1")
     if o.workers < 0:
         raise UsageError(f"--workers={o.workers}: must be >= 0")
+    if o.max_stages < 1:
+        raise UsageError(f"--max_stages={o.max_stages}: expected an integer >= 1 (1: one patch stage)")
     check_output_paths({"--out_dir": os.path.join(o.out_dir, "best.json")})
 
 
@@ -116,7 +119,7 @@ def run(o: SearchRunOptions, log: Callable[[str], None] = print,
     score = SubnetAccuracy(net, ds, o.supernet, o.seed)
     common = dict(sram_bytes=int(o.sram_kb * KB), flash_bytes=None if o.flash_kb is None else int(o.flash_kb * KB),
                   max_macs=None if o.max_mmacs is None else int(o.max_mmacs * 1e6), count_input=o.count_input)
-    runs = [("joint", Limits(**common, patch_options=o.patch_options))]
+    runs = [("joint", Limits(**common, patch_options=o.patch_options, max_stages=o.max_stages))]
     if o.compare_per_layer:
         runs.append(("per_layer", Limits(**common, patch_options=(1,))))
     results: dict[str, Any] = {}

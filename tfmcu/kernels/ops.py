@@ -21,10 +21,10 @@ import numpy as np
 
 from tfmcu import abi
 from tfmcu.abi import FLOAT32  # noqa: F401 (re-exported for tfmcu.stage.custom)
-from tfmcu.abi import OP_ADD, OP_AVG_POOL, OP_CONV, OP_DEPTHWISE, OP_MAX_POOL, OP_PAD, OP_QUANTIZE
+from tfmcu.abi import OP_ADD, OP_AVG_POOL, OP_CONV, OP_DEPTHWISE, OP_MAX_POOL, OP_MEAN, OP_PAD, OP_QUANTIZE
 from tfmcu.graph import ir
 from tfmcu.kernels import PatchKernelError
-from tfmcu.kernels.quant import activation_range, add_params, conv_multipliers
+from tfmcu.kernels.quant import activation_range, add_params, conv_multipliers, quantize_multiplier
 from tfmcu.tflite import schema as ts
 
 # ============================================================================= layers
@@ -224,6 +224,20 @@ def _build_quantize(src: _Source) -> LayerSpec:
     return src.spec(OP_QUANTIZE, dict(scale=scale, zero_point=zp))
 
 
+def _build_mean(src: _Source) -> LayerSpec:
+    """MEAN over height and width (global average pooling) as TFLM's int8 MEAN computes it: the multiplier of
+    input scale / output scale (its Prepare); the kernel folds 1 / count in (mean.h)."""
+    op = src.op
+    axes = sorted(op.attrs.get("axes") or [])
+    if axes != [1, 2]:
+        raise PatchKernelError(f"{src.where}: only MEAN over height and width (axes [1, 2]) is supported, not {axes}")
+    src.int8(src.ins[0], "the input")
+    src.int8(src.outs[0], "the output")
+    (si, zi), (so, zo) = src.quant(src.ins[0]), src.quant(src.outs[0])
+    mult, shift = quantize_multiplier(float(np.float64(np.float32(si)) / np.float64(np.float32(so))))
+    return src.spec(OP_MEAN, dict(input_offset=-zi, output_offset=zo, output_multiplier=mult, output_shift=shift))
+
+
 # ============================================================================= the table
 @dataclass(frozen=True)
 class KernelOp:
@@ -268,6 +282,7 @@ KERNEL_OPS: dict[int, KernelOp] = {k.code: k for k in [
     KernelOp(abi.OPS[OP_AVG_POOL], ("AVERAGE_POOL_2D",), _build_pool),
     KernelOp(abi.OPS[OP_MAX_POOL], ("MAX_POOL_2D",), _build_pool),
     KernelOp(abi.OPS[OP_QUANTIZE], ("QUANTIZE",), _build_quantize),
+    KernelOp(abi.OPS[OP_MEAN], ("MEAN",), _build_mean),
 ]}
 OP_NAMES = {code: k.name for code, k in KERNEL_OPS.items()}
 _BY_TFLITE = {name: k for k in KERNEL_OPS.values() for name in k.tflite}

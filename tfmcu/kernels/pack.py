@@ -134,9 +134,13 @@ def input_window_bytes(packed: "PackedStage") -> int:
 
 def cache_sizes(row_held: np.ndarray, col_held: np.ndarray, caches: Sequence[tuple[int, int]],
                 producers: Sequence[int], channels: Sequence[int]) -> list[int]:
-    """Bytes of each halo cache ``(tensor, axis)`` from the held tables: ``tfmcu_cache_bytes`` of patch_stage_validate.c."""
+    """Bytes of each halo cache ``(tensor, axis)`` from the held tables (axis 2: a reduction's accumulator, C int32):
+    ``tfmcu_cache_bytes`` of patch_stage_validate.c."""
     sizes = []
     for t, axis in caches:
+        if axis == 2:  # a reduction's accumulator: C int32
+            sizes.append(4 * channels[t])
+            continue
         p = producers[t]
         held = (row_held, col_held)[axis][:, p]
         along = max([max(int(held[b, 1]) - int(held[b + 1, 0]), 0) for b in range(len(held) - 1)], default=0)
@@ -189,6 +193,10 @@ def pack_stage(model_bytes: bytes | ts.ModelT, graph: ir.Graph, schedule: Any, a
     shapes, dtypes = [], []
     for t in tensor_names:
         tensor = graph.tensors[t]
+        if t == t_out and s.pool is not None:  # the global pool's output: 1 x 1 x C
+            shapes.append((1, 1, int(tensor.shape[-1])))
+            dtypes.append(INT8)
+            continue
         if not tensor.is_feature_map or tensor.shape[0] != 1:
             raise PatchKernelError(f"tensor '{t}' has shape {list(tensor.shape)}: expected [1, H, W, C]")
         shapes.append(tuple(int(d) for d in tensor.shape[1:]))
@@ -207,6 +215,10 @@ def pack_stage(model_bytes: bytes | ts.ModelT, graph: ir.Graph, schedule: Any, a
             for pos, k in enumerate(s.stage):
                 op = graph.ops[k]
                 t = op.outputs[0]
+                if k == s.pool:  # the band's tile of its input into the 1 x 1 sums (patch_stage.h: reductions)
+                    arr[b, pos] = _span_row((0, 1), [Read(w.band[0], w.band[1], 0, 0)])
+                    held[b, pos] = (0, 1)
+                    continue
                 if t not in computed:
                     raise PatchKernelError(f"{op.describe(k)}: its output is not needed by the stage output")
                 need, comp = w.need.get(t, (0, 0)), computed[t]
@@ -224,6 +236,8 @@ def pack_stage(model_bytes: bytes | ts.ModelT, graph: ir.Graph, schedule: Any, a
     caches: list[tuple[int, int]] = []
     if halo is not None:
         caches = [(tid[t], 0) for t in sorted(halo.cache_rows)] + [(tid[t], 1) for t in sorted(halo.cache_cols)]
+    if s.pool is not None:  # the global pool's int32 sums: a cache of the output tensor along "axis" 2
+        caches.append((tid[t_out], 2))
     sizes_c = cache_sizes(row_held, col_held, caches, producers, [sh[2] for sh in shapes])
     cache_offsets, base = [], 0
     for n in sizes_c:
@@ -265,6 +279,6 @@ def pack_stage(model_bytes: bytes | ts.ModelT, graph: ir.Graph, schedule: Any, a
         scratch_bytes=int(max([end] + [o + n for o, n in zip(cache_offsets, sizes_c) if n])),
         lower_bound_bytes=int(bound),
         plan_strategies=strategies,
-        row_held=row_held if halo is not None else None, col_held=col_held if halo is not None else None,
+        row_held=row_held if caches else None, col_held=col_held if caches else None,
         caches=[(t, a, o) for (t, a), o in zip(caches, cache_offsets)], cache_bytes=sizes_c)
     return packed

@@ -56,6 +56,7 @@ class Limits:
     max_macs: int | None = None
     count_input: bool = True
     patch_options: tuple[int, ...] = (1, 2, 3, 4)
+    max_stages: int = 1  # > 1: stage plans (several patch stages anywhere) are candidates too
 
     def describe(self) -> str:
         parts = [f"SRAM {self.sram_bytes / KB:.0f} kB ({'image counted' if self.count_input else 'image streamed'})"]
@@ -65,6 +66,8 @@ class Limits:
             parts.append(f"{self.max_macs / 1e6:.0f}M MACs")
         parts.append("per layer only" if self.patch_options == (1,) else
                      f"patches {'/'.join(map(str, self.patch_options))}")
+        if self.max_stages > 1 and self.patch_options != (1,):
+            parts.append(f"up to {self.max_stages} stages")
         return ", ".join(parts)
 
 
@@ -86,7 +89,8 @@ def sram_floor(graph: ir.Graph, limits: Limits) -> int:
     may choose for ``graph``, from the graph alone: the unpatched model's analytic per-layer peak (TFLM's planned head
     holds every activation alive at an op), and per patched candidate ``CustomArenaCost.lower_bound``; the least of
     them. ``count_input=False`` subtracts the input image from each (as the cost does)."""
-    options = SearchOptions(patch_options=limits.patch_options, count_input=True)
+    options = SearchOptions(patch_options=limits.patch_options, count_input=True,
+                            max_stages=limits.max_stages if limits.patch_options != (1,) else 1)
     cands = candidates(graph, options)
     cost = CustomArenaCost(b"", graph, count_input=True)
     image = 0 if limits.count_input else sum(-(-graph.tensors[t].nbytes // 16) * 16 for t in graph.inputs)
@@ -164,7 +168,8 @@ class ModelConstraints:
             return Feasibility(False, figures, f"Flash {figures['flash_bytes'] / KB:.0f} kB > "
                                                f"{lim.flash_bytes / KB:.0f} kB")
         graph = from_tflite(data, name=spec.name)
-        options = SearchOptions(patch_options=lim.patch_options, count_input=lim.count_input)
+        options = SearchOptions(patch_options=lim.patch_options, count_input=lim.count_input,
+                                max_stages=lim.max_stages if lim.patch_options != (1,) else 1)
         try:
             result = search(graph, CustomArenaCost(data, graph, count_input=lim.count_input), lim.sram_bytes,
                             options)
@@ -178,6 +183,8 @@ class ModelConstraints:
         figures.update({"arena_bytes": c.cost, "grid": list(c.candidate.grid), "patch_blocks": c.candidate.n_blocks,
                         "patch_ops": c.candidate.n_ops, "macs": c.candidate.macs,
                         "mac_overhead": round(c.candidate.mac_overhead, 6)})
+        if c.candidate.plan is not None:
+            figures["stage_plan"] = c.candidate.plan.to_dict()
         if lim.max_macs is not None and c.candidate.macs > lim.max_macs:
             return Feasibility(False, figures, f"{c.candidate.macs / 1e6:.1f}M MACs with patches > "
                                                f"{lim.max_macs / 1e6:.1f}M")

@@ -204,8 +204,8 @@ class HaloPlan:
 def intermediates(schedule: PatchSchedule) -> list[str]:
     """The stage's tensors that can be cached: produced in the stage, not a stage output."""
     g = schedule.graph
-    outs = set(schedule.stage_outputs)
-    return [t for i in schedule.stage for t in g.ops[i].outputs if t not in outs]
+    outs = set(schedule.stage_outputs) | set(schedule.tiles)
+    return [t for i in schedule.tiled for t in g.ops[i].outputs if t not in outs]
 
 
 def plan_halo(schedule: PatchSchedule, rows: Iterable[str] = (), cols: Iterable[str] = ()) -> HaloPlan:
@@ -221,11 +221,11 @@ def plan_halo(schedule: PatchSchedule, rows: Iterable[str] = (), cols: Iterable[
             raise ScheduleError(f"tensor '{t}' cannot be cached: not an intermediate tensor of the patch stage")
     rows, cols = frozenset(rows), frozenset(cols)
     ins, outs = schedule.stage_inputs, schedule.stage_outputs
-    rw = walk_cached(g, idx, outs, ins, 0, [w.band for w in schedule.rows], rows)
-    cw = walk_cached(g, idx, outs, ins, 1, [w.band for w in schedule.cols], cols)
+    rw = walk_cached(g, schedule.tiled, schedule.tiles, ins, 0, [w.band for w in schedule.rows], rows)
+    cw = walk_cached(g, schedule.tiled, schedule.tiles, ins, 1, [w.band for w in schedule.cols], cols)
 
     macs = 0
-    for i in idx:
+    for i in schedule.tiled:
         op = g.ops[i]
         mpp = ir.macs_per_output_pixel(op)
         if mpp:
@@ -248,7 +248,7 @@ def plan_halo(schedule: PatchSchedule, rows: Iterable[str] = (), cols: Iterable[
 
     life = g.lifetimes()
     produced = {t for i in idx for t in g.ops[i].outputs}
-    out_bytes = sum(g.tensors[t].nbytes for t in outs)
+    out_bytes = sum(g.tensors[t].nbytes for t in outs) + schedule.accumulator_bytes
     in_bytes = sum(g.tensors[t].nbytes for t in ins if t in g.inputs)
     held = held_bytes(g, idx, ins, produced, life)
     out_bytes += held.nbytes  # (held whole for the whole stage, like its outputs)

@@ -277,6 +277,8 @@ def _stage(m: ts.ModelT, op: ts.OperatorT) -> dict[str, Any]:
                     kernel_calls += float(r_out[i]) if per_row else 1.0
         weights = (kh * kw * (1 if code == abi.OP_DEPTHWISE else cin / (int(p.get("groups", 1)) or 1)) * cout
                    if code in (abi.OP_CONV, abi.OP_DEPTHWISE) else 0.0)
+        if code == abi.OP_MEAN:  # our sums, not TFLM's MEAN (its row is TFLM's generic Reduce): the light row
+            name = "MEAN_SUMS"
         feats = {"type": name, "geometry": geometry, "macs": macs, "vmacs": macs if vmacs is None else vmacs,
                  "col": col, "inner": inner, "vinner": inner if vinner is None else vinner, "out": out,
                  "pix": pix, "rows": rows, "inp": inp, "calls": n_calls, "wts": weights * kernel_calls}
@@ -420,6 +422,23 @@ def predict_from_features(ops: list[dict[str, Any]], coef: dict[str, Any], kerne
     per_op = [op_cost(f, coef, kernels) for f in ops]
     inv = coef["invoke"]
     return float(sum(per_op) + inv["const"] + inv["per_op"] * len(ops)), per_op
+
+
+def stage_overheads(core: str = "cortex-m4", kernels: str = "cmsis_nn",
+                    calibration: str = CALIBRATION_FILE) -> dict[str, float]:
+    """The calibrated instructions (estimated) a patch stage adds to its MACs, for the stage-plan search's
+    per-segment estimate (``tfmcu.plan.search.stage_segments``): per patch, per kernel call, per filter element a
+    1x1 convolution re-reads on each call (CMSIS-NN sums the filter rows per call), and per MAC of a 1x1 and of a
+    depthwise convolution (the bulk of a MobileNet's)."""
+    coef = _load(os.path.abspath(calibration)).get("coefficients", {}).get(f"{core}/{kernels}")
+    if coef is None:
+        raise UsageError(f"{os.path.basename(calibration)} has no calibration for {core} with {kernels}")
+    ops, stage = coef["ops"], coef["stage"]
+    conv = ops.get("CONV_2D:conv_1x1", {})
+    dw = next((ops[r] for r in sorted(ops) if r.startswith("DEPTHWISE_CONV_2D")), {})
+    return {"patch": float(stage.get("patches", 0.0)), "call": float(stage.get("calls", 0.0)),
+            "weight_call": float(conv.get("wts", 0.0)), "conv_mac": float(conv.get("macs", 1.0)),
+            "dw_mac": float(dw.get("macs", 1.0))}
 
 
 def predict_instructions(model: bytes | TfliteModel, core: str, kernels: str, where: str = "model",

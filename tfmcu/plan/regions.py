@@ -63,11 +63,32 @@ def stage_ops(graph: ir.Graph, n_blocks: int | None = None, n_ops: int | None = 
     return idx
 
 
+def is_global_pool(graph: ir.Graph, op: ir.Op) -> bool:
+    """A MEAN over height and width of a feature map (global average pooling): a patch stage may end with it, summing
+    its input patch by patch (the C executor's reduction, tflm_patch_kernels/mean.h)."""
+    return (op.type == ir.MEAN and len(op.inputs) == 1 and len(op.outputs) == 1
+            and graph.tensors[op.inputs[0]].is_feature_map and sorted(op.attrs.get("axes") or [1, 2]) == [1, 2])
+
+
+def stage_pool(graph: ir.Graph, idx: Sequence[int]) -> int | None:
+    """The op index of the global average pool that ends the stage ``idx`` (its last op, reading a tensor the stage
+    produces), else None."""
+    if len(idx) < 2:
+        return None
+    op = graph.ops[idx[-1]]
+    produced = {t for i in idx[:-1] for t in graph.ops[i].outputs}
+    return idx[-1] if is_global_pool(graph, op) and op.inputs[0] in produced else None
+
+
 def check_stage(graph: ir.Graph, idx: Sequence[int]) -> tuple[list[str], list[str]]:
-    """Stage inputs and outputs; raises ScheduleError naming the first op that cannot run patch by patch."""
+    """Stage inputs and outputs; raises ScheduleError naming the first op that cannot run patch by patch. A stage
+    may end with a global average pool (``stage_pool``): its output is then the pool's."""
     in_stage = set(idx)
     produced = {t for i in idx for t in graph.ops[i].outputs}
+    pool = stage_pool(graph, idx)
     for i in idx:
+        if i == pool:
+            continue
         op = graph.ops[i]
         if is_detection_head(op):
             raise ScheduleError(f"{op.describe(i)} is in the detection head, which runs whole: the patch stage must "
@@ -86,6 +107,11 @@ def check_stage(graph: ir.Graph, idx: Sequence[int]) -> tuple[list[str], list[st
                if t in graph.outputs or any(c not in in_stage for c in cons.get(t, []))]
     if not outputs:
         raise ScheduleError("the patch stage has no output used by the rest of the graph")
+    if pool is not None:
+        if outputs != graph.ops[pool].outputs:
+            raise ScheduleError(f"{graph.ops[pool].describe(pool)} ends the patch stage: no other tensor of the "
+                                f"stage may leave it (here {outputs})")
+        return inputs, outputs
     hw = {graph.tensors[t].hw for t in outputs}
     if len(hw) != 1:
         raise ScheduleError(f"the patch stage has outputs of different sizes {sorted(hw)}: "
@@ -246,10 +272,26 @@ class PatchSchedule:
     input_bytes: int = 0  # bytes of the stage inputs that are graph inputs (the image, when counted)
     step_memory: list[int] = field(default_factory=list)  # per op: peak over patches (stage) / per layer (rest)
     step_memory_excluding_input: list[int] = field(default_factory=list)
+    pool: int | None = None  # the global average pool that ends the stage (its output is summed patch by patch)
 
     @property
     def patches(self) -> int:
         return self.grid[0] * self.grid[1]
+
+    @property
+    def tiled(self) -> list[int]:
+        """The stage's ops that compute boxes of feature maps (all but a final global pool)."""
+        return [i for i in self.stage if i != self.pool]
+
+    @property
+    def tiles(self) -> list[str]:
+        """The tensors the grid cuts into tiles: the stage outputs, or the input of the global pool that ends it."""
+        return list(self.graph.ops[self.pool].inputs) if self.pool is not None else list(self.stage_outputs)
+
+    @property
+    def accumulator_bytes(self) -> int:
+        """The int32 sums of a final global pool (4 B per channel; 0 without one)."""
+        return 4 * self.graph.tensors[self.tiles[0]].shape[3] if self.pool is not None else 0
 
     @property
     def peak_sram_bytes(self) -> int:
@@ -269,6 +311,8 @@ class PatchSchedule:
 
     def region(self, op_index: int, patch: tuple[int, int]) -> PatchRegion:
         r, c = self.rows[patch[0]], self.cols[patch[1]]
+        if op_index == self.pool:  # the patch's tile into the 1 x 1 sums
+            return PatchRegion(op_index, ((0, 1), (0, 1)), [(r.band, c.band, (0, 0, 0, 0))])
         op = self.graph.ops[op_index]
         out = (r.need[op.outputs[0]], c.need[op.outputs[0]])
         reads = []
@@ -294,6 +338,7 @@ class PatchSchedule:
             "grid": list(self.grid),
             "patch_blocks": self.n_blocks,
             "patch_ops": len(self.stage),
+            "pool": self.pool,
             "accounting": self.accounting,
             "stage_inputs": self.stage_inputs,
             "stage_outputs": self.stage_outputs,
@@ -334,15 +379,18 @@ def plan(graph: ir.Graph, patches: int | tuple[int, int], n_blocks: int | None =
     ph, pw = (patches, patches) if isinstance(patches, int) else patches
     idx = list(ops) if ops is not None else stage_ops(graph, n_blocks, n_ops)
     ins, outs = check_stage(graph, idx)
-    oh, ow = graph.tensors[outs[0]].hw
+    pool = stage_pool(graph, idx)
+    tiled = [i for i in idx if i != pool]
+    tiles = list(graph.ops[pool].inputs) if pool is not None else outs  # what the grid cuts
+    oh, ow = graph.tensors[tiles[0]].hw
     if ph > oh or pw > ow:
         raise ScheduleError(f"{ph}x{pw} patches do not fit the {oh}x{ow} stage output")
-    rows = [walk_axis(graph, idx, outs, 0, band) for band in split(oh, ph)]
-    cols = [walk_axis(graph, idx, outs, 1, band) for band in split(ow, pw)]
+    rows = [walk_axis(graph, tiled, tiles, 0, band) for band in split(oh, ph)]
+    cols = [walk_axis(graph, tiled, tiles, 1, band) for band in split(ow, pw)]
 
     # MACs: exact uses clipped regions, padded the unclipped ones (sum over patches factorises per axis).
     stage_macs = stage_exact = stage_padded = 0
-    for i in idx:
+    for i in tiled:
         op = graph.ops[i]
         mpp = ir.macs_per_output_pixel(op)
         if not mpp:
@@ -357,7 +405,10 @@ def plan(graph: ir.Graph, patches: int | tuple[int, int], n_blocks: int | None =
     life = graph.lifetimes()
     per_layer = step_memory(graph, life, accounting=accounting)
     per_layer_x = step_memory(graph, life, exclude_inputs=True, accounting=accounting)
+    # (a final global pool: its output and its int32 sums, held for the whole stage; its input is a patch box)
     out_bytes = sum(graph.tensors[t].nbytes for t in outs)
+    if pool is not None:
+        out_bytes += 4 * graph.tensors[tiles[0]].shape[3]
     in_bytes = sum(graph.tensors[t].nbytes for t in ins if t in graph.inputs)
     produced = {t for i in idx for t in graph.ops[i].outputs}
     held = held_bytes(graph, idx, ins, produced, life)
@@ -407,4 +458,4 @@ def plan(graph: ir.Graph, patches: int | tuple[int, int], n_blocks: int | None =
         macs=sum(ir.op_macs(graph, op) for op in graph.ops), accounting=accounting, patch_peak_bytes=patch_peak,
         input_bytes=in_bytes,
         step_memory=mem,
-        step_memory_excluding_input=mem_x)
+        step_memory_excluding_input=mem_x, pool=pool)

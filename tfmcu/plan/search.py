@@ -39,6 +39,7 @@ from typing import Any, Callable, Protocol
 from tfmcu.errors import TfmcuError
 from tfmcu.graph import ir
 from tfmcu.plan.halo import HaloPlan, intermediates, plan_halo
+from tfmcu.plan.latency import stage_overheads
 from tfmcu.plan.profiler import ACCOUNTINGS, profile, step_memory
 from tfmcu.plan.regions import (PatchSchedule, ScheduleError, check_stage, largest_prefix, max_stage_blocks,
                                 plan)
@@ -171,13 +172,14 @@ def plan_candidates(graph: ir.Graph, options: SearchOptions) -> list[Candidate]:
     """Stage plans as candidates: the analytic Pareto fronts (``stage_plans``, at most ``options.max_stages``
     stages; the image counted or excluded as ``count_input`` says, and streamed) without what the single-stage
     candidates already are (one stage at the first op), at most ``MAX_PLANS_PER_FRONT`` of each spread over it,
-    within ``max_mac_overhead``. Stages that end into the global pool are left out (not executable yet)."""
+    within ``max_mac_overhead``. A stage may end into the global average pool (summed patch by patch)."""
     images = ["counted" if options.count_input else "excluded"] + (["streamed"] if options.accounting == "separate"
                                                                    else [])
     seen: set[tuple[Any, ...]] = set()
     out = []
     for image in images:
-        front = [p for p in stage_plans(graph, options, options.max_stages, image, pooled=False)
+        segs = stage_segments(graph, options, image)
+        front = [p for p in pareto_plans(graph, segs, options, options.max_stages, image, by="instructions")
                  if p.stages and not (len(p.stages) == 1 and p.stages[0].start == 0)]
         if len(front) > MAX_PLANS_PER_FRONT:
             step = (len(front) - 1) / (MAX_PLANS_PER_FRONT - 1)
@@ -466,6 +468,7 @@ class Segment:
     peak: int  # analytic bytes while the segment runs (the stage plan's image mode)
     macs: int
     pooled: bool = False
+    instructions: float = 0.0  # estimated (``segment_instructions``): what the search weighs against the peak
 
     @property
     def patched(self) -> bool:
@@ -497,6 +500,11 @@ class StagePlan:
         base = sum(ir.op_macs(self.graph, op) for op in self.graph.ops)
         return self.macs / base - 1.0 if base else 0.0
 
+    @property
+    def instructions(self) -> float:
+        """The segments' estimated instructions (``segment_instructions``; not TFLM's, not measured)."""
+        return sum(s.instructions for s in self.segments)
+
     def describe(self) -> str:
         if not self.stages:
             return "no patching (per-layer)"
@@ -515,10 +523,7 @@ class StagePlan:
         halo caches (None: recompute)."""
         out = []
         for s in self.stages:
-            if s.pooled:
-                raise ScheduleError(f"a stage that ends into the global average pool (ops {s.start}..{s.stop - 1}) "
-                                    f"is analytic only: the executor does not run it yet")
-            sch = plan(self.graph, s.grid, ops=list(range(s.start, s.stop)))
+            sch = plan(self.graph, s.grid, ops=list(range(s.start, s.stop)))  # (a pooled stage ends with the pool)
             inter = intermediates(sch) if s.variant == "halo all" else None
             out.append((sch, None if inter is None else plan_halo(sch, inter, inter)))
         return out
@@ -526,6 +531,7 @@ class StagePlan:
     def to_dict(self) -> dict[str, Any]:
         return {"describe": self.describe(), "image": self.image, "peak_bytes": self.peak, "macs": self.macs,
                 "mac_overhead": round(self.mac_overhead, 6), "stages": len(self.stages),
+                "instructions_estimate": int(round(self.instructions)),
                 "segments": [{"ops": [s.start, s.stop], "grid": list(s.grid) if s.grid else None,
                               "variant": s.variant, "pooled": s.pooled, "peak_bytes": s.peak, "macs": s.macs}
                              for s in self.segments if s.patched]}
@@ -542,13 +548,43 @@ def _global_pool_after(graph: ir.Graph, outputs: list[str]) -> int | None:
     return cons[0] if op.type == ir.MEAN and len(op.outputs) == 1 else None
 
 
+def segment_instructions(graph: ir.Graph, ops: list[int], walks: tuple[list[Any], list[Any]] | None,
+                         costs: dict[str, float]) -> float:
+    """A coarse estimate of a segment's instructions for the stage-plan search (``tfmcu.plan.latency.stage_overheads``'
+    calibrated costs): its convolutions' MACs, and for a patch stage (``walks``: its row and column band walks,
+    ``need`` or, with halo caches, ``comp``) per patch, per kernel call (a layer on a patch that computes something)
+    and per filter element each call of a 1x1 convolution re-reads. Not the latency predictor (which needs the
+    rewritten model): only how the search orders plans of equal peak."""
+    total = 0.0
+    for i in ops:
+        op = graph.ops[i]
+        macs = ir.op_macs(graph, op)
+        if walks is not None and op.outputs[0] in walks[0][0].need:
+            t = op.outputs[0]
+            got = [[_band_len(w, t) for w in axis] for axis in walks]
+            calls = sum(1 for r in got[0] if r) * sum(1 for c in got[1] if c)
+            macs = ir.macs_per_output_pixel(op) * sum(got[0]) * sum(got[1])
+            weights = op.out_channels * op.in_channels // max(op.groups, 1) if (
+                op.type == ir.CONV and tuple(op.kernel) == (1, 1)) else 0
+            total += calls * (costs["call"] + weights * costs["weight_call"])
+        total += macs * (costs["dw_mac"] if op.type == ir.DEPTHWISE else costs["conv_mac"])
+    if walks is not None:
+        total += len(walks[0]) * len(walks[1]) * costs["patch"]
+    return total
+
+
+def _band_len(w: Any, t: str) -> int:
+    r = (getattr(w, "comp", None) or w.need).get(t, (0, 0))
+    return max(r[1] - r[0], 0)
+
+
 def stage_segments(graph: ir.Graph, options: SearchOptions = SearchOptions(), image: str = "counted",
                    progress: Progress | None = None, pooled: bool = True) -> list[Segment]:
     """Every segment a stage plan can use: each op per layer, and every run of whole blocks that can form a patch
     stage x square grid (``options.patch_options``, up to the stage output's side) x ``STAGE_VARIANTS`` (halo caches
     need separate accounting), with the stage's analytic peak (``regions.plan`` / ``halo.plan_halo``; the image as
     ``image`` says) and its exact MACs; a stage whose output only a global average pool reads also as ``pooled``
-    (``pooled=False``: not; the executor does not run such stages yet, so only the analytic fronts use them)."""
+    (the pool's op in the stage: its input summed patch by patch, never held whole; ``pooled=False``: not)."""
     if image not in IMAGE_MODES:
         raise ScheduleError(f"image {image!r}: expected one of {', '.join(IMAGE_MODES)}")
     blocks = [op.block for op in graph.ops]
@@ -558,7 +594,9 @@ def stage_segments(graph: ir.Graph, options: SearchOptions = SearchOptions(), im
     if image == "streamed" and options.accounting != "separate":
         raise ScheduleError(f"a streamed image is planned with separate accounting, not {options.accounting!r}")
     mem = step_memory(graph, life, exclude_inputs=image == "excluded", accounting=options.accounting)
-    segs = [Segment(i, i + 1, None, None, mem[i], ir.op_macs(graph, op)) for i, op in enumerate(graph.ops)]
+    costs = stage_overheads()
+    segs = [Segment(i, i + 1, None, None, mem[i], ir.op_macs(graph, op), False,
+                    segment_instructions(graph, [i], None, costs)) for i, op in enumerate(graph.ops)]
     starts = [i for i, op in enumerate(graph.ops) if i == 0 or op.block != graph.ops[i - 1].block]
     variants = STAGE_VARIANTS if options.accounting == "separate" else ("recompute",)
     # a stage ends where a block starts, at the end, or before a global average pool (it may end into the pool)
@@ -573,26 +611,42 @@ def stage_segments(graph: ir.Graph, options: SearchOptions = SearchOptions(), im
             _, outs = check_stage(graph, idx)
         except ScheduleError:
             continue
-        side = min(graph.tensors[outs[0]].hw)
+        height, width = graph.tensors[outs[0]].hw
         pool = _global_pool_after(graph, outs)
-        for p in sorted({p for p in options.patch_options if 1 < p <= side}):
+        # square grids, and row bands (p x 1: one call per band and layer, the fewest per-call costs)
+        grids = sorted({(p, p) for p in options.patch_options if 1 < p <= min(height, width)}
+                       | {(p, 1) for p in options.patch_options if 1 < p <= height})
+        for p in grids:
             try:
-                s = plan(graph, (p, p), ops=idx, accounting=options.accounting)
+                s = plan(graph, p, ops=idx, accounting=options.accounting)
             except ScheduleError:
                 continue
             for v in variants:
+                walks: Any = (s.rows, s.cols)
                 if options.accounting != "separate":
                     peak = s.stage_peak_bytes if image == "counted" else s.stage_peak_bytes_excluding_input
                     macs = s.stage_macs_patched_exact
                 else:  # (no cache: regions' figures, and the streamed one)
                     inter = intermediates(s) if v == "halo all" else []
                     h = plan_halo(s, inter, inter)
-                    peak, macs = h.stage_peak(image), h.stage_macs_exact
-                segs.append(Segment(a, b, (p, p), v, peak, macs))
-                if pool is not None and pooled:  # the output summed into C int32 + the pool's own output, not held whole
-                    out = graph.tensors[outs[0]]
-                    pooled = peak - out.nbytes + 4 * out.shape[3] + graph.tensors[graph.ops[pool].outputs[0]].nbytes
-                    segs.append(Segment(a, pool + 1, (p, p), v, pooled, macs, pooled=True))
+                    peak, macs, walks = h.stage_peak(image), h.stage_macs_exact, (h.rows, h.cols)
+                segs.append(Segment(a, b, p, v, peak, macs, False, segment_instructions(graph, idx, walks, costs)))
+            if pool is not None and pooled:  # the same ops and the pool: the output summed into C int32
+                try:
+                    sp = plan(graph, p, ops=idx + [pool], accounting=options.accounting)
+                except ScheduleError:
+                    continue
+                for v in variants:
+                    walks = (sp.rows, sp.cols)
+                    if options.accounting != "separate":
+                        peak = sp.stage_peak_bytes if image == "counted" else sp.stage_peak_bytes_excluding_input
+                        macs = sp.stage_macs_patched_exact
+                    else:
+                        inter = intermediates(sp) if v == "halo all" else []
+                        h = plan_halo(sp, inter, inter)
+                        peak, macs, walks = h.stage_peak(image), h.stage_macs_exact, (h.rows, h.cols)
+                    segs.append(Segment(a, pool + 1, p, v, peak, macs, True,
+                                        segment_instructions(graph, idx + [pool], walks, costs)))
     return segs
 
 
@@ -609,37 +663,48 @@ def stage_plans(graph: ir.Graph, options: SearchOptions = SearchOptions(), max_s
 
 
 def pareto_plans(graph: ir.Graph, segs: list[Segment], options: SearchOptions = SearchOptions(),
-                 max_stages: int | None = None, image: str = "counted") -> list[StagePlan]:
+                 max_stages: int | None = None, image: str = "counted", by: str = "macs") -> list[StagePlan]:
     """``stage_plans``' dynamic programme over given segments (``stage_segments``: computed once for several
-    ``max_stages``)."""
+    ``max_stages``); ``by``: the cost weighed against the peak, ``macs`` (exact) or ``instructions`` (the
+    segments' estimate: per-call and per-patch costs too)."""
+    if by not in ("macs", "instructions"):
+        raise ScheduleError(f"stage plans by {by!r}: expected macs or instructions")
     by_start: dict[int, list[Segment]] = {}
     for s in segs:
         by_start.setdefault(s.start, []).append(s)
     n = len(graph.ops)
-    # a label: (peak, macs, stages, segments); per cut point only labels no other beats on all three
-    labels: list[list[tuple[int, int, int, tuple[Segment, ...]]]] = [[] for _ in range(n + 1)]
-    labels[0] = [(0, 0, 0, ())]
+    # a label: (peak, cost, MACs, stages, segments); per cut point only labels no other beats on all four (the MACs
+    # for the MAC cap when the cost is the instruction estimate; with cost = MACs the two are one criterion)
+    Label = tuple[int, float, int, int, tuple[Segment, ...]]
+    labels: list[list[Label]] = [[] for _ in range(n + 1)]
+    labels[0] = [(0, 0.0, 0, 0, ())]
 
-    def add(at: int, lab: tuple[int, int, int, tuple[Segment, ...]]) -> None:
+    def beats(a: Label, b: Label) -> bool:
+        return a[0] <= b[0] and a[1] <= b[1] and a[2] <= b[2] and a[3] <= b[3]
+
+    def add(at: int, lab: Label) -> None:
         kept = labels[at]
-        if any(k[0] <= lab[0] and k[1] <= lab[1] and k[2] <= lab[2] for k in kept):
+        if any(beats(k, lab) for k in kept):
             return
-        labels[at] = [k for k in kept if not (lab[0] <= k[0] and lab[1] <= k[1] and lab[2] <= k[2])] + [lab]
+        labels[at] = [k for k in kept if not beats(lab, k)] + [lab]
 
     for at in range(n):
-        for peak, macs, stages, path in labels[at]:
+        for peak, cost, macs, stages, path in labels[at]:
             for s in by_start.get(at, []):
                 k = stages + s.patched
                 if max_stages is not None and k > max_stages:
                     continue
-                add(s.stop, (max(peak, s.peak), macs + s.macs, k, path + (s,)))
+                add(s.stop, (max(peak, s.peak), cost + (s.macs if by == "macs" else s.instructions), macs + s.macs,
+                             k, path + (s,)))
     final = sorted(labels[n], key=lambda lab: (lab[0], lab[1]))
     front: list[StagePlan] = []
-    for peak, macs, _, path in final:
-        if front and macs >= front[-1].macs:
+    least = None  # the cost of the last plan kept
+    for peak, cost, _, _, path in final:
+        if least is not None and cost >= least:
             continue
         p = StagePlan(graph, path, image)
         if options.max_mac_overhead is not None and p.mac_overhead > options.max_mac_overhead + 1e-12:
             continue
         front.append(p)
+        least = cost
     return front

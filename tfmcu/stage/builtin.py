@@ -62,6 +62,9 @@ def rewrite_builtin(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where
         index.update(zip(op.inputs, act_in))
         index.update(zip(op.outputs, act_out))
 
+    if schedule.pool is not None:
+        raise RewriteError(f"{where}: {graph.ops[schedule.pool].describe(schedule.pool)} ends the patch stage: builtin "
+                           f"ops cannot sum a global pool patch by patch (--mode=custom can)")
     if max(schedule.grid) > MAX_CONCAT_INPUTS:
         raise RewriteError(f"{where}: {schedule.grid[0]}x{schedule.grid[1]} patches: TFLM concatenates at most "
                            f"{MAX_CONCAT_INPUTS} tensors, use at most {MAX_CONCAT_INPUTS} patches per side")
