@@ -12,8 +12,9 @@ int32 patch by patch: ``pooled``; the executor runs it since ABI 6).
 
 The MEASURED half (``measure_m4``): along each model's front of plans weighed by their estimated instructions
 (``pareto_plans(by="instructions")``, the image streamed, at most +10% MACs, as ``fit --max_stages`` searches), the
-``PRICED`` lowest-peak plans and the smallest one- and two-stage plans are built (``rewrite_stages``, the rest in
-place, its convolutions by our kernels) and their TFLM arena and instructions predicted; the smallest one- and
+lowest-peak plans (``PRICED`` / 2 of all, as many whose estimate is within ``MAX_LATENCY``) and the smallest one- and
+two-stage plans are built (``rewrite_stages``, the rest in place, its convolutions by our kernels) and their TFLM
+arena and instructions predicted; the smallest one- and
 two-stage plans, the smallest predicted arena and the smallest within ``MAX_LATENCY`` x the per-layer model's
 predicted instructions run on the Cortex-M4 (``deploy --run``, QEMU mps2-an386, CMSIS-NN): TFLM's
 ``arena_used_bytes`` and the instructions of one Invoke, against the per-layer model's QEMU count from the latency
@@ -36,13 +37,15 @@ from tfmcu.graph.ir import Graph
 from tfmcu.nets import zoo
 from tfmcu.plan.arena import mcu_build
 from tfmcu.plan.latency import CALIBRATION_FILE, predict_instructions
-from tfmcu.plan.search import Candidate, SearchOptions, StagePlan, pareto_plans, stage_segments
+from tfmcu.plan.search import (PLAN_ESTIMATE_SLACK, Candidate, SearchOptions, StagePlan, pareto_plans,
+                               stage_segments)
 from tfmcu.stage.custom import CustomArenaCost, CustomOptions
 
 MODELS = (("mbv2_035_144", "MobileNetV2-0.35-144 (tf_keras)"), ("keras_mobilenet_v2", "MobileNetV2-0.35-96 (tf_keras)"))
 MAX_STAGES = (1, 2, 3, None)
 IMAGES = ("excluded", "streamed", "counted")
-OPTIONS = SearchOptions(patch_options=tuple(range(2, 13)))  # grids 2x2 .. 12x12, halo: recompute or every cache
+# grids 2x2 .. 12x12 and 16, 18, 24, 36 patches per side (and as many row bands); halo: recompute or every cache
+OPTIONS = SearchOptions(patch_options=tuple(range(2, 13)) + (16, 18, 24, 36))
 MAC_CAPS = (0.10, 0.20, 0.30)
 # msf-CNN (NeurIPS'25), its optimizer on the standard Keras MobileNetV2-0.35-144 layer list (quoted in
 # ../shared/notes/peers.md: analytic, input and output excluded, no residual ADDs, kB = 1000): (kB, MAC factor)
@@ -82,7 +85,10 @@ def measured_points(o: Any, name: str, data: bytes, graph: Graph, segs: list[Any
     fronts = {ms: pareto_plans(graph, segs, opts, ms, "streamed", by="instructions") for ms in (1, 2, None)}
     plans: list[tuple[str, StagePlan]] = [("1 stage", p) for p in fronts[1][:3] if p.stages]
     plans += [("2 stages", p) for p in fronts[2][:3] if len(p.stages) == 2]
-    plans += [("any", p) for p in fronts[None][:PRICED] if p.stages]
+    est0 = pareto_plans(graph, segs, opts, 0, "streamed", by="instructions")[0].instructions
+    within = [p for p in fronts[None] if p.stages and p.instructions <= MAX_LATENCY * PLAN_ESTIMATE_SLACK * est0]
+    plans += [("any", p) for p in fronts[None][:PRICED // 2] if p.stages]
+    plans += [("any", p) for p in within[:PRICED - PRICED // 2] if all(p is not q for _, q in plans)]
     priced, keep = [], []
     for kind, p in plans:
         c = Candidate(p.stages[0].grid or (1, 1), None, None, p.peak, p.peak, p.macs, p.mac_overhead, plan=p)

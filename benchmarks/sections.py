@@ -24,7 +24,8 @@ out/bench/<section>.json (rows for scripts) and out/bench/<section>.md (the tabl
 - detection: detectors and classifiers trained at several resolutions, per layer vs patched at 128 / 256 kB
   (``benchmarks.detection``; hours on 2 cores, resumable).
 - multistage: several patch stages per network, the analytic Pareto fronts of the stage-plan search against one
-  stage and msf-CNN's quoted figures (``benchmarks.multistage``; about 5 min).
+  stage and msf-CNN's quoted figures, and the chosen plans measured on the Cortex-M4 (``benchmarks.multistage``;
+  about 25 min).
 """
 
 from __future__ import annotations

@@ -428,8 +428,9 @@ def stage_overheads(core: str = "cortex-m4", kernels: str = "cmsis_nn",
                     calibration: str = CALIBRATION_FILE) -> dict[str, float]:
     """The calibrated instructions (estimated) a patch stage adds to its MACs, for the stage-plan search's
     per-segment estimate (``tfmcu.plan.search.stage_segments``): per patch, per kernel call, per filter element a
-    1x1 convolution re-reads on each call (CMSIS-NN sums the filter rows per call), and per MAC of a 1x1 and of a
-    depthwise convolution (the bulk of a MobileNet's)."""
+    1x1 convolution re-reads on each call (CMSIS-NN sums the filter rows per call), per MAC of a 1x1 and of a
+    depthwise convolution, per output element of a 1x1 convolution and of an ADD, per output pixel of a depthwise
+    convolution (the bulk of a MobileNet's)."""
     coef = _load(os.path.abspath(calibration)).get("coefficients", {}).get(f"{core}/{kernels}")
     if coef is None:
         raise UsageError(f"{os.path.basename(calibration)} has no calibration for {core} with {kernels}")
@@ -438,7 +439,8 @@ def stage_overheads(core: str = "cortex-m4", kernels: str = "cmsis_nn",
     dw = next((ops[r] for r in sorted(ops) if r.startswith("DEPTHWISE_CONV_2D")), {})
     return {"patch": float(stage.get("patches", 0.0)), "call": float(stage.get("calls", 0.0)),
             "weight_call": float(conv.get("wts", 0.0)), "conv_mac": float(conv.get("macs", 1.0)),
-            "dw_mac": float(dw.get("macs", 1.0))}
+            "dw_mac": float(dw.get("macs", 1.0)), "conv_element": float(conv.get("inner", 0.0)),
+            "dw_pixel": float(dw.get("pix", 0.0)), "add_element": float(ops.get("ADD", {}).get("out", 0.0))}
 
 
 def predict_instructions(model: bytes | TfliteModel, core: str, kernels: str, where: str = "model",

@@ -165,14 +165,19 @@ def candidates(graph: ir.Graph, options: SearchOptions = SearchOptions()) -> lis
     return out
 
 
-MAX_PLANS_PER_FRONT = 12  # stage plans a search evaluates per Pareto front (spread over it)
+MAX_PLANS_PER_FRONT = 12  # stage plans a search evaluates per Pareto front (its smallest half, the rest spread)
+# With a latency cap, plans whose estimated instructions (``segment_instructions``) exceed the cap by more than this
+# factor are not priced (the estimate came 0.3-2% above the latency predictor along MobileNetV2-0.35-144's front)
+PLAN_ESTIMATE_SLACK = 1.03
 
 
 def plan_candidates(graph: ir.Graph, options: SearchOptions) -> list[Candidate]:
     """Stage plans as candidates: the analytic Pareto fronts (``stage_plans``, at most ``options.max_stages``
     stages; the image counted or excluded as ``count_input`` says, and streamed) without what the single-stage
     candidates already are (one stage at the first op), at most ``MAX_PLANS_PER_FRONT`` of each spread over it,
-    within ``max_mac_overhead``. A stage may end into the global average pool (summed patch by patch)."""
+    within ``max_mac_overhead``. A stage may end into the global average pool (summed patch by patch). The fronts
+    weigh the peak against the segments' instruction estimate; with ``max_latency``, only plans whose estimate is
+    within it (``PLAN_ESTIMATE_SLACK``) are candidates, the smallest first."""
     images = ["counted" if options.count_input else "excluded"] + (["streamed"] if options.accounting == "separate"
                                                                    else [])
     seen: set[tuple[Any, ...]] = set()
@@ -181,9 +186,14 @@ def plan_candidates(graph: ir.Graph, options: SearchOptions) -> list[Candidate]:
         segs = stage_segments(graph, options, image)
         front = [p for p in pareto_plans(graph, segs, options, options.max_stages, image, by="instructions")
                  if p.stages and not (len(p.stages) == 1 and p.stages[0].start == 0)]
-        if len(front) > MAX_PLANS_PER_FRONT:
-            step = (len(front) - 1) / (MAX_PLANS_PER_FRONT - 1)
-            front = [front[round(i * step)] for i in range(MAX_PLANS_PER_FRONT)]
+        if options.max_latency is not None:  # the plans whose estimate is near the cap (the predictor decides)
+            per_layer = pareto_plans(graph, segs, options, 0, image, by="instructions")[0].instructions
+            front = [p for p in front if p.instructions <= options.max_latency * PLAN_ESTIMATE_SLACK * per_layer]
+        if len(front) > MAX_PLANS_PER_FRONT:  # the smallest half, and the other half spread over the rest
+            low, rest = front[:MAX_PLANS_PER_FRONT // 2], front[MAX_PLANS_PER_FRONT // 2:]
+            n = MAX_PLANS_PER_FRONT - len(low)
+            step = (len(rest) - 1) / (n - 1)
+            front = low + [rest[round(i * step)] for i in range(n)]
         for p in front:
             key = tuple((s.start, s.stop, s.grid, s.variant) for s in p.stages)
             if key in seen:
@@ -559,15 +569,21 @@ def segment_instructions(graph: ir.Graph, ops: list[int], walks: tuple[list[Any]
     for i in ops:
         op = graph.ops[i]
         macs = ir.op_macs(graph, op)
+        out = graph.tensors[op.outputs[0]]
+        pixels = out.shape[1] * out.shape[2] if out.is_feature_map else 1
         if walks is not None and op.outputs[0] in walks[0][0].need:
             t = op.outputs[0]
             got = [[_band_len(w, t) for w in axis] for axis in walks]
             calls = sum(1 for r in got[0] if r) * sum(1 for c in got[1] if c)
             macs = ir.macs_per_output_pixel(op) * sum(got[0]) * sum(got[1])
+            pixels = sum(got[0]) * sum(got[1])
             weights = op.out_channels * op.in_channels // max(op.groups, 1) if (
                 op.type == ir.CONV and tuple(op.kernel) == (1, 1)) else 0
             total += calls * (costs["call"] + weights * costs["weight_call"])
         total += macs * (costs["dw_mac"] if op.type == ir.DEPTHWISE else costs["conv_mac"])
+        per_pixel = {ir.CONV: costs["conv_element"] * out.shape[-1] * op.kernel[0] * op.kernel[1],
+                     ir.DEPTHWISE: costs["dw_pixel"], ir.ADD: costs["add_element"] * out.shape[-1]}
+        total += pixels * per_pixel.get(op.type, 0.0) if op.type in per_pixel else 0.0
     if walks is not None:
         total += len(walks[0]) * len(walks[1]) * costs["patch"]
     return total
