@@ -55,7 +55,7 @@ DET_MODEL = "mbv2-det2-w035"
 DET_DATASET = "scenes-det:canvas=160,object_px=8-40,train=2000,val=200,test=300,seed=0"
 CLS_MODEL, CLS_WIDTH = "mbv2", 0.35
 CLS_DATASET = "scenes:canvas=160,object_px=8-40,train=2000,val=200,test=1000,seed=0"
-DET_RESOLUTIONS = (48, 64, 80, 96, 128, 160)
+DET_RESOLUTIONS = (48, 64, 80, 96, 128, 160, 192)
 CLS_RESOLUTIONS = (48, 64, 96, 128)
 EPOCHS = 20
 DET_RECIPE = Recipe(epochs=EPOCHS, qat_epochs=0, batch_size=32, lr=0.05, warmup_epochs=1.0, flip="auto")

@@ -37,8 +37,7 @@ from tfmcu.graph.ir import Graph
 from tfmcu.nets import zoo
 from tfmcu.plan.arena import mcu_build
 from tfmcu.plan.latency import CALIBRATION_FILE, predict_instructions
-from tfmcu.plan.search import (PLAN_ESTIMATE_SLACK, Candidate, SearchOptions, StagePlan, pareto_plans,
-                               stage_segments)
+from tfmcu.plan.search import Candidate, SearchOptions, StagePlan, pareto_plans, stage_segments
 from tfmcu.stage.custom import CustomArenaCost, CustomOptions
 
 MODELS = (("mbv2_035_144", "MobileNetV2-0.35-144 (tf_keras)"), ("keras_mobilenet_v2", "MobileNetV2-0.35-96 (tf_keras)"))
@@ -56,7 +55,7 @@ MSF_CNN_144 = ((124.6, 1.036), (37.3, 1.226), (21.3, 1.294), (15.8, 1.567))
 CORE, TARGET, KERNELS = "cortex-m4", "cortex-m4", "cmsis_nn"
 MEASURED_CAP = 0.10  # MAC overhead of the plans priced and measured (the target)
 MAX_LATENCY = 1.10  # x the per-layer model's predicted instructions
-PRICED = 10  # lowest-peak plans of the instruction-weighed front built and predicted per model
+PRICED = 16  # lowest-peak plans of the instruction-weighed front built and predicted per model
 CONFIG = CustomOptions(inplace=True, kernels=KERNELS, stream_input=True, rest_convs="tfmcu")
 
 
@@ -86,7 +85,7 @@ def measured_points(o: Any, name: str, data: bytes, graph: Graph, segs: list[Any
     plans: list[tuple[str, StagePlan]] = [("1 stage", p) for p in fronts[1][:3] if p.stages]
     plans += [("2 stages", p) for p in fronts[2][:3] if len(p.stages) == 2]
     est0 = pareto_plans(graph, segs, opts, 0, "streamed", by="instructions")[0].instructions
-    within = [p for p in fronts[None] if p.stages and p.instructions <= MAX_LATENCY * PLAN_ESTIMATE_SLACK * est0]
+    within = [p for p in fronts[None] if p.stages and p.instructions <= MAX_LATENCY * est0]
     plans += [("any", p) for p in fronts[None][:PRICED // 2] if p.stages]
     plans += [("any", p) for p in within[:PRICED - PRICED // 2] if all(p is not q for _, q in plans)]
     priced, keep = [], []

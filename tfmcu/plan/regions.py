@@ -95,8 +95,8 @@ def check_stage(graph: ir.Graph, idx: Sequence[int]) -> tuple[list[str], list[st
                                 f"end before it (largest stage that works: {largest_prefix(graph)} ops)")
         if not op.patchable:
             raise ScheduleError(f"{op.describe(i)} cannot run patch by patch (supported: conv, depthwise conv, "
-                                f"pooling, pad, add, concatenation, quantize, elementwise); largest stage that "
-                                f"works: {largest_prefix(graph)} ops")
+                                f"pooling, pad, add, concatenation, quantize, elementwise, and a global average pool "
+                                f"as the last op); largest stage that works: {largest_prefix(graph)} ops")
         for t in op.inputs + op.outputs:
             if not graph.tensors[t].is_feature_map:
                 raise ScheduleError(f"{op.describe(i)} has non-feature-map tensor '{t}' "
