@@ -93,7 +93,7 @@ def test_spec_json_model(tmp_path):
     (["--model=mbv2", "--patches=4"], "--patch_blocks"),
     (["--model=mbv2", "--patches=4", "--patch_blocks=40"], "blocks"),
     (["--model=mbv2", "--patches=four", "--patch_blocks=5"], "--patches=four"),
-    (["--model=mbv2", "--patches=4", "--patch_ops=63"], "cannot run patch by patch"),
+    (["--model=mbv2", "--patches=4", "--patch_ops=64"], "must be 1..63"),
     (["--model=mbv2", "--resolution=3"], "resolution"),
     (["--model=mbv2", "--bogus=1"], "bogus"),
     (["--model=mbv2", "--accounting=tinyengine"], "accounting"),
