@@ -41,8 +41,8 @@ from tfmcu.graph import ir
 from tfmcu.plan.halo import HaloPlan, intermediates, plan_halo
 from tfmcu.plan.latency import stage_overheads
 from tfmcu.plan.profiler import ACCOUNTINGS, profile, step_memory
-from tfmcu.plan.regions import (PatchSchedule, ScheduleError, check_stage, largest_prefix, max_stage_blocks,
-                                plan)
+from tfmcu.plan.regions import (PatchSchedule, ScheduleError, check_stage, is_global_pool, largest_prefix,
+                                max_stage_blocks, plan)
 
 OBJECTIVES = ("macs", "memory", "latency")
 LATENCY_MAC_WINDOW = 0.02  # objective "latency": candidates up to +2% MACs over the first that fits are evaluated
@@ -554,8 +554,7 @@ def _global_pool_after(graph: ir.Graph, outputs: list[str]) -> int | None:
     cons = graph.consumers().get(outputs[0], [])
     if len(cons) != 1 or outputs[0] in graph.outputs:
         return None
-    op = graph.ops[cons[0]]
-    return cons[0] if op.type == ir.MEAN and len(op.outputs) == 1 else None
+    return cons[0] if is_global_pool(graph, graph.ops[cons[0]]) else None
 
 
 def segment_instructions(graph: ir.Graph, ops: list[int], walks: tuple[list[Any], list[Any]] | None,
@@ -583,7 +582,7 @@ def segment_instructions(graph: ir.Graph, ops: list[int], walks: tuple[list[Any]
         total += macs * (costs["dw_mac"] if op.type == ir.DEPTHWISE else costs["conv_mac"])
         per_pixel = {ir.CONV: costs["conv_element"] * out.shape[-1] * op.kernel[0] * op.kernel[1],
                      ir.DEPTHWISE: costs["dw_pixel"], ir.ADD: costs["add_element"] * out.shape[-1]}
-        total += pixels * per_pixel.get(op.type, 0.0) if op.type in per_pixel else 0.0
+        total += pixels * per_pixel.get(op.type, 0.0)
     if walks is not None:
         total += len(walks[0]) * len(walks[1]) * costs["patch"]
     return total
