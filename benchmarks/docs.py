@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from benchmarks import results
-from benchmarks.sections import SECTION_TABLES, SECTIONS
+from benchmarks.sections import SECTION_TABLES, SECTIONS, inplace_line
 from tfmcu.firmware.targets import TARGETS
 from tfmcu.flows.demo import summary_table
 from tfmcu.flows.profile import format_table
@@ -44,7 +44,7 @@ from tfmcu.plan import latency
 
 ROOT = results.ROOT
 TABLE_RE = re.compile(r"^<!-- table: (\S+) -->\n(.*?)^<!-- /table -->$", re.M | re.S)
-VALUE_RE = re.compile(r"<!-- value: (\S+?) -->(.*?)<!-- /value -->", re.S)
+VALUE_RE = re.compile(r"<!-- value: (\S[^>]*?) -->(.*?)<!-- /value -->", re.S)
 # The command that wrote a run's JSON when the JSON does not record it (``--publish`` of a file).
 COMMANDS = {"demo": "make demo"}
 
@@ -147,6 +147,11 @@ def profile_excerpt(report: dict[str, Any]) -> str:
     return "```\n" + text[text.index("\nMACs ") + 1:].rstrip("\n") + "\n```\n"
 
 
+def inplace_lines(custom: dict[str, Any]) -> str:
+    """The in-place plans' lines of section *custom* (pairs, planned head, lower bound), as a code block."""
+    return "```\n" + "\n".join(inplace_line(r["inplace"]) for r in custom["rows"] if "inplace" in r) + "\n```\n"
+
+
 def _worst_error(data: dict[str, Any]) -> float:
     return max(abs(r["error"]) for r in latency.accuracy(data))
 
@@ -195,23 +200,30 @@ def story_table(fit: dict[str, Any], halo_firmware: dict[str, Any], multistage: 
     if multi is None:
         raise RenderError("multistage: no measured 'smallest within' plan of mbv2_035_144")
 
-    def row(step: str, arena: int, predicted: bool, macs: float, insns: int | None) -> str:
-        return (f"| {step} | {arena:,}{' (predicted)' if predicted else ''} | {base_arena / arena:.2f}x | "
-                f"{100 * macs:+.1f}% | " + ("-" if not insns else f"{insns / base_insns:.3f}x") + " |")
+    def row(step: str, r: dict[str, Any], arena: int | None, macs: float, insns: int | None,
+            equal: bool | None) -> str:
+        shown = arena if arena else r["predicted_arena_bytes"]
+        note = "" if arena else " (predicted: it does not link on the target)"
+        return (f"| {step} | {shown:,}{note} | {base_arena / shown:.2f}x | {100 * macs:+.1f}% | "
+                + ("-" if not insns else f"{insns / base_insns:.3f}x") + " | "
+                + ("-" if equal is None else "yes" if equal else "NO") + " |")
 
-    md = ["| step | TFLM arena (B) | smaller than per layer | MACs | instructions vs per layer |",
-          "|---|---:|---:|---:|---:|",
-          row("TFLM + CMSIS-NN per layer: the baseline (it does not link in 256 KiB, so its arena is predicted)",
-              base_arena, not base.get("arena_used_bytes"), 0.0, base_insns),
+    ran = bool(base.get("arena_used_bytes"))
+    md = ["| step | TFLM arena (B) | smaller than per layer | MACs | instructions vs per layer | outputs = TF Lite |",
+          "|---|---:|---:|---:|---:|---|",
+          row("TFLM + CMSIS-NN per layer: the baseline", base, base.get("arena_used_bytes"), 0.0, base_insns,
+              base["outputs_equal_tflite"] if ran else None),
           row(f"+ one patch stage, halos recomputed (MCUNetV2), image in the arena: {stage['what']}",
-              stage["arena_used_bytes"], False,
+              {"predicted_arena_bytes": stage["arena_predicted"]}, stage["arena_used_bytes"],
               (stage["macs_executed"] / stage["macs"] - 1) if stage.get("macs") and stage.get("macs_executed")
-              else 0.0, stage["invoke_insns"]),
+              else 0.0, stage["invoke_insns"], stage["equal_tflite"]),
           row(f"+ halo caches, the image streamed, the rest in place with its multipliers in Flash "
               f"(`fit --objective=memory --max_latency=1.05 --stream_input`): {cached['schedule']}",
-              cached["arena_used_bytes"], False, cached["macs"] / base["macs"] - 1, cached["instructions"]),
+              cached, cached["arena_used_bytes"], cached["macs"] / base["macs"] - 1, cached["instructions"],
+              cached["outputs_equal_tflite"]),
           row(f"+ several patch stages, the last into the global pool: {multi['plan']['stages']} stages",
-              multi["arena_used_bytes"], False, multi["plan"]["mac_overhead"], multi["instructions"])]
+              multi, multi["arena_used_bytes"], multi["plan"]["mac_overhead"], multi["instructions"],
+              multi["outputs_equal_tflite"])]
     return "\n".join(md) + "\n"
 
 
@@ -263,6 +275,7 @@ def headline_table(custom: dict[str, Any], fit: dict[str, Any], detection: dict[
 TABLES: dict[str, Table] = {
     **{name: Table((name,), render) for name, render in SECTION_TABLES.items()},
     "demo": Table(("demo",), summary_table),
+    "custom:inplace": Table(("custom",), inplace_lines),
     "latency_calibration:accuracy": Table(("latency_calibration",), calibration_summary),
     "latency_calibration:runs": Table(("latency_calibration",), calibration_runs),
     "accounting": Table(tuple(f"profile_mbv2_224_{a}" for a in ACCOUNTINGS), accounting_table),
@@ -292,10 +305,15 @@ def _matches(value: Any, want: str) -> bool:
     return str(value) == want
 
 
+def _segments(path: str) -> list[str]:
+    """``path`` split at the dots outside brackets (a selector may hold dots: ``[what=smallest within 1.1x]``)."""
+    return [s for s in re.findall(r"(?:[^.\[]|\[[^\]]*\])+", path)]
+
+
 def resolve(data: Any, path: str) -> Any:
     """The entry ``path`` names in ``data`` (see the module docstring)."""
     node = data
-    for segment in path.split("."):
+    for segment in _segments(path):
         m = _SEGMENT.fullmatch(segment)
         if not m:
             raise RenderError(f"bad path segment {segment!r}")
@@ -312,7 +330,8 @@ def resolve(data: Any, path: str) -> Any:
                     raise RenderError(f"{path}: index {sel} of {len(node)}")
                 node = node[int(sel)]
                 continue
-            want = dict(part.split("=", 1) for part in sel.split(",") if "=" in part)
+            # key=value pairs; a value may hold commas and spaces ("what=fit, max_latency 1.05")
+            want = dict(part.strip().split("=", 1) for part in re.split(r",(?=\s*[\w-]+=)", sel) if "=" in part)
             found = [e for e in node if isinstance(e, dict) and all(k in e and _matches(e[k], v)
                                                                      for k, v in want.items())]
             if not found:
