@@ -31,7 +31,6 @@ AWAITING_RESULTS = {
     "docs/firmware.md",  # tflm_firmware
     "docs/getting-started.md",  # demo
     "docs/halo.md",  # halo
-    "docs/memory.md",  # custom
     "docs/multistage.md",  # multistage
 }
 
