@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 from benchmarks import results
 from benchmarks.sections import SECTION_TABLES, SECTIONS, inplace_line
+from tfmcu.errors import UsageError
 from tfmcu.firmware.targets import TARGETS
 from tfmcu.flows.demo import summary_table
 from tfmcu.flows.profile import format_table
@@ -499,14 +500,14 @@ def publish(path: str, name: str | None = None, command: str | None = None, root
     ``command`` (default ``COMMANDS[name]``). Returns the result names written."""
     if os.path.isdir(path):
         if name is not None:
-            raise SystemExit("--name names one file's result, not a folder's")
+            raise UsageError("--name names one file's result, not a folder's")
         files = [(s, os.path.join(path, f"{s}.json")) for s in SECTIONS if os.path.isfile(os.path.join(path, f"{s}.json"))]
         if not files:
-            raise SystemExit(f"{path}: no bench section's JSON ({', '.join(SECTIONS)})")
+            raise UsageError(f"{path}: no bench section's JSON ({', '.join(SECTIONS)})")
     elif os.path.isfile(path):
         files = [(name or os.path.splitext(os.path.basename(path))[0], path)]
     else:
-        raise SystemExit(f"{path}: no such file or folder")
+        raise UsageError(f"{path}: no such file or folder")
     written = []
     for result, src in files:
         with open(src) as f:
@@ -514,7 +515,7 @@ def publish(path: str, name: str | None = None, command: str | None = None, root
         if not (isinstance(data, dict) and "run" in data):
             cmd = command or COMMANDS.get(result)
             if cmd is None:
-                raise SystemExit(f"{src}: the JSON does not record its run; say what wrote it with --command")
+                raise UsageError(f"{src}: the JSON does not record its run; say what wrote it with --command")
             date = datetime.date.fromtimestamp(os.path.getmtime(src))
             data = results.with_run(data, {**results.run_record([], date), "command": cmd})
         out = results.path_of(result, root)
@@ -537,7 +538,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--command", help="--publish: the command that wrote a JSON that does not record it")
     a = ap.parse_args(argv)
     if a.publish:
-        for n in publish(a.publish, a.name, a.command):
+        try:
+            names = publish(a.publish, a.name, a.command)
+        except UsageError as e:
+            print(f"{ap.prog}: error: {e}", file=sys.stderr)
+            return 2
+        for n in names:
             print(f"published {os.path.relpath(results.path_of(n))}")
         return 0
     if a.write:

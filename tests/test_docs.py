@@ -16,6 +16,7 @@ import pytest
 
 from benchmarks import docs, results
 from benchmarks.sections import SECTION_TABLES, SECTIONS
+from tfmcu.errors import UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = {p: open(os.path.join(ROOT, p)).read() for p in docs.pages(ROOT)}
@@ -161,8 +162,11 @@ def test_publish_records_the_run(tmp_path):
     (bench / "notes.json").write_text("{}")
     assert docs.publish(str(bench), root=str(tmp_path)) == ["custom"]
     assert json.load(open(results.path_of("custom", str(tmp_path))))["run"] == {"date": "d"}
-    with pytest.raises(SystemExit):
+    with pytest.raises(UsageError, match="no such file"):
         docs.publish(str(tmp_path / "nothing.json"), root=str(tmp_path))
+    (tmp_path / "other.json").write_text("[]")
+    with pytest.raises(UsageError, match="--command"):
+        docs.publish(str(tmp_path / "other.json"), root=str(tmp_path))
 
 
 def test_run_record_names_the_command():
