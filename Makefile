@@ -5,6 +5,7 @@
 #   make pytest  the Python tests directly with pytest (quick dev loop)
 #   make demo    python -m pipelines.demo
 #   make bench   python -m pipelines.bench
+#   make docs    the docs' figure tables rendered from the published results (docs/results/), then checked
 #   make clean   remove Bazel outputs and out/ (keeps .venv; `make distclean` removes it too)
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -17,7 +18,7 @@ BAZEL  ?= bazel
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: setup test pytest demo bench clean distclean
+.PHONY: setup test pytest demo bench docs clean distclean
 
 setup:
 	@bash tools/setup.sh
@@ -40,6 +41,10 @@ demo: setup
 
 bench: setup
 	$(PYTHON) -m pipelines.bench
+
+# After a measuring run: python -m benchmarks.docs --publish out/bench (or out/demo/summary.json --name demo).
+docs: setup
+	$(PYTHON) -m benchmarks.docs --write
 
 clean:
 	-$(BAZEL) clean 2>/dev/null

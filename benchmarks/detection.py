@@ -209,7 +209,7 @@ def detection_section(o: Any, log: Callable[[str], None] = print, measure_m4: bo
               "board": board, "setup": _setup()}
     plot = os.path.join(o.out_dir, "detection.png")
     write_outputs({plot: _plot(sens, claims)})
-    return {"rows": result, "markdown": markdown(result), "plot": "detection.png"}
+    return {"rows": result, "plot": "detection.png"}
 
 
 def _setup() -> dict[str, Any]:
@@ -308,7 +308,9 @@ def _pct(v: float | None) -> str:
     return "n/a" if v is None else f"{100 * v:.1f}"
 
 
-def markdown(res: dict[str, Any]) -> str:
+def table(result: dict[str, Any]) -> str:
+    """Section *detection*'s tables, from its JSON (its ``rows``: sensitivity, claims, arenas, board, setup)."""
+    res = result["rows"]
     s = res["setup"]
     md = [f"Resolution sensitivity: {s['classifier']} on `{s['classification_data']}` and {s['detector']} on "
           f"`{s['detection_data']}`, each trained from scratch for {s['epochs']} epochs at every resolution (one "

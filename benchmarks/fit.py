@@ -108,7 +108,7 @@ def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CA
             row["fits"] = m.get("fits")
             row["stream_input"] = stream
             rows.append(row)
-    return {"rows": rows, "markdown": _markdown(rows)}
+    return {"rows": rows}
 
 
 def _calibration_invoke(name: str, core: str) -> int | None:
@@ -136,7 +136,9 @@ def measured_row(name: str, target: str, what: str, schedule: str | None, pred_a
             "verdict": dep.get("verdict")}
 
 
-def _markdown(rows: list[dict[str, Any]]) -> str:
+def table(result: dict[str, Any]) -> str:
+    """Section *fit*'s table, from its JSON."""
+    rows = result["rows"]
     md = ["Measured on the target under QEMU (TFLM arena_used_bytes, QEMU instruction counts of one Invoke), "
           "TFLM's CMSIS-NN kernels and the patch executor's CMSIS-NN backend, the image counted; predicted by "
           "tfmcu.plan.arena (arena) and tfmcu.plan.latency (instructions, estimated).", "",

@@ -134,7 +134,7 @@ def halo_section(o: Any, log: Callable[[str], None] = print) -> dict[str, Any]:
                             f"{100 * mo:+.1f}%, equal {r['equal_original']} ({time.time() - t0:.0f} s)")
     plot = os.path.join(o.out_dir, "halo.png")
     _plot(rows, plot)
-    return {"rows": rows, "markdown": _markdown(rows), "plot": "halo.png"}
+    return {"rows": rows, "plot": "halo.png"}
 
 
 def _equal(a: list[list[np.ndarray]], b: list[list[np.ndarray]]) -> bool:
@@ -155,7 +155,9 @@ def _best(rows: list[dict[str, Any]], max_overhead: float, series: tuple[str, ..
     return min(ok, key=lambda r: (r["arena_bytes"], r["mac_overhead_exact"])) if ok else None
 
 
-def _markdown(rows: list[dict[str, Any]]) -> str:
+def table(result: dict[str, Any]) -> str:
+    """Section *halo*'s table and its targets, from its JSON."""
+    rows = result["rows"]
     md = [f"Measured: {MEASURED_BY}; arena = TFLM's arena_used_bytes (image in the arena unless streamed). MAC "
           "overheads exact (what the executor computes), whole model; stage overheads in the table.", "",
           "| model | series | grid | caches | MACs (whole / stage) | arena (B) | head / tail (B) | vs original | "
@@ -169,7 +171,7 @@ def _markdown(rows: list[dict[str, Any]]) -> str:
                       f"{100 * r['mac_overhead_exact']:+.1f}% / {100 * r['stage_mac_overhead_exact']:+.1f}% | "
                       f"{r['arena_bytes']:,} | {r['head_bytes']:,} / {r['tail_bytes']:,} | "
                       f"{orig['arena_bytes'] / r['arena_bytes']:.2f}x | {'yes' if r['equal_original'] else 'NO'} |")
-    md += ["", "Targets (issue 12), from the rows above:"]
+    md += ["", "Targets, from the rows above:"]
     rows224 = [r for r in rows if r["model"] == "mbv2_100_224"]
     rec = next((r for r in rows224 if r["series"] == "recompute" and r["grid"] == [4, 4] and r["blocks"] == 5), None)
     if rec is not None:
@@ -245,7 +247,7 @@ FIRMWARE_MODELS = ("mbv2_035_144", "mbv2_100_224")
 FIRMWARE_VARIANTS = {"cmsis": "TFLM + CMSIS-NN per layer (baseline)", "cmsis_p": "patched, recompute",
                      "cmsis_p_all": "patched, every halo cached",
                      "cmsis_p_auto_stream": "patched, caches (auto) + input streamed from Flash"}
-LATENCY_TARGET = 1.05  # issue 12: whole model patched <= 1.05 x TFLM + CMSIS-NN unpatched (QEMU instructions)
+LATENCY_TARGET = 1.05  # target: whole model patched <= 1.05 x TFLM + CMSIS-NN unpatched (QEMU instructions)
 # MobileNetV2-0.35-144 with TFLM's reference kernels: per layer, and 9x9 n=5 with the smallest stage within +5% MACs
 # (the rest in place, its multipliers in Flash), image in the arena or streamed: variant -> (label, target ratio)
 MEMORY_VARIANTS = {"ref": ("TFLM reference kernels per layer (baseline)", None),
@@ -276,6 +278,22 @@ def halo_firmware_section(o: Any, log: Callable[[str], None] = print) -> dict[st
                      "arena_predicted": host["predicted_arena_bytes_cortex_m"],
                      "macs": host.get("macs"), "macs_executed": host.get("macs_executed"), "what": host["what"],
                      "equal_tflite": not rep["problems"]})
+    for r in rows:
+        if r["variant"] in FIRMWARE_VARIANTS:
+            base = next(b for b in rows if b["model"] == r["model"] and b["variant"] == "cmsis" and
+                        b["target"] == r["target"])
+            r["vs_baseline"] = round(r["invoke_insns"] / base["invoke_insns"], 4)
+        else:
+            base = next(b for b in rows if b["variant"] == "ref" and b["target"] == r["target"])
+            r["vs_per_layer"] = round(base["arena_used_bytes"] / r["arena_used_bytes"], 4)
+    plot = os.path.join(o.out_dir, "halo_firmware.png")
+    _plot_firmware([r for r in rows if r["variant"] in FIRMWARE_VARIANTS], plot)
+    return {"rows": rows, "plot": "halo_firmware.png"}
+
+
+def firmware_table(result: dict[str, Any]) -> str:
+    """Section *halo_firmware*'s latency and memory tables, from its JSON."""
+    rows = result["rows"]
     md = ["Measured: QEMU instruction counts (plugin) of one Invoke and of its patch stage, TFLM's arena_used_bytes "
           "on the target; CMSIS-NN kernels everywhere (TFLM's for the rest, the patch executor's CMSIS-NN backend "
           "for the stage).", "",
@@ -291,33 +309,29 @@ def halo_firmware_section(o: Any, log: Callable[[str], None] = print) -> dict[st
         stage = (f"{r['stage_insns']:,}" if r["stage_insns"] else "-")
         stage_ratio = (f"{r['stage_insns'] / base['stage_insns']:.3f}x" if r["stage_insns"] and base["stage_insns"]
                        else "-")
-        r["vs_baseline"] = round(ratio, 4)
         md.append(f"| {TITLES[r['model']]} | {FIRMWARE_VARIANTS[r['variant']]} | {r['target']} | "
                   f"{r['invoke_insns']:,} | {ratio:.3f}x | {stage} | {stage_ratio} | {r['arena_used_bytes']:,} | "
                   f"{'yes' if r['arena_used_bytes'] == r['arena_predicted'] else 'no'} | "
                   f"{'yes' if r['equal_tflite'] else 'NO'} |")
-    md += ["", f"Target (issue 12): whole model patched <= {LATENCY_TARGET} x TFLM + CMSIS-NN unpatched:"]
+    md += ["", f"Target: whole model patched <= {LATENCY_TARGET} x TFLM + CMSIS-NN unpatched:"]
     for r in rows_latency:
         if r["variant"] != "cmsis":
             md.append(f"- {TITLES[r['model']]}, {FIRMWARE_VARIANTS[r['variant']]}, {r['target']}: "
                       f"{r['vs_baseline']:.3f}x ({'met' if r['vs_baseline'] <= LATENCY_TARGET else 'NOT met'})")
     md += ["", "Memory on the MCU (MobileNetV2-0.35-144, TFLM's reference kernels; measured arena_used_bytes, "
            "MACs exact):", "", "| variant | target | MACs | instructions / inference | arena (B) | = predicted | "
-           "vs per layer | issue target | outputs = TF Lite |", "|---|---|---:|---:|---:|---|---:|---|---|"]
+           "vs per layer | target | outputs = TF Lite |", "|---|---|---:|---:|---:|---|---:|---|---|"]
     for r in memory:
         base = next(b for b in memory if b["variant"] == "ref" and b["target"] == r["target"])
         label, want = MEMORY_VARIANTS[r["variant"]]
         ratio = base["arena_used_bytes"] / r["arena_used_bytes"]
-        r["vs_per_layer"] = round(ratio, 4)
         macs = ("-" if not r["macs_executed"] or not r["macs"] else
                 f"{100 * (r['macs_executed'] / r['macs'] - 1):+.1f}%")
         md.append(f"| {label} | {r['target']} | {macs} | {r['invoke_insns']:,} | {r['arena_used_bytes']:,} | "
                   f"{'yes' if r['arena_used_bytes'] == r['arena_predicted'] else 'no'} | {ratio:.2f}x | "
                   + ("-" if want is None else f">= {want:g}x: {'met' if ratio >= want else 'NOT met'}")
                   + f" | {'yes' if r['equal_tflite'] else 'NO'} |")
-    plot = os.path.join(o.out_dir, "halo_firmware.png")
-    _plot_firmware(rows_latency, plot)
-    return {"rows": rows, "markdown": "\n".join(md) + "\n", "plot": "halo_firmware.png"}
+    return "\n".join(md) + "\n"
 
 
 def _plot_firmware(rows: list[dict[str, Any]], path: str) -> None:
@@ -339,7 +353,7 @@ def _plot_firmware(rows: list[dict[str, Any]], path: str) -> None:
                 ax.scatter(100 * (r["vs_baseline"] - 1), r["arena_used_bytes"] / 1024, color=color,
                            marker=markers[r["variant"]], label=f"{FIRMWARE_VARIANTS[r['variant']]}, {target}")
         ax.axvline(100 * (LATENCY_TARGET - 1), color="grey", linestyle=":", linewidth=1,
-                   label=f"issue target: <= {LATENCY_TARGET}x instructions")
+                   label=f"target: <= {LATENCY_TARGET}x instructions")
         ax.set_xlabel("instructions per inference vs TFLM + CMSIS-NN per layer (%; QEMU, measured)")
         ax.set_ylabel("TFLM arena on the MCU (kB; measured)")
         ax.set_title(f"{TITLES[name]}: arena vs instructions (Cortex-M, CMSIS-NN)", fontsize=10)

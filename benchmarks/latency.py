@@ -372,7 +372,7 @@ def measure(variants: list[Variant], cores: list[str], kernels: list[str], zoo_c
     return data
 
 
-def table(rows: list[dict]) -> str:
+def accuracy_table(rows: list[dict]) -> str:
     """The accuracy table (Markdown): measured and predicted instructions per Invoke."""
     lines = ["| model | core | kernels | measured (QEMU) | predicted | error |", "|---|---|---|---:|---:|---:|"]
     for r in rows:
@@ -396,10 +396,14 @@ def latency_section(o: Any, log: Callable[[str], None] = print) -> dict:
         rows.append({**r, "coefficients": "committed"})
     for r in latency.accuracy(data):
         rows.append({**r, "coefficients": "refitted"})
-    md = ("Instructions per Invoke: measured by QEMU (tools/qemu/insn_count.c, per-op mode), predicted by "
-          "tfmcu.plan.latency (estimated) with the committed coefficients:\n\n"
-          + table([r for r in rows if r["coefficients"] == "committed"]))
-    return {"rows": rows, "markdown": md}
+    return {"rows": rows}
+
+
+def section_table(result: dict[str, Any]) -> str:
+    """Section *latency*'s table, from its JSON: the committed predictor against the counts measured again."""
+    return ("Instructions per Invoke: measured by QEMU (tools/qemu/insn_count.c, per-op mode), predicted by "
+            "tfmcu.plan.latency (estimated) with the committed coefficients:\n\n"
+            + accuracy_table([r for r in result["rows"] if r["coefficients"] == "committed"]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -448,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     data = measure(variants, a.cores.split(","), a.kernels.split(","), a.zoo_cache, a.out, a.jobs, not a.no_build,
                    a.no_fit)
     if not a.no_fit:
-        print(table(latency.accuracy(data)))
+        print(accuracy_table(latency.accuracy(data)))
     return 0
 
 

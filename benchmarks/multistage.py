@@ -168,8 +168,12 @@ def multistage_section(o: Any, log: Callable[[str], None] = print, measure_m4: b
                     row[f"runnable_within_{int(round(100 * cap))}pct"] = r.to_dict() if r else None
                 rows.append(row)
     write_outputs({os.path.join(o.out_dir, "multistage.png"): _plot(fronts, measured)})
-    return {"rows": rows, "measured": measured, "markdown": markdown(rows) + measured_markdown(measured),
-            "plot": "multistage.png"}
+    return {"rows": rows, "measured": measured, "plot": "multistage.png"}
+
+
+def table(result: dict[str, Any]) -> str:
+    """Section *multistage*'s tables, from its JSON: the analytic fronts, and the plans measured on the Cortex-M4."""
+    return markdown(result["rows"]) + measured_markdown(result.get("measured") or {})
 
 
 def _n(v: Any) -> str:

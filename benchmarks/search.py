@@ -121,6 +121,12 @@ def search_section(o: Any, log: Callable[[str], None] = print) -> dict[str, Any]
                          "fits": m["measured_arena_bytes"] <= budget * KB,
                          "search_wall_s": search_s, "finetune_wall_s": round(time.time() - t1)})
     write_outputs({os.path.join(o.out_dir, "search_pareto.png"): _pareto(reports)})
+    return {"rows": rows, "plot": "search_pareto.png"}
+
+
+def table(result: dict[str, Any]) -> str:
+    """Section *search*'s table, from its JSON."""
+    rows = result["rows"]
     md = [f"Joint architecture + patch-schedule search vs the same search restricted to per-layer execution (p = 1), "
           f"base `{BASE}`, space kernels {SPACE.kernels} / expansions {SPACE.expands} / depths {SPACE.depths} / "
           f"widths {SPACE.widths} / resolutions {SPACE.resolutions}, on `{DATASET}`; supernet "
@@ -141,7 +147,7 @@ def search_section(o: Any, log: Callable[[str], None] = print) -> dict[str, Any]
                   f"{r['predicted_arena_bytes'] / KB:.1f} kB | {r['macs'] / 1e6:.1f}M "
                   f"({r['mac_overhead']:+.1%}) | {r['flash_bytes'] / KB:.1f} kB | "
                   f"{'yes' if r['equals_unpatched_tflm'] else 'NO'} |")
-    return {"rows": rows, "markdown": "\n".join(md) + "\n", "plot": "search_pareto.png"}
+    return "\n".join(md) + "\n"
 
 
 def _pareto(reports: dict[int, dict[str, Any]]) -> bytes:

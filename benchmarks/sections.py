@@ -1,5 +1,7 @@
 """``make bench``: long measurements that do not belong in ``make test`` (``pipelines.bench``). Each section writes
-out/bench/<section>.json (rows for scripts) and out/bench/<section>.md (the table); pick with ``sections``.
+out/bench/<section>.json (its data and the record of the run) and out/bench/<section>.md (its table, rendered from
+that JSON by the section's function in ``SECTION_TABLES``, which the docs use too: ``benchmarks.docs``); pick with
+``sections``.
 
 - rewrite: model x schedule -> TFLM arena of the original and the builtin-rewritten model (measured by TFLM itself,
   input image counted), ratio, predicted vs measured, MAC overhead (padded / exact), op count, bit-exactness.
@@ -42,6 +44,7 @@ import numpy as np
 from benchmarks import (detection as bench_detection, fit as bench_fit, halo as bench_halo, latency as bench_latency,
                         multistage as bench_multistage, search as bench_search)
 from benchmarks.firmware_runs import PKG, firmware_reports, generator_record, label
+from benchmarks.results import run_record
 from tfmcu.errors import UsageError
 from tfmcu.files import figure_png, write_outputs
 from tfmcu.graph.from_tflite import from_tflite
@@ -135,17 +138,22 @@ def rewrite_section(o: BenchOptions) -> dict[str, Any]:
             log(f"    {label}: {m0.total:,} -> {m1.total:,} B ({row['ratio']:.2f}x), predicted "
                 f"{ev.cost:,} ({row['prediction_error_rewritten']:+.1%}), exact={exact}")
         log(f"[rewrite] {name}: done in {time.time() - t0:.0f} s")
+    return {"rows": rows}
+
+
+def rewrite_table(result: dict[str, Any]) -> str:
+    """Section *rewrite*'s table, from its JSON."""
     md = ["| model | schedule | TFLM arena original (B) | rewritten (B) | ratio | predicted orig / rewr (err) | "
           "MAC overhead padded / exact | ops | Flash (B) | bit-exact |",
           "|---|---|---:|---:|---:|---|---|---|---|---|"]
-    for r in rows:
+    for r in result["rows"]:
         md.append(f"| {r['model']} | {r['schedule']} | {r['tflm_original_bytes']:,} | {r['tflm_rewritten_bytes']:,} | "
                   f"{r['ratio']:.2f}x | {r['predicted_original_bytes']:,} ({r['prediction_error_original']:+.1%}) / "
                   f"{r['predicted_rewritten_bytes']:,} ({r['prediction_error_rewritten']:+.1%}) | "
                   f"+{r['mac_overhead_padded']:.1%} / +{r['mac_overhead_exact']:.1%} | "
                   f"{r['ops_original']} -> {r['ops_rewritten']} | {r['flash_original']:,} -> "
                   f"{r['flash_rewritten']:,} | {'yes' if r['bit_exact'] else 'NO'} |")
-    return {"rows": rows, "markdown": "\n".join(md) + "\n"}
+    return "\n".join(md) + "\n"
 
 
 # model -> custom-mode schedules (grid, n blocks)
@@ -200,8 +208,16 @@ def custom_section(o: BenchOptions) -> dict[str, Any]:
             rows.append(row)
             log(f"[custom] {name} {grid[0]}x{grid[1]} n={n}, rest {plan}: TFLM arena {a.arena_used_bytes:,} B measured "
                 f"({row['ratio']:.2f}x below the original), predicted {row['predicted_bytes']:,} B, exact={exact}")
-    md = ["Measured: the whole custom-mode model in TFLM built from source (90b983c, reference kernels + the "
-          "TFMCU_PATCH_STAGE kernel) on this x86-64 host, input image in the arena; the original in the tflite-micro "
+    extras.append(inplace_figures("mbv2_035_96, whole model (the in-place pairs the tests check in TFLM)",
+                                  from_tflite(zoo.build("mbv2_035_96", o.zoo_cache))))
+    return {"rows": rows + [{"inplace": e} for e in extras]}
+
+
+def custom_table(result: dict[str, Any]) -> str:
+    """Section *custom*'s table and its in-place lines, from its JSON."""
+    rows = [r for r in result["rows"] if "inplace" not in r]
+    md = ["Measured: the whole custom-mode model in TFLM built from source (the pinned archive, reference kernels + "
+          "the TFMCU_PATCH_STAGE kernel) on the host, input image in the arena; the original in the tflite-micro "
           "wheel and in the same source build.",
           "",
           "| model | schedule | rest plan | TFLM original: wheel / source build (B) | custom mode, measured (B) | "
@@ -216,15 +232,13 @@ def custom_section(o: BenchOptions) -> dict[str, Any]:
                   f"+{r['mac_overhead_exact'] * 100:.1f}% / +{r['mac_overhead_padded'] * 100:.1f}% | "
                   f"{'yes' if r['bit_exact'] else 'NO'} |")
     md.append("")
-    for name in CUSTOM_BENCH:
+    for name in dict.fromkeys(r["model"] for r in rows):
         r = next(r for r in rows if r["model"] == name)
         md.append(f"{name} unpatched, whole model planned in place: TFLM arena {r['tflm_original_inplace_bytes']:,} B "
                   f"(head {r['tflm_original_inplace_head']:,} B).")
-    extras.append(inplace_figures("mbv2_035_96, whole model (the in-place pairs the tests check in TFLM)",
-                                  from_tflite(zoo.build("mbv2_035_96", o.zoo_cache))))
     md.append("")
-    md += [inplace_line(e) for e in extras]
-    return {"rows": rows + [{"inplace": e} for e in extras], "markdown": "\n".join(md) + "\n"}
+    md += [inplace_line(r["inplace"]) for r in result["rows"] if "inplace" in r]
+    return "\n".join(md) + "\n"
 
 
 def inplace_line(e: dict[str, Any]) -> str:
@@ -268,15 +282,20 @@ def firmware_section(o: BenchOptions) -> dict[str, Any]:
             "scratch_patched": res["scratch_touched_patched"], "scratch_layer": res["scratch_touched_layer"],
             "stack_hwm": res["stack_hwm"], "flash": rep["sizes"]["flash"], "ram_static": res["ram_static"],
         })
+    return {"rows": rows}
+
+
+def firmware_table(result: dict[str, Any]) -> str:
+    """Section *firmware*'s table, from its JSON."""
     md = ["| firmware | core | grid | instructions patched / per-layer | latency overhead | exact MAC overhead | "
           "ratio | instructions / MAC | scratch patched / per-layer (B) | stack (B) | output = TF Lite |",
           "|---|---|---|---|---:|---:|---:|---:|---|---:|---|"]
-    for r in rows:
+    for r in result["rows"]:
         md.append(f"| {r['model']} | {r['target']} ({r['machine']}) | {r['grid']} vs 1x1 | {r['insns_patched']:,} / "
                   f"{r['insns_layer']:,} | +{r['latency_overhead']:.1%} | +{r['mac_overhead_exact']:.1%} | "
                   f"{r['overhead_ratio']:.2f} | {r['insns_per_mac_layer']:.1f} | {r['scratch_patched']:,} / "
                   f"{r['scratch_layer']:,} | {r['stack_hwm']} | {'yes' if r['bit_exact'] else 'NO'} |")
-    return {"rows": rows, "markdown": "\n".join(md) + "\n"}
+    return "\n".join(md) + "\n"
 
 
 # Section "tflm_firmware": whole models in TFLM on the MCU (tflm_patch_kernels/tflm: MicroInterpreter, reference
@@ -301,15 +320,20 @@ def tflm_firmware_section(o: BenchOptions) -> dict[str, Any]:
                      "psram": rep["sizes"].get("psram", 0), "ram_static": res["ram_static"],
                      "stack_hwm": res["stack_hwm"], "sram_budget": res["sram_budget"],
                      "invoke_insns": min(insns), "inputs": len(insns), "equal_tflite": not rep["problems"]})
+    return {"rows": rows}
+
+
+def tflm_firmware_table(result: dict[str, Any]) -> str:
+    """Section *tflm_firmware*'s table, from its JSON."""
     md = ["| firmware | target | TFLM arena measured (B) | instructions / inference | Flash (B) | .data+.bss (B) | "
           "stack (B) | output = TF Lite |", "|---|---|---:|---:|---:|---:|---:|---|"]
-    for r in rows:
+    for r in result["rows"]:
         psram = f" + {r['psram']:,} PSRAM (the model)" if r["psram"] else ""
         md.append(f"| {r['test'][:-5]} | {r['target']} ({r['machine']}) | {r['arena_used_bytes']:,} | "
                   f"{r['invoke_insns']:,} | {r['flash']:,}{psram} | "
                   f"{r['ram_static']:,} | {r['stack_hwm']} | "
                   f"{'yes' if r['equal_tflite'] else 'NO'} |")
-    return {"rows": rows, "markdown": "\n".join(md) + "\n"}
+    return "\n".join(md) + "\n"
 
 
 # Section "cmsis_nn": the same model four ways on Cortex-M4 / M7 (benchmarks/firmware/BUILD, bench_*): TFLM
@@ -379,10 +403,16 @@ def cmsis_nn_section(o: BenchOptions) -> dict[str, Any]:
                                         else cell["whole_ratio"] <= CMSIS_WHOLE_TARGET[m])
             cell["arena_cmsis_vs_ref_patched"] = round(d["arena_used_bytes"] / cell["ref_p"]["arena_used_bytes"], 3)
             rows.append(cell)
+    _cmsis_plot(rows, os.path.join(o.out_dir, "cmsis_nn.png"))
+    return {"rows": rows, "zoo_rows": zoo_rows, "plot": "cmsis_nn.png"}
+
+
+def cmsis_nn_table(result: dict[str, Any]) -> str:
+    """Section *cmsis_nn*'s two tables, from its JSON."""
     md = ["| model | core | (a) TFLM ref per layer | (b) TFLM + CMSIS-NN per layer | (c) patched, portable | "
           "(d) patched, CMSIS-NN | (d)/(b) stage | stage MAC overhead | (d)/(b) whole | arena (a) / (b) / (c) / (d) "
           "(B) | outputs = TF Lite |", "|---|---|---|---|---|---|---:|---:|---:|---|---|"]
-    for r in rows:
+    for r in result["rows"]:
         cells = []
         for v in CMSIS_BENCH_VARIANTS:
             c = r[v]
@@ -397,12 +427,11 @@ def cmsis_nn_section(o: BenchOptions) -> dict[str, Any]:
                   ("" if r["ref"]["reference"].startswith("TF Lite") else " (= TFLM's; see note)") + " |")
     md += ["", "| zoo model, CMSIS-NN backend | core | instructions / Invoke | TFLM arena measured = predicted (B) | "
            "outputs = TF Lite |", "|---|---|---:|---:|---|"]
-    for z in zoo_rows:
+    for z in result["zoo_rows"]:
         md.append(f"| {z['model']} ({z['what']}) | {z['target']} | {z['invoke_insns']:,} | {z['arena_used_bytes']:,}"
                   f"{'' if z['arena_used_bytes'] == z['arena_predicted'] else ' (predicted %d)' % z['arena_predicted']}"
                   f" | {'yes' if z['equal_tflite'] else 'NO'} |")
-    _cmsis_plot(rows, os.path.join(o.out_dir, "cmsis_nn.png"))
-    return {"rows": rows, "zoo_rows": zoo_rows, "markdown": "\n".join(md) + "\n", "plot": "cmsis_nn.png"}
+    return "\n".join(md) + "\n"
 
 
 def _cmsis_plot(rows: list[dict[str, Any]], path: str) -> None:
@@ -451,16 +480,21 @@ def train_section(o: BenchOptions) -> dict[str, Any]:
                      "tflm_arena_bytes": r["memory"]["tflm_arena_bytes"],
                      "analytic_peak_bytes": r["memory"]["analytic_peak_bytes"], "flash_bytes": r["flash_bytes"],
                      "macs": r["macs"], "wall_s": round(time.time() - t0)})
+    return {"rows": rows}
+
+
+def train_table(result: dict[str, Any]) -> str:
+    """Section *train*'s table, from its JSON."""
     md = ["| model | data | res | epochs (+QAT) | float | QAT | int8 TF Lite | int8 TFLM | int8 - float | "
           "TF Lite = TFLM | TFLM arena | Flash | MACs |",
           "|---|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
-    for r in rows:
+    for r in result["rows"]:
         md.append(f"| {r['model']} | {r['dataset']} | {r['resolution']} | {r['epochs']} (+{r['qat_epochs']}) | "
                   f"{r['float']:.2%} | {r['qat']:.2%} | {r['int8_tflite']:.2%} | {r['int8_tflm']:.2%} | "
                   f"{r['int8_minus_float_points']:+.2f} pt | {'yes' if r['tflite_equals_tflm'] else 'NO'} | "
                   f"{r['tflm_arena_bytes'] / 1024:.1f} kB | {r['flash_bytes'] / 1024:.1f} kB | "
                   f"{r['macs'] / 1e6:.1f}M |")
-    return {"rows": rows, "markdown": "\n".join(md) + "\n"}
+    return "\n".join(md) + "\n"
 
 
 # The scenes task and the fixed network the resolution section trains (one seed, the same recipe at every resolution).
@@ -488,7 +522,14 @@ def resolution_section(o: BenchOptions) -> dict[str, Any]:
                      "macs": r["macs"], "tflm_arena_bytes": r["memory"]["tflm_arena_bytes"],
                      "analytic_peak_bytes": r["memory"]["analytic_peak_bytes"], "wall_s": round(time.time() - t0)})
     _resolution_plot(rows, os.path.join(o.out_dir, "resolution.png"))
-    md = [f"{RESOLUTION_MODEL} trained from scratch at each resolution on `{RESOLUTION_DATASET}` (float, then int8 "
+    return {"rows": rows, "plot": "resolution.png"}
+
+
+def resolution_table(result: dict[str, Any]) -> str:
+    """Section *resolution*'s table, from its JSON."""
+    rows = result["rows"]
+    model, dataset = (rows[0]["model"], rows[0]["dataset"]) if rows else (RESOLUTION_MODEL, RESOLUTION_DATASET)
+    md = [f"{model} trained from scratch at each resolution on `{dataset}` (float, then int8 "
           f"post-training quantization; test split, measured by this code in TF / TFLM):", "",
           "| input | float test acc. | int8 TFLM test acc. | MACs | TFLM arena (measured) | analytic peak |",
           "|---:|---:|---:|---:|---:|---:|"]
@@ -496,7 +537,7 @@ def resolution_section(o: BenchOptions) -> dict[str, Any]:
         md.append(f"| {r['resolution']}x{r['resolution']} | {r['float']:.2%} | {r['int8_tflm']:.2%} | "
                   f"{r['macs'] / 1e6:.1f}M | {r['tflm_arena_bytes'] / 1024:.1f} kB | "
                   f"{r['analytic_peak_bytes'] / 1024:.1f} kB |")
-    return {"rows": rows, "markdown": "\n".join(md) + "\n", "plot": "resolution.png"}
+    return "\n".join(md) + "\n"
 
 
 def _resolution_plot(rows: list[dict[str, Any]], path: str) -> None:
@@ -522,8 +563,19 @@ def _resolution_plot(rows: list[dict[str, Any]], path: str) -> None:
     write_outputs({path: figure_png(fig)})
 
 
+# Each section's table, rendered from the section's JSON (the bench's out/bench/<section>.md, and the docs' tables
+# through benchmarks.docs: one function per section, so a page and the bench cannot render one run differently).
+SECTION_TABLES: dict[str, Callable[[dict[str, Any]], str]] = {
+    "rewrite": rewrite_table, "custom": custom_table, "firmware": firmware_table,
+    "tflm_firmware": tflm_firmware_table, "cmsis_nn": cmsis_nn_table, "train": train_table,
+    "resolution": resolution_table, "search": bench_search.table, "halo": bench_halo.table,
+    "halo_firmware": bench_halo.firmware_table, "latency": bench_latency.section_table, "fit": bench_fit.table,
+    "detection": bench_detection.table, "multistage": bench_multistage.table}
+
+
 def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the chosen sections; each writes its JSON and Markdown under ``o.out_dir`` as soon as it is done."""
+    """Run the chosen sections; each writes its JSON (its data and the record of the run: ``benchmarks.results``)
+    and its table, rendered from that JSON, under ``o.out_dir`` as soon as it is done."""
     sections: dict[str, Callable[[BenchOptions], dict[str, Any]]] = {
         "rewrite": rewrite_section, "custom": custom_section, "firmware": firmware_section,
         "tflm_firmware": tflm_firmware_section, "cmsis_nn": cmsis_nn_section, "train": train_section,
@@ -539,10 +591,14 @@ def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
         raise UsageError(f"unknown bench section(s) {', '.join(unknown)}; known: {', '.join(sections)}")
     done = {}
     for name in o.sections:
+        started = run_record()
         res = sections[name](o)
-        write_outputs({os.path.join(o.out_dir, f"{name}.json"): res["rows"],
-                       os.path.join(o.out_dir, f"{name}.md"): res["markdown"]})
-        emit(f"## {name}\n\n{res['markdown']}")
+        # the table is rendered from the JSON as written (tuples as lists, keys as strings), as the docs render it
+        data = json.loads(json.dumps({"section": name, "run": started, **res}))
+        markdown = SECTION_TABLES[name](data)
+        write_outputs({os.path.join(o.out_dir, f"{name}.json"): data,
+                       os.path.join(o.out_dir, f"{name}.md"): markdown})
+        emit(f"## {name}\n\n{markdown}")
         emit(json.dumps({"section": name, "rows": len(res["rows"])}))
-        done[name] = res
+        done[name] = data
     return done
