@@ -137,8 +137,8 @@ def test_coco_round_trip(idx_dir, tmp_path):
     out = tmp_path / "coco"
     paths = coco.write_coco_dataset(ds, str(out))
     assert sorted(os.listdir(out)) == ["images", "test.json", "train.json", "val.json"] and len(paths) == 3
-    coco = COCO(str(out / "train.json"))
-    assert len(coco.getImgIds()) == 12 and len(coco.getAnnIds()) == sum(len(b) for b in ds.train.boxes)
+    train_json = COCO(str(out / "train.json"))
+    assert len(train_json.getImgIds()) == 12 and len(train_json.getAnnIds()) == sum(len(b) for b in ds.train.boxes)
     back = catalog.load_detection(str(out))
     assert back.class_names == ds.class_names and back.channels == 1
     for s in coco.SPLITS:

@@ -4,6 +4,7 @@ user mistakes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -355,7 +356,7 @@ def test_library_run_writes_everything(run_a):
     with open(r.files["report"]) as f:
         on_disk = json.load(f)
     assert on_disk["map50"]["float"] == d.map50.float and on_disk["detection"]["int8"] is False
-    assert TrainReport.from_json(on_disk).to_json() == r.to_json()  # the JSON holds the whole typed report
+    assert TrainReport.from_json(on_disk) == r  # the JSON holds the whole typed report
     assert "int8: not exported" in r.summary()
     for key in ("curves", "detections"):
         assert open(r.files[key], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
@@ -387,7 +388,11 @@ def test_spec_that_does_not_fit_the_data(idx_dir, tmp_path):
 
 def test_each_task_takes_its_own_data_and_model(idx_dir, tmp_path):
     with pytest.raises(train.TrainError, match="a detector \\(yolo head\\); train it with --task=detection"):
-        train.train(tiny_config(idx_dir, task="classify"), str(tmp_path / "o"), log=lambda m: None)
+        train.train(dataclasses.replace(tiny_config(idx_dir), task="classify", dataset="fashion_mnist"),
+                    str(tmp_path / "o"), log=lambda m: None)
+    with pytest.raises(train.TrainError, match="a detection data set \\(boxes\\); train a detector on it"):
+        train.train(dataclasses.replace(tiny_config(idx_dir), task="classify"), str(tmp_path / "o"),
+                    log=lambda m: None)
     with pytest.raises(train.TrainError, match="a classification data set \\(no boxes\\)"):
         train.train(train.TrainConfig(task="detection"), str(tmp_path / "o"), log=lambda m: None)
     with pytest.raises(train.TrainError, match="unknown task 'segment'"):

