@@ -40,16 +40,17 @@ from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.plan.arena import mcu_build, predict_model_arena
 from tfmcu.plan.latency import predict_instructions
 from tfmcu.plan.profiler import profile
-from tfmcu.detection_data import load_detection, resize_for_model
+from tfmcu.data.catalog import load_detection
+from tfmcu.data.images import model_inputs
 from tfmcu.firmware.sources import check_model, printed_detections
 from tfmcu.runtime.host import evaluate
 from tfmcu.runtime.model_io import load_inputs, read_model
 from tfmcu.tflite.detection_postprocess import postprocess_outputs
-from tfmcu.train.config import DetectionOptions, Recipe, TrainConfig, detection_config
-from tfmcu.train.detection_loop import train_detector
+from tfmcu.train.config import DetectionOptions, Recipe, TrainConfig, default_config
 from tfmcu.graph.load import load_spec
 from tfmcu.train.export import quantize_inputs, untrained_detector_int8
-from tfmcu.train.loop import train
+from tfmcu.train.report import TrainReport
+from tfmcu.train.trainer import train
 
 DET_MODEL = "mbv2-det2-w035"
 DET_DATASET = "scenes-det:canvas=160,object_px=8-40,train=2000,val=200,test=300,seed=0"
@@ -74,26 +75,23 @@ BOARD = "stm32f405"
 BOARD_IMAGES = 4  # 128x128x3 test images in Flash: 8 and the 585 kB model exceed the STM32F405's 1 MB
 
 
-def _cached(folder: str) -> dict[str, Any] | None:
+def _cached(folder: str) -> TrainReport | None:
     path = os.path.join(folder, "train_report.json")
-    if os.path.isfile(path):
-        with open(path) as f:
-            return json.load(f)
-    return None
+    return TrainReport.read(path) if os.path.isfile(path) else None
 
 
-def train_detector_at(resolution: int, work: str, log: Callable[[str], None]) -> dict[str, Any]:
+def train_detector_at(resolution: int, work: str, log: Callable[[str], None]) -> TrainReport:
     folder = os.path.join(work, f"det_{resolution}")
     r = _cached(folder)
     if r is None:
         log(f"[detection] training {DET_MODEL} @ {resolution} on {DET_DATASET}, {EPOCHS} epochs -> {folder}")
-        cfg = detection_config(model=DET_MODEL, dataset=DET_DATASET, resolution=resolution, recipe=DET_RECIPE,
-                               detection=DET_OPTIONS, resume=True)
-        r = train_detector(cfg, folder, log=log)
+        cfg = default_config("detection", model=DET_MODEL, dataset=DET_DATASET, resolution=resolution,
+                             recipe=DET_RECIPE, detection=DET_OPTIONS, resume=True)
+        r = train(cfg, folder, log=log)
     return r
 
 
-def train_classifier_at(resolution: int, work: str, log: Callable[[str], None]) -> dict[str, Any]:
+def train_classifier_at(resolution: int, work: str, log: Callable[[str], None]) -> TrainReport:
     folder = os.path.join(work, f"cls_{resolution}")
     r = _cached(folder)
     if r is None:
@@ -132,8 +130,8 @@ def _budget(sram: int) -> int:
     return sram_arena_budget(sram, FitOptions(model="", target=TARGET))
 
 
-def _tflite(report: dict[str, Any]) -> bytes:
-    with open(report["files"]["tflite"], "rb") as f:
+def _tflite(report: TrainReport) -> bytes:
+    with open(report.files["tflite"], "rb") as f:
         return f.read()
 
 
@@ -146,17 +144,17 @@ def detection_section(o: Any, log: Callable[[str], None] = print, measure_m4: bo
     det_runs = {r: train_detector_at(r, work, log) for r in DET_RESOLUTIONS}
     cls_runs = {r: train_classifier_at(r, work, log) for r in CLS_RESOLUTIONS}
     top = max(set(DET_RESOLUTIONS) & set(CLS_RESOLUTIONS))  # (both relative to the same resolution)
-    m_top = det_runs[top]["map50"]["int8_tflm"]
-    a_top = cls_runs[top]["accuracy"]["int8_tflm"]
+    m_top = det_runs[top].detection.map50.int8_tflm
+    a_top = cls_runs[top].classification.accuracy.int8_tflm
     sens = []
     for r in sorted(set(DET_RESOLUTIONS) | set(CLS_RESOLUTIONS)):
-        d, c = det_runs.get(r), cls_runs.get(r)
-        m = d and d["map50"]["int8_tflm"]
-        a = c and c["accuracy"]["int8_tflm"]
+        d = det_runs[r].detection if r in det_runs else None
+        c = cls_runs[r].classification if r in cls_runs else None
+        m = d and d.map50.int8_tflm
+        a = c and c.accuracy.int8_tflm
         sens.append({"resolution": r,
-                     "map50_int8_tflm": m, "map50_float": d and d["map50"]["float"],
-                     "map50_interval": d and [d["int8"]["tflm"]["map50_bootstrap"]["low"],
-                                              d["int8"]["tflm"]["map50_bootstrap"]["high"]],
+                     "map50_int8_tflm": m, "map50_float": d and d.map50.float,
+                     "map50_interval": d and [d.int8.tflm.bootstrap.low, d.int8.tflm.bootstrap.high],
                      "detection_relative": None if m is None else m / m_top,
                      "accuracy_int8_tflm": a, "classification_relative": None if a is None else a / a_top})
     # 2. the claim: arenas of every trained detector, then per budget the best per-layer and patched ones
@@ -184,10 +182,10 @@ def detection_section(o: Any, log: Callable[[str], None] = print, measure_m4: bo
                 row[kind] = None
                 continue
             r = max(fits)
-            rep = det_runs[r]
-            b = rep["int8"]["tflm"]["map50_bootstrap"]
-            row[kind] = {"resolution": r, "map50": rep["map50"]["int8_tflm"], "map": rep["map"]["int8_tflm"],
-                         "map50_interval": [b["low"], b["high"]],
+            rep = det_runs[r].detection
+            b = rep.int8.tflm.bootstrap
+            row[kind] = {"resolution": r, "map50": rep.map50.int8_tflm, "map": rep.map.int8_tflm,
+                         "map50_interval": [b.low, b.high],
                          "predicted_arena_bytes": sizes[r][f"{kind}_bytes"],
                          "schedule": "per layer" if kind == "per_layer" else sizes[r]["patched"],
                          "grid": None if kind == "per_layer" else sizes[r].get("patched_grid"),
@@ -221,7 +219,7 @@ def _setup() -> dict[str, Any]:
             "image": "counted in the arena"}
 
 
-def _measure_m4(entry: dict[str, Any], det_runs: dict[int, Any], work: str, kind: str,
+def _measure_m4(entry: dict[str, Any], det_runs: dict[int, TrainReport], work: str, kind: str,
                 log: Callable[[str], None]) -> dict[str, Any]:
     """``deploy --run`` on the Cortex-M4 (CMSIS-NN): the model as it is (per layer) or fit's chosen one (patched,
     ``fit --run`` with the same search): measured arena and instructions against their predictions."""
@@ -231,7 +229,7 @@ def _measure_m4(entry: dict[str, Any], det_runs: dict[int, Any], work: str, kind
     if os.path.isfile(done):
         with open(done) as f:
             return json.load(f)
-    src = det_runs[r]["files"]["tflite"]
+    src = det_runs[r].files["tflite"]
     data = _tflite(det_runs[r])
     name = f"{DET_MODEL}@{r}"
     if kind == "per_layer":
@@ -254,7 +252,7 @@ def _measure_m4(entry: dict[str, Any], det_runs: dict[int, Any], work: str, kind
     return m
 
 
-def _board_run(rep: dict[str, Any], work: str, log: Callable[[str], None]) -> dict[str, Any]:
+def _board_run(rep: TrainReport, work: str, log: Callable[[str], None]) -> dict[str, Any]:
     """``fit --run`` on the STM32F405 with the first ``BOARD_IMAGES`` test images (the firmware prints their
     detections), then fit's model with the next ``BOARD_IMAGES`` (``deploy --run``: the same firmware with other
     inputs in Flash, which holds only ``BOARD_IMAGES`` beside the model), their detections also checked against the
@@ -266,15 +264,15 @@ def _board_run(rep: dict[str, Any], work: str, log: Callable[[str], None]) -> di
     else:
         out = None
     model = _tflite(rep)
-    res = rep["dataset"]["resolution"]
+    res = rep.dataset.resolution
     ds = load_detection(DET_DATASET)
-    x, _ = resize_for_model(ds.test.images[:2 * BOARD_IMAGES], ds.test.boxes[:2 * BOARD_IMAGES], res, 3)
+    x, _ = model_inputs(ds.test.take(np.arange(2 * BOARD_IMAGES)), res, 3)
     q = quantize_inputs(model, x)
     folder = os.path.join(work, f"{BOARD}_fit")
     if out is None:
         inputs = os.path.join(work, f"{BOARD}_inputs.npy")
         np.save(inputs, q[:BOARD_IMAGES])
-        r = fit_run(FitOptions(model=rep["files"]["tflite"], target=BOARD, kernels=KERNELS, objective="memory",
+        r = fit_run(FitOptions(model=rep.files["tflite"], target=BOARD, kernels=KERNELS, objective="memory",
                                max_latency=MAX_LATENCY, run=True, inputs=inputs, num_inputs=BOARD_IMAGES,
                                out_dir=folder, **SEARCH), log=log)
         out = {"resolution": res, "chosen": r["chosen"], "measured": r.get("measured"), "images": BOARD_IMAGES,
@@ -288,9 +286,9 @@ def _board_run(rep: dict[str, Any], work: str, log: Callable[[str], None]) -> di
                                    num_inputs=BOARD_IMAGES), log=log)
         run = dep.get("run") or {}
         # the unmodified model's detections in TF Lite (deploy's expectation is the fitted model's in TF Lite)
-        src = read_model(rep["files"]["tflite"], "model")
+        src = read_model(rep.files["tflite"], "model")
         samples = load_inputs(inputs, check_model(src, KERNELS)[0])
-        original = printed_detections(evaluate(src, samples, "reference", rep["files"]["tflite"], tflm=False).tflite,
+        original = printed_detections(evaluate(src, samples, "reference", rep.files["tflite"], tflm=False).tflite,
                                       postprocess_outputs(src.flatbuffer))
         out["second"] = {"images": BOARD_IMAGES, "fits": dep.get("fits"), "verdict": dep.get("verdict"),
                          "arena_used_bytes": run.get("arena_used_bytes"),

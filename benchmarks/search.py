@@ -26,7 +26,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tfmcu import data as data_mod
+from tfmcu.data.catalog import load
+from tfmcu.data.classify import as_arrays
+from tfmcu.data.split import Dataset
 from tfmcu.files import figure_png, read_bytes, write_outputs
 from tfmcu.flows import search as search_flow
 from tfmcu.graph.from_tflite import from_tflite
@@ -39,7 +41,7 @@ from tfmcu.runtime.tflm_host import MEASURED_BY, run_whole
 from tfmcu.stage.custom import rewrite_custom
 from tfmcu.train.config import Recipe, TrainConfig
 from tfmcu.train.export import quantize_inputs
-from tfmcu.train.loop import train
+from tfmcu.train.trainer import train
 
 KB = 1024
 DATASET = "scenes:canvas=128,object_px=10-24,distractors=2-5,train=2000,val=500,test=1000,seed=0"
@@ -63,12 +65,12 @@ def _deployed(best: dict[str, Any], int8: bytes, name: str) -> tuple[bytes, Any]
     return rewrite_custom(int8, graph, schedule, name).model, schedule
 
 
-def _measure(best: dict[str, Any], folder: str, ds: data_mod.Dataset, spec: NetSpec,
+def _measure(best: dict[str, Any], folder: str, ds: Dataset, spec: NetSpec,
              log: Callable[[str], None]) -> dict[str, Any]:
     """Test accuracy, arena, MACs, Flash of the deployed winner (see the module docstring)."""
     int8 = read_bytes(os.path.join(folder, "model_int8.tflite"))
     model, schedule = _deployed(best, int8, spec.name)
-    x, y = data_mod.as_arrays(ds.test, spec.resolution, spec.in_channels)
+    x, y = as_arrays(ds.test, spec.resolution, spec.in_channels)
     xq = quantize_inputs(int8, x)
     samples = [xq[i:i + 1] for i in range(len(xq))]
     reference = np.concatenate([o[0].reshape(1, -1) for o in run_tflm(int8, samples)])  # TFLM wheel, unpatched
@@ -87,7 +89,7 @@ def _measure(best: dict[str, Any], folder: str, ds: data_mod.Dataset, spec: NetS
 
 def search_section(o: Any, log: Callable[[str], None] = print) -> dict[str, Any]:
     root = os.path.join(o.out_dir, "search")
-    ds = data_mod.load(DATASET, seed=0)
+    ds = load(DATASET, seed=0)
     rows, reports = [], {}
     for budget in BUDGETS_KB:
         t0 = time.time()
@@ -110,13 +112,13 @@ def search_section(o: Any, log: Callable[[str], None] = print) -> dict[str, Any]
                               recipe=FINETUNE, resume=True)
             log(f"[search bench] {budget} kB {name}: fine-tuning the winner ({best['resolution']} px, grid "
                 f"{best['grid'][0]}x{best['grid'][1]}) for {FINETUNE.epochs} epochs in {folder}")
-            r = train(cfg, folder, log=log)
+            r = train(cfg, folder, log=log).classification
             spec = NetSpec.from_json(read_bytes(spec_path).decode())
             m = _measure(best, folder, ds, spec, log)
             rows.append({"budget_kb": budget, "search": name, "resolution": best["resolution"],
                          "grid": best["grid"], "patch_blocks": best.get("patch_blocks"),
-                         "supernet_accuracy": best["accuracy"], "float_test_accuracy": r["accuracy"]["float"],
-                         "int8_tflm_accuracy_unpatched": r["accuracy"]["int8_tflm"],
+                         "supernet_accuracy": best["accuracy"], "float_test_accuracy": r.accuracy.float,
+                         "int8_tflm_accuracy_unpatched": r.accuracy.int8_tflm,
                          "predicted_arena_bytes": best["arena_bytes"], **m,
                          "fits": m["measured_arena_bytes"] <= budget * KB,
                          "search_wall_s": search_s, "finetune_wall_s": round(time.time() - t1)})

@@ -10,7 +10,7 @@ that JSON by the section's function in ``SECTION_TABLES``, which the docs use to
   bit-exactness; the in-place plans' pairs and lower bounds.
 - firmware: the patch stage on Cortex-M4/M7 under QEMU, p x p vs p = 1 instruction counts against MAC overhead.
 - train: the full training recipe on Fashion-MNIST at 96x96 (about 1.5 h on 2 cores; resumes from checkpoints).
-- resolution: one fixed network trained on the scenes task (``tfmcu.scenes``: small objects on cluttered 128 px
+- resolution: one fixed network trained on the scenes task (``tfmcu.data.scenes``: small objects on cluttered 128 px
   canvases) at several input resolutions; test accuracy against resolution (float and int8), with MACs and the
   measured TFLM arena of each (about 15 min on 2 cores; resumes from checkpoints).
 - search: the joint architecture + schedule search against the per-layer-only search at 128 and 256 kB, winners
@@ -59,7 +59,7 @@ from tfmcu.runtime.tflm_host import MEASURED_BY, run_whole
 from tfmcu.stage.builtin import BuiltinArenaCost
 from tfmcu.stage.custom import load_custom, memory_report, rewrite_custom
 from tfmcu.train.config import Recipe, TrainConfig
-from tfmcu.train.loop import train
+from tfmcu.train.trainer import train
 
 SECTIONS = ("rewrite", "custom", "firmware", "tflm_firmware", "cmsis_nn", "train", "resolution", "search", "halo",
             "halo_firmware", "latency", "fit", "detection", "multistage")
@@ -470,16 +470,16 @@ def train_section(o: BenchOptions) -> dict[str, Any]:
         cfg = TrainConfig(model=model, dataset=dataset, resolution=resolution, recipe=Recipe(), resume=True)
         log(f"[train] {model} on {dataset} @ {resolution}: full recipe ({cfg.recipe.epochs} + "
             f"{cfg.recipe.qat_epochs} QAT epochs), outputs in {folder}")
-        r = train(cfg, folder, log=log)
-        a = r["accuracy"]
+        r = train(cfg, folder, log=log).classification
+        a = r.accuracy
         rows.append({"model": model, "dataset": dataset, "resolution": resolution, "epochs": cfg.recipe.epochs,
-                     "qat_epochs": cfg.recipe.qat_epochs, "float": a["float"], "qat": a["qat"],
-                     "int8_tflite": a["int8_tflite"], "int8_tflm": a["int8_tflm"],
-                     "int8_minus_float_points": round((a["int8_tflm"] - a["float_on_int8_samples"]) * 100, 2),
-                     "test_samples": a["int8_test_samples"], "tflite_equals_tflm": r["tflite_vs_tflm"]["agree"],
-                     "tflm_arena_bytes": r["memory"]["tflm_arena_bytes"],
-                     "analytic_peak_bytes": r["memory"]["analytic_peak_bytes"], "flash_bytes": r["flash_bytes"],
-                     "macs": r["macs"], "wall_s": round(time.time() - t0)})
+                     "qat_epochs": cfg.recipe.qat_epochs, "float": a.float, "qat": a.qat,
+                     "int8_tflite": a.int8_tflite, "int8_tflm": a.int8_tflm,
+                     "int8_minus_float_points": round(a.int8_minus_float_points, 2),
+                     "test_samples": a.int8_test_samples, "tflite_equals_tflm": r.tflite_vs_tflm.agree,
+                     "tflm_arena_bytes": r.memory.tflm_arena_bytes,
+                     "analytic_peak_bytes": r.memory.analytic_peak_bytes, "flash_bytes": r.flash_bytes,
+                     "macs": r.macs, "wall_s": round(time.time() - t0)})
     return {"rows": rows}
 
 
@@ -514,13 +514,13 @@ def resolution_section(o: BenchOptions) -> dict[str, Any]:
         log(f"[resolution] {RESOLUTION_MODEL} @ {resolution} on {RESOLUTION_DATASET}: {cfg.recipe.epochs} epochs, "
             f"outputs in {folder}")
         r = train(cfg, folder, log=log)
-        a = r["accuracy"]
+        c, a = r.classification, r.classification.accuracy
         rows.append({"model": RESOLUTION_MODEL, "dataset": RESOLUTION_DATASET, "resolution": resolution,
-                     "epochs": cfg.recipe.epochs, "float": a["float"], "int8_tflm": a["int8_tflm"],
-                     "int8_tflite": a["int8_tflite"], "test_samples": a["int8_test_samples"],
-                     "best_val": max((e["val_accuracy"] for e in r["history"]["float"]), default=None),
-                     "macs": r["macs"], "tflm_arena_bytes": r["memory"]["tflm_arena_bytes"],
-                     "analytic_peak_bytes": r["memory"]["analytic_peak_bytes"], "wall_s": round(time.time() - t0)})
+                     "epochs": cfg.recipe.epochs, "float": a.float, "int8_tflm": a.int8_tflm,
+                     "int8_tflite": a.int8_tflite, "test_samples": a.int8_test_samples,
+                     "best_val": max(r.history.values("val_accuracy"), default=None),
+                     "macs": c.macs, "tflm_arena_bytes": c.memory.tflm_arena_bytes,
+                     "analytic_peak_bytes": c.memory.analytic_peak_bytes, "wall_s": round(time.time() - t0)})
     _resolution_plot(rows, os.path.join(o.out_dir, "resolution.png"))
     return {"rows": rows, "plot": "resolution.png"}
 

@@ -8,8 +8,9 @@ Flag groups (a pipeline calls the ``define_*`` functions it needs; defining a gr
   ``--objective``, ``--max_mac_overhead``, ``--patch_options``, ``--stage_unit``, ``--mac_metric``,
   ``--count_input`` -> ``schedule_request()``;
 * output: ``--json_out``, ``--plot_out``, ``--quiet``, ``--out_dir`` (default: each pipeline's own folder);
-* training: the recipe and data flags; each defaults to "the job's own setting" (``tfmcu.train.TrainConfig`` for
-  ``train``, ``tfmcu.flows.demo.demo_training`` for ``demo``) -> ``training_config(base)``;
+* training: the recipe and data flags; each defaults to "the job's own setting" (``tfmcu.train.default_config`` of
+  the task for ``train``, ``tfmcu.flows.demo.demo_training`` for ``demo``: --help shows each) ->
+  ``training_config(base)``;
 * ``--seed`` (0).
 """
 
@@ -32,7 +33,7 @@ from tfmcu.flows.demo import demo_training  # noqa: E402
 from tfmcu.flows.deploy import DeployOptions  # noqa: E402
 from tfmcu.plan.arena import DEFAULT_KERNELS, KERNEL_SETS  # noqa: E402
 from tfmcu.plan.search import MAC_METRICS, OBJECTIVES, UNITS, SearchOptions  # noqa: E402
-from tfmcu.train.config import STRATEGIES, Recipe, TrainConfig  # noqa: E402
+from tfmcu.train.config import STRATEGIES, TASKS, TrainConfig, default_config  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -148,8 +149,10 @@ def define_seed_flag() -> None:
 
 # flag -> (absl kind, TrainConfig / Recipe field, extra keyword arguments, help)
 _TRAINING: dict[str, tuple[str, str, dict[str, Any], str]] = {
-    "dataset": ("string", "dataset", {}, "fashion_mnist, mnist, scenes[:key=value,...] (small objects on cluttered "
-                                         "canvases: tfmcu.scenes), or a folder <root>/<class>/*.png|jpg"),
+    "dataset": ("string", "dataset", {},
+                "classify: fashion_mnist, mnist, scenes[:key=value,...] (small objects on cluttered canvases: "
+                "tfmcu.data.scenes), or a folder <root>/<class>/*.png|jpg; detection: scenes-det[:key=value,...] or a "
+                "COCO folder"),
     "data_dir": ("string", "data_dir", {},
                  "Folder with the IDX files of fashion_mnist / mnist (scenes: those of its objects)"),
     "epochs": ("integer", "recipe.epochs", {"lower_bound": 0}, "Float training epochs"),
@@ -205,17 +208,18 @@ def _field(config: TrainConfig, target: str) -> Any:
 
 
 def define_training_flags() -> None:
-    """The training flags; unset, each keeps the job's own setting (shown in --help: train's full recipe, and the
-    demo's short run where it differs)."""
+    """The training flags; unset, each keeps the job's own setting, which --help shows (each task's for ``train``,
+    and the demo's short run)."""
     define_model_flags()
     define_seed_flag()
-    full, short = TrainConfig(), demo_training()
+    jobs = {**{task: default_config(task) for task in TASKS}, "demo": demo_training()}
     for name, (kind, target, kw, help_text) in _TRAINING.items():
         kw = dict(kw)
-        a, b = _field(full, target), _field(short, target)
-        default = f"train: {a}" + (f", demo: {b}" if b != a else "")
+        values = {job: _field(cfg, target) for job, cfg in jobs.items()}
+        shown = (f"default {values['classify']}" if len(set(map(repr, values.values()))) == 1
+                 else ", ".join(f"{job}: {value}" for job, value in values.items()))
         args = (kw.pop("enum_values"),) if kind == "enum" else ()
-        _define(kind, name, None, *args, f"{help_text} ({default}).", **kw)
+        _define(kind, name, None, *args, f"{help_text} ({shown}).", **kw)
     _define("bool", "progress", True, "Progress bars (Keras; one line per epoch when not on a terminal).")
 
 
@@ -231,8 +235,9 @@ def schedule_request(**search_options: Any) -> ScheduleRequest:
 
 def training_config(base: TrainConfig) -> TrainConfig:
     """``base`` with every training flag the user gave (flags left unset keep ``base``'s value)."""
-    config: dict[str, Any] = {"model": FLAGS.model, "resolution": FLAGS.resolution or base.resolution,
-                              "width": FLAGS.width, "seed": FLAGS.seed}
+    config: dict[str, Any] = {"model": FLAGS.model if FLAGS["model"].present else base.model,
+                              "resolution": FLAGS.resolution or base.resolution, "width": FLAGS.width,
+                              "seed": FLAGS.seed}
     recipe: dict[str, Any] = {}
     for name, (_, target, _, _) in _TRAINING.items():
         value = getattr(FLAGS, name)
@@ -244,7 +249,7 @@ def training_config(base: TrainConfig) -> TrainConfig:
             config[target] = int(value) if name == "val_split" and value >= 1 else value
     if not FLAGS.progress:
         config["verbose"] = 0
-    return dataclasses.replace(base, recipe=dataclasses.replace(base.recipe or Recipe(), **recipe), **config)
+    return dataclasses.replace(base, recipe=dataclasses.replace(base.recipe, **recipe), **config)
 
 
 def out_dir(pipeline: str) -> str:

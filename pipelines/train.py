@@ -25,14 +25,17 @@ checkpoints/ (one per epoch; --resume continues from the last).
 (MultiWorkerMirroredStrategy; every worker runs this same command with its own TF_CONFIG). --batch_size is global.
 
 --task=detection trains a yolo spec (default mbv2-det-w035) on detection data (default scenes-det; or
-scenes-det:key=value,... or a COCO folder), --qat_epochs of QAT after the float phase: anchors k-means'd from the training
-boxes (--anchors=spec keeps the spec's), YOLOv3-style targets, objectness / class BCE + smooth-L1 box loss, flip /
-zoom / shift augmentation, val mAP@0.5 per epoch; then COCO mAP@0.5 and mAP@[.5:.95] on the test split of the float
-model and (--int8, the default) of the full-int8 .tflite with TFLM's DETECTION_POSTPROCESS, in TF Lite and TFLM.
-Writes model_int8.tflite, spec.json, labels.txt, model_float.weights.h5, train_report.json, training_curves.png,
-detections.png and checkpoints/ (tfmcu.train.detection_loop; docs/detection.md#training):
+scenes-det:key=value,... or a COCO folder), --qat_epochs of QAT after the float phase: anchors k-means'd from the
+training boxes (--anchors=spec keeps the spec's), YOLOv3-style targets, objectness / class BCE + smooth-L1 box loss,
+flip / zoom / shift augmentation, val mAP@0.5 per epoch; then COCO mAP@0.5 and mAP@[.5:.95] on the test split of the
+float model and (--int8, the default) of the full-int8 .tflite with TFLM's DETECTION_POSTPROCESS, in TF Lite and
+TFLM. Writes model_int8.tflite, spec.json, labels.txt, model_float.weights.h5, train_report.json,
+training_curves.png, detections.png and checkpoints/ (docs/detection.md#training). Each training flag's help shows
+its default for each task:
 
     python -m pipelines.train --task=detection --dataset=scenes-det:canvas=128 --resolution=96 --epochs=30
+
+Both tasks run through one trainer (tfmcu.train.train): this pipeline only turns the flags into a TrainConfig.
 
 Exit status: 0 done; 2 bad input (missing data set -> how to install it, unknown folder layout, corrupted
 checkpoint, a spec that does not fit the data, a detector or detection data without --task=detection and the
@@ -47,60 +50,45 @@ from typing import Sequence
 from absl import flags, logging
 
 from pipelines import _cli
-from tfmcu import train
 from tfmcu.errors import UsageError
 from tfmcu.runtime.capture import import_tensorflow_quietly
-from tfmcu.train.config import ANCHOR_SOURCES, TASKS, DetectionOptions, detection_config
-from tfmcu.train.detection_loop import format_detection_summary, train_detector
+from tfmcu.train import default_config, train, validate
+from tfmcu.train.config import ANCHOR_SOURCES, TASKS, DetectionOptions
 
 FLAGS = flags.FLAGS
 _cli.define_training_flags()
 _cli.define_out_dir()
-_DETECTION = detection_config()
-flags.DEFINE_enum("task", "classify", list(TASKS),
-                  f"classify: a classifier on fashion_mnist, mnist, scenes or class folders; detection: a yolo spec "
-                  f"(default {_DETECTION.model}) on scenes-det[:...] or a COCO folder (default {_DETECTION.dataset}; "
-                  f"recipe defaults: epochs {_DETECTION.recipe.epochs}, batch_size {_DETECTION.recipe.batch_size}, "
-                  f"lr {_DETECTION.recipe.lr}, warmup_epochs {_DETECTION.recipe.warmup_epochs}, qat_epochs "
-                  f"{_DETECTION.recipe.qat_epochs}).")
+_DETECTION = DetectionOptions()  # the detection flags' defaults
+flags.DEFINE_enum("task", TASKS[0], list(TASKS),
+                  "classify: a classifier on fashion_mnist, mnist, scenes or class folders; detection: a yolo spec "
+                  f"(default {default_config('detection').model}) on scenes-det[:...] or a COCO folder. The task "
+                  "decides the training flags' defaults (each flag's help shows them).")
 flags.DEFINE_enum("anchors", None, list(ANCHOR_SOURCES),
                   f"--task=detection: kmeans (anchors clustered from the training boxes, written into spec.json) or "
-                  f"spec (the spec's own) ({DetectionOptions().anchors}).")
+                  f"spec (the spec's own) (default {_DETECTION.anchors}).")
 flags.DEFINE_bool("int8", None, f"--task=detection: export the full-int8 .tflite with DETECTION_POSTPROCESS and "
-                                  f"measure its mAP in TF Lite and TFLM ({DetectionOptions().int8}).")
-flags.DEFINE_integer("max_detections", None, f"--task=detection: detections per image after NMS, in the evaluation and "
-                     f"in the .tflite's DETECTION_POSTPROCESS, whose TFLM scratch grows with it (12 bytes per anchor and "
-                     f"detection; {DetectionOptions().max_detections}).", lower_bound=1)
+                                f"measure its mAP in TF Lite and TFLM (default {_DETECTION.int8}).")
+flags.DEFINE_integer("max_detections", None, f"--task=detection: detections per image after NMS, in the evaluation "
+                     f"and in the .tflite's DETECTION_POSTPROCESS, whose TFLM scratch grows with it (12 bytes per "
+                     f"anchor and detection; default {_DETECTION.max_detections}).", lower_bound=1)
 
 flags.adopt_module_key_flags(_cli)  # the shared flags this pipeline defined show in --help
 
 
 def main(argv: Sequence[str]) -> int:
     logging.set_verbosity(logging.WARNING)  # TensorFlow's INFO chatter (saver, converter) through absl
-    detection_flags = ("anchors", "int8", "max_detections")
-    if FLAGS.task == "classify":
-        given = [f"--{name}" for name in detection_flags if FLAGS[name].present]
-        if given:
-            raise UsageError(f"{', '.join(given)}: only for --task=detection")
-        cfg = _cli.training_config(train.TrainConfig())
-    else:  # the detection defaults with every flag given; --model's default is the classification demo's net
-        cfg = _cli.training_config(_DETECTION)
-        options = {name: getattr(FLAGS, name) for name in detection_flags if getattr(FLAGS, name) is not None}
-        cfg = dataclasses.replace(cfg, model=cfg.model if FLAGS["model"].present else _DETECTION.model,
-                                  detection=dataclasses.replace(cfg.detection, **options))
-    train.validate(cfg)
+    base = default_config(FLAGS.task)
+    detection = {name: getattr(FLAGS, name) for name in ("anchors", "int8", "max_detections") if FLAGS[name].present}
+    if detection and FLAGS.task != "detection":
+        raise UsageError(f"{', '.join(f'--{name}' for name in detection)}: only for --task=detection")
+    cfg = _cli.training_config(dataclasses.replace(base, detection=dataclasses.replace(base.detection, **detection)))
+    validate(cfg)
     import_tensorflow_quietly()
-    if cfg.task == "detection":
-        report = train_detector(cfg, _cli.out_dir("train"))
-        if report.get("chief") is False:
-            return 0
-        print(format_detection_summary(report), end="")
-        return 0 if not report["int8"] or report["int8"]["tflite_vs_tflm"]["agree"] else 1
-    report = train.train(cfg, _cli.out_dir("train"))
-    if report.get("chief") is False:
+    report = train(cfg, _cli.out_dir("train"))
+    if report is None:  # a worker that is not the chief: the chief writes the outputs
         return 0
-    print(train.format_summary(report), end="")
-    return 0 if report["tflite_vs_tflm"]["agree"] else 1
+    print(report.summary(), end="")
+    return 0 if report.agree else 1
 
 
 if __name__ == "__main__":

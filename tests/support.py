@@ -1,13 +1,17 @@
-"""Helpers shared by several test files (a module Bazel's test_support library carries): tiny IDX data sets and a
-tiny spec."""
+"""Helpers shared by several test files (a module Bazel's test_support library carries): tiny IDX data sets, a
+tiny spec, a Python command line in the repository, and a training run interrupted after its first checkpoint."""
 
 from __future__ import annotations
 
 import gzip
 import os
 import struct
+import subprocess
+import sys
+from typing import Any, Callable
 
 import numpy as np
+import pytest
 
 from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec
 
@@ -42,3 +46,38 @@ def tiny_spec(num_classes: int = 10, in_channels: int = 3, se: float = 0.0) -> N
                    stem=StemSpec(out_channels=8, kernel=3, stride=2),
                    stages=[StageSpec([b(8, 3, 1, 1, se=se)]), StageSpec([b(16, 3, 3, 2), b(16, 3, 3, 1)])],
                    head=HeadSpec(last_channels=0, num_classes=num_classes)).validate()
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_python(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``python *args`` from the repository's root (``-m pipelines.train ...``), TensorFlow quiet."""
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, **(env or {}))
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+
+
+def interrupted(monkeypatch: pytest.MonkeyPatch, run: Callable[[], Any]) -> None:
+    """Call ``run`` (a training run) and stop it right after it writes its first checkpoint, as if it were killed
+    there."""
+    from tfmcu.train.checkpoints import Checkpoints
+
+    real_save = Checkpoints.save
+
+    class Stop(Exception):
+        pass
+
+    def save_then_stop(self, *args, **kwargs):
+        real_save(self, *args, **kwargs)
+        raise Stop()
+
+    monkeypatch.setattr(Checkpoints, "save", save_then_stop)
+    with pytest.raises(Stop):
+        run()
+    monkeypatch.setattr(Checkpoints, "save", real_save)
+
+
+def without_seconds(history: Any) -> dict[str, list[dict[str, Any]]]:
+    """A run's ``History`` without its timings: what two runs with one seed must share."""
+    return {phase: [{k: v for k, v in e.items() if "seconds" not in k} for e in epochs]
+            for phase, epochs in history.to_json().items()}

@@ -1,22 +1,22 @@
-"""tfmcu.scenes_det and tfmcu.detection_data: detection scenes, COCO folders, write_coco, resize_for_model, the CLI."""
+"""tfmcu.data for detection: detection scenes (``scenes_det``), COCO folders (``coco``), write_coco,
+resize_for_model, the CLI."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from tfmcu import detection_data as dd
-from tfmcu import scenes, scenes_det
+from tfmcu.data import catalog, coco, scenes, scenes_det
+from tfmcu.data.images import resize_for_model
+from tfmcu.data.split import DataError
 from tfmcu.errors import TfmcuError
-from tests.support import fake_idx_set
+from tests.support import fake_idx_set, run_python
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = "scenes-det:canvas=64,object_px=8-24,train=12,val=4,test=5,seed=3"
 
 
@@ -38,8 +38,7 @@ def blob_pool(n: int = 20) -> tuple[np.ndarray, np.ndarray]:
 
 def render(config: scenes_det.DetSceneConfig, n: int, split: str = "train") -> list[scenes_det.DetScene]:
     pool, labels = blob_pool()
-    return [scenes_det.render(config, pool, labels, np.random.default_rng([config.seed, scenes.SPLIT_IDS[split], i]))
-            for i in range(n)]
+    return [scenes_det.render(config, pool, labels, rng) for rng in scenes.sample_rngs(config, split, n)]
 
 
 def tight_box(mask: np.ndarray) -> list[float]:
@@ -61,32 +60,32 @@ def test_names_parse_strictly():
                       ("scenes-det:objects=a-b", "not a number range"), ("scenes-det:canvas=64", "object_px"),
                       ("scenes-det:source=cifar", "source"), ("scenes-det:border=1.5", "border"),
                       ("scenes-det:objects=3-1", "objects"), ("scenes-det:canvas", "key=value")]:
-        with pytest.raises(scenes.SceneError, match=what):
+        with pytest.raises(DataError, match=what):
             scenes_det.parse_name(bad)
-        with pytest.raises(dd.DetectionDataError, match=what) as e:
-            dd.load_detection(bad)
+        with pytest.raises(DataError, match=what) as e:
+            catalog.load_detection(bad)
         assert isinstance(e.value, TfmcuError) and "\n" not in str(e.value)
 
 
 # ----------------------------------------------------------------------------- scenes
 def test_scenes_are_deterministic_and_split(idx_dir):
-    ds = dd.load_detection(SMALL, data_dir=idx_dir)
+    ds = catalog.load_detection(SMALL, data_dir=idx_dir)
     assert ds.train.images.shape == (12, 64, 64, 1) and ds.train.images.dtype == np.uint8
     assert (len(ds.val), len(ds.test), ds.channels, ds.num_classes) == (4, 5, 1, 10)
     assert list(ds.train.image_ids) == list(range(1, 13)) and ds.info["scenes_det"]["canvas"] == 64
     for b, lab in zip(ds.train.boxes, ds.train.labels):
         assert b.dtype == np.float32 and b.shape == (len(lab), 4) and lab.dtype == np.int32
-    again = dd.load_detection(SMALL, data_dir=idx_dir)
+    again = catalog.load_detection(SMALL, data_dir=idx_dir)
     assert np.array_equal(ds.train.images, again.train.images)
     assert all(np.array_equal(a, b) for a, b in zip(ds.test.boxes, again.test.boxes))
     assert all(np.array_equal(a, b) for a, b in zip(ds.test.labels, again.test.labels))
     # A sample depends on (seed, split, index) only: a smaller split is a prefix of a larger one.
-    small = dd.load_detection(SMALL.replace("train=12", "train=5"), data_dir=idx_dir)
+    small = catalog.load_detection(SMALL.replace("train=12", "train=5"), data_dir=idx_dir)
     assert np.array_equal(small.train.images, ds.train.images[:5])
     assert all(np.array_equal(a, b) for a, b in zip(small.train.boxes, ds.train.boxes))
     # Splits and seeds differ.
     assert not np.array_equal(ds.train.images[:4], ds.val.images)
-    other = dd.load_detection(SMALL.replace("seed=3", "seed=4"), data_dir=idx_dir)
+    other = catalog.load_detection(SMALL.replace("seed=3", "seed=4"), data_dir=idx_dir)
     assert not np.array_equal(other.train.images, ds.train.images)
 
 
@@ -134,15 +133,15 @@ def test_border_cuts_empty_scenes_and_overlap_limit():
 def test_coco_round_trip(idx_dir, tmp_path):
     from pycocotools.coco import COCO
 
-    ds = dd.load_detection(SMALL.replace("seed=3", "seed=5") + ",objects=0-4", data_dir=idx_dir)
+    ds = catalog.load_detection(SMALL.replace("seed=3", "seed=5") + ",objects=0-4", data_dir=idx_dir)
     out = tmp_path / "coco"
-    paths = dd.write_coco_dataset(ds, str(out))
+    paths = coco.write_coco_dataset(ds, str(out))
     assert sorted(os.listdir(out)) == ["images", "test.json", "train.json", "val.json"] and len(paths) == 3
-    coco = COCO(str(out / "train.json"))
-    assert len(coco.getImgIds()) == 12 and len(coco.getAnnIds()) == sum(len(b) for b in ds.train.boxes)
-    back = dd.load_detection(str(out))
+    train_json = COCO(str(out / "train.json"))
+    assert len(train_json.getImgIds()) == 12 and len(train_json.getAnnIds()) == sum(len(b) for b in ds.train.boxes)
+    back = catalog.load_detection(str(out))
     assert back.class_names == ds.class_names and back.channels == 1
-    for s in dd.SPLITS:
+    for s in coco.SPLITS:
         a, b = ds.split(s), back.split(s)
         assert len(a) == len(b) and list(a.image_ids) == list(b.image_ids) and not b.in_memory
         for i in range(len(a)):
@@ -150,9 +149,9 @@ def test_coco_round_trip(idx_dir, tmp_path):
             assert np.array_equal(a.image(i), b.image(i))
     # One annotations.json: val and test are seeded fractions of its images.
     single = tmp_path / "single"
-    dd.write_coco(ds.train, str(single), "annotations", ds.class_names)
-    held = dd.load_detection(str(single), seed=1, val_fraction=0.25, test_fraction=0.25)
-    ids = [list(held.split(s).image_ids) for s in dd.SPLITS]
+    coco.write_coco(ds.train, str(single), "annotations", ds.class_names)
+    held = catalog.load_detection(str(single), seed=1, val_fraction=0.25, test_fraction=0.25)
+    ids = [list(held.split(s).image_ids) for s in coco.SPLITS]
     assert [len(i) for i in ids] == [6, 3, 3] and sorted(sum(ids, [])) == list(range(1, 13))
     assert held.info["held_out"]["val"].startswith("0.25")
     k = list(ds.train.image_ids).index(ids[1][0])
@@ -175,7 +174,7 @@ def coco_folder(root) -> str:
 
 
 def test_coco_folder_reads_categories_clips_and_skips_crowds(tmp_path):
-    ds = dd.load_detection(coco_folder(tmp_path / "c"), val_fraction=0.0, test_fraction=0.0)
+    ds = catalog.load_detection(coco_folder(tmp_path / "c"), val_fraction=0.0, test_fraction=0.0)
     assert ds.class_names == ["dog", "cat"] and ds.channels == 3  # sorted category ids 2, 5; b.png is RGB
     assert list(ds.train.image_ids) == [7, 9] and len(ds.val) == 0 and len(ds.test) == 0
     assert ds.train.boxes[0].tolist() == [[1, 2, 11, 7]] and ds.train.labels[0].tolist() == [1]
@@ -203,41 +202,40 @@ def test_broken_coco_files_are_one_line_errors(tmp_path, edit, what):
         doc = json.load(f)
     with open(path, "w") as f:
         f.write(edit(doc))
-    with pytest.raises(dd.DetectionDataError, match=what) as e:
-        dd.load_detection(root)
+    with pytest.raises(DataError, match=what) as e:
+        catalog.load_detection(root)
     assert "\n" not in str(e.value) and "train.json" in str(e.value)
 
 
 def test_missing_folders_and_files_are_one_line_errors(tmp_path):
     for root, what in [(tmp_path / "nowhere", "no such folder"), (tmp_path, "no annotation file")]:
-        with pytest.raises(dd.DetectionDataError, match=what) as e:
-            dd.load_detection(str(root))
+        with pytest.raises(DataError, match=what) as e:
+            catalog.load_detection(str(root))
         assert "\n" not in str(e.value)
     (tmp_path / "val.json").write_text("{}")
-    with pytest.raises(dd.DetectionDataError, match="no train.json"):
-        dd.load_detection(str(tmp_path))
+    with pytest.raises(DataError, match="no train.json"):
+        catalog.load_detection(str(tmp_path))
     (tmp_path / "annotations.json").write_text("{}")
-    with pytest.raises(dd.DetectionDataError, match="keep one layout"):
-        dd.load_detection(str(tmp_path))
+    with pytest.raises(DataError, match="keep one layout"):
+        catalog.load_detection(str(tmp_path))
 
 
 # ----------------------------------------------------------------------------- model inputs
 def test_resize_for_model():
     images = np.zeros((2, 64, 32, 1), np.uint8)
     images[0] = 255
-    x, rel = dd.resize_for_model(images, [np.array([[8, 16, 24, 64]], np.float32), np.zeros((0, 4), np.float32)], 16)
+    x, rel = resize_for_model(images, [np.array([[8, 16, 24, 64]], np.float32), np.zeros((0, 4), np.float32)], 16)
     assert x.shape == (2, 16, 16, 3) and x.dtype == np.float32
     assert np.allclose(x[0], 1.0) and np.allclose(x[1], -1.0)
     assert rel[0].tolist() == [[0.25, 0.25, 0.75, 1.0]] and rel[1].shape == (0, 4)
-    grey, _ = dd.resize_for_model([np.full((10, 10, 3), 127.5, np.float32)], [np.zeros((0, 4))], 4, channels=1)
+    grey, _ = resize_for_model([np.full((10, 10, 3), 127.5, np.float32)], [np.zeros((0, 4))], 4, channels=1)
     assert grey.shape == (1, 4, 4, 1) and np.allclose(grey, 0.0, atol=1e-3)
 
 
 # ----------------------------------------------------------------------------- command line
 def test_cli_writes_coco_and_fails_in_one_line(idx_dir, tmp_path):
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "tfmcu.detection_data", *args], capture_output=True, text=True,
-                              cwd=ROOT)
+        return run_python("-m", "tfmcu.data", *args)
 
     out = tmp_path / "out"
     bad = cli("--dataset=scenes-det:canvas=big", f"--write_coco={out}")

@@ -1,12 +1,12 @@
-"""Detection training (issue 24): target assignment, the loss, box-keeping augmentation, decode + fast NMS, COCO mAP,
-k-means anchors in the trained spec, a tiny run through pipelines.train with --resume, and user mistakes."""
+"""Detection training, the detection task: target assignment, the loss, box-keeping augmentation, decode + fast NMS,
+COCO mAP, k-means anchors in the trained spec, the typed report, a tiny run through pipelines.train with --resume, and
+user mistakes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-import subprocess
-import sys
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -15,16 +15,15 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from tfmcu import train  # noqa: E402
-from tfmcu.detection_data import DetSplit  # noqa: E402
+from tfmcu.data.split import Split  # noqa: E402
 from tfmcu.nets.anchors import anchor_grid, decode_boxes  # noqa: E402
 from tfmcu.nets.presets import DET_ANCHORS  # noqa: E402
 from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec  # noqa: E402
 from tfmcu.train import detection as det  # noqa: E402
-from tfmcu.train.config import DetectionOptions, Recipe, detection_config  # noqa: E402
-from tfmcu.train.detection_loop import DetectionRun, format_detection_summary, train_detector  # noqa: E402
-from tests.support import fake_idx_set  # noqa: E402
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tfmcu.train import trainer  # noqa: E402
+from tfmcu.train.config import DetectionOptions, Recipe  # noqa: E402
+from tfmcu.train.report import TrainReport  # noqa: E402
+from tests.support import fake_idx_set, interrupted, run_python, without_seconds  # noqa: E402
 TWO = [[[0.4, 0.4], [0.6, 0.3]], [[0.1, 0.1], [0.2, 0.2]]]  # coarse scale (4x4 at 64 px) first, then 8x8
 ONE = [[[0.25, 0.25]]]  # one anchor per cell, 4x4
 
@@ -239,7 +238,7 @@ def test_flatten_outputs_follows_the_anchor_order():
 
 
 # ============================================================================= evaluation
-def box_split(n: int = 6, side: int = 64, seed: int = 0) -> DetSplit:
+def box_split(n: int = 6, side: int = 64, seed: int = 0) -> Split:
     """Blank images with 1-3 boxes each, all in the left half (x1 < 0.5)."""
     rng = np.random.default_rng(seed)
     boxes, labels = [], []
@@ -250,10 +249,11 @@ def box_split(n: int = 6, side: int = 64, seed: int = 0) -> DetSplit:
         y0 = rng.uniform(0.02, 0.98 - wh[:, 1])
         boxes.append((np.stack([x0, y0, x0 + wh[:, 0], y0 + wh[:, 1]], 1) * side).astype(np.float32))
         labels.append(rng.integers(0, 3, k).astype(np.int32))
-    return DetSplit(np.zeros((n, side, side, 1), np.uint8), boxes, labels, np.arange(1, n + 1, dtype=np.int64))
+    return Split(labels, np.zeros((n, side, side, 1), np.uint8), boxes=boxes, image_ids=np.arange(1, n + 1,
+                                                                                                 dtype=np.int64))
 
 
-def predictor(split: DetSplit, spec: NetSpec, mirror: bool = False):
+def predictor(split: Split, spec: NetSpec, mirror: bool = False):
     """A predict function giving perfect outputs for the split's boxes, batch after batch (x mirrored: nonsense)."""
     state = {"at": 0}
 
@@ -328,136 +328,136 @@ def tiny_config(idx_dir: str, **kw) -> train.TrainConfig:
     base = dict(dataset=DATASET, data_dir=idx_dir, resolution=64, recipe=recipe, steps_per_epoch=3, seed=3,
                 verbose=0, detection=DetectionOptions(int8=False))  # (the CLI run exports int8)
     base.update(kw)
-    return detection_config(**base)
+    return train.default_config("detection", **base)
 
 
 @pytest.fixture(scope="module")
 def run_a(idx_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("det") / "a"
-    return out, train_detector(tiny_config(idx_dir), str(out), log=lambda m: None)
+    return out, train.train(tiny_config(idx_dir), str(out), log=lambda m: None)
 
 
 def test_library_run_writes_everything(run_a):
     out, r = run_a
-    assert r["task"] == "detection" and r["dataset"]["train"] == 96 and r["dataset"]["resolution"] == 64
+    d = r.detection
+    assert r.task == "detection" and r.classification is None and r.dataset.train == 96 and r.dataset.resolution == 64
     for key in ("spec", "labels", "weights", "report", "curves", "detections"):
-        assert os.path.isfile(r["files"][key]), key
-    assert [e["epoch"] for e in r["history"]["float"]] == [1, 2]
-    for e in r["history"]["float"]:
+        assert os.path.isfile(r.files[key]), key
+    assert [e["epoch"] for e in r.history.float] == [1, 2]
+    for e in r.history.float:
         assert {"loss", "box_loss", "obj_loss", "class_loss", "val_loss", "val_map50", "val_map"} <= set(e)
-    for key in ("map50", "map"):
-        assert 0.0 <= r[key]["float"] <= 1.0 and r[key]["int8_tflite"] is None and r[key]["int8_tflm"] is None
-    assert r["int8"] is None and "tflite" not in r["files"]
-    assert r["evaluation"]["images"] == 16 and r["evaluation"]["boxes"] == r["dataset"]["boxes"]["test"]
-    spec = NetSpec.load(r["files"]["spec"])  # the trained spec carries the k-means anchors
-    assert spec.head.anchors == r["anchors"]["anchors"] == r["spec"]["head"]["anchors"] != DET_ANCHORS
-    assert r["anchors"]["source"] == "kmeans" and r["anchors"]["fit"] > 0
-    on_disk = json.loads(open(r["files"]["report"]).read())
-    assert on_disk["map50"] == r["map50"]
+    for s in (d.map50, d.map):
+        assert 0.0 <= s.float <= 1.0 and s.int8_tflite is None and s.int8_tflm is None
+    assert d.int8 is None and "tflite" not in r.files and r.tflite_vs_tflm is None and r.agree
+    assert d.evaluation.images == 16 and d.evaluation.boxes == r.dataset.boxes["test"]
+    spec = NetSpec.load(r.files["spec"])  # the trained spec carries the k-means anchors
+    assert spec.head.anchors == d.anchors["anchors"] == r.spec.head.anchors != DET_ANCHORS
+    assert d.anchors["source"] == "kmeans" and d.anchors["fit"] > 0
+    with open(r.files["report"]) as f:
+        on_disk = json.load(f)
+    assert on_disk["map50"]["float"] == d.map50.float and on_disk["detection"]["int8"] is False
+    assert TrainReport.from_json(on_disk) == r  # the JSON holds the whole typed report
+    assert "int8: not exported" in r.summary()
     for key in ("curves", "detections"):
-        assert open(r["files"][key], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+        assert open(r.files[key], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     from tfmcu.nets.keras_builder import build_keras
 
     model = build_keras(spec, 0)
-    model.load_weights(r["files"]["weights"])  # the spec's own Keras model reads the weights
+    model.load_weights(r.files["weights"])  # the spec's own Keras model reads the weights
 
 
 def test_resume_after_interruption_matches_uninterrupted_run(run_a, idx_dir, tmp_path, monkeypatch):
     _, ra = run_a
     out = tmp_path / "b"
-    real_save = train.Checkpoints.save
-
-    class Stop(Exception):
-        pass
-
-    def save_then_stop(self, *args, **kwargs):
-        real_save(self, *args, **kwargs)
-        raise Stop()
-
-    monkeypatch.setattr(train.Checkpoints, "save", save_then_stop)
-    with pytest.raises(Stop):
-        train_detector(tiny_config(idx_dir), str(out), log=lambda m: None)
-    monkeypatch.setattr(train.Checkpoints, "save", real_save)
+    interrupted(monkeypatch, lambda: train.train(tiny_config(idx_dir), str(out), log=lambda m: None))
     assert not (out / "train_report.json").exists()
     logs: list[str] = []
-    rb = train_detector(tiny_config(idx_dir, resume=True), str(out), log=logs.append)
+    rb = train.train(tiny_config(idx_dir, resume=True), str(out), log=logs.append)
     assert any("resumed after float epoch 1" in m for m in logs)
-    strip = lambda h: [{k: v for k, v in e.items() if "seconds" not in k} for e in h]  # noqa: E731
-    assert strip(ra["history"]["float"]) == strip(rb["history"]["float"])
-    assert ra["map50"] == rb["map50"] and ra["map"] == rb["map"]
+    assert without_seconds(ra.history) == without_seconds(rb.history)
+    assert ra.detection.map50 == rb.detection.map50 and ra.detection.map == rb.detection.map
 
 
 def test_spec_that_does_not_fit_the_data(idx_dir, tmp_path):
     p = tmp_path / "three.json"
     p.write_text(small_det().to_json())
     with pytest.raises(train.TrainError, match="the spec has 3 classes, .* has 10; set head.num_classes to 10"):
-        train_detector(tiny_config(idx_dir, model=str(p)), str(tmp_path / "o"), log=lambda m: None)
+        train.train(tiny_config(idx_dir, model=str(p)), str(tmp_path / "o"), log=lambda m: None)
     assert not (tmp_path / "o").exists()
 
 
-def test_each_entry_point_takes_its_own_task(idx_dir, tmp_path):
-    with pytest.raises(train.TrainError, match="detectors train with tfmcu.train.detection_loop.train_detector"):
-        train.train(tiny_config(idx_dir), str(tmp_path / "o"), log=lambda m: None)
-    with pytest.raises(train.TrainError, match="train_detector trains detectors"):
-        train_detector(train.TrainConfig(), str(tmp_path / "o"), log=lambda m: None)
+def test_each_task_takes_its_own_data_and_model(idx_dir, tmp_path):
+    with pytest.raises(train.TrainError, match="a detector \\(yolo head\\); train it with --task=detection"):
+        train.train(dataclasses.replace(tiny_config(idx_dir), task="classify", dataset="fashion_mnist"),
+                    str(tmp_path / "o"), log=lambda m: None)
+    with pytest.raises(train.TrainError, match="a detection data set \\(boxes\\); train a detector on it"):
+        train.train(dataclasses.replace(tiny_config(idx_dir), task="classify"), str(tmp_path / "o"),
+                    log=lambda m: None)
+    with pytest.raises(train.TrainError, match="a classification data set \\(no boxes\\)"):
+        train.train(train.TrainConfig(task="detection"), str(tmp_path / "o"), log=lambda m: None)
+    with pytest.raises(train.TrainError, match="unknown task 'segment'"):
+        train.validate(train.TrainConfig(task="segment"))
     assert not (tmp_path / "o").exists()
 
 
 def test_coco_folder_run(idx_dir, tmp_path):
     """Images on disk (paths, read with PIL) and splits from the COCO files."""
-    from tfmcu.detection_data import load_detection, write_coco_dataset
+    from tfmcu.data import coco, load_detection
 
     folder = str(tmp_path / "coco")
-    write_coco_dataset(load_detection(DATASET, idx_dir), folder)
-    r = train_detector(tiny_config(idx_dir, dataset=folder, data_dir=None, recipe=Recipe(
+    coco.write_coco_dataset(load_detection(DATASET, idx_dir), folder)
+    r = train.train(tiny_config(idx_dir, dataset=folder, data_dir=None, recipe=Recipe(
         epochs=1, qat_epochs=0, batch_size=16, lr=0.05, bn_recalibration_batches=1)), str(tmp_path / "o"),
         log=lambda m: None)
-    assert (r["dataset"]["train"], r["dataset"]["validation"], r["dataset"]["test"]) == (96, 16, 16)
-    assert r["dataset"]["channels_stored"] == 1 and 0.0 <= r["map50"]["float"] <= 1.0
-    assert os.path.isfile(r["files"]["detections"])
+    assert (r.dataset.train, r.dataset.validation, r.dataset.test) == (96, 16, 16)
+    assert r.dataset.channels_stored == 1 and 0.0 <= r.detection.map50.float <= 1.0
+    assert os.path.isfile(r.files["detections"])
 
 
-def test_qat_run_exports_the_qat_weights(idx_dir, tmp_path):
+def test_qat_run_exports_the_qat_weights(idx_dir, tmp_path, monkeypatch):
     """1 float + 1 QAT epoch on 64 images at 64 px, then the int8 export: the report has the QAT mAP, TF Lite and
     TFLM agree, and the .tflite's prediction conv holds the QAT model's weights (not the float model's)."""
     cfg = tiny_config(idx_dir, dataset="scenes-det:canvas=128,train=64,val=16,test=16,seed=1", steps_per_epoch=None,
                       calibration_samples=16, detection=DetectionOptions(), recipe=Recipe(
                           epochs=1, qat_epochs=1, batch_size=16, lr=0.05, qat_lr=0.05, bn_recalibration_batches=1))
     logs: list[str] = []
-    run = DetectionRun(cfg, str(tmp_path / "q"), logs.append)
-    run.setup()  # (the phases of train_detector, kept apart to look at the QAT model)
-    run.train_float()
-    run.train_qat()
-    run.export_int8()
-    r = run.report()
-    assert [e["epoch"] for e in r["history"]["qat"]] == [1] and "val_map50" in r["history"]["qat"][0]
-    for key in ("map50", "map"):
-        assert all(0.0 <= r[key][k] <= 1.0 for k in ("float", "qat", "int8_tflite", "int8_tflm")), r[key]
-        assert r[key]["int8_tflite"] == r[key]["int8_tflm"]
-    assert r["int8"]["tflite_vs_tflm"]["agree"] and r["int8"]["quantization"] == "QAT (1 epochs)"
-    assert r["recipe"]["qat_lr"] == 0.05 and r["timing_s"]["qat_training"] > 0
-    assert any("[eval] QAT test mAP@0.5" in m for m in logs) and "QAT mAP@0.5" in format_detection_summary(r)
-    model_bytes = open(r["files"]["tflite"], "rb").read()
-    assert model_bytes == run.int8["model_bytes"]
+    phases = {}
+    real_qat_phase = trainer.qat_phase
+
+    def keep(run, floated):  # (the trainer's QAT phase, with its models kept to look at)
+        phases["float"] = floated
+        phases["qat"], notes = real_qat_phase(run, floated)
+        return phases["qat"], notes
+
+    monkeypatch.setattr(trainer, "qat_phase", keep)
+    r = train.train(cfg, str(tmp_path / "q"), log=logs.append)
+    d = r.detection
+    assert [e["epoch"] for e in r.history.qat] == [1] and "val_map50" in r.history.qat[0]
+    for s in (d.map50, d.map):
+        assert all(0.0 <= v <= 1.0 for v in (s.float, s.qat, s.int8_tflite, s.int8_tflm)), s
+        assert s.int8_tflite == s.int8_tflm
+    assert d.int8.tflite_vs_tflm.agree and d.int8.quantization == "QAT (1 epochs)"
+    assert r.recipe.qat_lr == 0.05 and r.timing_s["qat_training"] > 0
+    assert any("[eval] QAT test mAP@0.5" in m for m in logs) and "QAT mAP@0.5" in r.summary()
+    model_bytes = open(r.files["tflite"], "rb").read()
+    assert len(model_bytes) == d.int8.flash_bytes
     import tensorflow as tf
 
     interp = tf.lite.Interpreter(model_content=model_bytes)
-    [w] = [d for d in interp.get_tensor_details() if "head_scale0_pred/Conv2D" in d["name"]
-           and "BiasAdd" not in d["name"] and d["dtype"] == np.int8]  # the filter (not the activation)
+    [w] = [t for t in interp.get_tensor_details() if "head_scale0_pred/Conv2D" in t["name"]
+           and "BiasAdd" not in t["name"] and t["dtype"] == np.int8]  # the filter (not the activation)
     scales = w["quantization_parameters"]["scales"]
     got = interp.get_tensor(w["index"]).astype(np.float64) * scales[:, None, None, None]  # [out, 1, 1, in]
     as_tflite = lambda k: np.transpose(np.asarray(k), (3, 0, 1, 2))  # noqa: E731  (Keras [1, 1, in, out])
-    [qat_kernel] = [as_tflite(v.numpy()) for v in run.qat_base.get_layer("quant_head_scale0_pred").weights
+    [qat_kernel] = [as_tflite(v.numpy()) for v in phases["qat"].spec_model.get_layer("quant_head_scale0_pred").weights
                     if v.name.endswith("/kernel:0")]  # (the wrapped layer's .kernel is the fake-quantized tensor)
-    float_kernel = as_tflite(run.base_model.get_layer("head_scale0_pred").kernel)
+    float_kernel = as_tflite(phases["float"].spec_model.get_layer("head_scale0_pred").kernel)
     assert np.all(np.abs(got - qat_kernel) <= 0.51 * scales[:, None, None, None])  # the QAT weights, rounded
     assert np.abs(got - qat_kernel).mean() < 0.5 * np.abs(got - float_kernel).mean()
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
-    return subprocess.run([sys.executable, "-m", "pipelines.train", *args], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=600)
+def cli(*args: str):
+    return run_python("-m", "pipelines.train", *args)
 
 
 def test_cli_tiny_run_and_resume(idx_dir, tmp_path):
@@ -468,22 +468,23 @@ def test_cli_tiny_run_and_resume(idx_dir, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "float on 16 test images" in proc.stdout and "identical outputs on every image" in proc.stdout
     assert "[train] float epoch 1: loss" in proc.stderr and "val mAP@0.5" in proc.stderr
-    r = json.loads((out / "train_report.json").read_text())
-    assert r["model"] == "mbv2-det-w035" and r["steps_per_epoch"] == 6
-    for key in ("map50", "map"):
-        assert all(0.0 <= r[key][k] <= 1.0 for k in ("float", "int8_tflite", "int8_tflm")), r[key]
-        assert r[key]["int8_tflite"] == r[key]["int8_tflm"]  # TF Lite and TFLM give the same detections
-    assert r["int8"]["tflite_vs_tflm"] == {"agree": True, "mismatching_images": 0, "images": 16,
-                                           "tflite_kernels": "reference"}
+    r = TrainReport.read(str(out / "train_report.json"))
+    d = r.detection
+    assert r.model == "mbv2-det-w035" and r.steps_per_epoch == 6
+    for s in (d.map50, d.map):
+        assert all(0.0 <= v <= 1.0 for v in (s.float, s.int8_tflite, s.int8_tflm)), s
+        assert s.int8_tflite == s.int8_tflm  # TF Lite and TFLM give the same detections
+    assert json.loads((out / "train_report.json").read_text())["int8"]["tflite_vs_tflm"] == {
+        "agree": True, "mismatching_images": 0, "images": 16, "tflite_kernels": "reference"}
     from tfmcu.runtime.model_io import model_info
 
-    info = model_info(open(r["files"]["tflite"], "rb").read())
+    info = model_info(open(r.files["tflite"], "rb").read())
     assert [t.dtype for t in info.inputs] == ["int8"] and len(info.outputs) == 4  # DETECTION_POSTPROCESS's four
     assert (out / "checkpoints" / "float-0001.index").is_file()
     proc = cli(*args, "--resume", "--noint8")  # (int8 changes no weights: the checkpoint still fits)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "resumed after float epoch 1" in proc.stderr and "float epoch 1/1" not in proc.stderr
-    assert json.loads((out / "train_report.json").read_text())["map50"]["float"] == r["map50"]["float"]
+    assert TrainReport.read(str(out / "train_report.json")).detection.map50.float == d.map50.float
 
 
 @pytest.mark.parametrize("args,message", [

@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from tfmcu import data
+from tfmcu.data import catalog, classify
 from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, SearchSpace, StageSpec, StemSpec
 
 tf = pytest.importorskip("tensorflow")
@@ -29,7 +29,7 @@ RECIPE = ts.SupernetRecipe(largest_epochs=1, epochs=1, batch_size=16, steps_per_
 @pytest.fixture(scope="module")
 def scenes(tmp_path_factory):
     folder = fake_idx_set(tmp_path_factory.mktemp("idx"), n_train=120, n_test=30)
-    return data.load("scenes:canvas=48,object_px=10-20,train=64,val=24,test=24", data_dir=folder)
+    return catalog.load("scenes:canvas=48,object_px=10-20,train=64,val=24,test=24", data_dir=folder)
 
 
 def test_supernet_trains_resumes_and_scores(scenes, tmp_path):
@@ -54,7 +54,7 @@ def test_supernet_trains_resumes_and_scores(scenes, tmp_path):
     # The extracted model with the calibrated statistics agrees with the supernet on the held-out images.
     sub = score.spec(genome)
     model = net.extract(sub, score.stats[json.dumps(genome)])
-    x, y = data.as_arrays(score.held, sub.resolution, sub.in_channels)
+    x, y = classify.as_arrays(score.held, sub.resolution, sub.in_channels)
     assert np.mean(model(x, training=False).numpy().argmax(1) == y) == pytest.approx(acc)
 
 

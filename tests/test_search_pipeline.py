@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+from tfmcu.train.report import TrainReport
 from tests.support import fake_idx_set
 from tests.support import tiny_spec
 
@@ -52,11 +53,11 @@ def test_search_then_finetune_rewrite_verify(tmp_path):
             "--steps_per_epoch=2", "--int8_eval_samples=16", "--test_subset=16", "--calibration_samples=16",
             "--bn_recalibration_batches=1", f"--out_dir={ft}", "--noprogress")
     assert r.returncode == 0, r.stderr[-3000:]
-    train_report = json.loads((ft / "train_report.json").read_text())
-    assert train_report["tflite_vs_tflm"]["agree"]
-    d = train_report["dataset"]  # the scenes' own validation split, not --val_split
-    assert d["name"].startswith("Scenes") and (d["train"], d["validation"], d["test"]) == (64, 24, 24)
-    assert d["scenes"]["canvas"] == 48 and d["resolution"] == best["resolution"]
+    train_report = TrainReport.read(str(ft / "train_report.json"))
+    assert train_report.classification.tflite_vs_tflm.agree
+    d = train_report.dataset  # the scenes' own validation split, not --val_split
+    assert d.name.startswith("Scenes") and (d.train, d.validation, d.test) == (64, 24, 24)
+    assert d.info["scenes"]["canvas"] == 48 and d.resolution == best["resolution"]
     patched = tmp_path / "patched.tflite"
     r = run("pipelines.rewrite", f"--tflite={ft / 'model_int8.tflite'}", f"--out={patched}", "--mode=custom",
             "--patches=2", "--patch_blocks=2")

@@ -1,40 +1,22 @@
-"""tfmcu.train / pipelines.train: a few training steps on a tiny subset, QAT, int8 export with metadata, TF Lite vs
-TFLM agreement, determinism and --resume, checkpoint corruption, specs that do not fit the data, QAT configs."""
+"""tfmcu.train / pipelines.train, the classification task: a few training steps on a tiny subset, QAT, int8 export
+with metadata, TF Lite vs TFLM agreement, the typed report, determinism and --resume, checkpoint corruption, specs
+that do not fit the data, QAT configs, --help."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from tfmcu import data, train
-from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec  # noqa: F401
-from tests.support import tiny_spec
+from tfmcu import train
+from tfmcu.data import classify
+from tfmcu.nets.spec import HeadSpec
+from tfmcu.train import TrainReport
+from tests.support import fake_idx_set, interrupted, run_python, tiny_spec, without_seconds
 
-SRC_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(train.__file__))))  # tfmcu/, pipelines/
-HAVE_FASHION = os.path.isfile(os.path.join(data.FASHION_MNIST_DIR, "t10k-labels-idx1-ubyte.gz"))
-
-
-def fake_idx_set(folder, n_train: int, n_test: int) -> str:
-    """A tiny MNIST-style IDX data set (class k: a bright column band at 2k)."""
-    import struct
-
-    rng = np.random.default_rng(0)
-    os.makedirs(folder, exist_ok=True)
-    for split, n in (("train", n_train), ("t10k", n_test)):
-        labels = (np.arange(n) % 10).astype(np.uint8)
-        images = rng.integers(0, 40, (n, 28, 28)).astype(np.uint8)
-        for i, k in enumerate(labels):
-            images[i, :, 2 * k:2 * k + 3] = 250
-        for name, a in ((f"{split}-images-idx3-ubyte", images), (f"{split}-labels-idx1-ubyte", labels)):
-            head = bytes([0, 0, 8, a.ndim]) + b"".join(struct.pack(">I", d) for d in a.shape)
-            with open(os.path.join(folder, name), "wb") as f:
-                f.write(head + a.tobytes())
-    return str(folder)
+HAVE_FASHION = os.path.isfile(os.path.join(classify.FASHION_MNIST_DIR, "t10k-labels-idx1-ubyte.gz"))
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +26,7 @@ def workdir(tmp_path_factory):
     spec_path.write_text(tiny_spec().to_json())
     data_dir = None
     if not HAVE_FASHION:  # a synthetic stand-in keeps the test meaningful where the Debian package is missing
-        data_dir = fake_idx_set(root / "fake", n_train=400, n_test=100)
+        data_dir = fake_idx_set(root / "fake", n_train=400, n_test=100, gz=False)
     return root, str(spec_path), data_dir
 
 
@@ -68,23 +50,27 @@ def run_a(workdir):
 def test_train_qat_export_and_agreement(run_a):
     out, r = run_a
     for key in ("tflite", "spec", "labels", "report", "curves", "confusion"):
-        assert os.path.isfile(r["files"][key]), key
-    assert [e["epoch"] for e in r["history"]["float"]] == [1, 2]
-    assert [e["epoch"] for e in r["history"]["qat"]] == [1]
-    acc = r["accuracy"]
-    for k in ("float", "qat", "int8_tflite", "int8_tflm"):
-        assert 0.0 <= acc[k] <= 1.0
-    assert acc["int8_test_samples"] == 48 and acc["keras_test_samples"] == 64
+        assert os.path.isfile(r.files[key]), key
+    assert [e["epoch"] for e in r.history.float] == [1, 2]
+    assert [e["epoch"] for e in r.history.qat] == [1]
+    c = r.classification
+    acc = c.accuracy
+    for v in (acc.float, acc.qat, acc.int8_tflite, acc.int8_tflm):
+        assert 0.0 <= v <= 1.0
+    assert acc.int8_test_samples == 48 and acc.keras_test_samples == 64
     # TF Lite (reference kernels) and TFLM agree sample for sample, so the two accuracies are equal.
-    assert r["tflite_vs_tflm"]["agree"] and r["tflite_vs_tflm"]["mismatching_samples"] == 0
-    assert acc["int8_tflite"] == acc["int8_tflm"]
-    m = r["memory"]
-    assert m["analytic_peak_bytes"] > 0 and m["tflm_arena_bytes"] >= m["analytic_peak_bytes"] * 0.5
-    assert r["macs"] > 0 and r["flash_bytes"] > r["flash_bytes_without_metadata"]
-    assert sum(map(sum, r["confusion_matrix"])) == 48
-    on_disk = json.loads(open(r["files"]["report"]).read())
-    assert on_disk["accuracy"] == r["accuracy"]
-    with open(r["files"]["curves"], "rb") as f:
+    assert c.tflite_vs_tflm.agree and c.tflite_vs_tflm.mismatching == 0 and r.agree
+    assert acc.int8_tflite == acc.int8_tflm
+    m = c.memory
+    assert m.analytic_peak_bytes > 0 and m.tflm_arena_bytes >= m.analytic_peak_bytes * 0.5
+    assert c.macs > 0 and c.flash_bytes > c.flash_bytes_without_metadata
+    assert sum(map(sum, c.confusion_matrix)) == 48
+    with open(r.files["report"]) as f:
+        on_disk = json.load(f)
+    assert on_disk["accuracy"]["int8_tflm"] == acc.int8_tflm and on_disk["tflite_vs_tflm"]["samples"] == 48
+    assert TrainReport.from_json(on_disk) == r  # the JSON holds the whole typed report
+    assert r.detection is None and r.task == "classify" and "int8 TFLM" in r.summary()
+    with open(r.files["curves"], "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
@@ -94,7 +80,7 @@ def test_exported_model_is_full_int8_with_metadata(run_a):
     from tfmcu.tflite import schema as ts
 
     _, r = run_a
-    model = open(r["files"]["tflite"], "rb").read()
+    model = open(r.files["tflite"], "rb").read()
     info = tflm.model_info(model)
     assert [t.dtype for t in info.inputs] == ["int8"] and [t.dtype for t in info.outputs] == ["int8"]
     assert info.inputs[0].shape == (1, 32, 32, 3) and info.outputs[0].shape == (1, 10)
@@ -103,7 +89,7 @@ def test_exported_model_is_full_int8_with_metadata(run_a):
     assert "FULLY_CONNECTED" not in ops and {"CONV_2D", "DEPTHWISE_CONV_2D", "MEAN", "RESHAPE"} <= ops
     assert "QUANTIZE" not in ops and "DEQUANTIZE" not in ops
     md = metadata.read_metadata(model)
-    assert md["labels"] == data.FASHION_MNIST_LABELS
+    assert md["labels"] == classify.FASHION_MNIST_LABELS
     assert metadata.normalization(md) == ([127.5] * 3, [127.5] * 3)
     assert md["name"] == "tiny"
 
@@ -116,10 +102,10 @@ def test_rewritten_model_keeps_metadata(run_a):
     from tfmcu.tflite import metadata
 
     _, r = run_a
-    model = open(r["files"]["tflite"], "rb").read()
+    model = open(r.files["tflite"], "rb").read()
     graph = from_tflite(model)
     res = rewrite.rewrite_builtin(model, graph, scheduler.plan(graph, 2, n_blocks=2))
-    assert metadata.read_metadata(res.model)["labels"] == data.FASHION_MNIST_LABELS
+    assert metadata.read_metadata(res.model)["labels"] == classify.FASHION_MNIST_LABELS
     xs = model_io.random_inputs(model, 3, seed=0)
     assert all(np.array_equal(a[0], b[0]) for a, b in zip(tflm.run_tflm(model, xs), tflm.run_tflm(res.model, xs)))
 
@@ -130,30 +116,16 @@ def test_resume_after_interruption_matches_uninterrupted_run(run_a, workdir, mon
     root, spec_path, data_dir = workdir
     out_a, ra = run_a
     out = root / "b"
-    real_save = train.Checkpoints.save
-
-    class Stop(Exception):
-        pass
-
-    def save_then_stop(self, *args, **kwargs):
-        real_save(self, *args, **kwargs)
-        raise Stop()
-
-    monkeypatch.setattr(train.Checkpoints, "save", save_then_stop)
-    with pytest.raises(Stop):
-        train.train(config(spec_path, data_dir), str(out), log=lambda m: None)
-    monkeypatch.setattr(train.Checkpoints, "save", real_save)
+    interrupted(monkeypatch, lambda: train.train(config(spec_path, data_dir), str(out), log=lambda m: None))
     state = json.loads((out / "checkpoints" / "state.json").read_text())
     assert (state["phase"], state["epoch"]) == ("float", 1)
 
     logs = []
     rb = train.train(config(spec_path, data_dir, resume=True), str(out), log=logs.append)
     assert any("resumed after float epoch 1" in m for m in logs)
-    strip = lambda h: [{k: v for k, v in e.items() if "seconds" not in k} for e in h]  # noqa: E731
-    assert strip(ra["history"]["float"]) == strip(rb["history"]["float"])
-    assert strip(ra["history"]["qat"]) == strip(rb["history"]["qat"])
-    assert ra["accuracy"] == rb["accuracy"]
-    assert open(ra["files"]["tflite"], "rb").read() == open(rb["files"]["tflite"], "rb").read()
+    assert without_seconds(ra.history) == without_seconds(rb.history)
+    assert ra.classification.accuracy == rb.classification.accuracy
+    assert open(ra.files["tflite"], "rb").read() == open(rb.files["tflite"], "rb").read()
 
 
 def test_corrupted_checkpoints(run_a, workdir, tmp_path):
@@ -229,19 +201,14 @@ def test_qat_of_squeeze_excite_needs_a_config():
 
 def test_cli_bad_dataset_is_one_line_exit_2(tmp_path):
     (tmp_path / "empty").mkdir()
-    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=SRC_ROOT)
     for dataset, message in ((str(tmp_path / "empty"), "no class folders"),
                              (str(tmp_path / "missing"), "not fashion_mnist, mnist or an existing folder"),
                              ("scenes:canvas=64,colour=red", "'colour=red' is not key=value")):
-        proc = subprocess.run([sys.executable, "-m", "pipelines.train", f"--dataset={dataset}",
-                               f"--out_dir={tmp_path / 'out'}"],
-                              capture_output=True, text=True, env=env, cwd=SRC_ROOT)
+        proc = run_python("-m", "pipelines.train", f"--dataset={dataset}", f"--out_dir={tmp_path / 'out'}")
         assert proc.returncode == 2, proc.stderr
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and message in lines[0] and "Traceback" not in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "pipelines.train", f"--data_dir={tmp_path / 'nope'}",
-                           f"--out_dir={tmp_path / 'out'}"],
-                          capture_output=True, text=True, env=env, cwd=SRC_ROOT)
+    proc = run_python("-m", "pipelines.train", f"--data_dir={tmp_path / 'nope'}", f"--out_dir={tmp_path / 'out'}")
     assert proc.returncode == 2 and "apt-get install dataset-fashion-mnist" in proc.stderr
 
 
@@ -262,7 +229,7 @@ cfg = train.TrainConfig(model=spec_path, data_dir=data_dir, recipe=recipe, val_s
                         steps_per_epoch=2, qat_steps_per_epoch=2, test_subset=32, int8_eval_samples=16,
                         calibration_samples=8, strategy="mirrored", verbose=0)
 r = train.train(cfg, out, log=lambda m: None)
-print(json.dumps({"strategy": r["strategy"], "agree": r["tflite_vs_tflm"]["agree"]}))
+print(json.dumps({"strategy": r.strategy, "replicas": r.replicas, "agree": r.agree}))
 """
 
 
@@ -271,23 +238,32 @@ def test_mirrored_strategy_two_replicas(workdir, tmp_path):
     _, spec_path, data_dir = workdir
     script = tmp_path / "mirrored.py"
     script.write_text(MIRRORED_SCRIPT)
-    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=SRC_ROOT)
-    proc = subprocess.run([sys.executable, str(script), spec_path, data_dir or "", str(tmp_path / "out")],
-                          capture_output=True, text=True, env=env, timeout=600)
+    proc = run_python(str(script), spec_path, data_dir or "", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result == {"strategy": {"name": "mirrored", "replicas": 2}, "agree": True}
+    assert result == {"strategy": "mirrored", "replicas": 2, "agree": True}
 
 
 def test_cli_spec_that_does_not_fit_is_one_line_exit_2(workdir, tmp_path):
     _, _, data_dir = workdir
     p = tmp_path / "five.json"
     p.write_text(tiny_spec(num_classes=5).to_json())
-    args = [sys.executable, "-m", "pipelines.train", f"--model={p}", f"--out_dir={tmp_path / 'out'}"]
+    args = ["-m", "pipelines.train", f"--model={p}", f"--out_dir={tmp_path / 'out'}"]
     if data_dir:
         args.append(f"--data_dir={data_dir}")
-    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=SRC_ROOT)
-    proc = subprocess.run(args, capture_output=True, text=True, env=env, cwd=SRC_ROOT)
+    proc = run_python(*args)
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "the spec has 5 classes" in lines[0] and "head.num_classes to 10" in lines[0]
+
+
+def test_cli_help_shows_each_tasks_defaults():
+    """The training flags default to the task's own settings (``tfmcu.train.default_config``); --help says which."""
+    proc = run_python("-m", "pipelines.train", "--help")  # (absl's --help exits with status 1)
+    text = " ".join(proc.stdout.split())
+    d, c = train.default_config("detection"), train.default_config("classify")
+    assert f"--epochs: Float training epochs (classify: {c.recipe.epochs}, detection: {d.recipe.epochs}, demo: 2)" \
+        in text
+    assert f"(classify: {c.recipe.batch_size}, detection: {d.recipe.batch_size}, demo: 128)" in text
+    assert f"--momentum: SGD momentum (default {c.recipe.momentum})" in text
+

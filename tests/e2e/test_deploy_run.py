@@ -35,7 +35,8 @@ def _need_bazel():
 def models(tmp_path_factory):
     """tiny_per_tensor in custom mode (rest disjoint, and rest in place), MobileNetV2-0.35-96 per layer, and 4
     Fashion-MNIST test images for each."""
-    from tfmcu import data as data_mod
+    from tfmcu.data import load
+    from tfmcu.data.classify import as_arrays
     from tfmcu.graph.from_tflite import from_tflite
     from tfmcu.nets import zoo
     from tfmcu.plan import regions
@@ -54,7 +55,7 @@ def models(tmp_path_factory):
             m = custom.rewrite_custom(m, g, regions.plan(g, patches, n_blocks=zoo.ZOO[name].patch_blocks), name,
                                       inplace=inplace).model
         shape = model_info(m).inputs[0].shape
-        x, _ = data_mod.as_arrays(data_mod.load("fashion_mnist").test, shape[1], shape[3], limit=4)
+        x, _ = as_arrays(load("fashion_mnist").test, shape[1], shape[3], limit=4)
         (d / f"{key}.tflite").write_bytes(m)
         np.save(d / f"{key}.npy", quantize_inputs(m, x))
         out[key] = (str(d / f"{key}.tflite"), str(d / f"{key}.npy"))

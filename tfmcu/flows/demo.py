@@ -52,10 +52,11 @@ from tfmcu.runtime.tflm import measure_arena
 from tfmcu.stage.builtin import BuiltinArenaCost
 from tfmcu.stage.common import read_schedule
 from tfmcu.tflite.editor import split_appended_zip
-from tfmcu import data as data_mod
+from tfmcu.data.catalog import load
+from tfmcu.data.classify import as_arrays
 from tfmcu.train.config import Recipe, TrainConfig
 from tfmcu.train.export import quantize_inputs, untrained_int8
-from tfmcu.train.loop import format_summary as train_summary, train, validate as validate_training
+from tfmcu.train.trainer import train, validate as validate_training
 
 KB = 1024
 
@@ -180,7 +181,7 @@ def run(o: DemoOptions, log: Callable[[str], None] = print) -> int:
     out = o.out_dir
     path = lambda name: os.path.join(out, name)  # noqa: E731
     tc = o.training
-    ds_probe = data_mod.load(tc.dataset, tc.data_dir)  # fails first, with install instructions, if data are missing
+    ds_probe = load(tc.dataset, tc.data_dir)  # fails first, with install instructions, if data are missing
     spec = load_spec(tc.model, resolution=tc.resolution,
                      num_classes=None if tc.model.endswith(".json") else ds_probe.num_classes)
     import_tensorflow_quietly(path("tensorflow.log"))
@@ -201,13 +202,15 @@ def run(o: DemoOptions, log: Callable[[str], None] = print) -> int:
     log(f"\n== 2/7 train on {ds_probe.name} ({tc.train_subset} images, {tc.recipe.epochs} epochs) + "
         f"{tc.recipe.qat_epochs} QAT epoch(s) -> 3/7 int8 .tflite ==")
     tr = train(tc, out, log=log)
-    log(train_summary(tr).rstrip())
-    model_path = tr["files"]["tflite"]
+    assert tr is not None and tr.classification is not None  # (a classifier, on one device: its own chief)
+    trained = tr.classification
+    log(tr.summary().rstrip())
+    model_path = tr.files["tflite"]
     with open(model_path, "rb") as f:
         model = f.read()
 
     # ------------------------------------------------------------------ 4. rewrite under the budget
-    arena = tr["memory"]["tflm_arena_bytes"]
+    arena = trained.memory.tflm_arena_bytes
     budget = budget_bytes(o, arena)
     log(f"\n== 4/7 rewrite --patches=auto under {budget / KB:.1f} kB (per-layer TFLM arena {arena / KB:.1f} kB "
         f"does not fit) ==")
@@ -250,7 +253,7 @@ def run(o: DemoOptions, log: Callable[[str], None] = print) -> int:
     log(f"\n== 5/7 verify: {o.verify_random} random + {o.verify_real} real test images, TF Lite and TFLM ==")
     inputs_path = None
     if o.verify_real:
-        x_real, _ = data_mod.as_arrays(ds_probe.test, spec.resolution, spec.in_channels, limit=o.verify_real)
+        x_real, _ = as_arrays(ds_probe.test, spec.resolution, spec.in_channels, limit=o.verify_real)
         inputs_path = path("verify_inputs.npy")
         write_outputs({inputs_path: _npy(quantize_inputs(model, x_real))})
     ver = verify(VerifyOptions(model_path, patched_path, o.verify_random, tc.seed, inputs_path, "reference"))
@@ -261,15 +264,16 @@ def run(o: DemoOptions, log: Callable[[str], None] = print) -> int:
     mcu = on_mcu(o, model_path, inputs_path, path, log) if o.mcu else None
 
     # ------------------------------------------------------------------ 7. summary
-    acc = tr["accuracy"]
+    acc = trained.accuracy
     summary = {
-        "model": spec.name, "resolution": spec.resolution, "dataset": tr["dataset"]["name"],
-        "train_samples": tr["dataset"]["train"], "epochs": tc.recipe.epochs, "qat_epochs": tc.recipe.qat_epochs,
-        "qat_steps": tr["qat_steps_per_epoch"],
+        "model": spec.name, "resolution": spec.resolution, "dataset": tr.dataset.name,
+        "train_samples": tr.dataset.train, "epochs": tc.recipe.epochs, "qat_epochs": tc.recipe.qat_epochs,
+        "qat_steps": tr.qat_steps_per_epoch,
         "schedule": chosen_text, "budget_bytes": budget,
-        "accuracy": {**{k: acc[k] for k in ("float", "qat", "int8_tflite", "int8_tflm", "keras_test_samples",
-                                            "int8_test_samples", "float_on_int8_samples")},
-                     "tflite_equals_tflm": tr["tflite_vs_tflm"]["agree"]},
+        "accuracy": {"float": acc.float, "qat": acc.qat, "int8_tflite": acc.int8_tflite, "int8_tflm": acc.int8_tflm,
+                     "keras_test_samples": acc.keras_test_samples, "int8_test_samples": acc.int8_test_samples,
+                     "float_on_int8_samples": acc.float_on_int8_samples,
+                     "tflite_equals_tflm": trained.tflite_vs_tflm.agree},
         "per_layer": {"analytic_peak_bytes": prof_patched["peak_sram_per_layer_bytes"],
                       "tflm_arena_bytes": ver["tflm"]["original"]["arena_total_bytes"],
                       "predicted_arena_bytes": ver["predicted"]["original"]["arena_total_bytes"],
@@ -294,7 +298,7 @@ def run(o: DemoOptions, log: Callable[[str], None] = print) -> int:
         model_path, patched_path, path("train_report.json"), path("training_curves.png"), path("confusion_matrix.png"),
         path("memory.png"), path("profile.json"), path("rewrite.json"), path("verify.json"), path("summary.md")))))
     mcu_ok = mcu is None or (mcu["patched"]["fits"] and mcu["patched"]["run"]["outputs_equal_tflite"])
-    return 0 if ver["bit_exact"] and tr["tflite_vs_tflm"]["agree"] and mcu_ok else 1
+    return 0 if ver["bit_exact"] and tr.agree and mcu_ok else 1
 
 
 def on_mcu(o: DemoOptions, model_path: str, inputs_path: str | None, path: Callable[[str], str],

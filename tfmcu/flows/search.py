@@ -30,7 +30,8 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from tfmcu import data as data_mod
+from tfmcu.data.catalog import load
+from tfmcu.data.split import Dataset
 from tfmcu.errors import UsageError
 from tfmcu.files import check_output_paths, figure_png, write_outputs
 from tfmcu.graph.load import load_spec
@@ -100,7 +101,7 @@ def validate(o: SearchRunOptions) -> None:
     check_output_paths({"--out_dir": os.path.join(o.out_dir, "best.json")})
 
 
-def base_spec(o: SearchRunOptions, ds: data_mod.Dataset) -> NetSpec:
+def base_spec(o: SearchRunOptions, ds: Dataset) -> NetSpec:
     """The preset or spec JSON ``o.model`` with the data set's classes, at the space's largest resolution."""
     return load_spec(o.model, max(o.space.resolutions), None, ds.num_classes)
 
@@ -108,7 +109,7 @@ def base_spec(o: SearchRunOptions, ds: data_mod.Dataset) -> NetSpec:
 def run(o: SearchRunOptions, log: Callable[[str], None] = print,
         progress: Callable[[int, int, str], None] | None = None) -> dict[str, Any]:
     validate(o)
-    ds = data_mod.load(o.dataset, o.data_dir, seed=o.seed)
+    ds = load(o.dataset, o.data_dir, seed=o.seed)
     base = base_spec(o, ds)
     space = o.space
     net, history = train_supernet(base, space, ds, o.dataset, o.supernet_dir or os.path.join(o.out_dir, "supernet"),

@@ -8,7 +8,7 @@ The MCUNetV2 recipe, scaled down (``SupernetRecipe``):
    sub-networks of the search space (each on the batch resized to its resolution) and applies their averaged
    gradients once (the paper: 4 random sub-networks, twice the largest network's epochs).
 
-Batches come at the largest resolution of the search space (``tfmcu.data.train_dataset``: seeded order and
+Batches come at the largest resolution of the search space (``tfmcu.data.classify.train_dataset``: seeded order and
 augmentation per epoch); a sub-network sees them resized. One checkpoint per epoch (``tfmcu.train.checkpoints``,
 phases ``largest`` and ``supernet``): ``resume=True`` continues after the last finished epoch.
 
@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from tfmcu import data as data_mod
+from tfmcu.data.classify import as_arrays, train_dataset
+from tfmcu.data.split import Dataset, stream_seed, subset
 from tfmcu.nets.spec import NetSpec, SearchSpace
 from tfmcu.train.checkpoints import Checkpoints
 from tfmcu.train.config import TrainError
@@ -84,7 +85,7 @@ def _fingerprint(base: NetSpec, space: SearchSpace, recipe: SupernetRecipe, data
     return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def train_supernet(base: NetSpec, space: SearchSpace, ds: data_mod.Dataset, dataset_name: str, out_dir: str,
+def train_supernet(base: NetSpec, space: SearchSpace, ds: Dataset, dataset_name: str, out_dir: str,
                    recipe: SupernetRecipe = SupernetRecipe(), seed: int = 0, resume: bool = True,
                    log: Callable[[str], None] = print, strategy: str = "default") -> tuple["Supernet", dict[str, Any]]:
     """Train (or continue training) the supernet; returns it and its history (loss per epoch and phase)."""
@@ -139,7 +140,7 @@ def train_supernet(base: NetSpec, space: SearchSpace, ds: data_mod.Dataset, data
             t0 = time.time()
             rng = random.Random(f"{seed}:{phase}:{epoch}")
             losses = []
-            batches = data_mod.train_dataset(ds.train, max_res, base.in_channels, recipe.batch_size, seed,
+            batches = train_dataset(ds.train, max_res, base.in_channels, recipe.batch_size, seed,
                                              epoch + (1000 if phase == "supernet" else 0), recipe.augment,
                                              ds.flip, steps=steps)
             if distributed:
@@ -163,22 +164,22 @@ class SubnetAccuracy:
     """genome -> held-out top-1 accuracy of that sub-network (see the module docstring); also keeps each one's
     calibrated BN statistics for ``extract``."""
 
-    def __init__(self, net: "Supernet", ds: data_mod.Dataset, recipe: SupernetRecipe = SupernetRecipe(),
+    def __init__(self, net: "Supernet", ds: Dataset, recipe: SupernetRecipe = SupernetRecipe(),
                  seed: int = 0):
         self.net, self.ds, self.recipe, self.seed = net, ds, recipe, seed
         held = ds.val if ds.val is not None and len(ds.val) else None
         if held is None:
             raise TrainError(f"{ds.name}: no held-out validation split to score sub-networks on")
-        self.held = data_mod.subset(held, recipe.eval_samples, seed)
+        self.held = subset(held, recipe.eval_samples, seed)
         n_cal = recipe.calibration_batches * recipe.calibration_batch_size
-        self.calibration = data_mod.subset(ds.train, n_cal, seed + 31)
+        self.calibration = subset(ds.train, n_cal, stream_seed(seed, "subnet_calibration"))
         self.stats: dict[str, "BNStats"] = {}
 
     def spec(self, genome: list[Any]) -> NetSpec:
         return self.net.space.decode(genome, self.net.base)
 
     def calibrate(self, sub: NetSpec) -> "BNStats":
-        x, _ = data_mod.as_arrays(self.calibration, sub.resolution, sub.in_channels)
+        x, _ = as_arrays(self.calibration, sub.resolution, sub.in_channels)
         b = self.recipe.calibration_batch_size
         return self.net.calibrate(sub, (x[i:i + b] for i in range(0, len(x), b)))
 
@@ -188,7 +189,7 @@ class SubnetAccuracy:
         sub = self.spec(genome)
         stats = self.calibrate(sub)
         self.stats[json.dumps(genome)] = stats
-        x, y = data_mod.as_arrays(self.held, sub.resolution, sub.in_channels)
+        x, y = as_arrays(self.held, sub.resolution, sub.in_channels)
         hits = 0
         for i in range(0, len(x), 256):
             logits = self.net(tf.constant(x[i:i + 256]), sub, stats=stats).numpy()

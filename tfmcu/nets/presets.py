@@ -73,7 +73,7 @@ def _mbv2_backbone(name: str, width: float, resolution: int, head: HeadSpec) -> 
 
 # ---------------------------------------------------------------------------------------------------- detectors
 # Default anchors (w, h as fractions of the input): square, spaced geometrically. One scale: 10, 16 and 24 px at
-# 160 px, the object sizes of tfmcu.scenes' default (10-24 px). Two scales: six sizes from 10 to 80 px at 160 px,
+# 160 px, the object sizes of tfmcu.data.scenes' default (10-24 px). Two scales: six sizes from 10 to 80 px at 160 px,
 # the three smallest on the stride-16 scale. Fit them to a data set's boxes with tfmcu.nets.anchors.kmeans_anchors.
 DET_ANCHORS: list[list[list[float]]] = [[[0.0625, 0.0625], [0.1, 0.1], [0.15, 0.15]]]
 DET2_ANCHORS: list[list[list[float]]] = split_anchors(

@@ -1,13 +1,6 @@
-"""Training configuration: the recipe (``Recipe``), the run (``TrainConfig``) and the spec it trains.
-
-``Recipe`` is the MCUNetV2 training recipe scaled down to small data sets and 2 CPU cores; ``TrainConfig`` adds the
-model, the data and the run's settings; ``resolve_spec`` checks the spec against the data set. Errors the user can fix
-are ``TrainError`` (one line).
-
-Detection (``TrainConfig.task == "detection"``, ``tfmcu.train.detection_loop``): the same ``TrainConfig`` and
-``Recipe`` (``detection_config()`` gives the detection defaults), plus ``DetectionOptions`` (anchors, target
-assignment, loss weights, augmentation, evaluation); ``check_task`` turns a spec or data set of the other task into
-one line before any data is read, ``resolve_detection_spec`` checks a yolo spec against a ``DetDataset``.
+"""Training configuration: the recipe (``Recipe``), what detection adds to it (``DetectionOptions``) and the run
+(``TrainConfig``), with each task's defaults (``default_config``). Errors the user can fix are ``TrainError`` (one
+line).
 """
 
 from __future__ import annotations
@@ -15,14 +8,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 
-from tfmcu import scenes_det
 from tfmcu.errors import TfmcuError
-from tfmcu.graph.load import load_spec
 from tfmcu.nets.spec import NetSpec
-from tfmcu import data as data_mod
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
 TASKS = ("classify", "detection")
@@ -33,7 +22,7 @@ class TrainError(TfmcuError):
     """A training setting, checkpoint or spec that cannot be used; one line."""
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class Recipe:
     """Training hyper-parameters: the MCUNetV2 recipe (SGD 0.9, lr 0.2 at batch 1024, cosine, wd 4e-5, QAT 10
     epochs; the paper fine-tunes at 1/10 of the learning rate) scaled down to small data sets and 2 CPU cores."""
@@ -75,7 +64,7 @@ class Recipe:
         return self
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class DetectionOptions:
     """What detection training adds to the recipe (``tfmcu.train.detection`` documents each part)."""
 
@@ -111,8 +100,11 @@ class DetectionOptions:
         return self
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class TrainConfig:
+    """One training run: the model, the data, the recipe and the run's settings. The defaults are classification's;
+    ``default_config("detection")`` gives detection's."""
+
     model: str = "mcunet-demo"  # preset name or spec JSON
     dataset: str = "fashion_mnist"  # fashion_mnist | mnist | scenes[:key=value,...] | folder of class folders
     data_dir: str | None = None  # where the IDX files are (default: the installed location)
@@ -137,6 +129,19 @@ class TrainConfig:
     task: str = "classify"  # classify | detection (a yolo spec on scenes-det or a COCO folder)
     detection: DetectionOptions = field(default_factory=DetectionOptions)  # task "detection" only
 
+    def validate(self) -> "TrainConfig":
+        """The settings, checked before any data is read or TensorFlow loads."""
+        self.recipe.validate()
+        if self.task not in TASKS:
+            raise TrainError(f"unknown task '{self.task}'; known: {', '.join(TASKS)}")
+        if self.strategy not in STRATEGIES:
+            raise TrainError(f"unknown strategy '{self.strategy}'; known: {', '.join(STRATEGIES)}")
+        if self.calibration_samples < 1:
+            raise TrainError("calibration_samples must be >= 1")
+        if self.task == "detection":
+            self.detection.validate()
+        return self
+
     def fingerprint(self, spec: NetSpec) -> str:
         """What a checkpoint depends on: resuming with other settings would silently train something else."""
         keep = {"spec": spec.to_dict(), "dataset": self.dataset, "recipe": dataclasses.asdict(self.recipe),
@@ -154,13 +159,18 @@ class TrainConfig:
 _EVALUATION_ONLY = ("score_threshold", "iou_threshold", "max_detections", "plot_images", "int8")
 
 
-def detection_config(**changes) -> TrainConfig:
-    """A ``TrainConfig`` with the detection defaults: ``mbv2-det-w035`` on ``scenes-det``, a shorter warm-up'd SGD
-    recipe with flips, no QAT by default (``qat_epochs`` > 0 adds it: ``tfmcu.train.detection_loop``)."""
-    recipe = Recipe(epochs=30, qat_epochs=0, batch_size=32, lr=0.05, warmup_epochs=1.0, flip="auto")
-    base = TrainConfig(model="mbv2-det-w035", dataset="scenes-det", recipe=recipe, task="detection", val_split=0.1,
-                       test_fraction=0.1)  # (held out of a COCO folder's train.json when it has no val / test file)
-    return dataclasses.replace(base, **changes)
+def default_config(task: str = "classify", **changes) -> TrainConfig:
+    """A task's default run, with ``changes``: classification's are ``TrainConfig()``'s; detection trains
+    ``mbv2-det-w035`` on ``scenes-det`` with a shorter, warmed-up SGD recipe and no QAT by default (``qat_epochs`` > 0
+    adds it), and holds a tenth of a COCO folder's training images out for validation and test when it has no files
+    for them."""
+    if task == "classify":
+        return dataclasses.replace(TrainConfig(), **changes)
+    if task == "detection":
+        recipe = Recipe(epochs=30, qat_epochs=0, batch_size=32, lr=0.05, warmup_epochs=1.0)
+        return TrainConfig(**{"model": "mbv2-det-w035", "dataset": "scenes-det", "recipe": recipe, "task": task,
+                              "val_split": 0.1, "test_fraction": 0.1, **changes})
+    raise TrainError(f"unknown task '{task}'; known: {', '.join(TASKS)}")
 
 
 def _file_digest(path: str | None) -> str | None:
@@ -171,81 +181,3 @@ def _file_digest(path: str | None) -> str | None:
             return hashlib.sha256(f.read()).hexdigest()[:16]
     except OSError as e:
         raise TrainError(f"--init_weights={path}: cannot read ({e.strerror})") from None
-
-
-def resolve_spec(cfg: TrainConfig, ds: data_mod.Dataset) -> NetSpec:
-    """The spec to train, checked against the data set: classes, channels, resolution."""
-    is_json = cfg.model.endswith(".json")
-    spec = load_spec(cfg.model, resolution=cfg.resolution, width=cfg.width,
-                            num_classes=None if is_json else ds.num_classes)
-    where = cfg.model
-    if spec.head.type == "yolo":
-        raise TrainError(f"{where}: a detector (yolo head); train it with --task=detection on a detection data set "
-                         f"(scenes-det[:...] or a COCO folder)")
-    if spec.head.num_classes == 0 or spec.head.pooling != "avg":
-        raise TrainError(f"{where}: the spec has no classifier (head.num_classes=0); set head.num_classes to "
-                         f"{ds.num_classes} for {ds.name}")
-    _check_against_data(spec, ds, where)
-    return spec
-
-
-def _check_against_data(spec: NetSpec, ds, where: str) -> None:
-    """The spec's classes and input channels against the data set's (both tasks)."""
-    if spec.head.num_classes != ds.num_classes:
-        raise TrainError(f"{where}: the spec has {spec.head.num_classes} classes, {ds.name} has {ds.num_classes}; "
-                         f"set head.num_classes to {ds.num_classes}")
-    if spec.in_channels not in (1, 3):
-        raise TrainError(f"{where}: the spec takes {spec.in_channels}-channel input; {ds.name} images give 1 "
-                         f"(grey) or 3 (RGB) channels")
-    if spec.in_channels == 1 and ds.channels == 3:
-        raise TrainError(f"{where}: the spec takes 1-channel (grey) input, {ds.name} has colour images; use "
-                         f"in_channels=3")
-
-
-def dataset_kind(name: str) -> str | None:
-    """"classify" or "detection" when the name alone says which task a data set is for (None: a folder of either
-    kind that does not exist, or cannot be told apart without reading it)."""
-    if scenes_det.is_name(name):
-        return "detection"
-    if data_mod.canonical_name(name) or name.lower().split(":")[0] == "scenes":
-        return "classify"
-    if os.path.isdir(name) and any(os.path.isfile(os.path.join(name, f)) for f in ("annotations.json", "train.json")):
-        return "detection"
-    return None
-
-
-def check_task(cfg: TrainConfig) -> None:
-    """The task, and a data set or a spec that is plainly for the other task: one line each (before any data is
-    read)."""
-    if cfg.task not in TASKS:
-        raise TrainError(f"unknown task '{cfg.task}'; known: {', '.join(TASKS)}")
-    kind = dataset_kind(cfg.dataset)
-    if cfg.task == "classify" and kind == "detection":
-        raise TrainError(f"--dataset={cfg.dataset}: a detection data set (boxes); train a detector on it with "
-                         f"--task=detection (e.g. --model=mbv2-det-w035)")
-    if cfg.task == "detection" and kind == "classify":
-        raise TrainError(f"--dataset={cfg.dataset}: a classification data set (no boxes); --task=detection needs "
-                         f"scenes-det[:key=value,...] or a COCO folder")
-    head = load_spec(cfg.model, resolution=cfg.resolution, width=cfg.width).head.type  # (no data needed)
-    if cfg.task == "classify" and head == "yolo":
-        raise TrainError(f"{cfg.model}: a detector (yolo head); train it with --task=detection on a detection data "
-                         f"set (scenes-det[:...] or a COCO folder)")
-    if cfg.task == "detection" and head != "yolo":
-        raise TrainError(f"{cfg.model}: a classifier (head.type '{head}'); --task=detection needs a yolo head "
-                         f"(e.g. --model=mbv2-det-w035)")
-    if cfg.task == "detection":
-        cfg.detection.validate()
-
-
-def resolve_detection_spec(cfg: TrainConfig, ds) -> NetSpec:
-    """The yolo spec to train (``ds``: a ``tfmcu.detection_data.DetDataset``), checked against the data set:
-    head type, classes, channels. Its anchors are the spec's; ``tfmcu.train.detection.fit_anchors`` replaces them."""
-    is_json = cfg.model.endswith(".json")
-    spec = load_spec(cfg.model, resolution=cfg.resolution, width=cfg.width,
-                     num_classes=None if is_json else ds.num_classes)
-    where = cfg.model
-    if spec.head.type != "yolo":
-        raise TrainError(f"{where}: a classifier (head.type '{spec.head.type}'); --task=detection needs a yolo head "
-                         f"(e.g. --model=mbv2-det-w035)")
-    _check_against_data(spec, ds, where)
-    return spec

@@ -1,8 +1,8 @@
-"""Detection training and evaluation for yolo specs (issue 24): anchors from data, targets, the loss, augmentation,
-the host decoder with NMS, COCO mAP and a picture of the detections.
+"""The parts of the detection task (``tfmcu.train.detect``) for yolo specs: anchors from data, targets, the loss,
+augmentation, the host decoder with NMS, COCO mAP and a picture of the detections.
 
 Every box passes through the box contract of ``tfmcu.nets.anchors`` (``anchor_grid``, ``encode_boxes``,
-``decode_boxes``); nothing here has box math of its own beyond IoUs. Boxes go in as ``tfmcu.detection_data`` gives
+``decode_boxes``); nothing here has box math of its own beyond IoUs. Boxes go in as ``tfmcu.data`` gives
 them, ``[x0, y0, x1, y1]``, and come out of ``decode`` as ``DETECTION_POSTPROCESS`` gives them,
 ``[ymin, xmin, ymax, xmax]`` fractions of the input.
 
@@ -56,7 +56,8 @@ import numpy as np
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from tfmcu.detection_data import resize_for_model
+from tfmcu.data.images import model_inputs
+from tfmcu.data.split import Split
 from tfmcu.files import figure_png
 from tfmcu.nets.anchors import anchor_fit, anchor_grid, decode_boxes, encode_boxes, kmeans_anchors, split_anchors, \
     wh_iou
@@ -311,11 +312,11 @@ class DetArrays:
         return len(self.boxes)
 
 
-def as_arrays(split: Any, resolution: int, channels: int) -> DetArrays:
-    """A ``DetSplit`` resized for the model (``resize_for_model``); grey images stay 1 channel (``batch_images``
+def as_arrays(split: Split, resolution: int, channels: int) -> DetArrays:
+    """A detection split resized for the model (``model_inputs``); grey images stay 1 channel (``batch_images``
     replicates them)."""
     grey = split.in_memory and split.images.shape[-1] == 1
-    x, boxes = resize_for_model(split.images, split.boxes, resolution, 1 if grey else channels)
+    x, boxes = model_inputs(split, resolution, 1 if grey else channels)
     return DetArrays(x, boxes, [np.asarray(lab, np.int32) for lab in split.labels])
 
 
@@ -430,36 +431,36 @@ def decode(outputs: Any, spec: NetSpec, score_threshold: float = 0.01, iou_thres
 
 
 # ============================================================================= evaluation
-def _image_sizes(split: Any) -> list[tuple[int, int]]:
-    """(width, height) of each image of a ``DetSplit``."""
+def _image_sizes(split: Split) -> list[tuple[int, int]]:
+    """(width, height) of each image of a detection split."""
     if split.in_memory:
         h, w = split.images.shape[1:3]
         return [(int(w), int(h))] * len(split)
     from PIL import Image
 
     sizes = []
-    for p in split.images:
+    for p in split.paths:
         with Image.open(p) as im:
             sizes.append(im.size)
     return sizes
 
 
-def predict_detections(model_or_predict_fn: Any, split: Any, spec: NetSpec, score_threshold: float = 0.01,
+def predict_detections(model_or_predict_fn: Any, split: Split, spec: NetSpec, score_threshold: float = 0.01,
                        iou_threshold: float = 0.5, max_detections: int = 100, batch_size: int = 64
                        ) -> list[Detections]:
-    """``decode`` of the model's outputs on every image of ``split`` (a ``DetSplit``, resized batch by batch with
-    ``resize_for_model``). ``model_or_predict_fn``: a Keras model (``predict_on_batch``) or a function from a
+    """``decode`` of the model's outputs on every image of ``split`` (a detection split, resized batch by batch with
+    ``model_inputs``). ``model_or_predict_fn``: a Keras model (``predict_on_batch``) or a function from a
     float32 batch ``[B, R, R, C]`` to raw outputs (any form ``flatten_outputs`` takes)."""
     predict = getattr(model_or_predict_fn, "predict_on_batch", model_or_predict_fn)
     dets: list[Detections] = []
     for start in range(0, len(split), batch_size):
         part = split.take(np.arange(start, min(start + batch_size, len(split))))
-        x, _ = resize_for_model(part.images, part.boxes, spec.resolution, spec.in_channels)
+        x, _ = model_inputs(part, spec.resolution, spec.in_channels)
         dets.extend(decode(predict(x), spec, score_threshold, iou_threshold, max_detections))
     return dets
 
 
-def _coco_sets(split: Any, detections: Sequence[Detections], num_classes: int) -> tuple[COCO | None, list, list]:
+def _coco_sets(split: Split, detections: Sequence[Detections], num_classes: int) -> tuple[COCO | None, list, list]:
     """pycocotools' ground truth of ``split`` (None when it has no boxes), the images and the detections as COCO
     results (in the images' pixels)."""
     if len(detections) != len(split):
@@ -489,8 +490,8 @@ def _coco_sets(split: Any, detections: Sequence[Detections], num_classes: int) -
     return gt, images, results
 
 
-def coco_map(split: Any, detections: Sequence[Detections], num_classes: int) -> dict[str, Any]:
-    """COCO box mAP of ``detections`` (one per image of ``split``, a ``DetSplit``) against the split's boxes, with
+def coco_map(split: Split, detections: Sequence[Detections], num_classes: int) -> dict[str, Any]:
+    """COCO box mAP of ``detections`` (one per image of ``split``, a detection split) against the split's boxes, with
     pycocotools' ``COCOeval`` in the images' pixels: {"map": mAP@[.5:.95], "map50": mAP@0.5, "images", "boxes",
     "detections"}; the mAPs are None when the split has no boxes, 0.0 when there are no detections."""
     gt, images, results = _coco_sets(split, detections, num_classes)
@@ -511,7 +512,7 @@ def coco_map(split: Any, detections: Sequence[Detections], num_classes: int) -> 
     return summary | {"map": max(ap, 0.0), "map50": max(ap50, 0.0)}
 
 
-def bootstrap_map50(split: Any, detections: Sequence[Detections], num_classes: int, samples: int = 200,
+def bootstrap_map50(split: Split, detections: Sequence[Detections], num_classes: int, samples: int = 200,
                     seed: int = 0, level: float = 0.95) -> dict[str, Any]:
     """A bootstrap interval of ``coco_map``'s mAP@0.5 over the split's images: pycocotools matches every image once
     (``COCOeval.evaluate`` at IoU 0.5), then each of ``samples`` seeded resamples of the images (with replacement)
@@ -550,17 +551,17 @@ def bootstrap_map50(split: Any, detections: Sequence[Detections], num_classes: i
                   "high": float(np.percentile(boot, 100 - tail))}
 
 
-def evaluate(model_or_predict_fn: Any, split: Any, spec: NetSpec, score_threshold: float = 0.01,
+def evaluate(model_or_predict_fn: Any, split: Split, spec: NetSpec, score_threshold: float = 0.01,
              iou_threshold: float = 0.5, max_detections: int = 100, batch_size: int = 64) -> dict[str, Any]:
     """{"map50", "map", "images", "boxes", "detections"} of a model (or predict function, ``predict_detections``)
-    on a ``DetSplit`` (``coco_map``)."""
+    on a detection split (``coco_map``)."""
     dets = predict_detections(model_or_predict_fn, split, spec, score_threshold, iou_threshold, max_detections,
                               batch_size)
     return coco_map(split, dets, spec.head.num_classes)
 
 
 # ============================================================================= picture
-def plot_detections(split: Any, detections: Sequence[Detections], class_names: Sequence[str], n: int = 8,
+def plot_detections(split: Split, detections: Sequence[Detections], class_names: Sequence[str], n: int = 8,
                     min_score: float = 0.3, title: str = "") -> bytes:
     """PNG of the first ``n`` images of ``split`` with their true boxes (green, class) and the detections scoring at
     least ``min_score`` (red, class and score)."""

@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from tfmcu import data as data_mod
+from tfmcu.data.images import NORM_MEAN, NORM_STD
 from tfmcu.nets.anchors import BOX_SCALES, anchor_grid
 from tfmcu.nets.spec import NetSpec
 from tfmcu.runtime.capture import capture_fds, import_tensorflow_quietly
@@ -36,9 +36,9 @@ def with_metadata(plain: bytes, spec: NetSpec, dataset_name: str, class_names: l
                   channels: int, version: str) -> bytes:
     """The exported model's TFLite metadata: labels, the input normalisation (``tfmcu.data``), a description
     (the architecture search counts these bytes in Flash too: ``tfmcu.nas.constraints``)."""
-    mean, std = [data_mod.NORM_MEAN] * channels, [data_mod.NORM_STD] * channels
+    mean, std = [NORM_MEAN] * channels, [NORM_STD] * channels
     desc = (f"{spec.name} trained on {dataset_name} at {resolution}x{resolution} by tfmcu; int8 input = "
-            f"quantize((pixel - {data_mod.NORM_MEAN}) / {data_mod.NORM_STD})")
+            f"quantize((pixel - {NORM_MEAN}) / {NORM_STD})")
     return add_metadata(plain, class_names, mean, std, name=spec.name, description=desc, version=version,
                         grayscale=(channels == 1))
 
@@ -205,9 +205,9 @@ def detector_tflite(plain: bytes, spec: NetSpec, labels: list[str] | None = None
     ch = spec.in_channels
     desc = (f"{spec.name} object detector" + (f" trained on {dataset_name}" if dataset_name else "")
             + f" at {spec.resolution}x{spec.resolution} by tfmcu; int8 input = quantize((pixel - "
-            f"{data_mod.NORM_MEAN}) / {data_mod.NORM_STD}); outputs: TFLite_Detection_PostProcess's boxes (ymin, "
+            f"{NORM_MEAN}) / {NORM_STD}); outputs: TFLite_Detection_PostProcess's boxes (ymin, "
             f"xmin, ymax, xmax fractions), classes, scores, number of detections")
-    return add_detector_metadata(data, labels, [data_mod.NORM_MEAN] * ch, [data_mod.NORM_STD] * ch, name=spec.name,
+    return add_detector_metadata(data, labels, [NORM_MEAN] * ch, [NORM_STD] * ch, name=spec.name,
                                  description=desc, version=version, grayscale=(ch == 1))
 
 

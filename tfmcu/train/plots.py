@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from tfmcu.files import figure_png
+from tfmcu.train.report import History
 
 
 CLASSIFY_PANELS = (("loss", "loss"), ("accuracy", "accuracy"))
 
 
-def plot_curves(history: dict[str, list[dict[str, Any]]], title: str,
-                panels: Sequence[tuple[str, str]] = CLASSIFY_PANELS) -> bytes:
+def plot_curves(history: History, title: str, panels: Sequence[tuple[str, str]] = CLASSIFY_PANELS) -> bytes:
     """One panel per (history key, label) of ``panels``, each with the training (``key``) and validation
     (``val_<key>``) values that the history has."""
     import matplotlib
@@ -21,7 +21,7 @@ def plot_curves(history: dict[str, list[dict[str, Any]]], title: str,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [("float", r) for r in history.get("float", [])] + [("qat", r) for r in history.get("qat", [])]
+    rows = [("float", r) for r in history.float] + [("qat", r) for r in history.qat]
     x = np.arange(1, len(rows) + 1)
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
     for ax, (key, label) in zip(axes[0], panels):
@@ -30,8 +30,8 @@ def plot_curves(history: dict[str, list[dict[str, Any]]], title: str,
             if any(v is not None for v in ys):
                 ax.plot(x, [np.nan if v is None else v for v in ys], style, markersize=3,
                         label=("validation " if prefix else "train ") + label)
-        n_float = len(history.get("float", []))
-        if history.get("qat"):
+        n_float = len(history.float)
+        if history.qat:
             ax.axvspan(n_float + 0.5, len(rows) + 0.5, color="#dddddd", alpha=0.6, label="QAT")
         ax.set_xlabel("epoch (float, then QAT)")
         from matplotlib.ticker import MaxNLocator

@@ -10,7 +10,7 @@ import weakref
 from typing import Any
 
 from tfmcu.nets.spec import NetSpec
-from tfmcu.train.config import STRATEGIES, TrainError
+from tfmcu.train.config import TrainError
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 

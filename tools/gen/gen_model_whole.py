@@ -34,14 +34,15 @@ from gen_common import ROOT  # noqa: E402,F401  (sets the environment and sys.pa
 
 def real_images(spec, model):
     """(N, H, W, C) int8 inputs: the first N test images of dataset NAME (spec "NAME:N")."""
-    from tfmcu import data as data_mod
+    from tfmcu.data import load
+    from tfmcu.data.classify import as_arrays
     from tfmcu.runtime.model_io import model_info
     from tfmcu.train.export import quantize_inputs
 
     name, n = spec.split(":")
     shape = model_info(model).inputs[0].shape
-    ds = data_mod.load(name)
-    x, _ = data_mod.as_arrays(ds.test, shape[1], shape[3], limit=int(n))
+    ds = load(name)
+    x, _ = as_arrays(ds.test, shape[1], shape[3], limit=int(n))
     return quantize_inputs(model, x)
 
 

