@@ -1,7 +1,7 @@
 """What the flows share: the schedule a user asks for (``ScheduleRequest``), checked once for every mode.
 
 A request is the flags ``--patches`` (``None``: no patching; ``auto``; ``P``; ``PxQ``), ``--patch_blocks`` /
-``--patch_ops``, ``--sram_kb`` and the search options (``tfmcu.plan.search.SearchOptions``: patch options, stage
+``--patch_ops``, ``--sram_kb`` and the search options (``tfmcu.plan.search.SearchOptions``: the grids, stage
 unit, MAC cap and metric, whether the input image counts, the objective). ``validate()`` turns every bad
 combination into one ``UsageError`` naming the flag, before any work starts.
 """
@@ -31,14 +31,14 @@ def parse_grid(value: str) -> tuple[int, int]:
     return parts[0], parts[1]
 
 
-def parse_patch_options(values: Sequence[str | int]) -> tuple[int, ...]:
-    """``--patch_options``: patch counts per side, integers >= 1."""
+def parse_grids(values: Sequence[str | int]) -> tuple[int, ...]:
+    """``--grids``: patch counts per side to try, integers >= 1."""
     try:
         options = tuple(int(v) for v in values)
     except (TypeError, ValueError):
-        raise UsageError(f"--patch_options={','.join(map(str, values))}: expected integers >= 1") from None
+        raise UsageError(f"--grids={','.join(map(str, values))}: expected integers >= 1") from None
     if not options or min(options) < 1:
-        raise UsageError(f"--patch_options={','.join(map(str, values))}: expected integers >= 1")
+        raise UsageError(f"--grids={','.join(map(str, values))}: expected integers >= 1")
     return options
 
 
