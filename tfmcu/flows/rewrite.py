@@ -28,8 +28,7 @@ import numpy as np
 
 from tfmcu.errors import TfmcuError, UsageError
 from tfmcu.files import check_output_paths, read_bytes, write_outputs
-from tfmcu.flows.common import ScheduleRequest
-from tfmcu.flows.verify import ArenaFigures
+from tfmcu.flows.common import ArenaFigures, ScheduleRequest
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.plan.regions import ScheduleError
 from tfmcu.plan.search import Evaluation, Progress, candidate_for, candidates, search

@@ -43,6 +43,7 @@ import numpy as np
 
 from tfmcu.errors import UsageError
 from tfmcu.files import check_output_paths, write_outputs
+from tfmcu.flows.common import ArenaFigures
 from tfmcu.graph.ir import GraphError
 from tfmcu.plan.arena import predict_model_arena
 from tfmcu.records import Pair, Record, optional
@@ -95,26 +96,6 @@ class Agreement(Record):
     agree: bool
     mismatching_samples: int
     first: list[Mismatch]
-
-
-@dataclass(frozen=True, kw_only=True)
-class ArenaFigures(Record):
-    """A TFLM arena, measured or predicted: total, head (activations and scratch), tail (persistent); how it was
-    measured, or why it could not be predicted."""
-
-    arena_total_bytes: int | None
-    arena_head_bytes: int | None = optional()
-    arena_tail_bytes: int | None = optional()
-    error: str | None = optional()  # the model cannot be predicted (its first line)
-    unmodelled_ops: list[str] | None = optional()
-    measured_by: str | None = optional()
-    patch_stage_persistent_bytes: int | None = optional()
-    outputs_equal_original_on: str | None = optional()
-
-    @staticmethod
-    def of(stats: Any) -> "ArenaFigures":
-        """From a measurement or prediction with ``total``, ``head`` and ``tail``."""
-        return ArenaFigures(arena_total_bytes=stats.total, arena_head_bytes=stats.head, arena_tail_bytes=stats.tail)
 
 
 @dataclass(frozen=True, kw_only=True)
