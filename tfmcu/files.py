@@ -8,8 +8,7 @@
 * ``write_outputs({path: data})``: every output is first written to a temporary file beside its destination; only
   when all of them are complete are they renamed into place. If anything fails, the temporary files are removed
   and no output appears (a ``UsageError`` names the path). ``data`` is bytes, str, or anything JSON-serialisable
-  (written indented; typed results, ``tfmcu.records``, as their ``to_json()``); entries whose path is empty or None
-  are skipped.
+  (written indented); entries whose path is empty or None are skipped.
 * ``write_folder(out_dir, {path: text or bytes})`` / ``assembled_folder(out_dir)``: a whole folder, all-or-nothing
   the same way (assembled beside it, then renamed into place; an existing folder is replaced).
 * ``figure_png(fig)``: a matplotlib figure as PNG bytes (tight layout, 110 dpi), the figure closed.
@@ -82,14 +81,7 @@ def _serialise(data: Any) -> bytes:
         return bytes(data)
     if isinstance(data, str):
         return data.encode()
-    return (json.dumps(data, indent=2, default=_record) + "\n").encode()
-
-
-def _record(value: Any) -> Any:
-    """A typed result inside JSON data (``tfmcu.records.Record``): its ``to_json()``."""
-    if callable(getattr(value, "to_json", None)):
-        return value.to_json()
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+    return (json.dumps(data, indent=2) + "\n").encode()
 
 
 def write_outputs(outputs: Mapping[str, Any]) -> None:

@@ -121,7 +121,8 @@ def validate(o: DemoOptions) -> None:
 
 
 def summary_table(s: dict[str, Any]) -> str:
-    """The summary table (docs/getting-started.md): per-layer vs patched."""
+    """The summary table (docs/getting-started.md): per-layer vs patched; ``s``: summary.json's content (its ``mcu``:
+    ``McuRun.to_json()``)."""
     a = s["accuracy"]
     p, q = s["per_layer"], s["patched"]
     int8 = f"{a['int8_tflm']:.2%}" + (" (TF Lite = TFLM)" if a["tflite_equals_tflm"] else " (TF Lite != TFLM!)")
@@ -142,7 +143,7 @@ def summary_table(s: dict[str, Any]) -> str:
                                             f"{q['macs_padded'] / 1e6:.2f}M padded (+{q['mac_overhead_padded']:.1%})"),
         ("TFLite ops", str(p["ops"]), str(q["ops"])),
     ]
-    mcu: McuRun | None = s.get("mcu")
+    mcu = McuRun.from_json(s["mcu"]) if s.get("mcu") else None  # (summary.json's, in this run or read back)
     if mcu:
         pl, pa = mcu.per_layer, mcu.patched
         lrun, prun = pl.run, pa.run
@@ -313,7 +314,7 @@ def run(o: DemoOptions, log: Callable[[str], None] = print) -> int:
                     "ops": ver.ops.rewritten},
         "verify": {"bit_exact": ver.bit_exact, "samples": ver.samples, "real": ver.input_samples},
         "metadata_kept": md_kept,
-        "mcu": mcu,
+        "mcu": None if mcu is None else mcu.to_json(),
         "wall_s": time.time() - t0,
     }
     table = summary_table(summary)
