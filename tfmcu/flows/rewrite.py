@@ -13,7 +13,7 @@ source with our kernel, ``tfmcu.runtime.tflm_host``): in auto mode a rewrite who
 than the original's falls back to the unpatched model, and an output whose measured arena exceeds ``--sram_kb`` is
 an error. The wheel's interpreter runs in a child process (``isolate=True``; the host build is one already), the
 original first: a model that makes TFLM abort is a one-line ``TFLMError`` before any search, never a crash. The
-model and the JSON report are written all-or-nothing. ``RewriteOptions`` holds the options (custom mode's in
+model and the JSON report (``RewriteReport``, which ``run`` returns) are written all-or-nothing. ``RewriteOptions`` holds the options (custom mode's in
 ``tfmcu.stage.custom.CustomOptions``, the halo caches' in ``tfmcu.plan.halo.HaloOptions``).
 """
 
@@ -203,7 +203,9 @@ def run(o: RewriteOptions, log: Callable[[str], None] = print, progress: Progres
         report = dataclasses.replace(report, custom_mode=memory_report(out_bytes, o.out))
     report = dataclasses.replace(report, message=message, patched=patched,
                                  flash_bytes=FlashBytes(original=len(data), output=len(out_bytes)))
-    if budget is not None and o.measure and opts.count_input:  # TFLM always plans its input: the image is in it
+    # the budget against the output's measured TFLM arena, which holds the image (TFLM always plans its input): only
+    # when the budget counts the image
+    if budget is not None and o.measure and opts.count_input:
         figure = getattr(report.tflm, "rewritten" if patched else "original").arena_total_bytes
         if figure is not None and figure > budget:
             raise UsageError(f"{path}: the output's measured TFLM arena is {figure:,} B, more than "

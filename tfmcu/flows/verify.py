@@ -10,7 +10,8 @@ interpreters; TF Lite vs TFLM agreement per model is reported too (informational
 TFLM disagree about the original itself (their int8 MEAN rounds differently on some inputs) and a custom-mode
 model's TF Lite side gives TFLM's bytes (its stage ops run our kernels, bit-exact with TFLM's: a stage that ends into
 the global average pool), the sample is listed under ``tflm_semantics``, not as a mismatch. TFLM's arena is measured
-(``tfmcu.runtime.tflm.measure_arena``) and predicted (``tfmcu.plan.arena.predict_arena``) for both.
+(``tfmcu.runtime.tflm.measure_arena``) and predicted (``tfmcu.plan.arena.predict_arena``) for both. ``verify``
+returns a ``VerifyReport`` (``--json_out`` is its ``to_json()``).
 
 A rewritten model in custom mode (``TFMCU_PATCH_STAGE`` ops: the patch stage, and with ``rewrite
 --rest_convs=tfmcu`` one more per convolution of the rest) runs WHOLE in TFLM built from source with our kernel
