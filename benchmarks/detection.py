@@ -6,8 +6,8 @@ input resolution it needs, at the same SRAM?
    two-scale yolo detector ``mbv2-det2-w035`` on ``scenes-det`` (both 160 px canvases, 8-40 px objects) -- int8 in
    TFLM on the test split; each point's relative drop from the largest resolution.
 2. **The claim**: on a chip with 128 kB and one with 256 kB of SRAM (the TFLM arena gets what ``fit`` leaves it after
-   the stack, the static data and deploy's margin: ``sram_arena_budget``; Cortex-M4, CMSIS-NN build, the image
-   counted), the best per-layer detector (the highest resolution trained here whose unmodified model's predicted
+   the stack, the static data and deploy's margin: ``tfmcu.flows.fit.arena_budget``; Cortex-M4, CMSIS-NN build, the
+   image counted), the best per-layer detector (the highest resolution trained here whose unmodified model's predicted
    arena fits) against the patched one (the highest resolution at which ``fit``'s joint schedule search, objective
    ``memory`` within ``MAX_LATENCY`` x the per-layer model's predicted instructions, finds a configuration that
    fits), each at its int8 TFLM mAP@0.5 on the test split. One seed per resolution (2 CPU cores): the spread is a
@@ -24,6 +24,7 @@ every configuration open (halo ``smallest``, the rest's convolutions by tfmcu in
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -34,8 +35,8 @@ import numpy as np
 from benchmarks.fit import measured_row
 from tfmcu.files import figure_png, write_outputs
 from tfmcu.firmware.targets import get_target
-from tfmcu.flows.deploy import DeployOptions, deploy
-from tfmcu.flows.fit import FitOptions, candidate_entry, run as fit_run, search_model, sram_arena_budget
+from tfmcu.flows.deploy import DeployOptions, FirmwareRun, deploy
+from tfmcu.flows.fit import ChosenCandidate, FitMeasured, FitOptions, arena_budget, price, run as fit_run
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.plan.arena import mcu_build, predict_model_arena
 from tfmcu.plan.latency import predict_instructions
@@ -67,7 +68,7 @@ DET_OPTIONS = DetectionOptions(max_detections=10)
 # The classifier at the detector's lr (0.05) stays at chance on these scenes (measured: 9-10% at 48/64/96 px after 20
 # epochs on 1,000 scenes; at 64 px, 6 epochs on 2,000: lr 0.05 batch 64 11.5% val, lr 0.01 batch 32 17.4% test): 0.01.
 CLS_RECIPE = Recipe(epochs=EPOCHS, qat_epochs=0, batch_size=32, lr=0.01, warmup_epochs=1.0)
-SRAMS = (128 * 1024, 256 * 1024)  # the chip's RAM; the arena gets what fit leaves it (sram_arena_budget)
+SRAMS = (128 * 1024, 256 * 1024)  # the chip's RAM; the arena gets what fit leaves it (arena_budget)
 CORE, TARGET, KERNELS = "cortex-m4", "cortex-m4", "cmsis_nn"
 MAX_LATENCY = 1.25
 SEARCH = {"halo_modes": ("smallest",), "rest_convs": ("tfmcu",)}
@@ -113,21 +114,22 @@ def arenas(resolution: int, budget: int, log: Callable[[str], None]) -> dict[str
     model = untrained_detector_int8(load_spec(DET_MODEL, resolution=resolution), 0,
                                     max_detections=DET_OPTIONS.max_detections)
     o = FitOptions(model=name, target=TARGET, kernels=KERNELS, objective="memory", max_latency=MAX_LATENCY, **SEARCH)
-    res = search_model(o, get_target(TARGET), model, name, budget)
-    base, small = candidate_entry(res.baseline), candidate_entry(res.smallest)
-    per_layer = base["predicted_arena_bytes"]  # (the search's unpatched model, the image counted)
-    log(f"[detection] {name}: per layer {per_layer:,} B; patched {small['predicted_arena_bytes']:,} B "
-        f"({small['describe']}) [{time.time() - t0:.0f} s]")
-    return {"per_layer_bytes": per_layer, "per_layer_instructions": base["predicted_instructions"],
-            "per_layer_macs": base["macs"],
-            "patched_bytes": small["predicted_arena_bytes"], "patched": small["describe"],
-            "patched_grid": small["patches"],
-            "patched_instructions": small["predicted_instructions"], "patched_macs": small["macs"],
-            "patched_mac_overhead": small["mac_overhead"]}
+    found = price(o, model, name, budget)
+    base, small = found.per_layer, found.smallest
+    per_layer = base.predicted_arena_bytes  # (the search's unpatched model, the image counted)
+    log(f"[detection] {name}: per layer {per_layer:,} B; patched {small.predicted_arena_bytes:,} B "
+        f"({small.describe}) [{time.time() - t0:.0f} s]")
+    return {"per_layer_bytes": per_layer, "per_layer_instructions": base.predicted_instructions,
+            "per_layer_macs": base.macs,
+            "patched_bytes": small.predicted_arena_bytes, "patched": small.describe,
+            "patched_grid": small.patches,
+            "patched_instructions": small.predicted_instructions, "patched_macs": small.macs,
+            "patched_mac_overhead": small.mac_overhead}
 
 
 def _budget(sram: int) -> int:
-    return sram_arena_budget(sram, FitOptions(model="", target=TARGET))
+    """The arena budget fit leaves on a chip like the target with ``sram`` bytes of RAM."""
+    return arena_budget(FitOptions(model="", target=TARGET), dataclasses.replace(get_target(TARGET), sram_bytes=sram))
 
 
 def _tflite(report: TrainReport) -> bytes:
@@ -235,19 +237,19 @@ def _measure_m4(entry: dict[str, Any], det_runs: dict[int, TrainReport], work: s
     if kind == "per_layer":
         dep = deploy(DeployOptions(tflite=src, target=TARGET, out_dir=folder, run=True, kernels=KERNELS,
                                    num_inputs=1), log=log)
-        m = measured_row(name, TARGET, "per layer", None, dep["arena"]["predicted_bytes"],
-                         predict_instructions(data, CORE, KERNELS).instructions, dep.get("run") or {},
-                         profile(from_tflite(data)).macs, len(data), dep)
+        m = measured_row(name, TARGET, "per layer", None, dep.arena.predicted_bytes,
+                         predict_instructions(data, CORE, KERNELS).instructions, dep, profile(from_tflite(data)).macs,
+                         len(data))
     else:
         # (the search restricted to the grid the section's search chose, where it is known: the same choice, 1/6
         # of the candidates)
-        grids = {"patch_options": (entry["grid"][0],)} if entry.get("grid") else {}
+        grids = {"patch_options": (entry["grid"][0],)} if entry.get("grid") else {}  # (an entry of this bench)
         rep = fit_run(FitOptions(model=src, target=TARGET, kernels=KERNELS, objective="memory",
                                  max_latency=MAX_LATENCY, run=True, num_inputs=1, verify_samples=4, out_dir=folder,
                                  **SEARCH, **grids), log=log)
-        ch, dep = rep["chosen"], rep["deploy"]
-        m = measured_row(name, TARGET, "patched (fit)", ch["describe"], ch["predicted_arena_bytes"],
-                         ch["predicted_instructions"], dep.get("run") or {}, ch["macs"], dep["model_bytes"], dep)
+        ch = rep.chosen
+        m = measured_row(name, TARGET, "patched (fit)", ch.describe, ch.predicted_arena_bytes,
+                         ch.predicted_instructions, rep.deploy, ch.macs, rep.deploy.model_bytes)
     write_outputs({done: m})
     return m
 
@@ -275,8 +277,9 @@ def _board_run(rep: TrainReport, work: str, log: Callable[[str], None]) -> dict[
         r = fit_run(FitOptions(model=rep.files["tflite"], target=BOARD, kernels=KERNELS, objective="memory",
                                max_latency=MAX_LATENCY, run=True, inputs=inputs, num_inputs=BOARD_IMAGES,
                                out_dir=folder, **SEARCH), log=log)
-        out = {"resolution": res, "chosen": r["chosen"], "measured": r.get("measured"), "images": BOARD_IMAGES,
-               "run": (r["deploy"].get("run") or {})}
+        out = {"resolution": res, "chosen": r.chosen.to_json(),
+               "measured": None if r.measured is None else r.measured.to_json(), "images": BOARD_IMAGES,
+               "run": {} if r.deploy.run is None else r.deploy.run.to_json()}
         write_outputs({done: out})
     if "second" not in out:
         inputs = os.path.join(work, f"{BOARD}_inputs_2.npy")
@@ -284,19 +287,19 @@ def _board_run(rep: TrainReport, work: str, log: Callable[[str], None]) -> dict[
         dep = deploy(DeployOptions(tflite=os.path.join(folder, "model.tflite"), target=BOARD, kernels=KERNELS,
                                    out_dir=os.path.join(work, f"{BOARD}_deploy_2"), run=True, inputs=inputs,
                                    num_inputs=BOARD_IMAGES), log=log)
-        run = dep.get("run") or {}
+        run = dep.run
         # the unmodified model's detections in TF Lite (deploy's expectation is the fitted model's in TF Lite)
         src = read_model(rep.files["tflite"], "model")
         samples = load_inputs(inputs, check_model(src, KERNELS)[0])
         original = printed_detections(evaluate(src, samples, "reference", rep.files["tflite"], tflm=False).tflite,
                                       postprocess_outputs(src.flatbuffer))
-        out["second"] = {"images": BOARD_IMAGES, "fits": dep.get("fits"), "verdict": dep.get("verdict"),
-                         "arena_used_bytes": run.get("arena_used_bytes"),
-                         "predicted_arena_bytes": dep["arena"]["predicted_bytes"],
-                         "invoke_insns": run.get("invoke_insns"),
-                         "outputs_equal_tflite": bool(run.get("outputs_equal_tflite")),
-                         "detections_equal_original_tflite": run.get("detections") == original,
-                         "detections": run.get("detections")}
+        out["second"] = {"images": BOARD_IMAGES, "fits": dep.fits, "verdict": dep.verdict,
+                         "arena_used_bytes": None if run is None else run.arena_used_bytes,
+                         "predicted_arena_bytes": dep.arena.predicted_bytes,
+                         "invoke_insns": None if run is None else run.invoke_insns,
+                         "outputs_equal_tflite": run is not None and run.outputs_equal_tflite,
+                         "detections_equal_original_tflite": run is not None and run.detections == original,
+                         "detections": None if run is None else run.detections}
         out["images"] = 2 * BOARD_IMAGES
         write_outputs({done: out})
     return out
@@ -349,13 +352,17 @@ def table(result: dict[str, Any]) -> str:
                   f"{'n/a' if gain is None else f'{gain:+.1f} points'} |")
     b = res.get("board")
     if b:
-        m, second = b.get("measured") or {}, b.get("second") or {}
+        # fit's report, as the board run kept it
+        chosen = ChosenCandidate.from_json(b["chosen"])
+        m = FitMeasured.from_json(b["measured"]) if b.get("measured") else None
+        run = FirmwareRun.from_json(b["run"]) if b.get("run") else None
+        second = b.get("second") or {}
         md += ["", f"The 128 kB winner ({b['resolution']} px) through `fit --run` on the STM32F405 (QEMU): "
-                   f"{b['chosen']['describe']}; arena {m.get('arena_used_bytes') or 0:,} B measured (predicted "
-                   f"{m.get('predicted_arena_bytes') or 0:,} B), {m.get('invoke_instructions') or 0:,} instructions "
-                   f"per inference (predicted {m.get('predicted_instructions') or 0:,}); detections equal TF Lite's "
-                   f"on its {len((b.get('run') or {}).get('invoke_insns') or [])} test images: "
-                   f"{m.get('outputs_equal_tflite')}"
+                   f"{chosen.describe}; arena {(m and m.arena_used_bytes) or 0:,} B measured (predicted "
+                   f"{(m and m.predicted_arena_bytes) or 0:,} B), {(m and m.invoke_instructions) or 0:,} "
+                   f"instructions per inference (predicted {(m and m.predicted_instructions) or 0:,}); detections "
+                   f"equal TF Lite's on its {len((run and run.invoke_insns) or [])} test images: "
+                   f"{m and m.outputs_equal_tflite}"
                    + (f"; the same model on the next {second.get('images')} (deploy --run): arena "
                       f"{second.get('arena_used_bytes') or 0:,} B, detections equal TF Lite's: "
                       f"{second.get('outputs_equal_tflite')}, equal the unmodified model's in TF Lite: "

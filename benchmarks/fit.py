@@ -16,7 +16,7 @@ from typing import Any, Callable
 from tfmcu.errors import UsageError
 from tfmcu.files import write_outputs
 from tfmcu.firmware.targets import get_target
-from tfmcu.flows.deploy import DeployOptions, deploy
+from tfmcu.flows.deploy import DeployOptions, DeployReport, deploy
 from tfmcu.flows.fit import FitOptions, run as fit_run
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.graph.load import load_spec
@@ -71,11 +71,10 @@ def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CA
             rows.append({"model": name, "target": target, "what": "TFLM + CMSIS-NN per layer",
                          "error": str(e).splitlines()[0]})
             continue
-        run = dep.get("run") or {}
         pred_i = predict_instructions(data, _core(target), "cmsis_nn").instructions
-        base = measured_row(name, target, "TFLM + CMSIS-NN per layer", None, dep["arena"]["predicted_bytes"],
-                            pred_i, run, macs, len(data), dep)
-        if not dep.get("fits"):  # it does not link for the target: its instructions from the calibration's runs
+        base = measured_row(name, target, "TFLM + CMSIS-NN per layer", None, dep.arena.predicted_bytes, pred_i, dep,
+                            macs, len(data))
+        if not dep.fits:  # it does not link for the target: its instructions from the calibration's runs
             measured = _calibration_invoke(name, _core(target))
             if measured is not None:
                 base["instructions"] = measured
@@ -95,17 +94,16 @@ def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CA
             except Exception as e:  # noqa: BLE001 -- a row that says why, the bench goes on
                 rows.append({"model": name, "target": target, "what": what, "error": str(e).splitlines()[0]})
                 continue
-            ch, m = rep["chosen"], rep.get("measured") or {}
-            row = measured_row(name, target, what, ch["describe"], ch["predicted_arena_bytes"],
-                               ch["predicted_instructions"], (rep["deploy"].get("run") or {}), ch["macs"],
-                               rep["deploy"]["model_bytes"], rep["deploy"])
+            ch = rep.chosen
+            row = measured_row(name, target, what, ch.describe, ch.predicted_arena_bytes, ch.predicted_instructions,
+                               rep.deploy, ch.macs, rep.deploy.model_bytes)
             # against the per-layer arena measured on the target, or predicted where it does not link there
             ref = base.get("arena_used_bytes") or base["predicted_arena_bytes"]
             row["arena_ratio"] = round(ref / row["arena_used_bytes"], 2) if row.get("arena_used_bytes") else None
             row["instructions_ratio"] = round(row["instructions"] / base["instructions"], 3) \
                 if base.get("instructions") and row.get("instructions") else None
-            row["verified_bit_exact"] = (rep.get("verify") or {}).get("bit_exact", True)
-            row["fits"] = m.get("fits")
+            row["verified_bit_exact"] = rep.verify is None or rep.verify.bit_exact
+            row["fits"] = None if rep.measured is None else rep.measured.fits
             row["stream_input"] = stream
             rows.append(row)
     return {"rows": rows}
@@ -123,17 +121,18 @@ def _core(target: str) -> str:
 
 
 def measured_row(name: str, target: str, what: str, schedule: str | None, pred_arena: int, pred_insns: int | None,
-                 run: dict[str, Any], macs: int, flash: int, dep: dict[str, Any]) -> dict[str, Any]:
-    insns = [i for i in (run.get("invoke_insns") or []) if i is not None]
-    measured_i = min(insns) if insns else None
-    arena = run.get("arena_used_bytes")
+                 dep: DeployReport, macs: int, flash: int) -> dict[str, Any]:
+    """A bench row: a model's firmware run (``dep``, ``deploy --run``) against the predictions."""
+    run = dep.run
+    measured_i = None if run is None else run.instructions
+    arena = None if run is None else run.arena_used_bytes
     return {"model": name, "target": target, "what": what, "schedule": schedule,
             "arena_used_bytes": arena, "predicted_arena_bytes": pred_arena,
             "arena_equal": arena == pred_arena if arena is not None else None,
             "instructions": measured_i, "predicted_instructions": pred_insns,
             "instructions_error": round(pred_insns / measured_i - 1, 4) if measured_i and pred_insns else None,
-            "macs": macs, "flash_model_bytes": flash, "outputs_equal_tflite": bool(run.get("outputs_equal_tflite")),
-            "verdict": dep.get("verdict")}
+            "macs": macs, "flash_model_bytes": flash,
+            "outputs_equal_tflite": run is not None and run.outputs_equal_tflite, "verdict": dep.verdict}
 
 
 def table(result: dict[str, Any]) -> str:

@@ -121,8 +121,7 @@ def measured_points(o: Any, name: str, data: bytes, graph: Graph, segs: list[Any
             dep = deploy(DeployOptions(tflite=path, target=TARGET, out_dir=os.path.join(work, "firmware"), run=True,
                                        kernels=KERNELS, num_inputs=1), log=log)
             m = measured_row(name, TARGET, label, e["plan"]["describe"], e["predicted_arena_bytes"],
-                             e["predicted_instructions"], dep.get("run") or {}, e["plan"]["macs"], len(e["model"]),
-                             dep)
+                             e["predicted_instructions"], dep, e["plan"]["macs"], len(e["model"]))
             m["key"] = key
             write_outputs({done: m})
         m = {**m, "what": label, "plan": e["plan"]}

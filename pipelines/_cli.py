@@ -1,12 +1,15 @@
-"""Shared absl plumbing: every flag that several pipelines take is defined here, once, with one default; user
-mistakes become one line on stderr and exit code 2, never a traceback.
+"""Shared absl plumbing: every flag that several pipelines take is defined here, once; user mistakes become one line
+on stderr and exit code 2, never a traceback.
+
+A flag's default is the pipeline's: a ``define_*`` function that takes a ``default`` is given it by the pipeline, from
+that pipeline's options dataclass (``FitOptions``, ``SearchRunOptions``, ...), so ``--help`` shows what runs.
 
 Flag groups (a pipeline calls the ``define_*`` functions it needs; defining a group twice in one process is a no-op):
 
-* model: ``--model`` (default mcunet-demo), ``--resolution``, ``--width``;
+* model: ``--model`` (fit and profile: no default, the model must be given), ``--resolution``, ``--width``;
 * schedule: ``--patches`` (default: none, i.e. no patching), ``--patch_blocks``, ``--patch_ops``, ``--sram_kb``,
-  ``--objective``, ``--max_mac_overhead``, ``--patch_options``, ``--stage_unit``, ``--mac_metric``,
-  ``--count_input`` -> ``schedule_request()``;
+  ``--objective``, ``--max_mac_overhead``, ``--grids``, ``--stage_unit``, ``--mac_metric``, ``--count_input`` ->
+  ``schedule_request()``; ``--grids`` (patches per side to try, in every pipeline that searches) -> ``grids()``;
 * output: ``--json_out``, ``--plot_out``, ``--quiet``, ``--out_dir`` (default: each pipeline's own folder);
 * training: the recipe and data flags; each defaults to "the job's own setting" (``tfmcu.train.default_config`` of
   the task for ``train``, ``tfmcu.flows.demo.demo_training`` for ``demo``: --help shows each) ->
@@ -27,12 +30,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ INFO and 
 from absl import app, flags  # noqa: E402
 
 from tfmcu.errors import TfmcuError, UsageError  # noqa: E402
-from tfmcu.flows.common import ScheduleRequest, parse_patch_options  # noqa: E402
+from tfmcu.flows.common import ScheduleRequest, parse_grids  # noqa: E402
 from tfmcu.firmware.targets import TARGETS  # noqa: E402
 from tfmcu.flows.demo import demo_training  # noqa: E402
 from tfmcu.flows.deploy import DeployOptions  # noqa: E402
 from tfmcu.plan.arena import DEFAULT_KERNELS, KERNEL_SETS  # noqa: E402
 from tfmcu.plan.search import MAC_METRICS, OBJECTIVES, UNITS, SearchOptions  # noqa: E402
+from tfmcu.stage.custom import CustomOptions  # noqa: E402
 from tfmcu.train.config import STRATEGIES, TASKS, TrainConfig, default_config  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -45,9 +49,11 @@ def _define(kind: str, name: str, default: Any, *args: Any, **kw: Any) -> None:
 
 
 # ============================================================================= groups
-def define_model_flags() -> None:
-    _define("string", "model", "mcunet-demo", "Preset name (mbv2, mbv2-rd, mnasnet-a1, fbnet-a, proxyless-mobile, "
-                                              "mcunet-demo), spec JSON file, .tflite or Keras file.")
+def define_model_flags(default: str | None = TrainConfig().model) -> None:
+    """``--model`` (``default``: the training job's; None where the model must be given), ``--resolution``,
+    ``--width``."""
+    _define("string", "model", default, "Preset name (mbv2, mbv2-rd, mnasnet-a1, fbnet-a, proxyless-mobile, "
+                                        "mcunet-demo), spec JSON file, .tflite or Keras file.")
     _define("integer", "resolution", None, "Input resolution (presets and spec JSON only).", lower_bound=16)
     _define("float", "width", None, "Width multiplier (presets and spec JSON only).", lower_bound=0.05)
 
@@ -66,13 +72,21 @@ def define_schedule_flags() -> None:
             lower_bound=1)
     define_budget_flag()
     define_objective_flag()
-    _define("float", "max_mac_overhead", d.max_mac_overhead, "Auto mode: largest allowed MAC overhead (0.2 = +20%).",
-            lower_bound=0)
-    _define("list", "patch_options", [str(p) for p in d.patch_options],
-            "Auto mode: patches per side to try (PxQ grids).")
+    define_max_mac_overhead_flag(d.max_mac_overhead)
+    define_grids_flag(d.patch_options, "Auto mode: patches per side to try (PxQ grids, 1: none).")
     _define("enum", "stage_unit", d.unit, list(UNITS), "Auto mode: patch stages by blocks or by operators.")
     _define("enum", "mac_metric", d.mac_metric, list(MAC_METRICS), "Auto mode: which MAC count to minimise.")
     _define("bool", "count_input", d.count_input, "Count the input image against --sram_kb.")
+
+
+def define_grids_flag(default: Sequence[int], help_text: str) -> None:
+    """``--grids``: the patches per side a search tries (``default``: the pipeline's options)."""
+    _define("list", "grids", [str(p) for p in default], help_text)
+
+
+def define_max_mac_overhead_flag(default: float | None) -> None:
+    _define("float", "max_mac_overhead", default, "Largest MAC overhead a patched candidate may have (0.2 = +20%; "
+                                                  "not given: no cap).", lower_bound=0)
 
 
 def define_firmware_flags() -> None:
@@ -110,17 +124,22 @@ def define_kernels_flag() -> None:
 
 
 def define_stream_input_flag() -> None:
-    _define("bool", "stream_input", False,
+    _define("bool", "stream_input", CustomOptions().stream_input,
             "Custom mode: the patch stage reads the image row band by row band through a TfmcuInputProvider your "
             "firmware registers (a camera, a decoder, rows in Flash): the model's input becomes a one-byte "
             "placeholder and the arena holds no image (tflm_patch_kernels/tflm/patch_stage_op.h).")
 
 
-def define_objective_flag() -> None:
-    _define("enum", "objective", SearchOptions().objective, list(OBJECTIVES),
-            "What the schedule search optimises. macs: least MACs whose memory fits --sram_kb; memory: the smallest "
-            "memory (--sram_kb optional, checked if given; fit: within --max_latency); latency: the fewest "
-            "predicted instructions that fit the target (fit only, and fit's default when not given).")
+_OBJECTIVES_HELP = {"macs": "macs: least MACs whose memory fits --sram_kb",
+                    "memory": "memory: the smallest memory (--sram_kb optional, checked if given; fit: within "
+                              "--max_latency)",
+                    "latency": "latency (fit): the fewest predicted instructions that fit the target"}
+
+
+def define_objective_flag(default: str = SearchOptions().objective, choices: Sequence[str] = OBJECTIVES) -> None:
+    """``--objective`` (``default`` and ``choices``: the pipeline's; the schedule search's by default)."""
+    _define("enum", "objective", default, list(choices),
+            "What the schedule search optimises. " + "; ".join(_OBJECTIVES_HELP[c] for c in choices) + ".")
 
 
 def define_output_flags(plot: bool = False, quiet: bool = False) -> None:
@@ -131,8 +150,9 @@ def define_output_flags(plot: bool = False, quiet: bool = False) -> None:
         _define("bool", "quiet", False, "Do not print the summary.")
 
 
-def define_out_dir() -> None:
-    _define("string", "out_dir", None, "Output folder (default: out/<pipeline>).")
+def define_out_dir(default: str | None = None) -> None:
+    """``--out_dir`` (``default``: the pipeline's options'; None: out/<pipeline>, ``out_dir()``)."""
+    _define("string", "out_dir", default, "Output folder" + ("." if default else " (default: out/<pipeline>)."))
 
 
 def define_tflite_flag() -> None:
@@ -224,9 +244,14 @@ def define_training_flags() -> None:
 
 
 # ============================================================================= flags -> library options
+def grids() -> tuple[int, ...]:
+    """``--grids`` as patch counts per side (a one-line ``UsageError`` naming the flag)."""
+    return parse_grids(FLAGS.grids)
+
+
 def schedule_request(**search_options: Any) -> ScheduleRequest:
     """The schedule flags (and a pipeline's own ``search_options``, e.g. rewrite's ``max_stages``)."""
-    search = SearchOptions(patch_options=parse_patch_options(FLAGS.patch_options), unit=FLAGS.stage_unit,
+    search = SearchOptions(patch_options=grids(), unit=FLAGS.stage_unit,
                            max_mac_overhead=FLAGS.max_mac_overhead, mac_metric=FLAGS.mac_metric,
                            count_input=FLAGS.count_input, objective=FLAGS.objective, **search_options)
     return ScheduleRequest(patches=FLAGS.patches, patch_blocks=FLAGS.patch_blocks, patch_ops=FLAGS.patch_ops,
@@ -304,6 +329,7 @@ def run(main: Callable[[Sequence[str]], int | None]) -> None:
     app.run(wrapped, flags_parser=parse)
 
 
-__all__ = ["FLAGS", "UsageError", "define_budget_flag", "define_model_flags", "define_out_dir",
-           "define_output_flags", "define_schedule_flags", "define_seed_flag", "define_training_flags", "out_dir",
-           "progress", "run", "schedule_request", "training_config"]
+__all__ = ["FLAGS", "UsageError", "define_budget_flag", "define_grids_flag", "define_max_mac_overhead_flag",
+           "define_model_flags", "define_objective_flag", "define_out_dir", "define_output_flags",
+           "define_schedule_flags", "define_seed_flag", "define_training_flags", "grids", "out_dir", "progress", "run",
+           "schedule_request", "training_config"]

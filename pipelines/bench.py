@@ -14,20 +14,23 @@ from benchmarks import sections as bench
 from pipelines import _cli
 
 FLAGS = flags.FLAGS
-_cli.define_out_dir()
-flags.DEFINE_list("sections", list(bench.SECTIONS),
+_D = bench.BenchOptions()  # the flags' defaults
+_cli.define_out_dir(_D.out_dir)
+flags.DEFINE_list("sections", list(_D.sections),
                   "Sections to run (train alone takes about 1.5 h on 2 CPU cores, resolution about 15 min).")
-flags.DEFINE_string("zoo_cache", "out/zoo", "Cache of converted zoo models.")
-flags.DEFINE_integer("check_samples", 8, "Random inputs for the bit-exactness checks.", lower_bound=1)
-flags.DEFINE_list("fit_models", [], "Section fit: only these models (default: all of benchmarks.fit.CASES).")
-flags.DEFINE_list("fit_caps", [], "Section fit: only these --max_latency caps, 'none' for no cap (default: "
+flags.DEFINE_string("zoo_cache", _D.zoo_cache, "Cache of converted zoo models.")
+flags.DEFINE_integer("check_samples", _D.samples, "Random inputs for the bit-exactness checks.", lower_bound=1)
+flags.DEFINE_list("fit_models", list(_D.fit_models),
+                  "Section fit: only these models (default: all of benchmarks.fit.CASES).")
+flags.DEFINE_list("fit_caps", list(_D.fit_caps), "Section fit: only these --max_latency caps, 'none' for no cap (default: "
                                  "1.00,1.05,1.25,none).")
 
 flags.adopt_module_key_flags(_cli)  # the shared flags this pipeline defined show in --help
 
 def main(argv: Sequence[str]) -> None:
-    bench.run(bench.BenchOptions(_cli.out_dir("bench"), tuple(FLAGS.sections), FLAGS.zoo_cache, FLAGS.check_samples,
-                                 tuple(FLAGS.fit_models), tuple(FLAGS.fit_caps)))
+    bench.run(bench.BenchOptions(out_dir=FLAGS.out_dir, sections=tuple(FLAGS.sections), zoo_cache=FLAGS.zoo_cache,
+                                 samples=FLAGS.check_samples, fit_models=tuple(FLAGS.fit_models),
+                                 fit_caps=tuple(FLAGS.fit_caps)))
 
 
 if __name__ == "__main__":

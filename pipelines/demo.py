@@ -15,12 +15,13 @@ from typing import Sequence
 from absl import flags, logging
 
 from pipelines import _cli
+from tfmcu.firmware.targets import TARGETS
 from tfmcu.flows import demo
 
 FLAGS = flags.FLAGS
 _DEFAULTS = demo.DemoOptions()  # the flags' defaults
 _cli.define_training_flags()
-_cli.define_out_dir()
+_cli.define_out_dir(_DEFAULTS.out_dir)
 _cli.define_budget_flag()
 flags.DEFINE_float("budget_fraction", _DEFAULTS.budget_fraction,
                    "SRAM budget = this fraction of the per-layer model's TFLM arena (--sram_kb overrides it).",
@@ -29,7 +30,7 @@ flags.DEFINE_integer("verify_random", _DEFAULTS.verify_random, "Random inputs fo
                      lower_bound=0)
 flags.DEFINE_integer("verify_real", _DEFAULTS.verify_real, "Real test images for the bit-exactness check.",
                      lower_bound=0)
-flags.DEFINE_enum("mcu", _DEFAULTS.mcu or "none", ["stm32f405", "cortex-m4", "cortex-m7", "none"],
+flags.DEFINE_enum("mcu", _DEFAULTS.mcu or "none", [*TARGETS, "none"],
                   "Step 6: deploy per layer and in custom mode to this target and run both under QEMU; none skips it.")
 flags.DEFINE_integer("mcu_images", _DEFAULTS.mcu_images, "Step 6: real test images classified on the target.",
                      lower_bound=1, upper_bound=16)
@@ -39,7 +40,7 @@ flags.adopt_module_key_flags(_cli)  # the shared flags this pipeline defined sho
 def main(argv: Sequence[str]) -> int:
     logging.set_verbosity(logging.WARNING)  # TensorFlow's INFO chatter (saver, converter) through absl
     training = _cli.training_config(demo.demo_training())
-    return demo.run(demo.DemoOptions(out_dir=_cli.out_dir("demo"), training=training,
+    return demo.run(demo.DemoOptions(out_dir=FLAGS.out_dir, training=training,
                                      budget_fraction=FLAGS.budget_fraction, sram_kb=FLAGS.sram_kb,
                                      verify_random=FLAGS.verify_random, verify_real=FLAGS.verify_real,
                                      mcu=None if FLAGS.mcu == "none" else FLAGS.mcu, mcu_images=FLAGS.mcu_images))

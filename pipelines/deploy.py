@@ -26,8 +26,9 @@ from pipelines import _cli
 from tfmcu.flows import deploy
 
 FLAGS = flags.FLAGS
+_D = deploy.DeployOptions(tflite="")  # the flags' defaults
 _cli.define_tflite_flag()
-_cli.define_out_dir()  # default out/deploy (DeployOptions); replaced if it exists
+_cli.define_out_dir(_D.out_dir)  # replaced if it exists
 _cli.define_firmware_flags()  # --target, --run, --inputs, --num_inputs, --margin, --stack_kib, --kernels
 _cli.define_seed_flag()
 _cli.define_tree_flag()
@@ -37,11 +38,11 @@ flags.adopt_module_key_flags(_cli)
 
 
 def main(argv: Sequence[str]) -> int:
-    rep = deploy.deploy(deploy.DeployOptions(tflite=FLAGS.tflite, target=FLAGS.target, out_dir=FLAGS.out_dir or deploy.DeployOptions(tflite="").out_dir,
+    rep = deploy.deploy(deploy.DeployOptions(tflite=FLAGS.tflite, target=FLAGS.target, out_dir=FLAGS.out_dir,
                                              run=FLAGS.run, inputs=FLAGS.inputs, num_inputs=FLAGS.num_inputs,
                                              seed=FLAGS.seed, margin=FLAGS.margin, stack_kib=FLAGS.stack_kib,
                                              kernels=FLAGS.kernels, tree=FLAGS.tree))
-    return 0 if rep.get("fits", True) else 1
+    return 1 if rep.fits is False else 0
 
 
 if __name__ == "__main__":

@@ -34,20 +34,19 @@ from tfmcu.flows import fit
 FLAGS = flags.FLAGS
 _D = fit.FitOptions(model="")  # the flags' defaults
 _cli.define_tflite_flag()
-_cli.define_model_flags()
+_cli.define_model_flags(default=None)  # the model must be given: --tflite or --model
 _cli.define_firmware_flags()
 _cli.define_stream_input_flag()
-_cli.define_out_dir()
+_cli.define_out_dir(_D.out_dir)
 _cli.define_seed_flag()
 _cli.define_tree_flag()
-_cli.define_objective_flag()  # fit: latency (the fastest that fits) unless given; memory: within --max_latency
+_cli.define_objective_flag(_D.objective, fit.FIT_OBJECTIVES)  # latency: the fastest that fits; memory: the smallest
 flags.DEFINE_float("max_latency", _D.max_latency,
                    "--objective=memory: predicted instructions at most this factor of TFLM + the same kernels per "
                    "layer (1.05: at most 5% slower).", lower_bound=1.0)
-flags.DEFINE_list("grids", [str(p) for p in _D.patch_options], "Patches per side to try (square grids, 1: none).")
+_cli.define_grids_flag(_D.patch_options, "Patches per side to try (square grids, 1: none).")
 _cli.define_max_stages_flag()
-flags.DEFINE_float("max_mac_overhead", _D.max_mac_overhead, "Largest MAC overhead a candidate may have (0.2 = +20%).",
-                   lower_bound=0)
+_cli.define_max_mac_overhead_flag(_D.max_mac_overhead)
 flags.DEFINE_integer("verify_samples", _D.verify_samples, "Random inputs the chosen model is verified on.",
                      lower_bound=1)
 
@@ -55,24 +54,21 @@ flags.adopt_module_key_flags(_cli)
 
 
 def main(argv: Sequence[str]) -> int:
-    if FLAGS.tflite and FLAGS["model"].present:
+    if FLAGS.tflite and FLAGS.model:
         raise UsageError("give --tflite or --model, not both")
-    if not FLAGS.tflite and not FLAGS["model"].present:
+    if not FLAGS.tflite and not FLAGS.model:
         raise UsageError("give the model: --tflite=model.tflite (or --model=a Keras file, spec JSON or preset)")
     if FLAGS.resolution is not None or FLAGS.width is not None:
         raise UsageError("--resolution and --width are not taken by fit: give the model as it is")
-    o = fit.FitOptions(model=FLAGS.tflite or FLAGS.model, target=FLAGS.target, out_dir=FLAGS.out_dir or _D.out_dir,
-                       kernels=FLAGS.kernels,
-                       objective=FLAGS.objective if FLAGS["objective"].present else _D.objective, max_latency=FLAGS.max_latency,
+    o = fit.FitOptions(model=FLAGS.tflite or FLAGS.model, target=FLAGS.target, out_dir=FLAGS.out_dir,
+                       kernels=FLAGS.kernels, objective=FLAGS.objective, max_latency=FLAGS.max_latency,
                        stream_input=FLAGS.stream_input, run=FLAGS.run, inputs=FLAGS.inputs,
                        num_inputs=FLAGS.num_inputs, seed=FLAGS.seed, margin=FLAGS.margin, stack_kib=FLAGS.stack_kib,
-                       patch_options=_cli.parse_patch_options(FLAGS.grids),
-                       max_mac_overhead=FLAGS.max_mac_overhead, max_stages=FLAGS.max_stages,
-                       verify_samples=FLAGS.verify_samples,
-                       tree=FLAGS.tree)
+                       patch_options=_cli.grids(), max_mac_overhead=FLAGS.max_mac_overhead,
+                       max_stages=FLAGS.max_stages, verify_samples=FLAGS.verify_samples, tree=FLAGS.tree)
     rep = fit.run(o, progress=_cli.progress)
-    measured = rep.get("measured")
-    return 1 if measured is not None and not (measured["fits"] and measured["outputs_equal_tflite"]) else 0
+    measured = rep.measured
+    return 1 if measured is not None and not (measured.fits and measured.outputs_equal_tflite) else 0
 
 
 if __name__ == "__main__":

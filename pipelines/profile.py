@@ -20,11 +20,12 @@ from tfmcu.flows import profile
 from tfmcu.plan.profiler import ACCOUNTINGS
 
 FLAGS = flags.FLAGS
-_cli.define_model_flags()
+_D = profile.ProfileOptions(model="")  # the flags' defaults
+_cli.define_model_flags(default=None)  # the model must be given
 flags.DEFINE_integer("num_classes", None, "Number of classes (presets and spec JSON only).", lower_bound=1)
 _cli.define_schedule_flags()
 _cli.define_output_flags(plot=True, quiet=True)
-flags.DEFINE_enum("accounting", "separate", list(ACCOUNTINGS),
+flags.DEFINE_enum("accounting", _D.schedule.search.accounting, list(ACCOUNTINGS),
                   "Analytic memory: 'separate' (every tensor its own buffer), 'paper' (depthwise in place, as the "
                   "MCUNetV2 paper and TinyEngine count), 'tflm_inplace' (the in-place overlaps TFLM's reference "
                   "kernels allow, as rewrite --inplace plans them).")

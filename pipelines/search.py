@@ -27,49 +27,56 @@ from tfmcu.flows import search
 from tfmcu.nas.evolution import EvolutionOptions
 from tfmcu.nas.train_supernet import SupernetRecipe
 from tfmcu.runtime.capture import import_tensorflow_quietly
+from tfmcu.train.config import STRATEGIES
 
 FLAGS = flags.FLAGS
-_cli.define_out_dir()
+_D = search.SearchRunOptions()  # the flags' defaults: the run's, its supernet recipe's, its evolution's, its space's
+_R, _E, _S = _D.supernet, _D.evolution, _D.space
+_cli.define_out_dir(_D.out_dir)
 _cli.define_seed_flag()
-flags.DEFINE_string("model", "mcunet-demo", "The base: a preset or spec JSON (stem, head, stage channels, strides).")
-flags.DEFINE_string("dataset", "scenes", "Data set (tfmcu.data names; default: the scenes task).")
-flags.DEFINE_string("data_dir", None, "Folder with the IDX files (scenes: those of its objects).")
-flags.DEFINE_float("sram_kb", 256, "SRAM limit: predicted TFLM arena of the int8 model, custom mode.")
-flags.DEFINE_float("flash_kb", 1024, "Flash limit: the int8 .tflite with its metadata.")
-flags.DEFINE_float("max_mmacs", None, "MAC limit in millions (patch overhead included).")
-flags.DEFINE_bool("count_input", True, "Count the input image against --sram_kb.")
-flags.DEFINE_list("patch_options", ["1", "2", "3", "4"], "Patches per side the schedules may use.")
+flags.DEFINE_string("model", _D.model, "The base: a preset or spec JSON (stem, head, stage channels, strides).")
+flags.DEFINE_string("dataset", _D.dataset, "Data set (tfmcu.data names; default: the scenes task).")
+flags.DEFINE_string("data_dir", _D.data_dir, "Folder with the IDX files (scenes: those of its objects).")
+flags.DEFINE_float("sram_kb", _D.sram_kb, "SRAM limit: predicted TFLM arena of the int8 model, custom mode.")
+flags.DEFINE_float("flash_kb", _D.flash_kb, "Flash limit: the int8 .tflite with its metadata.")
+flags.DEFINE_float("max_mmacs", _D.max_mmacs, "MAC limit in millions (patch overhead included).")
+flags.DEFINE_bool("count_input", _D.count_input, "Count the input image against --sram_kb.")
+_cli.define_grids_flag(_D.patch_options, "Patches per side the schedules may use (PxQ grids, 1: none).")
 _cli.define_max_stages_flag()
-flags.DEFINE_bool("compare_per_layer", True, "Also run the search restricted to p = 1 (per-layer only).")
-flags.DEFINE_list("kernel_sizes", ["3", "5", "7"], "Search space: depthwise kernel sizes.")
-flags.DEFINE_list("expands", ["3", "4", "6"], "Search space: expansion ratios.")
-flags.DEFINE_list("depths", ["2", "3", "4"], "Search space: blocks per stage.")
-flags.DEFINE_list("widths", ["0.5", "0.75", "1.0"], "Search space: per-block width multipliers.")
-flags.DEFINE_list("resolutions", ["64", "96", "128"], "Search space: input resolutions.")
-flags.DEFINE_integer("largest_epochs", 3, "Supernet: epochs of the largest network before channel sorting.",
-                     lower_bound=0)
-flags.DEFINE_integer("supernet_epochs", 6, "Supernet: epochs of sampled sub-networks.", lower_bound=0)
-flags.DEFINE_integer("batch_size", 64, "Supernet batch size.", lower_bound=1)
-flags.DEFINE_float("lr", 0.05, "Supernet peak learning rate (SGD, cosine).", lower_bound=0)
-flags.DEFINE_integer("random_subnets", 2, "Random sub-networks per step besides the largest (paper: 4).",
-                     lower_bound=0)
-flags.DEFINE_integer("steps_per_epoch", None, "Cap the supernet steps per epoch.", lower_bound=1)
-flags.DEFINE_integer("calibration_batches", 20, "BN re-calibration batches per sub-network (paper: 20).",
+flags.DEFINE_bool("compare_per_layer", _D.compare_per_layer,
+                  "Also run the search restricted to p = 1 (per-layer only).")
+flags.DEFINE_list("kernel_sizes", [f"{v:g}" for v in _S.kernels], "Search space: depthwise kernel sizes.")
+flags.DEFINE_list("expands", [f"{v:g}" for v in _S.expands], "Search space: expansion ratios.")
+flags.DEFINE_list("depths", [f"{v:g}" for v in _S.depths], "Search space: blocks per stage.")
+flags.DEFINE_list("widths", [f"{v:g}" for v in _S.widths], "Search space: per-block width multipliers.")
+flags.DEFINE_list("resolutions", [f"{v:g}" for v in _S.resolutions], "Search space: input resolutions.")
+flags.DEFINE_integer("largest_epochs", _R.largest_epochs,
+                     "Supernet: epochs of the largest network before channel sorting.", lower_bound=0)
+flags.DEFINE_integer("supernet_epochs", _R.epochs, "Supernet: epochs of sampled sub-networks.", lower_bound=0)
+flags.DEFINE_integer("batch_size", _R.batch_size, "Supernet batch size.", lower_bound=1)
+flags.DEFINE_float("lr", _R.lr, "Supernet peak learning rate (SGD, cosine).", lower_bound=0)
+flags.DEFINE_integer("random_subnets", _R.random_subnets,
+                     "Random sub-networks per step besides the largest (paper: 4).", lower_bound=0)
+flags.DEFINE_integer("steps_per_epoch", _R.steps_per_epoch, "Cap the supernet steps per epoch.", lower_bound=1)
+flags.DEFINE_integer("calibration_batches", _R.calibration_batches,
+                     "BN re-calibration batches per sub-network (paper: 20).", lower_bound=1)
+flags.DEFINE_integer("calibration_batch_size", _R.calibration_batch_size, "BN re-calibration batch size (paper: 64).",
                      lower_bound=1)
-flags.DEFINE_integer("calibration_batch_size", 64, "BN re-calibration batch size (paper: 64).", lower_bound=1)
-flags.DEFINE_integer("eval_samples", None, "Held-out samples per sub-network (default: the whole split).",
-                     lower_bound=1)
-flags.DEFINE_integer("population", 16, "Evolution: population (paper: 100).", lower_bound=2)
-flags.DEFINE_integer("parents", 4, "Evolution: parents kept per iteration (paper: 20).", lower_bound=1)
-flags.DEFINE_integer("mutations", 6, "Evolution: children by mutation per iteration (paper: 50).", lower_bound=0)
-flags.DEFINE_integer("crossovers", 6, "Evolution: children by crossover per iteration (paper: 50).", lower_bound=0)
-flags.DEFINE_float("mutation_rate", 0.1, "Evolution: per-gene mutation probability (paper: 0.1).", lower_bound=0,
-                   upper_bound=1)
-flags.DEFINE_integer("iterations", 6, "Evolution: iterations (paper: 30).", lower_bound=0)
-flags.DEFINE_enum("strategy", "default", ["default", "mirrored", "multi_worker"],
+flags.DEFINE_integer("eval_samples", _R.eval_samples,
+                     "Held-out samples per sub-network (not given: the whole split).", lower_bound=1)
+flags.DEFINE_integer("population", _E.population, "Evolution: population (paper: 100).", lower_bound=2)
+flags.DEFINE_integer("parents", _E.parents, "Evolution: parents kept per iteration (paper: 20).", lower_bound=1)
+flags.DEFINE_integer("mutations", _E.mutations, "Evolution: children by mutation per iteration (paper: 50).",
+                     lower_bound=0)
+flags.DEFINE_integer("crossovers", _E.crossovers, "Evolution: children by crossover per iteration (paper: 50).",
+                     lower_bound=0)
+flags.DEFINE_float("mutation_rate", _E.mutation_rate, "Evolution: per-gene mutation probability (paper: 0.1).",
+                   lower_bound=0, upper_bound=1)
+flags.DEFINE_integer("iterations", _E.iterations, "Evolution: iterations (paper: 30).", lower_bound=0)
+flags.DEFINE_enum("strategy", _D.strategy, list(STRATEGIES),
                   "Supernet training: tf.distribute strategy (as pipelines/train.py; multi_worker reads TF_CONFIG).")
-flags.DEFINE_integer("workers", 0, "Processes evaluating the candidates' constraints (int8 conversion, predicted "
-                     "arena); 0: in this process.", lower_bound=0)
+flags.DEFINE_integer("workers", _D.workers, "Processes evaluating the candidates' constraints (int8 conversion, "
+                     "predicted arena); 0: in this process.", lower_bound=0)
 
 flags.adopt_module_key_flags(_cli)  # the shared flags this pipeline defined show in --help
 
@@ -79,7 +86,7 @@ def main(argv: Sequence[str]) -> None:
     options = search.SearchRunOptions(
         model=FLAGS.model, dataset=FLAGS.dataset, data_dir=FLAGS.data_dir, space=space, sram_kb=FLAGS.sram_kb,
         flash_kb=FLAGS.flash_kb, max_mmacs=FLAGS.max_mmacs, count_input=FLAGS.count_input,
-        patch_options=search.parse_numbers("patch_options", FLAGS.patch_options, int), max_stages=FLAGS.max_stages,
+        patch_options=_cli.grids(), max_stages=FLAGS.max_stages,
         compare_per_layer=FLAGS.compare_per_layer,
         supernet=SupernetRecipe(largest_epochs=FLAGS.largest_epochs, epochs=FLAGS.supernet_epochs,
                                 batch_size=FLAGS.batch_size, lr=FLAGS.lr, random_subnets=FLAGS.random_subnets,
@@ -88,7 +95,7 @@ def main(argv: Sequence[str]) -> None:
         evolution=EvolutionOptions(population=FLAGS.population, parents=FLAGS.parents, mutations=FLAGS.mutations,
                                    crossovers=FLAGS.crossovers, mutation_rate=FLAGS.mutation_rate,
                                    iterations=FLAGS.iterations, seed=FLAGS.seed),
-        seed=FLAGS.seed, out_dir=_cli.out_dir("search"), strategy=FLAGS.strategy, workers=FLAGS.workers)
+        seed=FLAGS.seed, out_dir=FLAGS.out_dir, strategy=FLAGS.strategy, workers=FLAGS.workers)
     search.validate(options)
     import_tensorflow_quietly()
     report = search.run(options, log=_cli.log_stderr, progress=_cli.progress)

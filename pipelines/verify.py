@@ -25,13 +25,14 @@ from tfmcu.flows import verify
 from tfmcu.runtime.tflite import RESOLVERS
 
 FLAGS = flags.FLAGS
+_D = verify.VerifyOptions(original="", rewritten="")  # the flags' defaults
 flags.DEFINE_string("original", None, "The original .tflite model.")
 flags.DEFINE_string("rewritten", None, "The rewritten .tflite model (same inputs and outputs).")
-flags.DEFINE_integer("samples", 200, "Random input samples to compare.", lower_bound=0)
+flags.DEFINE_integer("samples", _D.samples, "Random input samples to compare.", lower_bound=0)
 _cli.define_seed_flag()
 _cli.define_inputs_flag()
-flags.DEFINE_enum("resolver", "reference", list(RESOLVERS), "TF Lite kernels: reference or optimized.")
-flags.DEFINE_integer("max_details", 5, "Mismatches listed in detail (per kind).", lower_bound=0)
+flags.DEFINE_enum("resolver", _D.resolver, list(RESOLVERS), "TF Lite kernels: reference or optimized.")
+flags.DEFINE_integer("max_details", _D.max_details, "Mismatches listed in detail (per kind).", lower_bound=0)
 _cli.define_output_flags(quiet=True)
 flags.mark_flag_as_required("original")
 flags.mark_flag_as_required("rewritten")

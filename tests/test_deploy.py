@@ -46,14 +46,17 @@ def test_folder_has_model_resolver_inputs_and_expectation(zoo_models, tmp_path):
     # exactly the model's ops: the custom op plus the rest's builtins, nothing else
     adds = re.findall(r"r\.(Add\w+)\(", src)
     assert adds[0] == "AddCustom" and sorted(adds[1:]) == sorted(
-        sources.RESOLVER_METHODS[o] for o in rep["ops"] if o != "TFMCU_PATCH_STAGE")
+        sources.RESOLVER_METHODS[o] for o in rep.ops if o != "TFMCU_PATCH_STAGE")
     assert f"MicroMutableOpResolver<{len(adds)}>" in src
     assert "g_tfmcu_num_inputs = 3;" in src
     # the arena: the Cortex-M prediction + the margin, 16-byte aligned
     pred = predict_arena(from_tflite(model), model=model, build="cortex-m").total
-    assert rep["arena"]["predicted_bytes"] == pred
-    assert rep["arena"]["arena_bytes"] % 16 == 0 and pred * 1.02 <= rep["arena"]["arena_bytes"] < pred * 1.02 + 16
-    assert f"-DTFMCU_ARENA_BYTES={rep['arena']['arena_bytes']}" in (out / "BUILD").read_text()
+    assert rep.arena.predicted_bytes == pred
+    assert rep.arena.arena_bytes % 16 == 0 and pred * 1.02 <= rep.arena.arena_bytes < pred * 1.02 + 16
+    assert f"-DTFMCU_ARENA_BYTES={rep.arena.arena_bytes}" in (out / "BUILD").read_text()
+    # deploy.json is the report, and reads back into it
+    written = json.loads((out / "deploy.json").read_text())
+    assert written == rep.to_json() and deploy.DeployReport.from_json(written) == rep
     # the expectation is TF Lite's (original model, same inputs)
     from tfmcu.runtime.model_io import random_inputs
     ref = [o[0] for o in run_tflite(data, random_inputs(data, 3, 4))]
@@ -73,11 +76,11 @@ def test_cmsis_nn_kernels_link_cmsis_variants_and_refuse_inplace_plans(zoo_model
     out = tmp_path / "fw"
     rep = deploy.prepare(deploy.DeployOptions(str(path), "cortex-m7", str(out)), log=lambda s: 0)
     build = (out / "BUILD").read_text()
-    assert rep["kernels"] == "cmsis_nn" and "tflm_patch_kernels/tflm:patch_stage_op_cmsis_nn" in build
+    assert rep.kernels == "cmsis_nn" and "tflm_patch_kernels/tflm:patch_stage_op_cmsis_nn" in build
     assert "@tflite_micro//:kernel_conv_cmsis_nn" in build and "@tflite_micro//:kernel_conv\"" not in build
     stage = custom.load_custom(disjoint).packed
     pred = predict_arena(from_tflite(disjoint), model=disjoint, build="cortex-m-cmsis-nn", stage=stage)
-    assert rep["arena"]["predicted_bytes"] == pred.total and not pred.details["unmodelled_ops"]
+    assert rep.arena.predicted_bytes == pred.total and not pred.details["unmodelled_ops"]
     # the CMSIS-NN kernel buffer comes on top of the patch buffers
     from tfmcu.plan import cmsis_nn
     assert cmsis_nn.stage_scratch_bytes(stage) > stage.scratch_bytes
@@ -217,11 +220,11 @@ def test_streamed_model_folder_feeds_image_rows(zoo_models, tmp_path):
     src = (out / "model_data.cc").read_text()
     assert 'extern "C" const unsigned int g_tfmcu_stream_rows = 48u;' in src
     assert "g_tfmcu_input_len = 6912;" in src and "g_tfmcu_num_inputs = 2;" in src  # 48 x 48 x 3 int8 images
-    assert rep["streamed_input"]["image_rows"] == 48 and rep["streamed_input"]["rows_read"] == [48, 48]
+    assert rep.streamed_input.image_rows == 48 and rep.streamed_input.rows_read == [48, 48]
     ref = [o[0] for o in run_tflite(data, random_inputs(data, 2, 3))]
     expect = json.loads((out / "expect.json").read_text())["expect"]
     assert expect == {**sources.expectation(ref), "streamed_rows_read": [48, 48]}
-    assert rep["arena"]["host_measured_bytes"] > 0
+    assert rep.arena.host_measured_bytes > 0
     # a model that does not stream defines no rows (firmware_runtime.cc's weak 0)
     assert "g_tfmcu_stream_rows" not in sources.model_source(data, np.zeros((1, 48, 48, 3), np.int8), 10, "x")
 
@@ -240,14 +243,14 @@ def test_several_patch_stage_ops_register_once(zoo_models, tmp_path, kernels):
     rep = deploy.prepare(deploy.DeployOptions(str(path), "cortex-m7", str(out), kernels=kernels), log=lambda s: 0)
     src = (out / "model_data.cc").read_text()
     adds = re.findall(r"r\.(Add\w+)\(", src)
-    assert adds.count("AddCustom") == 1 and len(adds) == len(set(adds)) == len(rep["ops"])
-    assert rep["patch_stage_ops"] > 1 and "g_tfmcu_stream_rows" not in src
+    assert adds.count("AddCustom") == 1 and len(adds) == len(set(adds)) == len(rep.ops)
+    assert rep.patch_stage_ops > 1 and "g_tfmcu_stream_rows" not in src
     stages = custom.load_custom(model, all_stages=True).stages
-    assert len(stages) == rep["patch_stage_ops"]
+    assert len(stages) == rep.patch_stage_ops
     build = "cortex-m-cmsis-nn" if kernels == "cmsis_nn" else "cortex-m"
     pred = predict_arena(from_tflite(model), model=model, build=build,
                          stage=stages if kernels == "cmsis_nn" else None)
-    assert rep["arena"]["predicted_bytes"] == pred.total and not pred.details["unmodelled_ops"]
+    assert rep.arena.predicted_bytes == pred.total and not pred.details["unmodelled_ops"]
     ref = [o[0] for o in run_tflite(data, random_inputs(data, 2, 0))]
     assert json.loads((out / "expect.json").read_text())["expect"] == sources.expectation(ref)
 
@@ -275,7 +278,7 @@ def test_inplace_plan_only_with_the_kernels_it_was_planned_for(zoo_models, tmp_p
     # overlaps themselves are the rewrite's business)
     rep = deploy.prepare(deploy.DeployOptions(str(tmp_path / "cmsis_nn.tflite"), "cortex-m4", str(tmp_path / "ok"),
                                               kernels="cmsis_nn", num_inputs=1), log=lambda s: 0)
-    assert rep["kernels"] == "cmsis_nn" and (tmp_path / "ok" / "BUILD").exists()
+    assert rep.kernels == "cmsis_nn" and (tmp_path / "ok" / "BUILD").exists()
 
 
 def test_model_beyond_flash_goes_to_external_memory():
@@ -284,14 +287,15 @@ def test_model_beyond_flash_goes_to_external_memory():
     board has no external memory: it does not fit, said plainly."""
     m4, stm = TARGETS["cortex-m4"], TARGETS["stm32f405"]
     small = deploy.flash_estimate(m4, 100_000, 10_000)
-    assert small["model_in"] == "flash" and small["fits"] and small["note"] is None
+    assert small.model_in == "flash" and small.fits and small.note is None
+    assert "external_memory" not in small.to_json()
     big = deploy.flash_estimate(m4, 5_000_000, 30_000)
-    assert big["model_in"] == "external" and big["fits"] and "external memory" in big["note"]
-    assert big["external_memory"] == {"origin": "0x21000000", "bytes": 16 * 1024 * 1024}
+    assert big.model_in == "external" and big.fits and "external memory" in big.note
+    assert big.to_json()["external_memory"] == {"origin": "0x21000000", "bytes": 16 * 1024 * 1024}
     huge = deploy.flash_estimate(m4, 20_000_000, 30_000)
-    assert huge["model_in"] == "external" and not huge["fits"] and "does not fit either" in huge["note"]
+    assert huge.model_in == "external" and not huge.fits and "does not fit either" in huge.note
     no = deploy.flash_estimate(stm, 1_000_000, 10_000)
-    assert no["model_in"] == "flash" and not no["fits"] and "no external memory" in no["note"]
+    assert no.model_in == "flash" and not no.fits and "no external memory" in no.note
     build = sources.build_file(TARGETS["cortex-m7"], 1024, 4096, ["CONV_2D"], "reference", external=True)
     assert '"-DTFMCU_MODEL_IN_PSRAM"' in build and f"TFMCU_PSRAM_ORIGIN={0x60000000}" in build
     assert "PSRAM" not in sources.build_file(m4, 1024, 4096, ["CONV_2D"], "reference")

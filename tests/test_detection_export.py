@@ -180,18 +180,18 @@ def test_rewrite_with_patches_then_verify_compares_boxes(det, tmp_path):
     src.write_bytes(whole)
     rep = rewrite(RewriteOptions(tflite=str(src), out=str(out), mode="custom", measure=False,
                                  schedule=ScheduleRequest(patches="2", patch_blocks=4)), log=lambda s: None)
-    assert rep["patched"]
+    assert rep.patched
     patched = TfliteModel(out.read_bytes())
     assert patched.op_names[0] == "custom:TFMCU_PATCH_STAGE" and "CONV_2D" in patched.op_names
     assert patched.op_names[-1] == "custom:TFLite_Detection_PostProcess"
     names = [t.name for t in from_tflite(out.read_bytes(), name="p").ops]
     assert sum(n.startswith("head_scale0_") for n in names) >= 2  # the head's convs stay ops of their own
     v = verify(VerifyOptions(original=str(src), rewritten=str(out), samples=4, seed=1, quiet=True))
-    assert v["bit_exact"] and all(a["agree"] for a in v["tflite_vs_tflm"].values())
-    d = v["detector"]
-    assert d["outputs"] == list(OUTPUT_NAMES) and d["max_box_abs_diff"] == 0.0
-    assert d["detections_per_sample"]["original"] == d["detections_per_sample"]["rewritten"]
-    assert sum(d["detections_per_sample"]["original"]["tflite"]) > 0
+    assert v.bit_exact and v.tflite_vs_tflm.original.agree and v.tflite_vs_tflm.rewritten.agree
+    d = v.detector
+    assert d.outputs == list(OUTPUT_NAMES) and d.max_box_abs_diff == 0.0
+    assert d.detections_per_sample.original == d.detections_per_sample.rewritten
+    assert sum(d.detections_per_sample.original["tflite"]) > 0
 
 
 def test_deploy_sources_for_a_detector(det, tmp_path):
@@ -203,7 +203,7 @@ def test_deploy_sources_for_a_detector(det, tmp_path):
     out = tmp_path / "fw"
     rep = prepare(DeployOptions(tflite=str(src), out_dir=str(out), num_inputs=3, kernels="reference"),
                   log=lambda s: None)
-    assert "TFLite_Detection_PostProcess" in rep["ops"]
+    assert "TFLite_Detection_PostProcess" in rep.ops
     assert "r.AddDetectionPostprocess()" in (out / "model_data.cc").read_text()
     build = (out / "BUILD").read_text()
     assert "@tflite_micro//:kernel_detection_postprocess" in build and f"-DTFMCU_DETECTOR_SLOTS={3 * MAX_DET}" in build
@@ -212,7 +212,7 @@ def test_deploy_sources_for_a_detector(det, tmp_path):
     want = json.loads((out / "expect.json").read_text())["expect"]
     assert want == sources.detector_expectation(ref, where)
     assert want["top_class"] == [detections(r, where)[0]["class"] if int(r[3][0]) else -1 for r in ref]
-    assert rep["detector"]["detections"] == sources.printed_detections(ref, where)
+    assert rep.detector.detections == sources.printed_detections(ref, where)
 
 
 def test_append_postprocess_rejects_bad_arguments_in_one_line(det):

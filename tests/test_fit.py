@@ -90,15 +90,17 @@ def test_fit_writes_a_verified_model_and_its_firmware(zoo_models, tmp_path):
                        patch_options=(1, 3), halo_modes=("none",), rest_convs=("tfmcu",), verify_samples=2)
     rep = fit.run(o, log=lambda m: None)
     budget = fit.arena_budget(o, get_target("stm32f405"))
-    assert rep["per_layer"]["predicted_arena_bytes"] > budget
-    ch = rep["chosen"]
-    assert ch["patched"] and ch["predicted_arena_bytes"] <= budget and ch["predicted_instructions"] > 0
-    assert rep["verify"]["bit_exact"]
+    assert rep.per_layer.predicted_arena_bytes > budget
+    ch = rep.chosen
+    assert ch.patched and ch.predicted_arena_bytes <= budget and ch.predicted_instructions > 0
+    assert rep.verify.bit_exact
     assert sorted(os.listdir(out)) == ["firmware", "fit.json", "fit.png", "model.tflite"]
-    assert json.loads((out / "fit.json").read_text())["chosen"] == ch
+    written = json.loads((out / "fit.json").read_text())
+    assert written["chosen"] == ch.to_json()  # fit.json keeps its field names
+    assert fit.FitReport.from_json(written) == rep and fit.FitReport.from_json(rep.to_json()).to_json() == written
     dep = json.loads((out / "firmware" / "deploy.json").read_text())
-    assert dep["arena"]["predicted_bytes"] == ch["predicted_arena_bytes"]  # the search's prediction is deploy's
-    assert dep["arena"]["host_measured_bytes"] is not None
+    assert dep["arena"]["predicted_bytes"] == ch.predicted_arena_bytes  # the search's prediction is deploy's
+    assert dep == rep.deploy.to_json() and dep["arena"]["host_measured_bytes"] is not None
     assert (out / "fit.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -121,6 +123,34 @@ def test_a_model_that_cannot_fit_is_one_line(zoo_models, tmp_path):
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == "fit: error: give --tflite or --model, not both"
 
 
+def test_fit_command_line(zoo_models, tmp_path):
+    """fit without a model is one line (no default model); --help shows fit's own defaults (objective latency, its
+    grids); --grids is the grids searched: with per-layer only, MobileNetV2-0.35-96 fits no configuration."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+
+    def fit_cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pipelines.fit", *args], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=300)
+
+    r = fit_cli("--target=stm32f405", f"--out_dir={tmp_path / 'o'}")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("fit: error: give the model: --tflite="), \
+        r.stderr
+    text = fit_cli("--help").stdout
+    objective = text[text.index("--objective:"):]
+    assert "<latency|memory>" in objective and objective.index("(default: 'latency')") < objective.index("\n  --")
+    assert "(default: '1,2,3,4,5,6')" in text[text.index("--grids:"):]
+    model = tmp_path / "mbv2.tflite"
+    model.write_bytes(zoo_models("mbv2_035_96"))
+    for grids, message in (("1", "does not fit the stm32f405 at any configuration tried"),
+                           ("0", "--grids=0: expected integers >= 1")):
+        r = fit_cli(f"--tflite={model}", "--target=stm32f405", "--kernels=reference", f"--grids={grids}",
+                    f"--out_dir={tmp_path / 'o'}")
+        lines = [ln for ln in r.stderr.strip().splitlines() if "error:" in ln]
+        assert r.returncode == 2 and len(lines) == 1 and message in lines[0], r.stderr[-2000:]
+    assert not os.path.exists(tmp_path / "o")
+
+
 def test_rewrite_auto_takes_halo_and_the_other_configurations(zoo_models, tmp_path):
     """rewrite --patches=auto with --halo (and in place, rest convs, streamed input): one joint-search variant."""
     from tfmcu.flows.common import ScheduleRequest
@@ -134,5 +164,5 @@ def test_rewrite_auto_takes_halo_and_the_other_configurations(zoo_models, tmp_pa
                            custom=CustomOptions(halo=HaloOptions(mode=halo), inplace=True, kernels="reference",
                                                 rest_convs="tfmcu"))
         rep = run(o, log=lambda m: None)
-        assert rep["patched"] and rep["halo"]["cache_bytes"] > 0 and rep["rest_convs"]["replaced"] >= 1
-        assert rep["search"]["chosen"]["variant"] is None  # one configuration: the search's single variant
+        assert rep.patched and rep.halo["cache_bytes"] > 0 and rep.rest_convs["replaced"] >= 1
+        assert rep.search["chosen"]["variant"] is None  # one configuration: the search's single variant

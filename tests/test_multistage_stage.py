@@ -121,7 +121,7 @@ def test_rewrite_pipeline_max_stages(zoo_models, tmp_path):
     assert not (tmp_path / "o.tflite").exists()
     report = tmp_path / "r.json"
     ok = subprocess.run(base + ["--patches=auto", "--objective=memory", "--max_stages=3", "--mode=custom",
-                                "--patch_options=2,3", "--inplace", f"--json_out={report}"],
+                                "--grids=2,3", "--inplace", f"--json_out={report}"],
                         cwd=root, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr[-2000:]
     r = json.loads(report.read_text())
@@ -223,5 +223,5 @@ def test_verify_takes_tflm_bytes_where_tf_lite_rounds_apart(zoo_models, tmp_path
             f.write(b)
     v = verify(VerifyOptions(original=paths["original"], rewritten=paths["rewritten"], samples=20, seed=0,
                              quiet=True))
-    assert not v["tflite_vs_tflm"]["original"]["agree"], "no sample on which TF Lite and TFLM differ: nothing tested"
-    assert v["bit_exact"] and v["tflm_semantics"]["samples"] == v["tflite_vs_tflm"]["original"]["mismatching_samples"]
+    assert not v.tflite_vs_tflm.original.agree, "no sample on which TF Lite and TFLM differ: nothing tested"
+    assert v.bit_exact and v.tflm_semantics.samples == v.tflite_vs_tflm.original.mismatching_samples

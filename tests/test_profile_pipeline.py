@@ -70,6 +70,18 @@ def test_auto_mode_and_rectangular_grid(tmp_path):
     assert json.loads(j.read_text())["patch"]["grid"] == [2, 3]
 
 
+def test_grids_are_the_ones_searched(tmp_path):
+    """--grids (the patches per side every searching pipeline tries) limits auto mode's candidates."""
+    j = tmp_path / "a.json"
+    r = run_profile("--model=mbv2", "--width=0.35", "--resolution=144", "--patches=auto", "--objective=memory",
+                    "--grids=1,3", f"--json_out={j}", "--quiet")
+    assert r.returncode == 0, r.stderr
+    seen = {p for c in json.loads(j.read_text())["auto"]["candidates"] for p in c["patches"]}
+    assert seen == {1, 3}
+    help_text = run_profile("--help").stdout
+    assert "--grids: Auto mode: patches per side to try" in help_text and "(default: '1,2,3,4')" in help_text
+
+
 def test_spec_json_model(tmp_path):
     from tfmcu.nets.presets import get_preset
 
@@ -97,6 +109,8 @@ def test_spec_json_model(tmp_path):
     (["--model=mbv2", "--resolution=3"], "resolution"),
     (["--model=mbv2", "--bogus=1"], "bogus"),
     (["--model=mbv2", "--accounting=tinyengine"], "accounting"),
+    (["--model=mbv2", "--patches=auto", "--sram_kb=128", "--grids=2,x"], "--grids=2,x"),
+    ([], "give the model: --model="),  # no silent default model
 ])
 def test_bad_input_one_line_exit_2(tmp_path, args, message):
     (tmp_path / "bad.json").write_text("{not json")

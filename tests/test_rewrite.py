@@ -185,6 +185,10 @@ def test_pipeline_auto_mode(models, tmp_path):
     assert d["patched"] and d["tflm"]["rewritten"]["arena_total_bytes"] < d["tflm"]["original"]["arena_total_bytes"]
     assert d["predicted"]["rewritten"]["arena_total_bytes"] <= budget_kb * 1024
     assert read_schedule(out.read_bytes())["mode"] == "builtin"
+    from tfmcu.flows.rewrite import RewriteReport
+
+    report = RewriteReport.from_json(d)  # the JSON reads back into the report, and writes the same JSON
+    assert report.to_json() == d and report.patched and report.tflm.rewritten.arena_total_bytes < original
 
 
 @pytest.mark.parametrize("args, message", [
@@ -251,13 +255,13 @@ def test_stage_without_its_own_tensors(resnet8, tmp_path):
 
 @pytest.mark.parametrize("mode", ["builtin", "custom"])
 def test_checks_are_the_same_in_every_mode(models, tmp_path, mode):
-    """Hole 2: custom mode accepted --out equal to --tflite and gave a traceback for --patch_options=a."""
+    """Hole 2: custom mode accepted --out equal to --tflite and gave a traceback for --grids=a."""
     src = tmp_path / "m.tflite"
     data = models("tiny_per_tensor")
     src.write_bytes(data)
     for args, message in ((["--patches=2", "--patch_blocks=3", f"--out={src}"], "--out must differ"),
-                          (["--patches=auto", "--sram_kb=100", "--patch_options=a", f"--out={tmp_path}/o.tflite"],
-                           "--patch_options=a"),
+                          (["--patches=auto", "--sram_kb=100", "--grids=a", f"--out={tmp_path}/o.tflite"],
+                           "--grids=a"),
                           (["--patches=2x", "--patch_blocks=3", f"--out={tmp_path}/o.tflite"], "--patches=2x")):
         r = run_rewrite(f"--tflite={src}", f"--mode={mode}", *args)
         errors = [ln for ln in r.stderr.splitlines() if "error:" in ln]
@@ -326,4 +330,5 @@ def test_measured_arena_must_fit_the_budget(models, tmp_path, monkeypatch):
     assert not out.exists()
     monkeypatch.setattr(flow, "measure_arena", real)
     rep = flow.run(opts, log=lambda m: None)
-    assert rep["patched"] and rep["tflm"]["rewritten"]["arena_total_bytes"] <= budget_kb * 1024 and out.exists()
+    assert rep.patched and rep.tflm.rewritten.arena_total_bytes <= budget_kb * 1024 and out.exists()
+    assert flow.RewriteReport.from_json(rep.to_json()) == rep  # round trip of the returned report

@@ -32,7 +32,7 @@ def test_search_then_finetune_rewrite_verify(tmp_path):
               "--expands=3,6", "--depths=1,2", "--widths=0.5,1.0", "--resolutions=32,48", "--largest_epochs=1",
               "--supernet_epochs=1", "--batch_size=16", "--steps_per_epoch=2", "--calibration_batches=2", "--calibration_batch_size=16",
               "--population=2", "--parents=1", "--mutations=1", "--crossovers=0", "--iterations=1",
-              "--sram_kb=64", "--flash_kb=256", "--workers=1", f"--out_dir={out}"]
+              "--sram_kb=64", "--flash_kb=256", "--grids=1,2", "--workers=1", f"--out_dir={out}"]
     r = run("pipelines.search", *common)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "joint: held-out accuracy" in r.stdout
@@ -122,7 +122,7 @@ def test_multi_worker_search(tmp_path):
 def test_bad_flags_are_one_line(tmp_path):
     for args, message in ((["--sram_kb=0"], "--sram_kb"), (["--kernel_sizes=3,x"], "--kernel_sizes"),
                           (["--population=1"], "population"), (["--workers=-1"], "--workers"),
-                          (["--strategy=multi_worker"], "TF_CONFIG")):
+                          (["--strategy=multi_worker"], "TF_CONFIG"), (["--grids=1,x"], "--grids=1,x")):
         r = run("pipelines.search", *args, f"--out_dir={tmp_path / 'o'}")
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         assert r.returncode == 2 and len(lines) == 1 and message in lines[0], r.stderr

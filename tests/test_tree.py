@@ -64,7 +64,7 @@ def test_tree_builds_with_cmake_and_runs_like_the_bazel_firmware(zoo_models, tmp
             "app/expect.json", "tfmcu/tflm_patch_kernels/firmware/stm32f405.ld",
             "tfmcu/tflm_patch_kernels/tflm/patch_stage_op.cc", "tflite-micro/LICENSE"} <= files
     # TFLM's kernels: exactly those of the model's ops (the libraries the Bazel firmware links) + the shared helpers
-    ops = ["custom:" + o if o == "TFMCU_PATCH_STAGE" else o for o in rep["ops"]]
+    ops = ["custom:" + o if o == "TFMCU_PATCH_STAGE" else o for o in rep.ops]
     table = sources.kernel_table()
     want = {f"{KERNELS_DIR}{f}.cc" for lib in sources.kernel_libraries(ops, "reference")
             for f in table[lib.split(":kernel_")[1]][1]}
@@ -76,8 +76,8 @@ def test_tree_builds_with_cmake_and_runs_like_the_bazel_firmware(zoo_models, tmp
     for f in (f for f in files if f.startswith("tfmcu/")):
         with open(os.path.join(ROOT, f[len("tfmcu/"):]), "rb") as mine:
             assert (dest / f).read_bytes() == mine.read(), f
-    assert man["arena_bytes"] == rep["arena"]["arena_bytes"] and man["target"] == "stm32f405"
-    assert f"-DTFMCU_ARENA_BYTES={rep['arena']['arena_bytes']}" in (dest / "CMakeLists.txt").read_text()
+    assert man["arena_bytes"] == rep.arena.arena_bytes and man["target"] == "stm32f405"
+    assert f"-DTFMCU_ARENA_BYTES={rep.arena.arena_bytes}" in (dest / "CMakeLists.txt").read_text()
 
     build = tmp_path / "build"
     t0 = time.monotonic()
@@ -95,8 +95,8 @@ def test_tree_builds_with_cmake_and_runs_like_the_bazel_firmware(zoo_models, tmp
     res = json.loads(report.read_text())["result"]
     expect = json.loads((fw / "expect.json").read_text())["expect"]
     assert res["output_fnv1a32"] == expect["output_fnv1a32"] and res["top_class"] == expect["top_class"]
-    assert res["arena_used_bytes"] == rep["arena"]["predicted_bytes"]  # exact, as the Bazel firmware's
-    assert res["arena_bytes"] == rep["arena"]["arena_bytes"] and res["target"] == "stm32f405"
+    assert res["arena_used_bytes"] == rep.arena.predicted_bytes  # exact, as the Bazel firmware's
+    assert res["arena_bytes"] == rep.arena.arena_bytes and res["target"] == "stm32f405"
     print(f"tree: cmake configure + build {built_s:.0f} s")
 
 
@@ -135,7 +135,7 @@ def test_cmsis_nn_tree_has_cmsis_nn_the_m7_flags_and_patched_flatbuffers(zoo_mod
     # flatbuffers with TFLM's patch (WORKSPACE: patches = [...flatbuffers.patch])
     base_h = (dest / "third_party/flatbuffers/include/flatbuffers/base.h").read_text()
     assert "#define FLATBUFFERS_LOCALE_INDEPENDENT 0" in base_h
-    assert rep["kernels"] == "cmsis_nn" and man["kernels"] == "cmsis_nn"
+    assert rep.kernels == "cmsis_nn" and man["kernels"] == "cmsis_nn"
 
 
 def _fake_folder(path, target="cortex-m4"):

@@ -80,6 +80,10 @@ def test_model_against_itself(models, tmp_path):
         t, p = d["tflm"][role], d["predicted"][role]
         assert t["arena_total_bytes"] == t["arena_head_bytes"] + t["arena_tail_bytes"] > 0
         assert p == t  # the prediction is exact for this model
+    from tfmcu.flows.verify import VerifyReport
+
+    report = VerifyReport.from_json(d)  # the JSON reads back into the report, and writes the same JSON
+    assert report.to_json() == d and report.tflm.original.arena_total_bytes == t["arena_total_bytes"]
 
 
 def test_different_weights_mismatch(models, tmp_path):
@@ -93,6 +97,10 @@ def test_different_weights_mismatch(models, tmp_path):
     assert {"sample", "interpreter", "max_abs_diff"} <= set(first) and first["max_abs_diff"] > 0
     assert first["interpreter"] in ("tflite-reference", "tflm")
     assert d["tflite_vs_tflm"]["original"]["agree"] and d["tflite_vs_tflm"]["rewritten"]["agree"]
+    from tfmcu.flows.verify import VerifyReport
+
+    report = VerifyReport.from_json(d)  # mismatches read back typed
+    assert report.to_json() == d and report.mismatches.first[0].max_abs_diff == first["max_abs_diff"]
 
 
 def test_float_inputs_are_quantized(models, tmp_path):
@@ -218,21 +226,22 @@ def test_streamed_and_several_stage_ops_bit_exact(rewritten, kind):
     from tfmcu.flows.verify import format_summary
 
     rep = _verify(rewritten["original"], rewritten[kind], samples=3, seed=2)
-    assert rep["bit_exact"] and rep["mismatches"]["count"] == 0, rep["mismatches"]
-    assert all(a["agree"] for a in rep["tflite_vs_tflm"].values())
-    c = rep["custom_mode"]["rewritten"]
+    assert rep.bit_exact and rep.mismatches.count == 0, rep.mismatches
+    assert rep.tflite_vs_tflm.original.agree and rep.tflite_vs_tflm.rewritten.agree
+    c = rep.custom_mode.rewritten
     assert (c["patch_stage_ops"] > 1) == (kind != "streamed")
-    assert rep["tflm"]["rewritten"]["arena_total_bytes"] > 0
+    assert rep.tflm.rewritten.arena_total_bytes > 0
+    assert type(rep).from_json(rep.to_json()) == rep  # the report reads back from its JSON
     text = format_summary(rep)
     assert "BIT-EXACT" in text
-    s = rep["streamed_input"]
+    s = rep.streamed_input
     if kind == "rest_convs":
         assert s is None
         assert f"{c['patch_stage_ops']} TFMCU_PATCH_STAGE ops" in text
         return
     # every one of the 48 image rows read once per sample, by the C executor (ctypes) and by TFLM's kernel
-    assert s["image"] == {"shape": [48, 48, 3], "dtype": "int8"} and s["image_rows"] == 48
-    assert s["rows_read"] == {"tflite": [48] * 3, "tflm": [48] * 3}
+    assert s.image.to_json() == {"shape": [48, 48, 3], "dtype": "int8"} and s.image_rows == 48
+    assert s.rows_read == {"tflite": [48] * 3, "tflm": [48] * 3}
     assert "input streamed" in text and "rows read per sample: tflite 48, tflm 48 of 48" in text
 
 

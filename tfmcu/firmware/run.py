@@ -1,9 +1,10 @@
 """A firmware folder (``tfmcu.firmware.sources.folder_files``) built with Bazel and run under QEMU.
 
-``run_firmware(out_dir, target, report, kernels)`` builds ``@tfmcu_fw//:firmware`` from this checkout
+``run_firmware(out_dir, target, arena, kernels)`` builds ``@tfmcu_fw//:firmware`` from this checkout
 (``bazel build --override_repository=tfmcu_fw=OUT_DIR``) and runs it on the target's QEMU board
 (tools/qemu/run_firmware.py), which checks the output bytes against the folder's ``expect.json``. It returns what
-was measured, whether the model fits and the verdict: "fits" when it links into the target's memory and
+was measured (``FirmwareRun``, deploy.json's ``run``), whether the model fits and the verdict: "fits" when it links
+into the target's memory and
 AllocateTensors succeeds; a link that overflows the target's RAM or Flash, or an arena TFLM finds too small, is
 "does not fit", with the figure. Anything else that goes wrong is a one-line ``DeployError``.
 """
@@ -15,11 +16,13 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from tfmcu.errors import TfmcuError
 from tfmcu.firmware.sources import KERNELS_WHAT, REPO, ROOT
 from tfmcu.firmware.targets import Target
+from tfmcu.records import Record, optional, present
 
 TFLM_COMMIT = "90b983c"  # the TFLM the firmware links (third_party/tflite_micro.BUILD's pinned archive)
 
@@ -32,15 +35,64 @@ class DeployError(TfmcuError):
     """The firmware could not be built or run for a reason other than the model not fitting; one line."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class Overflow(Record):
+    """The memory region a link overflowed, and by how many bytes (None: the linker script's SRAM assertion)."""
+
+    region: str
+    bytes: int | None
+
+
+def _linked(r: "FirmwareRun") -> bool:
+    return r.linked
+
+
+def _short(r: "FirmwareRun") -> bool:
+    return r.linked and not r.allocated
+
+
+def _allocated(r: "FirmwareRun") -> bool:
+    return r.linked and bool(r.allocated)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FirmwareRun(Record):
+    """What a firmware's build and run measured (deploy.json's ``run``). Not linked: only ``overflow``; linked: the
+    QEMU run's figures; ``outputs_equal_tflite`` once TFLM allocated the arena and the outputs were checked."""
+
+    linked: bool
+    overflow: Overflow | None = optional()
+    measured_by: str | None = present(_linked)
+    sizes: dict[str, int] | None = present(_linked)
+    allocated: bool | None = present(_linked)
+    arena_used_bytes: int | None = present(_linked)
+    stack_hwm_bytes: int | None = present(_linked)
+    ram_static_bytes: int | None = present(_linked)
+    invoke_insns: list[int | None] | None = present(_linked)
+    top_class: list[int] | None = present(_linked)
+    problems: list[str] | None = present(_linked)
+    tflm_missing_bytes: int | None = present(_short)  # AllocateTensors failed: the bytes TFLM said it missed
+    outputs_equal_tflite: bool = present(_allocated, default=False)
+    streamed_rows_read: list[int] | None = optional()
+    detections: list[list[list[int]]] | None = optional()  # a detector's, as the firmware printed them
+
+    @property
+    def instructions(self) -> int | None:
+        """The fewest instructions of one Invoke over the test inputs (None: not run)."""
+        counts = [i for i in self.invoke_insns or [] if i is not None]
+        return min(counts) if counts else None
+
+
 def measured_by(t: Target, kernels: str) -> str:
     """Where and with which kernels the run measured (deploy.json's ``run.measured_by``)."""
     return f"QEMU {t.machine}, TFLM {TFLM_COMMIT} built from source ({KERNELS_WHAT[kernels]})"
 
 
-def run_firmware(out_dir: str, t: Target, report: dict[str, Any], kernels: str, timeout_s: int = 300,
-                 log: Callable[[str], None] = print) -> tuple[dict[str, Any], bool, str]:
+def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: str, timeout_s: int = 300,
+                 log: Callable[[str], None] = print) -> tuple[FirmwareRun, bool, str]:
     """Build the folder's firmware and run it under QEMU (see the module docstring): ``(run, fits, verdict)``.
-    ``report``: the folder's deploy.json (its arena and stack figures go into the verdict)."""
+    ``arena``: the folder's arena, its predicted arena and its stack in bytes (they go into the verdict)."""
+    arena_bytes, predicted_bytes, stack_bytes = arena
     out = os.path.abspath(out_dir)
     log(f"deploy: bazel build @{REPO}//:firmware for {t.name} (TFLM is compiled the first time: minutes) ...")
     cmd = ["bazel", "build", "--noshow_progress", f"--override_repository={REPO}={out}", f"@{REPO}//:firmware",
@@ -50,8 +102,8 @@ def run_firmware(out_dir: str, t: Target, report: dict[str, Any], kernels: str, 
         m = _OVERFLOW.search(r.stderr)
         if not m and _BUDGET in r.stderr:  # mps2.ld's ASSERT: .data + .bss + stack over the target's SRAM
             verdict = (f"does not fit {t.name}: .data + .bss + stack exceed its {t.sram_bytes:,} B of SRAM (arena "
-                       f"{report['arena']['arena_bytes']:,} B + stack {report['stack_bytes']:,} B + the rest)")
-            return {"linked": False, "overflow": {"region": "RAM", "bytes": None}}, False, verdict
+                       f"{arena_bytes:,} B + stack {stack_bytes:,} B + the rest)")
+            return FirmwareRun(linked=False, overflow=Overflow(region="RAM", bytes=None)), False, verdict
         if not m:
             log_path = os.path.join(out, "build.log")
             with open(log_path, "w") as f:
@@ -59,10 +111,10 @@ def run_firmware(out_dir: str, t: Target, report: dict[str, Any], kernels: str, 
             raise DeployError(f"bazel build @{REPO}//:firmware failed (not a memory overflow): see {log_path}")
         region, missing = m.group(1), int(m.group(2))
         verdict = (f"does not fit {t.name}: the link overflows {region} by {missing:,} bytes "
-                   f"(arena {report['arena']['arena_bytes']:,} B + stack {report['stack_bytes']:,} B + the rest > "
+                   f"(arena {arena_bytes:,} B + stack {stack_bytes:,} B + the rest > "
                    f"{t.sram_bytes:,} B of SRAM)" if region == "RAM" else
                    f"does not fit {t.name}: the link overflows {region} by {missing:,} bytes")
-        return {"linked": False, "overflow": {"region": region, "bytes": missing}}, False, verdict
+        return FirmwareRun(linked=False, overflow=Overflow(region=region, bytes=missing)), False, verdict
     elf = os.path.join(ROOT, "bazel-bin", "external", REPO, "firmware.elf")
     plugin = os.path.join(ROOT, "bazel-bin", "tools", "qemu", "libinsn_count.so")
     run_json = os.path.join(out, "run.json")
@@ -78,31 +130,21 @@ def run_firmware(out_dir: str, t: Target, report: dict[str, Any], kernels: str, 
         raise DeployError(f"QEMU run of {elf} gave no report: {(q.stderr or q.stdout).strip()[-300:]}") from None
     res = rep.get("result") or {}
     regions = res.get("regions", [])
-    run = {
-        "linked": True,
-        "measured_by": measured_by(t, kernels),
-        "sizes": rep["sizes"],
-        "allocated": bool(res.get("allocated")),
-        "arena_used_bytes": res.get("arena_used_bytes"),
-        "stack_hwm_bytes": res.get("stack_hwm"),
-        "ram_static_bytes": res.get("ram_static"),
-        "invoke_insns": [g.get("insns") for g in regions],
-        "top_class": res.get("top_class"),
-        "problems": rep["problems"],
-    }
+    figures: dict[str, Any] = dict(
+        linked=True, measured_by=measured_by(t, kernels), sizes=rep["sizes"], allocated=bool(res.get("allocated")),
+        arena_used_bytes=res.get("arena_used_bytes"), stack_hwm_bytes=res.get("stack_hwm"),
+        ram_static_bytes=res.get("ram_static"), invoke_insns=[g.get("insns") for g in regions],
+        top_class=res.get("top_class"), problems=rep["problems"])
     if not res.get("allocated"):
         m = _TFLM_MISSING.search(q.stdout)
-        run["tflm_missing_bytes"] = int(m.group(3)) if m else None
-        verdict = (f"does not fit {t.name}: AllocateTensors failed in the {report['arena']['arena_bytes']:,}-byte "
+        verdict = (f"does not fit {t.name}: AllocateTensors failed in the {arena_bytes:,}-byte "
                    f"arena" + (f" (TFLM: {m.group(3)} bytes missing)" if m else ""))
-        return run, False, verdict
+        return FirmwareRun(**figures, tflm_missing_bytes=int(m.group(3)) if m else None), False, verdict
     if rep["problems"]:
         raise DeployError(f"firmware on {t.machine}: {'; '.join(rep['problems'])}")
-    run["outputs_equal_tflite"] = True
+    run = FirmwareRun(**figures, outputs_equal_tflite=True, streamed_rows_read=res.get("streamed_rows_read"))
     psram = rep["sizes"].get("psram", 0)
-    if res.get("streamed_rows_read") is not None:
-        run["streamed_rows_read"] = res["streamed_rows_read"]
-    verdict = (f"fits {t.name}: arena {res['arena_used_bytes']:,} B used (predicted {report['arena']['predicted_bytes']:,}"
+    verdict = (f"fits {t.name}: arena {res['arena_used_bytes']:,} B used (predicted {predicted_bytes:,}"
                f" B), RAM {res['ram_static'] + res['stack_size']:,} of {t.sram_bytes:,} B, Flash "
                f"{rep['sizes']['flash']:,} of {t.flash_bytes:,} B"
                + (f" + the model's {psram:,} B in external memory (PSRAM)" if psram else "")

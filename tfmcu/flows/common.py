@@ -1,7 +1,8 @@
-"""What the flows share: the schedule a user asks for (``ScheduleRequest``), checked once for every mode.
+"""What the flows share: the schedule a user asks for (``ScheduleRequest``), checked once for every mode; a TFLM
+arena's figures in their reports (``ArenaFigures``).
 
 A request is the flags ``--patches`` (``None``: no patching; ``auto``; ``P``; ``PxQ``), ``--patch_blocks`` /
-``--patch_ops``, ``--sram_kb`` and the search options (``tfmcu.plan.search.SearchOptions``: patch options, stage
+``--patch_ops``, ``--sram_kb`` and the search options (``tfmcu.plan.search.SearchOptions``: the grids, stage
 unit, MAC cap and metric, whether the input image counts, the objective). ``validate()`` turns every bad
 combination into one ``UsageError`` naming the flag, before any work starts.
 """
@@ -9,11 +10,12 @@ combination into one ``UsageError`` naming the flag, before any work starts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 from tfmcu.errors import UsageError
 from tfmcu.plan.regions import ScheduleError
 from tfmcu.plan.search import SearchOptions
+from tfmcu.records import Record, optional
 
 KB = 1024
 
@@ -31,14 +33,14 @@ def parse_grid(value: str) -> tuple[int, int]:
     return parts[0], parts[1]
 
 
-def parse_patch_options(values: Sequence[str | int]) -> tuple[int, ...]:
-    """``--patch_options``: patch counts per side, integers >= 1."""
+def parse_grids(values: Sequence[str | int]) -> tuple[int, ...]:
+    """``--grids``: patch counts per side to try, integers >= 1."""
     try:
         options = tuple(int(v) for v in values)
     except (TypeError, ValueError):
-        raise UsageError(f"--patch_options={','.join(map(str, values))}: expected integers >= 1") from None
+        raise UsageError(f"--grids={','.join(map(str, values))}: expected integers >= 1") from None
     if not options or min(options) < 1:
-        raise UsageError(f"--patch_options={','.join(map(str, values))}: expected integers >= 1")
+        raise UsageError(f"--grids={','.join(map(str, values))}: expected integers >= 1")
     return options
 
 
@@ -85,3 +87,23 @@ class ScheduleRequest:
             if self.patch_blocks is None and self.patch_ops is None:
                 raise UsageError("--patches needs --patch_blocks or --patch_ops (or use --patches=auto)")
         return self
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArenaFigures(Record):
+    """A TFLM arena, measured or predicted: total, head (activations and scratch), tail (persistent); how it was
+    measured, or why it could not be predicted."""
+
+    arena_total_bytes: int | None
+    arena_head_bytes: int | None = optional()
+    arena_tail_bytes: int | None = optional()
+    error: str | None = optional()  # the model cannot be predicted (its first line)
+    unmodelled_ops: list[str] | None = optional()
+    measured_by: str | None = optional()
+    patch_stage_persistent_bytes: int | None = optional()
+    outputs_equal_original_on: str | None = optional()
+
+    @staticmethod
+    def of(stats: Any) -> "ArenaFigures":
+        """From a measurement or prediction with ``total``, ``head`` and ``tail``."""
+        return ArenaFigures(arena_total_bytes=stats.total, arena_head_bytes=stats.head, arena_tail_bytes=stats.tail)

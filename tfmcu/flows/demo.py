@@ -37,8 +37,8 @@ import numpy as np
 from tfmcu.errors import UsageError
 from tfmcu.files import write_outputs
 from tfmcu.firmware.targets import get_target
-from tfmcu.flows.deploy import DeployOptions, deploy
-from tfmcu.flows.fit import FitOptions, run as fit_run
+from tfmcu.flows.deploy import DeployOptions, DeployReport, FirmwareRun, deploy
+from tfmcu.flows.fit import ChosenCandidate, FitCandidate, FitMeasured, FitOptions, run as fit_run
 from tfmcu.flows.profile import format_table, plot_memory, profile_report
 from tfmcu.flows.verify import VerifyOptions, format_summary as verify_summary, verify
 from tfmcu.graph.from_spec import from_spec
@@ -47,6 +47,7 @@ from tfmcu.graph.load import load_spec
 from tfmcu.nets.spec import NetSpec
 from tfmcu.plan.regions import plan
 from tfmcu.plan.search import SearchOptions, SearchResult, search
+from tfmcu.records import Record
 from tfmcu.runtime.capture import import_tensorflow_quietly
 from tfmcu.runtime.tflm import measure_arena
 from tfmcu.stage.builtin import BuiltinArenaCost
@@ -82,6 +83,28 @@ class DemoOptions:
     mcu_images: int = 8
 
 
+@dataclass(frozen=True, kw_only=True)
+class McuFit(Record):
+    """What ``fit --run`` chose on the target (summary.json's ``mcu.fit``)."""
+
+    message: str
+    chosen: ChosenCandidate
+    per_layer: FitCandidate
+    measured: FitMeasured | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class McuRun(Record):
+    """Step 6: the trained model on the target per layer (``deploy --run``) and through ``fit --run``."""
+
+    target: str
+    images: int
+    schedule: str
+    per_layer: DeployReport
+    patched: DeployReport  # fit's firmware
+    fit: McuFit
+
+
 def validate(o: DemoOptions) -> None:
     validate_training(o.training)
     if not 0.05 <= o.budget_fraction <= 0.99:
@@ -99,7 +122,8 @@ def validate(o: DemoOptions) -> None:
 
 
 def summary_table(s: dict[str, Any]) -> str:
-    """The summary table (docs/getting-started.md): per-layer vs patched."""
+    """The summary table (docs/getting-started.md): per-layer vs patched; ``s``: summary.json's content (its ``mcu``:
+    ``McuRun.to_json()``)."""
     a = s["accuracy"]
     p, q = s["per_layer"], s["patched"]
     int8 = f"{a['int8_tflm']:.2%}" + (" (TF Lite = TFLM)" if a["tflite_equals_tflm"] else " (TF Lite != TFLM!)")
@@ -120,22 +144,23 @@ def summary_table(s: dict[str, Any]) -> str:
                                             f"{q['macs_padded'] / 1e6:.2f}M padded (+{q['mac_overhead_padded']:.1%})"),
         ("TFLite ops", str(p["ops"]), str(q["ops"])),
     ]
-    mcu = s.get("mcu")
+    mcu = McuRun.from_json(s["mcu"]) if s.get("mcu") else None  # (summary.json's, in this run or read back)
     if mcu:
-        pl, pa = mcu["per_layer"], mcu["patched"]
-        t = mcu["target"]
+        pl, pa = mcu.per_layer, mcu.patched
+        lrun, prun = pl.run, pa.run
+        t = mcu.target
+        overflow = lrun.overflow if lrun is not None else None
         rows += [
-            (f"{t} (QEMU), TFLM arena: predicted / measured", _kb(pl["arena"]["predicted_bytes"]) + " / " +
-             _kb((pl.get("run") or {}).get("arena_used_bytes")),
-             f"{_kb(pa['arena']['predicted_bytes'])} / {_kb(pa['run'].get('arena_used_bytes'))} (fit)"),
-            (f"{t} (QEMU), verdict", ("fits" if pl.get("fits") else "does not fit") + (
-                f" (link: RAM overflowed by {pl['run']['overflow']['bytes']:,} B)" if pl["run"].get("overflow") else ""),
-             ("fits" if pa["fits"] else "does not fit") + f", {mcu['schedule']}"),
-            (f"{t} (QEMU), top-1 of {mcu['images']} test images = TF Lite", "-",
-             "yes" if pa["run"].get("outputs_equal_tflite") else "NO"),
+            (f"{t} (QEMU), TFLM arena: predicted / measured", _kb(pl.arena.predicted_bytes) + " / " +
+             _kb(lrun.arena_used_bytes if lrun is not None else None),
+             f"{_kb(pa.arena.predicted_bytes)} / {_kb(prun.arena_used_bytes if prun is not None else None)} (fit)"),
+            (f"{t} (QEMU), verdict", ("fits" if pl.fits else "does not fit") + (
+                f" (link: RAM overflowed by {overflow.bytes:,} B)" if overflow and overflow.bytes is not None else ""),
+             ("fits" if pa.fits else "does not fit") + f", {mcu.schedule}"),
+            (f"{t} (QEMU), top-1 of {mcu.images} test images = TF Lite", "-",
+             "yes" if prun is not None and prun.outputs_equal_tflite else "NO"),
             (f"{t} (QEMU), instructions per inference (CMSIS-NN)",
-             f"{min(pl['run']['invoke_insns']) / 1e6:.1f}M" if (pl.get("run") or {}).get("invoke_insns") else "-",
-             f"{min(pa['run']['invoke_insns']) / 1e6:.1f}M" if pa["run"].get("invoke_insns") else "-"),
+             _minstructions(lrun), _minstructions(prun)),
         ]
     head = f"| {s['model']} @ {s['resolution']}, {s['dataset']} | per-layer | patched ({s['schedule']}) |"
     lines = [head, "|---|---:|---:|"] + [f"| {r[0]} | {r[1]} | {r[2]} |" for r in rows]
@@ -149,6 +174,11 @@ def summary_table(s: dict[str, Any]) -> str:
 
 def _kb(n: float | None) -> str:
     return "-" if n is None else f"{n / KB:,.1f} kB"
+
+
+def _minstructions(run: FirmwareRun | None) -> str:
+    n = None if run is None else run.instructions
+    return "-" if n is None else f"{n / 1e6:.1f}M"
 
 
 def budget_bytes(o: DemoOptions, arena: int) -> int:
@@ -257,7 +287,7 @@ def run(o: DemoOptions, log: Callable[[str], None] = print) -> int:
         inputs_path = path("verify_inputs.npy")
         write_outputs({inputs_path: _npy(quantize_inputs(model, x_real))})
     ver = verify(VerifyOptions(model_path, patched_path, o.verify_random, tc.seed, inputs_path, "reference"))
-    write_outputs({path("verify.json"): ver})
+    write_outputs({path("verify.json"): ver.to_json()})
     log(verify_summary(ver).rstrip())
 
     # ------------------------------------------------------------------ 6. on the microcontroller
@@ -275,20 +305,20 @@ def run(o: DemoOptions, log: Callable[[str], None] = print) -> int:
                      "float_on_int8_samples": acc.float_on_int8_samples,
                      "tflite_equals_tflm": trained.tflite_vs_tflm.agree},
         "per_layer": {"analytic_peak_bytes": prof_patched["peak_sram_per_layer_bytes"],
-                      "tflm_arena_bytes": ver["tflm"]["original"]["arena_total_bytes"],
-                      "predicted_arena_bytes": ver["predicted"]["original"]["arena_total_bytes"],
-                      "flash_bytes": len(model), "macs": sched.macs, "ops": ver["ops"]["original"]},
+                      "tflm_arena_bytes": ver.tflm.original.arena_total_bytes,
+                      "predicted_arena_bytes": ver.predicted.original.arena_total_bytes,
+                      "flash_bytes": len(model), "macs": sched.macs, "ops": ver.ops.original},
         "patched": {"analytic_peak_bytes": sched.peak_sram_bytes,
-                    "tflm_arena_bytes": ver["tflm"]["rewritten"]["arena_total_bytes"],
-                    "predicted_arena_bytes": ver["predicted"]["rewritten"]["arena_total_bytes"],
+                    "tflm_arena_bytes": ver.tflm.rewritten.arena_total_bytes,
+                    "predicted_arena_bytes": ver.predicted.rewritten.arena_total_bytes,
                     "flash_bytes": len(patched), "macs_exact": sched.macs_patched_exact,
                     "macs_padded": sched.macs_patched_padded,
                     "mac_overhead_exact": sched.macs_patched_exact / sched.macs - 1,
                     "mac_overhead_padded": sched.macs_patched_padded / sched.macs - 1,
-                    "ops": ver["ops"]["rewritten"]},
-        "verify": {"bit_exact": ver["bit_exact"], "samples": ver["samples"], "real": ver["input_samples"]},
+                    "ops": ver.ops.rewritten},
+        "verify": {"bit_exact": ver.bit_exact, "samples": ver.samples, "real": ver.input_samples},
         "metadata_kept": md_kept,
-        "mcu": mcu,
+        "mcu": None if mcu is None else mcu.to_json(),
         "wall_s": time.time() - t0,
     }
     table = summary_table(summary)
@@ -297,12 +327,13 @@ def run(o: DemoOptions, log: Callable[[str], None] = print) -> int:
     log("wrote: " + ", ".join(sorted(os.path.relpath(p) for p in (
         model_path, patched_path, path("train_report.json"), path("training_curves.png"), path("confusion_matrix.png"),
         path("memory.png"), path("profile.json"), path("rewrite.json"), path("verify.json"), path("summary.md")))))
-    mcu_ok = mcu is None or (mcu["patched"]["fits"] and mcu["patched"]["run"]["outputs_equal_tflite"])
-    return 0 if ver["bit_exact"] and tr.agree and mcu_ok else 1
+    mcu_ok = mcu is None or (bool(mcu.patched.fits) and mcu.patched.run is not None
+                             and mcu.patched.run.outputs_equal_tflite)
+    return 0 if ver.bit_exact and tr.agree and mcu_ok else 1
 
 
 def on_mcu(o: DemoOptions, model_path: str, inputs_path: str | None, path: Callable[[str], str],
-           log: Callable[[str], None]) -> dict[str, Any]:
+           log: Callable[[str], None]) -> McuRun:
     """Step 6: the trained model on the emulated microcontroller, both with TFLM's CMSIS-NN kernels: per layer
     (``deploy --run``), and through ``fit --run`` (the fastest configuration whose predicted arena fits the target,
     verified bit-exact, its firmware built and run); both on the first ``mcu_images`` real test images, whose outputs
@@ -315,11 +346,11 @@ def on_mcu(o: DemoOptions, model_path: str, inputs_path: str | None, path: Calla
                                      run=True, inputs=mcu_inputs), log=log)
     fitted = fit_run(FitOptions(model=model_path, target=t.name, out_dir=path(f"fit_{t.name}"), run=True,
                                 inputs=mcu_inputs, verify_samples=4), log=log)
-    ch = fitted["chosen"]
-    schedule = (f"{ch['patches'][0]}x{ch['patches'][1]} patches over {ch['patch_blocks']} blocks, {ch['config']}"
-                if ch["patched"] else "per layer (it fits as it is)")
-    return {"target": t.name, "images": o.mcu_images, "schedule": schedule, "per_layer": per_layer,
-            "patched": fitted["deploy"], "fit": {k: fitted[k] for k in ("message", "chosen", "per_layer", "measured")}}
+    ch = fitted.chosen
+    schedule = (f"{ch.patches[0]}x{ch.patches[1]} patches over {ch.patch_blocks} blocks, {ch.config}"
+                if ch.patched and ch.patches else "per layer (it fits as it is)")
+    return McuRun(target=t.name, images=o.mcu_images, schedule=schedule, per_layer=per_layer, patched=fitted.deploy,
+                  fit=McuFit(message=fitted.message, chosen=ch, per_layer=fitted.per_layer, measured=fitted.measured))
 
 
 def _npy(a: np.ndarray) -> bytes:

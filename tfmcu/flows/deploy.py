@@ -18,11 +18,12 @@ The folder (``out_dir``) holds:
   third_party/tflite_micro.BUILD), our kernel and harness from ``@tfmcu_ws``;
 * ``expect.json``: TF Lite's outputs for the inputs (their hash, top classes; for a streamed input the rows each
   Invoke reads), the predicted arena;
-* ``deploy.json``: what was decided: the target, the kernels, the predicted TFLM arena on Cortex-M
-  (tfmcu.plan.arena, build "cortex-m-cmsis-nn" or "cortex-m" after ``kernels``: 32-bit structs), the arena =
-  prediction x (1 + margin) rounded up to 16 bytes, the estimated fit in RAM and in Flash (``flash``: a model beyond
-  the Flash goes to the board's external memory, with a note; on a board without any, it does not fit); with
-  ``run``, the measured figures (and what measured them) and the verdict.
+* ``deploy.json`` (``DeployReport``, which ``deploy`` returns): what was decided: the target, the kernels, the
+  predicted TFLM arena on Cortex-M (tfmcu.plan.arena, build "cortex-m-cmsis-nn" or "cortex-m" after ``kernels``:
+  32-bit structs), the arena = prediction x (1 + margin) rounded up to 16 bytes, the estimated fit in RAM and in
+  Flash (``flash``: a model beyond the Flash goes to the board's external memory, with a note; on a board without
+  any, it does not fit); with ``run``, the measured figures (``FirmwareRun``: and what measured them) and the
+  verdict.
 
 A detector (its outputs those of TFLite_Detection_PostProcess, ``tfmcu.tflite.detection_postprocess``) gets a
 firmware built with ``-DTFMCU_DETECTOR_SLOTS``: the output check hashes all four outputs (the op's unwritten entries
@@ -50,21 +51,23 @@ in-place plan for other kernels) is a one-line ``UsageError`` and writes nothing
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
 from tfmcu.errors import UsageError
 from tfmcu.files import write_folder, write_outputs
-from tfmcu.firmware.run import DeployError, run_firmware
+from tfmcu.firmware.run import DeployError, FirmwareRun, run_firmware
 from tfmcu.firmware.sources import (EXTERNAL_MEMORY, KERNELS, check_model, detector_expectation, detector_slots_for,
                                     expectation, folder_files, printed_detections, stream_rows)
 from tfmcu.firmware.targets import TARGETS, Target, get_target
 from tfmcu.firmware.tree import check_dest, export_tree
 from tfmcu.plan.arena import DEFAULT_KERNELS, mcu_build, predict_model_arena
+from tfmcu.records import Record, optional
 from tfmcu.runtime.host import evaluate
 from tfmcu.runtime.model_io import TFLMError, load_inputs, random_inputs, read_model
 from tfmcu.tflite.detection_postprocess import postprocess_outputs, read_detector
@@ -83,7 +86,7 @@ def detector_static_bytes(slots: int) -> int:
 # about 45 kB more with CMSIS-NN (docs/firmware.md).
 CODE_FLASH_ESTIMATE = 192 * 1024
 
-__all__ = ["DeployError", "DeployOptions", "deploy", "prepare", "validate"]
+__all__ = ["DeployError", "DeployOptions", "DeployReport", "FirmwareRun", "deploy", "prepare", "validate"]
 
 
 @dataclass
@@ -100,6 +103,92 @@ class DeployOptions:
     timeout_s: int = 300
     kernels: str = DEFAULT_KERNELS  # TFLM's CMSIS-NN kernels + the executor's CMSIS-NN backend, or "reference"
     tree: str | None = None  # also write the firmware as a plain CMake source tree here (docs/tree.md)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeployArena(Record):
+    """The arena the firmware allocates: TFLM's predicted arena x (1 + margin), rounded up to 16 bytes."""
+
+    predicted_bytes: int
+    predicted_by: str
+    margin: float
+    arena_bytes: int
+    host_measured_bytes: int | None  # TFLM on this host; None with ``run`` (measured on the target instead)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExternalMemory(Record):
+    origin: str  # its address, "0x..."
+    bytes: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlashEstimate(Record):
+    """Where the model goes and whether it fits the Flash, ESTIMATED (``flash_estimate``; the link decides)."""
+
+    model_bytes: int
+    inputs_bytes: int
+    code_estimate_bytes: int
+    estimated_bytes: int
+    flash_bytes: int
+    model_in: str  # "flash" or "external"
+    fits: bool
+    how: str
+    note: str | None
+    external_memory: ExternalMemory | None = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RamEstimate(Record):
+    ram_bytes: int  # arena + stack + the other static data, estimated
+    sram_bytes: int
+    fits: bool  # the RAM and the Flash
+    how: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeployDetector(Record):
+    """A detector's expectation: TF Lite's detections per input ([class, score, ymin, xmin, ymax, xmax], score and
+    box in millionths)."""
+
+    max_detections: int
+    score_threshold: float | None
+    labels: list[str] | None
+    detections: list[list[list[int]]]
+    how: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamedRows(Record):
+    """A streamed input: the image's rows and the rows each input's Invoke read on this host."""
+
+    image_rows: int
+    rows_read: list[int]
+    how: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeployReport(Record):
+    """What ``deploy`` wrote and, with ``run``, measured (deploy.json)."""
+
+    tflite: str
+    target: str
+    target_what: str
+    kernels: str
+    ops: list[str]
+    custom_mode: bool
+    patch_stage_ops: int
+    inputs: int
+    model_bytes: int
+    arena: DeployArena
+    stack_bytes: int
+    flash: FlashEstimate
+    estimate: RamEstimate
+    detector: DeployDetector | None = optional()
+    streamed_input: StreamedRows | None = optional()
+    run: FirmwareRun | None = optional()  # with ``run``: built and run under QEMU
+    fits: bool | None = optional()  # with ``run``: the verdict's
+    verdict: str | None = optional()
 
 
 def validate(o: DeployOptions) -> Target:
@@ -119,7 +208,7 @@ def validate(o: DeployOptions) -> Target:
     return t
 
 
-def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
+def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> DeployReport:
     """Write the firmware folder (see the module docstring); returns deploy.json's content."""
     t = validate(o)
     model = read_model(o.tflite, "--tflite")
@@ -154,92 +243,80 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, A
     xs = np.concatenate([np.asarray(x).reshape((1,) + tuple(info.inputs[0].shape[1:])) for x in inputs])
     flash = flash_estimate(t, len(model), xs.nbytes)
     comment = f"{os.path.basename(o.tflite)} for {t.name}; {len(xs)} inputs ({o.inputs or f'random, seed {o.seed}'})"
-    report: dict[str, Any] = {
-        "tflite": o.tflite,
-        "target": t.name,
-        "target_what": t.what,
-        "kernels": o.kernels,
-        "ops": [op.replace("custom:", "") for op in ops],
-        "custom_mode": stages is not None,
-        "patch_stage_ops": sum(name == "custom:" + PATCH_STAGE_OP for name in info.op_names),
-        "inputs": len(xs),
-        "model_bytes": len(model),
-        "arena": {
-            "predicted_bytes": pred.total,
-            "predicted_by": f"tfmcu.plan.arena, TFLM build {build!r} (32-bit structs, MicroAllocator)",
-            "margin": o.margin,
-            "arena_bytes": arena,
-            "host_measured_bytes": host_arena,  # None with --run (measured on the target instead)
-        },
-        "stack_bytes": stack,
-        "flash": flash,
-        "estimate": {
-            "ram_bytes": ram_estimate,
-            "sram_bytes": t.sram_bytes,
-            "fits": ram_estimate <= t.sram_bytes and flash["fits"],
-            "how": f"arena + stack + {static} B of other .data/.bss (estimated"
-                   + (f"; {detector_static_bytes(slots)} B of them for the detector: the detections kept to print, "
-                      f"its kernel" if slots else "") + "); the Flash as in 'flash'",
-        },
-    }
     want = detector_expectation(ref.tflite, detector) if detector else expectation(outs)
+    det = None
     if detector:
         record = read_detector(model.flatbuffer) or {}
-        report["detector"] = {
-            "max_detections": int(np.prod(info.outputs[2].shape)),
-            "score_threshold": record.get("score_threshold"), "labels": record.get("labels"),
-            "detections": printed_detections(ref.tflite, detector),
-            "how": "TF Lite's detections per input (the first 16): [class, score, ymin, xmin, ymax, xmax], score "
-                   "and box in millionths; the firmware prints the same list and hashes all four outputs"}
+        det = DeployDetector(
+            max_detections=int(np.prod(info.outputs[2].shape)),
+            score_threshold=record.get("score_threshold"), labels=record.get("labels"),
+            detections=printed_detections(ref.tflite, detector),
+            how="TF Lite's detections per input (the first 16): [class, score, ymin, xmin, ymax, xmax], score "
+                "and box in millionths; the firmware prints the same list and hashes all four outputs")
+    streamed = None
     if rows:  # the kernel reads each image's rows from Flash through the firmware's provider
         read = (ref.streamed_rows_read or {}).get("tflite", [])
-        report["streamed_input"] = {"image_rows": rows, "rows_read": read,
-                                    "how": "the firmware feeds each input image's rows from Flash through a "
-                                           "TfmcuInputProvider (firmware_main.cc): no image in the arena"}
+        streamed = StreamedRows(image_rows=rows, rows_read=read,
+                                how="the firmware feeds each input image's rows from Flash through a "
+                                    "TfmcuInputProvider (firmware_main.cc): no image in the arena")
         want["streamed_rows_read"] = read[:16]  # what the C executor read on this host, per input
+    report = DeployReport(
+        tflite=o.tflite, target=t.name, target_what=t.what, kernels=o.kernels,
+        ops=[op.replace("custom:", "") for op in ops], custom_mode=stages is not None,
+        patch_stage_ops=sum(name == "custom:" + PATCH_STAGE_OP for name in info.op_names), inputs=len(xs),
+        model_bytes=len(model),
+        arena=DeployArena(predicted_bytes=pred.total,
+                          predicted_by=f"tfmcu.plan.arena, TFLM build {build!r} (32-bit structs, MicroAllocator)",
+                          margin=o.margin, arena_bytes=arena, host_measured_bytes=host_arena),
+        stack_bytes=stack, flash=flash,
+        estimate=RamEstimate(
+            ram_bytes=ram_estimate, sram_bytes=t.sram_bytes, fits=ram_estimate <= t.sram_bytes and flash.fits,
+            how=f"arena + stack + {static} B of other .data/.bss (estimated"
+                + (f"; {detector_static_bytes(slots)} B of them for the detector: the detections kept to print, "
+                   f"its kernel" if slots else "") + "); the Flash as in 'flash'"),
+        detector=det, streamed_input=streamed)
     files = folder_files(model, ops, xs, outs[0].nbytes, comment, t, arena, stack, o.kernels, o.tflite, stream=rows,
-                         external=flash["model_in"] == "external",
+                         external=flash.model_in == "external",
                          detector_slots=slots)
     files["expect.json"] = json.dumps({"expect": want,
                                        "expect_within": {"arena_used_bytes": [pred.total, 0.01]}}, indent=1) + "\n"
-    files["deploy.json"] = json.dumps(report, indent=1) + "\n"
+    files["deploy.json"] = json.dumps(report.to_json(), indent=1) + "\n"
     write_folder(o.out_dir, files)
     log(f"deploy: wrote {o.out_dir}/ (arena {arena:,} B = predicted {pred.total:,} B + {o.margin:.0%}; "
         f"estimated RAM {ram_estimate:,} B of {t.sram_bytes:,} B: "
         f"{'fits' if ram_estimate <= t.sram_bytes else 'does not fit'})")
-    if flash["note"]:
-        log(f"deploy: {flash['note']}")
+    if flash.note:
+        log(f"deploy: {flash.note}")
     return report
 
 
-def flash_estimate(t: Target, model_bytes: int, inputs_bytes: int) -> dict[str, Any]:
+def flash_estimate(t: Target, model_bytes: int, inputs_bytes: int) -> FlashEstimate:
     """Where the model goes and whether it fits, ESTIMATED (the link decides with ``run``): the model, the test
     inputs and ``CODE_FLASH_ESTIMATE`` in the target's Flash; a model beyond it goes to the board's external memory
     (``tfmcu.firmware.sources.EXTERNAL_MEMORY``: the MPS2 boards' PSRAM, external QSPI Flash on a real part), and
     on a board without any it does not fit."""
     need = model_bytes + inputs_bytes + CODE_FLASH_ESTIMATE
-    d: dict[str, Any] = {"model_bytes": model_bytes, "inputs_bytes": inputs_bytes,
-                         "code_estimate_bytes": CODE_FLASH_ESTIMATE, "estimated_bytes": need,
-                         "flash_bytes": t.flash_bytes, "model_in": "flash", "fits": need <= t.flash_bytes,
-                         "how": "model + test inputs + an upper estimate of the code (TFLM, kernels, harness: "
-                                f"{CODE_FLASH_ESTIMATE // 1024} KiB), estimated", "note": None}
-    if d["fits"]:
-        return d
+    est = FlashEstimate(model_bytes=model_bytes, inputs_bytes=inputs_bytes, code_estimate_bytes=CODE_FLASH_ESTIMATE,
+                        estimated_bytes=need, flash_bytes=t.flash_bytes, model_in="flash", fits=need <= t.flash_bytes,
+                        how="model + test inputs + an upper estimate of the code (TFLM, kernels, harness: "
+                            f"{CODE_FLASH_ESTIMATE // 1024} KiB), estimated", note=None)
+    if est.fits:
+        return est
     ext = EXTERNAL_MEMORY.get(t.key)
     if ext is None:
-        d["note"] = (f"the model ({model_bytes:,} B) does not fit {t.name}'s {t.flash_bytes // 1024:,} KiB of Flash "
-                     f"(estimated {need:,} B with the code and the test inputs) and the board has no external memory: "
-                     f"the firmware is written but will not link")
-        return d
+        return dataclasses.replace(est, note=(
+            f"the model ({model_bytes:,} B) does not fit {t.name}'s {t.flash_bytes // 1024:,} KiB of Flash "
+            f"(estimated {need:,} B with the code and the test inputs) and the board has no external memory: "
+            f"the firmware is written but will not link"))
     origin, size = ext
-    d.update(model_in="external", external_memory={"origin": f"0x{origin:08x}", "bytes": size},
-             fits=model_bytes <= size and need - model_bytes <= t.flash_bytes)
-    d["note"] = (f"the model ({model_bytes:,} B) is beyond {t.name}'s {t.flash_bytes // 1024:,} KiB of Flash "
-                 f"(estimated {need:,} B with the code and the test inputs): it goes to the board's external memory "
-                 f"({size // (1024 * 1024)} MiB PSRAM at 0x{origin:08x} on the QEMU board; external QSPI/OSPI Flash "
-                 f"on a real part, memory-mapped, slower than the internal Flash)"
-                 + ("" if model_bytes <= size else ", which it does not fit either"))
-    return d
+    return dataclasses.replace(
+        est, model_in="external", external_memory=ExternalMemory(origin=f"0x{origin:08x}", bytes=size),
+        fits=model_bytes <= size and need - model_bytes <= t.flash_bytes,
+        note=(f"the model ({model_bytes:,} B) is beyond {t.name}'s {t.flash_bytes // 1024:,} KiB of Flash "
+              f"(estimated {need:,} B with the code and the test inputs): it goes to the board's external memory "
+              f"({size // (1024 * 1024)} MiB PSRAM at 0x{origin:08x} on the QEMU board; external QSPI/OSPI Flash "
+              f"on a real part, memory-mapped, slower than the internal Flash)"
+              + ("" if model_bytes <= size else ", which it does not fit either")))
 
 
 def firmware_detections(out_dir: str, expected: list[list[list[int]]]) -> list[list[list[int]]]:
@@ -261,17 +338,19 @@ def firmware_detections(out_dir: str, expected: list[list[list[int]]]) -> list[l
     return got
 
 
-def deploy(o: DeployOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
+def deploy(o: DeployOptions, log: Callable[[str], None] = print) -> DeployReport:
     """``prepare``; with ``run``, the firmware built and run under QEMU (tfmcu/firmware/run.py): deploy.json gets
     ``run`` (the measured figures), ``fits`` and ``verdict``."""
     report = prepare(o, log)
     if o.run:
-        report["run"], report["fits"], report["verdict"] = run_firmware(o.out_dir, TARGETS[o.target], report,
-                                                                        o.kernels, o.timeout_s, log)
-        if report.get("detector") and report["fits"]:
-            report["run"]["detections"] = firmware_detections(o.out_dir, report["detector"]["detections"])
-        write_outputs({os.path.join(o.out_dir, "deploy.json"): json.dumps(report, indent=1) + "\n"})
-        log(f"deploy: {report['verdict']}")
+        run, fits, verdict = run_firmware(o.out_dir, TARGETS[o.target],
+                                          (report.arena.arena_bytes, report.arena.predicted_bytes, report.stack_bytes),
+                                          o.kernels, o.timeout_s, log)
+        if report.detector is not None and fits:
+            run = dataclasses.replace(run, detections=firmware_detections(o.out_dir, report.detector.detections))
+        report = dataclasses.replace(report, run=run, fits=fits, verdict=verdict)
+        write_outputs({os.path.join(o.out_dir, "deploy.json"): json.dumps(report.to_json(), indent=1) + "\n"})
+        log(f"deploy: {verdict}")
     if o.tree:
         export_tree(o.out_dir, o.tree, log=log)
     return report

@@ -14,17 +14,22 @@ are at most ``max_latency`` x the per-layer model's (default 1.05).
 
 Then the chosen model is verified (bit-exact against the original in TF Lite and TFLM, ``tfmcu.flows.verify``) and
 written as a firmware folder (``tfmcu.flows.deploy``); with ``run`` it is built and run under QEMU and the measured
-arena and instructions are compared with the predictions. ``out_dir`` gets ``model.tflite`` (the chosen model),
-``fit.json`` (every candidate evaluated, the chosen one, the per-layer model, verify and deploy reports),
+arena and instructions are compared with the predictions. ``run`` returns a ``FitReport``. ``out_dir`` gets
+``model.tflite`` (the chosen model), ``fit.json`` (the report: every candidate evaluated, the chosen one, the
+per-layer model, verify and deploy reports),
 ``fit.png`` (predicted arena against predicted instructions for every candidate) and ``firmware/``; it is assembled
 beside ``out_dir`` and renamed into place, so a failure leaves nothing behind.
 
 A model that cannot fit at any configuration is a one-line ``UsageError`` naming the smallest achievable arena and
 what it holds (or that the model's weights alone exceed the target's Flash).
+
+``price`` is the search alone (``FitSearch``: every candidate priced, nothing verified or written), under the
+target's budget or another one (``arena_budget`` of a chip with other RAM).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -35,7 +40,7 @@ from tfmcu.errors import TfmcuError, UsageError
 from tfmcu.firmware.targets import Target, get_target
 from tfmcu.firmware.tree import check_dest, export_tree
 from tfmcu.files import assembled_folder, read_bytes
-from tfmcu.flows.deploy import STATIC_ESTIMATE, DeployOptions, deploy, validate as validate_deploy
+from tfmcu.flows.deploy import STATIC_ESTIMATE, DeployOptions, DeployReport, deploy, validate as validate_deploy
 from tfmcu.flows.verify import VerifyOptions, verify
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.graph.load import KERAS_SUFFIXES, ModelError, load_spec
@@ -44,6 +49,7 @@ from tfmcu.plan.halo import HaloOptions
 from tfmcu.plan.latency import predict_instructions
 from tfmcu.plan.regions import ScheduleError
 from tfmcu.plan.search import Evaluation, Progress, SearchOptions, SearchResult, search
+from tfmcu.records import Record, optional
 from tfmcu.stage.custom import CustomArenaCost, CustomOptions
 from tfmcu.tflite.schema import has_identifier
 
@@ -79,6 +85,106 @@ class FitOptions:
     tree: str | None = None  # also the firmware as a plain CMake source tree (docs/tree.md)
 
 
+@dataclass(frozen=True, kw_only=True)
+class FitCandidate(Record):
+    """One priced candidate: its schedule and configuration, predicted arena and instructions, MACs."""
+
+    describe: str
+    patches: list[int] | None  # the grid; None: per layer
+    patch_blocks: int | None
+    stages: int
+    config: str | None  # the configuration (halo caches, the rest's convolutions)
+    predicted_arena_bytes: int
+    predicted_instructions: int | None
+    mac_overhead: float
+    macs: int
+
+    @classmethod
+    def of(cls, ev: Evaluation) -> "FitCandidate":
+        """The search's evaluation of a candidate as fit reports it."""
+        c = ev.candidate
+        return cls(describe=ev.describe(), patches=list(c.grid) if c.patched else None, patch_blocks=c.n_blocks,
+                   stages=len(c.plan.stages) if c.plan is not None else int(c.patched),
+                   config=ev.variant, predicted_arena_bytes=ev.cost, predicted_instructions=ev.instructions,
+                   mac_overhead=ev.details.get("mac_overhead_exact", c.mac_overhead),
+                   macs=int(round(c.macs / (1 + c.mac_overhead) * (1 + ev.details.get("mac_overhead_exact",
+                                                                                      c.mac_overhead)))))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChosenCandidate(FitCandidate):
+    patched: bool  # False: the model as it is (it fits per layer)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitSearch(Record):
+    """fit's joint schedule search, priced (``price``): the per-layer model, the smallest candidate, the chosen one
+    (None: nothing fits the budget) and every candidate evaluated."""
+
+    budget_bytes: int
+    feasible: bool
+    message: str
+    per_layer: FitCandidate
+    smallest: FitCandidate
+    chosen: FitCandidate | None
+    candidates: list[FitCandidate]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitVerify(Record):
+    bit_exact: bool
+    samples: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class PredictedBy(Record):
+    arena: str
+    instructions: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitMeasured(Record):
+    """The chosen model's predictions against the firmware's measured figures (``run``)."""
+
+    arena_used_bytes: int | None
+    predicted_arena_bytes: int
+    arena_equal: bool | None
+    invoke_instructions: int | None  # the fewest over the test inputs
+    predicted_instructions: int | None
+    instructions_error: float | None  # predicted / measured - 1
+    outputs_equal_tflite: bool
+    fits: bool
+    measured_by: str | None
+    verdict: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitReport(Record):
+    """What ``fit`` chose, verified and deployed (fit.json)."""
+
+    model: str
+    model_origin: str
+    out_dir: str
+    target: str
+    core: str
+    kernels: str
+    objective: str
+    max_latency: float | None  # objective memory's cap
+    stream_input: bool
+    arena_budget_bytes: int
+    message: str
+    per_layer: FitCandidate
+    chosen: ChosenCandidate
+    candidates: list[FitCandidate]
+    bounded_out: int
+    failed: list[str]  # the first 20
+    predicted_by: PredictedBy
+    verify: FitVerify | None  # None: the chosen model is the original
+    deploy: DeployReport
+    measured: FitMeasured | None = optional()  # with ``run``
+    tree: dict[str, Any] | None = optional()  # with ``tree``: tree.json (``tfmcu.firmware.tree.export_tree``)
+
+
 def validate(o: FitOptions) -> Target:
     t = get_target(o.target)
     if o.kernels not in KERNEL_SETS:
@@ -110,13 +216,9 @@ def validate(o: FitOptions) -> Target:
 
 def arena_budget(o: FitOptions, t: Target) -> int:
     """The predicted arena a candidate may have: the target's RAM less the stack and the other static data, less
-    deploy's margin (deploy allocates the prediction x (1 + margin), rounded up to 16 bytes)."""
-    return sram_arena_budget(t.sram_bytes, o)
-
-
-def sram_arena_budget(sram_bytes: int, o: FitOptions) -> int:
-    """``arena_budget`` of a chip with ``sram_bytes`` of RAM."""
-    room = sram_bytes - o.stack_kib * KB - STATIC_ESTIMATE
+    deploy's margin (deploy allocates the prediction x (1 + margin), rounded up to 16 bytes). For a chip like ``t``
+    with other RAM: ``dataclasses.replace(t, sram_bytes=...)``."""
+    room = t.sram_bytes - o.stack_kib * KB - STATIC_ESTIMATE
     return int(room / (1 + o.margin)) // 16 * 16 - 16
 
 
@@ -177,7 +279,7 @@ def _holds(ev: Evaluation) -> str:
     return f" (activations and scratch {head:,} B, TFLM's persistent tail {tail:,} B)"
 
 
-def run(o: FitOptions, log: Callable[[str], None] = print, progress: Progress | None = None) -> dict[str, Any]:
+def run(o: FitOptions, log: Callable[[str], None] = print, progress: Progress | None = None) -> FitReport:
     """Fit ``o.model`` to ``o.target`` (see the module docstring); returns fit.json's content."""
     t = validate(o)
     data, origin = model_bytes(o, log)
@@ -191,7 +293,7 @@ def run(o: FitOptions, log: Callable[[str], None] = print, progress: Progress | 
         f"(RAM {t.sram_bytes:,} B - stack {o.stack_kib} KiB - {STATIC_ESTIMATE} B static, / (1 + {o.margin:g})); "
         f"objective {o.objective}" + (f" within {o.max_latency:g}x the per-layer instructions"
                                       if o.objective == "memory" else "") + " ...")
-    res = search_model(o, t, data, name, budget, progress)
+    res = _search(o, t, data, name, budget, progress)
     if not res.feasible:
         s = res.smallest
         within = (f" within {o.max_latency:g}x the per-layer model's predicted instructions"
@@ -205,16 +307,30 @@ def run(o: FitOptions, log: Callable[[str], None] = print, progress: Progress | 
     with assembled_folder(o.out_dir, "--out_dir") as stage:
         report = _finish(o, t, data, origin, res, chosen, stage, log)
     if o.tree:
-        report["tree"] = export_tree(os.path.join(o.out_dir, "firmware"), o.tree, log=log)
+        report = dataclasses.replace(report, tree=export_tree(os.path.join(o.out_dir, "firmware"), o.tree, log=log))
     log(format_summary(report))
     return report
 
 
-def search_model(o: FitOptions, t: Target, data: bytes, name: str, budget: int,
-                 progress: Progress | None = None) -> SearchResult:
-    """fit's joint schedule search for the int8 model ``data`` on target ``t`` under a predicted-arena ``budget``
-    (``run`` passes ``arena_budget``; the detection bench passes its own): the candidates priced by their predicted
-    TFLM arena on the target's build and their predicted instructions on its core."""
+def price(o: FitOptions, data: bytes, name: str, budget: int | None = None,
+          progress: Progress | None = None) -> FitSearch:
+    """fit's joint schedule search alone, for the int8 model ``data`` (called ``name``) on ``o.target``: every
+    candidate priced by its predicted TFLM arena on the target's build and its predicted instructions on its core,
+    under a predicted-arena ``budget`` (None: the target's, ``arena_budget``). Nothing is verified or written."""
+    t = validate(o)
+    budget = arena_budget(o, t) if budget is None else budget
+    res = _search(o, t, data, name, budget, progress)
+    return FitSearch(budget_bytes=budget, feasible=res.feasible, message=res.message,
+                     per_layer=FitCandidate.of(res.baseline), smallest=FitCandidate.of(res.smallest),
+                     chosen=None if res.chosen is None else FitCandidate.of(res.chosen),
+                     candidates=[FitCandidate.of(e) for e in res.evaluated])
+
+
+def _search(o: FitOptions, t: Target, data: bytes, name: str, budget: int,
+            progress: Progress | None = None) -> SearchResult:
+    """fit's joint schedule search for the int8 model ``data`` on target ``t`` under a predicted-arena ``budget``:
+    the candidates priced by their predicted TFLM arena on the target's build and their predicted instructions on
+    its core."""
     graph = from_tflite(data, name=name)
 
     def instructions(model: bytes) -> int:
@@ -233,7 +349,7 @@ def search_model(o: FitOptions, t: Target, data: bytes, name: str, budget: int,
 
 
 def _finish(o: FitOptions, t: Target, data: bytes, origin: str, res: SearchResult, chosen: Evaluation, stage: str,
-            log: Callable[[str], None]) -> dict[str, Any]:
+            log: Callable[[str], None]) -> FitReport:
     """Verify and deploy the chosen model into the staging folder; fit.json and fit.png there."""
     original = os.path.join(stage, "original.tflite")
     chosen_path = os.path.join(stage, "model.tflite")
@@ -247,66 +363,47 @@ def _finish(o: FitOptions, t: Target, data: bytes, origin: str, res: SearchResul
         log(f"fit: verify: the chosen model against the original on {o.verify_samples} random inputs ...")
         ver = verify(VerifyOptions(original=original, rewritten=chosen_path, samples=o.verify_samples, seed=o.seed,
                                    quiet=True))
-        if not ver.get("bit_exact"):
+        if not ver.bit_exact:
             raise TfmcuError(f"{o.model}: the chosen model is not bit-exact against the original (a tfmcu bug: please "
                              f"report it); nothing written")
     dep = deploy(DeployOptions(tflite=chosen_path, target=o.target, out_dir=os.path.join(stage, "firmware"),
                                run=o.run, inputs=o.inputs, num_inputs=o.num_inputs, seed=o.seed, margin=o.margin,
                                stack_kib=o.stack_kib, timeout_s=o.timeout_s, kernels=o.kernels), log=log)
-    base = res.baseline
-    report: dict[str, Any] = {
-        "model": o.model, "model_origin": origin, "out_dir": o.out_dir, "target": t.name, "core": t.core, "kernels": o.kernels,
-        "objective": o.objective, "max_latency": o.max_latency if o.objective == "memory" else None,
-        "stream_input": o.stream_input, "arena_budget_bytes": res.budget,
-        "message": res.message,
-        "per_layer": candidate_entry(base),
-        "chosen": {**candidate_entry(chosen), "patched": patched},
-        "candidates": [candidate_entry(e) for e in res.evaluated],
-        "bounded_out": res.bounded_out, "failed": res.failed[:20],
-        "predicted_by": {"arena": f"tfmcu.plan.arena, TFLM build {mcu_build(o.kernels)!r}",
-                         "instructions": predict_instructions(chosen.result.model if patched else data, t.core,
-                                                              o.kernels).what},
-        "verify": None if ver is None else {"bit_exact": ver["bit_exact"], "samples": ver.get("samples")},
-        "deploy": dep,
-    }
-    if o.run:
-        report["measured"] = _compare(report["chosen"], dep)
-    files = {"fit.json": json.dumps(report, indent=1) + "\n"}
-    for n, text in files.items():
-        with open(os.path.join(stage, n), "w") as f:
-            f.write(text)
+    ch = ChosenCandidate(**dataclasses.asdict(FitCandidate.of(chosen)), patched=patched)
+    report = FitReport(
+        model=o.model, model_origin=origin, out_dir=o.out_dir, target=t.name, core=t.core, kernels=o.kernels,
+        objective=o.objective, max_latency=o.max_latency if o.objective == "memory" else None,
+        stream_input=o.stream_input, arena_budget_bytes=res.budget, message=res.message,
+        per_layer=FitCandidate.of(res.baseline), chosen=ch, candidates=[FitCandidate.of(e) for e in res.evaluated],
+        bounded_out=res.bounded_out, failed=res.failed[:20],
+        predicted_by=PredictedBy(arena=f"tfmcu.plan.arena, TFLM build {mcu_build(o.kernels)!r}",
+                                 instructions=predict_instructions(chosen.result.model if patched else data, t.core,
+                                                                   o.kernels).what),
+        verify=None if ver is None else FitVerify(bit_exact=ver.bit_exact, samples=ver.samples),
+        deploy=dep, measured=compare(ch, dep) if o.run else None)
+    with open(os.path.join(stage, "fit.json"), "w") as f:
+        f.write(json.dumps(report.to_json(), indent=1) + "\n")
     with open(os.path.join(stage, "fit.png"), "wb") as f:
         f.write(plot_candidates(report))
     os.remove(original)
     return report
 
 
-def candidate_entry(ev: Evaluation) -> dict[str, Any]:
-    c = ev.candidate
-    return {"describe": ev.describe(), "patches": list(c.grid) if c.patched else None, "patch_blocks": c.n_blocks,
-            "stages": len(c.plan.stages) if c.plan is not None else int(c.patched),
-            "config": ev.variant, "predicted_arena_bytes": ev.cost, "predicted_instructions": ev.instructions,
-            "mac_overhead": ev.details.get("mac_overhead_exact", c.mac_overhead),
-            "macs": int(round(c.macs / (1 + c.mac_overhead) * (1 + ev.details.get("mac_overhead_exact",
-                                                                                   c.mac_overhead))))}
-
-
-def _compare(chosen: dict[str, Any], dep: dict[str, Any]) -> dict[str, Any]:
+def compare(chosen: FitCandidate, dep: DeployReport) -> FitMeasured:
     """The chosen model's predictions against the firmware's measured figures (deploy's report with ``run``)."""
-    run = dep.get("run") or {}
-    arena = run.get("arena_used_bytes")
-    insns = run.get("invoke_insns") or []
-    insn = min(i for i in insns if i is not None) if any(i is not None for i in insns) else None
-    pa, pi = chosen["predicted_arena_bytes"], chosen["predicted_instructions"]
-    return {"arena_used_bytes": arena, "predicted_arena_bytes": pa,
-            "arena_equal": arena == pa if arena is not None else None,
-            "invoke_instructions": insn, "predicted_instructions": pi,
-            "instructions_error": None if insn in (None, 0) or pi is None else round(pi / insn - 1, 4),
-            "outputs_equal_tflite": bool(run.get("outputs_equal_tflite")), "fits": bool(dep.get("fits")),
-            "measured_by": run.get("measured_by"), "verdict": dep.get("verdict")}
+    run = dep.run
+    arena = None if run is None else run.arena_used_bytes
+    insn = None if run is None else run.instructions
+    pa, pi = chosen.predicted_arena_bytes, chosen.predicted_instructions
+    return FitMeasured(arena_used_bytes=arena, predicted_arena_bytes=pa,
+                       arena_equal=arena == pa if arena is not None else None,
+                       invoke_instructions=insn, predicted_instructions=pi,
+                       instructions_error=None if insn in (None, 0) or pi is None else round(pi / insn - 1, 4),
+                       outputs_equal_tflite=run is not None and run.outputs_equal_tflite, fits=bool(dep.fits),
+                       measured_by=None if run is None else run.measured_by, verdict=dep.verdict)
 
 
-def plot_candidates(report: dict[str, Any]) -> bytes:
+def plot_candidates(report: FitReport) -> bytes:
     """fit.png: every candidate's predicted arena against its predicted instructions; the per-layer model, the
     chosen one, the budget and (objective memory) the latency cap marked."""
     import matplotlib  # lazy: plotting only
@@ -314,26 +411,26 @@ def plot_candidates(report: dict[str, Any]) -> bytes:
     import matplotlib.pyplot as plt  # lazy: plotting only
 
     fig, ax = plt.subplots(figsize=(7.5, 5))
-    pts = [(c["predicted_arena_bytes"] / KB, c["predicted_instructions"] / 1e6, c["config"] or "")
-           for c in report["candidates"] if c["predicted_instructions"] is not None and c["patches"]]
+    pts = [(c.predicted_arena_bytes / KB, c.predicted_instructions / 1e6, c.config or "")
+           for c in report.candidates if c.predicted_instructions is not None and c.patches]
     groups: dict[str, list[tuple[float, float]]] = {}
     for x, y, cfg in pts:
         groups.setdefault(cfg, []).append((x, y))
     for cfg, xy in sorted(groups.items()):
         ax.scatter([p[0] for p in xy], [p[1] for p in xy], s=14, alpha=0.6, label=cfg)
-    base, ch = report["per_layer"], report["chosen"]
-    ax.scatter([base["predicted_arena_bytes"] / KB], [base["predicted_instructions"] / 1e6], marker="s", s=70,
+    base, ch = report.per_layer, report.chosen
+    ax.scatter([base.predicted_arena_bytes / KB], [(base.predicted_instructions or 0) / 1e6], marker="s", s=70,
                color="black", label="per layer (TFLM, same kernels)")
-    ax.scatter([ch["predicted_arena_bytes"] / KB], [ch["predicted_instructions"] / 1e6], marker="*", s=220,
+    ax.scatter([ch.predicted_arena_bytes / KB], [(ch.predicted_instructions or 0) / 1e6], marker="*", s=220,
                color="red", label="chosen")
-    ax.axvline(report["arena_budget_bytes"] / KB, color="gray", ls="--", lw=1, label="arena budget")
-    if report.get("max_latency"):
-        ax.axhline(base["predicted_instructions"] * report["max_latency"] / 1e6, color="gray", ls=":", lw=1,
-                   label=f"{report['max_latency']:g}x per-layer instructions")
+    ax.axvline(report.arena_budget_bytes / KB, color="gray", ls="--", lw=1, label="arena budget")
+    if report.max_latency:
+        ax.axhline((base.predicted_instructions or 0) * report.max_latency / 1e6, color="gray", ls=":", lw=1,
+                   label=f"{report.max_latency:g}x per-layer instructions")
     ax.set_yscale("log")
     ax.set_xlabel("predicted TFLM arena (kB; tfmcu.plan.arena)")
-    ax.set_ylabel(f"predicted instructions per Invoke (M, log; {report['core']}, {report['kernels']})")
-    ax.set_title(f"fit: {os.path.basename(report['model'])} on {report['target']} (estimated, every candidate)",
+    ax.set_ylabel(f"predicted instructions per Invoke (M, log; {report.core}, {report.kernels})")
+    ax.set_title(f"fit: {os.path.basename(report.model)} on {report.target} (estimated, every candidate)",
                  fontsize=10)
     ax.legend(fontsize=6, loc="best")
     ax.grid(alpha=0.3)
@@ -344,21 +441,21 @@ def plot_candidates(report: dict[str, Any]) -> bytes:
     return buf.getvalue()
 
 
-def format_summary(r: dict[str, Any]) -> str:
-    b, c = r["per_layer"], r["chosen"]
-    lines = [f"fit: {r['message']}",
+def format_summary(r: FitReport) -> str:
+    b, c = r.per_layer, r.chosen
+    lines = [f"fit: {r.message}",
              f"{'':>10} {'arena (predicted)':>18} {'instructions (predicted)':>26}",
-             f"{'per layer':>10} {b['predicted_arena_bytes']:>16,} B {b['predicted_instructions'] or 0:>24,}",
-             f"{'chosen':>10} {c['predicted_arena_bytes']:>16,} B {c['predicted_instructions'] or 0:>24,}"
-             f"   ({b['predicted_arena_bytes'] / c['predicted_arena_bytes']:.2f}x smaller, "
-             f"{(c['predicted_instructions'] or 0) / max(b['predicted_instructions'] or 1, 1):.3f}x the instructions)"]
-    m = r.get("measured")
-    if m and m.get("arena_used_bytes") is None:  # it did not build or run (deploy's verdict says why)
-        lines.append(f"not measured on {r['target']}: {m.get('verdict')}")
+             f"{'per layer':>10} {b.predicted_arena_bytes:>16,} B {b.predicted_instructions or 0:>24,}",
+             f"{'chosen':>10} {c.predicted_arena_bytes:>16,} B {c.predicted_instructions or 0:>24,}"
+             f"   ({b.predicted_arena_bytes / c.predicted_arena_bytes:.2f}x smaller, "
+             f"{(c.predicted_instructions or 0) / max(b.predicted_instructions or 1, 1):.3f}x the instructions)"]
+    m = r.measured
+    if m and m.arena_used_bytes is None:  # it did not build or run (deploy's verdict says why)
+        lines.append(f"not measured on {r.target}: {m.verdict}")
     elif m:
-        lines.append(f"measured on {r['target']} ({m.get('measured_by')}): arena {m['arena_used_bytes']:,} B "
-                     f"(predicted {'exactly' if m['arena_equal'] else m['predicted_arena_bytes']}), instructions "
-                     f"{m['invoke_instructions'] or 0:,} (predicted {100 * (m['instructions_error'] or 0):+.1f}%); "
-                     f"{m.get('verdict')}")
-    lines.append(f"wrote {r['out_dir']}/: model.tflite, fit.json, fit.png, firmware/")
+        lines.append(f"measured on {r.target} ({m.measured_by}): arena {m.arena_used_bytes:,} B "
+                     f"(predicted {'exactly' if m.arena_equal else m.predicted_arena_bytes}), instructions "
+                     f"{m.invoke_instructions or 0:,} (predicted {100 * (m.instructions_error or 0):+.1f}%); "
+                     f"{m.verdict}")
+    lines.append(f"wrote {r.out_dir}/: model.tflite, fit.json, fit.png, firmware/")
     return "\n".join(lines)

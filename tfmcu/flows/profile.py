@@ -138,7 +138,7 @@ def plot_memory(report: dict[str, Any], sram_bytes: int | None = None) -> bytes:
 # ============================================================================= the flow
 @dataclass(frozen=True, kw_only=True)
 class ProfileOptions:
-    model: str = "mcunet-demo"  # preset name, spec JSON, .tflite or Keras file
+    model: str | None  # preset name, spec JSON, .tflite or Keras file (None: a one-line error)
     resolution: int | None = None  # presets and spec JSON only
     width: float | None = None
     num_classes: int | None = None
@@ -149,6 +149,8 @@ class ProfileOptions:
 
 
 def validate(o: ProfileOptions) -> None:
+    if not o.model:
+        raise UsageError("give the model: --model=a preset name, spec JSON, .tflite or Keras file")
     o.schedule.validate()
     check_output_paths({"--json_out": o.json_out, "--plot_out": o.plot_out})
 

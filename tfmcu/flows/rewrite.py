@@ -13,12 +13,13 @@ source with our kernel, ``tfmcu.runtime.tflm_host``): in auto mode a rewrite who
 than the original's falls back to the unpatched model, and an output whose measured arena exceeds ``--sram_kb`` is
 an error. The wheel's interpreter runs in a child process (``isolate=True``; the host build is one already), the
 original first: a model that makes TFLM abort is a one-line ``TFLMError`` before any search, never a crash. The
-model and the JSON report are written all-or-nothing. ``RewriteOptions`` holds the options (custom mode's in
+model and the JSON report (``RewriteReport``, which ``run`` returns) are written all-or-nothing. ``RewriteOptions`` holds the options (custom mode's in
 ``tfmcu.stage.custom.CustomOptions``, the halo caches' in ``tfmcu.plan.halo.HaloOptions``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -27,10 +28,11 @@ import numpy as np
 
 from tfmcu.errors import TfmcuError, UsageError
 from tfmcu.files import check_output_paths, read_bytes, write_outputs
-from tfmcu.flows.common import ScheduleRequest
+from tfmcu.flows.common import ArenaFigures, ScheduleRequest
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.plan.regions import ScheduleError
 from tfmcu.plan.search import Evaluation, Progress, candidate_for, candidates, search
+from tfmcu.records import Pair, Record, optional
 from tfmcu.runtime.model_io import random_inputs
 from tfmcu.runtime.tflm import measure_arena
 from tfmcu.runtime.tflm_host import MEASURED_BY, run_whole
@@ -95,20 +97,45 @@ def validate(o: RewriteOptions) -> bytes:
     return data
 
 
-def _arena(stats: Any) -> dict[str, int]:
-    return {"arena_total_bytes": stats.total, "arena_head_bytes": stats.head, "arena_tail_bytes": stats.tail}
+@dataclass(frozen=True, kw_only=True)
+class FlashBytes(Record):
+    original: int
+    output: int  # the written model (the input model when not patched)
 
 
-def _predicted(ev: Evaluation) -> dict[str, int]:
+@dataclass(frozen=True, kw_only=True)
+class RewriteReport(Record):
+    """What ``rewrite`` did (its ``--json_out``). ``schedule``, ``halo``, ``rest_convs``, ``custom_mode`` and
+    ``search`` are the records of the layers that made them (``tfmcu.stage.common.schedule_record``, the chosen
+    evaluation's details, ``tfmcu.stage.custom.memory_report``, ``SearchResult.to_dict()``)."""
+
+    input: str
+    output: str
+    mode: str
+    search: dict[str, Any] | None = optional()  # auto mode
+    predicted: Pair[ArenaFigures]
+    schedule: dict[str, Any] | None = optional()
+    halo: dict[str, Any] | None = optional()
+    rest_convs: dict[str, Any] | None = optional()
+    ops: Pair[int] | None = optional()
+    tflm: Pair[ArenaFigures] | None = optional()  # measured (``measure``)
+    custom_mode: dict[str, Any] | None = optional()
+    message: str
+    patched: bool
+    flash_bytes: FlashBytes
+
+
+def _predicted(ev: Evaluation) -> ArenaFigures:
     d = ev.details
     if "predicted_arena_bytes" in d and "predicted_arena_head_bytes" in d:
-        return {"arena_total_bytes": d["predicted_arena_bytes"], "arena_head_bytes": d["predicted_arena_head_bytes"],
-                "arena_tail_bytes": d["predicted_arena_tail_bytes"]}
-    return {"arena_total_bytes": ev.cost}
+        return ArenaFigures(arena_total_bytes=d["predicted_arena_bytes"],
+                            arena_head_bytes=d["predicted_arena_head_bytes"],
+                            arena_tail_bytes=d["predicted_arena_tail_bytes"])
+    return ArenaFigures(arena_total_bytes=ev.cost)
 
 
-def run(o: RewriteOptions, log: Callable[[str], None] = print, progress: Progress | None = None) -> dict[str, Any]:
-    """Rewrite ``o.tflite`` into ``o.out`` (see the module docstring); returns the JSON report."""
+def run(o: RewriteOptions, log: Callable[[str], None] = print, progress: Progress | None = None) -> RewriteReport:
+    """Rewrite ``o.tflite`` into ``o.out`` (see the module docstring); returns the report."""
     data = validate(o)
     path = o.tflite
     graph = from_tflite(data, name=os.path.splitext(os.path.basename(path))[0])
@@ -122,12 +149,12 @@ def run(o: RewriteOptions, log: Callable[[str], None] = print, progress: Progres
         cost = CustomArenaCost(data, graph, path, options=o.custom, count_input=opts.count_input, budget=budget)
     # The original first: a model that makes TFLM abort is a one-line error (isolated) before any search.
     m_orig = measure_arena(data, where=path, isolate=True) if o.measure else None
-    report: dict[str, Any] = {"input": path, "output": o.out, "mode": o.mode}
+    found: dict[str, Any] | None = None
     if req.auto:
         log(f"auto: {'least-MACs' if opts.objective == 'macs' else 'smallest'} schedule for {path} ({o.mode} mode, "
             f"{cost.what}" + (f", budget {req.sram_kb:g} kB" if budget is not None else "") + ") ...")
         res = search(graph, cost, budget, opts, progress)
-        report["search"] = res.to_dict()
+        found = res.to_dict()
         if not res.feasible:
             raise UsageError(f"{path}: {res.message}")
         chosen, baseline, message = res.chosen, res.baseline, res.message
@@ -140,100 +167,91 @@ def run(o: RewriteOptions, log: Callable[[str], None] = print, progress: Progres
     assert chosen is not None
     patched = chosen.candidate.patched
     out_bytes = chosen.result.model if patched else data
-    report["predicted"] = {"original": _predicted(baseline)}
+    report = RewriteReport(input=path, output=o.out, mode=o.mode, search=found,
+                           predicted=Pair(original=_predicted(baseline),
+                                          rewritten=_predicted(chosen) if patched else None),
+                           message=message, patched=patched, flash_bytes=FlashBytes(original=len(data), output=0))
     if patched:
-        report["predicted"]["rewritten"] = _predicted(chosen)
-        report["schedule"] = chosen.result.schedule
-        for key in ("halo", "rest_convs"):
-            if key in chosen.details:
-                report[key] = chosen.details[key]
-        report["ops"] = {"original": chosen.result.ops_before, "rewritten": chosen.result.ops_after}
+        report = dataclasses.replace(report, schedule=chosen.result.schedule, halo=chosen.details.get("halo"),
+                                     rest_convs=chosen.details.get("rest_convs"),
+                                     ops=Pair(original=chosen.result.ops_before, rewritten=chosen.result.ops_after))
     if m_orig is not None:
-        report["tflm"] = {"original": _arena(m_orig)}
+        m_rw = None
         if patched:
             if o.mode == "builtin":
-                m_rw = _arena(measure_arena(out_bytes, where=o.out, isolate=True))
+                m_rw = ArenaFigures.of(measure_arena(out_bytes, where=o.out, isolate=True))
             else:  # the whole model in TFLM built from source with our kernel, on one random input
                 sample = random_inputs(data, 1, seed=0)
                 run = run_whole(out_bytes, sample, where=o.out)
                 whole = run.arena
-                m_rw = {"arena_total_bytes": whole.arena_used_bytes, "arena_head_bytes": whole.head_bytes,
-                        "arena_tail_bytes": whole.tail_bytes, "measured_by": MEASURED_BY,
-                        "patch_stage_persistent_bytes": whole.patch_stage_persistent_bytes}
                 # the original model on the same input in the same TFLM: the outputs must be equal
                 ref = run_whole(data, sample, where=path).outputs
                 if not all(np.array_equal(a, b) for a, b in zip(run.outputs[0], ref[0])):
                     raise TfmcuError(f"{o.out}: the rewritten model's outputs in TFLM differ from the original's on a "
                                      f"random input (a tfmcu bug: please report it); nothing written")
-                m_rw["outputs_equal_original_on"] = "1 random input, TFLM built from source"
-            report["tflm"]["rewritten"] = m_rw
-            if req.auto and m_rw["arena_total_bytes"] >= m_orig.total:
-                message = (f"the rewritten model's measured TFLM arena ({m_rw['arena_total_bytes']} B) is not "
+                m_rw = ArenaFigures(arena_total_bytes=whole.arena_used_bytes, arena_head_bytes=whole.head_bytes,
+                                    arena_tail_bytes=whole.tail_bytes, measured_by=MEASURED_BY,
+                                    patch_stage_persistent_bytes=whole.patch_stage_persistent_bytes,
+                                    outputs_equal_original_on="1 random input, TFLM built from source")
+            if req.auto and m_rw.arena_total_bytes >= m_orig.total:
+                message = (f"the rewritten model's measured TFLM arena ({m_rw.arena_total_bytes} B) is not "
                            f"smaller than the "
                            f"original's ({m_orig.total} B): falling back to no patching (output = input model)")
                 out_bytes, patched = data, False
+        report = dataclasses.replace(report, tflm=Pair(original=ArenaFigures.of(m_orig), rewritten=m_rw))
     if patched and o.mode == "custom":
-        report["custom_mode"] = memory_report(out_bytes, o.out)
-    if budget is not None and o.measure:
-        fits, figure = _measured_figure(report, patched, o, opts.count_input)
+        report = dataclasses.replace(report, custom_mode=memory_report(out_bytes, o.out))
+    report = dataclasses.replace(report, message=message, patched=patched,
+                                 flash_bytes=FlashBytes(original=len(data), output=len(out_bytes)))
+    # the budget against the output's measured TFLM arena, which holds the image (TFLM always plans its input): only
+    # when the budget counts the image
+    if budget is not None and o.measure and opts.count_input:
+        figure = getattr(report.tflm, "rewritten" if patched else "original").arena_total_bytes
         if figure is not None and figure > budget:
-            raise UsageError(f"{path}: the output's {fits} is {figure:,} B, more than --sram_kb={req.sram_kb:g} "
-                             f"({budget:,} B); nothing written")
-    report["message"] = message
-    report["patched"] = patched
-    report["flash_bytes"] = {"original": len(data), "output": len(out_bytes)}
-    write_outputs({o.out: out_bytes, o.json_out: report})
+            raise UsageError(f"{path}: the output's measured TFLM arena is {figure:,} B, more than "
+                             f"--sram_kb={req.sram_kb:g} ({budget:,} B); nothing written")
+    write_outputs({o.out: out_bytes, o.json_out: report.to_json()})
     log(format_summary(report, o.custom.inplace).rstrip())
     return report
 
 
-def _measured_figure(report: dict[str, Any], patched: bool, o: RewriteOptions,
-                     count_input: bool) -> tuple[str, int | None]:
-    """What the budget is checked against once measured: the output model's TFLM arena."""
-    role = "rewritten" if patched else "original"
-    if not count_input:  # TFLM always plans its input: the measurement includes the image
-        return "measured TFLM arena", None
-    return "measured TFLM arena", report["tflm"][role]["arena_total_bytes"]
-
-
-def format_summary(r: dict[str, Any], inplace: bool = False) -> str:
-    lines = [r["message"]]
-    s = r.get("schedule")
-    if s:
+def format_summary(r: RewriteReport, inplace: bool = False) -> str:
+    lines = [r.message]
+    s = r.schedule
+    if s and r.ops is not None:
         g = s["grid"]
         stage = f"{s['patch_blocks']} blocks" if s["patch_blocks"] is not None else f"{s['patch_ops']} ops"
-        lines.append(f"schedule: {g[0]}x{g[1]} patches over the first {stage}; ops {r['ops']['original']} -> "
-                     f"{r['ops']['rewritten']}; MACs +{s['mac_overhead_exact'] * 100:.1f}% (exact), "
+        lines.append(f"schedule: {g[0]}x{g[1]} patches over the first {stage}; ops {r.ops.original} -> "
+                     f"{r.ops.rewritten}; MACs +{s['mac_overhead_exact'] * 100:.1f}% (exact), "
                      f"+{s['mac_overhead_padded'] * 100:.1f}% (padded)")
-    h = r.get("halo")
+    h = r.halo
     if h:
         lines.append(f"halo caches: {len(h['row_caches'])} row + {len(h['col_caches'])} column caches, "
                      f"{h['cache_bytes']:,} B; MACs +{h['mac_overhead_exact'] * 100:.1f}% (exact; the stage's "
                      f"+{h['stage_mac_overhead'] * 100:.1f}%)")
-    rc = r.get("rest_convs")
+    rc = r.rest_convs
     if rc:
         lines.append(f"rest: {rc['replaced']} convolutions / fully connected layers run by TFMCU_PATCH_STAGE ops "
                      f"(multipliers in Flash), "
                      f"{rc['kept']} left to TFLM; {rc['tflm_persistent_bytes_moved']:,} B less persistent tail "
                      f"(Cortex-M, predicted)")
-    if r["mode"] == "custom" and r.get("custom_mode"):
-        mem = r["custom_mode"]
-        kernel = r.get("tflm", {}).get("rewritten", {}).get("patch_stage_persistent_bytes")
+    if r.mode == "custom" and r.custom_mode:
+        mem = r.custom_mode
+        measured = r.tflm.rewritten if r.tflm is not None else None
+        kernel = measured.patch_stage_persistent_bytes if measured is not None else None
         kernel = kernel if kernel is not None else mem["patch_stage_persistent_bytes"]["host_64bit"]
         lines.append(f"one {PATCH_STAGE_OP} op; scratch {mem['scratch_bytes']:,} B; kernel op data {kernel:,} B; "
                      f"rest of the graph planned {'in place' if inplace else 'without overlaps'}")
-    for label, key in (("predicted", "predicted"), ("TFLM measured", "tflm")):
-        d = r.get(key)
-        if not d:
+    for label, pair in (("predicted", r.predicted), ("TFLM measured", r.tflm)):
+        if pair is None:
             continue
-        o = d.get("original", {}).get("arena_total_bytes")
-        w = d.get("rewritten", {}).get("arena_total_bytes")
+        o = pair.original.arena_total_bytes if pair.original is not None else None
+        w = pair.rewritten.arena_total_bytes if pair.rewritten is not None else None
         line = f"{label:>14}: original {o:,} B" if o is not None else f"{label:>14}:"
         if w is not None:
             line += f", rewritten {w:,} B ({o / w:.2f}x smaller)"
-            if key == "tflm" and r["mode"] == "custom":
+            if pair is r.tflm and r.mode == "custom":
                 line += " (rewritten: whole model in TFLM built from source with the kernel)"
         lines.append(line)
-    lines.append(f"{'Flash':>14}: {r['flash_bytes']['original']:,} -> {r['flash_bytes']['output']:,} B; "
-                 f"wrote {r['output']}")
+    lines.append(f"{'Flash':>14}: {r.flash_bytes.original:,} -> {r.flash_bytes.output:,} B; wrote {r.output}")
     return "\n".join(lines) + "\n"

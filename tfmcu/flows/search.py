@@ -93,7 +93,7 @@ def validate(o: SearchRunOptions) -> None:
     if o.max_mmacs is not None and o.max_mmacs <= 0:
         raise UsageError(f"--max_mmacs={o.max_mmacs}: must be > 0")
     if not o.patch_options or min(o.patch_options) < 1:
-        raise UsageError("--patch_options: integers >= 1")
+        raise UsageError("--grids: integers >= 1")
     if o.workers < 0:
         raise UsageError(f"--workers={o.workers}: must be >= 0")
     if o.max_stages < 1:

@@ -10,7 +10,8 @@ interpreters; TF Lite vs TFLM agreement per model is reported too (informational
 TFLM disagree about the original itself (their int8 MEAN rounds differently on some inputs) and a custom-mode
 model's TF Lite side gives TFLM's bytes (its stage ops run our kernels, bit-exact with TFLM's: a stage that ends into
 the global average pool), the sample is listed under ``tflm_semantics``, not as a mismatch. TFLM's arena is measured
-(``tfmcu.runtime.tflm.measure_arena``) and predicted (``tfmcu.plan.arena.predict_arena``) for both.
+(``tfmcu.runtime.tflm.measure_arena``) and predicted (``tfmcu.plan.arena.predict_arena``) for both. ``verify``
+returns a ``VerifyReport`` (``--json_out`` is its ``to_json()``).
 
 A rewritten model in custom mode (``TFMCU_PATCH_STAGE`` ops: the patch stage, and with ``rewrite
 --rest_convs=tfmcu`` one more per convolution of the rest) runs WHOLE in TFLM built from source with our kernel
@@ -33,6 +34,7 @@ an interpreter crash) is a one-line ``UsageError`` and no output file.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -42,8 +44,10 @@ import numpy as np
 
 from tfmcu.errors import UsageError
 from tfmcu.files import check_output_paths, write_outputs
+from tfmcu.flows.common import ArenaFigures
 from tfmcu.graph.ir import GraphError
 from tfmcu.plan.arena import predict_model_arena
+from tfmcu.records import Pair, Record, optional
 from tfmcu.runtime.host import evaluate, host_model
 from tfmcu.runtime.model_io import TFLMError, load_inputs, random_inputs, read_model
 from tfmcu.runtime.tflite import RESOLVERS
@@ -55,6 +59,97 @@ from tfmcu.tflite.model import TfliteModel
 
 
 ROLES = ("original", "rewritten")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mismatch(Record):
+    """A sample whose outputs differ (the first differing output)."""
+
+    interpreter: str | None = optional()  # "tflite-<resolver>" or "tflm" (None: TF Lite against TFLM, one model)
+    sample: int
+    output: int
+    max_abs_diff: float | None  # None: shapes or types differ (``note``)
+    note: str | None = optional()
+    source: str | None = optional()  # "random" or "inputs"
+    output_name: str | None = optional()  # a detector's output
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mismatches(Record):
+    count: int  # sample x interpreter pairs
+    samples: int
+    first: list[Mismatch]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TflmSemantics(Record):
+    """Samples on which TF Lite and TFLM disagree about the ORIGINAL and the rewritten model's TF Lite side gives
+    TFLM's bytes (its stage ops run our kernels, bit-exact with TFLM's): not mismatches."""
+
+    samples: int
+    first: list[Mismatch]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Agreement(Record):
+    """TF Lite against TFLM for one model (informational)."""
+
+    agree: bool
+    mismatching_samples: int
+    first: list[Mismatch]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageShape(Record):
+    shape: list[int]
+    dtype: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamedInput(Record):
+    """A rewritten model that streams its input: the image, and the rows each sample read on each side."""
+
+    image: ImageShape
+    rows_read: dict[str, list[int]] | None  # per side: "tflite" (the C executor) and "tflm"
+    image_rows: int
+    how: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DetectorCheck(Record):
+    """A detector's comparison: the detections per sample in each model and interpreter, the largest box
+    difference between the two models (0.0 when bit-exact)."""
+
+    outputs: list[str]
+    compared: str
+    detections_per_sample: Pair[dict[str, list[int]]]
+    max_box_abs_diff: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyReport(Record):
+    """What ``verify`` found (its ``--json_out``)."""
+
+    bit_exact: bool
+    samples: int
+    random_samples: int
+    input_samples: int
+    seed: int
+    inputs: str | None
+    resolver: str
+    interpreters: Pair[dict[str, str]]
+    models: Pair[str]
+    mismatches: Mismatches
+    tflm_semantics: TflmSemantics
+    tflite_vs_tflm: Pair[Agreement]
+    tflm: Pair[ArenaFigures]  # measured
+    arena_kind: Pair[str]
+    predicted: Pair[ArenaFigures]
+    custom_mode: Pair[dict[str, Any]]  # a custom-mode model's kernel figures (``tfmcu.runtime.tflm_host``)
+    streamed_input: StreamedInput | None
+    flash_bytes: Pair[int]
+    ops: Pair[int]
+    detector: DetectorCheck | None
 
 
 def check_signatures(infos: dict[str, Any]) -> None:
@@ -70,18 +165,18 @@ def check_signatures(infos: dict[str, Any]) -> None:
                                       f"{y.label} in the rewritten model")
 
 
-def compare(a: list[list[Any]], b: list[list[Any]], offset: int = 0) -> list[dict[str, Any]]:
-    """Samples whose outputs differ: [{sample, output, max_abs_diff}] (first differing output per sample)."""
+def compare(a: list[list[Any]], b: list[list[Any]], offset: int = 0) -> list[Mismatch]:
+    """Samples whose outputs differ (first differing output per sample)."""
     out = []
     for i, (xa, xb) in enumerate(zip(a, b)):
         for j, (u, v) in enumerate(zip(xa, xb)):
             if u.shape != v.shape or u.dtype != v.dtype:
-                out.append({"sample": i + offset, "output": j, "max_abs_diff": None,
-                            "note": f"{u.dtype}{list(u.shape)} vs {v.dtype}{list(v.shape)}"})
+                out.append(Mismatch(sample=i + offset, output=j, max_abs_diff=None,
+                                    note=f"{u.dtype}{list(u.shape)} vs {v.dtype}{list(v.shape)}"))
                 break
             if not np.array_equal(u, v):
                 d = np.abs(u.astype(np.float64) - v.astype(np.float64))
-                out.append({"sample": i + offset, "output": j, "max_abs_diff": float(np.nanmax(d))})
+                out.append(Mismatch(sample=i + offset, output=j, max_abs_diff=float(np.nanmax(d))))
                 break
     return out
 
@@ -95,7 +190,7 @@ def _as_tflm(results: dict[str, Any], sample: int) -> bool:
     return not same[0] and same[1] and same[2]
 
 
-def detector_report(results: dict[str, Any], where: dict[str, Any]) -> dict[str, Any] | None:
+def detector_report(results: dict[str, Any], where: dict[str, Any]) -> DetectorCheck | None:
     """For detectors (``where``: per role, ``postprocess_outputs``): the detections per sample in each model and
     interpreter, and the largest box difference between the two models; None when the original is no detector."""
     if where["original"] is None or where["rewritten"] is None:
@@ -108,10 +203,10 @@ def detector_report(results: dict[str, Any], where: dict[str, Any]) -> dict[str,
             u, v = a[where["original"][0]], b[where["rewritten"][0]]
             if u.shape == v.shape:
                 diff = max(diff, float(np.max(np.abs(u.astype(np.float64) - v.astype(np.float64)), initial=0.0)))
-    return {"outputs": list(OUTPUT_NAMES),
-            "compared": "the four outputs of TFLite_Detection_PostProcess, bit for bit, entries past num_detections "
-                        "zeroed in every runner (the op leaves them unwritten)",
-            "detections_per_sample": counts, "max_box_abs_diff": diff}
+    return DetectorCheck(outputs=list(OUTPUT_NAMES),
+                         compared="the four outputs of TFLite_Detection_PostProcess, bit for bit, entries past "
+                                  "num_detections zeroed in every runner (the op leaves them unwritten)",
+                         detections_per_sample=Pair(**counts), max_box_abs_diff=diff)
 
 
 def stage_ops(info: Any) -> int:
@@ -119,20 +214,12 @@ def stage_ops(info: Any) -> int:
     return sum(name == f"custom:{PATCH_STAGE_OP}" for name in info.op_names)
 
 
-def _arena(stats: Any) -> dict[str, int]:
-    return {"arena_total_bytes": stats.total, "arena_head_bytes": stats.head, "arena_tail_bytes": stats.tail}
-
-
-def predict(data: TfliteModel | bytes, where: str) -> dict[str, Any]:
+def predict(data: TfliteModel | bytes, where: str) -> ArenaFigures:
     try:
         p = predict_model_arena(data, name=os.path.basename(where))
     except GraphError as e:
-        return {"arena_total_bytes": None, "arena_head_bytes": None, "arena_tail_bytes": None,
-                "error": str(e).splitlines()[0]}
-    d = {"arena_total_bytes": p.total, "arena_head_bytes": p.head, "arena_tail_bytes": p.tail}
-    if p.details.get("unmodelled_ops"):
-        d["unmodelled_ops"] = p.details["unmodelled_ops"]
-    return d
+        return ArenaFigures(arena_total_bytes=None, error=str(e).splitlines()[0])
+    return dataclasses.replace(ArenaFigures.of(p), unmodelled_ops=p.details.get("unmodelled_ops") or None)
 
 
 @dataclass
@@ -158,7 +245,7 @@ def validate(o: VerifyOptions) -> None:
     check_output_paths({"--json_out": o.json_out})
 
 
-def verify(o: VerifyOptions) -> dict[str, Any]:
+def verify(o: VerifyOptions) -> VerifyReport:
     """Run both models on the same inputs in TF Lite and TFLM (each in its own child process) and compare; returns
     the report (see the module docstring)."""
     validate(o)
@@ -199,122 +286,121 @@ def verify(o: VerifyOptions) -> dict[str, Any]:
         raise UsageError(str(e)) from None
 
     interpreters = {"tflite": f"tflite-{o.resolver}", "tflm": "tflm"}
-    mismatches, tflm_bytes = [], []
+    mismatches: list[Mismatch] = []
+    tflm_bytes: list[Mismatch] = []
     for key, label in interpreters.items():
         for m in compare(getattr(results["original"], key), getattr(results["rewritten"], key)):
-            if key == "tflite" and custom["rewritten"] and _as_tflm(results, m["sample"]):
-                tflm_bytes.append({"interpreter": label, **m})  # the stage ops compute TFLM's bytes (see below)
+            m = dataclasses.replace(m, interpreter=label)
+            if key == "tflite" and custom["rewritten"] and _as_tflm(results, m.sample):
+                tflm_bytes.append(m)  # the stage ops compute TFLM's bytes (see below)
             else:
-                mismatches.append({"interpreter": label, **m})
-    mismatches.sort(key=lambda m: (m["sample"], m["interpreter"]))
+                mismatches.append(m)
+    mismatches.sort(key=lambda m: (m.sample, m.interpreter))
     agreement = {}
     for r in ROLES:
         diff = compare(results[r].tflite, results[r].tflm)
-        agreement[r] = {"agree": not diff, "mismatching_samples": len(diff), "first": diff[:o.max_details]}
-    for m in mismatches:
-        m["source"] = "random" if m["sample"] < len(samples) else "inputs"
-        if detector is not None:
-            m["output_name"] = OUTPUT_NAMES[detector["original"].index(m["output"])] \
-                if m["output"] in detector["original"] else None
+        agreement[r] = Agreement(agree=not diff, mismatching_samples=len(diff), first=diff[:o.max_details])
+
+    def located(m: Mismatch) -> Mismatch:
+        pos = None if detector is None else detector["original"]
+        return dataclasses.replace(m, source="random" if m.sample < len(samples) else "inputs",
+                                   output_name=OUTPUT_NAMES[pos.index(m.output)] if pos and m.output in pos else None)
+
+    mismatches = [located(m) for m in mismatches]
     det = detector_report(results, detector) if detector is not None else None
-    return {
-        "bit_exact": not mismatches,
-        "samples": len(all_samples),
-        "random_samples": len(samples),
-        "input_samples": len(real),
-        "seed": o.seed,
-        "inputs": o.inputs,
-        "resolver": o.resolver,
-        "interpreters": {r: ({"tflite": f"{interpreters['tflite']} ({PATCH_STAGE_OP} ops: tfmcu C kernels)",
-                              "tflm": "tflm built from source + TFMCU_PATCH_STAGE kernel (whole model)"}
-                             if custom[r] else interpreters) for r in ROLES},
-        "models": dict(paths),
-        "mismatches": {"count": len(mismatches),
-                       "samples": len({m["sample"] for m in mismatches}),
-                       "first": mismatches[:o.max_details]},
+    return VerifyReport(
+        bit_exact=not mismatches, samples=len(all_samples), random_samples=len(samples), input_samples=len(real),
+        seed=o.seed, inputs=o.inputs, resolver=o.resolver,
+        interpreters=Pair(**{r: ({"tflite": f"{interpreters['tflite']} ({PATCH_STAGE_OP} ops: tfmcu C kernels)",
+                                  "tflm": "tflm built from source + TFMCU_PATCH_STAGE kernel (whole model)"}
+                                 if custom[r] else interpreters) for r in ROLES}),
+        models=Pair(**paths),
+        mismatches=Mismatches(count=len(mismatches), samples=len({m.sample for m in mismatches}),
+                              first=mismatches[:o.max_details]),
         # samples on which TF Lite and TFLM disagree about the ORIGINAL (e.g. their int8 MEAN rounds differently)
         # and the rewritten model's TF Lite side gives TFLM's bytes: its stage ops run our kernels, bit-exact with
         # TFLM's, the deployment's interpreter (not a mismatch)
-        "tflm_semantics": {"samples": len(tflm_bytes), "first": tflm_bytes[:o.max_details]},
-        "tflite_vs_tflm": agreement,
-        "tflm": {r: _arena(results[r].arena) for r in ROLES},
-        "arena_kind": {r: (MEASURED_BY if custom[r] else "measured by TFLM (tflite-micro wheel)") for r in ROLES},
-        "predicted": {r: predict(data[r], paths[r]) for r in ROLES},
-        "custom_mode": {r: {**results[r].arena.custom, "patch_stage_ops": stage_ops(infos[r])}
-                        for r in ROLES if custom[r]},
-        "streamed_input": None if streamed is None else {
-            "image": {"shape": list(streamed[0]), "dtype": streamed[1]},
-            "rows_read": results["rewritten"].streamed_rows_read,  # per sample, TF Lite side (C executor) and TFLM
-            "image_rows": int(streamed[0][0]),
-            "how": "the image rows fed through a TfmcuInputProvider that checks the contract (rows in increasing "
-                   "order, each at most once): tfmcu_stage_run_streamed through ctypes on the TF Lite side, the host "
-                   "runner's --stream_input in TFLM"},
-        "flash_bytes": {r: len(data[r]) for r in ROLES},
-        "ops": {r: infos[r].num_ops for r in ROLES},
-        "detector": det,
-    }
+        tflm_semantics=TflmSemantics(samples=len(tflm_bytes), first=tflm_bytes[:o.max_details]),
+        tflite_vs_tflm=Pair(**agreement),
+        tflm=Pair(**{r: ArenaFigures.of(results[r].arena) for r in ROLES}),
+        arena_kind=Pair(**{r: (MEASURED_BY if custom[r] else "measured by TFLM (tflite-micro wheel)") for r in ROLES}),
+        predicted=Pair(**{r: predict(data[r], paths[r]) for r in ROLES}),
+        custom_mode=Pair(**{r: {**results[r].arena.custom, "patch_stage_ops": stage_ops(infos[r])}
+                            for r in ROLES if custom[r]}),
+        streamed_input=None if streamed is None else StreamedInput(
+            image=ImageShape(shape=list(streamed[0]), dtype=streamed[1]),
+            rows_read=results["rewritten"].streamed_rows_read,  # per sample, TF Lite side (C executor) and TFLM
+            image_rows=int(streamed[0][0]),
+            how="the image rows fed through a TfmcuInputProvider that checks the contract (rows in increasing "
+                "order, each at most once): tfmcu_stage_run_streamed through ctypes on the TF Lite side, the host "
+                "runner's --stream_input in TFLM"),
+        flash_bytes=Pair(**{r: len(data[r]) for r in ROLES}),
+        ops=Pair(**{r: infos[r].num_ops for r in ROLES}),
+        detector=det)
 
 
 def run(o: VerifyOptions, log: Callable[[str], None] = print) -> int:
     """``verify`` + the JSON report + the summary; the exit status (0 bit-exact, 1 a mismatch)."""
     rep = verify(o)
-    write_outputs({o.json_out: rep})
+    write_outputs({o.json_out: rep.to_json()})
     if not o.quiet:
         log(format_summary(rep).rstrip())
-    return 0 if rep["bit_exact"] else 1
+    return 0 if rep.bit_exact else 1
 
 
 def _n(v: Any) -> str:
     return "-" if v is None else f"{v:,}"
 
 
-def format_summary(rep: dict[str, Any]) -> str:
+def format_summary(rep: VerifyReport) -> str:
     lines = []
-    o, w = rep["models"]["original"], rep["models"]["rewritten"]
-    lines.append(f"verify: {o} ({rep['ops']['original']} ops) vs {w} ({rep['ops']['rewritten']} ops)")
-    src = f"{rep['random_samples']} random (seed {rep['seed']})"
-    if rep["input_samples"]:
-        src += f" + {rep['input_samples']} from {rep['inputs']}"
-    lines.append(f"samples: {src}; TF Lite kernels: {rep['resolver']}")
-    mm = rep["mismatches"]
-    if rep["bit_exact"]:
-        lines.append(f"outputs: BIT-EXACT in TF Lite and TFLM ({rep['samples']} samples)")
+    o, w = rep.models.original, rep.models.rewritten
+    lines.append(f"verify: {o} ({rep.ops.original} ops) vs {w} ({rep.ops.rewritten} ops)")
+    src = f"{rep.random_samples} random (seed {rep.seed})"
+    if rep.input_samples:
+        src += f" + {rep.input_samples} from {rep.inputs}"
+    lines.append(f"samples: {src}; TF Lite kernels: {rep.resolver}")
+    mm = rep.mismatches
+    if rep.bit_exact:
+        lines.append(f"outputs: BIT-EXACT in TF Lite and TFLM ({rep.samples} samples)")
     else:
-        first = mm["first"][0]
-        lines.append(f"outputs: MISMATCH in {mm['samples']} of {rep['samples']} samples ({mm['count']} sample x "
-                     f"interpreter pairs; first: sample {first['sample']} in {first['interpreter']}, max abs diff "
-                     f"{first['max_abs_diff']})")
-    agree = ", ".join(f"{r} {'yes' if a['agree'] else 'NO (' + str(a['mismatching_samples']) + ' samples)'}"
-                      for r, a in rep["tflite_vs_tflm"].items())
+        first = mm.first[0]
+        lines.append(f"outputs: MISMATCH in {mm.samples} of {rep.samples} samples ({mm.count} sample x "
+                     f"interpreter pairs; first: sample {first.sample} in {first.interpreter}, max abs diff "
+                     f"{first.max_abs_diff})")
+    agree = ", ".join(f"{r} {'yes' if a.agree else 'NO (' + str(a.mismatching_samples) + ' samples)'}"
+                      for r, a in ((r, getattr(rep.tflite_vs_tflm, r)) for r in ROLES))
     lines.append(f"TF Lite == TFLM: {agree}")
-    det = rep.get("detector")
+    det = rep.detector
     if det:
-        found = det["detections_per_sample"]["original"]["tflite"]
-        lines.append(f"detector: {', '.join(det['outputs'])} compared (entries past num_detections zeroed); "
+        found = det.detections_per_sample.original["tflite"]
+        lines.append(f"detector: {', '.join(det.outputs)} compared (entries past num_detections zeroed); "
                      f"{sum(found)} detections in {len(found)} samples (original, TF Lite); largest box difference "
-                     f"between the models {det['max_box_abs_diff']:g}")
-    rows = [("TFLM arena total", "tflm", "arena_total_bytes"), ("TFLM arena head", "tflm", "arena_head_bytes"),
-            ("TFLM arena tail", "tflm", "arena_tail_bytes"), ("predicted total", "predicted", "arena_total_bytes"),
-            ("predicted head", "predicted", "arena_head_bytes"), ("predicted tail", "predicted", "arena_tail_bytes")]
+                     f"between the models {det.max_box_abs_diff:g}")
+    rows = [("TFLM arena total", rep.tflm, "arena_total_bytes"), ("TFLM arena head", rep.tflm, "arena_head_bytes"),
+            ("TFLM arena tail", rep.tflm, "arena_tail_bytes"),
+            ("predicted total", rep.predicted, "arena_total_bytes"),
+            ("predicted head", rep.predicted, "arena_head_bytes"),
+            ("predicted tail", rep.predicted, "arena_tail_bytes")]
     lines.append(f"{'bytes':<18} {'original':>12} {'rewritten':>12}")
-    for label, sec, key in rows:
-        lines.append(f"{label:<18} {_n(rep[sec]['original'][key]):>12} {_n(rep[sec]['rewritten'][key]):>12}")
-    lines.append(f"{'flash (file)':<18} {_n(rep['flash_bytes']['original']):>12} "
-                 f"{_n(rep['flash_bytes']['rewritten']):>12}")
-    lines.append(f"{'ops':<18} {rep['ops']['original']:>12} {rep['ops']['rewritten']:>12}")
+    for label, pair, figure in rows:
+        lines.append(f"{label:<18} {_n(getattr(pair.original, figure)):>12} "
+                     f"{_n(getattr(pair.rewritten, figure)):>12}")
+    lines.append(f"{'flash (file)':<18} {_n(rep.flash_bytes.original):>12} {_n(rep.flash_bytes.rewritten):>12}")
+    lines.append(f"{'ops':<18} {rep.ops.original:>12} {rep.ops.rewritten:>12}")
     for r in ROLES:
-        if r in rep.get("custom_mode", {}):
-            c = rep["custom_mode"][r]
+        c = getattr(rep.custom_mode, r)
+        if c is not None:
             n = c.get("patch_stage_ops", 1)
             ops = f"{n} {PATCH_STAGE_OP} ops" if n > 1 else f"the {PATCH_STAGE_OP} kernel"
             lines.append(f"{r}: custom mode, whole model in TFLM built from source with {ops} (op data: "
                          f"{c['patch_stage_persistent_bytes']:,} B); arena measured there; in TF Lite, every "
                          f"{PATCH_STAGE_OP} op in tfmcu's C kernels")
-    s = rep.get("streamed_input")
+    s = rep.streamed_input
     if s:
-        read = s["rows_read"] or {}
+        read = s.rows_read or {}
         per = ", ".join(f"{side} {'/'.join(map(str, sorted(set(v))))}" for side, v in read.items())
-        lines.append(f"rewritten: input streamed ({s['image']['dtype']}{s['image']['shape']} images fed row by row "
+        lines.append(f"rewritten: input streamed ({s.image.dtype}{s.image.shape} images fed row by row "
                      f"through a TfmcuInputProvider checking the contract): rows read per sample: {per} of "
-                     f"{s['image_rows']}")
+                     f"{s.image_rows}")
     return "\n".join(lines) + "\n"
