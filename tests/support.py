@@ -1,5 +1,5 @@
-"""Helpers shared by several test files (a module Bazel's test_support library carries): tiny IDX data sets and a
-tiny spec."""
+"""Helpers shared by several test files (a module Bazel's test_support library carries): tiny IDX data sets, a
+tiny spec, and the samples on which TF Lite and TFLM round a model apart."""
 
 from __future__ import annotations
 
@@ -42,3 +42,18 @@ def tiny_spec(num_classes: int = 10, in_channels: int = 3, se: float = 0.0) -> N
                    stem=StemSpec(out_channels=8, kernel=3, stride=2),
                    stages=[StageSpec([b(8, 3, 1, 1, se=se)]), StageSpec([b(16, 3, 3, 2), b(16, 3, 3, 1)])],
                    head=HeadSpec(last_channels=0, num_classes=num_classes)).validate()
+
+
+def rounded_apart(model: bytes, samples) -> list[int]:
+    """The samples (indices) on which TF Lite (reference kernels) and TFLM give ``model`` different outputs.
+
+    Not always none, and not the same ones on every host: TF Lite's reference FULLY_CONNECTED and MEAN requantize
+    with the float scales, rounding once, where TFLM's multiply by a fixed-point multiplier (FULLY_CONNECTED: rounding
+    twice), so an output close to a half can come out 1 apart. Whether seeded random inputs meet such a tie depends
+    on the model's bytes, which the tests convert on the host with TensorFlow's float kernels (they differ by
+    instruction set): a test must not presume that the two interpreters agree, or disagree, on random inputs."""
+    from tfmcu.runtime.tflite import run_tflite
+    from tfmcu.runtime.tflm import run_tflm
+
+    a, b = run_tflite(model, samples), run_tflm(model, samples)
+    return [k for k, (x, y) in enumerate(zip(a, b)) if not all(np.array_equal(u, v) for u, v in zip(x, y))]
