@@ -1,5 +1,6 @@
 """Helpers shared by several test files (a module Bazel's test_support library carries): tiny IDX data sets, a
-tiny spec, a Python command line in the repository, and a training run interrupted after its first checkpoint."""
+tiny spec, a Python command line in the repository, a training run interrupted after its first checkpoint, and the
+samples on which TF Lite and TFLM round a model apart."""
 
 from __future__ import annotations
 
@@ -81,3 +82,18 @@ def without_seconds(history: Any) -> dict[str, list[dict[str, Any]]]:
     """A run's ``History`` without its timings: what two runs with one seed must share."""
     return {phase: [{k: v for k, v in e.items() if "seconds" not in k} for e in epochs]
             for phase, epochs in history.to_json().items()}
+
+
+def rounded_apart(model: bytes, samples) -> list[int]:
+    """The samples (indices) on which TF Lite (reference kernels) and TFLM give ``model`` different outputs.
+
+    Not always none, and not the same ones on every host: TF Lite's reference FULLY_CONNECTED and MEAN requantize
+    with the float scales, rounding once, where TFLM's multiply by a fixed-point multiplier (FULLY_CONNECTED: rounding
+    twice), so an output close to a half can come out 1 apart. Whether seeded random inputs meet such a tie depends
+    on the model's bytes, which the tests convert on the host with TensorFlow's float kernels (they differ by
+    instruction set): a test must not presume that the two interpreters agree, or disagree, on random inputs."""
+    from tfmcu.runtime.tflite import run_tflite
+    from tfmcu.runtime.tflm import run_tflm
+
+    a, b = run_tflite(model, samples), run_tflm(model, samples)
+    return [k for k, (x, y) in enumerate(zip(a, b)) if not all(np.array_equal(u, v) for u, v in zip(x, y))]

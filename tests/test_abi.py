@@ -212,7 +212,7 @@ def _edited(file: str, old: str, new: str, tflm: bool = False) -> list[str]:
     ("tfmcu_common.h", "kTfmcuErrorEmptyWindow = 6", "kTfmcuErrorEmptyWindow = 7", False, "TfmcuStatus"),
     ("conv2d.h", "int32_t groups;", "int32_t groups;\n  int32_t extra;", False, "struct TfmcuConvParams"),
     ("quantize.h", "float scale;", "int32_t scale;", False, "struct TfmcuQuantizeParams"),
-    ("patch_stage.h", "uint32_t scratch_bytes;", "int32_t scratch_bytes;", False, "struct TfmcuStage"),
+    ("patch_stage_types.h", "uint32_t scratch_bytes;", "int32_t scratch_bytes;", False, "struct TfmcuStage"),
     ("patch_stage.h", "#define TFMCU_PATCH_STAGE_ABI_VERSION 6", "#define TFMCU_PATCH_STAGE_ABI_VERSION 7", False,
      "TFMCU_PATCH_STAGE_ABI_VERSION"),
     ("op_table.c", "sizeof(TfmcuPadParams), 0, 1,", "sizeof(TfmcuPadParams), 0, 2,", False, "op_table.c rows"),

@@ -16,6 +16,7 @@ import pytest
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
+from tests.support import rounded_apart  # noqa: E402
 from tfmcu.graph.from_tflite import from_tflite  # noqa: E402
 from tfmcu.nets import zoo  # noqa: E402
 from tfmcu.plan import regions  # noqa: E402
@@ -50,7 +51,12 @@ def _options(model: bytes) -> dict:
 @pytest.mark.parametrize("name", SUITE)
 def test_custom_model_runs_whole_in_tflm_bit_exact(zoo_models, name):
     data, model = _custom(zoo_models, name)
-    inputs = random_inputs(data, 4, seed=5)
+    # Inputs on which TF Lite and TFLM agree about the original: on some they round a logit of the classifier head
+    # 1 apart, which ones depending on the host (tests/support.py: rounded_apart).
+    candidates = random_inputs(data, 8, seed=5)
+    apart = rounded_apart(data, candidates)
+    inputs = [x for k, x in enumerate(candidates) if k not in apart][:4]
+    assert len(inputs) == 4, f"TF Lite and TFLM disagree on {len(apart)} of 8 inputs: more than rounding ties"
     got = run_whole(model, inputs, name)
     ref_tflite, ref_wheel = run_tflite(data, inputs), run_tflm(data, inputs)
     assert np.stack([r[0] for r in ref_tflite]).astype(float).std(axis=0).max() > 0  # outputs really vary

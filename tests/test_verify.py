@@ -14,6 +14,7 @@ import pytest
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from tests.support import rounded_apart  # noqa: E402
 from tfmcu.tflite import schema as ts  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,7 +62,14 @@ def models(int8_tflite, tmp_path_factory) -> dict[str, str]:
     return paths
 
 
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def test_model_against_itself(models, tmp_path):
+    from tfmcu.runtime.model_io import random_inputs
+
     j = tmp_path / "v.json"
     x = np.random.default_rng(7).integers(-128, 128, (3, 16, 16, 3)).astype(np.int8)
     np.save(tmp_path / "x.npy", x)
@@ -75,8 +83,11 @@ def test_model_against_itself(models, tmp_path):
     size = os.path.getsize(models["a"])
     assert d["flash_bytes"] == {"original": size, "rewritten": size}
     assert d["ops"]["original"] == d["ops"]["rewritten"] == 6
+    data = _read(models["a"])  # the samples verify ran: 12 seeded random ones, then the 3 of x.npy
+    apart = len(rounded_apart(data, random_inputs(data, 12, seed=3) + [(x[i:i + 1],) for i in range(3)]))
     for role in ("original", "rewritten"):
-        assert d["tflite_vs_tflm"][role]["agree"] is True
+        assert d["tflite_vs_tflm"][role]["agree"] is (apart == 0)
+        assert d["tflite_vs_tflm"][role]["mismatching_samples"] == apart
         t, p = d["tflm"][role], d["predicted"][role]
         assert t["arena_total_bytes"] == t["arena_head_bytes"] + t["arena_tail_bytes"] > 0
         assert p == t  # the prediction is exact for this model
@@ -87,6 +98,8 @@ def test_model_against_itself(models, tmp_path):
 
 
 def test_different_weights_mismatch(models, tmp_path):
+    from tfmcu.runtime.model_io import random_inputs
+
     j = tmp_path / "v.json"
     r = run_verify(f"--original={models['a']}", f"--rewritten={models['b']}", "--samples=5", f"--json_out={j}")
     assert r.returncode == 1, r.stderr
@@ -96,7 +109,10 @@ def test_different_weights_mismatch(models, tmp_path):
     first = d["mismatches"]["first"][0]
     assert {"sample", "interpreter", "max_abs_diff"} <= set(first) and first["max_abs_diff"] > 0
     assert first["interpreter"] in ("tflite-reference", "tflm")
-    assert d["tflite_vs_tflm"]["original"]["agree"] and d["tflite_vs_tflm"]["rewritten"]["agree"]
+    for role, name in (("original", "a"), ("rewritten", "b")):
+        apart = rounded_apart(_read(models[name]), random_inputs(_read(models[name]), 5, seed=0))
+        assert d["tflite_vs_tflm"][role]["mismatching_samples"] == len(apart)
+        assert d["tflite_vs_tflm"][role]["agree"] is (not apart)
     from tfmcu.flows.verify import VerifyReport
 
     report = VerifyReport.from_json(d)  # mismatches read back typed
@@ -224,10 +240,17 @@ def test_streamed_and_several_stage_ops_bit_exact(rewritten, kind):
     on the TF Lite side and whole in TFLM built from source. Both are bit-exact with the original, in TF Lite and
     TFLM, and the report counts the rows read and the ops."""
     from tfmcu.flows.verify import format_summary
+    from tfmcu.runtime.model_io import random_inputs
 
     rep = _verify(rewritten["original"], rewritten[kind], samples=3, seed=2)
     assert rep.bit_exact and rep.mismatches.count == 0, rep.mismatches
-    assert rep.tflite_vs_tflm.original.agree and rep.tflite_vs_tflm.rewritten.agree
+    data = _read(rewritten["original"])
+    agreement = rep.tflite_vs_tflm
+    assert agreement.original.mismatching_samples == len(rounded_apart(data, random_inputs(data, 3, seed=2)))
+    # The rewritten model agrees where the original does, and where the original does not but the rewritten
+    # model's TF Lite side gives TFLM's bytes (its classifier in our kernels: tflm_semantics).
+    assert agreement.rewritten.mismatching_samples == (agreement.original.mismatching_samples
+                                                       - rep.tflm_semantics.samples)
     c = rep.custom_mode.rewritten
     assert (c["patch_stage_ops"] > 1) == (kind != "streamed")
     assert rep.tflm.rewritten.arena_total_bytes > 0

@@ -1,8 +1,11 @@
 /* Patch-stage executor: see patch_stage.h. The validation that tfmcu_stage_prepare runs once is in
- * patch_stage_validate.c; the stage geometry both read is in patch_stage_internal.h. */
+ * patch_stage_validate.c; the stage description both read is in patch_stage_types.h, the geometry they both compute
+ * from its tables in patch_stage_geometry.h. */
+#include "patch_stage.h"
+
 #include <string.h>
 
-#include "patch_stage_internal.h"
+#include "patch_stage_geometry.h"
 
 /* ------------------------------------------------------------------------------------------ prepare */
 

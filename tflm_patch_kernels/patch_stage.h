@@ -8,8 +8,8 @@
  * whole in TFLite's reference kernels.
  *
  * Everything about the stage is decided offline (tfmcu/kernels/pack.py: pack_stage) and described by plain C
- * data: a `TfmcuStage` and the arrays it points to, all of which can be `const` in Flash. Like a TFLM kernel's
- * Prepare / Eval, the description is validated once, then run as often as needed:
+ * data: a `TfmcuStage` and the arrays it points to (patch_stage_types.h), all of which can be `const` in Flash.
+ * Like a TFLM kernel's Prepare / Eval, the description is validated once, then run as often as needed:
  *
  *     TfmcuPreparedStage prepared;                              // a few words, e.g. in RAM or a TFLM OpData
  *     TfmcuStatus s = tfmcu_stage_prepare(&stage, &prepared, NULL);   // full validation, once
@@ -23,71 +23,8 @@
  *            patch buffers and is not used otherwise. No other memory (no stack arrays beyond a few scalars and
  *            the views of one layer, no heap, no globals) is used. input, output and scratch must not overlap.
  *
- * Data model
- * ----------
- * Tensors (`TfmcuTensor`): every activation of the stage, by id = index in `tensors`. One is the stage input
- * (`input_tensor`, producer -1), one is the stage output (`output_tensor`), the others are intermediate tensors
- * that only ever exist as patch buffers in scratch memory.
- *
- * Layers (`TfmcuLayer`), in execution order: an op type, a pointer to that op's params struct (conv2d.h,
- * depthwise_conv2d.h, add.h, pad.h, avg_pool2d.h / max_pool2d.h (TfmcuPoolParams), quantize.h, mean.h), input tensor ids
- * and the output tensor id. Weights and biases are referenced by the params structs and read in place. What the
- * executor knows of an op (inputs, window geometry, params check, how to run it) comes from the op table
- * (op_table.h); tfmcu_op_run runs one op alone through the same table.
- *
- * Boxes: the regions are separable, so they are stored per grid row band and per grid column band instead of per
- * patch: patch (i, j) uses `row_spans[i * num_layers + l]` for the rows and `col_spans[j * num_layers + l]` for the
- * columns of layer l. A `TfmcuSpan` gives, along one axis and in the coordinates of the full tensors:
- *   - out_start/out_stop: the output rows (columns) the layer computes for that band;
- *   - in_start[k]/in_stop[k]: the rows read from input k, clipped to the feature map;
- *   - pad_before[k]/pad_after[k]: how far the layer's window runs past the feature-map border there (border
- *     padding; never materialised: kernels skip those positions, PAD fills them with its value).
- * For window layers (conv, depthwise, pooling, PAD) the span satisfies
- *   pad_before + (in_stop - in_start) + pad_after == (out_len - 1) * stride + (kernel - 1) * dilation + 1,
- * for pointwise layers (ADD, QUANTIZE) the read equals the output span and the pads are 0.
- *
- * Patch buffers: in patch (i, j) an intermediate tensor t holds exactly the box its producer computes,
- * rows [row_spans[i, producer].out_start, .out_stop) x the corresponding columns x all channels (with halo caches:
- * its held box, see below), packed (row
- * stride = box width * channels) at byte offset `buffer_offsets[(i * grid_cols + j) * num_tensors + t]` of
- * scratch. Offsets are planned offline: two tensors alive at the same time (from the layer producing one to the
- * last layer reading it, both included) never overlap; a tensor read by several layers (a residual shortcut) lives
- * until its last reader. The input and output tensors are not in scratch (offset -1): every layer reads / writes
- * them at their full-tensor coordinates. `scratch_bytes` is the highest byte any patch buffer (or halo cache)
- * reaches (max over patches and tensors of offset + size): exactly what the run touches.
- *
- * pack_stage aligns buffer offsets to 4 bytes by default (useful for later SIMD kernels; not required).
- *
- * Halo caches (optional; ABI 4): overlapping patches recompute their halos. Patches run in raster order (row
- * bands top to bottom, column bands left to right), so an intermediate tensor t may keep
- *   - a row cache (`TfmcuCache.axis` 0): the rows of t the row band below needs that this band computed, over
- *     every column any patch needs (one buffer, refilled by every patch of a band);
- *   - a column cache (axis 1): the columns of t the patch to the right needs, over this band's rows.
- * The patch buffer of t then holds a `held` box (`row_held` / `col_held`: [band][layer] pairs start, stop of the
- * layer's output) of which the layer computes only the end (the span's out_start..out_stop, with
- * out_stop == held stop); the beginning, held start..out_start, is copied from the cache just before the layer
- * runs (column cache first, then row cache). After the last layer reading t in a patch, the part the next patch
- * (next band) needs is copied into the cache: a column cache takes held columns from the right neighbour's held
- * start on, over all held rows; a row cache takes held rows from the next band's held start on, over the patch's
- * own columns up to the right neighbour's held start (the last patch: all of its columns), so that one buffer
- * suffices: what a patch saves is never what a later patch of the band still has to restore. Caches live at
- * their fixed `offset` for the whole run, disjoint from every patch buffer and from each other; their bytes
- * follow from the tables:
- *   row cache: max over bands b of (held_b stop - held_{b+1} start) rows x (last column band's held stop - the
- *              first's held start) columns x channels;
- *   column cache: max over column bands c of (held_c stop - held_{c+1} start) columns x the most held rows of a
- *              row band x channels.
- * With NULL `row_held` / `col_held` the held box is the computed one (no cache on that axis); a stage without
- * caches (num_caches 0, NULL tables) runs exactly as with ABI 3. Caches change which pixels are computed, never
- * their values: results stay bit-exact, scratch_bytes (caches included) is known offline.
- *
- * Reductions (ABI 6): the last layer may be a MEAN over height and width (global average pooling; an op whose
- * op-table row has `accumulate`): it writes the stage output, 1 x 1 x C, and no patch ever holds its whole input. In
- * every band its span has out_start 0, out_stop 1 (held the same) and reads the band's tile of its input, pads 0:
- * the tiles of the bands, in order, partition the input along that axis, so every pixel is summed once. Its int32
- * sums live in the stage's accumulator, a `TfmcuCache` of the output tensor with axis 2: 4 x C bytes at `offset`,
- * disjoint from every other cache and patch buffer, zeroed by the first patch; each patch adds its tile, the last
- * one writes the output (mean.h). Integer sums do not depend on the order: bit-exact with the whole op.
+ * Data model: patch_stage_types.h (tensors, layers, the spans of the grid's bands, patch buffers, halo caches,
+ * reductions).
  *
  * Backends: the kernels run are the op table's (op_table.c). The portable build runs the portable C kernels; a
  * build with -DTFMCU_CMSIS_NN (Bazel: :patch_kernels_cmsis_nn, Cortex-M only) runs CONV_2D, DEPTHWISE_CONV_2D and
@@ -124,7 +61,8 @@
 #ifndef TFMCU_PATCH_KERNELS_PATCH_STAGE_H_
 #define TFMCU_PATCH_KERNELS_PATCH_STAGE_H_
 
-#include "op_table.h"  /* TfmcuOpType, TfmcuDataType, TFMCU_MAX_LAYER_INPUTS and every op's params struct */
+#include "patch_stage_types.h"     /* TfmcuStage and the tables it points to */
+#include "patch_stage_validate.h"  /* tfmcu_stage_check, tfmcu_stage_scratch_bytes, tfmcu_stage_output_bytes */
 #include "tfmcu_common.h"
 
 #ifdef __cplusplus
@@ -138,62 +76,6 @@ extern "C" {
  *    streamed_scratch_bytes.
  * 6: MEAN (kTfmcuOpMean, TfmcuMeanParams) as a stage's last layer, its accumulator a TfmcuCache with axis 2. */
 #define TFMCU_PATCH_STAGE_ABI_VERSION 6
-
-/* TfmcuOpType (layer types) and TfmcuDataType (tensor data types): see op_table.h. */
-
-typedef struct {
-  int32_t height;   /* full feature-map size (batch 1) */
-  int32_t width;
-  int32_t channels;
-  int32_t dtype;    /* TfmcuDataType */
-  int32_t producer; /* index of the layer that writes it; -1 for the stage input */
-} TfmcuTensor;
-
-typedef struct {
-  int32_t type;          /* TfmcuOpType */
-  const void* params;    /* the op's params struct */
-  int32_t num_inputs;    /* 2 for ADD, else 1 */
-  int32_t inputs[TFMCU_MAX_LAYER_INPUTS];  /* tensor ids (unused entries: -1) */
-  int32_t output;        /* tensor id */
-} TfmcuLayer;
-
-/* One layer's work along one axis for one band of the grid (see the file comment). */
-typedef struct {
-  int32_t out_start;
-  int32_t out_stop;
-  int32_t in_start[TFMCU_MAX_LAYER_INPUTS];
-  int32_t in_stop[TFMCU_MAX_LAYER_INPUTS];
-  int32_t pad_before[TFMCU_MAX_LAYER_INPUTS];
-  int32_t pad_after[TFMCU_MAX_LAYER_INPUTS];
-} TfmcuSpan;
-
-/* A halo cache of one intermediate tensor along one axis (see the file comment). */
-typedef struct {
-  int32_t tensor;  /* tensor id: an intermediate tensor (neither the stage input nor its output) */
-  int32_t axis;    /* 0: row cache (for the row band below), 1: column cache (for the patch to the right),
-                      2: the accumulator of the stage's reduction (its output tensor; 4 x C bytes) */
-  int32_t offset;  /* bytes into scratch */
-} TfmcuCache;
-
-typedef struct {
-  int32_t num_tensors;
-  const TfmcuTensor* tensors;       /* [num_tensors] */
-  int32_t num_layers;
-  const TfmcuLayer* layers;         /* [num_layers], execution order */
-  int32_t input_tensor;             /* id of the stage input */
-  int32_t output_tensor;            /* id of the stage output */
-  int32_t grid_rows;                /* patches along the height */
-  int32_t grid_cols;                /* patches along the width */
-  const TfmcuSpan* row_spans;       /* [grid_rows][num_layers] */
-  const TfmcuSpan* col_spans;       /* [grid_cols][num_layers] */
-  const int32_t* buffer_offsets;    /* [grid_rows * grid_cols][num_tensors], bytes; -1 for input/output */
-  uint32_t scratch_bytes;           /* scratch memory the stage needs (checked against the tables) */
-  /* Halo caches (ABI 4): NULL / 0 for none. */
-  const int32_t* row_held;          /* [grid_rows][num_layers][2]: held rows of each layer's output, or NULL */
-  const int32_t* col_held;          /* [grid_cols][num_layers][2]: held columns, or NULL */
-  int32_t num_caches;
-  const TfmcuCache* caches;         /* [num_caches], at most one per tensor and axis */
-} TfmcuStage;
 
 /* A stage validated by tfmcu_stage_prepare (fill it only with tfmcu_stage_prepare). */
 typedef struct {
@@ -248,20 +130,6 @@ TfmcuStatus tfmcu_stage_run(const TfmcuPreparedStage* prepared, const void* inpu
  * kTfmcuErrorInvalidStage; else the statuses of tfmcu_stage_run, or the provider's. */
 TfmcuStatus tfmcu_stage_run_streamed(const TfmcuPreparedStage* prepared, const TfmcuInputProvider* provider,
                                      int8_t* output, void* scratch, size_t scratch_size);
-
-/* The scratch bytes the stage touches, computed from the tables (0 for an invalid stage). */
-size_t tfmcu_stage_scratch_bytes(const TfmcuStage* stage);
-
-/* Checks the whole description (ids, types, channels, span arithmetic and border rules, reads inside the held
- * boxes, full coverage of the output, non-overlap of live patch buffers, scratch_bytes; halo caches: held boxes
- * that end where the computed ones do and begin where the cache can fill them, growing band after band, caches
- * disjoint from each other and from every patch buffer). On failure returns
- * kTfmcuErrorInvalidStage (or kTfmcuErrorNullPointer / kTfmcuErrorUnsupportedOp) and, if failed_layer is not NULL,
- * stores the offending layer index there (-1 when the problem is not one layer's). */
-TfmcuStatus tfmcu_stage_check(const TfmcuStage* stage, int32_t* failed_layer);
-
-/* Bytes of the output buffer: height * width * channels of the output tensor (0 for an invalid stage). */
-size_t tfmcu_stage_output_bytes(const TfmcuStage* stage);
 
 /* A short English description of a status code (static string). */
 const char* tfmcu_status_string(TfmcuStatus status);

@@ -1,6 +1,9 @@
-/* Patch-stage validation (see patch_stage.h: tfmcu_stage_check, tfmcu_stage_scratch_bytes, tfmcu_stage_output_bytes):
- * everything tfmcu_stage_prepare checks once, apart from the executor's hot loop (patch_stage.c). */
-#include "patch_stage_internal.h"
+/* Patch-stage validation (see patch_stage_validate.h: tfmcu_stage_check, tfmcu_stage_scratch_bytes,
+ * tfmcu_stage_output_bytes): everything tfmcu_stage_prepare checks once, apart from the executor's hot loop
+ * (patch_stage.c). */
+#include "patch_stage_validate.h"
+
+#include "patch_stage_geometry.h"
 
 /* ------------------------------------------------------------------------------------------ scratch geometry */
 
@@ -17,7 +20,7 @@ static int32_t tfmcu_last_use(const TfmcuStage* s, int32_t t) {
   return last;
 }
 
-/* Bytes of a halo cache or an accumulator (see patch_stage.h). */
+/* Bytes of a halo cache or an accumulator (see patch_stage_types.h). */
 static int64_t tfmcu_cache_bytes(const TfmcuStage* s, const TfmcuCache* c) {
   if (c->axis == 2) {
     return 4 * (int64_t)s->tensors[c->tensor].channels;

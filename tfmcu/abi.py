@@ -1,6 +1,7 @@
 """The patch-stage ABI, stated once for Python: what ``tflm_patch_kernels/`` and the ``TFMCU_PATCH_STAGE`` custom
 options agree on. Every Python user reads it from here; ``tests/test_abi.py`` checks it against the C headers
-(``tfmcu_common.h``, ``op_table.h``, ``patch_stage.h``, the params headers), ``op_table.c`` and the TFLM kernel.
+(``tfmcu_common.h``, ``op_table.h``, ``patch_stage_types.h``, ``patch_stage.h``, the params headers), ``op_table.c``
+and the TFLM kernel.
 
 * Codes: ``STATUS`` (``TfmcuStatus``), ``INT8`` / ``FLOAT32`` (``TfmcuDataType``), ``OP_CONV`` .. ``OP_MEAN``
   (``TfmcuOpType``), ``ABI_VERSION`` (``TFMCU_PATCH_STAGE_ABI_VERSION``).
@@ -76,7 +77,7 @@ STRUCTS: dict[str, tuple[tuple[str, str], ...]] = {
     "TfmcuPadParams": _i32("value"),
     "TfmcuQuantizeParams": (("scale", "float"), ("zero_point", "int32_t")),
     "TfmcuMeanParams": _i32("input_offset", "output_offset", "output_multiplier", "output_shift"),
-    # patch_stage.h
+    # patch_stage_types.h
     "TfmcuTensor": _i32("height", "width", "channels", "dtype", "producer"),
     "TfmcuLayer": (("type", "int32_t"), ("params", "const void*"), ("num_inputs", "int32_t"),
                    ("inputs", f"int32_t[{MAX_LAYER_INPUTS}]"), ("output", "int32_t")),
@@ -89,6 +90,7 @@ STRUCTS: dict[str, tuple[tuple[str, str], ...]] = {
                      ("buffer_offsets", "const int32_t*"), ("scratch_bytes", "uint32_t"),
                      ("row_held", "const int32_t*"), ("col_held", "const int32_t*"), ("num_caches", "int32_t"),
                      ("caches", "const TfmcuCache*")),
+    # patch_stage.h
     "TfmcuPreparedStage": (("stage", "const TfmcuStage*"),) + _u32("scratch_bytes", "output_bytes")
                           + _i32("ready") + _u32("kernel_scratch_offset", "kernel_scratch_bytes",
                                                  "input_window_offset", "input_window_bytes",

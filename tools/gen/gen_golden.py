@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from tfmcu.graph.from_tflite import from_tflite  # noqa: E402
 from tfmcu.kernels.binding import call_kernel, touched_scratch  # noqa: E402
-from tfmcu.kernels.codegen import layer_to_c, stage_to_c  # noqa: E402
+from tfmcu.kernels.codegen import INCLUDE, layer_to_c, stage_to_c  # noqa: E402
 from tfmcu.kernels.ops import layer_spec  # noqa: E402
 from tfmcu.kernels.pack import pack_stage  # noqa: E402
 from tfmcu.nets.convert import random_representative, to_int8_tflite  # noqa: E402
@@ -183,7 +183,7 @@ def golden_stage() -> str:
         ref = tflite_all_tensors(data, (x,))(p.tensor_tflite_index[p.output_tensor])
         touched, got = touched_scratch(p, x)
         assert np.array_equal(got, ref) and touched == p.scratch_bytes, name
-        out.append(stage_to_c(p, name, static=True).replace('#include "patch_stage.h"\n', ""))
+        out.append(stage_to_c(p, name, static=True).replace(INCLUDE, ""))
         out.append(f"/* The prepared scratch with -DTFMCU_CMSIS_NN (patch buffers + CMSIS-NN kernel buffer), as "
                    f"tfmcu.plan.cmsis_nn predicts it. */\n#define {name.upper()}_CMSIS_NN_SCRATCH_BYTES "
                    f"{cmsis_nn.stage_scratch_bytes(p)}u\n")

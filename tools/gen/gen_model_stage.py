@@ -54,7 +54,7 @@ def main(argv=None):
     from tfmcu.graph.from_tflite import from_tflite
     from tfmcu.kernels import PatchKernelError
     from tfmcu.kernels.binding import run_stage
-    from tfmcu.kernels.codegen import stage_to_c
+    from tfmcu.kernels.codegen import INCLUDE, stage_to_c
     from tfmcu.kernels.pack import pack_stage
     from tfmcu.nets import zoo
     from tfmcu.plan.regions import plan
@@ -107,7 +107,7 @@ def main(argv=None):
     ]
     for k, p in packed.items():
         src = stage_to_c(p, "tfmcu_model_stage_" + k)
-        src = src.replace('#include "patch_stage.h"', '#include "tflm_patch_kernels/patch_stage.h"')
+        src = src.replace(INCLUDE, "")  # model_data.h, included above, brings the stage's types
         parts.append(src + "\n")
     parts += [
         'const char tfmcu_model_name[] = "%s";\n' % a.model,

@@ -1,15 +1,16 @@
-/* Internal to the patch-stage library (not part of its API): the stage geometry that the executor (patch_stage.c)
- * and the validation (patch_stage_validate.c) both read from a TfmcuStage's tables, and the validation's failure
- * macro. See patch_stage.h for the data model (spans, held boxes, halo caches, patch buffers).
+/* The stage geometry that the executor (patch_stage.c) and the validation (patch_stage_validate.c) both read from a
+ * TfmcuStage's tables, and the failure macro of the checks both make; internal to the patch-stage library (not part
+ * of its API). See patch_stage_types.h for the data model (spans, held boxes, halo caches, patch buffers).
  *
  * The helpers are plain `static` functions, as they were when executor and validation were one file, and not
  * `inline` (GCC inlines `inline` ones more eagerly). Both files call every one of them (-Wunused-function). */
-#ifndef TFMCU_PATCH_KERNELS_PATCH_STAGE_INTERNAL_H_
-#define TFMCU_PATCH_KERNELS_PATCH_STAGE_INTERNAL_H_
+#ifndef TFMCU_PATCH_KERNELS_PATCH_STAGE_GEOMETRY_H_
+#define TFMCU_PATCH_KERNELS_PATCH_STAGE_GEOMETRY_H_
 
 #include <stddef.h>
 
-#include "patch_stage.h"
+#include "patch_stage_types.h"
+#include "tfmcu_common.h"
 
 /* A stage description that fails validation: stores `layer_index` (the offending layer, -1 when the problem is
  * not one layer's) in the caller's `failed_layer` (when not NULL) and returns kTfmcuErrorInvalidStage. */
@@ -80,4 +81,4 @@ static int32_t tfmcu_handed_over(const TfmcuStage* s, const TfmcuCache* c, int32
   return stop > next_start ? stop - next_start : 0;
 }
 
-#endif  /* TFMCU_PATCH_KERNELS_PATCH_STAGE_INTERNAL_H_ */
+#endif  /* TFMCU_PATCH_KERNELS_PATCH_STAGE_GEOMETRY_H_ */
