@@ -101,7 +101,7 @@ def test_no_cache_is_the_recompute_schedule():
 
 
 def simulate(h: halo.HaloCaches) -> int:
-    """Run the halo plan's rule pixel by pixel in raster order: each patch computes the box comp_rows x comp_cols of
+    """Run the halo caches' rule pixel by pixel in raster order: each patch computes the box comp_rows x comp_cols of
     every tensor; every pixel an op reads must be computed in this patch or held by a cache (row cache: what the
     previous row band had of the rows the next band needs; column cache: what the left neighbour had of the columns
     this patch needs); cache contents never exceed the plan's cache sizes. Returns the MACs."""

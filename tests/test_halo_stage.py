@@ -1,5 +1,5 @@
 """Halo caches run (issue 12): the C executor with row / column caches (tflm_patch_kernels/patch_stage.c), packed by
-``tfmcu.kernels.pack.pack_stage(..., halo=...)``, bit-exact with TF Lite; scratch = caches + the halo plan's patch
+``tfmcu.kernels.pack.pack_stage(..., halo=...)``, bit-exact with TF Lite; scratch = caches + the halo caches' patch
 working set, exactly; the description checks; the TFMCU_PATCH_STAGE kernel in TFLM built from source (format 3);
 ``pipelines.rewrite --halo``.
 """
@@ -86,7 +86,7 @@ def test_halo_stage_bit_exact_and_scratch_exact(name, grid, zoo_models):
         names = p.tensor_names
         want = {(t, 0): b for t, b in h.row_cache_bytes.items()} | {(t, 1): b for t, b in h.col_cache_bytes.items()}
         assert {(names[t], a): b for (t, a, _), b in zip(p.caches, p.cache_bytes)} == want
-        # Scratch: touched == planned == C's figure == caches + the halo plan's analytic patch working set.
+        # Scratch: touched == planned == C's figure == caches + the halo caches' analytic patch working set.
         touched, out = binding.touched_scratch(p, samples[0][0])
         assert np.array_equal(out, refs[0])
         assert touched == p.scratch_bytes == binding.c_scratch_bytes(p)

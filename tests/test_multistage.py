@@ -121,7 +121,7 @@ def test_one_stage_is_at_least_as_good_as_the_prefix_search():
 
 def test_a_later_stage_holds_its_input_whole():
     """A stage after the first reads a tensor another op wrote whole: it is held for the whole stage (counted with
-    or without the image), and a halo plan counts it the same way."""
+    or without the image), and halo caches count it the same way."""
     g = small_graph()
     b = [op.block for op in g.ops]
     a, z = b.index(2), b.index(3)  # block 2 alone

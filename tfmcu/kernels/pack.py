@@ -160,7 +160,7 @@ def pack_stage(model_bytes: bytes | ts.ModelT, graph: ir.Graph, schedule: Any, a
     of it. ``halo``: the ``tfmcu.plan.halo.HaloCaches`` of the same schedule (its caches are placed first in scratch,
     the patch buffers after them)."""
     if halo is not None and halo.schedule is not schedule:
-        raise PatchKernelError("the halo plan belongs to another schedule")
+        raise PatchKernelError("the halo caches belong to another schedule")
     if graph.source != "tflite":
         raise PatchKernelError("pack_stage needs a graph lowered from the .tflite itself (tfmcu.graph.from_tflite)")
     model = model_bytes if isinstance(model_bytes, ts.ModelT) else load(model_bytes)

@@ -78,7 +78,7 @@ class SearchOptions:
         return "with the input image" if self.count_input else "without the input image"
 
 
-def halo_label(halo: HaloOptions) -> str:
+def _halo_label(halo: HaloOptions) -> str:
     """How reports name a stage's halo treatment: ``recompute``, ``halo all``, ..."""
     return "recompute" if not halo.caches else f"halo {halo.mode}"
 
@@ -127,7 +127,7 @@ class Segment:
                                                          else f"{self.n_ops} ops")
         first, last = graph.ops[self.start], graph.ops[self.stop - 1]
         span = f"block {first.block}" if first.block == last.block else f"blocks {first.block}-{last.block}"
-        return (f"{grid} over {span}" + ("" if self.halo is None else f" ({halo_label(self.halo)})")
+        return (f"{grid} over {span}" + ("" if self.halo is None else f" ({_halo_label(self.halo)})")
                 + (" into the pool" if self.pooled else ""))
 
 
@@ -154,6 +154,12 @@ class Plan:
     @property
     def patched(self) -> bool:
         return any(s.patched for s in self.segments)
+
+    @property
+    def by_prefix(self) -> bool:
+        """Whether its stages are named by their prefix (one stage over the first n blocks or k ops, or none), not by
+        their op ranges."""
+        return all(s.prefix for s in self.stages)
 
     @property
     def open_stages(self) -> list[int]:
@@ -201,7 +207,7 @@ class Plan:
         if not stages:
             return PER_LAYER
         parts = "; ".join(s.describe(self.graph) for s in stages)
-        if all(s.prefix for s in stages):
+        if self.by_prefix:
             return parts
         return f"{len(stages)} stage{'s' if len(stages) > 1 else ''}: {parts}"
 
@@ -212,13 +218,13 @@ class Plan:
                 "macs": self.macs, "mac_overhead": round(self.mac_overhead, 6), "stages": len(self.stages),
                 "instructions_estimate": int(round(self.instructions)),
                 "segments": [{"ops": [s.start, s.stop], "grid": list(s.grid) if s.grid else None,
-                              "variant": None if s.halo is None else halo_label(s.halo), "pooled": s.pooled,
+                              "variant": None if s.halo is None else _halo_label(s.halo), "pooled": s.pooled,
                               "peak_bytes": s.peak, "macs": s.macs} for s in self.stages]}
 
     def stage_plan_field(self) -> dict[str, Any]:
         """What a report adds for the plan's stages: ``{"stage_plan": ...}`` when they are named by their op ranges;
         nothing for a plan named by its prefix (``patch_blocks`` / ``patch_ops`` say it) or per layer."""
-        return {} if all(s.prefix for s in self.stages) else {"stage_plan": self.stage_plan_dict()}
+        return {} if self.by_prefix else {"stage_plan": self.stage_plan_dict()}
 
     def to_dict(self) -> dict[str, Any]:
         return {"patches": list(self.grid), "patch_blocks": self.n_blocks, "patch_ops": self.n_ops,
