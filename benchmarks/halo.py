@@ -34,7 +34,7 @@ from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.nets import zoo
 from tfmcu.plan import halo
 from tfmcu.plan.arena import predict_arena
-from tfmcu.plan.regions import ScheduleError, plan as plan_schedule
+from tfmcu.plan.regions import ScheduleError, schedule
 from tfmcu.runtime.model_io import random_inputs
 from tfmcu.runtime.tflm_host import MEASURED_BY, run_whole
 from tfmcu.stage.custom import convs_to_flash, rewrite_custom
@@ -56,10 +56,10 @@ MCUNETV2_224 = {"peak_reduction": (3.7, 8.0), "mac_overhead_pct": (8, 17)}
 MSF_CNN_144 = ((1.036, 124.6), (1.226, 37.3), (1.294, 21.3), (1.567, 15.8))
 
 
-def _plans(s: Any, image: str) -> dict[str, Any]:
+def _cache_choices(s: Any, image: str) -> dict[str, Any]:
     """The cache choices of one schedule (deduplicated: the same caches under two budgets are measured once)."""
     inter = halo.intermediates(s)
-    base = halo.plan_halo(s)
+    base = halo.halo_caches(s)
     out: dict[str, Any] = {"none": None}
     seen = {(frozenset(), frozenset())}
     for f in CACHE_BUDGETS:
@@ -68,7 +68,7 @@ def _plans(s: Any, image: str) -> dict[str, Any]:
         if key not in seen:
             seen.add(key)
             out[f"auto@{f:g}"] = h
-    h = halo.plan_halo(s, inter, inter)
+    h = halo.halo_caches(s, inter, inter)
     if (h.cache_rows, h.cache_cols) not in seen:
         seen.add((h.cache_rows, h.cache_cols))
         out["all"] = h
@@ -103,9 +103,9 @@ def halo_section(o: Any, log: Callable[[str], None] = print) -> dict[str, Any]:
                      "arena_bytes": run.arena.arena_used_bytes, "head_bytes": run.arena.head_bytes,
                      "tail_bytes": run.arena.tail_bytes, "equal_original": _equal(run.outputs, ref)})
         for blocks, p in [(b, p) for b, grids in stages for p in grids]:
-            s = plan_schedule(g, p, n_blocks=blocks)
+            s = schedule(g, p, n_blocks=blocks)
             for stream in (False, True):
-                for label, h in _plans(s, "streamed" if stream else "counted").items():
+                for label, h in _cache_choices(s, "streamed" if stream else "counted").items():
                     model = rewrite_custom(data, g, s, name, halo=h, streamed_input=stream, inplace=True).model
                     variants = [("tflm", model)]
                     if h is not None:

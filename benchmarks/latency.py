@@ -48,7 +48,7 @@ from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.nets import zoo
 from tfmcu.plan import latency
 from tfmcu.plan.halo import HaloOptions, select
-from tfmcu.plan.regions import plan
+from tfmcu.plan.regions import schedule
 from tfmcu.runtime.model_io import model_info, random_inputs
 from tfmcu.runtime.tflm_host import input_signature
 from tfmcu.stage.custom import convs_to_flash, rewrite_custom
@@ -132,7 +132,7 @@ def make_model(v: Variant, zoo_cache: str | None) -> bytes:
     graph = from_tflite(original, name=v.model)
     blocks = v.blocks if v.blocks is not None else entry.patch_blocks
     ops = None if blocks is not None else entry.patch_ops
-    s = plan(graph, v.patches, n_blocks=blocks, n_ops=ops)
+    s = schedule(graph, v.patches, n_blocks=blocks, n_ops=ops)
     caches = select(s, HaloOptions(mode=v.halo), None, "streamed" if v.stream else "counted")
     # in place: planned for the CMSIS-NN build when it is measured (such a plan holds for both kernel sets)
     plan_kernels = "cmsis_nn" if "cmsis_nn" in v.kernels else "reference"

@@ -1,5 +1,5 @@
 """The bench section *multistage* (issue 25): several patch stages in one network, chosen by the dynamic programme
-over cut points (``tfmcu.plan.search.stage_plans``), against one stage and against msf-CNN's quoted figures.
+over cut points (``tfmcu.plan.stage_plans.stage_plans``), against one stage and against msf-CNN's quoted figures.
 
 This first part is ANALYTIC (``tfmcu.plan.regions`` / ``tfmcu.plan.halo``: int8 bytes, every buffer of a patch kept
 apart as the executor does, residual ADDs kept, the network output counted): the Pareto front of peak SRAM against
@@ -37,7 +37,8 @@ from tfmcu.graph.ir import Graph
 from tfmcu.nets import zoo
 from tfmcu.plan.arena import mcu_build
 from tfmcu.plan.latency import CALIBRATION_FILE, predict_instructions
-from tfmcu.plan.search import Candidate, SearchOptions, StagePlan, pareto_plans, stage_segments
+from tfmcu.plan.plans import Plan, SearchOptions
+from tfmcu.plan.stage_plans import pareto_plans, stage_segments
 from tfmcu.stage.custom import CustomArenaCost, CustomOptions
 
 MODELS = (("mbv2_035_144", "MobileNetV2-0.35-144 (tf_keras)"), ("keras_mobilenet_v2", "MobileNetV2-0.35-96 (tf_keras)"))
@@ -82,19 +83,17 @@ def measured_points(o: Any, name: str, data: bytes, graph: Graph, segs: list[Any
     cost = CustomArenaCost(data, graph, name, options=CONFIG, build=mcu_build(KERNELS), instructions=ins)
     base_pred = ins(data)
     fronts = {ms: pareto_plans(graph, segs, opts, ms, "streamed", by="instructions") for ms in (1, 2, None)}
-    plans: list[tuple[str, StagePlan]] = [("1 stage", p) for p in fronts[1][:3] if p.stages]
+    plans: list[tuple[str, Plan]] = [("1 stage", p) for p in fronts[1][:3] if p.stages]
     plans += [("2 stages", p) for p in fronts[2][:3] if len(p.stages) == 2]
     est0 = pareto_plans(graph, segs, opts, 0, "streamed", by="instructions")[0].instructions
     within = [p for p in fronts[None] if p.stages and p.instructions <= MAX_LATENCY * est0]
     plans += [("any", p) for p in fronts[None][:PRICED // 2] if p.stages]
     plans += [("any", p) for p in within[:PRICED - PRICED // 2] if all(p is not q for _, q in plans)]
-    priced, keep = [], []
-    for kind, p in plans:
-        c = Candidate(p.stages[0].grid or (1, 1), None, None, p.peak, p.peak, p.macs, p.mac_overhead, plan=p)
-        keep.append(c)  # (the cost function caches by candidate)
+    priced = []
+    for kind, p in plans:  # (kept alive in ``plans``: the cost function caches by plan)
         t0 = time.time()
-        ev = cost.evaluate(c, None)
-        priced.append({"kind": kind, "plan": p.to_dict(), "predicted_arena_bytes": ev.cost,
+        ev = cost.evaluate(p, None)
+        priced.append({"kind": kind, "plan": p.stage_plan_dict(), "predicted_arena_bytes": ev.cost,
                        "predicted_instructions": ev.instructions, "model": ev.result.model,
                        "predicted_tail_bytes": ev.details.get("predicted_arena_tail_bytes")})
         log(f"[multistage] {name}: {p.describe()}: predicted arena {ev.cost:,} B, "
@@ -133,15 +132,15 @@ def measured_points(o: Any, name: str, data: bytes, graph: Graph, segs: list[Any
             "priced": [{k: v for k, v in e.items() if k != "model"} for e in priced], "measured": measured}
 
 
-def _best(front: list[StagePlan], cap: float) -> StagePlan | None:
+def _best(front: list[Plan], cap: float) -> Plan | None:
     within = [p for p in front if p.mac_overhead <= cap + 1e-12]
-    return min(within, key=lambda p: (p.peak, p.macs)) if within else None
+    return min(within, key=lambda p: (p.peak(), p.macs)) if within else None
 
 
 def multistage_section(o: Any, log: Callable[[str], None] = print, measure_m4: bool = True) -> dict[str, Any]:
     """The section (see the module docstring); ``measure_m4=False``: the analytic fronts only."""
     rows: list[dict[str, Any]] = []
-    fronts: dict[tuple[str, str, int | None], list[StagePlan]] = {}
+    fronts: dict[tuple[str, str, int | None], list[Plan]] = {}
     measured: dict[str, Any] = {}
     for name, label in MODELS:
         data = zoo.build(name, o.zoo_cache)
@@ -159,12 +158,13 @@ def multistage_section(o: Any, log: Callable[[str], None] = print, measure_m4: b
                 fronts[(name, image, ms)] = front
                 fronts[(name, image + " runnable", ms)] = today
                 row = {"model": name, "label": label, "image": image, "max_stages": ms, "analytic": True,
-                       "per_layer_bytes": pareto_plans(graph, segs, OPTIONS, 0, image)[0].peak,
-                       "front": [p.to_dict() for p in front], "front_runnable": [p.to_dict() for p in today]}
+                       "per_layer_bytes": pareto_plans(graph, segs, OPTIONS, 0, image)[0].peak(),
+                       "front": [p.stage_plan_dict() for p in front],
+                       "front_runnable": [p.stage_plan_dict() for p in today]}
                 for cap in MAC_CAPS:
                     b, r = _best(front, cap), _best(today, cap)
-                    row[f"best_within_{int(round(100 * cap))}pct"] = b.to_dict() if b else None
-                    row[f"runnable_within_{int(round(100 * cap))}pct"] = r.to_dict() if r else None
+                    row[f"best_within_{int(round(100 * cap))}pct"] = b.stage_plan_dict() if b else None
+                    row[f"runnable_within_{int(round(100 * cap))}pct"] = r.stage_plan_dict() if r else None
                 rows.append(row)
     write_outputs({os.path.join(o.out_dir, "multistage.png"): _plot(fronts, measured)})
     return {"rows": rows, "measured": measured, "plot": "multistage.png"}
@@ -237,7 +237,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(md) + "\n"
 
 
-def _plot(fronts: dict[tuple[str, str, int | None], list[StagePlan]], measured: dict[str, Any]) -> bytes:
+def _plot(fronts: dict[tuple[str, str, int | None], list[Plan]], measured: dict[str, Any]) -> bytes:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -269,11 +269,12 @@ def _plot(fronts: dict[tuple[str, str, int | None], list[StagePlan]], measured: 
     for ax, (name, label) in zip(axes, MODELS):
         for ms in MAX_STAGES:
             front = fronts.get((name, "excluded", ms), [])
-            pts = sorted((100 * p.mac_overhead, p.peak / 1000) for p in front)
+            pts = sorted((100 * p.mac_overhead, p.peak() / 1000) for p in front)
             if pts:
                 ax.step([x for x, _ in pts], [y for _, y in pts], where="post", marker="o", markersize=3,
                         label=f"tfmcu, {'any number of' if ms is None else f'<= {ms}'} stage{'s' if ms != 1 else ''}")
-        today = sorted((100 * p.mac_overhead, p.peak / 1000) for p in fronts.get((name, "excluded runnable", None), []))
+        today = sorted((100 * p.mac_overhead, p.peak() / 1000)
+                       for p in fronts.get((name, "excluded runnable", None), []))
         if today:
             ax.step([x for x, _ in today], [y for _, y in today], where="post", linestyle="--", color="k", marker="x",
                     linewidth=1, label="tfmcu, any number, no stage into the pool")

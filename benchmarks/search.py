@@ -35,7 +35,7 @@ from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.nas.evolution import EvolutionOptions
 from tfmcu.nas.train_supernet import SupernetRecipe
 from tfmcu.nets.spec import NetSpec, SearchSpace
-from tfmcu.plan.regions import plan as plan_schedule
+from tfmcu.plan import regions
 from tfmcu.runtime.tflm import measure_arena, run_tflm
 from tfmcu.runtime.tflm_host import MEASURED_BY, run_whole
 from tfmcu.stage.custom import rewrite_custom
@@ -61,7 +61,7 @@ def _deployed(best: dict[str, Any], int8: bytes, name: str) -> tuple[bytes, Any]
     if list(best["grid"]) == [1, 1]:
         return int8, None
     graph = from_tflite(int8, name=name)
-    schedule = plan_schedule(graph, tuple(best["grid"]), n_blocks=best["patch_blocks"])
+    schedule = regions.schedule(graph, tuple(best["grid"]), n_blocks=best["patch_blocks"])
     return rewrite_custom(int8, graph, schedule, name).model, schedule
 
 

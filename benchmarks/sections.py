@@ -51,12 +51,12 @@ from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.nets import zoo
 from tfmcu.plan import memory_plan
 from tfmcu.plan.arena import predict_arena
-from tfmcu.plan.regions import plan as plan_schedule
+from tfmcu.plan.regions import schedule
 from tfmcu.plan.search import SearchOptions, candidate_for, search
 from tfmcu.runtime.model_io import random_inputs
 from tfmcu.runtime.tflm import measure_arena, run_tflm
 from tfmcu.runtime.tflm_host import MEASURED_BY, run_whole
-from tfmcu.stage.builtin import BuiltinArenaCost
+from tfmcu.stage.builtin import Border, BuiltinArenaCost
 from tfmcu.stage.custom import load_custom, memory_report, rewrite_custom
 from tfmcu.train.config import Recipe, TrainConfig
 from tfmcu.train.trainer import train
@@ -112,15 +112,16 @@ def rewrite_section(o: BenchOptions) -> dict[str, Any]:
         if smallest.patched:
             runs.append(("auto smallest arena", smallest.chosen))
         for grid, n, border in fixed:
-            runs.append((f"{grid[0]}x{grid[1]}, n={n}, {border}", cost.evaluate(candidate_for(graph, grid, n), border)))
+            runs.append((f"{grid[0]}x{grid[1]}, n={n}, {border}",
+                         cost.evaluate(candidate_for(graph, grid, n), Border(border))))
         for label, ev in runs:
             m1 = measure_arena(ev.result.model)
             got = run_tflm(ev.result.model, inputs)
             exact = all(np.array_equal(a[0], b[0]) for a, b in zip(ref, got))
-            s = ev.candidate.schedule
+            s = ev.candidate.schedules()[0]
             row = {
                 "model": name, "schedule": label, "grid": list(ev.candidate.grid), "patch_blocks": s.n_blocks,
-                "border": ev.variant, "bit_exact": exact,
+                "border": ev.variant_label, "bit_exact": exact,
                 "tflm_original_bytes": m0.total, "tflm_rewritten_bytes": m1.total,
                 "tflm_original_head": m0.head, "tflm_rewritten_head": m1.head,
                 "tflm_original_tail": m0.tail, "tflm_rewritten_tail": m1.tail,
@@ -180,7 +181,7 @@ def custom_section(o: BenchOptions) -> dict[str, Any]:
         # For context: the unpatched model with an in-place plan (what in-place alone gives, TFLM-measured).
         m0_in = measure_arena(memory_plan.with_offline_plan(data, graph, inplace=True)[0])
         for (grid, n), plan in [(sch, p) for sch in schedules for p in ("disjoint", "inplace")]:
-            s = plan_schedule(graph, grid, n_blocks=n)
+            s = schedule(graph, grid, n_blocks=n)
             res = rewrite_custom(data, graph, s, name, inplace=plan == "inplace")
             whole = run_whole(res.model, inputs, name)
             exact = all(np.array_equal(a[0], b[0]) for a, b in zip(ref, whole.outputs))

@@ -35,7 +35,7 @@ from tfmcu.firmware.targets import TARGETS  # noqa: E402
 from tfmcu.flows.demo import demo_training  # noqa: E402
 from tfmcu.flows.deploy import DeployOptions  # noqa: E402
 from tfmcu.plan.arena import DEFAULT_KERNELS, KERNEL_SETS  # noqa: E402
-from tfmcu.plan.search import MAC_METRICS, OBJECTIVES, UNITS, SearchOptions  # noqa: E402
+from tfmcu.plan.plans import MAC_METRICS, OBJECTIVES, UNITS, SearchOptions  # noqa: E402
 from tfmcu.stage.custom import CustomOptions  # noqa: E402
 from tfmcu.train.config import STRATEGIES, TASKS, TrainConfig, default_config  # noqa: E402
 

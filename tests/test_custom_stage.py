@@ -42,7 +42,7 @@ def _custom(models, name: str):
     data = models(name)
     g = lower_tflite.from_tflite(data, name=name)
     e = zoo.ZOO[name]
-    s = scheduler.plan(g, GRIDS[name], n_blocks=e.patch_blocks, n_ops=e.patch_ops)
+    s = scheduler.schedule(g, GRIDS[name], n_blocks=e.patch_blocks, n_ops=e.patch_ops)
     return data, s, custom_stage.rewrite_custom(data, g, s, name)
 
 

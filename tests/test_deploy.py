@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _custom_tiny(zoo_models):
     data = zoo_models("tiny_per_tensor")
     g = from_tflite(data, name="tiny")
-    s = regions.plan(g, 2, n_blocks=zoo.ZOO["tiny_per_tensor"].patch_blocks)
+    s = regions.schedule(g, 2, n_blocks=zoo.ZOO["tiny_per_tensor"].patch_blocks)
     return data, custom.rewrite_custom(data, g, s, "tiny", inplace=True).model
 
 
@@ -69,7 +69,7 @@ def test_cmsis_nn_kernels_link_cmsis_variants_and_refuse_inplace_plans(zoo_model
     error that writes nothing."""
     data = zoo_models("tiny_per_tensor")
     g = from_tflite(data, name="tiny")
-    s = regions.plan(g, 2, n_blocks=zoo.ZOO["tiny_per_tensor"].patch_blocks)
+    s = regions.schedule(g, 2, n_blocks=zoo.ZOO["tiny_per_tensor"].patch_blocks)
     disjoint = custom.rewrite_custom(data, g, s, "tiny", inplace=False).model
     path = tmp_path / "m.tflite"
     path.write_bytes(disjoint)
@@ -198,7 +198,7 @@ def _rewrites(zoo_models):
     TFMCU_PATCH_STAGE ops)."""
     data = zoo_models("tiny_per_tensor")
     g = from_tflite(data, name="tiny")
-    s = regions.plan(g, 2, n_blocks=zoo.ZOO["tiny_per_tensor"].patch_blocks)
+    s = regions.schedule(g, 2, n_blocks=zoo.ZOO["tiny_per_tensor"].patch_blocks)
     plain = custom.rewrite_custom(data, g, s, "tiny").model
     return data, {"streamed": custom.rewrite_custom(data, g, s, "tiny", streamed_input=True).model,
                   "rest_convs": custom.convs_to_flash(plain, "tiny").model}

@@ -169,8 +169,8 @@ def test_patch_stage_stops_before_the_head(det):
     head = min(i for i, op in enumerate(g.ops) if op.name.startswith("head_scale"))
     assert regions.largest_prefix(g) <= head
     with pytest.raises(regions.ScheduleError, match="detection head"):
-        regions.plan(g, 1, n_ops=head + 1)
-    assert max(i for i in regions.plan(g, 2, n_blocks=regions.max_stage_blocks(g)).stage) < head
+        regions.schedule(g, 1, n_ops=head + 1)
+    assert max(i for i in regions.schedule(g, 2, n_blocks=regions.max_stage_blocks(g)).stage) < head
 
 
 def test_rewrite_with_patches_then_verify_compares_boxes(det, tmp_path):

@@ -17,7 +17,7 @@ from tfmcu.nets.presets import PRESETS, get_preset  # noqa: E402
 from tfmcu.nets.spec import (BlockSpec, HeadSpec, NetSpec, SpecError, StageSpec, StemSpec,  # noqa: E402
                              YOLO_FIELDS)
 from tfmcu.plan.profiler import profile  # noqa: E402
-from tfmcu.plan.regions import max_stage_blocks, plan  # noqa: E402
+from tfmcu.plan.regions import max_stage_blocks, schedule  # noqa: E402
 
 ONE = [[[0.2, 0.3], [0.5, 0.5]]]
 TWO = [[[0.4, 0.4], [0.8, 0.7], [0.9, 1.0]], [[0.1, 0.1], [0.2, 0.25], [0.3, 0.2]]]
@@ -200,7 +200,7 @@ def test_patch_stage_stays_before_the_head(name, largest):
     either (its stride-16 output would be a second stage output at another resolution)."""
     g = from_spec(get_preset(name))
     assert max_stage_blocks(g) == largest and g.num_blocks == 19
-    s = plan(g, 4, n_blocks=5)
+    s = schedule(g, 4, n_blocks=5)
     assert s.peak_sram_bytes < profile(g).peak_sram_per_layer_bytes
 
 

@@ -43,7 +43,7 @@ def test_joint_search_prices_every_configuration_and_finds_the_smallest(tiny):
     data, g = tiny
     joint = search(g, CustomArenaCost(data, g, configs=CONFIGS, build="cortex-m"), None,
                    SearchOptions(objective="memory", **OPTS))
-    labels = {e.variant for e in joint.evaluated if e.candidate.patched}
+    labels = {e.variant_label for e in joint.evaluated if e.candidate.patched}
     assert labels <= {c.label for c in CONFIGS} and len(labels) >= 2
     for c in CONFIGS:  # the joint minimum is at most each configuration's own minimum
         alone = search(g, CustomArenaCost(data, g, options=c, build="cortex-m"), None,

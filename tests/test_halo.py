@@ -93,15 +93,15 @@ def brute_force_macs(s: regions.PatchSchedule, rows: set[str], cols: set[str]) -
 
 def test_no_cache_is_the_recompute_schedule():
     g = from_spec(mbv2())
-    s = regions.plan(g, 4, n_blocks=5)
-    h = halo.plan_halo(s)
+    s = regions.schedule(g, 4, n_blocks=5)
+    h = halo.halo_caches(s)
     assert h.stage_macs_exact == s.stage_macs_patched_exact and h.cache_bytes == 0
     assert (h.stage_peak_bytes, h.stage_peak_bytes_excluding_input) == (s.stage_peak_bytes,
                                                                        s.stage_peak_bytes_excluding_input)
 
 
-def simulate(h: halo.HaloPlan) -> int:
-    """Run the halo plan's rule pixel by pixel in raster order: each patch computes the box comp_rows x comp_cols of
+def simulate(h: halo.HaloCaches) -> int:
+    """Run the halo caches' rule pixel by pixel in raster order: each patch computes the box comp_rows x comp_cols of
     every tensor; every pixel an op reads must be computed in this patch or held by a cache (row cache: what the
     previous row band had of the rows the next band needs; column cache: what the left neighbour had of the columns
     this patch needs); cache contents never exceed the plan's cache sizes. Returns the MACs."""
@@ -167,13 +167,13 @@ def test_plans_are_valid_and_exact(seed):
     n = rng.randint(1, max(1, g.num_blocks - 2))
     grid = (rng.choice([2, 3]), rng.choice([2, 3]))
     try:
-        s = regions.plan(g, grid, n_blocks=n)
+        s = regions.schedule(g, grid, n_blocks=n)
     except ScheduleError:
         pytest.skip("no such stage in this random graph")
     inter = halo.intermediates(s)
     for rows, cols in ((set(), set()), (set(inter), set()), (set(), set(inter)), (set(inter), set(inter)),
                        (set(rng.sample(inter, len(inter) // 2)), set(rng.sample(inter, len(inter) // 2)))):
-        h = halo.plan_halo(s, rows, cols)
+        h = halo.halo_caches(s, rows, cols)
         assert simulate(h) == h.stage_macs_exact, (rows, cols)
         ideal = brute_force_macs(s, rows, cols)
         assert h.stage_macs_exact >= ideal
@@ -185,29 +185,29 @@ def test_mbv2_all_cached_computes_each_element_once():
     """MobileNetV2-224, 4x4 patches over 5 blocks: +30.6% exact MACs recomputing; caching every intermediate
     tensor along both axes leaves no recompute (the stage's MACs over the elements it needs)."""
     g = from_spec(mbv2())
-    s = regions.plan(g, 4, n_blocks=5)
+    s = regions.schedule(g, 4, n_blocks=5)
     assert round(s.stage_macs_patched_exact / s.stage_macs - 1, 3) == 0.306
     inter = halo.intermediates(s)
-    h = halo.plan_halo(s, inter, inter)
+    h = halo.halo_caches(s, inter, inter)
     assert h.stage_macs_exact <= s.stage_macs and h.stage_mac_overhead <= 0.0
     assert 0 < h.cache_bytes < h.stage_peak_bytes
     # Rows only: the recompute along columns stays.
-    r = halo.plan_halo(s, inter, ())
+    r = halo.halo_caches(s, inter, ())
     assert h.stage_macs_exact < r.stage_macs_exact < s.stage_macs_patched_exact
     assert r.col_cache_bytes == {} and sum(r.row_cache_bytes.values()) > 0
 
 
 def test_bad_cache_names():
-    s = regions.plan(from_spec(mbv2(96)), 2, n_blocks=2)
+    s = regions.schedule(from_spec(mbv2(96)), 2, n_blocks=2)
     with pytest.raises(ScheduleError, match="cannot be cached"):
-        halo.plan_halo(s, rows=[s.stage_outputs[0]])
+        halo.halo_caches(s, rows=[s.stage_outputs[0]])
 
 
 def test_choose_caches_under_a_budget():
     """MobileNetV2-224 4x4 n=5 (analytic, image counted): no budget -> every cache, no recompute; at the recompute
     schedule's own peak -> at most half its MAC overhead; below it -> one line."""
     g = from_spec(mbv2())
-    s = regions.plan(g, 4, n_blocks=5)
+    s = regions.schedule(g, 4, n_blocks=5)
     free = halo.choose_caches(s, None)
     assert free.stage_macs_exact <= s.stage_macs and len(free.cache_rows) == len(halo.intermediates(s))
     same = halo.choose_caches(s, s.peak_sram_bytes)
@@ -225,9 +225,9 @@ def test_smallest_caches_within_a_mac_cap(image):
     out) is smaller than with every cache (some row caches of wide tensors dropped, their rows recomputed), a tighter
     cap gives no smaller stage; a cap below what every cache reaches is one line."""
     g = from_spec(mbv2(144))
-    s = regions.plan(g, 9, n_blocks=5)
+    s = regions.schedule(g, 9, n_blocks=5)
     inter = halo.intermediates(s)
-    every, none = halo.plan_halo(s, inter, inter), halo.plan_halo(s)
+    every, none = halo.halo_caches(s, inter, inter), halo.halo_caches(s)
     small = halo.smallest_caches(s, 0.05, image)
     assert small.mac_overhead <= 0.05 < none.mac_overhead
     assert small.stage_peak(image) < every.stage_peak(image)

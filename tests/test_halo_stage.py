@@ -1,5 +1,5 @@
 """Halo caches run (issue 12): the C executor with row / column caches (tflm_patch_kernels/patch_stage.c), packed by
-``tfmcu.kernels.pack.pack_stage(..., halo=...)``, bit-exact with TF Lite; scratch = caches + the halo plan's patch
+``tfmcu.kernels.pack.pack_stage(..., halo=...)``, bit-exact with TF Lite; scratch = caches + the halo caches' patch
 working set, exactly; the description checks; the TFMCU_PATCH_STAGE kernel in TFLM built from source (format 3);
 ``pipelines.rewrite --halo``.
 """
@@ -40,15 +40,15 @@ def _schedule(zoo_models, name: str, grid) -> tuple[bytes, ir.Graph, regions.Pat
     data = zoo_models(name)
     g = from_tflite(data, name=name)
     e = zoo.ZOO[name]
-    return data, g, regions.plan(g, grid, n_blocks=e.patch_blocks, n_ops=e.patch_ops)
+    return data, g, regions.schedule(g, grid, n_blocks=e.patch_blocks, n_ops=e.patch_ops)
 
 
-def _caches(s: regions.PatchSchedule, choice: str, seed: int = 0) -> halo.HaloPlan:
+def _caches(s: regions.PatchSchedule, choice: str, seed: int = 0) -> halo.HaloCaches:
     inter = halo.intermediates(s)
     rng = random.Random(seed)
     rows = {"rows": inter, "cols": [], "all": inter, "mixed": [t for t in inter if rng.random() < 0.5]}[choice]
     cols = {"rows": [], "cols": inter, "all": inter, "mixed": [t for t in inter if rng.random() < 0.5]}[choice]
-    return halo.plan_halo(s, rows, cols)
+    return halo.halo_caches(s, rows, cols)
 
 
 def _held_bytes(g: ir.Graph, s: regions.PatchSchedule) -> int:
@@ -86,7 +86,7 @@ def test_halo_stage_bit_exact_and_scratch_exact(name, grid, zoo_models):
         names = p.tensor_names
         want = {(t, 0): b for t, b in h.row_cache_bytes.items()} | {(t, 1): b for t, b in h.col_cache_bytes.items()}
         assert {(names[t], a): b for (t, a, _), b in zip(p.caches, p.cache_bytes)} == want
-        # Scratch: touched == planned == C's figure == caches + the halo plan's analytic patch working set.
+        # Scratch: touched == planned == C's figure == caches + the halo caches' analytic patch working set.
         touched, out = binding.touched_scratch(p, samples[0][0])
         assert np.array_equal(out, refs[0])
         assert touched == p.scratch_bytes == binding.c_scratch_bytes(p)
@@ -103,7 +103,7 @@ def test_halo_stage_bit_exact_and_scratch_exact(name, grid, zoo_models):
 
 def test_no_cache_plan_packs_like_the_recompute_schedule(zoo_models):
     data, g, s = _schedule(zoo_models, "resnet_like", (3, 2))
-    a, b = pack.pack_stage(data, g, s), pack.pack_stage(data, g, s, halo=halo.plan_halo(s))
+    a, b = pack.pack_stage(data, g, s), pack.pack_stage(data, g, s, halo=halo.halo_caches(s))
     assert np.array_equal(a.row_spans, b.row_spans) and np.array_equal(a.col_spans, b.col_spans)
     assert np.array_equal(a.buffer_offsets, b.buffer_offsets) and a.scratch_bytes == b.scratch_bytes
     assert b.caches == [] and a.row_held is None
@@ -113,7 +113,7 @@ def test_mbv2_224_caches_bit_exact(zoo_models):
     """MobileNetV2-1.0-224, 4x4 patches over 5 blocks (the issue's setting): every cache, and the caches
     choose_caches keeps at the recompute schedule's own analytic peak."""
     data, g, s = _schedule(zoo_models, "mbv2_100_224", 4)
-    s = regions.plan(g, (4, 4), n_blocks=5)
+    s = regions.schedule(g, (4, 4), n_blocks=5)
     x = random_inputs(data, 1, seed=2)[0]
     ref = None
     for h in (_caches(s, "all"), halo.choose_caches(s, s.peak_sram_bytes)):
@@ -256,7 +256,7 @@ def test_streamed_input_bit_exact(name, grid, zoo_models):
         assert prepared.input_window_bytes == pack.input_window_bytes(p) > 0
         assert prepared.streamed_scratch_bytes == -(-prepared.scratch_bytes // 4) * 4 + prepared.input_window_bytes
         # the analytic streamed peak (tfmcu.plan.halo): stage output + caches + working set + row window
-        analytic = (h or halo.plan_halo(s)).stage_peak_bytes_streamed - sum(g.tensors[t].nbytes
+        analytic = (h or halo.halo_caches(s)).stage_peak_bytes_streamed - sum(g.tensors[t].nbytes
                                                                              for t in s.stage_outputs)
         assert analytic <= prepared.streamed_scratch_bytes <= analytic + 4 * (len(p.caches) + 2)
         out, calls = binding.run_stage_streamed(p, x[0])

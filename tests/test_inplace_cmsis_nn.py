@@ -194,7 +194,7 @@ def test_cmsis_nn_plan_holds_the_cmsis_nn_scratch(mbv2):
     model's predicted arena is not above its unstreamed version's, disjoint or in place, and the plan's head is
     what the predictor gives for the CMSIS-NN build."""
     data, g = mbv2
-    s = scheduler.plan(g, 4, n_blocks=4)
+    s = scheduler.schedule(g, 4, n_blocks=4)
     totals = {}
     for stream in (False, True):
         base = custom_stage.rewrite_custom(data, g, s, "m", streamed_input=stream)

@@ -128,7 +128,7 @@ def test_custom_mode_inplace_rest(zoo_models):
     no larger (the whole model in TFLM built from source with the kernel; the predictor agrees), still bit-exact."""
     data = zoo_models("mbv2_035_96")
     g = lower_tflite.from_tflite(data, name="m")
-    s = scheduler.plan(g, 4, n_blocks=4)
+    s = scheduler.schedule(g, 4, n_blocks=4)
     plain = custom_stage.rewrite_custom(data, g, s, "m")
     res = custom_stage.rewrite_custom(data, g, s, "m", inplace=True)
     assert res.schedule["memory_plan"] == "inplace" and plain.schedule["memory_plan"] == "disjoint"

@@ -1,8 +1,9 @@
 """Stage plans: several patch stages in one network, chosen by a dynamic programme over the chain of cut points
-(``tfmcu.plan.search.stage_plans``), on the analytic model (pure Python; no TensorFlow).
+(``tfmcu.plan.stage_plans``), on the analytic model (pure Python; no TensorFlow).
 
 The programme is checked against brute force (every partition of a small network into per-layer ops and stages,
-every grid and variant), and the analytic figures of a stage that does not start at the image against a hand count.
+every grid and halo treatment), and the analytic figures of a stage that does not start at the image against a hand
+count.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from tfmcu.graph import ir
 from tfmcu.graph.from_spec import from_spec
 from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec
 from tfmcu.plan import regions
-from tfmcu.plan.halo import intermediates, plan_halo
+from tfmcu.plan.halo import halo_caches, intermediates
 from tfmcu.plan.profiler import profile, step_memory
-from tfmcu.plan.search import (SearchOptions, candidates, pareto_plans, stage_plans, stage_segments)
+from tfmcu.plan.plans import HALO_ALL, SearchOptions
+from tfmcu.plan.search import candidates
+from tfmcu.plan.stage_plans import pareto_plans, stage_plans, stage_segments
 
 
 def small_graph() -> ir.Graph:
@@ -65,7 +68,7 @@ def test_dynamic_programme_equals_brute_force(max_stages, image):
     # (square grids only: with row bands too, the exhaustive side takes minutes for any number of stages)
     segs = [s for s in stage_segments(g, OPTS, image) if s.grid is None or s.grid[0] == s.grid[1]]
     front = pareto_plans(g, segs, OPTS, max_stages, image)
-    assert [(p.peak, p.macs) for p in front] == _brute_front(g, segs, max_stages)
+    assert [(p.peak(), p.macs) for p in front] == _brute_front(g, segs, max_stages)
     for p in front:  # each plan tiles the graph, its figures are its segments'
         assert [s.start for s in p.segments] == [0] + [s.stop for s in p.segments[:-1]]
         assert p.segments[-1].stop == len(g.ops)
@@ -81,12 +84,12 @@ def test_the_instruction_weighed_programme_equals_brute_force(max_stages):
     segs = stage_segments(g, OPTS, "streamed")
     assert any(s.grid and s.grid[1] == 1 for s in segs)
     front = pareto_plans(g, segs, OPTS, max_stages, "streamed", by="instructions")
-    got = [(p.peak, round(p.instructions, 3)) for p in front]
+    got = [(p.peak(), round(p.instructions, 3)) for p in front]
     assert got == [(a, round(b, 3)) for a, b in _brute_front(g, segs, max_stages, cost=lambda s: s.instructions)]
     for s in segs:
         if s.grid and s.grid[1] == 1 and s.grid[0] > 1:
-            square = next((t for t in segs if (t.start, t.stop, t.variant, t.pooled) == (s.start, s.stop, s.variant,
-                                                                                         s.pooled)
+            square = next((t for t in segs if (t.start, t.stop, t.halo, t.pooled) == (s.start, s.stop, s.halo,
+                                                                                      s.pooled)
                            and t.grid == (s.grid[0], s.grid[0])), None)
             if square is not None:
                 assert s.instructions < square.instructions
@@ -99,8 +102,8 @@ def test_no_stage_is_the_per_layer_model():
     for image, exclude in (("counted", False), ("excluded", True)):
         (p,) = stage_plans(g, OPTS, max_stages=0, image=image)
         prof = profile(g)
-        assert p.peak == max(step_memory(g, exclude_inputs=exclude))
-        assert p.peak == (prof.peak_sram_per_layer_bytes_excluding_input if exclude
+        assert p.peak() == max(step_memory(g, exclude_inputs=exclude))
+        assert p.peak() == (prof.peak_sram_per_layer_bytes_excluding_input if exclude
                           else prof.peak_sram_per_layer_bytes)
         assert p.macs == prof.macs and p.mac_overhead == 0.0 and p.describe() == "no patching (per-layer)"
 
@@ -111,14 +114,14 @@ def test_one_stage_is_at_least_as_good_as_the_prefix_search():
     best_prefix = min(c.peak_sram_bytes_excluding_input for c in candidates(g, SearchOptions(patch_options=(2, 3, 4),
                                                                                              rectangular=False)))
     front = stage_plans(g, OPTS, max_stages=1, image="excluded")
-    assert front[0].peak <= best_prefix
+    assert front[0].peak() <= best_prefix
     more = stage_plans(g, OPTS, max_stages=None, image="excluded")
-    assert more[0].peak <= front[0].peak
+    assert more[0].peak() <= front[0].peak()
 
 
 def test_a_later_stage_holds_its_input_whole():
     """A stage after the first reads a tensor another op wrote whole: it is held for the whole stage (counted with
-    or without the image), and a halo plan counts it the same way."""
+    or without the image), and halo caches count it the same way."""
     g = small_graph()
     b = [op.block for op in g.ops]
     a, z = b.index(2), b.index(3)  # block 2 alone
@@ -126,15 +129,15 @@ def test_a_later_stage_holds_its_input_whole():
     ins, outs = regions.check_stage(g, idx)
     (x,) = ins
     assert x not in g.inputs
-    s = regions.plan(g, (2, 2), ops=idx)
-    s1 = regions.plan(g, (1, 1), ops=idx)
+    s = regions.schedule(g, (2, 2), ops=idx)
+    s1 = regions.schedule(g, (1, 1), ops=idx)
     # one patch covering everything: the stage holds its input whole, its output, and one full working set
     assert s1.stage_peak_bytes == s1.stage_peak_bytes_excluding_input
     assert s1.stage_peak_bytes >= g.tensors[x].nbytes + sum(g.tensors[t].nbytes for t in outs)
     assert s.stage_peak_bytes_excluding_input >= g.tensors[x].nbytes + sum(g.tensors[t].nbytes for t in outs)
-    h = plan_halo(s)  # no cache: regions' figures
+    h = halo_caches(s)  # no cache: regions' figures
     assert h.stage_peak_bytes_excluding_input == s.stage_peak_bytes_excluding_input
-    hall = plan_halo(s, intermediates(s), intermediates(s))
+    hall = halo_caches(s, intermediates(s), intermediates(s))
     assert hall.stage_peak_bytes_streamed >= g.tensors[x].nbytes  # nothing to stream: the input is whole
 
 
@@ -146,12 +149,12 @@ def test_pooled_stage_ends_into_the_global_pool():
     assert pooled and all(s.stop == pool + 1 for s in pooled)
     out = g.tensors[g.ops[pool].inputs[0]]
     for s in pooled:  # the same stage, its output summed into int32 instead of held: a tile of it per patch
-        twin = next(t for t in segs if (t.start, t.stop, t.grid, t.variant, t.pooled) == (s.start, pool, s.grid,
-                                                                                            s.variant, False))
-        sch = regions.plan(g, s.grid, ops=list(range(s.start, s.stop)))
+        twin = next(t for t in segs if (t.start, t.stop, t.grid, t.halo, t.pooled) == (s.start, pool, s.grid,
+                                                                                      s.halo, False))
+        sch = regions.schedule(g, s.grid, ops=list(range(s.start, s.stop)))
         assert sch.pool == pool and sch.tiles == [out.name] and sch.accumulator_bytes == 4 * out.shape[3]
-        inter = intermediates(sch) if s.variant == "halo all" else []
-        assert s.peak == plan_halo(sch, inter, inter).stage_peak("excluded")
+        inter = intermediates(sch) if s.halo == HALO_ALL else []
+        assert s.peak == halo_caches(sch, inter, inter).stage_peak("excluded")
         tile = max((r.band[1] - r.band[0]) * (c.band[1] - c.band[0]) for r in sch.rows for c in sch.cols)
         assert s.peak >= 4 * out.shape[3] + g.tensors[g.ops[pool].outputs[0]].nbytes + tile * out.shape[3]
         assert twin.peak - s.peak <= out.nbytes - 4 * out.shape[3] - g.tensors[g.ops[pool].outputs[0]].nbytes
@@ -173,9 +176,9 @@ def test_max_mac_overhead_and_bad_options():
 def test_streamed_image_beats_counted_and_per_layer_holds_it():
     g = small_graph()
     segs = {im: stage_segments(g, OPTS, im) for im in ("counted", "excluded", "streamed")}
-    first = [(s.start, s.stop, s.grid, s.variant, s.pooled) for s in segs["counted"] if s.patched and s.start == 0]
+    first = [(s.start, s.stop, s.grid, s.halo, s.pooled) for s in segs["counted"] if s.patched and s.start == 0]
     assert first
-    by = {im: {(s.start, s.stop, s.grid, s.variant, s.pooled): s.peak for s in v} for im, v in segs.items()}
+    by = {im: {(s.start, s.stop, s.grid, s.halo, s.pooled): s.peak for s in v} for im, v in segs.items()}
     image = g.tensors[g.inputs[0]].nbytes
     # the first stage: a row window, never more than the whole image (as much when a band reads every row)
     assert all(by["streamed"][k] <= by["counted"][k] for k in first)
@@ -188,25 +191,27 @@ def test_streamed_image_beats_counted_and_per_layer_holds_it():
 def test_front_is_sorted_and_strict():
     g = small_graph()
     front = stage_plans(g, OPTS, image="excluded")
-    assert all(a.peak < b.peak and a.macs > b.macs for a, b in itertools.pairwise(front))
-    d = front[0].to_dict()
-    assert d["peak_bytes"] == front[0].peak and d["stages"] == len(front[0].stages)
+    assert all(a.peak() < b.peak() and a.macs > b.macs for a, b in itertools.pairwise(front))
+    d = front[0].stage_plan_dict()
+    assert d["peak_bytes"] == front[0].peak() and d["stages"] == len(front[0].stages)
 
 
 def test_stage_plans_are_candidates_of_the_one_search():
     """``max_stages > 1`` adds stage plans to the single-stage candidates; the analytic search over them can only do
-    better, and a plan's candidate carries it."""
+    better, and a stage plan reads and reports as one."""
     from tfmcu.plan.search import AnalyticCost, search
 
     g = small_graph()
     one = SearchOptions(patch_options=(2, 3, 4), rectangular=False, objective="memory", count_input=False)
     several = SearchOptions(patch_options=(2, 3, 4), rectangular=False, objective="memory", count_input=False,
                             max_stages=3)
-    plans = [c for c in candidates(g, several) if c.plan is not None]
-    assert plans and all(c.patched and c.schedule is None for c in plans)
-    assert not any(len(c.plan.stages) == 1 and c.plan.stages[0].start == 0 for c in plans)
-    assert all(len(c.plan.stages) <= 3 and c.peak_sram_bytes == c.plan.peak for c in plans)
-    assert not any(c.plan is not None for c in candidates(g, one))
+    single = [c for c in candidates(g, one) if c.patched]
+    assert single and all(len(c.stages) == 1 and c.stages[0].prefix and c.stages[0].halo is None for c in single)
+    plans = [c for c in candidates(g, several) if c.patched and not c.stages[0].prefix]
+    assert plans and len(candidates(g, several)) == len(candidates(g, one)) + len(plans)
+    assert not any(len(c.stages) == 1 and c.stages[0].start == 0 for c in plans)
+    assert all(len(c.stages) <= 3 and c.peak_sram_bytes == max(s.peak for s in c.segments) for c in plans)
+    assert all("stage_plan" in c.to_dict() and "stage_plan" not in s.to_dict() for c in plans for s in single)
     a = search(g, AnalyticCost(count_input=False), None, one)
     b = search(g, AnalyticCost(count_input=False), None, several)
     assert b.chosen.cost <= a.chosen.cost

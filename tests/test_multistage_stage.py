@@ -15,7 +15,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 from tfmcu.graph.from_tflite import from_tflite  # noqa: E402
 from tfmcu.plan import regions  # noqa: E402
 from tfmcu.plan.arena import predict_model_arena  # noqa: E402
-from tfmcu.plan.halo import intermediates, plan_halo  # noqa: E402
+from tfmcu.plan.halo import halo_caches, intermediates  # noqa: E402
 from tfmcu.runtime.host import HostRunner  # noqa: E402
 from tfmcu.runtime.model_io import random_inputs  # noqa: E402
 from tfmcu.runtime.tflite import run_tflite  # noqa: E402
@@ -30,11 +30,11 @@ NAME = "mbv2_035_96"
 def _stages(graph, first: bool = True):
     """A 3x3 stage over blocks 0-2 (optional) and a 2x2 one over blocks 4-5 with every halo cached."""
     blocks = [op.block for op in graph.ops]
-    later = regions.plan(graph, (2, 2), ops=list(range(blocks.index(4), blocks.index(6))))
+    later = regions.schedule(graph, (2, 2), ops=list(range(blocks.index(4), blocks.index(6))))
     inter = intermediates(later)
-    out = [(later, plan_halo(later, inter, inter))]
+    out = [(later, halo_caches(later, inter, inter))]
     if first:
-        out.insert(0, (regions.plan(graph, (3, 3), n_blocks=3), None))
+        out.insert(0, (regions.schedule(graph, (3, 3), n_blocks=3), None))
     return out
 
 
@@ -48,10 +48,10 @@ def test_several_stages_are_bit_exact_and_predicted(zoo_models, streamed, first)
     assert res.ops_after == res.ops_before - n_stage_ops + len(stages)
     cm = load_custom(res.model, NAME, all_stages=True)
     assert len(cm.stages) == len(stages)
-    plan = read_schedule(res.model)["stage_plan"]
-    assert [e["ops_tflite"] for e in plan] == [[g.ops[k].src_index for k in s.stage] for s, _ in stages]
-    assert sorted(cm.stages) == [e["operator"] for e in plan]
-    assert plan[-1]["halo"]["cache_bytes"] > 0 and cm.stages[plan[-1]["operator"]].caches  # the later stage caches
+    record = read_schedule(res.model)["stage_plan"]
+    assert [e["ops_tflite"] for e in record] == [[g.ops[k].src_index for k in s.stage] for s, _ in stages]
+    assert sorted(cm.stages) == [e["operator"] for e in record]
+    assert record[-1]["halo"]["cache_bytes"] > 0 and cm.stages[record[-1]["operator"]].caches  # the later caches
     inputs = random_inputs(data, 3, seed=3)
     ref = run_tflite(data, inputs)
     assert np.stack([r[0] for r in ref]).astype(float).std(axis=0).max() > 0
@@ -86,7 +86,7 @@ def test_the_search_prices_stage_plans_in_tflm(zoo_models):
     data = zoo_models(NAME)
     g = from_tflite(data, name=NAME)
     plans = [c for c in candidates(g, SearchOptions(patch_options=(2, 3), rectangular=False, max_stages=3))
-             if c.plan is not None and len(c.plan.stages) > 1]
+             if len(c.stages) > 1]
     assert plans
     cand = min(plans, key=lambda c: c.peak_sram_bytes)
     cfg = CustomOptions(inplace=True, rest_convs="tfmcu")
@@ -94,10 +94,10 @@ def test_the_search_prices_stage_plans_in_tflm(zoo_models):
     (variant,) = cost.variants
     ev = cost.evaluate(cand, variant)
     assert ev.cost >= cost.lower_bound(cand, variant) > 0
-    assert ev.details["stage_plan"]["stages"] == len(cand.plan.stages) and "halo none" not in ev.describe()
+    assert ev.details["stage_plan"]["stages"] == len(cand.stages) and "halo none" not in ev.describe()
     assert cost.evaluate(cand, variant).result is ev.result  # built once
     model = ev.result.model
-    assert len(load_custom(model, NAME, all_stages=True).stages) >= len(cand.plan.stages)
+    assert len(load_custom(model, NAME, all_stages=True).stages) >= len(cand.stages)
     inputs = random_inputs(data, 2, seed=1)
     whole = run_whole(model, inputs, NAME)
     assert all(np.array_equal(a[0], b[0]) for a, b in zip(run_tflite(data, inputs), whole.outputs))
@@ -136,7 +136,7 @@ def _pooled(graph, grid=(2, 2), blocks_before=2):
     pool = next(i for i, op in enumerate(graph.ops) if op.type == "mean")
     blocks = [op.block for op in graph.ops]
     start = blocks.index(blocks[pool - 1] - blocks_before)
-    return regions.plan(graph, grid, ops=list(range(start, pool + 1))), pool
+    return regions.schedule(graph, grid, ops=list(range(start, pool + 1))), pool
 
 
 @pytest.mark.parametrize("halo,streamed", [(False, True), (True, False)])
@@ -149,15 +149,15 @@ def test_a_stage_into_the_global_pool_is_bit_exact_and_predicted(zoo_models, hal
     assert sch.pool == pool and sch.stage_outputs == g.ops[pool].outputs
     fm = g.tensors[sch.tiles[0]]
     assert sch.accumulator_bytes == 4 * fm.shape[3]
-    whole = regions.plan(g, sch.grid, ops=sch.tiled)  # the same ops writing the 3x3x1280 map whole
+    whole = regions.schedule(g, sch.grid, ops=sch.tiled)  # the same ops writing the 3x3x1280 map whole
     tile = max((r.band[1] - r.band[0]) * (c.band[1] - c.band[0]) for r in sch.rows for c in sch.cols)
     assert sch.step_memory[pool] == sum(g.tensors[t].nbytes for t in sch.stage_inputs) + sch.accumulator_bytes + \
         g.tensors[sch.stage_outputs[0]].nbytes + tile * fm.shape[3]  # its input held, the sums, the output, a tile
     assert whole.stage_outputs == sch.tiles
     inter = intermediates(sch)
     assert sch.tiles[0] not in inter
-    h = plan_halo(sch, inter, inter) if halo else None
-    res = rewrite_stages(data, g, [(regions.plan(g, (3, 3), n_blocks=3), None), (sch, h)], NAME,
+    h = halo_caches(sch, inter, inter) if halo else None
+    res = rewrite_stages(data, g, [(regions.schedule(g, (3, 3), n_blocks=3), None), (sch, h)], NAME,
                          streamed_input=streamed)
     cm = load_custom(res.model, NAME, all_stages=True)
     packed = cm.stages[max(cm.stages)]

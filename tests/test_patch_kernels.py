@@ -374,7 +374,7 @@ def stage_models(tmp_path_factory) -> Callable[[str], StageModel]:
 
 def _stage(sm: StageModel, grid: Any) -> tuple[Any, Any, pack.PackedStage]:
     g = from_tflite(sm.data, name=sm.name)
-    s = scheduler.plan(g, grid, n_blocks=sm.n_blocks, n_ops=sm.n_ops)
+    s = scheduler.schedule(g, grid, n_blocks=sm.n_blocks, n_ops=sm.n_ops)
     return g, s, pack.pack_stage(sm.data, g, s)
 
 
@@ -481,7 +481,7 @@ def test_unsupported_ops_are_named(stage_models):
     x = layers.Conv2D(4, 3, padding="same")(x)
     data = convert(tf_keras.Model(i, layers.Dense(2)(layers.GlobalAveragePooling2D()(x))))
     g = from_tflite(data)
-    s = scheduler.plan(g, 2, n_ops=3)
+    s = scheduler.schedule(g, 2, n_ops=3)
     with pytest.raises(kernels.PatchKernelError, match=r"MUL has no C patch kernel"):
         pack.pack_stage(data, g, s)
 
@@ -567,7 +567,7 @@ def test_asan_ubsan_build_runs_emitted_stages(stage_models, tmp_path):
         g, s, p = _stage(sm, grid)
         if caches is not None:  # halo caches (issue 12): every intermediate tensor, along both axes or rows only
             inter = halo.intermediates(s)
-            p = pack.pack_stage(sm.data, g, s, halo=halo.plan_halo(s, inter, inter if caches == "all" else ()))
+            p = pack.pack_stage(sm.data, g, s, halo=halo.halo_caches(s, inter, inter if caches == "all" else ()))
             assert p.caches
         x = random_inputs(sm.data, 1, seed=9)[0][0]
         expected = tflite_all_tensors(sm.data, (x,))(p.tensor_tflite_index[p.output_tensor])

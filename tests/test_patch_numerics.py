@@ -104,7 +104,7 @@ def test_patched_stage_equals_full_layer(seed):
     out_t = scheduler.check_stage(graph, scheduler.stage_ops(graph, n_blocks=n))[1][0]
     oh, ow = graph.tensors[out_t].hw
     grid = (rng.randint(1, min(4, oh)), rng.randint(1, min(4, ow)))
-    s = scheduler.plan(graph, grid, n_blocks=n)
+    s = scheduler.schedule(graph, grid, n_blocks=n)
 
     tf_keras.utils.set_random_seed(seed)
     model = build_keras(spec, seed=seed)

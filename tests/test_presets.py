@@ -292,12 +292,12 @@ def test_mbv2_rd_meets_the_papers_targets():
     from tfmcu.plan import regions as scheduler
 
     rd = from_spec(get_preset("mbv2-rd"))
-    s = scheduler.plan(rd, 4, n_blocks=3)
+    s = scheduler.schedule(rd, 4, n_blocks=3)
     assert s.input_patch_size == (63, 63)
     assert s.graph.tensors[s.stage_outputs[0]].shape == (1, 28, 28, 32)
     assert abs(s.macs - 301e6) / 301e6 < 0.01
     assert 0.15 <= s.stage_macs_patched_padded / s.stage_macs - 1 <= 0.21
     assert 0.02 <= s.macs_patched_padded / s.macs - 1 <= 0.04
-    base = scheduler.plan(from_spec(get_preset("mbv2")), 4, n_blocks=5)
+    base = scheduler.schedule(from_spec(get_preset("mbv2")), 4, n_blocks=5)
     assert base.input_patch_size == (75, 75)
     assert s.macs_patched_padded / s.macs < base.macs_patched_padded / base.macs

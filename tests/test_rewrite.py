@@ -46,7 +46,7 @@ def models(zoo_models):
 def _schedule(name: str, data: bytes) -> tuple:
     g = lower_tflite.from_tflite(data, name=name)
     entry = zoo.ZOO[name]
-    return g, scheduler.plan(g, GRIDS[name], n_blocks=entry.patch_blocks, n_ops=entry.patch_ops)
+    return g, scheduler.schedule(g, GRIDS[name], n_blocks=entry.patch_blocks, n_ops=entry.patch_ops)
 
 
 def test_suite_covers_the_features():
@@ -142,9 +142,9 @@ def test_unsupported_stage_errors(models):
     data = models("mbv2_035_96")
     g = lower_tflite.from_tflite(data)
     mean = next(i for i, op in enumerate(g.ops) if op.type == "mean")
-    assert scheduler.plan(g, 2, n_ops=mean + 1).pool == mean  # (the global pool may end a stage)
+    assert scheduler.schedule(g, 2, n_ops=mean + 1).pool == mean  # (the global pool may end a stage)
     with pytest.raises(scheduler.ScheduleError) as e:
-        scheduler.plan(g, 2, ops=list(range(mean + 2)))  # but not sit inside one
+        scheduler.schedule(g, 2, ops=list(range(mean + 2)))  # but not sit inside one
     msg = str(e.value)
     assert f"op {mean}" in msg or f"tflite op {g.ops[mean].src_index}" in msg
     assert "MEAN" in msg and "largest stage that works" in msg and "global average pool" in msg
@@ -238,7 +238,7 @@ def test_stage_without_its_own_tensors(resnet8, tmp_path):
     src, out, rep = tmp_path / "r8.tflite", tmp_path / "p.tflite", tmp_path / "r.json"
     src.write_bytes(resnet8)
     g = lower_tflite.from_tflite(resnet8)
-    s = scheduler.plan(g, 2, n_ops=2)
+    s = scheduler.schedule(g, 2, n_ops=2)
     assert len(s.stage_outputs) == 2 and all(t in s.stage_outputs for k in s.stage for t in g.ops[k].outputs)
     r = run_rewrite(f"--tflite={src}", f"--out={out}", "--patches=2", "--patch_ops=2", f"--json_out={rep}")
     assert r.returncode == 0, r.stderr

@@ -77,14 +77,14 @@ def test_paper_accounting_reproduces_the_papers_mbv2_figures():
     # A residual block: the depthwise in place next to the shortcut; the projection writes over the shortcut.
     assert by_name["block3_depthwise"].memory_bytes == 56 * 56 * 24 + 56 * 56 * 144
     assert by_name["block3_project"].memory_bytes == 56 * 56 * 144 + 56 * 56 * 24
-    s = scheduler.plan(g, 4, n_blocks=5, accounting="paper")
+    s = scheduler.schedule(g, 4, n_blocks=5, accounting="paper")
     assert s.accounting == "paper" and s.input_patch_size == (75, 75)
     assert s.stage_macs_patched_padded / s.stage_macs - 1 == pytest.approx(0.42, abs=0.01)
     # The rest peaks in the 28x28 residual blocks: 28x28x32 + 28x28x192 = 171.5 kB (paper: about 172 kB).
     assert s.peak_sram_bytes_excluding_input == 28 * 28 * 32 + 28 * 28 * 192 == 175_616
     assert round(p.peak_sram_per_layer_bytes / s.peak_sram_bytes_excluding_input, 2) == 8.0  # paper: 8x
     # Patch by patch the same pairs share: the stage needs less than with separate buffers.
-    sep = scheduler.plan(g, 4, n_blocks=5)
+    sep = scheduler.schedule(g, 4, n_blocks=5)
     assert s.stage_peak_bytes_excluding_input < sep.stage_peak_bytes_excluding_input
     assert s.stage_peak_bytes_excluding_input >= 28 * 28 * 32 + 75 * 75 * 3
 
@@ -107,7 +107,7 @@ def test_tflm_inplace_accounting_is_the_memory_plans_bound():
         shares = [min(g.tensors[x].nbytes, g.tensors[y].nbytes - d) for (y, x), d in pairs.items()
                   if producer[y] == i]
         assert plain[i] - mem[i] == max([0] + shares), g.ops[i].name
-    s, sep = scheduler.plan(g, 4, n_blocks=5, accounting="tflm_inplace"), scheduler.plan(g, 4, n_blocks=5)
+    s, sep = scheduler.schedule(g, 4, n_blocks=5, accounting="tflm_inplace"), scheduler.schedule(g, 4, n_blocks=5)
     assert s.stage_peak_bytes == sep.stage_peak_bytes and s.rest_peak_bytes <= sep.rest_peak_bytes
     with pytest.raises(ValueError, match="accounting"):
         profiler.profile(g, "tinyengine")
@@ -119,13 +119,14 @@ def test_search_uses_the_accounting():
     separate = search(g, AnalyticCost(False), 64 * 1024, SearchOptions(count_input=False))
     assert paper.baseline.cost < separate.baseline.cost
     assert paper.smallest.cost < separate.smallest.cost
-    assert all(c.schedule is None or c.schedule.accounting == "paper" for c in paper.candidates)
+    assert any(c.patched for c in paper.candidates)
+    assert all(s.accounting == "paper" for c in paper.candidates for s in c.schedules())
 
 
 # ----------------------------------------------------------------------------- scheduler vs the paper
 def test_mbv2_patch_stage_matches_paper():
     g = from_spec(mbv2_spec())
-    s = scheduler.plan(g, 4, n_blocks=5)
+    s = scheduler.schedule(g, 4, n_blocks=5)
     assert s.stage_outputs == ["block4_project/out"]
     assert g.tensors["block4_project/out"].hw == (28, 28)
     assert s.input_patch_size == (75, 75)  # paper: 75x75
@@ -140,7 +141,7 @@ def test_mbv2_patch_stage_matches_paper():
 
 def test_corner_patch_padding_and_regions():
     g = from_spec(mbv2_spec())
-    s = scheduler.plan(g, 4, n_blocks=5)
+    s = scheduler.schedule(g, 4, n_blocks=5)
     stem = 0
     # Top-left patch: the stem (TF SAME, stride 2 on even input: pad 0 top/left, 1 bottom/right) needs no pad
     # at the top-left, and the 3x3 depthwise of block 1 (pad 1) does.
@@ -157,7 +158,7 @@ def test_corner_patch_padding_and_regions():
 
 def test_uneven_and_rectangular_grids():
     g = from_spec(mbv2_spec(160))
-    s = scheduler.plan(g, (2, 3), n_blocks=5)
+    s = scheduler.schedule(g, (2, 3), n_blocks=5)
     assert s.grid == (2, 3) and s.patches == 6
     assert [w.band for w in s.cols] == [(0, 7), (7, 14), (14, 20)]
     t = s.stage_outputs[0]
@@ -170,17 +171,17 @@ def test_uneven_and_rectangular_grids():
 
 def test_stage_by_ops_and_errors():
     g = from_spec(mbv2_spec(96))
-    s = scheduler.plan(g, 2, n_ops=4)
+    s = scheduler.schedule(g, 2, n_ops=4)
     assert s.stage == [0, 1, 2, 3]
     # every op up to the global average pool: a stage that sums the pool's input patch by patch
-    pooled = scheduler.plan(g, 2, n_ops=len(g.ops) - 1)
+    pooled = scheduler.schedule(g, 2, n_ops=len(g.ops) - 1)
     assert pooled.pool == len(g.ops) - 2 and pooled.stage_outputs == g.ops[-2].outputs
     assert pooled.tiles == g.ops[-2].inputs and pooled.tiled == pooled.stage[:-1]
     assert pooled.region(pooled.pool, (1, 0)).out == ((0, 1), (0, 1))
     with pytest.raises(scheduler.ScheduleError, match="blocks"):
-        scheduler.plan(g, 2, n_blocks=99)
+        scheduler.schedule(g, 2, n_blocks=99)
     with pytest.raises(scheduler.ScheduleError, match="do not fit"):
-        scheduler.plan(g, 13, n_blocks=5)
+        scheduler.schedule(g, 13, n_blocks=5)
 
 
 def test_se_block_is_not_patchable():
@@ -188,7 +189,7 @@ def test_se_block_is_not_patchable():
                                                      StageSpec([BlockSpec(24, stride=2)])])
     g = from_spec(spec)
     with pytest.raises(scheduler.ScheduleError, match="block1_se_squeeze"):
-        scheduler.plan(g, 2, n_blocks=2)
+        scheduler.schedule(g, 2, n_blocks=2)
     assert scheduler.max_stage_blocks(g) == 1
 
 
@@ -204,13 +205,13 @@ def test_auto_picks_least_macs_that_fits():
     prof = profiler.profile(g)
     budget = prof.peak_sram_per_layer_bytes // 2
     res = auto(g, budget)
-    assert res.feasible and res.chosen.candidate.schedule is not None
+    assert res.feasible and res.chosen.candidate.patched
     fitting = [c for c in res.candidates if c.peak_sram_bytes <= budget]
     assert res.chosen.candidate.macs == min(c.macs for c in fitting)
     assert res.chosen.candidate.peak_sram_bytes <= budget
     # A budget the per-layer net fits picks no patching (least MACs).
     big = auto(g, prof.peak_sram_per_layer_bytes)
-    assert big.chosen.candidate.schedule is None
+    assert not big.chosen.candidate.patched
     # A MAC-overhead cap is honoured.
     capped = auto(g, budget, max_mac_overhead=0.05)
     if capped.feasible:
@@ -268,7 +269,7 @@ def test_regions_match_brute_force(seed):
     n = rng.randint(1, scheduler.max_stage_blocks(g))
     p = rng.randint(2, 3)
     try:
-        s = scheduler.plan(g, p, n_blocks=n)
+        s = scheduler.schedule(g, p, n_blocks=n)
     except scheduler.ScheduleError:
         pytest.skip("grid larger than the stage output for this random net")
     for (i, j) in s.patch_iter():

@@ -65,7 +65,7 @@ def test_pickles_as_its_bytes(tiny):
 def test_custom_options(tiny):
     """The options of each custom op of a name, in operator order (a custom-mode model has one patch stage)."""
     g = from_tflite(tiny, name="tiny")
-    rewritten = custom.rewrite_custom(tiny, g, regions.plan(g, 2, n_blocks=zoo.ZOO["tiny_per_tensor"].patch_blocks),
+    rewritten = custom.rewrite_custom(tiny, g, regions.schedule(g, 2, n_blocks=zoo.ZOO["tiny_per_tensor"].patch_blocks),
                                       "tiny").model
     m = TfliteModel(rewritten)
     [options] = m.custom_options(PATCH_STAGE_OP)

@@ -39,7 +39,7 @@ def _custom(zoo_models, name: str, inplace: bool = False) -> tuple[bytes, bytes]
     data = zoo_models(name)
     g = from_tflite(data, name=name)
     e = zoo.ZOO[name]
-    s = regions.plan(g, GRIDS[name], n_blocks=e.patch_blocks, n_ops=e.patch_ops)
+    s = regions.schedule(g, GRIDS[name], n_blocks=e.patch_blocks, n_ops=e.patch_ops)
     return data, custom.rewrite_custom(data, g, s, name, inplace=inplace).model
 
 
@@ -173,7 +173,7 @@ def _one_op_stage_model() -> bytes:
     x = L.AveragePooling2D(2, 1, padding="same")(x)
     data = to_int8_tflite(tf_keras.Model(i, x), random_representative((16, 12, 3), samples=3))
     g = from_tflite(data)
-    res = custom.rewrite_custom(data, g, regions.plan(g, (2, 2), n_ops=len(g.ops) - 1))
+    res = custom.rewrite_custom(data, g, regions.schedule(g, (2, 2), n_ops=len(g.ops) - 1))
     ed = ModelEditor(res.model)
     op = ed.subgraph.operators[0]
     ed.subgraph.operators = [op]
@@ -205,7 +205,7 @@ def test_mbv2_224_custom_mode_meets_the_arena_target(zoo_models):
     name = "mbv2_100_224"
     data = zoo_models(name)
     g = from_tflite(data, name=name)
-    model = custom.rewrite_custom(data, g, regions.plan(g, 4, n_blocks=5), name, inplace=True).model
+    model = custom.rewrite_custom(data, g, regions.schedule(g, 4, n_blocks=5), name, inplace=True).model
     inputs = random_inputs(data, 1, seed=3)
     got = run_whole(model, inputs, name)
     assert np.array_equal(got.outputs[0][0], run_tflite(data, inputs)[0][0])

@@ -104,7 +104,7 @@ def test_rewritten_model_keeps_metadata(run_a):
     _, r = run_a
     model = open(r.files["tflite"], "rb").read()
     graph = from_tflite(model)
-    res = rewrite.rewrite_builtin(model, graph, scheduler.plan(graph, 2, n_blocks=2))
+    res = rewrite.rewrite_builtin(model, graph, scheduler.schedule(graph, 2, n_blocks=2))
     assert metadata.read_metadata(res.model)["labels"] == classify.FASHION_MNIST_LABELS
     xs = model_io.random_inputs(model, 3, seed=0)
     assert all(np.array_equal(a[0], b[0]) for a, b in zip(tflm.run_tflm(model, xs), tflm.run_tflm(res.model, xs)))

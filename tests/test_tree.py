@@ -53,7 +53,7 @@ def test_tree_builds_with_cmake_and_runs_like_the_bazel_firmware(zoo_models, tmp
     _need("cmake", "make", "arm-none-eabi-gcc", "arm-none-eabi-g++", "qemu-system-arm")
     data = zoo_models("tiny_per_tensor")
     g = from_tflite(data, name="tiny")
-    s = regions.plan(g, 2, n_blocks=zoo.ZOO["tiny_per_tensor"].patch_blocks)
+    s = regions.schedule(g, 2, n_blocks=zoo.ZOO["tiny_per_tensor"].patch_blocks)
     path = tmp_path / "m.tflite"
     path.write_bytes(custom.rewrite_custom(data, g, s, "tiny", inplace=True).model)
     fw, dest = tmp_path / "fw", tmp_path / "tree"

@@ -179,14 +179,14 @@ def test_resolver_reaches_the_rest_of_a_custom_mode_model(models, monkeypatch):
     """Hole 4: --resolver=builtin was ignored for custom-mode models (their rest always ran with the reference
     kernels) yet reported as tflite-builtin."""
     from tfmcu.graph.from_tflite import from_tflite
-    from tfmcu.plan.regions import plan
+    from tfmcu.plan.regions import schedule
     from tfmcu.runtime import host
     from tfmcu.runtime.model_io import random_inputs
     from tfmcu.stage.custom import rewrite_custom
 
     data = open(models["a"], "rb").read()
     g = from_tflite(data)
-    custom = rewrite_custom(data, g, plan(g, 2, n_ops=2)).model
+    custom = rewrite_custom(data, g, schedule(g, 2, n_ops=2)).model
     seen = []
     real = host.run_tflite
 
@@ -214,7 +214,7 @@ def rewritten(zoo_models, tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("rewritten")
     data = zoo_models("tiny_per_tensor")
     g = from_tflite(data, name="tiny")
-    s = regions.plan(g, 2, n_blocks=zoo.ZOO["tiny_per_tensor"].patch_blocks)
+    s = regions.schedule(g, 2, n_blocks=zoo.ZOO["tiny_per_tensor"].patch_blocks)
     streamed = custom.rewrite_custom(data, g, s, "tiny", streamed_input=True).model
     plain = custom.rewrite_custom(data, g, s, "tiny").model
     models = {"original": data, "streamed": streamed, "rest_convs": custom.convs_to_flash(plain, "tiny").model,

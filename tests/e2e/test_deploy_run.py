@@ -52,7 +52,7 @@ def models(tmp_path_factory):
         m = zoo.build(name, os.environ.get("TFMCU_ZOO_CACHE"))
         if patches:
             g = from_tflite(m, name=name)
-            m = custom.rewrite_custom(m, g, regions.plan(g, patches, n_blocks=zoo.ZOO[name].patch_blocks), name,
+            m = custom.rewrite_custom(m, g, regions.schedule(g, patches, n_blocks=zoo.ZOO[name].patch_blocks), name,
                                       inplace=inplace).model
         shape = model_info(m).inputs[0].shape
         x, _ = as_arrays(load("fashion_mnist").test, shape[1], shape[3], limit=4)
@@ -125,7 +125,7 @@ def zoo_models_e2e(tmp_path_factory):
     d = tmp_path_factory.mktemp("streamed")
     m = zoo.build("tiny_per_tensor", os.environ.get("TFMCU_ZOO_CACHE"))
     g = from_tflite(m, name="tiny")
-    s = regions.plan(g, 2, n_blocks=zoo.ZOO["tiny_per_tensor"].patch_blocks)
+    s = regions.schedule(g, 2, n_blocks=zoo.ZOO["tiny_per_tensor"].patch_blocks)
     (d / "tiny_streamed.tflite").write_bytes(custom.rewrite_custom(m, g, s, "tiny", streamed_input=True).model)
     return {"tiny_streamed": str(d / "tiny_streamed.tflite")}
 

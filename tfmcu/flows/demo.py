@@ -45,7 +45,7 @@ from tfmcu.graph.from_spec import from_spec
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.graph.load import load_spec
 from tfmcu.nets.spec import NetSpec
-from tfmcu.plan.regions import plan
+from tfmcu.plan import regions
 from tfmcu.plan.search import SearchOptions, SearchResult, search
 from tfmcu.records import Record
 from tfmcu.runtime.capture import import_tensorflow_quietly
@@ -218,7 +218,7 @@ def run(o: DemoOptions, log: Callable[[str], None] = print) -> int:
 
     # ------------------------------------------------------------------ 0. the paper's example
     mbv2 = from_spec(load_spec("mbv2", resolution=224))
-    mb = profile_report(mbv2, plan(mbv2, 4, n_blocks=5), sram_bytes=256 * KB)
+    mb = profile_report(mbv2, regions.schedule(mbv2, 4, n_blocks=5), sram_bytes=256 * KB)
     log("== 0/7 MobileNetV2 1.0 @ 224, analytic: per layer vs 4x4 patches over the first 5 blocks ==")
     log(format_table(mb).split("\n\nMACs", 1)[1].join(["MACs", ""]).rstrip())
     write_outputs({path("mbv2_224_profile.json"): mb, path("mbv2_224_memory.png"): plot_memory(mb)})
@@ -263,15 +263,15 @@ def run(o: DemoOptions, log: Callable[[str], None] = print) -> int:
     if m_patched.total > budget:
         raise UsageError(f"the patched model's measured TFLM arena ({m_patched.total} B) exceeds the budget "
                          f"({budget} B)")
-    sched = ev.candidate.schedule
+    sched = ev.candidate.schedules()[0]
     chosen_text = ev.candidate.describe()
-    log(f"chosen: {chosen_text} ({ev.variant} borders); TFLM arena {arena:,} -> {m_patched.total:,} B "
+    log(f"chosen: {chosen_text} ({ev.variant_label} borders); TFLM arena {arena:,} -> {m_patched.total:,} B "
         f"({arena / m_patched.total:.2f}x smaller), MACs +{sched.macs_patched_exact / sched.macs - 1:.1%} exact")
     patched_path = path("model_int8_patched.tflite")
     prof_patched = profile_report(graph, sched, sram_bytes=budget)
     md_kept = read_schedule(patched) is not None and split_appended_zip(patched)[1] != []
     rewrite_report = {"input": model_path, "output": patched_path, "budget_bytes": budget, "message": res.message,
-                      "schedule": ev.result.schedule, "border": ev.variant, "search": res.to_dict(),
+                      "schedule": ev.result.schedule, "border": ev.variant_label, "search": res.to_dict(),
                       "tflm": {"original": arena, "rewritten": m_patched.total},
                       "predicted": {"original": res.baseline.cost, "rewritten": ev.cost},
                       "ops": {"original": ev.result.ops_before, "rewritten": ev.result.ops_after},

@@ -104,8 +104,8 @@ class FitCandidate(Record):
         """The search's evaluation of a candidate as fit reports it."""
         c = ev.candidate
         return cls(describe=ev.describe(), patches=list(c.grid) if c.patched else None, patch_blocks=c.n_blocks,
-                   stages=len(c.plan.stages) if c.plan is not None else int(c.patched),
-                   config=ev.variant, predicted_arena_bytes=ev.cost, predicted_instructions=ev.instructions,
+                   stages=len(c.stages),
+                   config=ev.variant_label, predicted_arena_bytes=ev.cost, predicted_instructions=ev.instructions,
                    mac_overhead=ev.details.get("mac_overhead_exact", c.mac_overhead),
                    macs=int(round(c.macs / (1 + c.mac_overhead) * (1 + ev.details.get("mac_overhead_exact",
                                                                                       c.mac_overhead)))))

@@ -16,8 +16,9 @@ from tfmcu.files import check_output_paths, figure_png, write_outputs
 from tfmcu.flows.common import ScheduleRequest
 from tfmcu.graph import ir
 from tfmcu.graph.load import load_model
+from tfmcu.plan import regions
 from tfmcu.plan.profiler import Profile, profile
-from tfmcu.plan.regions import PatchSchedule, plan
+from tfmcu.plan.regions import PatchSchedule
 from tfmcu.plan.search import AnalyticCost, SearchResult, search
 
 KB = 1024
@@ -167,9 +168,10 @@ def run(o: ProfileOptions, log: Callable[[str], None] = print) -> dict[str, Any]
         auto = search(graph, AnalyticCost(req.search.count_input), sram, req.search)
         if not auto.feasible:
             raise UsageError(f"{o.model}: {auto.message}")
-        schedule = auto.chosen.candidate.schedule
+        schedule = next(iter(auto.chosen.candidate.schedules()), None)
     elif req.grid is not None and req.grid != (1, 1):
-        schedule = plan(graph, req.grid, n_blocks=req.patch_blocks, n_ops=req.patch_ops, accounting=accounting)
+        schedule = regions.schedule(graph, req.grid, n_blocks=req.patch_blocks, n_ops=req.patch_ops,
+                                    accounting=accounting)
     data = profile_report(graph, schedule, auto, sram, profile(graph, accounting))
     png = plot_memory(data, sram) if o.plot_out else None
     write_outputs({o.json_out: data, o.plot_out: png})

@@ -157,10 +157,10 @@ def pack_stage(model_bytes: bytes | ts.ModelT, graph: ir.Graph, schedule: Any, a
     """The C description of ``schedule``'s patch stage (a ``tfmcu.plan.regions.PatchSchedule`` of ``graph``, which was
     lowered from ``model_bytes`` by ``tfmcu.graph.from_tflite``; the model may be given already unpacked, read only,
     when many stages of one model are packed). ``align``: patch-buffer offsets are multiples
-    of it. ``halo``: a ``tfmcu.plan.halo.HaloPlan`` of the same schedule (its caches are placed first in scratch,
+    of it. ``halo``: the ``tfmcu.plan.halo.HaloCaches`` of the same schedule (its caches are placed first in scratch,
     the patch buffers after them)."""
     if halo is not None and halo.schedule is not schedule:
-        raise PatchKernelError("the halo plan belongs to another schedule")
+        raise PatchKernelError("the halo caches belong to another schedule")
     if graph.source != "tflite":
         raise PatchKernelError("pack_stage needs a graph lowered from the .tflite itself (tfmcu.graph.from_tflite)")
     model = model_bytes if isinstance(model_bytes, ts.ModelT) else load(model_bytes)

@@ -56,7 +56,7 @@ class Limits:
     max_macs: int | None = None
     count_input: bool = True
     patch_options: tuple[int, ...] = (1, 2, 3, 4)
-    max_stages: int = 1  # > 1: stage plans (several patch stages anywhere) are candidates too
+    max_stages: int = 1  # > 1: plans of several patch stages anywhere are candidates too
 
     def describe(self) -> str:
         parts = [f"SRAM {self.sram_bytes / KB:.0f} kB ({'image counted' if self.count_input else 'image streamed'})"]
@@ -182,9 +182,7 @@ class ModelConstraints:
         c = result.chosen
         figures.update({"arena_bytes": c.cost, "grid": list(c.candidate.grid), "patch_blocks": c.candidate.n_blocks,
                         "patch_ops": c.candidate.n_ops, "macs": c.candidate.macs,
-                        "mac_overhead": round(c.candidate.mac_overhead, 6)})
-        if c.candidate.plan is not None:
-            figures["stage_plan"] = c.candidate.plan.to_dict()
+                        "mac_overhead": round(c.candidate.mac_overhead, 6), **c.candidate.stage_plan_field()})
         if lim.max_macs is not None and c.candidate.macs > lim.max_macs:
             return Feasibility(False, figures, f"{c.candidate.macs / 1e6:.1f}M MACs with patches > "
                                                f"{lim.max_macs / 1e6:.1f}M")

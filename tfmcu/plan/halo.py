@@ -14,12 +14,12 @@ needs from its own inputs: the need is walked backwards from the computed ranges
 receptive-field rule (``regions.read_range``) and the same separable per-axis walk as ``tfmcu.plan.regions``. The
 computed box of a tensor for patch (r, c) is then ``comp_rows[r] x comp_cols[c]`` (the row cache holds the previous
 row band over every column a patch of this band needs, the column cache the left neighbour over every row), so MACs
-factorise per axis as in ``regions.plan``.
+factorise per axis as in ``regions.schedule``.
 
-``plan_halo(schedule, rows=..., cols=...)``: exact stage MACs, per-tensor cache bytes, the stage's peak (stage
+``halo_caches(schedule, rows=..., cols=...)``: exact stage MACs, per-tensor cache bytes, the stage's peak (stage
 outputs + the image when counted + caches, which live for the whole stage, + one patch's working set by the
 profiler's alive-tensor rule, its boxes being the needs of the cached walk). No cache at all gives
-``regions.plan``'s exact MACs and peak; caching every intermediate tensor along both axes computes every needed
+``regions.schedule``'s exact MACs and peak; caching every intermediate tensor along both axes computes every needed
 element once.
 
 Which caches: ``choose_caches`` (under an SRAM budget: fewest MACs that fit), ``smallest_caches`` (the smallest stage
@@ -138,7 +138,10 @@ def walk_cached(graph: ir.Graph, idx: Sequence[int], outputs: Sequence[str], inp
 
 
 @dataclass
-class HaloPlan:
+class HaloCaches:
+    """A schedule's halo caches (``halo_caches``): the tensors that keep rows / columns for the next band, the
+    cached walks, and the stage's exact MACs, cache bytes and peaks with them."""
+
     schedule: PatchSchedule
     cache_rows: frozenset[str]
     cache_cols: frozenset[str]
@@ -208,7 +211,7 @@ def intermediates(schedule: PatchSchedule) -> list[str]:
     return [t for i in schedule.tiled for t in g.ops[i].outputs if t not in outs]
 
 
-def plan_halo(schedule: PatchSchedule, rows: Iterable[str] = (), cols: Iterable[str] = ()) -> HaloPlan:
+def halo_caches(schedule: PatchSchedule, rows: Iterable[str] = (), cols: Iterable[str] = ()) -> HaloCaches:
     """The schedule with row caches for ``rows`` and column caches for ``cols`` (tensor names; see the module
     docstring)."""
     g, idx = schedule.graph, schedule.stage
@@ -269,35 +272,35 @@ def plan_halo(schedule: PatchSchedule, rows: Iterable[str] = (), cols: Iterable[
     row_window = sum(max((_len(w.need.get(t, _EMPTY)) for w in rw), default=0) * g.tensors[t].shape[2] * per_pixel(t)
                      for t in ins if t not in held.whole)
     peak_s = out_bytes + caches + own_most + row_window
-    return HaloPlan(schedule, rows, cols, rw, cw, macs, row_bytes, col_bytes, peak_in, peak_x, peak_s)
+    return HaloCaches(schedule, rows, cols, rw, cw, macs, row_bytes, col_bytes, peak_in, peak_x, peak_s)
 
 
 def _image(count_input: bool | str) -> str:
-    """``count_input`` as a ``HaloPlan.peak`` image mode: a mode name as is, True "counted", False "excluded"."""
+    """``count_input`` as a ``HaloCaches.peak`` image mode: a mode name as is, True "counted", False "excluded"."""
     return count_input if isinstance(count_input, str) else ("counted" if count_input else "excluded")
 
 
-def _plan_of(schedule: PatchSchedule, opts: Iterable[tuple[str, str]]) -> HaloPlan:
-    """The plan caching the (tensor, "rows" | "cols") options ``opts``."""
+def _caches_of(schedule: PatchSchedule, opts: Iterable[tuple[str, str]]) -> HaloCaches:
+    """The caches of the (tensor, "rows" | "cols") options ``opts``."""
     opts = list(opts)
-    return plan_halo(schedule, [t for t, a in opts if a == "rows"], [t for t, a in opts if a == "cols"])
+    return halo_caches(schedule, [t for t, a in opts if a == "rows"], [t for t, a in opts if a == "cols"])
 
 
-def choose_caches(schedule: PatchSchedule, budget: int | None, count_input: bool | str = True) -> HaloPlan:
+def choose_caches(schedule: PatchSchedule, budget: int | None, count_input: bool | str = True) -> HaloCaches:
     """The caches to keep under an SRAM budget (analytic peak, image counted unless ``count_input`` is off;
     ``"streamed"``: the executor's streamed input):
     every intermediate tensor cached along both axes when that fits; else caches are dropped one at a time, the one
-    that frees the most peak bytes per MAC it adds first, until the plan fits; then dropped ones that still fit are
+    that frees the most peak bytes per MAC it adds first, until the caches fit; then dropped ones that still fit are
     taken back, the largest MAC saving first. ``ScheduleError`` when even the recompute schedule does not fit."""
     inter = intermediates(schedule)
     kept = {(t, axis) for t in inter for axis in ("rows", "cols")}
 
-    def build(opts: set[tuple[str, str]]) -> HaloPlan:
-        return _plan_of(schedule, opts)
+    def build(opts: set[tuple[str, str]]) -> HaloCaches:
+        return _caches_of(schedule, opts)
 
     image = _image(count_input)
 
-    def peak(h: HaloPlan) -> int:
+    def peak(h: HaloCaches) -> int:
         return h.peak(image)
 
     if budget is not None and peak(build(set())) > budget:
@@ -323,11 +326,11 @@ def choose_caches(schedule: PatchSchedule, budget: int | None, count_input: bool
 
 
 def smallest_caches(schedule: PatchSchedule, max_mac_overhead: float = DEFAULT_MAX_MAC_OVERHEAD,
-                    count_input: bool | str = True) -> HaloPlan:
+                    count_input: bool | str = True) -> HaloCaches:
     """The caches that make the STAGE's analytic peak smallest while the whole model's exact MAC overhead stays
     within ``max_mac_overhead`` (e.g. 0.05: at most +5% MACs over the unpatched model). Starting from every cache, drops
     one cache at a time, the one that frees the most stage-peak bytes per MAC it adds first, down to no cache; the
-    plan taken is the smallest stage peak on that path within the MAC cap (fewest MACs among equals); then single
+    choice taken is the smallest stage peak on that path within the MAC cap (fewest MACs among equals); then single
     caches are dropped or taken back while that lowers the peak (or, at the same peak, the MACs) within the cap.
 
     The stage's peak and not the whole graph's: the rest of the graph is the same for every cache choice, and TFLM
@@ -336,15 +339,15 @@ def smallest_caches(schedule: PatchSchedule, max_mac_overhead: float = DEFAULT_M
     image = _image(count_input)
     inter = intermediates(schedule)
     everything = {(t, axis) for t in inter for axis in ("rows", "cols")}
-    built: dict[frozenset[tuple[str, str]], HaloPlan] = {}  # the local search meets the greedy path's plans again
+    built: dict[frozenset[tuple[str, str]], HaloCaches] = {}  # the local search meets the greedy path's choices again
 
-    def build(opts: set[tuple[str, str]]) -> HaloPlan:
+    def build(opts: set[tuple[str, str]]) -> HaloCaches:
         key = frozenset(opts)
         if key not in built:
-            built[key] = _plan_of(schedule, opts)
+            built[key] = _caches_of(schedule, opts)
         return built[key]
 
-    def key(h: HaloPlan) -> tuple[int, int]:
+    def key(h: HaloCaches) -> tuple[int, int]:
         return h.stage_peak(image), h.stage_macs_exact
 
     kept = set(everything)
@@ -375,7 +378,7 @@ def smallest_caches(schedule: PatchSchedule, max_mac_overhead: float = DEFAULT_M
 
 
 def select(schedule: PatchSchedule, options: HaloOptions, budget: int | None = None,
-           count_input: bool | str = True) -> HaloPlan | None:
+           count_input: bool | str = True) -> HaloCaches | None:
     """The halo caches a rewrite uses (``options.mode``): ``none`` (recompute every halo: None), ``all`` (every
     intermediate tensor along both axes), ``auto`` (``choose_caches`` under ``budget``, analytic bytes; without a
     budget, at the recompute schedule's own analytic peak: fewer MACs for no more memory) or ``smallest``
@@ -385,10 +388,10 @@ def select(schedule: PatchSchedule, options: HaloOptions, budget: int | None = N
         return None
     if mode == "all":
         inter = intermediates(schedule)
-        return plan_halo(schedule, inter, inter)
+        return halo_caches(schedule, inter, inter)
     if mode == "smallest":
         return smallest_caches(schedule, options.mac_cap, count_input)
     if budget is None:
         image = _image(count_input)
-        budget = plan_halo(schedule).peak(image)
+        budget = halo_caches(schedule).peak(image)
     return choose_caches(schedule, budget, count_input)

@@ -427,7 +427,7 @@ def predict_from_features(ops: list[dict[str, Any]], coef: dict[str, Any], kerne
 def stage_overheads(core: str = "cortex-m4", kernels: str = "cmsis_nn",
                     calibration: str = CALIBRATION_FILE) -> dict[str, float]:
     """The calibrated instructions (estimated) a patch stage adds to its MACs, for the stage-plan search's
-    per-segment estimate (``tfmcu.plan.search.stage_segments``): per patch, per kernel call, per filter element a
+    per-segment estimate (``tfmcu.plan.stage_plans.stage_segments``): per patch, per kernel call, per filter element a
     1x1 convolution re-reads on each call (CMSIS-NN sums the filter rows per call), per MAC of a 1x1 and of a
     depthwise convolution, per output element of a 1x1 convolution and of an ADD, per output pixel of a depthwise
     convolution (the bulk of a MobileNet's)."""

@@ -371,8 +371,8 @@ def _length(r: Range) -> int:
     return max(r[1] - r[0], 0)
 
 
-def plan(graph: ir.Graph, patches: int | tuple[int, int], n_blocks: int | None = None,
-         n_ops: int | None = None, accounting: str = "separate", ops: Sequence[int] | None = None) -> PatchSchedule:
+def schedule(graph: ir.Graph, patches: int | tuple[int, int], n_blocks: int | None = None,
+             n_ops: int | None = None, accounting: str = "separate", ops: Sequence[int] | None = None) -> PatchSchedule:
     """Schedule the stage (first n_blocks blocks or n_ops ops; or exactly the ops ``ops``, e.g. one layer of the
     rest run by our kernels, ``tfmcu.stage.custom.convs_to_flash``) as a ph x pw grid of patches; memory counted by
     ``accounting`` (see the module docstring)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,7 @@ from tfmcu.graph import ir
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.plan.arena import predict_arena
 from tfmcu.plan.regions import PatchSchedule
-from tfmcu.plan.search import Candidate, Evaluation
+from tfmcu.plan.search import Evaluation, Plan
 from tfmcu.stage.common import SCHEDULE_METADATA, RewriteError, RewriteResult, schedule_record
 from tfmcu.tflite import schema as ts
 from tfmcu.tflite.editor import ModelEditor
@@ -347,33 +348,52 @@ def lower_bound(schedule: PatchSchedule, original_tail: int, count_input: bool =
                sum(schedule.graph.tensors[t].nbytes for t in schedule.stage_outputs)) + original_tail
 
 
+@dataclass(frozen=True)
+class Border:
+    """A border treatment of the builtin rewrite (``BORDERS``): a variant of ``BuiltinArenaCost``."""
+
+    label: str  # "strips" or "pad" (``rewrite_builtin``'s ``border``)
+
+    def phrase(self, plan: Plan) -> str:
+        return f" ({self.label} borders)"
+
+
 class BuiltinArenaCost:
     """Cost function of ``tfmcu.plan.search``: the predicted TFLM arena (``tfmcu.plan.arena``, exact for these
-    models) of the builtin rewrite, one variant per border treatment."""
+    models) of the builtin rewrite, one variant per border treatment. It rewrites plans of one patch stage at the
+    first op (and the per-layer plan, unchanged); any other plan is a one-line ``RewriteError``."""
 
     what = "predicted TFLM arena"
 
     def __init__(self, data: bytes, graph: ir.Graph, where: str = "model", borders: tuple[str, ...] = BORDERS,
                  count_input: bool = True):
         self.data, self.graph, self.where, self.count_input = data, graph, where, count_input
-        self.variants = tuple(borders)
+        self.variants = tuple(Border(b) for b in borders)
         self.original = predict_arena(graph, model=data)
 
-    def evaluate(self, candidate: Candidate, variant: str | None) -> Evaluation:
-        if candidate.plan is not None:
+    def evaluate(self, candidate: Plan, variant: Border | None) -> Evaluation:
+        border = variant.label if variant is not None else BORDERS[0]
+        if not _rewritable(candidate):
             raise RewriteError(f"{self.where}: builtin mode rewrites one patch stage; several stages need "
                                f"--mode=custom")
-        if candidate.schedule is None:
+        if not candidate.patched:
             result, model, graph = None, self.data, self.graph
         else:
-            result = rewrite_builtin(self.data, self.graph, candidate.schedule, self.where, border=variant or "strips")
+            result = rewrite_builtin(self.data, self.graph, candidate.schedules()[0], self.where, border=border)
             model, graph = result.model, from_tflite(result.model)
         p = predict_arena(graph, model=model, count_input=self.count_input)
-        details = {"border": variant, "predicted_arena_bytes": p.total, "predicted_arena_head_bytes": p.head,
-                   "predicted_arena_tail_bytes": p.tail, "ops": result.ops_after if result else None}
+        details = {"border": None if variant is None else border, "predicted_arena_bytes": p.total,
+                   "predicted_arena_head_bytes": p.head, "predicted_arena_tail_bytes": p.tail,
+                   "ops": result.ops_after if result else None}
         return Evaluation(candidate, variant, p.total, result, details)
 
-    def lower_bound(self, candidate: Candidate, variant: str | None) -> int:
-        if candidate.schedule is None:  # (the unpatched model, or a stage plan: evaluate refuses it)
+    def lower_bound(self, candidate: Plan, variant: Border | None) -> int:
+        if not candidate.patched or not _rewritable(candidate):  # (evaluate refuses the other plans)
             return 0
-        return lower_bound(candidate.schedule, self.original.tail, self.count_input)
+        return lower_bound(candidate.schedules()[0], self.original.tail, self.count_input)
+
+
+def _rewritable(plan: Plan) -> bool:
+    """What the builtin rewrite takes: the per-layer plan, or one patch stage at the first op."""
+    stages = plan.stages
+    return not stages or (len(stages) == 1 and stages[0].start == 0)

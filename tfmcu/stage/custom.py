@@ -37,12 +37,13 @@ from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.kernels import PatchKernelError
 from tfmcu.kernels.ops import LayerSpec, params_from_words
 from tfmcu.kernels.pack import PackedStage, cache_sizes, input_window_bytes, pack_stage
+from tfmcu.plan import regions
 from tfmcu.plan.arena import ALIGN, DEFAULT_KERNELS, KERNEL_SETS, builtin_of, get_build, op_allocations, predict_arena
-from tfmcu.plan.halo import HaloOptions, HaloPlan, plan_halo, select
+from tfmcu.plan.halo import HaloCaches, HaloOptions, halo_caches, select
 from tfmcu.plan.memory_plan import with_offline_plan
 from tfmcu.plan.placer import align_up
-from tfmcu.plan.regions import PatchSchedule, ScheduleError, plan
-from tfmcu.plan.search import Candidate, Evaluation
+from tfmcu.plan.regions import PatchSchedule, ScheduleError
+from tfmcu.plan.search import Evaluation, Plan
 from tfmcu.stage.common import SCHEDULE_METADATA, RewriteError, RewriteResult, read_schedule, schedule_record
 from tfmcu.tflite import schema as ts
 from tfmcu.tflite.editor import ModelEditor, load
@@ -61,7 +62,7 @@ def is_custom_model(data: bytes | ts.ModelT) -> bool:
 
 # ----------------------------------------------------------------------------- writing
 def rewrite_custom(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where: str = "model",
-                   inplace: bool = False, halo: HaloPlan | None = None,
+                   inplace: bool = False, halo: HaloCaches | None = None,
                    streamed_input: bool = False, kernels: str = "reference") -> RewriteResult:
     """Replace ``schedule``'s stage of the .tflite ``data`` by one TFMCU_PATCH_STAGE operator. The offline memory
     plan is made around the scratch buffers of the build that links ``kernels`` (``tfmcu.plan.memory_plan``),
@@ -120,15 +121,16 @@ def rewrite_custom(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where:
     return RewriteResult(planned, len(original_ops), len(ed.subgraph.operators), ed.new_tensors, record, {0: packed})
 
 
-def rewrite_stages(data: bytes, graph: ir.Graph, stages: Sequence[tuple[PatchSchedule, HaloPlan | None]],
+def rewrite_stages(data: bytes, graph: ir.Graph, stages: Sequence[tuple[PatchSchedule, HaloCaches | None]],
                    where: str = "model", inplace: bool = False, streamed_input: bool = False,
                    kernels: str = "reference") -> RewriteResult:
-    """Several patch stages (a stage plan: ``tfmcu.plan.search.stage_plans``), each ONE TFMCU_PATCH_STAGE operator
-    with its own grid and halo caches, in the place of its operators; the first may start at operator 0 and stream the
-    image (``streamed_input``, as ``rewrite_custom``). The stages must be runs of consecutive operators that do not
-    overlap. The schedule metadata is the first stage's record (what one-stage readers read) with ``stage_plan``:
-    every stage's operators, grid and caches. One offline memory plan for the whole model (``inplace``: the builtin
-    ops in place) with every stage's scratch."""
+    """A plan's patch stages (``tfmcu.plan.plans.Plan.schedules``, each with its halo caches), each ONE
+    TFMCU_PATCH_STAGE operator with its own grid and caches, in the place of its operators; the first may start at
+    operator 0 and stream the image (``streamed_input``, as ``rewrite_custom``; a single such stage is exactly
+    ``rewrite_custom``'s model). The stages must be runs of consecutive operators that do not overlap. The schedule
+    metadata is the first stage's record (what one-stage readers read) with ``stage_plan``: every stage's operators,
+    grid and caches. One offline memory plan for the whole model (``inplace``: the builtin ops in place) with every
+    stage's scratch."""
     if not stages:
         raise RewriteError(f"{where}: no patch stage given")
     order = sorted(stages, key=lambda sh: graph.ops[sh[0].stage[0]].src_index)
@@ -156,7 +158,7 @@ def rewrite_stages(data: bytes, graph: ir.Graph, stages: Sequence[tuple[PatchSch
     packs: dict[int, PackedStage] = {}  # by operator index in the input to this loop
     drop: set[int] = set()
     by_src = {op.src_index: k for k, op in enumerate(base.ops)}
-    entries: list[tuple[int, dict[str, Any]]] = [] if result is None else [(0, _plan_entry(first[0], first[1]))]
+    entries: list[tuple[int, dict[str, Any]]] = [] if result is None else [(0, _stage_entry(first[0], first[1]))]
     last = -1
     for (sch, halo, src), src0 in zip(todo, orig):
         if src != list(range(src[0], src[0] + len(src))) or src[0] <= last:
@@ -164,8 +166,8 @@ def rewrite_stages(data: bytes, graph: ir.Graph, stages: Sequence[tuple[PatchSch
                                f"(operators {src[0]}..{src[-1]})")
         last = src[-1]
         ops = [by_src[i] for i in src]
-        s = plan(base, sch.grid, ops=ops, accounting=sch.accounting)
-        h = None if halo is None else plan_halo(s, halo.cache_rows, halo.cache_cols)
+        s = regions.schedule(base, sch.grid, ops=ops, accounting=sch.accounting)
+        h = None if halo is None else halo_caches(s, halo.cache_rows, halo.cache_cols)
         try:
             packed = pack_stage(unpacked, base, s, halo=h, name=f"stage_{src[0]}")
         except PatchKernelError as e:
@@ -174,7 +176,7 @@ def rewrite_stages(data: bytes, graph: ir.Graph, stages: Sequence[tuple[PatchSch
                                           [packed.tensor_tflite_index[packed.input_tensor]], {})
         packs[src[0]] = packed
         drop |= set(src[1:])
-        entries.append((src[0], {**_plan_entry(s, h), "ops_tflite": src0}))
+        entries.append((src[0], {**_stage_entry(s, h), "ops_tflite": src0}))
     new_ops, index = [], {}
     for i, o in enumerate(original_ops):
         if i not in drop:
@@ -191,7 +193,7 @@ def rewrite_stages(data: bytes, graph: ir.Graph, stages: Sequence[tuple[PatchSch
     return RewriteResult(planned, len(graph.ops), len(ed.subgraph.operators), ed.new_tensors, record, found)
 
 
-def _plan_entry(s: PatchSchedule, halo: HaloPlan | None) -> dict[str, Any]:
+def _stage_entry(s: PatchSchedule, halo: HaloCaches | None) -> dict[str, Any]:
     """One stage of a stage plan as the schedule metadata records it (its operators in the original model)."""
     return {"ops_tflite": [s.graph.ops[k].src_index for k in s.stage], "grid": list(s.grid),
             "halo": None if halo is None else halo.to_dict()}
@@ -302,7 +304,7 @@ def convs_to_flash(data: bytes, where: str = "model", inplace: bool = False, bui
             continue
         try:
             g = _as_conv(graph, k)
-            packed = pack_stage(unpacked, g, plan(g, (1, 1), ops=[k]), name=op.name)
+            packed = pack_stage(unpacked, g, regions.schedule(g, (1, 1), ops=[k]), name=op.name)
         except (PatchKernelError, ScheduleError) as e:
             kept.append({"op": op.src_index, "name": op.name, "why": str(e)})
             continue
@@ -516,14 +518,26 @@ class CustomOptions:
     @property
     def label(self) -> str:
         """How a search report names this configuration (a variant of ``CustomArenaCost``)."""
-        parts = [f"halo {self.halo.mode}"]
+        return ", ".join(self._parts(halo=True))
+
+    def phrase(self, plan: Plan) -> str:
+        """How this configuration reads after ``plan``'s description: its halo mode only where the plan leaves a
+        stage's caches to it."""
+        parts = self._parts(halo=bool(plan.open_stages))
+        return f" ({', '.join(parts)})" if parts else ""
+
+    def _parts(self, halo: bool) -> list[str]:
+        parts = [f"halo {self.halo.mode}"] if halo else []
         if self.inplace:
             parts.append(f"rest in place ({self.kernels})")
         if self.stream_input:
             parts.append("input streamed")
         if self.rest_convs == "tfmcu":
             parts.append("rest convs by tfmcu")
-        return ", ".join(parts)
+        return parts
+
+
+Built = tuple[int, RewriteResult, dict[str, Any], int | None]  # cost, model, details, predicted instructions
 
 
 class CustomArenaCost:
@@ -532,10 +546,14 @@ class CustomArenaCost:
     ``count_input=False`` subtracts the input image's buffer; ``budget``: the arena budget halo mode ``auto`` fits
     its caches under.
 
-    ``configs``: the joint search: every patched candidate is evaluated in each configuration (a variant of the
-    search, named by ``CustomOptions.label``) instead of ``options`` alone. ``instructions``: a latency predictor
-    (model bytes -> predicted instructions per Invoke, ``tfmcu.plan.latency``) that every evaluation then carries
-    (``Evaluation.instructions``), for the search's ``latency`` objective and ``max_latency``."""
+    Every patched plan is rewritten by ``rewrite_stages`` (a single stage is a list of one), each stage with its
+    halo caches: those the plan fixed (the stage-plan search's), else the configuration's halo mode (none, all,
+    smallest, auto).
+
+    ``configs``: the joint search: every patched plan is evaluated in each configuration (a variant of the search,
+    ``CustomOptions``) instead of ``options`` alone. ``instructions``: a latency predictor (model bytes -> predicted
+    instructions per Invoke, ``tfmcu.plan.latency``) that every evaluation then carries (``Evaluation.instructions``),
+    for the search's ``latency`` objective and ``max_latency``."""
 
     what = "predicted TFLM arena with the TFMCU_PATCH_STAGE kernel"
 
@@ -545,15 +563,15 @@ class CustomArenaCost:
                  instructions: Callable[[bytes], int] | None = None):
         self.data, self.graph, self.where = data, graph, where
         self.options, self.count_input, self.budget = options.validate(), count_input, budget
-        self.configs = {c.validate().label: c for c in configs}
-        self.variants: tuple[str | None, ...] = tuple(self.configs) or (None,)
+        configs = {c.validate().label: c for c in configs}  # (one per label)
+        self.variants: tuple[CustomOptions | None, ...] = tuple(configs.values()) or (None,)
         self.build, self.instructions = get_build(build).name, instructions
-        self._plans: dict[tuple[int, str], HaloPlan | None] = {}
+        self._caches: dict[tuple[Any, ...], HaloCaches | None] = {}
         self._persistent: dict[int, tuple[int, bool]] | None = None
-        self._built_plans: dict[tuple[Any, ...], tuple[int, RewriteResult, dict[str, Any], int | None]] = {}
+        self._built: dict[tuple[Any, ...], Built] = {}
 
-    def _tail_bound(self, candidate: Candidate, o: CustomOptions) -> int:
-        """A floor under the custom model's persistent tail: what the operators after the stage allocate in TFLM
+    def _tail_bound(self, plan: Plan, o: CustomOptions) -> int:
+        """A floor under the custom model's persistent tail: what the operators outside the stages allocate in TFLM
         (op data, parsed options, Prepare's buffers; ``tfmcu.plan.arena.op_allocations``), which the rewrite leaves
         as they are -- except the convolutions ``rest_convs=tfmcu`` may move to our kernel (counted 0)."""
         if self._persistent is None:
@@ -564,14 +582,13 @@ class CustomArenaCost:
                 size = sum(align_up(n, ALIGN) for n in [a.op_data or 0, *a.prepare]) + \
                     (a.builtin_data[0] if a.builtin_data else 0)
                 self._persistent[k] = (size, builtin_of(op) in FLASH_OPS)
-        s = candidate.schedule
-        stage = set(s.stage) if s is not None else set()
+        stages = {k for s in plan.schedules() for k in s.stage}
         return sum(size for k, (size, movable) in self._persistent.items()
-                   if k not in stage and not (movable and o.rest_convs == "tfmcu"))
+                   if k not in stages and not (movable and o.rest_convs == "tfmcu"))
 
-    def config(self, variant: str | None) -> CustomOptions:
-        """The configuration a variant names (None: ``options``)."""
-        return self.options if variant is None else self.configs[variant]
+    def config(self, variant: CustomOptions | None) -> CustomOptions:
+        """The configuration of a variant (None: ``options``)."""
+        return self.options if variant is None else variant
 
     def _input_bytes(self, o: CustomOptions, patched: bool = False) -> int:
         """What the cost leaves out: the image's arena buffer when not counted (a streamed stage has none)."""
@@ -586,101 +603,88 @@ class CustomArenaCost:
     def _image(self, o: CustomOptions) -> str:
         return "streamed" if o.stream_input else ("counted" if self.count_input else "excluded")
 
-    def _analytic_plan(self, candidate: Candidate, o: CustomOptions) -> HaloPlan | None:
-        """The halo caches of an analytic mode (``all``, ``smallest``; for ``auto``, whose caches depend on the
-        predicted arena, every cache: its fewest MACs), once per candidate; None: none (or not buildable)."""
-        s = candidate.schedule
-        key = (id(candidate), o.halo.mode if o.halo.mode != "smallest" else f"smallest {o.halo.mac_cap}",
-               self._image(o))
-        if key not in self._plans:
+    def _analytic_caches(self, plan: Plan, k: int, halo: HaloOptions, image: str) -> HaloCaches | None:
+        """Stage ``k``'s halo caches in an analytic mode of ``halo`` (``all``, ``smallest``; for ``auto``, whose
+        caches depend on the predicted arena, every cache: its fewest MACs), once per plan; None: none (or not
+        buildable)."""
+        key = (id(plan), k, halo.mode if halo.mode != "smallest" else f"smallest {halo.mac_cap}", image)
+        if key not in self._caches:
             try:
-                mode = HaloOptions(mode="all") if o.halo.mode == "auto" else o.halo
-                self._plans[key] = select(s, mode, None, self._image(o)) if s is not None and o.halo.caches else None
+                mode = HaloOptions(mode="all") if halo.mode == "auto" else halo
+                self._caches[key] = select(plan.schedules()[k], mode, None, image) if halo.caches else None
             except ScheduleError:
-                self._plans[key] = None
-        return self._plans[key]
+                self._caches[key] = None
+        return self._caches[key]
 
-    def variant_macs(self, candidate: Candidate, variant: str | None) -> int:
-        """The candidate's MACs in a variant, for the search's order: with every halo cached (``all``, and ``auto``
-        at best) each element is computed once; ``smallest`` recomputes some halos (its MACs are known only once
-        its caches are chosen: the recompute schedule's count stands for them)."""
+    def variant_macs(self, plan: Plan, variant: CustomOptions | None) -> int:
+        """The plan's MACs in a variant, for the search's order: with every halo cached (``all``, and ``auto`` at
+        best) in the stages whose caches the configuration chooses, each element is computed once; ``smallest``
+        recomputes some halos (its MACs are known only once its caches are chosen: the recompute count stands for
+        them)."""
         o = self.config(variant)
-        if o.halo.mode not in ("all", "auto") or candidate.plan is not None:  # (a plan's caches are its own)
-            return candidate.macs
-        plan = self._analytic_plan(candidate, o)
-        if plan is None:
-            return candidate.macs
-        return int(round(candidate.macs / (1 + candidate.mac_overhead) * (1 + plan.mac_overhead)))
+        if o.halo.mode not in ("all", "auto"):
+            return plan.macs
+        caches = {k: self._analytic_caches(plan, k, o.halo, self._image(o)) for k in plan.open_stages}
+        return _with_caches(plan, {k: h for k, h in caches.items() if h is not None})[0]
 
-    def evaluate(self, candidate: Candidate, variant: str | None) -> Evaluation:
-        """The candidate's predicted arena (and instructions, with a latency predictor). Each (schedule, halo plan)
-        is rewritten and predicted at most once: ``none`` builds the recompute model, ``all`` and ``smallest``
-        choose their caches analytically and build one model; ``auto`` needs the recompute model's prediction as
-        its reference and builds each plan it tries once. ``rest_convs=tfmcu`` then moves the chosen model's
-        convolutions (the model predicted)."""
+    def evaluate(self, plan: Plan, variant: CustomOptions | None) -> Evaluation:
+        """The plan's predicted arena (and instructions, with a latency predictor). Each stage's caches: the plan's
+        own, or the configuration's halo mode: ``none`` recomputes, ``all`` and ``smallest`` choose their caches
+        analytically, ``auto`` needs the recompute model's prediction as its reference and builds each choice it
+        tries once. ``rest_convs=tfmcu`` then moves the chosen model's convolutions (the model predicted). Each
+        (plan, caches, memory plan, streaming, rest convs) is built and predicted once."""
         o = self.config(variant)
-        if candidate.plan is not None:
-            return self._evaluate_plan(candidate, variant, o)
-        if candidate.schedule is None:  # the unpatched model in TFLM
+        if not plan.patched:  # the per-layer model in TFLM
             p = predict_arena(self.graph, model=self.data, build=self.build)
-            return Evaluation(candidate, None, p.total - self._input_bytes(o), None, _details(p),
+            return Evaluation(plan, None, p.total - self._input_bytes(o), None, _details(p),
                               self._instructions(self.data))
-        s = candidate.schedule
-        built: dict[Any, RewriteResult] = {}  # halo caches -> the model: each (schedule, plan) rewritten once
+        schedules = plan.schedules()
+        stream = o.stream_input and plan.stages[0].start == 0
+        built: dict[Any, RewriteResult] = {}  # halo caches -> the model: each (plan, caches) rewritten once
         predicted: dict[Any, Any] = {}  # and predicted at most once
 
-        def build(plan: HaloPlan | None) -> RewriteResult:
-            key = None if plan is None else (plan.cache_rows, plan.cache_cols)
+        def build(caches: tuple[HaloCaches | None, ...]) -> RewriteResult:
+            key = _caches_key(caches)
             if key not in built:
-                built[key] = rewrite_custom(self.data, self.graph, s, self.where, inplace=o.inplace, halo=plan,
-                                            streamed_input=o.stream_input, kernels=o.kernels)
+                built[key] = rewrite_stages(self.data, self.graph, list(zip(schedules, caches)), self.where,
+                                            inplace=o.inplace, streamed_input=stream, kernels=o.kernels)
             return built[key]
 
-        def predict(plan: HaloPlan | None) -> Any:
-            key = None if plan is None else (plan.cache_rows, plan.cache_cols)
+        def predict(caches: tuple[HaloCaches | None, ...]) -> Any:
+            key = _caches_key(caches)
             if key not in predicted:
-                predicted[key] = self._predict(build(plan))
+                predicted[key] = self._predict(build(caches))
             return predicted[key]
 
         image = self._image(o)
-        plan = None
-        if o.halo.mode == "auto":
-            plan = self._auto_caches(s, o, image, predict)
-        elif o.halo.caches:  # all, smallest: analytic choices (smallest's MAC cap not met: the user's to change)
-            plan = self._analytic_plan(candidate, o) or select(s, o.halo, None, image)
-        result = build(plan)
-        extra: dict[str, Any] = {"mac_overhead_exact": round(candidate.mac_overhead if plan is None
-                                                             else plan.mac_overhead, 6)}
-        if plan is not None:
-            extra["halo"] = plan.to_dict()
-        if o.rest_convs == "tfmcu":
-            result, extra["rest_convs"] = self._rest_convs(result, o)
-            p = self._predict(result)
-        else:
-            p = predict(plan)
-        return Evaluation(candidate, variant, p.total - self._input_bytes(o, True), result,
-                          {**_details(p), "ops": result.ops_after, **extra}, self._instructions(result.model))
-
-    def _evaluate_plan(self, candidate: Candidate, variant: str | None, o: CustomOptions) -> Evaluation:
-        """A stage plan (several TFMCU_PATCH_STAGE ops, each stage's halo caches as the plan chose them: the
-        configuration's halo mode does not apply) in the configuration's memory plan, streaming and rest convs;
-        each such build once per candidate."""
-        plan = candidate.plan
-        assert plan is not None
-        stream = o.stream_input and plan.stages[0].start == 0
-        key = (id(candidate), o.inplace, stream, o.rest_convs, o.kernels)
-        if key not in self._built_plans:
-            result = rewrite_stages(self.data, self.graph, plan.schedules(), self.where, inplace=o.inplace,
-                                    streamed_input=stream, kernels=o.kernels)
-            extra: dict[str, Any] = {"mac_overhead_exact": round(plan.mac_overhead, 6), "stage_plan": plan.to_dict()}
+        chosen: list[HaloCaches | None] = []
+        for k, (s, seg) in enumerate(zip(schedules, plan.stages)):
+            halo = seg.halo_with(o.halo)
+            h: HaloCaches | None = None
+            if halo.mode == "auto":  # (the later stages recompute while it is chosen)
+                before, later = tuple(chosen), (None,) * (len(schedules) - k - 1)
+                h = self._auto_caches(s, o, image, lambda c, a=before, z=later: predict((*a, c, *z)))
+            elif halo.caches:  # all, smallest: analytic choices (smallest's MAC cap not met: the user's to change)
+                h = self._analytic_caches(plan, k, halo, image) or select(s, halo, None, image)
+            chosen.append(h)
+        caches = tuple(chosen)
+        key = (id(plan), _caches_key(caches), o.inplace, stream, o.rest_convs, o.kernels)
+        if key not in self._built:
+            result = build(caches)
+            configured = {k: caches[k] for k in plan.open_stages if caches[k] is not None}
+            extra: dict[str, Any] = {"mac_overhead_exact": round(_with_caches(plan, configured)[1], 6)}
+            for h in configured.values():  # (a plan leaves one stage's caches to the configuration: a single stage)
+                extra["halo"] = h.to_dict()
+            extra.update(plan.stage_plan_field())
             if o.rest_convs == "tfmcu":
                 result, extra["rest_convs"] = self._rest_convs(result, o)
-            p = self._predict(result)
-            self._built_plans[key] = (p.total - self._input_bytes(o, stream), result,
-                                      {**_details(p), "ops": result.ops_after, **extra},
-                                      self._instructions(result.model))
-        cost, result, details, ins = self._built_plans[key]
-        return Evaluation(candidate, variant, cost, result, dict(details), ins)
+                p = self._predict(result)
+            else:
+                p = predict(caches)
+            self._built[key] = (p.total - self._input_bytes(o, stream), result,
+                                {**_details(p), "ops": result.ops_after, **extra}, self._instructions(result.model))
+        cost, result, details, ins = self._built[key]
+        return Evaluation(plan, variant, cost, result, dict(details), ins)
 
     def _rest_convs(self, result: RewriteResult, o: CustomOptions) -> tuple[RewriteResult, dict[str, int]]:
         """``rest_convs=tfmcu``: the rewritten model's remaining convolutions by our kernels (``convs_to_flash``),
@@ -696,45 +700,69 @@ class CustomArenaCost:
         return None if self.instructions is None else int(self.instructions(model))
 
     def _auto_caches(self, s: PatchSchedule, o: CustomOptions, image: str,
-                     predict: Callable[[HaloPlan | None], Any]) -> HaloPlan:
+                     predict: Callable[[HaloCaches | None], Any]) -> HaloCaches:
         """Halo ``auto``'s caches. Their analytic budget: the arena budget less what TFLM adds to the analytic peak
         (persistent data, alignment, the rest of the graph's plan) in the recompute model's prediction; lowered by
-        any overshoot of the prediction and tried again (at most four plans). Without a budget, the arena's head
+        any overshoot of the prediction and tried again (at most four choices). Without a budget, the arena's head
         (activations and scratch) stays within the recompute model's: only the cache tables' three tensor records
-        are added to the tail. ``predict`` builds each plan's model once (the recompute model: None)."""
+        are added to the tail. ``predict`` builds each choice's model once (the recompute model: None)."""
         recompute = predict(None)
-        analytic = plan_halo(s).peak(image)
+        analytic = halo_caches(s).peak(image)
         if self.budget is not None:
             analytic = self.budget - max(recompute.total - self._input_bytes(o, True) - analytic, 0)
         for _ in range(4):
             try:
-                plan = select(s, o.halo, analytic, image)
+                caches = select(s, o.halo, analytic, image)
             except ScheduleError:  # not even the recompute schedule fits: no cache
-                plan = plan_halo(s)
-            assert plan is not None
-            p = predict(plan)
+                caches = halo_caches(s)
+            assert caches is not None
+            p = predict(caches)
             over = (p.head - recompute.head if self.budget is None
                     else p.total - self._input_bytes(o, True) - self.budget)
-            if over <= 0 or not (plan.cache_rows or plan.cache_cols):
+            if over <= 0 or not (caches.cache_rows or caches.cache_cols):
                 break
             analytic -= over
-        return plan
+        return caches
 
-    def lower_bound(self, candidate: Candidate, variant: str | None) -> int:
-        """The stage's analytic peak (input + stage output + one patch's working set <= input + output + scratch;
-        with the caches of an analytic halo mode, that plan's peak), and, for a disjoint plan of the rest, the
-        rest's analytic peak (<= its planned head)."""
-        if candidate.plan is not None:  # the stages after the first (the image cannot change their peaks)
-            return max((seg.peak for seg in candidate.plan.stages if seg.start > 0), default=0)
-        s = candidate.schedule
-        if s is None:
-            return 0
+    def lower_bound(self, plan: Plan, variant: CustomOptions | None) -> int:
+        """A floor under the predicted arena. A stage whose caches the plan fixed: its analytic peak, unless it
+        reads the image (which the configuration may stream: 0). A stage whose caches the configuration chooses:
+        its analytic peak (input + stage output + one patch's working set <= input + output + scratch; with the
+        caches of an analytic halo mode, their peak), and, for a disjoint plan of the rest, the rest's analytic peak
+        (<= its planned head), on top of the persistent tail of the ops outside the stages."""
         o = self.config(variant)
-        counted = self.count_input and not o.stream_input
-        bound = s.stage_peak_bytes if counted else s.stage_peak_bytes - s.input_bytes
-        if o.halo.caches:  # caches can make the stage smaller than the recompute schedule's
-            plan = self._analytic_plan(candidate, o) if o.halo.mode == "all" else None  # the others: costly to know
-            bound = 0 if plan is None else plan.stage_peak(self._image(o))
-        if not o.inplace:  # an in-place plan of the rest can go below its analytic peak
-            bound = max(bound, s.rest_peak_bytes)
-        return bound + self._tail_bound(candidate, o)
+        bound, open_stages = 0, plan.open_stages
+        for k, seg in enumerate(plan.stages):
+            if k not in open_stages:
+                bound = max(bound, seg.peak if seg.start > 0 else 0)
+                continue
+            s = plan.schedules()[k]
+            counted = self.count_input and not o.stream_input
+            stage = s.stage_peak_bytes if counted else s.stage_peak_bytes - s.input_bytes
+            if o.halo.caches:  # caches can make the stage smaller than the recompute schedule's
+                h = self._analytic_caches(plan, k, o.halo, self._image(o)) if o.halo.mode == "all" else None
+                stage = 0 if h is None else h.stage_peak(self._image(o))  # (the other modes: costly to know)
+            if not o.inplace:  # an in-place plan of the rest can go below its analytic peak
+                stage = max(stage, s.rest_peak_bytes)
+            bound = max(bound, stage + self._tail_bound(plan, o))
+        return bound
+
+
+def _caches_key(caches: Sequence[HaloCaches | None]) -> tuple[Any, ...]:
+    return tuple(None if h is None else (h.cache_rows, h.cache_cols) for h in caches)
+
+
+def _with_caches(plan: Plan, caches: dict[int, HaloCaches]) -> tuple[int, float]:
+    """The plan's MACs and MAC overhead with halo caches on some of its stages (by index; exact MACs): its own
+    figures without any."""
+    if not caches:
+        return plan.macs, plan.mac_overhead
+    g = plan.graph
+    base = sum(ir.op_macs(g, op) for op in g.ops)
+    extra = 0
+    for k, seg in enumerate(plan.stages):
+        if k in caches:
+            extra += caches[k].stage_macs_exact - caches[k].schedule.stage_macs
+        else:
+            extra += seg.macs - sum(ir.op_macs(g, g.ops[i]) for i in range(seg.start, seg.stop))
+    return base + extra, extra / base if base else 0.0

@@ -33,7 +33,7 @@ from tfmcu.kernels.pack import pack_stage  # noqa: E402
 from tfmcu.nets.convert import random_representative, to_int8_tflite  # noqa: E402
 from tfmcu.nets.zoo import all_kernels_model, dilate_convs  # noqa: E402
 from tfmcu.plan import cmsis_nn  # noqa: E402
-from tfmcu.plan.regions import largest_prefix, plan  # noqa: E402
+from tfmcu.plan.regions import largest_prefix, schedule  # noqa: E402
 from tfmcu.runtime.model_io import random_inputs  # noqa: E402
 from tfmcu.runtime.tflite import tflite_all_tensors  # noqa: E402
 from tfmcu.tflite import schema as ts  # noqa: E402
@@ -177,7 +177,7 @@ def golden_stage() -> str:
     names = []
     for name, data, grid in stage_models():
         g = from_tflite(data)
-        s = plan(g, grid, n_ops=largest_prefix(g))
+        s = schedule(g, grid, n_ops=largest_prefix(g))
         p = pack_stage(data, g, s, name=name)
         x = random_inputs(data, 1, seed=8)[0][0]
         ref = tflite_all_tensors(data, (x,))(p.tensor_tflite_index[p.output_tensor])

@@ -57,7 +57,7 @@ def main(argv=None):
     from tfmcu.kernels.codegen import INCLUDE, stage_to_c
     from tfmcu.kernels.pack import pack_stage
     from tfmcu.nets import zoo
-    from tfmcu.plan.regions import plan
+    from tfmcu.plan.regions import schedule
     from tfmcu.runtime.model_io import random_inputs
     from tfmcu.runtime.tflite import tflite_all_tensors
 
@@ -69,8 +69,8 @@ def main(argv=None):
     else:
         blocks, ops = a.blocks, a.ops
 
-    scheds = {"patched": plan(graph, a.patches, n_blocks=blocks, n_ops=ops),
-              "layer": plan(graph, 1, n_blocks=blocks, n_ops=ops)}
+    scheds = {"patched": schedule(graph, a.patches, n_blocks=blocks, n_ops=ops),
+              "layer": schedule(graph, 1, n_blocks=blocks, n_ops=ops)}
     packed = {k: pack_stage(model, graph, s, name="tfmcu_model_stage_" + k) for k, s in scheds.items()}
     pp = packed["patched"]
     if scheds["patched"].stage_inputs[0] not in graph.inputs:

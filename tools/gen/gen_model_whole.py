@@ -79,7 +79,7 @@ def main(argv=None):
     from tfmcu.nets import zoo
     from tfmcu.plan.arena import predict_arena
     from tfmcu.plan.memory_plan import with_offline_plan
-    from tfmcu.plan.regions import plan
+    from tfmcu.plan import regions
     from tfmcu.runtime.model_io import random_inputs
     from tfmcu.runtime.tflite import run_tflite
     from tfmcu.stage.custom import load_custom, rewrite_custom
@@ -94,7 +94,7 @@ def main(argv=None):
         graph = from_tflite(original, name=a.model)
         blocks = a.blocks if a.blocks is not None else entry.patch_blocks
         ops = None if blocks is not None else entry.patch_ops
-        s = schedule = plan(graph, a.patches or a.stage_of, n_blocks=blocks, n_ops=ops)
+        s = schedule = regions.schedule(graph, a.patches or a.stage_of, n_blocks=blocks, n_ops=ops)
         src = {graph.ops[k].src_index for k in s.stage}
         stage_ops = len(src) if src == set(range(len(src))) else 0
     if a.patches:

@@ -1,0 +1,237 @@
+"""The stage-plan search: plans of several patch stages anywhere in a network (``tfmcu.plan.plans.Plan``).
+
+* ``stage_segments(graph, options, image)``: every segment a plan can use: each op per layer, and every run of whole
+  blocks x grid x halo treatment (``RECOMPUTE``, ``HALO_ALL``) that can run as one patch stage, with its analytic
+  peak in one image mode, its exact MACs and an instruction estimate (``segment_instructions``);
+* ``pareto_plans(graph, segments, options, max_stages, image)``: the Pareto front of plans, least peak first, by a
+  dynamic programme over cut points (msf-CNN's search), against the MACs or the instruction estimate;
+  ``stage_plans`` computes the segments and the front in one call;
+* ``plan_candidates(graph, options)``: what the one search (``tfmcu.plan.search.candidates``) adds with
+  ``max_stages > 1``: some of each front, within the MAC and latency caps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tfmcu.graph import ir
+from tfmcu.plan import regions
+from tfmcu.plan.halo import HaloOptions, halo_caches, intermediates
+from tfmcu.plan.latency import stage_overheads
+from tfmcu.plan.plans import HALO_ALL, RECOMPUTE, Plan, Progress, SearchOptions, Segment, chain
+from tfmcu.plan.profiler import step_memory
+from tfmcu.plan.regions import ScheduleError, check_stage, is_global_pool
+
+STAGE_HALOS = (RECOMPUTE, HALO_ALL)  # how a patch stage of a stage plan treats its halos (analytic)
+# the image: held whole (counted), not counted but a patch's window (excluded, msf-CNN's accounting), or fed row by
+# row to the first stage (streamed: its row window; an op that reads it per layer holds it whole)
+IMAGE_MODES = ("counted", "excluded", "streamed")
+MAX_PLANS_PER_FRONT = 12  # stage plans a search evaluates per Pareto front (its smallest half, the rest spread)
+# With a latency cap, plans whose estimated instructions (``segment_instructions``) exceed the cap by more than this
+# factor are not priced (the estimate came 0.3-2% above the latency predictor along MobileNetV2-0.35-144's front)
+PLAN_ESTIMATE_SLACK = 1.03
+
+
+def plan_candidates(graph: ir.Graph, options: SearchOptions) -> list[Plan]:
+    """Stage plans as candidates: the analytic Pareto fronts (``stage_plans``, at most ``options.max_stages``
+    stages; the image counted or excluded as ``count_input`` says, and streamed) without what the single-stage
+    candidates already are (one stage at the first op), at most ``MAX_PLANS_PER_FRONT`` of each spread over it,
+    within ``max_mac_overhead``. A stage may end into the global average pool (summed patch by patch). The fronts
+    weigh the peak against the segments' instruction estimate; with ``max_latency``, only plans whose estimate is
+    within it (``PLAN_ESTIMATE_SLACK``) are candidates, the smallest first."""
+    images = ["counted" if options.count_input else "excluded"] + (["streamed"] if options.accounting == "separate"
+                                                                   else [])
+    seen: set[tuple[Any, ...]] = set()
+    out = []
+    for image in images:
+        segs = stage_segments(graph, options, image)
+        front = [p for p in pareto_plans(graph, segs, options, options.max_stages, image, by="instructions")
+                 if p.stages and not (len(p.stages) == 1 and p.stages[0].start == 0)]
+        if options.max_latency is not None:  # the plans whose estimate is near the cap (the predictor decides)
+            per_layer = pareto_plans(graph, segs, options, 0, image, by="instructions")[0].instructions
+            front = [p for p in front if p.instructions <= options.max_latency * PLAN_ESTIMATE_SLACK * per_layer]
+        if len(front) > MAX_PLANS_PER_FRONT:  # the smallest half, and the other half spread over the rest
+            low, rest = front[:MAX_PLANS_PER_FRONT // 2], front[MAX_PLANS_PER_FRONT // 2:]
+            n = MAX_PLANS_PER_FRONT - len(low)
+            step = (len(rest) - 1) / (n - 1)
+            front = low + [rest[round(i * step)] for i in range(n)]
+        for p in front:
+            key = tuple((s.start, s.stop, s.grid, s.halo) for s in p.stages)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(p)
+    return out
+
+
+def _global_pool_after(graph: ir.Graph, outputs: list[str]) -> int | None:
+    """The op index of a global average pool that is the only consumer of the stage's single output, if any."""
+    if len(outputs) != 1:
+        return None
+    cons = graph.consumers().get(outputs[0], [])
+    if len(cons) != 1 or outputs[0] in graph.outputs:
+        return None
+    return cons[0] if is_global_pool(graph, graph.ops[cons[0]]) else None
+
+
+def segment_instructions(graph: ir.Graph, ops: list[int], walks: tuple[list[Any], list[Any]] | None,
+                         costs: dict[str, float]) -> float:
+    """A coarse estimate of a segment's instructions for the stage-plan search (``tfmcu.plan.latency.stage_overheads``'
+    calibrated costs): its convolutions' MACs, and for a patch stage (``walks``: its row and column band walks,
+    ``need`` or, with halo caches, ``comp``) per patch, per kernel call (a layer on a patch that computes something)
+    and per filter element each call of a 1x1 convolution re-reads. Not the latency predictor (which needs the
+    rewritten model): only how the search orders plans of equal peak."""
+    total = 0.0
+    for i in ops:
+        op = graph.ops[i]
+        macs = ir.op_macs(graph, op)
+        out = graph.tensors[op.outputs[0]]
+        pixels = out.shape[1] * out.shape[2] if out.is_feature_map else 1
+        if walks is not None and op.outputs[0] in walks[0][0].need:
+            t = op.outputs[0]
+            got = [[_band_len(w, t) for w in axis] for axis in walks]
+            calls = sum(1 for r in got[0] if r) * sum(1 for c in got[1] if c)
+            macs = ir.macs_per_output_pixel(op) * sum(got[0]) * sum(got[1])
+            pixels = sum(got[0]) * sum(got[1])
+            weights = op.out_channels * op.in_channels // max(op.groups, 1) if (
+                op.type == ir.CONV and tuple(op.kernel) == (1, 1)) else 0
+            total += calls * (costs["call"] + weights * costs["weight_call"])
+        total += macs * (costs["dw_mac"] if op.type == ir.DEPTHWISE else costs["conv_mac"])
+        per_pixel = {ir.CONV: costs["conv_element"] * out.shape[-1] * op.kernel[0] * op.kernel[1],
+                     ir.DEPTHWISE: costs["dw_pixel"], ir.ADD: costs["add_element"] * out.shape[-1]}
+        total += pixels * per_pixel.get(op.type, 0.0)
+    if walks is not None:
+        total += len(walks[0]) * len(walks[1]) * costs["patch"]
+    return total
+
+
+def _band_len(w: Any, t: str) -> int:
+    r = (getattr(w, "comp", None) or w.need).get(t, (0, 0))
+    return max(r[1] - r[0], 0)
+
+
+def stage_segments(graph: ir.Graph, options: SearchOptions = SearchOptions(), image: str = "counted",
+                   progress: Progress | None = None, pooled: bool = True) -> list[Segment]:
+    """Every segment a stage plan can use: each op per layer, and every run of whole blocks that can form a patch
+    stage x square grid (``options.patch_options``, up to the stage output's side) x ``STAGE_HALOS`` (halo caches
+    need separate accounting), with the stage's analytic peak (``regions.schedule`` / ``halo.halo_caches``; the image
+    as ``image`` says) and its exact MACs; a stage whose output only a global average pool reads also as ``pooled``
+    (the pool's op in the stage: its input summed patch by patch, never held whole; ``pooled=False``: not)."""
+    if image not in IMAGE_MODES:
+        raise ScheduleError(f"image {image!r}: expected one of {', '.join(IMAGE_MODES)}")
+    blocks = [op.block for op in graph.ops]
+    if blocks != sorted(blocks):
+        raise ScheduleError("the graph's blocks are not in op order: stage plans need a chain of blocks")
+    life = graph.lifetimes()
+    if image == "streamed" and options.accounting != "separate":
+        raise ScheduleError(f"a streamed image is planned with separate accounting, not {options.accounting!r}")
+    mem = step_memory(graph, life, exclude_inputs=image == "excluded", accounting=options.accounting)
+    costs = stage_overheads()
+    segs = [Segment(start=i, stop=i + 1, peak=mem[i], macs=ir.op_macs(graph, op),
+                    instructions=segment_instructions(graph, [i], None, costs)) for i, op in enumerate(graph.ops)]
+    starts = [i for i, op in enumerate(graph.ops) if i == 0 or op.block != graph.ops[i - 1].block]
+    halos = STAGE_HALOS if options.accounting == "separate" else (RECOMPUTE,)
+    # a stage ends where a block starts, at the end, or before a global average pool (it may end into the pool)
+    pools = [i for i, op in enumerate(graph.ops) if op.type == ir.MEAN and i not in starts]
+    pairs = [(a, b) for n, a in enumerate(starts) for b in sorted(set(starts[n + 1:] + pools + [len(graph.ops)]))
+             if b > a]
+
+    def stage(s: regions.PatchSchedule, start: int, stop: int, grid: tuple[int, int], halo: HaloOptions,
+              into_pool: bool) -> Segment:
+        walks: Any = (s.rows, s.cols)
+        if options.accounting != "separate":
+            peak = s.stage_peak_bytes if image == "counted" else s.stage_peak_bytes_excluding_input
+            macs = s.stage_macs_patched_exact
+        else:  # (no cache: regions' figures, and the streamed one)
+            inter = intermediates(s) if halo.caches else []
+            h = halo_caches(s, inter, inter)
+            peak, macs, walks = h.stage_peak(image), h.stage_macs_exact, (h.rows, h.cols)
+        return Segment(start=start, stop=stop, grid=grid, halo=halo, peak=peak, macs=macs, pooled=into_pool,
+                       instructions=segment_instructions(graph, s.stage, walks, costs))
+
+    for n, (a, b) in enumerate(pairs):
+        if progress:
+            progress(n + 1, len(pairs), f"ops {a}-{b - 1}")
+        idx = list(range(a, b))
+        try:
+            _, outs = check_stage(graph, idx)
+        except ScheduleError:
+            continue
+        height, width = graph.tensors[outs[0]].hw
+        pool = _global_pool_after(graph, outs)
+        # square grids, and row bands (p x 1: one call per band and layer, the fewest per-call costs)
+        grids = sorted({(p, p) for p in options.patch_options if 1 < p <= min(height, width)}
+                       | {(p, 1) for p in options.patch_options if 1 < p <= height})
+        for p in grids:
+            try:
+                s = regions.schedule(graph, p, ops=idx, accounting=options.accounting)
+            except ScheduleError:
+                continue
+            segs += [stage(s, a, b, p, v, False) for v in halos]
+            if pool is not None and pooled:  # the same ops and the pool: the output summed into C int32
+                try:
+                    sp = regions.schedule(graph, p, ops=idx + [pool], accounting=options.accounting)
+                except ScheduleError:
+                    continue
+                segs += [stage(sp, a, pool + 1, p, v, True) for v in halos]
+    return segs
+
+
+def stage_plans(graph: ir.Graph, options: SearchOptions = SearchOptions(), max_stages: int | None = None,
+                image: str = "counted", progress: Progress | None = None, pooled: bool = True) -> list[Plan]:
+    """The Pareto front of stage plans, least peak first (each the fewest MACs at its peak): a dynamic programme over
+    the graph's chain of ops (msf-CNN's search over cut points), labels (peak, MACs, stages) kept per cut point and
+    extended by every segment that starts there (``stage_segments``); at most ``max_stages`` patch stages (None: any
+    number). Candidates above ``options.max_mac_overhead`` are dropped from the front."""
+    options.validate()
+    if max_stages is not None and max_stages < 0:
+        raise ScheduleError(f"--max_stages={max_stages}: expected >= 0")
+    return pareto_plans(graph, stage_segments(graph, options, image, progress, pooled), options, max_stages, image)
+
+
+def pareto_plans(graph: ir.Graph, segs: list[Segment], options: SearchOptions = SearchOptions(),
+                 max_stages: int | None = None, image: str = "counted", by: str = "macs") -> list[Plan]:
+    """``stage_plans``' dynamic programme over given segments (``stage_segments``: computed once for several
+    ``max_stages``); ``by``: the cost weighed against the peak, ``macs`` (exact) or ``instructions`` (the
+    segments' estimate: per-call and per-patch costs too)."""
+    if by not in ("macs", "instructions"):
+        raise ScheduleError(f"stage plans by {by!r}: expected macs or instructions")
+    by_start: dict[int, list[Segment]] = {}
+    for s in segs:
+        by_start.setdefault(s.start, []).append(s)
+    n = len(graph.ops)
+    # a label: (peak, cost, MACs, stages, segments); per cut point only labels no other beats on all four (the MACs
+    # for the MAC cap when the cost is the instruction estimate; with cost = MACs the two are one criterion)
+    Label = tuple[int, float, int, int, tuple[Segment, ...]]
+    labels: list[list[Label]] = [[] for _ in range(n + 1)]
+    labels[0] = [(0, 0.0, 0, 0, ())]
+
+    def beats(a: Label, b: Label) -> bool:
+        return a[0] <= b[0] and a[1] <= b[1] and a[2] <= b[2] and a[3] <= b[3]
+
+    def add(at: int, lab: Label) -> None:
+        kept = labels[at]
+        if any(beats(k, lab) for k in kept):
+            return
+        labels[at] = [k for k in kept if not beats(lab, k)] + [lab]
+
+    for at in range(n):
+        for peak, cost, macs, stages, path in labels[at]:
+            for s in by_start.get(at, []):
+                k = stages + s.patched
+                if max_stages is not None and k > max_stages:
+                    continue
+                add(s.stop, (max(peak, s.peak), cost + (s.macs if by == "macs" else s.instructions), macs + s.macs,
+                             k, path + (s,)))
+    final = sorted(labels[n], key=lambda lab: (lab[0], lab[1]))
+    front: list[Plan] = []
+    least = None  # the cost of the last plan kept
+    for peak, cost, _, _, path in final:
+        if least is not None and cost >= least:
+            continue
+        p = chain(graph, path, image)
+        if options.max_mac_overhead is not None and p.mac_overhead > options.max_mac_overhead + 1e-12:
+            continue
+        front.append(p)
+        least = cost
+    return front
