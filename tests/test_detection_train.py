@@ -471,7 +471,8 @@ def test_cli_tiny_run_and_resume(idx_dir, tmp_path):
             "--batch_size=16", "--bn_recalibration_batches=2", f"--out_dir={out}", "--noprogress"]
     proc = cli(*args)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "float on 16 test images" in proc.stdout and "TF Lite vs TFLM: identical outputs on all 16 images" in proc.stdout
+    assert "float on 16 test images" in proc.stdout
+    assert "TF Lite vs TFLM: identical outputs on all 16 images" in proc.stdout
     assert "[train] float epoch 1: loss" in proc.stderr and "val mAP@0.5" in proc.stderr
     r = TrainReport.read(str(out / "train_report.json"))
     d = r.detection

@@ -6,14 +6,15 @@ input's scale and zero point; a .npz with one such array per input, named ``arr_
 (reference kernels by default, the ones TFLM's are ported from; ``resolver="builtin"`` for the optimized ones) and in
 the TFLM interpreter of the tflite-micro wheel, each model in its own child process (an interpreter that aborts
 cannot take the caller down). The rewritten model's outputs must equal the original's bit for bit in both
-interpreters. TF Lite against TFLM is reported per model too (``tfmcu.runtime.agreement``, informational): their
-only difference is a rounding tie in a FULLY_CONNECTED head (TF Lite's reference kernel rounds once with the float
-scales, TFLM's twice with a fixed-point multiplier: an output within rounding of a half comes out 1 apart), proven
-on the original by recomputing the head; the rewritten model's difference on a sample is the same tie when it gives
-the original's outputs in both interpreters. One exception to bit for bit: where TF Lite and TFLM round the
-original's head apart and a custom-mode model's TF Lite side gives TFLM's bytes (its classifier runs in our kernels,
-bit-exact with TFLM's: ``convs_to_flash``, a stage that ends into the head), the sample is listed under
-``tflm_semantics``, not as a mismatch. TFLM's arena is measured
+interpreters. TF Lite against TFLM is reported per model too (``tfmcu.runtime.agreement``, informational), each
+difference classified: a rounding tie in the FULLY_CONNECTED head (TF Lite's reference kernel rounds once with the
+float scales, TFLM's twice with a fixed-point multiplier, so an output within rounding of a half comes out 1 apart;
+which inputs meet one depends on the model's bytes) is proven on the original by recomputing its head, and is the
+rewritten model's too on a sample where it gives the original's outputs in both interpreters; any other difference
+is a mismatch. One exception to bit for bit: where TF Lite and TFLM round the original's head apart and a
+custom-mode model's TF Lite side gives TFLM's bytes (its classifier runs in our kernels, bit-exact with TFLM's:
+``tfmcu.stage.custom.convs_to_flash``), the sample is listed under ``tflm_semantics``, not as a mismatch. TFLM's
+arena is measured
 (``tfmcu.runtime.tflm.measure_arena``) and predicted (``tfmcu.plan.arena.predict_arena``) for both. ``verify``
 returns a ``VerifyReport`` (``--json_out`` is its ``to_json()``).
 
@@ -52,7 +53,8 @@ from tfmcu.flows.common import ArenaFigures
 from tfmcu.graph.ir import GraphError
 from tfmcu.plan.arena import predict_model_arena
 from tfmcu.records import Pair, Record
-from tfmcu.runtime.agreement import HOW as TIES, Agreement, Mismatch, Tie, compare, head_ties
+from tfmcu.runtime.agreement import (HOW as TIES, Agreement, Mismatch, Tie, compare, head_ties,
+                                     same_outputs)
 from tfmcu.runtime.host import evaluate, host_model
 from tfmcu.runtime.model_io import TFLMError, load_inputs, random_inputs, read_model
 from tfmcu.runtime.tflite import RESOLVERS
@@ -148,15 +150,11 @@ def check_signatures(infos: dict[str, Any]) -> None:
                                       f"{y.label} in the rewritten model")
 
 
-def _same(a: list[Any], b: list[Any]) -> bool:
-    return all(np.array_equal(u, v) for u, v in zip(a, b))
-
-
 def _as_tflm(results: dict[str, Any], sample: int) -> bool:
     """Whether, on ``sample``, the rewritten model's TF Lite side equals the original in TFLM (every output) and the
     rewritten model in TFLM does too (the caller knows that TF Lite and TFLM round the original's head apart)."""
     orig, new = results["original"], results["rewritten"]
-    return _same(new.tflite[sample], orig.tflm[sample]) and _same(new.tflm[sample], orig.tflm[sample])
+    return same_outputs(new.tflite[sample], orig.tflm[sample]) and same_outputs(new.tflm[sample], orig.tflm[sample])
 
 
 def rounding_ties(results: dict[str, Any], data: dict[str, Any], samples: list[Any], o: "VerifyOptions",
@@ -165,11 +163,12 @@ def rounding_ties(results: dict[str, Any], data: dict[str, Any], samples: list[A
     agreement``): the original's proven on the original (its head recomputed, in a child process); the rewritten
     model's, the original's tie on a sample where it gives the original's outputs in both interpreters."""
     orig, new = results["original"], results["rewritten"]
-    differ = any(not _same(a, b) for a, b in zip(orig.tflite, orig.tflm))
+    differ = any(not same_outputs(a, b) for a, b in zip(orig.tflite, orig.tflm))
     ties = (head_ties(data["original"], samples, orig.tflite, orig.tflm, o.resolver, where=paths["original"],
                       isolate=True) if differ else {})
-    return {"original": ties, "rewritten": {s: t for s, t in ties.items() if _same(new.tflite[s], orig.tflite[s])
-                                            and _same(new.tflm[s], orig.tflm[s])}}
+    kept = {s: t for s, t in ties.items()
+            if same_outputs(new.tflite[s], orig.tflite[s]) and same_outputs(new.tflm[s], orig.tflm[s])}
+    return {"original": ties, "rewritten": kept}
 
 
 def detector_report(results: dict[str, Any], where: dict[str, Any]) -> DetectorCheck | None:

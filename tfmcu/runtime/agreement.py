@@ -4,12 +4,13 @@ The two interpreters run the same integer arithmetic for every op of an int8 mod
 FULLY_CONNECTED requantizes its int32 sums with the float scales and rounds once (``round(sum x input scale x
 filter scale / output scale)``, in double); TFLM's multiplies them by QuantizeMultiplier's fixed point and rounds
 twice (SaturatingRoundingDoublingHighMul, then RoundingDivideByPOT). So an output whose exact value lies within
-rounding of a half comes out 1 apart (23.49988: 23 in TF Lite, 24 in TFLM): a rounding tie, expected, not a bug in
+rounding of a half comes out 1 apart (23.49991: 23 in TF Lite, 24 in TFLM): a rounding tie, expected, not a bug in
 the model. Which inputs meet a tie depends on the model's bytes, and those on the host that converted or trained it
 (TensorFlow's float kernels differ by instruction set), so no caller may presume that the two agree, or disagree, on
 given inputs: it classifies the differences.
 
-* ``compare(a, b)``: the samples whose outputs differ (``Mismatch``: the first differing output of each).
+* ``compare(a, b)``: the samples whose outputs differ (``Mismatch``: the first differing output of each);
+  ``same_outputs(a, b)``: one sample's outputs equal.
 * ``head_ties(model, samples, tflite, tflm)``: the differing samples that rounding ties in the model's FULLY_CONNECTED
   head explain, each with its ties (``Tie``), proven on the model. The head is the model's last int8
   FULLY_CONNECTED; the ops after it (its tail: RESHAPE, SOFTMAX, DEQUANTIZE, ...) may read only its output, their
@@ -130,7 +131,7 @@ class Agreement(Record):
         return f"identical on {same} of {n(self.samples)}; " + "; ".join(parts)
 
 
-def _same(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> bool:
+def same_outputs(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> bool:
     """The same values, output for output (a caller's outputs may be flattened)."""
     return len(a) == len(b) and all(np.array_equal(np.ravel(u), np.ravel(v)) for u, v in zip(a, b))
 
@@ -249,7 +250,7 @@ def head_ties(model: TfliteModel | bytes, samples: Sequence[Any], tflite: Sequen
     """The samples on which ``tflite`` and ``tflm`` (the outputs of ``model`` on ``samples`` in TF Lite with
     ``resolver``'s kernels and in TFLM) differ only by rounding ties in the FULLY_CONNECTED head, proven (module
     docstring), each with its ties; sample numbers from ``offset``. ``isolate=True``: in a child process."""
-    differing = [k for k, (a, b) in enumerate(zip(tflite, tflm)) if not _same(a, b)]
+    differing = [k for k, (a, b) in enumerate(zip(tflite, tflm)) if not same_outputs(a, b)]
     if not differing:
         return {}
     model = parsed(model, where)
@@ -265,14 +266,14 @@ def head_ties(model: TfliteModel | bytes, samples: Sequence[Any], tflite: Sequen
     p_tfl, p_tflm = run_tflite(probe, picked, resolver, where), run_tflm(probe, picked, where=where)
     candidates: dict[int, tuple[np.ndarray, list[Tie]]] = {}
     for k, a, b in zip(differing, p_tfl, p_tflm):
-        if not (_same(a[:n], tflite[k]) and _same(b[:n], tflm[k]) and np.array_equal(a[n], b[n])):
+        if not (same_outputs(a[:n], tflite[k]) and same_outputs(b[:n], tflm[k]) and np.array_equal(a[n], b[n])):
             continue  # not the outputs compared, or the head's input differs: something before the head
         want_tfl, want_tflm, value = head.outputs(a[n])
         got_tfl, got_tflm = a[n + 1].astype(np.int64).reshape(-1), b[n + 1].astype(np.int64).reshape(-1)
         if not (np.array_equal(got_tfl, want_tfl) and np.array_equal(got_tflm, want_tflm)
                 and np.abs(got_tfl - got_tflm).max() <= 1):
             continue  # the head computes something else than the two requantizations
-        if any(outputs[j] not in downstream and not _same([tflite[k][j]], [tflm[k][j]]) for j in range(n)):
+        if any(outputs[j] not in downstream and not same_outputs([tflite[k][j]], [tflm[k][j]]) for j in range(n)):
             continue  # an output that does not depend on the head differs
         ties = [Tie(sample=k + offset, op=head.op, channel=int(c), value=float(value[c]), tflite=int(got_tfl[c]),
                     tflm=int(got_tflm[c])) for c in np.flatnonzero(got_tfl != got_tflm)]
@@ -282,6 +283,6 @@ def head_ties(model: TfliteModel | bytes, samples: Sequence[Any], tflite: Sequen
         tail = segment_model(model.flatbuffer, head.tail, [head.output], [outputs[j] for j in later])
         runs = run_tflite(tail, [(y,) for y, _ in candidates.values()], resolver, where)
         for k, got in zip(list(candidates), runs):
-            if not _same(got, [tflm[k][j] for j in later]):
+            if not same_outputs(got, [tflm[k][j] for j in later]):
                 del candidates[k]
     return {k + offset: ties for k, (_, ties) in candidates.items() if ties}
