@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from benchmarks import results
-from benchmarks.sections import SECTION_TABLES, SECTIONS, inplace_line
+from benchmarks.sections import SECTION_TABLES, SECTIONS, equal_up_to_ties, inplace_line
 from tfmcu.errors import UsageError
 from tfmcu.firmware.targets import TARGETS
 from tfmcu.flows.demo import summary_table
@@ -264,7 +264,7 @@ def headline_table(custom: dict[str, Any], fit: dict[str, Any], detection: dict[
           f"{100 * s['per_layer']['test_accuracy']:.1f}% ({s['per_layer']['resolution']} px, per-layer-only search) "
           f"| [search](docs/benchmarks.md#search) |",
           f"| training recipe, {t['model']} @ {t['resolution']} on {t['dataset']} | int8 {100 * t['int8_tflm']:.2f}% "
-          f"against float {100 * t['float']:.2f}%; TF Lite = TFLM: {'yes' if t['tflite_equals_tflm'] else 'NO'} | "
+          f"against float {100 * t['float']:.2f}%; TF Lite = TFLM: {equal_up_to_ties(t)} | "
           f"[train](docs/benchmarks.md#train) |",
           f"| `make demo`: {demo['model']} @ {demo['resolution']} on the {mcu.get('target', '-')} | "
           + (f"{mcu.get('schedule')}: {run.get('arena_used_bytes') or 0:,} B measured, top-1 = TF Lite on "

@@ -478,10 +478,18 @@ def train_section(o: BenchOptions) -> dict[str, Any]:
                      "int8_tflite": a.int8_tflite, "int8_tflm": a.int8_tflm,
                      "int8_minus_float_points": round(a.int8_minus_float_points, 2),
                      "test_samples": a.int8_test_samples, "tflite_equals_tflm": r.tflite_vs_tflm.agree,
+                     "tflite_tflm_rounding_ties": r.tflite_vs_tflm.tie_samples,
                      "tflm_arena_bytes": r.memory.tflm_arena_bytes,
                      "analytic_peak_bytes": r.memory.analytic_peak_bytes, "flash_bytes": r.flash_bytes,
                      "macs": r.macs, "wall_s": round(time.time() - t0)})
     return {"rows": rows}
+
+
+def equal_up_to_ties(r: dict[str, Any]) -> str:
+    """TF Lite = TFLM in a row: yes, yes with the samples 1 apart by a rounding tie (docs/pipelines.md#rounding-ties),
+    or NO."""
+    ties = r.get("tflite_tflm_rounding_ties", 0)  # (runs before ties were told apart counted them as disagreeing)
+    return ("yes" + (f" ({ties} rounding ties)" if ties else "")) if r["tflite_equals_tflm"] else "NO"
 
 
 def train_table(result: dict[str, Any]) -> str:
@@ -492,7 +500,7 @@ def train_table(result: dict[str, Any]) -> str:
     for r in result["rows"]:
         md.append(f"| {r['model']} | {r['dataset']} | {r['resolution']} | {r['epochs']} (+{r['qat_epochs']}) | "
                   f"{r['float']:.2%} | {r['qat']:.2%} | {r['int8_tflite']:.2%} | {r['int8_tflm']:.2%} | "
-                  f"{r['int8_minus_float_points']:+.2f} pt | {'yes' if r['tflite_equals_tflm'] else 'NO'} | "
+                  f"{r['int8_minus_float_points']:+.2f} pt | {equal_up_to_ties(r)} | "
                   f"{r['tflm_arena_bytes'] / 1024:.1f} kB | {r['flash_bytes'] / 1024:.1f} kB | "
                   f"{r['macs'] / 1e6:.1f}M |")
     return "\n".join(md) + "\n"

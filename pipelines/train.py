@@ -17,7 +17,8 @@ warm-up; then --qat_epochs of quantization-aware training (tensorflow-model-opti
 .tflite (int8 input and output) calibrated on training images, with labels and normalisation as TFLite metadata.
 
 Reports float, QAT and int8 test accuracy -- int8 in tf.lite.Interpreter (reference kernels) and in TFLM, which must
-agree sample for sample -- and the analytic peak SRAM, TFLM's measured arena, Flash and MACs. Writes under --out_dir:
+agree sample for sample but for rounding ties in a FULLY_CONNECTED head, proven and reported as such
+(docs/pipelines.md#rounding-ties) -- and the analytic peak SRAM, TFLM's measured arena, Flash and MACs. Writes under --out_dir:
 model_int8.tflite, spec.json, labels.txt, train_report.json, training_curves.png, confusion_matrix.png and
 checkpoints/ (one per epoch; --resume continues from the last).
 
@@ -39,7 +40,7 @@ Both tasks run through one trainer (tfmcu.train.train): this pipeline only turns
 
 Exit status: 0 done; 2 bad input (missing data set -> how to install it, unknown folder layout, corrupted
 checkpoint, a spec that does not fit the data, a detector or detection data without --task=detection and the
-reverse) with one line on stderr; 1 if TF Lite and TFLM disagree.
+reverse) with one line on stderr; 1 if TF Lite and TFLM disagree (a rounding tie is no disagreement).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Helpers shared by several test files (a module Bazel's test_support library carries): tiny IDX data sets, a
-tiny spec, a Python command line in the repository, a training run interrupted after its first checkpoint, and the
-samples on which TF Lite and TFLM round a model apart."""
+tiny spec, a Python command line in the repository, a training run interrupted after its first checkpoint, the
+samples on which TF Lite and TFLM round a model apart, and a model with such a rounding tie built into its head."""
 
 from __future__ import annotations
 
@@ -87,13 +87,41 @@ def without_seconds(history: Any) -> dict[str, list[dict[str, Any]]]:
 def rounded_apart(model: bytes, samples) -> list[int]:
     """The samples (indices) on which TF Lite (reference kernels) and TFLM give ``model`` different outputs.
 
-    Not always none, and not the same ones on every host: TF Lite's reference FULLY_CONNECTED and MEAN requantize
-    with the float scales, rounding once, where TFLM's multiply by a fixed-point multiplier (FULLY_CONNECTED: rounding
-    twice), so an output close to a half can come out 1 apart. Whether seeded random inputs meet such a tie depends
-    on the model's bytes, which the tests convert on the host with TensorFlow's float kernels (they differ by
+    Not always none, and not the same ones on every host: TF Lite's reference FULLY_CONNECTED requantizes with the
+    float scales, rounding once, where TFLM's multiplies by a fixed-point multiplier, rounding twice, so an output
+    close to a half can come out 1 apart (``tfmcu.runtime.agreement``). Whether seeded random inputs meet such a tie
+    depends on the model's bytes, which the tests convert on the host with TensorFlow's float kernels (they differ by
     instruction set): a test must not presume that the two interpreters agree, or disagree, on random inputs."""
     from tfmcu.runtime.tflite import run_tflite
     from tfmcu.runtime.tflm import run_tflm
 
     a, b = run_tflite(model, samples), run_tflm(model, samples)
     return [k for k, (x, y) in enumerate(zip(a, b)) if not all(np.array_equal(u, v) for u, v in zip(x, y))]
+
+
+def tie_in_the_head(data: bytes, sample) -> bytes:
+    """``data`` with the scale of one output channel of its FULLY_CONNECTED head (``tfmcu.runtime.agreement.Head``)
+    set so that on ``sample`` that output's exact value is 0.5 - 2^-(r + 3) above the output zero point, r the right
+    shift of TFLM's fixed-point multiplier for it. TF Lite's reference kernel requantizes with the float scales and
+    rounds once: 0. TFLM multiplies by QuantizeMultiplier's fixed point and rounds twice: to 2^-r
+    (SaturatingRoundingDoublingHighMul takes 2^(r - 1) - 1/8 to 2^(r - 1)), then to 1 (RoundingDivideByPOT: a half
+    rounds up). Neither depends on the host's instruction set; whether seeded random inputs meet such a tie depends on
+    the model's bytes, which the tests convert on the host with TensorFlow's float kernels."""
+    from tfmcu.runtime.agreement import Head
+    from tfmcu.runtime.tflite import tflite_all_tensors
+    from tfmcu.tflite.editor import ModelEditor
+    from tfmcu.tflite.model import as_model
+
+    head = Head.find(as_model(data))
+    assert head is not None, "a model with a FULLY_CONNECTED head"
+    acc = head.sums(tflite_all_tensors(data, sample)(head.input))
+    ed = ModelEditor(data)
+    x_t, w_t, out_t = (ed.tensor(i) for i in (head.input, int(ed.subgraph.operators[head.op].inputs[1]), head.output))
+    c = int(np.argmin(np.where(acc > 0, acc, np.iinfo(np.int64).max)))  # the least positive sum: the widest margin
+    scales = np.asarray(w_t.quantization.scale, np.float32).copy()
+    assert scales.size == acc.size and 0 < acc[c] < 2 ** 16, "a per-channel head with a small positive sum"
+    r = -int(np.frexp(0.5 / acc[c])[1])
+    in_scale, out_scale = float(x_t.quantization.scale[0]), float(out_t.quantization.scale[0])
+    scales[c] = (0.5 - 2.0 ** -(r + 3)) * out_scale / (acc[c] * in_scale)
+    w_t.quantization.scale = scales
+    return ed.to_bytes()

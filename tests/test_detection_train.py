@@ -357,6 +357,7 @@ def test_library_run_writes_everything(run_a):
         on_disk = json.load(f)
     assert on_disk["map50"]["float"] == d.map50.float and on_disk["detection"]["int8"] is False
     assert TrainReport.from_json(on_disk) == r  # the JSON holds the whole typed report
+    assert r.to_json() == on_disk and TrainReport.from_json(r.to_json()) == r  # what the run wrote, read back
     assert "int8: not exported" in r.summary()
     for key in ("curves", "detections"):
         assert open(r.files[key], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
@@ -437,6 +438,10 @@ def test_qat_run_exports_the_qat_weights(idx_dir, tmp_path, monkeypatch):
         assert all(0.0 <= v <= 1.0 for v in (s.float, s.qat, s.int8_tflite, s.int8_tflm)), s
         assert s.int8_tflite == s.int8_tflm
     assert d.int8.tflite_vs_tflm.agree and d.int8.quantization == "QAT (1 epochs)"
+    with open(r.files["report"]) as f:  # with the int8 detector's section (its bootstrap interval, the agreement)
+        on_disk = json.load(f)
+    assert "map50_bootstrap" in on_disk["int8"]["tflm"] and on_disk["int8"]["tflite_vs_tflm"]["samples"] == 16
+    assert r.to_json() == on_disk and TrainReport.from_json(on_disk) == r
     assert r.recipe.qat_lr == 0.05 and r.timing_s["qat_training"] > 0
     assert any("[eval] QAT test mAP@0.5" in m for m in logs) and "QAT mAP@0.5" in r.summary()
     model_bytes = open(r.files["tflite"], "rb").read()
@@ -466,7 +471,8 @@ def test_cli_tiny_run_and_resume(idx_dir, tmp_path):
             "--batch_size=16", "--bn_recalibration_batches=2", f"--out_dir={out}", "--noprogress"]
     proc = cli(*args)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "float on 16 test images" in proc.stdout and "identical outputs on every image" in proc.stdout
+    assert "float on 16 test images" in proc.stdout
+    assert "TF Lite vs TFLM: identical outputs on all 16 images" in proc.stdout
     assert "[train] float epoch 1: loss" in proc.stderr and "val mAP@0.5" in proc.stderr
     r = TrainReport.read(str(out / "train_report.json"))
     d = r.detection
@@ -475,7 +481,8 @@ def test_cli_tiny_run_and_resume(idx_dir, tmp_path):
         assert all(0.0 <= v <= 1.0 for v in (s.float, s.int8_tflite, s.int8_tflm)), s
         assert s.int8_tflite == s.int8_tflm  # TF Lite and TFLM give the same detections
     assert json.loads((out / "train_report.json").read_text())["int8"]["tflite_vs_tflm"] == {
-        "agree": True, "mismatching_images": 0, "images": 16, "tflite_kernels": "reference"}
+        "agree": True, "samples": 16, "mismatching_samples": 0, "tie_samples": 0, "first": [], "ties": [],
+        "tflite_kernels": "reference"}
     from tfmcu.runtime.model_io import model_info
 
     info = model_info(open(r.files["tflite"], "rb").read())

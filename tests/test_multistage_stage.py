@@ -12,6 +12,7 @@ import pytest
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
+from tests.support import tie_in_the_head  # noqa: E402
 from tfmcu.graph.from_tflite import from_tflite  # noqa: E402
 from tfmcu.plan import regions  # noqa: E402
 from tfmcu.plan.arena import predict_model_arena  # noqa: E402
@@ -204,38 +205,9 @@ def test_the_pooled_stage_alone_in_the_c_kernels(zoo_models):
         assert binding.check_stage(q)[0] == 3, mutate.__name__  # kTfmcuErrorInvalidStage
 
 
-def _tie_in_the_head(data: bytes, sample) -> bytes:
-    """``data`` with the scale of one output channel of its FULLY_CONNECTED head set so that on ``sample`` that
-    logit's exact value is 0.5 - 2^-(r + 3) above the output zero point, r the right shift of TFLM's fixed-point
-    multiplier for it. TF Lite's reference kernel requantizes with the float scales and rounds once: 0. TFLM
-    multiplies by QuantizeMultiplier's fixed point and rounds twice: to 2^-r (SaturatingRoundingDoublingHighMul takes
-    2^(r - 1) - 1/8 to 2^(r - 1)), then to 1 (RoundingDivideByPOT: a half rounds up). Neither depends on the host's
-    instruction set; whether seeded random inputs meet such a tie depends on the model's bytes, which the zoo
-    converts on the host with TensorFlow's float kernels."""
-    from tfmcu.runtime.tflite import tflite_all_tensors
-    from tfmcu.tflite.editor import ModelEditor
-
-    ed = ModelEditor(data)
-    fc = next(op for op in ed.subgraph.operators if ed.op_name(op) == "FULLY_CONNECTED")
-    x_t, w_t, out_t = (ed.tensor(int(i)) for i in (fc.inputs[0], fc.inputs[1], fc.outputs[0]))
-    x = tflite_all_tensors(data, sample)(int(fc.inputs[0])).astype(np.int64).reshape(-1)
-    w = np.frombuffer(bytes(ed.model.buffers[w_t.buffer].data), np.int8).reshape(-1, x.size).astype(np.int64)
-    acc = w @ (x - int(x_t.quantization.zeroPoint[0]))
-    if len(fc.inputs) > 2 and fc.inputs[2] >= 0:
-        acc += np.frombuffer(bytes(ed.model.buffers[ed.tensor(int(fc.inputs[2])).buffer].data), np.int32)
-    c = int(np.argmin(np.where(acc > 0, acc, np.iinfo(np.int64).max)))  # the least positive sum: the widest margin
-    scales = np.asarray(w_t.quantization.scale, np.float32).copy()
-    assert scales.size == acc.size and 0 < acc[c] < 2 ** 16, "a per-channel head with a small positive sum"
-    r = -int(np.frexp(0.5 / acc[c])[1])
-    in_scale, out_scale = float(x_t.quantization.scale[0]), float(out_t.quantization.scale[0])
-    scales[c] = (0.5 - 2.0 ** -(r + 3)) * out_scale / (acc[c] * in_scale)
-    w_t.quantization.scale = scales
-    return ed.to_bytes()
-
-
 def test_verify_takes_tflm_bytes_where_tf_lite_rounds_apart(zoo_models, tmp_path):
     """MobileNetV2-0.35-144 with a logit of its classifier head on a rounding tie for one input
-    (``_tie_in_the_head``): TF Lite and TFLM disagree about the original there, by 1. A rewritten model whose stage
+    (``tie_in_the_head``): TF Lite and TFLM disagree about the original there, by 1. A rewritten model whose stage
     ends into the pool and whose classifier runs in our kernels (``convs_to_flash``) gives TFLM's bytes on both
     sides: ``verify`` lists that sample (and any random one that ties too) under ``tflm_semantics`` and calls the
     model bit-exact."""
@@ -243,7 +215,7 @@ def test_verify_takes_tflm_bytes_where_tf_lite_rounds_apart(zoo_models, tmp_path
     from tfmcu.stage.custom import convs_to_flash
 
     tie = random_inputs(zoo_models("mbv2_035_144"), 1, seed=7)[0]
-    data = _tie_in_the_head(zoo_models("mbv2_035_144"), tie)
+    data = tie_in_the_head(zoo_models("mbv2_035_144"), tie)
     g = from_tflite(data, name="mbv2_035_144")
     sch, _ = _pooled(g, grid=(3, 1), blocks_before=0)
     res = rewrite_stages(data, g, [(sch, None)], "mbv2_035_144")
@@ -254,7 +226,10 @@ def test_verify_takes_tflm_bytes_where_tf_lite_rounds_apart(zoo_models, tmp_path
             f.write(b)
     np.save(tmp_path / "tie.npy", tie[0])
     v = verify(VerifyOptions(original=paths["original"], rewritten=paths["rewritten"], samples=3, seed=0,
-                             inputs=str(tmp_path / "tie.npy"), quiet=True))
+                             inputs=str(tmp_path / "tie.npy"), max_details=100, quiet=True))
     apart = v.tflite_vs_tflm.original
-    assert 3 in [m.sample for m in apart.first], apart  # the tie (after the 3 random samples): 0 vs 1
-    assert v.bit_exact and v.tflm_semantics.samples == apart.mismatching_samples
+    # the tie (after the 3 random samples): 0 vs 1, proven on the original's head (tfmcu.runtime.agreement); no other
+    # difference between the interpreters
+    assert 3 in [t.sample for t in apart.ties] and apart.agree and apart.mismatching_samples == 0, apart
+    assert v.bit_exact and v.tflm_semantics.samples == apart.tie_samples
+    assert v.tflite_vs_tflm.rewritten.identical  # its TF Lite side computes TFLM's bytes

@@ -1,6 +1,8 @@
 """Typed results (``tfmcu.records``): a record writes the JSON the files hold and reads it back into an equal record;
-a part a run did not produce is left out of the JSON; a key no field declares is refused. The flows' own reports
-round-trip on real runs in their tests (test_fit, test_deploy, test_verify, test_rewrite)."""
+a part a run did not produce is left out of the JSON; a key no field declares is refused, unless an ``extra()`` field
+keeps it; a flat section, a renamed key, a coded value and an options dataclass keep the file's shape; a file of an
+earlier shape reads through ``from_earlier``. The flows' own reports round-trip on real runs in their tests
+(test_fit, test_deploy, test_verify, test_rewrite, test_train, test_detection_train)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ import pytest
 
 from tfmcu.firmware.run import FirmwareRun, Overflow
 from tfmcu.flows.fit import ChosenCandidate, FitCandidate, FitMeasured
-from tfmcu.records import Pair, Record, optional
+from tfmcu.records import Pair, Record, coded, extra, flat, named, optional
+from tfmcu.runtime.agreement import Agreement, Mismatch, Tie
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +50,72 @@ def test_unknown_keys_are_refused():
         Part.from_json({"name": "a", "sizes": [], "extra": 1})
     with pytest.raises(ValueError, match="expected a JSON object"):
         Whole.from_json({"parts": [1], "by_name": {}, "pair": {}, "counts": {}})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Options:  # a run's options: a plain dataclass, not a record
+    depth: int = 1
+    sizes: tuple[int, ...] = (1,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Section(Record):
+    score: float
+    options: Options = named("settings")
+    best: Part | None = optional(key="best_part")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Other(Record):
+    frames: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Report(Record):
+    name: str = "unnamed"  # (files of an earlier version have none)
+    when: complex = coded(lambda z: [z.real, z.imag], lambda v: complex(*v))
+    section: Section | None = flat()
+    other: Other | None = flat()
+    files: dict[str, str]
+    info: dict[str, int] = extra()
+
+
+def test_flat_sections_renamed_keys_coded_values_and_extra_keys():
+    """A report's section writes its keys into the report's object where it stands; ``named`` / ``optional(key=)``
+    rename a key; ``coded`` writes a value its own way; an options dataclass goes as its fields; the keys nobody
+    declares go to the ``extra()`` field, after the others."""
+    r = Report(name="r", when=1 + 2j, section=Section(score=0.5, options=Options(depth=3, sizes=(2, 4)),
+                                                      best=Part(name="p", sizes=(1,))),
+               files={"a": "a.json"}, info={"seed": 7})
+    d = r.to_json()
+    assert d == {"name": "r", "when": [1.0, 2.0], "score": 0.5, "settings": {"depth": 3, "sizes": [2, 4]},
+                 "best_part": {"name": "p", "sizes": [1]}, "files": {"a": "a.json"}, "seed": 7}
+    assert list(d) == ["name", "when", "score", "settings", "best_part", "files", "seed"]  # the fields' order
+    back = Report.from_json(json.loads(json.dumps(d)))
+    assert back == r and back.other is None and back.section.options.sizes == (2, 4)
+    o = Report(when=0j, other=Other(frames=3), files={})
+    assert o.to_json() == {"name": "unnamed", "when": [0.0, 0.0], "frames": 3, "files": {}}
+    assert Report.from_json({k: v for k, v in o.to_json().items() if k != "name"}) == o  # the default
+    assert Report.from_json({**o.to_json(), "spare": 1}).info == {"spare": 1}
+    with pytest.raises(ValueError, match="unknown keys deep"):
+        Report.from_json({**d, "settings": {"depth": 1, "deep": 2}})  # options refuse unknown keys too
+
+
+def test_agreement_reads_a_detectors_earlier_report():
+    """train_report.json of a detector counted images (``from_earlier``); reports written before ties were told
+    apart read as having none."""
+    earlier = {"agree": False, "mismatching_images": 2, "images": 16, "tflite_kernels": "reference"}
+    a = Agreement.from_json(earlier)
+    assert (a.agree, a.samples, a.mismatching_samples, a.tie_samples, a.first, a.ties) == (False, 16, 2, 0, [], [])
+    assert not a.identical and "DISAGREE on 2 images" in a.describe("images")
+    tie = Tie(sample=3, op=63, channel=9, value=23.49991, tflite=23, tflm=24)
+    b = Agreement.of(20, [Mismatch(sample=3, output=0, max_abs_diff=1.0), Mismatch(sample=5, output=0,
+                                                                                   max_abs_diff=4.0)], {3: [tie]})
+    assert (b.agree, b.mismatching_samples, b.tie_samples, b.ties, [m.sample for m in b.first]) == (
+        False, 1, 1, [tie], [5])
+    assert Agreement.from_json(json.loads(json.dumps(b.to_json()))) == b
+    assert b.describe() == ("identical on 18 of 20 samples; 1 sample 1 apart by a rounding tie in the FULLY_CONNECTED "
+                            "head (expected: docs/pipelines.md#rounding-ties); DISAGREE on 1 sample")
 
 
 def test_firmware_run_keeps_the_shape_of_each_outcome():

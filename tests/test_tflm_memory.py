@@ -339,14 +339,62 @@ def test_crash_is_isolated(residual):
 
 # ============================================================================= running
 def test_tflm_matches_tflite_reference(residual, float_input):
+    """TFLM computes TF Lite's reference bytes, but for one known difference (``tfmcu.runtime.agreement``): every op
+    before the FULLY_CONNECTED head gives the same bytes in both (the head's input, read back from each interpreter),
+    the head's outputs are each interpreter's own requantization of the same int32 sums (TF Lite: float scales,
+    rounded once; TFLM: fixed-point multiplier, rounded twice), at most 1 apart, and the ops after it (SOFTMAX,
+    DEQUANTIZE) give the same bytes on the same head output. So the model outputs differ exactly on the samples
+    ``head_ties`` proves to be rounding ties. Whether random inputs meet a tie depends on the bytes this host
+    converted; the same model with a tie built into its head for one input (``tie_in_the_head``) meets it on any
+    host."""
+    from tests.support import rounded_apart, tie_in_the_head
+    from tfmcu.runtime.agreement import Head, head_ties, probe_model
+    from tfmcu.tflite.model import as_model
+
     for data in (residual, float_input):
         x = model_io.random_inputs(data, 4, seed=1)
-        a, b = tflm.run_tflm(data, x), tflite.run_tflite(data, x)
-        assert len(a) == len(b) == 4
-        for u, v in zip(a, b):
-            assert all(np.array_equal(p, q) for p, q in zip(u, v))
+        for model in (data, tie_in_the_head(data, x[0])):
+            m = as_model(model)
+            head = Head.find(m)
+            assert head is not None and head.tail and m.op_names[head.op] == "FULLY_CONNECTED"
+            probe = probe_model(m, [head.input, head.output])
+            a, b = tflm.run_tflm(probe, x), tflite.run_tflite(probe, x)
+            assert len(a) == len(b) == 4
+            for u, v in zip(a, b):
+                assert np.array_equal(u[1], v[1])  # the head's input: every op before the head, bit for bit
+                want_tflite, want_tflm, _ = head.outputs(v[1])
+                assert np.array_equal(v[2].reshape(-1), want_tflite) and np.array_equal(u[2].reshape(-1), want_tflm)
+                assert np.abs(want_tflite - want_tflm).max() <= 1
+            heads_apart = [k for k, (u, v) in enumerate(zip(a, b)) if not np.array_equal(u[2], v[2])]
+            apart = rounded_apart(model, x)
+            assert set(apart) <= set(heads_apart)  # the outputs differ only where the head's do
+            outs_tflite, outs_tflm = [v[:1] for v in b], [u[:1] for u in a]
+            assert sorted(head_ties(model, x, outs_tflite, outs_tflm)) == apart  # each difference a proven tie
+            if model is not data:  # the built tie: 1 apart on any host
+                assert 0 in heads_apart
+                if m.op_names[head.tail[-1]] == "DEQUANTIZE":  # keeps it (a SOFTMAX may absorb it), so head_ties
+                    assert 0 in apart  # proved the tail bit-exact on TFLM's head output
         builtin = tflite.run_tflite(data, x[:1], resolver="builtin")
         assert builtin[0][0].shape == a[0][0].shape
+
+
+def test_a_difference_no_tie_explains_is_a_mismatch(float_input):
+    """``head_ties`` proves a tie on the model, not on the outputs it is given: outputs that differ elsewhere, or by
+    something the head's two requantizations do not give, are real mismatches (``Agreement``: not ``agree``)."""
+    from tests.support import tie_in_the_head
+    from tfmcu.runtime.agreement import Agreement, compare, head_ties
+
+    x = model_io.random_inputs(float_input, 3, seed=1)
+    tied = tie_in_the_head(float_input, x[0])
+    a, b = tflite.run_tflite(tied, x), tflm.run_tflm(tied, x)
+    assert 0 in head_ties(tied, x, a, b)
+    forged = [[o.copy() for o in outs] for outs in b]
+    forged[0][0].reshape(-1)[:] += 1.0  # the tied sample, every output moved
+    forged[1][0].reshape(-1)[0] += 1.0  # another sample
+    ties = head_ties(tied, x, a, forged)
+    assert 0 not in ties and 1 not in ties
+    agreement = Agreement.of(3, compare(a, forged), ties)
+    assert not agreement.agree and agreement.mismatching_samples >= 2 and {0, 1} <= {m.sample for m in agreement.first}
 
 
 def test_multi_input_samples(two_inputs):

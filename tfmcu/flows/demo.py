@@ -126,7 +126,9 @@ def summary_table(s: dict[str, Any]) -> str:
     ``McuRun.to_json()``)."""
     a = s["accuracy"]
     p, q = s["per_layer"], s["patched"]
-    int8 = f"{a['int8_tflm']:.2%}" + (" (TF Lite = TFLM)" if a["tflite_equals_tflm"] else " (TF Lite != TFLM!)")
+    ties = a.get("tflite_tflm_rounding_ties", 0)  # samples 1 apart by a rounding tie (docs/pipelines.md#rounding-ties)
+    int8 = f"{a['int8_tflm']:.2%}" + ((f" (TF Lite = TFLM but {ties} rounding ties)" if ties else " (TF Lite = TFLM)")
+                                      if a["tflite_equals_tflm"] else " (TF Lite != TFLM!)")
     n_k, n_8 = a["keras_test_samples"], a["int8_test_samples"]
     rows = [
         (f"accuracy, float (Keras, {n_k} test images)", f"{a['float']:.2%}", "-"),
@@ -303,7 +305,8 @@ def run(o: DemoOptions, log: Callable[[str], None] = print) -> int:
         "accuracy": {"float": acc.float, "qat": acc.qat, "int8_tflite": acc.int8_tflite, "int8_tflm": acc.int8_tflm,
                      "keras_test_samples": acc.keras_test_samples, "int8_test_samples": acc.int8_test_samples,
                      "float_on_int8_samples": acc.float_on_int8_samples,
-                     "tflite_equals_tflm": trained.tflite_vs_tflm.agree},
+                     "tflite_equals_tflm": trained.tflite_vs_tflm.agree,
+                     "tflite_tflm_rounding_ties": trained.tflite_vs_tflm.tie_samples},
         "per_layer": {"analytic_peak_bytes": prof_patched["peak_sram_per_layer_bytes"],
                       "tflm_arena_bytes": ver.tflm.original.arena_total_bytes,
                       "predicted_arena_bytes": ver.predicted.original.arena_total_bytes,

@@ -6,10 +6,15 @@ input's scale and zero point; a .npz with one such array per input, named ``arr_
 (reference kernels by default, the ones TFLM's are ported from; ``resolver="builtin"`` for the optimized ones) and in
 the TFLM interpreter of the tflite-micro wheel, each model in its own child process (an interpreter that aborts
 cannot take the caller down). The rewritten model's outputs must equal the original's bit for bit in both
-interpreters; TF Lite vs TFLM agreement per model is reported too (informational). One exception: where TF Lite and
-TFLM disagree about the original itself (their int8 MEAN rounds differently on some inputs) and a custom-mode
-model's TF Lite side gives TFLM's bytes (its stage ops run our kernels, bit-exact with TFLM's: a stage that ends into
-the global average pool), the sample is listed under ``tflm_semantics``, not as a mismatch. TFLM's arena is measured
+interpreters. TF Lite against TFLM is reported per model too (``tfmcu.runtime.agreement``, informational), each
+difference classified: a rounding tie in the FULLY_CONNECTED head (TF Lite's reference kernel rounds once with the
+float scales, TFLM's twice with a fixed-point multiplier, so an output within rounding of a half comes out 1 apart;
+which inputs meet one depends on the model's bytes) is proven on the original by recomputing its head, and is the
+rewritten model's too on a sample where it gives the original's outputs in both interpreters; any other difference
+is a mismatch. One exception to bit for bit: where TF Lite and TFLM round the original's head apart and a
+custom-mode model's TF Lite side gives TFLM's bytes (its classifier runs in our kernels, bit-exact with TFLM's:
+``tfmcu.stage.custom.convs_to_flash``), the sample is listed under ``tflm_semantics``, not as a mismatch. TFLM's
+arena is measured
 (``tfmcu.runtime.tflm.measure_arena``) and predicted (``tfmcu.plan.arena.predict_arena``) for both. ``verify``
 returns a ``VerifyReport`` (``--json_out`` is its ``to_json()``).
 
@@ -47,7 +52,9 @@ from tfmcu.files import check_output_paths, write_outputs
 from tfmcu.flows.common import ArenaFigures
 from tfmcu.graph.ir import GraphError
 from tfmcu.plan.arena import predict_model_arena
-from tfmcu.records import Pair, Record, optional
+from tfmcu.records import Pair, Record
+from tfmcu.runtime.agreement import (HOW as TIES, Agreement, Mismatch, Tie, compare, head_ties,
+                                     same_outputs)
 from tfmcu.runtime.host import evaluate, host_model
 from tfmcu.runtime.model_io import TFLMError, load_inputs, random_inputs, read_model
 from tfmcu.runtime.tflite import RESOLVERS
@@ -62,19 +69,6 @@ ROLES = ("original", "rewritten")
 
 
 @dataclass(frozen=True, kw_only=True)
-class Mismatch(Record):
-    """A sample whose outputs differ (the first differing output)."""
-
-    interpreter: str | None = optional()  # "tflite-<resolver>" or "tflm" (None: TF Lite against TFLM, one model)
-    sample: int
-    output: int
-    max_abs_diff: float | None  # None: shapes or types differ (``note``)
-    note: str | None = optional()
-    source: str | None = optional()  # "random" or "inputs"
-    output_name: str | None = optional()  # a detector's output
-
-
-@dataclass(frozen=True, kw_only=True)
 class Mismatches(Record):
     count: int  # sample x interpreter pairs
     samples: int
@@ -83,19 +77,10 @@ class Mismatches(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class TflmSemantics(Record):
-    """Samples on which TF Lite and TFLM disagree about the ORIGINAL and the rewritten model's TF Lite side gives
-    TFLM's bytes (its stage ops run our kernels, bit-exact with TFLM's): not mismatches."""
+    """Samples on which TF Lite and TFLM round the ORIGINAL's head apart (a proven tie) and the rewritten model's TF
+    Lite side gives TFLM's bytes (its classifier runs in our kernels, bit-exact with TFLM's): not mismatches."""
 
     samples: int
-    first: list[Mismatch]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Agreement(Record):
-    """TF Lite against TFLM for one model (informational)."""
-
-    agree: bool
-    mismatching_samples: int
     first: list[Mismatch]
 
 
@@ -165,29 +150,25 @@ def check_signatures(infos: dict[str, Any]) -> None:
                                       f"{y.label} in the rewritten model")
 
 
-def compare(a: list[list[Any]], b: list[list[Any]], offset: int = 0) -> list[Mismatch]:
-    """Samples whose outputs differ (first differing output per sample)."""
-    out = []
-    for i, (xa, xb) in enumerate(zip(a, b)):
-        for j, (u, v) in enumerate(zip(xa, xb)):
-            if u.shape != v.shape or u.dtype != v.dtype:
-                out.append(Mismatch(sample=i + offset, output=j, max_abs_diff=None,
-                                    note=f"{u.dtype}{list(u.shape)} vs {v.dtype}{list(v.shape)}"))
-                break
-            if not np.array_equal(u, v):
-                d = np.abs(u.astype(np.float64) - v.astype(np.float64))
-                out.append(Mismatch(sample=i + offset, output=j, max_abs_diff=float(np.nanmax(d))))
-                break
-    return out
-
-
 def _as_tflm(results: dict[str, Any], sample: int) -> bool:
-    """Whether, on ``sample``, TF Lite and TFLM disagree about the original while the rewritten model's TF Lite side
-    equals the original in TFLM (every output) and the rewritten model in TFLM does too."""
+    """Whether, on ``sample``, the rewritten model's TF Lite side equals the original in TFLM (every output) and the
+    rewritten model in TFLM does too (the caller knows that TF Lite and TFLM round the original's head apart)."""
     orig, new = results["original"], results["rewritten"]
-    same = [all(np.array_equal(u, v) for u, v in zip(a[sample], b[sample]))
-            for a, b in ((orig.tflite, orig.tflm), (new.tflite, orig.tflm), (new.tflm, orig.tflm))]
-    return not same[0] and same[1] and same[2]
+    return same_outputs(new.tflite[sample], orig.tflm[sample]) and same_outputs(new.tflm[sample], orig.tflm[sample])
+
+
+def rounding_ties(results: dict[str, Any], data: dict[str, Any], samples: list[Any], o: "VerifyOptions",
+                  paths: dict[str, str]) -> dict[str, dict[int, list[Tie]]]:
+    """Per model, the samples whose TF Lite / TFLM difference is a rounding tie in the head (``tfmcu.runtime.
+    agreement``): the original's proven on the original (its head recomputed, in a child process); the rewritten
+    model's, the original's tie on a sample where it gives the original's outputs in both interpreters."""
+    orig, new = results["original"], results["rewritten"]
+    differ = any(not same_outputs(a, b) for a, b in zip(orig.tflite, orig.tflm))
+    ties = (head_ties(data["original"], samples, orig.tflite, orig.tflm, o.resolver, where=paths["original"],
+                      isolate=True) if differ else {})
+    kept = {s: t for s, t in ties.items()
+            if same_outputs(new.tflite[s], orig.tflite[s]) and same_outputs(new.tflm[s], orig.tflm[s])}
+    return {"original": ties, "rewritten": kept}
 
 
 def detector_report(results: dict[str, Any], where: dict[str, Any]) -> DetectorCheck | None:
@@ -286,20 +267,20 @@ def verify(o: VerifyOptions) -> VerifyReport:
         raise UsageError(str(e)) from None
 
     interpreters = {"tflite": f"tflite-{o.resolver}", "tflm": "tflm"}
+    ties = rounding_ties(results, data, all_samples, o, paths)
+    agreement = {r: Agreement.of(len(all_samples), compare(results[r].tflite, results[r].tflm), ties[r], o.resolver,
+                                 o.max_details) for r in ROLES}
     mismatches: list[Mismatch] = []
     tflm_bytes: list[Mismatch] = []
     for key, label in interpreters.items():
         for m in compare(getattr(results["original"], key), getattr(results["rewritten"], key)):
             m = dataclasses.replace(m, interpreter=label)
-            if key == "tflite" and custom["rewritten"] and _as_tflm(results, m.sample):
-                tflm_bytes.append(m)  # the stage ops compute TFLM's bytes (see below)
+            tied = m.sample in ties["original"]
+            if key == "tflite" and custom["rewritten"] and tied and _as_tflm(results, m.sample):
+                tflm_bytes.append(m)  # the rewritten model's classifier computes TFLM's bytes (see below)
             else:
                 mismatches.append(m)
     mismatches.sort(key=lambda m: (m.sample, m.interpreter))
-    agreement = {}
-    for r in ROLES:
-        diff = compare(results[r].tflite, results[r].tflm)
-        agreement[r] = Agreement(agree=not diff, mismatching_samples=len(diff), first=diff[:o.max_details])
 
     def located(m: Mismatch) -> Mismatch:
         pos = None if detector is None else detector["original"]
@@ -317,8 +298,8 @@ def verify(o: VerifyOptions) -> VerifyReport:
         models=Pair(**paths),
         mismatches=Mismatches(count=len(mismatches), samples=len({m.sample for m in mismatches}),
                               first=mismatches[:o.max_details]),
-        # samples on which TF Lite and TFLM disagree about the ORIGINAL (e.g. their int8 MEAN rounds differently)
-        # and the rewritten model's TF Lite side gives TFLM's bytes: its stage ops run our kernels, bit-exact with
+        # samples on which TF Lite and TFLM round the ORIGINAL's FULLY_CONNECTED head apart (a proven tie) and the
+        # rewritten model's TF Lite side gives TFLM's bytes: its classifier runs in our kernels, bit-exact with
         # TFLM's, the deployment's interpreter (not a mismatch)
         tflm_semantics=TflmSemantics(samples=len(tflm_bytes), first=tflm_bytes[:o.max_details]),
         tflite_vs_tflm=Pair(**agreement),
@@ -368,9 +349,12 @@ def format_summary(rep: VerifyReport) -> str:
         lines.append(f"outputs: MISMATCH in {mm.samples} of {rep.samples} samples ({mm.count} sample x "
                      f"interpreter pairs; first: sample {first.sample} in {first.interpreter}, max abs diff "
                      f"{first.max_abs_diff})")
-    agree = ", ".join(f"{r} {'yes' if a.agree else 'NO (' + str(a.mismatching_samples) + ' samples)'}"
-                      for r, a in ((r, getattr(rep.tflite_vs_tflm, r)) for r in ROLES))
-    lines.append(f"TF Lite == TFLM: {agree}")
+    sides = [(r, getattr(rep.tflite_vs_tflm, r)) for r in ROLES]
+    lines.append("TF Lite == TFLM: " + ", ".join(
+        f"{r} " + ("yes" if a.identical else f"yes but {a.tie_samples} rounding ties" if a.agree
+                   else f"NO ({a.mismatching_samples} samples)") for r, a in sides))
+    if any(a.tie_samples for _, a in sides):
+        lines.append(f"rounding ties (expected): {TIES}")
     det = rep.detector
     if det:
         found = det.detections_per_sample.original["tflite"]

@@ -4,6 +4,11 @@
 ``conv_multipliers`` (PopulateConvolutionQuantizationParams), ``add_params`` (the int8 ADD preparation). The C
 kernels take the results as plain integers (per-channel arrays in Flash), so they need no floating point at run time
 and no persistent memory.
+
+And the two ways an int32 sum is requantized at run time, recomputed exactly (``tfmcu.runtime.agreement`` proves a
+rounding tie with them): ``multiply_by_quantized_multiplier`` (TFLite's MultiplyByQuantizedMultiplier, the
+fixed-point multiplier rounding twice: every TFLM kernel, TF Lite's CONV_2D) and ``requantize_float`` (TF Lite's
+reference FULLY_CONNECTED: the sum times the float scales in double, rounded once).
 """
 
 from __future__ import annotations
@@ -45,6 +50,46 @@ def quantize_multiplier(real: float) -> tuple[int, int]:
     return int(q_fixed), int(shift)
 
 
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def multiply_by_quantized_multiplier(x: int, multiplier: int, shift: int) -> int:
+    """TFLite's MultiplyByQuantizedMultiplier (default double-rounding build) on Python ints: ``x`` times
+    ``multiplier * 2^(shift - 31)``, as SaturatingRoundingDoublingHighMul (rounding to nearest) then
+    RoundingDivideByPOT (a half away from zero) compute it."""
+    left, right = max(shift, 0), max(-shift, 0)
+    a = int(x) * (1 << left)
+    if not INT32_MIN <= a <= INT32_MAX:
+        raise PatchKernelError(f"{x} << {left} overflows int32")
+    if a == multiplier == INT32_MIN:
+        high = INT32_MAX
+    else:
+        ab = a * int(multiplier)
+        nudged = ab + ((1 << 30) if ab >= 0 else 1 - (1 << 30))
+        high = abs(nudged) // (1 << 31) * (1 if nudged >= 0 else -1)  # C's division truncates toward zero
+    mask = (1 << right) - 1
+    threshold = (mask >> 1) + (1 if high < 0 else 0)
+    return (high >> right) + (1 if (high & mask) > threshold else 0)
+
+
+def requantize_float(x: int, real: float) -> int:
+    """TF Lite's reference FULLY_CONNECTED requantization: ``round(double(x) * real)``, the product a double, rounded
+    half away from zero (``real``: double(input scale) * double(filter scale) / double(output scale), as
+    ``conv_multipliers`` takes it)."""
+    return _round_half_away(float(x) * float(real))
+
+
+def real_scales(input_scale: float, filter_scales: Sequence[float], output_scale: float,
+                channels: int) -> list[float]:
+    """Per output channel, double(input_scale) * double(filter_scale) / double(output_scale) (the scales float32),
+    the real multiplier ``conv_multipliers`` quantizes; a per-tensor filter scale is broadcast to every channel."""
+    scales = [float(_f32(s)) for s in np.ravel(filter_scales)]
+    if len(scales) not in (1, channels):
+        raise PatchKernelError(f"{len(scales)} filter scales for {channels} output channels")
+    return [float(_f32(input_scale)) * scales[c if len(scales) > 1 else 0] / float(_f32(output_scale))
+            for c in range(channels)]
+
+
 def _f32(x: float) -> np.float32:
     return np.float32(x)
 
@@ -78,14 +123,10 @@ def conv_multipliers(input_scale: float, filter_scales: Sequence[float], output_
     """TFLite's PopulateConvolutionQuantizationParams: per output channel,
     QuantizeMultiplier(double(input_scale) * double(filter_scale) / double(output_scale)); a per-tensor filter
     scale is broadcast to every channel."""
-    scales = [float(_f32(s)) for s in np.ravel(filter_scales)]
-    if len(scales) not in (1, channels):
-        raise PatchKernelError(f"{len(scales)} filter scales for {channels} output channels")
     mult = np.zeros(channels, np.int32)
     shift = np.zeros(channels, np.int32)
-    for c in range(channels):
-        s = scales[c] if len(scales) > 1 else scales[0]
-        mult[c], shift[c] = quantize_multiplier(float(_f32(input_scale)) * s / float(_f32(output_scale)))
+    for c, real in enumerate(real_scales(input_scale, filter_scales, output_scale, channels)):
+        mult[c], shift[c] = quantize_multiplier(real)
     return mult, shift
 
 

@@ -11,7 +11,9 @@ metadata) run in TF Lite and TFLM sample for sample; the int8 model's memory, Fl
   training images; the classifier as a 1x1 CONV_2D (``tfmcu.train.export.classifier_as_conv``: TF Lite's reference
   FULLY_CONNECTED rounds differently from TFLM's); TFLite metadata (labels, normalisation);
 * int8 evaluation: ``tf.lite.Interpreter`` (reference kernels) and the TFLM interpreter, whose outputs must agree
-  sample for sample; the confusion matrix of TFLM's; the analytic peak SRAM, TFLM's measured and predicted arena.
+  sample for sample (``tfmcu.runtime.agreement``: but for rounding ties in a FULLY_CONNECTED head, which the 1x1
+  CONV_2D classifier cannot have); the confusion matrix of TFLM's; the analytic peak SRAM, TFLM's measured and
+  predicted arena.
 """
 
 from __future__ import annotations
@@ -31,13 +33,14 @@ from tfmcu.nets.convert import to_int8_tflite
 from tfmcu.nets.spec import NetSpec
 from tfmcu.plan.arena import predict_arena
 from tfmcu.plan.profiler import profile
+from tfmcu.runtime.agreement import Agreement, Mismatch, Tie, compare, head_ties
 from tfmcu.runtime.model_io import model_info
 from tfmcu.runtime.tflm import measure_arena
 from tfmcu.train.config import TrainConfig, TrainError
 from tfmcu.train.export import classifier_as_conv, confusion, quantize_inputs, quiet_convert, run_int8, with_metadata
 from tfmcu.train.plots import CLASSIFY_PANELS, plot_confusion
 from tfmcu.train.qat import compile_model
-from tfmcu.train.report import Accuracy, Agreement, ClassifyResult, Memory
+from tfmcu.train.report import Accuracy, ClassifyResult, Memory
 from tfmcu.train.task import Exported, Inputs, Log, Trained, check_against_data, check_head, flip, task_spec
 
 @dataclass(frozen=True)
@@ -150,9 +153,16 @@ class ClassifyTask:
         bar = tf_keras.utils.Progbar(n8, verbose=1 if sys.stderr.isatty() else 0, unit_name="sample")
         # Streamed in batches (a 10,000-image test set at 96x96x3 would be 1.1 GB of float32 at once).
         parts: dict[str, list[np.ndarray]] = {"tfl": [], "tflm": [], "y": [], "float": [], "qat": []}
+        differences: list[Mismatch] = []
+        ties: dict[int, list[Tie]] = {}
         for xb, yb in eval_dataset(part, inputs.resolution, inputs.channels, 250):
             xb = xb.numpy()
-            a, b = run_int8(exported.model, quantize_inputs(exported.model, xb))
+            xq = quantize_inputs(exported.model, xb)
+            a, b = run_int8(exported.model, xq)
+            start = sum(len(y) for y in parts["y"])
+            rows = [[u] for u in a], [[v] for v in b]
+            differences += compare(*rows, start)
+            ties.update(head_ties(exported.model, [xq[i:i + 1] for i in range(len(xq))], *rows, offset=start))
             parts["tfl"].append(a)
             parts["tflm"].append(b)
             parts["y"].append(yb.numpy())
@@ -160,17 +170,16 @@ class ClassifyTask:
                 parts[phase].append(np.asarray(trained.model.predict_on_batch(xb)).argmax(1))
             bar.update(sum(len(y) for y in parts["y"]))
         out_tfl, out_tflm, y_test = (np.concatenate(parts[k]) for k in ("tfl", "tflm", "y"))
-        agree_rows = np.all(out_tfl == out_tflm, axis=1)
+        agreement = Agreement.of(n8, differences, ties)
         pred_tflm = out_tflm.argmax(1)
         same = {phase: float(np.mean(np.concatenate(parts[phase]) == y_test)) for phase in phases}
         result = Int8Accuracy(samples=n8, tflite=float(np.mean(out_tfl.argmax(1) == y_test)),
                               tflm=float(np.mean(pred_tflm == y_test)),
-                              agreement=Agreement(agree=bool(agree_rows.all()), mismatching=int((~agree_rows).sum()),
-                                                  count=n8, unit="samples"),
+                              agreement=agreement,
                               confusion=confusion(y_test, pred_tflm, inputs.dataset.num_classes),
                               float_same=same["float"], qat_same=same.get("qat"))
-        log(f"[eval] int8 accuracy: TF Lite {result.tflite:.4f}, TFLM {result.tflm:.4f}; outputs agree on "
-            f"{int(agree_rows.sum())}/{n8} samples")
+        log(f"[eval] int8 accuracy: TF Lite {result.tflite:.4f}, TFLM {result.tflm:.4f}; TF Lite vs TFLM: "
+            f"{agreement.describe('samples')}")
         return result
 
     def section(self, cfg: TrainConfig, inputs: Inputs, evals: dict[str, Any], exported: Exported | None,

@@ -33,6 +33,7 @@ from tfmcu.data.images import model_inputs
 from tfmcu.data.split import draw, stream_seed, subset
 from tfmcu.nets.anchors import AnchorError
 from tfmcu.nets.spec import NetSpec
+from tfmcu.runtime.agreement import Agreement, Mismatch, Tie, compare, head_ties
 from tfmcu.runtime.tflite import run_tflite
 from tfmcu.runtime.tflm import measure_arena, run_tflm
 from tfmcu.tflite import schema as ts
@@ -40,8 +41,7 @@ from tfmcu.tflite.detection_postprocess import detections, postprocess_outputs
 from tfmcu.train import detection as det
 from tfmcu.train.config import TrainConfig, TrainError
 from tfmcu.train.export import detector_int8, quantize_inputs
-from tfmcu.train.report import Agreement, Bootstrap, CocoMap, DetectionInt8, DetectResult, Evaluation, Scores, \
-    fmt
+from tfmcu.train.report import Bootstrap, CocoMap, DetectionInt8, DetectResult, Evaluation, Scores, fmt
 from tfmcu.train.task import Exported, Inputs, Log, Trained, check_against_data, check_head, flip, task_spec
 
 PANELS = (("loss", "loss"), ("map50", "mAP@0.5"), ("map", "mAP@[.5:.95]"))
@@ -205,30 +205,32 @@ class DetectTask:
                                   np.array([d["score"] for d in found], np.float32))
 
         found: dict[str, list[det.Detections]] = {"tflite": [], "tflm": []}
-        mismatching = 0
+        differences: list[Mismatch] = []
+        ties: dict[int, list[Tie]] = {}
         for start in range(0, len(part), 64):
             x, _ = model_inputs(part.take(np.arange(start, min(start + 64, len(part)))), spec.resolution,
                                 spec.in_channels)
             xq = quantize_inputs(model, x)
             samples = [xq[i:i + 1] for i in range(len(xq))]
             a, b = run_tflite(model, samples, "reference"), run_tflm(model, samples)
-            mismatching += sum(not all(np.array_equal(p, q) for p, q in zip(u, v)) for u, v in zip(a, b))
+            differences += compare(a, b, start)
+            ties.update(head_ties(model, samples, a, b, offset=start))
             found["tflite"] += [as_detections(u) for u in a]
             found["tflm"] += [as_detections(v) for v in b]
+        agreement = Agreement.of(len(part), differences, ties)
         k = spec.head.num_classes
         boot = det.bootstrap_map50(part, found["tflm"], k, seed=cfg.seed)
         result = DetectionInt8(
             tflite=CocoMap(**det.coco_map(part, found["tflite"], k)),
             tflm=CocoMap(**det.coco_map(part, found["tflm"], k), bootstrap=Bootstrap(**boot)),
-            tflite_vs_tflm=Agreement(agree=mismatching == 0, mismatching=mismatching, count=len(part), unit="images"),
+            tflite_vs_tflm=agreement,
             calibration_images=exported.calibration, quantization=exported.quantization,
             postprocess={"op": "TFLite_Detection_PostProcess", "use_regular_nms": False,
                          "max_classes_per_detection": 1, "score_threshold": o.score_threshold,
                          "iou_threshold": o.iou_threshold, "max_detections": o.max_detections},
             flash_bytes=len(model), tflm_arena_bytes=measure_arena(model).total)
         log(f"[eval] int8 test mAP@0.5: TF Lite {fmt(result.tflite.map50)}, TFLM {fmt(result.tflm.map50)}; "
-            f"mAP@[.5:.95] TFLM {fmt(result.tflm.map)}; outputs agree on {len(part) - mismatching}/{len(part)} "
-            f"images")
+            f"mAP@[.5:.95] TFLM {fmt(result.tflm.map)}; TF Lite vs TFLM: {agreement.describe('images')}")
         return result
 
     def section(self, cfg: TrainConfig, inputs: DetectInputs, evals: dict[str, Any], exported: Exported | None,

@@ -48,11 +48,12 @@ def classifier_as_conv(model: bytes) -> tuple[bytes, int]:
 
     Why: TF Lite 2.21's reference FULLY_CONNECTED rescales its accumulators with a single rounding, TFLM's with
     the classic double rounding (SaturatingRoundingDoublingHighMul + RoundingDivideByPOT, which both runtimes'
-    CONV_2D use), so about 2% of samples got a logit 1 LSB apart and the two interpreters could not agree sample
-    for sample. A 1x1 convolution on a 1x1 map is the same arithmetic; TFLM's result is unchanged (same
-    multiplier, same rounding) and TF Lite now matches it. The weights and bias keep their buffers (the filter
-    tensor is only re-shaped to ``(out, 1, 1, C)``), so Flash grows by two tiny shape constants. Returns
-    ``(model, number of FCs converted)``; ops of any other form are left alone."""
+    CONV_2D use), so some samples get a logit 1 LSB apart (a rounding tie: ``tfmcu.runtime.agreement`` tells it
+    from a real difference) and the two interpreters do not give the same bytes. A 1x1 convolution on a 1x1 map is
+    the same arithmetic; TFLM's result is unchanged (same multiplier, same rounding) and TF Lite now matches it.
+    The weights and bias keep their buffers (the filter tensor is only re-shaped to ``(out, 1, 1, C)``), so Flash
+    grows by two tiny shape constants. Returns ``(model, number of FCs converted)``; ops of any other form are left
+    alone."""
     ed = ModelEditor(model)
     m, sg = ed.model, ed.subgraph
     fc_code = ts.BuiltinOperator.FULLY_CONNECTED

@@ -54,7 +54,7 @@ from tfmcu.train.detect import DetectTask
 from tfmcu.train.plots import plot_curves
 from tfmcu.train.qat import build_model, configure_determinism, current_lr, is_chief, make_optimizer, quantize, \
     recalibrate_bn
-from tfmcu.train.report import ClassifyResult, DataSummary, History, TrainReport
+from tfmcu.train.report import ClassifyResult, DataSummary, History, Strategy, TrainReport
 from tfmcu.train.task import Inputs, Task, Trained, check_names
 
 TASKS: dict[str, Task] = {t.name: t for t in (ClassifyTask(), DetectTask())}
@@ -142,8 +142,8 @@ def train(cfg: TrainConfig, out_dir: str, log: Callable[[str], None] = log_stder
     report = TrainReport(
         task=cfg.task, model=inputs.spec.name, spec=inputs.spec, dataset=data_summary(inputs, cfg.recipe),
         recipe=dataclasses.replace(cfg.recipe, qat_lr=qat_lr(cfg.recipe)), steps_per_epoch=run.steps,
-        qat_steps_per_epoch=run.qat_steps, seed=cfg.seed, deterministic=cfg.deterministic, strategy=cfg.strategy,
-        replicas=run.replicas, qat_notes=qat_notes, history=run.history,
+        qat_steps_per_epoch=run.qat_steps, seed=cfg.seed, deterministic=cfg.deterministic,
+        strategy=Strategy(name=cfg.strategy, replicas=run.replicas), qat_notes=qat_notes, history=run.history,
         timing_s={k: round(timing.get(k, 0.0), 1) for k in TIMING}, files=paths,
         **{"classification" if isinstance(section, ClassifyResult) else "detection": section})
     outputs: dict[str, Any] = {
