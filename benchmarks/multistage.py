@@ -1,4 +1,4 @@
-"""The bench section *multistage* (issue 25): several patch stages in one network, chosen by the dynamic programme
+"""The bench section *multistage*: several patch stages in one network, chosen by the dynamic programme
 over cut points (``tfmcu.plan.stage_plans.stage_plans``), against one stage and against msf-CNN's quoted figures.
 
 This first part is ANALYTIC (``tfmcu.plan.regions`` / ``tfmcu.plan.halo``: int8 bytes, every buffer of a patch kept

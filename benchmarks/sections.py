@@ -347,7 +347,7 @@ CMSIS_BENCH_MODELS = {"mbv2_035_96": "MobileNetV2-0.35-96 (4x4, 5 blocks)",
                       "mbv2_rd_224": "MbV2-RD-224 (4x4, 3 blocks)",
                       "keras_mobilenet_v2": "tf_keras MobileNetV2-0.35-96 (third-party; 4x4, 4 blocks)"}
 CMSIS_BENCH_VARIANTS = ("ref", "cmsis", "ref_p", "cmsis_p")
-# Targets (issue 10): patched stage <= 1.15 x (1 + exact stage MAC overhead) x baseline stage; whole model <= 1.15 x
+# Targets: patched stage <= 1.15 x (1 + exact stage MAC overhead) x baseline stage; whole model <= 1.15 x
 # (MobileNetV2-1.0-224), <= 1.08 x (MbV2-RD-224) the baseline; CMSIS-NN arena within 10% of the reference one.
 CMSIS_WHOLE_TARGET = {"mbv2_100_224": 1.15, "mbv2_rd_224": 1.08}
 

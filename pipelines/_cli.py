@@ -35,7 +35,7 @@ from tfmcu.firmware.targets import TARGETS  # noqa: E402
 from tfmcu.flows.demo import demo_training  # noqa: E402
 from tfmcu.flows.deploy import DeployOptions  # noqa: E402
 from tfmcu.plan.arena import DEFAULT_KERNELS, KERNEL_SETS  # noqa: E402
-from tfmcu.plan.plans import MAC_METRICS, OBJECTIVES, UNITS, SearchOptions  # noqa: E402
+from tfmcu.plan.plans import MAC_METRICS, OBJECTIVES, SEARCH_SECONDS, UNITS, SearchOptions  # noqa: E402
 from tfmcu.stage.custom import CustomOptions  # noqa: E402
 from tfmcu.train.config import STRATEGIES, TASKS, TrainConfig, default_config  # noqa: E402
 
@@ -77,6 +77,13 @@ def define_schedule_flags() -> None:
     _define("enum", "stage_unit", d.unit, list(UNITS), "Auto mode: patch stages by blocks or by operators.")
     _define("enum", "mac_metric", d.mac_metric, list(MAC_METRICS), "Auto mode: which MAC count to minimise.")
     _define("bool", "count_input", d.count_input, "Count the input image against --sram_kb.")
+    define_search_seconds_flag(SEARCH_SECONDS)
+
+
+def define_search_seconds_flag(default: float) -> None:
+    _define("float", "search_seconds", default, "Time budget of the schedule search (seconds): when it runs out, the "
+                                                "best plan found so far is taken and the report says the search was "
+                                                "cut short.", lower_bound=1.0)
 
 
 def define_grids_flag(default: Sequence[int], help_text: str) -> None:
@@ -253,7 +260,8 @@ def schedule_request(**search_options: Any) -> ScheduleRequest:
     """The schedule flags (and a pipeline's own ``search_options``, e.g. rewrite's ``max_stages``)."""
     search = SearchOptions(patch_options=grids(), unit=FLAGS.stage_unit,
                            max_mac_overhead=FLAGS.max_mac_overhead, mac_metric=FLAGS.mac_metric,
-                           count_input=FLAGS.count_input, objective=FLAGS.objective, **search_options)
+                           count_input=FLAGS.count_input, objective=FLAGS.objective,
+                           search_seconds=FLAGS.search_seconds, **search_options)
     return ScheduleRequest(patches=FLAGS.patches, patch_blocks=FLAGS.patch_blocks, patch_ops=FLAGS.patch_ops,
                            sram_kb=FLAGS.sram_kb, search=search)
 

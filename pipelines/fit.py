@@ -47,6 +47,7 @@ flags.DEFINE_float("max_latency", _D.max_latency,
 _cli.define_grids_flag(_D.patch_options, "Patches per side to try (square grids, 1: none).")
 _cli.define_max_stages_flag()
 _cli.define_max_mac_overhead_flag(_D.max_mac_overhead)
+_cli.define_search_seconds_flag(_D.search_seconds)
 flags.DEFINE_integer("verify_samples", _D.verify_samples, "Random inputs the chosen model is verified on.",
                      lower_bound=1)
 
@@ -65,7 +66,7 @@ def main(argv: Sequence[str]) -> int:
                        stream_input=FLAGS.stream_input, run=FLAGS.run, inputs=FLAGS.inputs,
                        num_inputs=FLAGS.num_inputs, seed=FLAGS.seed, margin=FLAGS.margin, stack_kib=FLAGS.stack_kib,
                        patch_options=_cli.grids(), max_mac_overhead=FLAGS.max_mac_overhead,
-                       max_stages=FLAGS.max_stages, verify_samples=FLAGS.verify_samples, tree=FLAGS.tree)
+                       max_stages=FLAGS.max_stages, search_seconds=FLAGS.search_seconds, verify_samples=FLAGS.verify_samples, tree=FLAGS.tree)
     rep = fit.run(o, progress=_cli.progress)
     measured = rep.measured
     return 1 if measured is not None and not (measured.fits and measured.outputs_equal_tflite) else 0

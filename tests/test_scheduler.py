@@ -8,6 +8,7 @@ pixel) on random graphs. The float numerical proof with Keras lives in test_patc
 from __future__ import annotations
 
 import random
+import time
 
 import numpy as np
 import pytest
@@ -227,6 +228,35 @@ def test_auto_without_input_counts_less():
     res = auto(g, 10**9, count_input=False)
     for c in res.candidates:
         assert c.peak_sram_bytes_excluding_input <= c.peak_sram_bytes
+
+
+class _SlowAnalytic(AnalyticCost):
+    """The analytic cost, each evaluation taking ``delay`` seconds (a stand-in for a slow pricing)."""
+
+    def __init__(self, delay: float):
+        super().__init__(True)
+        self.delay = delay
+
+    def evaluate(self, candidate, variant):
+        time.sleep(self.delay)
+        return super().evaluate(candidate, variant)
+
+
+@pytest.mark.parametrize("objective", ["macs", "memory"])
+def test_a_time_budget_cuts_the_search_short_and_says_so(objective):
+    g = from_spec(mbv2_spec(224, 0.35))
+    budget = profiler.profile(g).peak_sram_per_layer_bytes // 4
+    full = search(g, AnalyticCost(True), budget, SearchOptions(objective=objective))
+    assert full.cut_short == 0 and "cut the search short" not in full.message
+    cut = search(g, _SlowAnalytic(0.05), budget, SearchOptions(objective=objective, search_seconds=0.2))
+    assert cut.cut_short > 0 and "cut the search short" in cut.message
+    assert len(cut.evaluated) < len(full.evaluated)
+    assert cut.seconds > 0.2
+    assert cut.to_dict()["cut_short"] == cut.cut_short
+    if cut.chosen is not None:  # the best found so far is never better than the full search's
+        assert cut.chosen.cost >= full.chosen.cost or objective == "macs"
+    with pytest.raises(scheduler.ScheduleError, match="search_seconds"):
+        SearchOptions(search_seconds=0).validate()
 
 
 # ----------------------------------------------------------------------------- brute force

@@ -48,7 +48,7 @@ from tfmcu.plan.arena import KERNEL_SETS, mcu_build
 from tfmcu.plan.halo import HaloOptions
 from tfmcu.plan.latency import predict_instructions
 from tfmcu.plan.regions import ScheduleError
-from tfmcu.plan.search import Evaluation, Progress, SearchOptions, SearchResult, search
+from tfmcu.plan.search import SEARCH_SECONDS, Evaluation, Progress, SearchOptions, SearchResult, search
 from tfmcu.records import Record, optional
 from tfmcu.stage.custom import CustomArenaCost, CustomOptions
 from tfmcu.tflite.schema import has_identifier
@@ -78,6 +78,7 @@ class FitOptions:
     patch_options: tuple[int, ...] = (1, 2, 3, 4, 5, 6)  # patches per side (square grids)
     max_mac_overhead: float | None = None
     max_stages: int = 1  # > 1: several patch stages anywhere (stage plans) are candidates too
+    search_seconds: float | None = SEARCH_SECONDS  # the search's time budget (None: none)
     verify_samples: int = 20
     timeout_s: int = _DEPLOY.timeout_s
     halo_modes: tuple[str, ...] = ()  # () : by objective (``configurations``); else these modes
@@ -178,6 +179,8 @@ class FitReport(Record):
     candidates: list[FitCandidate]
     bounded_out: int
     failed: list[str]  # the first 20
+    search_seconds: float | None = optional()  # how long the search took
+    cut_short: int | None = optional()  # candidates the time budget (--search_seconds) left unevaluated
     predicted_by: PredictedBy
     verify: FitVerify | None  # None: the chosen model is the original
     deploy: DeployReport
@@ -204,7 +207,7 @@ def validate(o: FitOptions) -> Target:
         check_dest(os.path.join(o.out_dir, "firmware"), o.tree, "--tree")
     try:
         SearchOptions(patch_options=o.patch_options, max_mac_overhead=o.max_mac_overhead,
-                      max_stages=o.max_stages).validate()
+                      max_stages=o.max_stages, search_seconds=o.search_seconds).validate()
         for mode in o.halo_modes:
             HaloOptions(mode=mode).validate()
         for c in configurations(o):
@@ -300,7 +303,9 @@ def run(o: FitOptions, log: Callable[[str], None] = print, progress: Progress | 
                   if o.objective == "memory" else "")
         raise UsageError(f"{where}: does not fit the {t.name} at any configuration tried{within}: the smallest "
                          f"predicted TFLM arena is {s.cost:,} B{_holds(s)} with {s.describe()}, over the {budget:,} B "
-                         f"the target leaves for it")
+                         f"the target leaves for it"
+                         + (f"; the {o.search_seconds:g} s time budget left {res.cut_short} candidates unevaluated "
+                            f"(raise --search_seconds)" if res.cut_short else ""))
     chosen = res.chosen
     assert chosen is not None
     log("fit: " + res.message)
@@ -339,7 +344,7 @@ def _search(o: FitOptions, t: Target, data: bytes, name: str, budget: int,
     cost = CustomArenaCost(data, graph, o.model, configs=configurations(o), count_input=True, budget=budget,
                            build=mcu_build(o.kernels), instructions=instructions)
     opts = SearchOptions(patch_options=o.patch_options, rectangular=False, max_mac_overhead=o.max_mac_overhead,
-                         max_stages=o.max_stages,
+                         max_stages=o.max_stages, search_seconds=o.search_seconds,
                          count_input=True, objective=o.objective,
                          max_latency=o.max_latency if o.objective == "memory" else None)
     try:
@@ -375,8 +380,8 @@ def _finish(o: FitOptions, t: Target, data: bytes, origin: str, res: SearchResul
         objective=o.objective, max_latency=o.max_latency if o.objective == "memory" else None,
         stream_input=o.stream_input, arena_budget_bytes=res.budget, message=res.message,
         per_layer=FitCandidate.of(res.baseline), chosen=ch, candidates=[FitCandidate.of(e) for e in res.evaluated],
-        bounded_out=res.bounded_out, failed=res.failed[:20],
-        predicted_by=PredictedBy(arena=f"tfmcu.plan.arena, TFLM build {mcu_build(o.kernels)!r}",
+        bounded_out=res.bounded_out, failed=res.failed[:20], search_seconds=round(res.seconds, 1),
+        cut_short=res.cut_short, predicted_by=PredictedBy(arena=f"tfmcu.plan.arena, TFLM build {mcu_build(o.kernels)!r}",
                                  instructions=predict_instructions(chosen.result.model if patched else data, t.core,
                                                                    o.kernels).what),
         verify=None if ver is None else FitVerify(bit_exact=ver.bit_exact, samples=ver.samples),

@@ -1,4 +1,4 @@
-"""Halo caching between neighbouring patches (analytic model; issue 12, first part).
+"""Halo caching between neighbouring patches (analytic model).
 
 Overlapping patches recompute their halos: the rows (columns) of an intermediate tensor that patch k needs and that
 patch k-1 already computed. In raster order (row bands top to bottom, column bands left to right inside a band), a

@@ -33,6 +33,7 @@ Progress = Callable[[int, int, str], None]
 PER_LAYER = "no patching (per-layer)"  # how the plan with no stage reads
 # how the stage-plan search treats a stage's halos (analytic): recompute them, or cache every intermediate tensor
 RECOMPUTE, HALO_ALL = HaloOptions(mode="none"), HaloOptions(mode="all")
+SEARCH_SECONDS = 180.0  # the pipelines' time budget for a search (fit, rewrite/profile --patches=auto): --search_seconds
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +50,7 @@ class SearchOptions:
     accounting: str = "separate"  # analytic memory: tfmcu.plan.profiler.ACCOUNTINGS
     max_latency: float | None = None  # "memory"/"latency": predicted instructions <= this x the unpatched model's
     max_stages: int = 1  # > 1: plans of several patch stages anywhere (``tfmcu.plan.stage_plans``) are candidates too
+    search_seconds: float | None = None  # stop evaluating after this long: the best found so far, cut_short said
 
     def validate(self) -> "SearchOptions":
         if not self.patch_options or any(not isinstance(p, int) or p < 1 for p in self.patch_options):
@@ -63,6 +65,8 @@ class SearchOptions:
             raise ScheduleError(f"accounting {self.accounting!r}: expected one of {', '.join(ACCOUNTINGS)}")
         if not isinstance(self.max_stages, int) or self.max_stages < 1:
             raise ScheduleError(f"--max_stages={self.max_stages}: expected an integer >= 1 (1: one patch stage)")
+        if self.search_seconds is not None and not self.search_seconds > 0:
+            raise ScheduleError(f"--search_seconds={self.search_seconds:g}: expected a positive time in seconds")
         if self.max_mac_overhead is not None and self.max_mac_overhead < 0:
             raise ScheduleError(f"max MAC overhead {self.max_mac_overhead}: expected >= 0")
         if self.max_latency is not None:

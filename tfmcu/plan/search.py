@@ -27,6 +27,9 @@
   (``Evaluation.instructions``; e.g. ``CustomArenaCost`` given a latency predictor).
   When nothing fits, the search goes on until the smallest achievable cost is known (every candidate evaluated or
   ruled out by its lower bound), so the message states a true minimum (within ``max_latency`` when given).
+* A time budget (``SearchOptions.search_seconds``): once it has run out, no further candidate is evaluated; the search
+  ends with the best found so far, ``SearchResult.cut_short`` counts the candidates it did not evaluate, and the
+  message says so (a minimum stated then is the smallest found, not a proven one).
 * Variants: a cost function evaluates every patched plan in each of its ``variants``, small typed values
   (``Variant``: builtin mode's border treatments, ``tfmcu.stage.builtin.Border``; custom mode's configurations,
   ``tfmcu.stage.custom.CustomOptions``: halo caches, the rest's convolutions in Flash, ...). A variant's ``label``
@@ -39,16 +42,18 @@ from here too.
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tfmcu.errors import TfmcuError
 from tfmcu.graph import ir
-from tfmcu.plan.plans import Plan, Progress, SearchOptions, per_layer, single_stage
+from tfmcu.plan.plans import SEARCH_SECONDS, Plan, Progress, SearchOptions, per_layer, single_stage
 from tfmcu.plan.regions import ScheduleError, largest_prefix, max_stage_blocks
 from tfmcu.plan.stage_plans import plan_candidates
 
-__all__ = ["AnalyticCost", "CostModel", "Evaluation", "LATENCY_MAC_WINDOW", "Plan", "Progress", "SearchOptions",
+__all__ = ["AnalyticCost", "CostModel", "Evaluation", "LATENCY_MAC_WINDOW", "Plan", "Progress", "SEARCH_SECONDS",
+           "SearchOptions",
            "SearchResult", "Variant", "candidate_for", "candidates", "search"]
 
 LATENCY_MAC_WINDOW = 0.02  # objective "latency": candidates up to +2% MACs over the first that fits are evaluated
@@ -174,6 +179,8 @@ class SearchResult:
     bounded_out: int = 0  # candidates skipped because their lower bound could not win
     failed: list[str] = field(default_factory=list)  # why candidates could not be built (one line each)
     message: str = ""
+    cut_short: int = 0  # candidates not evaluated because the time budget (options.search_seconds) ran out
+    seconds: float = 0.0  # how long the search took
 
     @property
     def feasible(self) -> bool:
@@ -188,21 +195,28 @@ class SearchResult:
                 "count_input": self.options.count_input, "feasible": self.feasible, "message": self.message,
                 "chosen": self.chosen.to_dict() if self.chosen else None, "smallest": self.smallest.to_dict(),
                 "evaluated": [e.to_dict() for e in self.evaluated], "bounded_out": self.bounded_out,
-                "failed": len(self.failed), "first_failure": self.failed[0] if self.failed else None}
+                "failed": len(self.failed), "first_failure": self.failed[0] if self.failed else None,
+                "cut_short": self.cut_short, "search_seconds": round(self.seconds, 3)}
 
 
 class _Run:
     """Evaluations of one search, each candidate x variant at most once."""
 
-    def __init__(self, cost: CostModel, progress: Progress | None):
+    def __init__(self, cost: CostModel, progress: Progress | None, seconds: float | None = None):
         self.cost = cost
         self.progress = progress
+        self.start = time.monotonic()
+        self.deadline = None if seconds is None else self.start + seconds
         self.done: dict[tuple[int, Variant | None], Evaluation | None] = {}
         self.evaluated: list[Evaluation] = []
         self.failed: list[str] = []
+        self.skipped: set[tuple[int, Variant | None]] = set()  # not evaluated: the time budget had run out
 
     def evaluate(self, cand: Plan, variant: Variant | None, n: int = 0, total: int = 0) -> Evaluation | None:
         key = (id(cand), variant)
+        if key not in self.done and self.evaluated and self.deadline is not None and time.monotonic() > self.deadline:
+            self.skipped.add(key)  # (the first evaluation, the baseline, always runs)
+            return None
         if key not in self.done:
             if self.progress and total:
                 self.progress(n, total, cand.describe() + _phrase(variant, cand))
@@ -229,8 +243,8 @@ def search(graph: ir.Graph, cost: CostModel, budget: int | None, options: Search
     if options.objective in ("macs", "latency") and budget is None:
         raise ScheduleError(f"the {'least-MACs' if options.objective == 'macs' else 'fastest'} objective needs an "
                             f"SRAM budget")
+    run = _Run(cost, progress, options.search_seconds)
     cands = candidates(graph, options)
-    run = _Run(cost, progress)
     baseline = run.evaluate(cands[0], None)
     if baseline is None:
         raise ScheduleError(f"the unpatched model cannot be evaluated: {run.failed[0]}")
@@ -261,7 +275,8 @@ def search(graph: ir.Graph, cost: CostModel, budget: int | None, options: Search
         order = sorted(todo, key=lambda t: (t[2], t[0].macs))  # stable: ties keep the candidates' order
         for n, (c, v, bound) in enumerate(order):
             if best is not None and bound >= best.cost:
-                return best, sum(1 for t in order[n:] if (id(t[0]), t[1]) not in run.done)
+                return best, sum(1 for t in order[n:] if (id(t[0]), t[1]) not in run.done
+                                 and (id(t[0]), t[1]) not in run.skipped)
             ev = run.evaluate(c, v, n + 1, len(order))
             if ev is not None and eligible(ev) and (best is None or rank(ev) < rank(best)):
                 best = ev
@@ -305,7 +320,7 @@ def search(graph: ir.Graph, cost: CostModel, budget: int | None, options: Search
     if smallest is None:  # nothing within max_latency: the smallest of all, for the message
         smallest = min(run.evaluated, key=lambda e: e.cost)
     result = SearchResult(chosen, baseline, smallest, run.evaluated, cands, budget, options, cost.what, bounded,
-                          run.failed)
+                          run.failed, cut_short=len(run.skipped), seconds=time.monotonic() - run.start)
     result.message = _message(result)
     return result
 
@@ -317,10 +332,12 @@ def _message(r: SearchResult) -> str:
     if o.max_latency is not None:
         cap += f" within {o.max_latency:g}x the unpatched model's predicted instructions"
     tried = (f"{len(r.evaluated) - 1} schedules evaluated, {r.bounded_out} ruled out by a lower bound"
-             + (f", {len(r.failed)} could not be built (first: {r.failed[0]})" if r.failed else ""))
+             + (f", {len(r.failed)} could not be built (first: {r.failed[0]})" if r.failed else "")
+             + (f"; the time budget of {o.search_seconds:g} s cut the search short: {r.cut_short} not evaluated "
+                f"(raise --search_seconds to search them)" if r.cut_short else ""))
     if r.chosen is None:
         where = f"fits {_kb(r.budget)}" if r.budget is not None else "is eligible"
-        return (f"no schedule {where} ({ins}){cap}; smallest achievable {what} is "
+        return (f"no schedule {where} ({ins}){cap}; smallest {'found' if r.cut_short else 'achievable'} {what} is "
                 f"{_kb(r.smallest.cost)} with {r.smallest.describe()} ({tried})")
     c = r.chosen
     speed = ""
@@ -335,7 +352,7 @@ def _message(r: SearchResult) -> str:
     figures = (f"{what} {_kb(c.cost)} (unpatched {_kb(r.baseline.cost)}), MACs "
                f"+{c.details.get('mac_overhead_exact', c.candidate.mac_overhead) * 100:.1f}%{speed}")
     if o.objective == "macs":
-        return f"fits {_kb(r.budget or 0)} ({ins}): {c.describe()}, {figures}"
+        return f"fits {_kb(r.budget or 0)} ({ins}): {c.describe()}, {figures}" + (f" ({tried})" if r.cut_short else "")
     if o.objective == "latency":
         return f"fastest that fits {_kb(r.budget or 0)} ({ins}): {c.describe()}, {figures} ({tried})"
     return f"smallest {what} ({ins}{cap}): {c.describe()}, {figures} ({tried})"
