@@ -319,7 +319,7 @@ def finish(data: dict, plain: dict, runs: dict, no_fit: bool = False) -> None:
         if p is not None:
             r["invoke"] = p["invoke"]  # measured without the mode
     data["measured_by"] = ("QEMU 7.2 mps2-an386 (Cortex-M4) / mps2-an500 (Cortex-M7), tools/qemu/insn_count.c, "
-                           "firmware_main.cc -DTFMCU_PROFILE_OPS; TFLM 90b983c, CMSIS-NN 4ab83cc")
+                           "firmware_main.cc -DTFMCU_PROFILE_OPS; TFLM and CMSIS-NN from their pinned archives")
     data["date"] = datetime.date.today().isoformat()
     try:
         data["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,

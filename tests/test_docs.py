@@ -31,8 +31,6 @@ AWAITING_RESULTS = {
     "docs/detection.md",  # detection
     "docs/firmware.md",  # tflm_firmware
     "docs/getting-started.md",  # demo
-    "docs/halo.md",  # halo
-    "docs/multistage.md",  # multistage
 }
 
 

@@ -24,7 +24,6 @@ from tfmcu.firmware.sources import KERNELS_WHAT, REPO, ROOT
 from tfmcu.firmware.targets import Target
 from tfmcu.records import Record, optional, present
 
-TFLM_COMMIT = "90b983c"  # the TFLM the firmware links (third_party/tflite_micro.BUILD's pinned archive)
 
 _OVERFLOW = re.compile(r"region `(\w+)' overflowed by (\d+) bytes")
 _BUDGET = "exceed the target SRAM budget (TFMCU_SRAM_BUDGET)"  # tflm_patch_kernels/firmware/mps2.ld
@@ -85,7 +84,7 @@ class FirmwareRun(Record):
 
 def measured_by(t: Target, kernels: str) -> str:
     """Where and with which kernels the run measured (deploy.json's ``run.measured_by``)."""
-    return f"QEMU {t.machine}, TFLM {TFLM_COMMIT} built from source ({KERNELS_WHAT[kernels]})"
+    return f"QEMU {t.machine}, TFLM built from its pinned source ({KERNELS_WHAT[kernels]})"
 
 
 def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: str, timeout_s: int = 300,
