@@ -21,7 +21,8 @@ per-layer model, verify and deploy reports),
 beside ``out_dir`` and renamed into place, so a failure leaves nothing behind.
 
 A model that cannot fit at any configuration is a one-line ``UsageError`` naming the smallest achievable arena and
-what it holds (or that the model's weights alone exceed the target's Flash).
+what it holds (or that the model's weights alone exceed the target's Flash); when it would fit with the input
+streamed, the line says so (``--stream_input``) with that arena.
 
 ``price`` is the search alone (``FitSearch``: every candidate priced, nothing verified or written), under the
 target's budget or another one (``arena_budget`` of a chip with other RAM).
@@ -313,7 +314,7 @@ def run(o: FitOptions, log: Callable[[str], None] = print, progress: Progress | 
                   if o.objective == "memory" else "")
         raise UsageError(f"{where}: does not fit the {t.name} at any configuration tried{within}: the smallest "
                          f"predicted TFLM arena is {s.cost:,} B{_holds(s)} with {s.describe()}, over the {budget:,} B "
-                         f"the target leaves for it")
+                         f"the target leaves for it{_if_streamed(o, t, data, name, budget, log, progress)}")
     chosen = res.chosen
     assert chosen is not None
     log("fit: " + res.message)
@@ -323,6 +324,21 @@ def run(o: FitOptions, log: Callable[[str], None] = print, progress: Progress | 
         report = dataclasses.replace(report, tree=export_tree(os.path.join(o.out_dir, "firmware"), o.tree, log=log))
     log(format_summary(report))
     return report
+
+
+def _if_streamed(o: FitOptions, t: Target, data: bytes, name: str, budget: int, log: Callable[[str], None],
+                 progress: Progress | None) -> str:
+    """For a model that fits nothing with its image in the arena: the same search with the input streamed; if that
+    fits, the clause naming ``--stream_input`` and its figure (else "")."""
+    if o.stream_input:
+        return ""
+    log("fit: nothing fits with the image in the arena; searching again with the input streamed ...")
+    res = _search(dataclasses.replace(o, stream_input=True), t, data, name, budget, progress)
+    if not res.feasible:
+        return ""
+    c = res.chosen
+    return (f"; with --stream_input (your firmware provides the image rows) it fits: {c.cost:,} B with "
+            f"{c.describe()}")
 
 
 def price(o: FitOptions, data: bytes, name: str, budget: int | None = None,
