@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import time
 from typing import Any, Callable, Sequence
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -294,12 +295,29 @@ def log_stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def progress(n: int, total: int, what: str) -> None:
-    """Progress lines of a long search on stderr (in place on a terminal)."""
-    if sys.stderr.isatty():
-        print(f"\r  [{n}/{total}] {what:<60}", end="" if n < total else "\n", file=sys.stderr, flush=True)
-    elif n == 1 or n % 10 == 0 or n == total:
-        print(f"  [{n}/{total}] {what}", file=sys.stderr, flush=True)
+class _ProgressBar:
+    """Progress of a long search on stderr: a bar, the count, the time since it started, what is being priced (in
+    place on a terminal; every tenth line otherwise). A count that starts again (a new search) restarts the clock."""
+
+    WIDTH = 20
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.last = 0
+
+    def __call__(self, n: int, total: int, what: str) -> None:
+        if n <= self.last or n == 1:
+            self.start = time.monotonic()
+        self.last = n
+        done = round(self.WIDTH * n / max(total, 1))
+        line = f"  [{'#' * done}{'.' * (self.WIDTH - done)}] {n}/{total} {time.monotonic() - self.start:5.0f} s  {what}"
+        if sys.stderr.isatty():
+            print(f"\r{line[:110]:<110}", end="" if n < total else "\n", file=sys.stderr, flush=True)
+        elif n == 1 or n % 10 == 0 or n == total:
+            print(line, file=sys.stderr, flush=True)
+
+
+progress = _ProgressBar()  # a ``tfmcu.plan.search.Progress``: what the pipelines pass to a long search
 
 
 # ============================================================================= running

@@ -4,6 +4,7 @@ and written as firmware (library: ``tfmcu.flows.fit``).
     python -m pipelines.fit --tflite=model.tflite --target=stm32f405 --out_dir=fw/ [--run]
     python -m pipelines.fit --tflite=model.tflite --target=cortex-m7 --objective=memory --max_latency=1.05
     python -m pipelines.fit --model=model.keras|spec.json|mbv2 --target=cortex-m4 --stream_input
+    python -m pipelines.fit --model=model.h5 --calibration_data=images/ --target=stm32f405
 
 The budget is the target's RAM less the stack and static data (and deploy's arena margin); the kernels are the
 target's (--kernels, CMSIS-NN by default). One joint search prices every candidate (patch grid x stage x halo caches
@@ -48,6 +49,10 @@ _cli.define_grids_flag(_D.patch_options, "Patches per side to try (square grids,
 _cli.define_max_stages_flag()
 _cli.define_max_mac_overhead_flag(_D.max_mac_overhead)
 _cli.define_search_seconds_flag(_D.search_seconds)
+flags.DEFINE_string("calibration_data", _D.calibration_data,
+                    "--model=a Keras file: the int8 conversion's calibration inputs, a folder <root>/<class>/*.png|jpg "
+                    "(resized and normalised as train does) or a .npy array [N, H, W, C] of float model inputs; "
+                    "without it, seeded random inputs.")
 flags.DEFINE_integer("verify_samples", _D.verify_samples, "Random inputs the chosen model is verified on.",
                      lower_bound=1)
 
@@ -61,12 +66,13 @@ def main(argv: Sequence[str]) -> int:
         raise UsageError("give the model: --tflite=model.tflite (or --model=a Keras file, spec JSON or preset)")
     if FLAGS.resolution is not None or FLAGS.width is not None:
         raise UsageError("--resolution and --width are not taken by fit: give the model as it is")
-    o = fit.FitOptions(model=FLAGS.tflite or FLAGS.model, target=FLAGS.target, out_dir=FLAGS.out_dir,
-                       kernels=FLAGS.kernels, objective=FLAGS.objective, max_latency=FLAGS.max_latency,
-                       stream_input=FLAGS.stream_input, run=FLAGS.run, inputs=FLAGS.inputs,
-                       num_inputs=FLAGS.num_inputs, seed=FLAGS.seed, margin=FLAGS.margin, stack_kib=FLAGS.stack_kib,
-                       patch_options=_cli.grids(), max_mac_overhead=FLAGS.max_mac_overhead,
-                       max_stages=FLAGS.max_stages, search_seconds=FLAGS.search_seconds, verify_samples=FLAGS.verify_samples, tree=FLAGS.tree)
+    o = fit.FitOptions(model=FLAGS.tflite or FLAGS.model, calibration_data=FLAGS.calibration_data,
+                       target=FLAGS.target, out_dir=FLAGS.out_dir, kernels=FLAGS.kernels, objective=FLAGS.objective,
+                       max_latency=FLAGS.max_latency, stream_input=FLAGS.stream_input, run=FLAGS.run,
+                       inputs=FLAGS.inputs, num_inputs=FLAGS.num_inputs, seed=FLAGS.seed, margin=FLAGS.margin,
+                       stack_kib=FLAGS.stack_kib, patch_options=_cli.grids(), max_mac_overhead=FLAGS.max_mac_overhead,
+                       max_stages=FLAGS.max_stages, search_seconds=FLAGS.search_seconds,
+                       verify_samples=FLAGS.verify_samples, tree=FLAGS.tree)
     rep = fit.run(o, progress=_cli.progress)
     measured = rep.measured
     return 1 if measured is not None and not (measured.fits and measured.outputs_equal_tflite) else 0

@@ -4,8 +4,10 @@ max_latency; a model and a target -> a verified model and its firmware folder, o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -17,6 +19,7 @@ from tfmcu.errors import UsageError  # noqa: E402
 from tfmcu.firmware.targets import get_target  # noqa: E402
 from tfmcu.flows import fit  # noqa: E402
 from tfmcu.graph.from_tflite import from_tflite  # noqa: E402
+from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec  # noqa: E402
 from tfmcu.plan.halo import HaloOptions  # noqa: E402
 from tfmcu.plan.regions import ScheduleError  # noqa: E402
 from tfmcu.plan.search import SearchOptions, search  # noqa: E402
@@ -110,8 +113,9 @@ def test_a_model_that_cannot_fit_is_one_line(zoo_models, tmp_path):
     o = fit.FitOptions(model=str(model), target="stm32f405", out_dir=str(tmp_path / "no"), kernels="reference",
                        patch_options=(1,))
     with pytest.raises(UsageError, match=r"does not fit the stm32f405 at any configuration tried: the smallest "
-                                         r"predicted TFLM arena is [\d,]+ B \(activations and scratch"):
+                                         r"predicted TFLM arena is [\d,]+ B \(activations and scratch") as e:
         fit.run(o, log=lambda m: None)
+    assert "--stream_input" not in str(e.value)  # per layer only: streaming the image changes nothing
     assert not os.path.exists(tmp_path / "no")
     with pytest.raises(UsageError, match="--max_latency=0.9"):
         fit.validate(fit.FitOptions(model=str(model), max_latency=0.9))
@@ -121,6 +125,28 @@ def test_a_model_that_cannot_fit_is_one_line(zoo_models, tmp_path):
     r = subprocess.run([sys.executable, "-m", "pipelines.fit", f"--tflite={model}", "--model=mbv2"], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == "fit: error: give --tflite or --model, not both"
+
+
+def test_a_model_that_fits_only_streamed_names_the_option(tmp_path):
+    """A 192x192x3 image alone (110,592 B) is almost the STM32F405's budget: nothing fits with it in the arena, a
+    patch stage reading it row band by row band does. The one line names --stream_input and that arena, which is
+    what fit with --stream_input chooses."""
+    spec = NetSpec(name="wide_image", resolution=192, stem=StemSpec(8, kernel=3, stride=2),
+                   stages=[StageSpec([BlockSpec(8, kernel=3, expand=1, stride=2)]),
+                           StageSpec([BlockSpec(16, kernel=3, expand=2, stride=2)])],
+                   head=HeadSpec(16, num_classes=4))
+    spec.save(str(tmp_path / "wide.json"))
+    o = fit.FitOptions(model=str(tmp_path / "wide.json"), target="stm32f405", out_dir=str(tmp_path / "no"),
+                       kernels="reference", patch_options=(1, 4), halo_modes=("none",), rest_convs=("tfmcu",))
+    with pytest.raises(UsageError, match=r"does not fit the stm32f405 at any configuration tried: .*; with "
+                                         r"--stream_input \(your firmware provides the image rows\) it fits: "
+                                         r"([\d,]+) B with 4x4 patches") as e:
+        fit.run(o, log=lambda m: None)
+    assert "\n" not in str(e.value) and not os.path.exists(tmp_path / "no")
+    figure = int(re.search(r"it fits: ([\d,]+) B", str(e.value)).group(1).replace(",", ""))
+    data, _ = fit.model_bytes(o, lambda m: None)
+    streamed = fit.price(dataclasses.replace(o, stream_input=True), data, "wide_image")
+    assert streamed.feasible and streamed.chosen.predicted_arena_bytes == figure <= streamed.budget_bytes
 
 
 def test_fit_command_line(zoo_models, tmp_path):

@@ -218,3 +218,16 @@ def test_stage_plans_are_candidates_of_the_one_search():
     assert "stage" in b.chosen.describe() or b.chosen.cost == a.chosen.cost
     with pytest.raises(regions.ScheduleError, match="max_stages"):
         SearchOptions(max_stages=0).validate()
+
+
+def test_a_scalar_tensor_is_priced_per_layer():
+    """A tensor with an empty shape (a converter's shape arithmetic, as a Keras MobileNetV1 has) is a segment
+    like any other: priced per layer, no channel count read from its shape."""
+    g = ir.Graph("scalar", {"x": ir.Tensor("x", (1, 8, 8, 3)), "y": ir.Tensor("y", (1, 8, 8, 4)),
+                            "n": ir.Tensor("n", ())},
+                 [ir.Op("conv", ir.CONV, ["x"], ["y"], in_channels=3, out_channels=4),
+                  ir.Op("size", ir.RESHAPE, ["y"], ["n"], block=1)], ["x"], ["n"])
+    segs = stage_segments(g, SearchOptions(patch_options=(2,)), "counted")
+    last = next(s for s in segs if s.start == 1)
+    assert last.grid is None and last.macs == 0 and last.instructions == 0.0
+    assert stage_plans(g, SearchOptions(patch_options=(2,)), image="counted")[0].segments[-1] == last

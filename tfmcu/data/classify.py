@@ -35,7 +35,7 @@ from typing import Sequence
 import numpy as np
 
 from tfmcu.data.images import NORM_MEAN, NORM_STD
-from tfmcu.data.split import GREY_MODES, DataError, Dataset, Split
+from tfmcu.data.split import GREY_MODES, DataError, Dataset, Split, stream_seed, subset
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
@@ -354,6 +354,38 @@ def as_arrays(split: Split, resolution: int, channels: int, limit: int | None = 
     if not xs:
         return np.zeros((0, resolution, resolution, channels), np.float32), np.zeros(0, np.int32)
     return np.concatenate(xs), np.concatenate(ys)
+
+
+def calibration_inputs(source: str, shape: tuple[int | None, ...], samples: int, seed: int,
+                       where: str = "--calibration_data") -> np.ndarray:
+    """Float32 model inputs ``(N, *shape)`` to calibrate an int8 conversion on: a ``.npy`` array ``(N, H, W, C)``
+    as it is (checked against ``shape``), or a seeded subset of at most ``samples`` images of a folder of class
+    folders (``load_folder``'s training split), resized and normalised as training does. A mismatch is a one-line
+    ``DataError`` naming ``where``."""
+    want = tuple(shape)
+    text = f"[N, {', '.join(str(d) for d in want)}]"
+    if len(want) != 3 or None in want:
+        raise DataError(f"{where}: the model's input {text} is not a fixed-size image (H, W, C)")
+    if source.endswith(".npy"):
+        if not os.path.isfile(source):
+            raise DataError(f"{where}={source}: no such file")
+        try:
+            x = np.load(source, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise DataError(f"{where}={source}: not a NumPy array file ({str(e).splitlines()[0]})") from None
+        if x.ndim != 4 or tuple(x.shape[1:]) != want or not len(x) or not np.issubdtype(x.dtype, np.number):
+            raise DataError(f"{where}={source}: a {x.dtype} array of shape {list(x.shape)}, the model takes float "
+                            f"inputs {text} (N >= 1)")
+        return x.astype(np.float32)
+    h, w, c = want
+    if h != w or c not in (1, 3):
+        raise DataError(f"{where}={source}: an image folder calibrates a square 1- or 3-channel input, the model's "
+                        f"is {text}; give a .npy array {text} instead")
+    ds = load_folder(source) if os.path.isdir(source) else None
+    if ds is None:
+        raise DataError(f"{where}={source}: neither a .npy file nor a folder <root>/<class>/*.png|jpg")
+    check_decodable(ds.train)
+    return as_arrays(subset(ds.train, samples, stream_seed(seed, "calibration")), h, c)[0]
 
 
 def check_decodable(split: Split, limit: int = 8) -> None:

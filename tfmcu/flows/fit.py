@@ -21,7 +21,8 @@ per-layer model, verify and deploy reports),
 beside ``out_dir`` and renamed into place, so a failure leaves nothing behind.
 
 A model that cannot fit at any configuration is a one-line ``UsageError`` naming the smallest achievable arena and
-what it holds (or that the model's weights alone exceed the target's Flash).
+what it holds (or that the model's weights alone exceed the target's Flash); when it would fit with the input
+streamed, the line says so (``--stream_input``) with that arena.
 
 ``price`` is the search alone (``FitSearch``: every candidate priced, nothing verified or written), under the
 target's budget or another one (``arena_budget`` of a chip with other RAM).
@@ -63,6 +64,7 @@ class FitOptions:
     """What ``fit`` is asked (``pipelines.fit``'s flags take their defaults from here); built by keyword."""
 
     model: str  # .tflite (int8), Keras file, preset name or spec JSON
+    calibration_data: str | None = None  # a Keras model's int8 calibration: class folders or a .npy (None: random)
     target: str = _DEPLOY.target
     out_dir: str = "out/fit"
     kernels: str = _DEPLOY.kernels
@@ -199,6 +201,9 @@ def validate(o: FitOptions) -> Target:
                          f"per layer (1.05: at most 5% slower)")
     if o.verify_samples < 1:
         raise UsageError(f"--verify_samples={o.verify_samples}: must be >= 1")
+    if o.calibration_data and not o.model.endswith(KERAS_SUFFIXES):
+        raise UsageError(f"--calibration_data applies to a Keras model (--model={'|'.join(KERAS_SUFFIXES)}), not "
+                         f"{o.model}: a .tflite is already calibrated, a spec or preset has no trained weights")
     validate_deploy(DeployOptions(tflite=o.model, target=o.target, margin=o.margin, stack_kib=o.stack_kib,
                                   num_inputs=o.num_inputs, kernels=o.kernels))
     if o.tree:
@@ -226,9 +231,10 @@ def arena_budget(o: FitOptions, t: Target) -> int:
 
 
 def model_bytes(o: FitOptions, log: Callable[[str], None]) -> tuple[bytes, str]:
-    """The int8 .tflite of ``o.model`` and a note on where it came from: a .tflite as it is; a Keras file or a spec
-    converted to full int8 (calibrated on seeded random inputs: the arena and instructions are the architecture's,
-    the accuracy is not -- convert with your own data for that)."""
+    """The int8 .tflite of ``o.model`` and a note on where it came from: a .tflite as it is; a Keras file converted
+    to full int8, calibrated on ``o.calibration_data`` or else on seeded random inputs (the arena and instructions
+    are the architecture's, the accuracy is not), its batch norms' statistics estimated on the same inputs when
+    they were never trained (``tfmcu.train.export.int8_from_keras``); a spec built with untrained weights."""
     m = o.model
     if m.endswith(".tflite"):
         data = read_bytes(m, "--model")
@@ -240,13 +246,21 @@ def model_bytes(o: FitOptions, log: Callable[[str], None]) -> tuple[bytes, str]:
     if m.endswith(KERAS_SUFFIXES):
         if not os.path.isfile(m):
             raise UsageError(f"--model={m}: no such file")
-        log(f"fit: converting {m} to full int8 (calibrated on random inputs) ...")
+        on = o.calibration_data or "random inputs: --calibration_data for your data's int8 ranges"
+        log(f"fit: converting {m} to full int8 (calibrated on {on}) ...")
         try:
-            data = int8_from_keras(m, o.seed)
+            k = int8_from_keras(m, o.seed, o.calibration_data)
+        except TfmcuError:
+            raise
         except (OSError, ValueError, TypeError) as e:
             raise UsageError(f"--model={m}: cannot be loaded or converted as a Keras model "
                              f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
-        return data, "converted from the Keras file, calibrated on seeded random inputs"
+        origin = f"converted from the Keras file, calibrated on {k.calibrated_on}"
+        if k.batchnorm_on:
+            origin += (f"; its batch norms had their initial statistics (untrained weights): estimated on "
+                       f"{k.batchnorm_on}")
+        log(f"fit: {origin}")
+        return k.data, origin
     try:
         spec = load_spec(m)
     except ModelError as e:
@@ -305,7 +319,8 @@ def run(o: FitOptions, log: Callable[[str], None] = print, progress: Progress | 
                          f"predicted TFLM arena is {s.cost:,} B{_holds(s)} with {s.describe()}, over the {budget:,} B "
                          f"the target leaves for it"
                          + (f"; the {o.search_seconds:g} s time budget left {res.cut_short} candidates unevaluated "
-                            f"(raise --search_seconds)" if res.cut_short else ""))
+                            f"(raise --search_seconds)" if res.cut_short else "")
+                         + _if_streamed(o, t, data, name, budget, log, progress))
     chosen = res.chosen
     assert chosen is not None
     log("fit: " + res.message)
@@ -315,6 +330,21 @@ def run(o: FitOptions, log: Callable[[str], None] = print, progress: Progress | 
         report = dataclasses.replace(report, tree=export_tree(os.path.join(o.out_dir, "firmware"), o.tree, log=log))
     log(format_summary(report))
     return report
+
+
+def _if_streamed(o: FitOptions, t: Target, data: bytes, name: str, budget: int, log: Callable[[str], None],
+                 progress: Progress | None) -> str:
+    """For a model that fits nothing with its image in the arena: the same search with the input streamed; if that
+    fits, the clause naming ``--stream_input`` and its figure (else "")."""
+    if o.stream_input:
+        return ""
+    log("fit: nothing fits with the image in the arena; searching again with the input streamed ...")
+    res = _search(dataclasses.replace(o, stream_input=True), t, data, name, budget, progress)
+    if not res.feasible:
+        return ""
+    c = res.chosen
+    return (f"; with --stream_input (your firmware provides the image rows) it fits: {c.cost:,} B with "
+            f"{c.describe()}")
 
 
 def price(o: FitOptions, data: bytes, name: str, budget: int | None = None,

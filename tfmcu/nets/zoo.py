@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tfmcu.nets.convert import random_representative, to_int8_tflite
+from tfmcu.nets.convert import calibrate_batchnorm, random_representative, to_int8_tflite
 from tfmcu.nets.presets import get_preset
 from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec
 from tfmcu.tflite import schema as ts
@@ -37,33 +37,29 @@ class ZooModel:
     tags: list[str] = field(default_factory=list)
 
 
-def calibrate_batchnorm(model: Any, samples: int = 8, seed: int = 0) -> Any:
-    """Set every BN layer's moving statistics to the batch statistics of random inputs (one pass)."""
-    import tf_keras
+def random_batchnorm(model: Any, samples: int = 8, seed: int = 0) -> Any:
+    """Random batch-norm scales and offsets, then every BN layer's moving statistics set to the batch statistics of
+    random inputs (``tfmcu.nets.convert.calibrate_batchnorm``)."""
+    import tf_keras  # lazy: imports TensorFlow
 
     bns = [layer for layer in model.layers if isinstance(layer, tf_keras.layers.BatchNormalization)]
     if not bns:
         return model
     rng = np.random.default_rng(seed)
     x = rng.uniform(-1, 1, (samples, *model.input_shape[1:])).astype(np.float32)
-    saved = [bn.momentum for bn in bns]
     for bn in bns:
-        bn.momentum = 0.0
         gamma, beta = bn.gamma, bn.beta
         if gamma is not None:
             gamma.assign(rng.uniform(0.6, 1.4, gamma.shape).astype(np.float32))
         if beta is not None:
             beta.assign(rng.normal(0.2, 0.3, beta.shape).astype(np.float32))
-    model(x, training=True)
-    for bn, m in zip(bns, saved):
-        bn.momentum = m
-    return model
+    return calibrate_batchnorm(model, x)
 
 
 def _spec_model(spec_fn: Callable[[], Any]) -> Callable[[], Any]:
     def make() -> Any:
         from tfmcu.nets.keras_builder import build_keras  # lazy: imports TensorFlow
-        return calibrate_batchnorm(build_keras(spec_fn(), seed=0))
+        return random_batchnorm(build_keras(spec_fn(), seed=0))
     return make
 
 
@@ -90,14 +86,14 @@ def _keras_mobilenet_v2() -> Any:
     import tf_keras
     m = tf_keras.applications.MobileNetV2(alpha=0.35, input_shape=(96, 96, 3), weights=None, classes=10,
                                           classifier_activation=None)
-    return calibrate_batchnorm(m)
+    return random_batchnorm(m)
 
 
 def _keras_mobilenet_v1() -> Any:
     import tf_keras
     m = tf_keras.applications.MobileNet(alpha=0.25, input_shape=(128, 128, 3), weights=None, classes=10,
                                         classifier_activation=None, dropout=0.0)
-    return calibrate_batchnorm(m)
+    return random_batchnorm(m)
 
 
 def _resnet_like() -> Any:
@@ -126,7 +122,7 @@ def _resnet_like() -> Any:
     x = layers.Conv2D(48, 3, 1, padding="valid", name="head_valid_conv")(x)
     x = layers.GlobalAveragePooling2D(name="head_pool")(x)
     x = layers.Dense(10, name="classifier")(x)
-    return calibrate_batchnorm(tf_keras.Model(inp, x, name="resnet_like"))
+    return random_batchnorm(tf_keras.Model(inp, x, name="resnet_like"))
 
 
 def all_kernels_model(input_shape: tuple[int, int, int], channels: int, grouped: int, groups: int, tail: int,
@@ -178,14 +174,14 @@ def _mbv2_1_224() -> Any:
     import tf_keras
     m = tf_keras.applications.MobileNetV2(alpha=1.0, input_shape=(224, 224, 3), weights=None,
                                           classifier_activation=None)
-    return calibrate_batchnorm(m, samples=2)
+    return random_batchnorm(m, samples=2)
 
 
 def _mbv2_035_144() -> Any:
     import tf_keras
     m = tf_keras.applications.MobileNetV2(alpha=0.35, input_shape=(144, 144, 3), weights=None,
                                           classifier_activation=None)
-    return calibrate_batchnorm(m, samples=4)
+    return random_batchnorm(m, samples=4)
 
 
 ZOO: dict[str, ZooModel] = {m.name: m for m in [

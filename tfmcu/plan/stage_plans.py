@@ -97,9 +97,13 @@ def segment_instructions(graph: ir.Graph, ops: list[int], walks: tuple[list[Any]
                 op.type == ir.CONV and tuple(op.kernel) == (1, 1)) else 0
             total += calls * (costs["call"] + weights * costs["weight_call"])
         total += macs * (costs["dw_mac"] if op.type == ir.DEPTHWISE else costs["conv_mac"])
-        per_pixel = {ir.CONV: costs["conv_element"] * out.shape[-1] * op.kernel[0] * op.kernel[1],
-                     ir.DEPTHWISE: costs["dw_pixel"], ir.ADD: costs["add_element"] * out.shape[-1]}
-        total += pixels * per_pixel.get(op.type, 0.0)
+        channels = out.shape[-1] if out.shape else 1  # (a scalar: a reshape's shape arithmetic)
+        if op.type == ir.CONV:
+            total += pixels * costs["conv_element"] * channels * op.kernel[0] * op.kernel[1]
+        elif op.type == ir.DEPTHWISE:
+            total += pixels * costs["dw_pixel"]
+        elif op.type == ir.ADD:
+            total += pixels * costs["add_element"] * channels
     if walks is not None:
         total += len(walks[0]) * len(walks[1]) * costs["patch"]
     return total

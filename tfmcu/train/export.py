@@ -14,10 +14,12 @@ from __future__ import annotations
 import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
+from tfmcu.data.classify import calibration_inputs
 from tfmcu.data.images import NORM_MEAN, NORM_STD
 from tfmcu.nets.anchors import BOX_SCALES, anchor_grid
 from tfmcu.nets.spec import NetSpec
@@ -29,7 +31,7 @@ from tfmcu.tflite import schema as ts
 from tfmcu.tflite.detection_postprocess import append_postprocess
 from tfmcu.tflite.editor import ModelEditor
 from tfmcu.tflite.metadata import add_detector_metadata, add_metadata
-from tfmcu.train.config import TrainError
+from tfmcu.train.config import TrainConfig, TrainError
 
 
 def with_metadata(plain: bytes, spec: NetSpec, dataset_name: str, class_names: list[str], resolution: int,
@@ -176,17 +178,51 @@ def untrained_int8(spec: NetSpec, seed: int, as_conv: bool = True) -> bytes:
     return classifier_as_conv(data)[0] if as_conv else data
 
 
-def int8_from_keras(path: str, seed: int = 0) -> bytes:
-    """A Keras model file as a full-int8 .tflite, calibrated on seeded random inputs (what the model computes is
-    the file's; its int8 ranges come from random data: convert with your own data for accuracy)."""
-    from tfmcu.nets.convert import random_representative, to_int8_tflite  # lazy: imports TensorFlow
+BATCHNORM_SAMPLES = 32  # untrained batch norms' statistics: from at most this many of the calibration inputs
+
+
+@dataclass(frozen=True, kw_only=True)
+class KerasInt8:
+    """A Keras file converted to full int8 (``int8_from_keras``) and what its ranges came from."""
+
+    data: bytes
+    calibrated_on: str  # what the int8 ranges were calibrated on
+    batchnorm_on: str | None  # untrained batch norms: what their statistics were estimated on (None: the file's)
+
+
+def int8_from_keras(path: str, seed: int = 0, calibration_data: str | None = None) -> KerasInt8:
+    """A Keras model file as a full-int8 .tflite. Its int8 ranges are calibrated on ``calibration_data`` (a folder
+    of class folders or a ``.npy`` of model inputs: ``tfmcu.data.classify.calibration_inputs``; at most
+    ``TrainConfig.calibration_samples`` of them, drawn with ``seed``) or, without it, on seeded random inputs (what
+    the model computes is the file's; its ranges are not those of real data). Batch norms that still have their
+    initial statistics (untrained weights: ``tfmcu.nets.convert.initial_batchnorm``) get those of the first
+    ``BATCHNORM_SAMPLES`` of these inputs (``calibrate_batchnorm``): their activations would otherwise shrink into
+    ranges TF Lite cannot run."""
+    from tfmcu.nets.convert import (  # lazy: imports TensorFlow
+        calibrate_batchnorm, initial_batchnorm, random_representative, to_int8_tflite)
 
     import_tensorflow_quietly()
     import tf_keras  # lazy: imports TensorFlow (TF_USE_LEGACY_KERAS: the Keras 2 loader)
 
     model = tf_keras.models.load_model(path, compile=False)
-    return quiet_convert(to_int8_tflite, model, random_representative(tuple(model.input_shape[1:]), samples=4,
-                                                                      seed=seed))
+    shape = tuple(model.input_shape[1:])
+    if calibration_data:
+        x = calibration_inputs(calibration_data, shape, TrainConfig().calibration_samples, seed)
+        on = f"{len(x)} inputs from {calibration_data}"
+    else:
+        x = np.concatenate([b for (b,) in random_representative(shape, samples=4, seed=seed)()])
+        on = "seeded random inputs"
+    batchnorm_on = None
+    if initial_batchnorm(model):
+        calibrate_batchnorm(model, x[:BATCHNORM_SAMPLES])
+        batchnorm_on = on
+
+    def representative():
+        for i in range(len(x)):
+            yield [x[i:i + 1]]
+
+    return KerasInt8(data=quiet_convert(to_int8_tflite, model, representative), calibrated_on=on,
+                     batchnorm_on=batchnorm_on)
 
 
 # ----------------------------------------------------------------------------- detectors
@@ -246,15 +282,9 @@ def spread_untrained(model, spec: NetSpec, images: np.ndarray, seed: int) -> Non
     anchor got the same encodings and a 0.25 score: nothing to compare detections on."""
     import tf_keras  # lazy: imports TensorFlow
 
-    bns = [layer for layer in model.layers if isinstance(layer, tf_keras.layers.BatchNormalization)]
-    momenta = [bn.momentum for bn in bns]
-    for bn in bns:
-        bn.momentum = 0.0
-    try:
-        model(images, training=True)
-    finally:
-        for bn, mom in zip(bns, momenta):
-            bn.momentum = mom
+    from tfmcu.nets.convert import calibrate_batchnorm  # lazy: imports TensorFlow
+
+    calibrate_batchnorm(model, images)
     rng = np.random.default_rng(seed)
     for sc in spec.detection_scales():
         pred = model.get_layer(f"{sc.name}_pred")
