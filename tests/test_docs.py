@@ -29,7 +29,6 @@ AWAITING_RESULTS = {
     "README.md",  # story: fit, halo_firmware, multistage; headline: custom, fit, detection, search, train, demo
     "docs/benchmarks.md",  # every bench section
     "docs/detection.md",  # detection
-    "docs/firmware.md",  # tflm_firmware
     "docs/getting-started.md",  # demo
 }
 
