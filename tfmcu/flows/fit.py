@@ -6,7 +6,9 @@ One joint schedule search (``tfmcu.plan.search``) prices every candidate -- patc
 (halo caches none / all / smallest / auto, the rest's convolutions by TFLM or by our kernels with their multipliers
 in Flash), the rest planned in place for those kernels, the input streamed when the user says the firmware provides
 rows -- by its predicted TFLM arena on the target's build (``tfmcu.stage.custom.CustomArenaCost``,
-``tfmcu.plan.arena``) and its predicted instructions per Invoke on the target's core (``tfmcu.plan.latency``).
+``tfmcu.plan.arena``) and its predicted instructions per Invoke on the target's core (``tfmcu.plan.latency``), both
+read from the candidate's model as the rewriter decides it, before any byte of it is written (``cost_function``):
+only the chosen model is written.
 
 Objectives: ``latency`` (default): the fewest predicted instructions whose arena fits (the unmodified model, run
 per layer by TFLM with the same kernels, when it fits); ``memory``: the smallest arena whose predicted instructions
@@ -44,6 +46,7 @@ from tfmcu.files import assembled_folder, read_bytes
 from tfmcu.flows.deploy import STATIC_ESTIMATE, DeployOptions, DeployReport, deploy, validate as validate_deploy
 from tfmcu.flows.verify import VerifyOptions, verify
 from tfmcu.graph.from_tflite import from_tflite
+from tfmcu.graph import ir
 from tfmcu.graph.load import KERAS_SUFFIXES, ModelError, load_spec
 from tfmcu.plan.arena import KERNEL_SETS, mcu_build
 from tfmcu.plan.halo import HaloOptions
@@ -52,6 +55,7 @@ from tfmcu.plan.regions import ScheduleError
 from tfmcu.plan.search import SEARCH_SECONDS, Evaluation, Progress, SearchOptions, SearchResult, search
 from tfmcu.records import Record, optional
 from tfmcu.stage.custom import CustomArenaCost, CustomOptions
+from tfmcu.tflite.model import TfliteModel
 from tfmcu.tflite.schema import has_identifier
 
 KB = 1024
@@ -367,12 +371,7 @@ def _search(o: FitOptions, t: Target, data: bytes, name: str, budget: int,
     the candidates priced by their predicted TFLM arena on the target's build and their predicted instructions on
     its core."""
     graph = from_tflite(data, name=name)
-
-    def instructions(model: bytes) -> int:
-        return predict_instructions(model, t.core, o.kernels).instructions
-
-    cost = CustomArenaCost(data, graph, o.model, configs=configurations(o), count_input=True, budget=budget,
-                           build=mcu_build(o.kernels), instructions=instructions)
+    cost = cost_function(o, t, data, graph, budget)
     opts = SearchOptions(patch_options=o.patch_options, rectangular=False, max_mac_overhead=o.max_mac_overhead,
                          max_stages=o.max_stages, search_seconds=o.search_seconds,
                          count_input=True, objective=o.objective,
@@ -381,6 +380,18 @@ def _search(o: FitOptions, t: Target, data: bytes, name: str, budget: int,
         return search(graph, cost, budget, opts, progress)
     except ScheduleError as e:
         raise UsageError(f"{o.model}: {e}") from None
+
+
+def cost_function(o: FitOptions, t: Target, data: bytes, graph: ir.Graph, budget: int | None) -> CustomArenaCost:
+    """fit's cost function for the int8 model ``data`` (``graph`` lowered from it) on target ``t``: custom mode in
+    every configuration of ``configurations(o)``, the predicted TFLM arena on the target's build and the predicted
+    instructions on its core, both read from each candidate's model as the rewriter decides it (nothing written)."""
+
+    def instructions(model: bytes | TfliteModel) -> int:
+        return predict_instructions(model, t.core, o.kernels).instructions
+
+    return CustomArenaCost(data, graph, o.model, configs=configurations(o), count_input=True, budget=budget,
+                           build=mcu_build(o.kernels), instructions=instructions)
 
 
 def _finish(o: FitOptions, t: Target, data: bytes, origin: str, res: SearchResult, chosen: Evaluation, stage: str,

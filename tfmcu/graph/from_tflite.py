@@ -90,13 +90,15 @@ def from_tflite(source: str | os.PathLike | bytes | bytearray | memoryview | Tfl
 
 
 def from_model(model: TfliteModel, name: str | None = None) -> ir.Graph:
-    """``from_tflite`` of a model already parsed (``tfmcu.tflite.model``): nothing is read or parsed again."""
-    return _lower(model.flatbuffer, name or "tflite_model", name or model.where)
+    """``from_tflite`` of a model already parsed (``tfmcu.tflite.model``): nothing is read or parsed again. A model
+    decided and not written yet (``TfliteModel.decided``) is lowered as its file would be; its custom ops carry the
+    decided options map (``attrs["decided_options"]``) where a file's carry their flexbuffer."""
+    return _lower(model.flatbuffer, name or "tflite_model", name or model.where, model.decided_options)
 
 
-def _lower(model: ts.ModelT, graph_name: str, where: str) -> ir.Graph:
+def _lower(model: ts.ModelT, graph_name: str, where: str, decided: dict[int, Any] | None = None) -> ir.Graph:
     try:
-        return lower_model(model, graph_name, where)
+        return _Lowering(model, graph_name, where, decided).run()
     except ir.GraphError:
         raise
     except (IndexError, KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
@@ -111,8 +113,9 @@ def lower_model(model: ts.ModelT, name: str = "tflite_model", where: str | None 
 
 # ============================================================================= lowering
 class _Lowering:
-    def __init__(self, model: ts.ModelT, name: str, where: str):
+    def __init__(self, model: ts.ModelT, name: str, where: str, decided: dict[int, Any] | None = None):
         self.model = model
+        self.decided = decided or {}  # operator index -> custom options decided and not serialized
         self.name = name
         self.where = where
         self.sg = model.subgraphs[0]
@@ -336,7 +339,9 @@ class _Lowering:
         if typ in _SIMPLE:
             return ir.Op(type=_SIMPLE[typ], **ch, **base)
         attrs = {"patchable": False}
-        if typ.startswith("custom:") and op.customOptions is not None:
+        if typ.startswith("custom:") and i in self.decided:  # the map the writer decided (a model not written)
+            attrs["decided_options"] = self.decided[i]
+        elif typ.startswith("custom:") and op.customOptions is not None:
             attrs["custom_options"] = np.asarray(op.customOptions, dtype=np.uint8).tobytes()  # the arena needs them
         return ir.Op(type=typ.lower() if not typ.startswith("custom:") else typ, activation=act, attrs=attrs, **ch,
                      **base)

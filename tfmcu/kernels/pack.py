@@ -22,7 +22,7 @@ from tfmcu.kernels.ops import LayerSpec, layer_spec
 from tfmcu.plan.placer import Buffer, align_up, alive_bound, place
 from tfmcu.plan.regions import Read
 from tfmcu.tflite import schema as ts
-from tfmcu.tflite.editor import load
+from tfmcu.tflite.model import TfliteModel, as_model
 
 
 # ============================================================================= scratch planning
@@ -152,18 +152,18 @@ def cache_sizes(row_held: np.ndarray, col_held: np.ndarray, caches: Sequence[tup
     return sizes
 
 
-def pack_stage(model_bytes: bytes | ts.ModelT, graph: ir.Graph, schedule: Any, align: int = 4,
+def pack_stage(model_bytes: bytes | ts.ModelT | TfliteModel, graph: ir.Graph, schedule: Any, align: int = 4,
                name: str | None = None, halo: Any = None) -> PackedStage:
     """The C description of ``schedule``'s patch stage (a ``tfmcu.plan.regions.PatchSchedule`` of ``graph``, which was
-    lowered from ``model_bytes`` by ``tfmcu.graph.from_tflite``; the model may be given already unpacked, read only,
-    when many stages of one model are packed). ``align``: patch-buffer offsets are multiples
+    lowered from ``model_bytes`` by ``tfmcu.graph.from_tflite``; the model may be given already parsed or unpacked,
+    read only, when many stages of one model are packed). ``align``: patch-buffer offsets are multiples
     of it. ``halo``: the ``tfmcu.plan.halo.HaloCaches`` of the same schedule (its caches are placed first in scratch,
     the patch buffers after them)."""
     if halo is not None and halo.schedule is not schedule:
         raise PatchKernelError("the halo caches belong to another schedule")
     if graph.source != "tflite":
         raise PatchKernelError("pack_stage needs a graph lowered from the .tflite itself (tfmcu.graph.from_tflite)")
-    model = model_bytes if isinstance(model_bytes, ts.ModelT) else load(model_bytes)
+    model = model_bytes if isinstance(model_bytes, ts.ModelT) else as_model(model_bytes).flatbuffer
     s = schedule
     if len(s.stage_inputs) != 1 or len(s.stage_outputs) != 1:
         raise PatchKernelError(f"the C executor runs stages with one input and one output; this one has inputs "

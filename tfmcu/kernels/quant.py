@@ -13,6 +13,7 @@ reference FULLY_CONNECTED: the sum times the float scales in double, rounded onc
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 from typing import Sequence
@@ -123,9 +124,19 @@ def conv_multipliers(input_scale: float, filter_scales: Sequence[float], output_
     """TFLite's PopulateConvolutionQuantizationParams: per output channel,
     QuantizeMultiplier(double(input_scale) * double(filter_scale) / double(output_scale)); a per-tensor filter
     scale is broadcast to every channel."""
+    scales = tuple(float(_f32(s)) for s in np.ravel(filter_scales))
+    mult, shift = _conv_multipliers(float(_f32(input_scale)), scales, float(_f32(output_scale)), channels)
+    return mult.copy(), shift.copy()
+
+
+@functools.lru_cache(maxsize=4096)
+def _conv_multipliers(input_scale: float, scales: tuple[float, ...], output_scale: float,
+                      channels: int) -> tuple[np.ndarray, np.ndarray]:
+    """``conv_multipliers`` of float32 scales, computed once per layer (a search packs a layer into many candidate
+    stages)."""
     mult = np.zeros(channels, np.int32)
     shift = np.zeros(channels, np.int32)
-    for c, real in enumerate(real_scales(input_scale, filter_scales, output_scale, channels)):
+    for c, real in enumerate(real_scales(input_scale, scales, output_scale, channels)):
         mult[c], shift[c] = quantize_multiplier(real)
     return mult, shift
 

@@ -53,7 +53,7 @@ from tfmcu.plan.placer import Buffer, align_up, place
 from tfmcu.tflite import offline_plan
 from tfmcu.tflite.detection_postprocess import OP_NAME as _DPP_NAME
 from tfmcu.tflite.detection_postprocess import PostprocessError, read_postprocess_options
-from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, kernel_memory, read_options, streamed_scratch
+from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, kernel_memory, options_of, streamed_scratch
 from tfmcu.tflite import schema as ts
 from tfmcu.tflite.model import TfliteModel, as_model
 
@@ -329,14 +329,14 @@ def op_allocations(graph: ir.Graph, op: ir.Op, build: str | TflmBuild = "wheel",
         rank = len(graph.tensors[op.inputs[0]].shape) if op.inputs else 4
         axes = op.attrs.get("axes")
         alloc.scratch = [4 * rank, 4 * (len(axes) if axes is not None else 2)]
-    elif b == f"custom:{PATCH_STAGE_OP}" and "custom_options" in op.attrs:
+    elif b == f"custom:{PATCH_STAGE_OP}" and ("custom_options" in op.attrs or "decided_options" in op.attrs):
         # our kernel (tflm_patch_kernels/tflm): one op data from Init, the stage's exact scratch from Prepare; the
         # CMSIS-NN backend's kernel buffer after the patch buffers
         if isinstance(stage, dict):  # several TFMCU_PATCH_STAGE ops: each one's PackedStage by TFLite op index
             stage = stage.get(op.src_index)
         buffer = cmsis_nn.stage_scratch_bytes(stage) if tb.cmsis_nn and stage is not None else None
         try:
-            options = read_options(op.attrs["custom_options"])
+            options = options_of(op.attrs)
             op_data, scratch = kernel_memory(options, pointer_bytes=tb.pointer_bytes)
         except (ValueError, KeyError, TypeError):
             alloc.modelled = False
@@ -591,12 +591,13 @@ def predict_arena(graph: ir.Graph, model: TfliteModel | bytes | None = None, cou
 
 
 def predict_model_arena(model: TfliteModel | bytes, build: str | TflmBuild = "wheel", stage: Any = None,
-                        name: str | None = None) -> ArenaPrediction:
-    """``predict_arena`` of a .tflite (parsed, ``tfmcu.tflite.model``, or its bytes): the graph lowered from it
-    (``tfmcu.graph.from_tflite``; ``name`` names it in errors), which carries the model's own tensor facts (what
-    ``annotate_from_tflite`` would add), and its offline memory plan."""
+                        name: str | None = None, count_input: bool = True) -> ArenaPrediction:
+    """``predict_arena`` of a .tflite (parsed, ``tfmcu.tflite.model``, or its bytes; or decided by the editor and not
+    written: the same prediction as its file's): the graph lowered from it (``tfmcu.graph.from_tflite``; ``name``
+    names it in errors), which carries the model's own tensor facts (what ``annotate_from_tflite`` would add), and
+    its offline memory plan."""
     model = as_model(model)
-    return _predict(from_model(model, name), model.flatbuffer, True, build, stage)
+    return _predict(from_model(model, name), model.flatbuffer, count_input, build, stage)
 
 
 def _predict(graph: ir.Graph, model: ts.ModelT | None, count_input: bool, build: str | TflmBuild,

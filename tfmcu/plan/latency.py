@@ -181,9 +181,9 @@ def _table(m: ts.ModelT, op: ts.OperatorT, position: int) -> np.ndarray:
     return np.frombuffer(ts.buffer_data(m, t) or b"", dtype="<i4")
 
 
-def _stage(m: ts.ModelT, op: ts.OperatorT) -> dict[str, Any]:
-    """Features of one TFMCU_PATCH_STAGE op: per layer its calls' summed features, and the executor's terms."""
-    o = psf.read_options(np.asarray(op.customOptions, np.uint8).tobytes())
+def _stage(m: ts.ModelT, op: ts.OperatorT, o: dict[str, Any]) -> dict[str, Any]:
+    """Features of one TFMCU_PATCH_STAGE op (options ``o``): per layer its calls' summed features, and the
+    executor's terms."""
     grid_r, grid_c = (int(g) for g in o["grid"])
     tensors = [[int(v) for v in t] for t in o["tensors"]]
     layers = o["layers"]
@@ -299,13 +299,14 @@ def _stage(m: ts.ModelT, op: ts.OperatorT) -> dict[str, Any]:
 
 
 def op_features(model: bytes | TfliteModel, where: str = "model") -> list[dict[str, Any]]:
-    """Per operator of subgraph 0 its cost features (see the module docstring), with ``op`` (its index)."""
+    """Per operator of subgraph 0 its cost features (see the module docstring), with ``op`` (its index). A model
+    decided and not written (``tfmcu.tflite.model.TfliteModel.decided``) has the features of its file."""
     tm = as_model(model, where)
     m = tm.flatbuffer
     out = []
     for i, (op, name) in enumerate(zip(m.subgraphs[0].operators or [], tm.op_names)):
         if name == f"custom:{abi.PATCH_STAGE_OP}":
-            f = _stage(m, op)
+            f = _stage(m, op, psf.options_at(tm, i))
         elif name == f"custom:{DETECTION_POSTPROCESS}":
             f = _postprocess(m, op, name)
         elif name.startswith("custom:"):

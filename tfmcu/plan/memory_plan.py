@@ -42,13 +42,14 @@ import numpy as np
 
 from tfmcu import abi
 from tfmcu.graph import ir
-from tfmcu.graph.from_tflite import from_tflite
+from tfmcu.graph.from_tflite import from_model, from_tflite
 from tfmcu.plan import cmsis_nn
 from tfmcu.plan.arena import (ALIGN, KERNEL_SETS, builtin_of, lifetimes, mcu_build, offline_offsets,
                               op_allocations, plan_head, tensor_indices)
 from tfmcu.plan.placer import Buffer, alive_bound, align_up, compatible, place
 from tfmcu.tflite import offline_plan
-from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, read_options, single_layer
+from tfmcu.tflite.model import TfliteModel
+from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, options_of, single_layer
 
 
 # Reference kernels whose read/write order ``inplace_distance`` models (TFLite builtin names).
@@ -110,7 +111,7 @@ def inplace_distance(graph: ir.Graph, op: ir.Op, tensor: str, kernels: str = "re
     b = builtin_of(op)
     if b == f"custom:{PATCH_STAGE_OP}":  # one conv layer run whole by our kernels (convs_to_flash): its builtin
         try:
-            options = read_options(op.attrs.get("custom_options", b""))
+            options = options_of(op.attrs)
             layer = single_layer(options)
             if layer is not None and kernels == "cmsis_nn":
                 entry = options["layers"][0]
@@ -285,15 +286,16 @@ def plan(graph: ir.Graph, tries: int | None = None, seed: int = 0, inplace: bool
     return best_head, best, greedy
 
 
-def with_offline_plan(data: bytes, graph: ir.Graph | None = None, tries: int | None = None,
+def with_offline_plan(data: bytes | TfliteModel, graph: ir.Graph | None = None, tries: int | None = None,
                       inplace: bool = False, kernels: str = "reference",
-                      stages: Any = None) -> tuple[bytes, int, int]:
+                      stages: Any = None) -> tuple[bytes | TfliteModel, int, int]:
     """``data`` with an OfflineMemoryAllocation plan (replacing any) if it beats TFLM's greedy plan, else without
-    one (a plan it had becomes all online): (model bytes, planned head, greedy head). Associated files appended
-    after the flatbuffer are kept.
+    one (a plan it had becomes all online): (model, planned head, greedy head). Associated files appended
+    after the flatbuffer are kept. Bytes in, bytes out; a parsed or decided model in (``tfmcu.tflite.model``), a
+    decided model out (nothing written: ``graph``, when given, is the one lowered from it).
     ``inplace``, ``kernels``, ``stages``: see ``plan``; an in-place plan is valid only for the ``kernels`` it was
     made for (the caller records them)."""
-    graph = graph or from_tflite(data)
+    graph = graph or _lowered(data)
     head, offsets, greedy = plan(graph, tries, inplace=inplace, kernels=kernels, stages=stages)
     if head >= greedy:
         if offline_plan.read(data) is not None:  # a plan made before (maybe for other kernels): all online
@@ -302,13 +304,19 @@ def with_offline_plan(data: bytes, graph: ir.Graph | None = None, tries: int | N
     return write_offline_plan(data, offsets, graph), head, greedy
 
 
-def write_offline_plan(data: bytes, offsets: dict[str, int], graph: ir.Graph | None = None) -> bytes:
+def _lowered(data: bytes | TfliteModel) -> ir.Graph:
+    return from_model(data) if isinstance(data, TfliteModel) else from_tflite(data)
+
+
+def write_offline_plan(data: bytes | TfliteModel, offsets: dict[str, int],
+                       graph: ir.Graph | None = None) -> bytes | TfliteModel:
     """``data`` with the OfflineMemoryAllocation metadata ``offsets`` (tensor name -> byte offset; others online),
-    replacing any plan it had. Associated files appended after the flatbuffer are kept."""
-    index = tensor_indices(graph or from_tflite(data))
+    replacing any plan it had. Associated files appended after the flatbuffer are kept (bytes in, bytes out; a
+    model in, a decided model out)."""
+    index = tensor_indices(graph or _lowered(data))
     return offline_plan.write(data, {index[name]: off for name, off in offsets.items()})
 
 
-def read_offline_plan(data: bytes, graph: ir.Graph) -> dict[str, int] | None:
+def read_offline_plan(data: bytes | TfliteModel, graph: ir.Graph) -> dict[str, int] | None:
     """Tensor name -> offset of the model's OfflineMemoryAllocation metadata (None if it has none)."""
     return offline_offsets(graph, offline_plan.read(data))

@@ -26,13 +26,13 @@ from typing import Any
 import numpy as np
 
 from tfmcu.graph import ir
-from tfmcu.graph.from_tflite import from_tflite
-from tfmcu.plan.arena import predict_arena
+from tfmcu.plan.arena import predict_arena, predict_model_arena
 from tfmcu.plan.regions import PatchSchedule
 from tfmcu.plan.search import Evaluation, Plan
 from tfmcu.stage.common import SCHEDULE_METADATA, RewriteError, RewriteResult, schedule_record
 from tfmcu.tflite import schema as ts
 from tfmcu.tflite.editor import ModelEditor
+from tfmcu.tflite.model import TfliteModel, as_model
 
 MAX_CONCAT_INPUTS = 10  # TFLM's CONCATENATION kernel takes at most 10 inputs
 BORDERS = ("strips", "pad")
@@ -40,9 +40,11 @@ _WINDOW_TFLITE_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_PO
 _POINTWISE_TFLITE_OPS = ("ADD", "MUL", "QUANTIZE", "DEQUANTIZE", "RELU", "RELU6", "LOGISTIC", "CONCATENATION")
 
 
-def rewrite_builtin(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where: str = "model",
+def rewrite_builtin(data: bytes | TfliteModel, graph: ir.Graph, schedule: PatchSchedule, where: str = "model",
                     border: str = "strips") -> RewriteResult:
-    """Unroll ``schedule``'s patch stage of the .tflite ``data`` (which ``graph`` was lowered from).
+    """Unroll ``schedule``'s patch stage of the .tflite ``data`` (bytes, or the model parsed once,
+    ``tfmcu.tflite.model``; ``graph`` was lowered from it). The model is decided, written when its bytes are asked
+    for (``RewriteResult.model``).
 
     ``border``: how patches at the feature-map border get their zero padding: "pad" (PAD the patch buffer) or
     "strips" (strided ops: VALID on the buffer plus small padded border strips, see ``_emit_strips``)."""
@@ -50,7 +52,7 @@ def rewrite_builtin(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where
         raise RewriteError(f"border={border!r}: expected 'pad' or 'strips'")
     if graph.source != "tflite":
         raise RewriteError(f"{where}: the rewriter needs a graph lowered from the .tflite itself")
-    w = ModelEditor(data, where)
+    w = ModelEditor(as_model(data, where), where)
     model, sg = w.model, w.subgraph
     original_ops = list(sg.operators)
 
@@ -92,7 +94,7 @@ def rewrite_builtin(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where
     w.drop_unused_tensors()
     record = schedule_record(schedule, "builtin")
     w.set_metadata(SCHEDULE_METADATA, json.dumps(record).encode())
-    return RewriteResult(w.to_bytes(), len(original_ops), len(sg.operators), w.new_tensors, record)
+    return RewriteResult(w.decided(where), len(original_ops), len(sg.operators), w.new_tensors, record)
 
 
 def _check_supported(model: ts.ModelT, ops: list[ts.OperatorT], graph: ir.Graph, k: int) -> None:
@@ -370,6 +372,7 @@ class BuiltinArenaCost:
         self.data, self.graph, self.where, self.count_input = data, graph, where, count_input
         self.variants = tuple(Border(b) for b in borders)
         self.original = predict_arena(graph, model=data)
+        self.source = as_model(data, where)  # parsed once; each rewrite edits a structural copy
 
     def evaluate(self, candidate: Plan, variant: Border | None) -> Evaluation:
         border = variant.label if variant is not None else BORDERS[0]
@@ -377,11 +380,11 @@ class BuiltinArenaCost:
             raise RewriteError(f"{self.where}: builtin mode rewrites one patch stage; several stages need "
                                f"--mode=custom")
         if not candidate.patched:
-            result, model, graph = None, self.data, self.graph
-        else:
-            result = rewrite_builtin(self.data, self.graph, candidate.schedules()[0], self.where, border=border)
-            model, graph = result.model, from_tflite(result.model)
-        p = predict_arena(graph, model=model, count_input=self.count_input)
+            result = None
+            p = predict_arena(self.graph, model=self.source, count_input=self.count_input)
+        else:  # the rewritten model as decided (what its file would predict); written only if asked for
+            result = rewrite_builtin(self.source, self.graph, candidate.schedules()[0], self.where, border=border)
+            p = predict_model_arena(result.decided, count_input=self.count_input)
         details = {"border": None if variant is None else border, "predicted_arena_bytes": p.total,
                    "predicted_arena_head_bytes": p.head, "predicted_arena_tail_bytes": p.tail,
                    "ops": result.ops_after if result else None}

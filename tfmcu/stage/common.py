@@ -26,12 +26,20 @@ class RewriteError(TfmcuError):
 
 @dataclass
 class RewriteResult:
-    model: bytes
+    """A rewritten model, decided (``decided``: what pricing reads) and written the first time its bytes are asked
+    for (``model``)."""
+
+    decided: TfliteModel
     ops_before: int
     ops_after: int
     new_tensors: int
     schedule: dict[str, Any]
     stages: dict[int, Any] = field(default_factory=dict)  # custom mode: PackedStage per TFMCU_PATCH_STAGE op index
+
+    @property
+    def model(self) -> bytes:
+        """The rewritten .tflite's bytes (written on first use)."""
+        return self.decided.data
 
 
 def schedule_record(s: PatchSchedule, mode: str, **extra: Any) -> dict[str, Any]:

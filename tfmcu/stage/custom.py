@@ -29,16 +29,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
-from flatbuffers import flexbuffers
 
 from tfmcu import abi
 from tfmcu.graph import ir
-from tfmcu.graph.from_tflite import from_tflite
+from tfmcu.graph.from_tflite import from_model, from_tflite
 from tfmcu.kernels import PatchKernelError
 from tfmcu.kernels.ops import LayerSpec, params_from_words
 from tfmcu.kernels.pack import PackedStage, cache_sizes, input_window_bytes, pack_stage
 from tfmcu.plan import regions
-from tfmcu.plan.arena import ALIGN, DEFAULT_KERNELS, KERNEL_SETS, builtin_of, get_build, op_allocations, predict_arena
+from tfmcu.plan.arena import (ALIGN, DEFAULT_KERNELS, KERNEL_SETS, builtin_of, get_build, op_allocations, predict_arena,
+                              predict_model_arena)
 from tfmcu.plan.halo import HaloCaches, HaloOptions, halo_caches, select
 from tfmcu.plan.memory_plan import with_offline_plan
 from tfmcu.plan.placer import align_up
@@ -61,21 +61,41 @@ def is_custom_model(data: bytes | ts.ModelT) -> bool:
 
 
 # ----------------------------------------------------------------------------- writing
-def rewrite_custom(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where: str = "model",
+# Writing is in two phases (``tfmcu.tflite.editor``): ``rewrite_custom`` / ``rewrite_stages`` / ``convs_to_flash``
+# decide the rewritten model (its tensors, operators, options, tables, metadata and offline memory plan) and return
+# it decided, not written (``RewriteResult.decided``); its bytes are written the first time they are asked for
+# (``RewriteResult.model``). A cost function prices the decided model (``tfmcu.plan.arena``, ``tfmcu.plan.latency``
+# read it as they read its file) and only the models kept are written.
+def rewrite_custom(data: bytes | TfliteModel, graph: ir.Graph, schedule: PatchSchedule, where: str = "model",
                    inplace: bool = False, halo: HaloCaches | None = None,
                    streamed_input: bool = False, kernels: str = "reference") -> RewriteResult:
-    """Replace ``schedule``'s stage of the .tflite ``data`` by one TFMCU_PATCH_STAGE operator. The offline memory
+    """Replace ``schedule``'s stage of the .tflite ``data`` (bytes, or the model parsed once,
+    ``tfmcu.tflite.model``) by one TFMCU_PATCH_STAGE operator. The offline memory
     plan is made around the scratch buffers of the build that links ``kernels`` (``tfmcu.plan.memory_plan``),
     recorded in the schedule metadata (``memory_plan_kernels``); ``inplace``: the rest of the graph planned in place
     with the overlaps those kernels allow. ``halo``: halo caches of this schedule (``tfmcu.plan.halo``),
     recorded too. ``streamed_input``: the stage reads the image through the application's ``TfmcuInputProvider``
     (tflm_patch_kernels/tflm/patch_stage_op.h) row band by row band: the model's input becomes a one-element int8
-    placeholder and the arena holds no image."""
+    placeholder and the arena holds no image. The model is decided, written when its bytes are asked for."""
+    ed, packed, record, ops_before = _first_stage(as_model(data, where), graph, schedule, where, inplace, halo,
+                                                  streamed_input, kernels)
+    ed.set_metadata(SCHEDULE_METADATA, json.dumps(record).encode())
+    # The whole model's offline memory plan (the stage op's input and output, the rest in place if asked), when it
+    # beats TFLM's greedy planner; TFLM places the op's scratch around it.
+    planned, _, _ = with_offline_plan(ed.decided(where), inplace=inplace, kernels=kernels, stages={0: packed})
+    return RewriteResult(planned, ops_before, len(ed.subgraph.operators), ed.new_tensors, record, {0: packed})
+
+
+def _first_stage(source: TfliteModel, graph: ir.Graph, schedule: PatchSchedule, where: str, inplace: bool,
+                 halo: HaloCaches | None, streamed_input: bool,
+                 kernels: str) -> tuple[ModelEditor, PackedStage, dict[str, Any], int]:
+    """``rewrite_custom``'s model before its metadata and memory plan: (the editor holding it, the stage packed, its
+    schedule record, the operators before)."""
     try:
-        packed = pack_stage(data, graph, schedule, halo=halo)
+        packed = pack_stage(source, graph, schedule, halo=halo)
     except PatchKernelError as e:
         raise RewriteError(f"{where}: {e}") from None
-    ed = ModelEditor(data, where)
+    ed = ModelEditor(source, where)
     original_ops = list(ed.subgraph.operators)
     stage_src = [graph.ops[k].src_index for k in schedule.stage]
     if sorted(stage_src) != list(range(len(stage_src))):
@@ -114,14 +134,11 @@ def rewrite_custom(data: bytes, graph: ir.Graph, schedule: PatchSchedule, where:
                              **stream)
     if halo is not None:
         record["halo"] = halo.to_dict()
-    ed.set_metadata(SCHEDULE_METADATA, json.dumps(record).encode())
-    # The whole model's offline memory plan (the stage op's input and output, the rest in place if asked), when it
-    # beats TFLM's greedy planner; TFLM places the op's scratch around it.
-    planned, _, _ = with_offline_plan(ed.to_bytes(), inplace=inplace, kernels=kernels, stages={0: packed})
-    return RewriteResult(planned, len(original_ops), len(ed.subgraph.operators), ed.new_tensors, record, {0: packed})
+    return ed, packed, record, len(original_ops)
 
 
-def rewrite_stages(data: bytes, graph: ir.Graph, stages: Sequence[tuple[PatchSchedule, HaloCaches | None]],
+def rewrite_stages(data: bytes | TfliteModel, graph: ir.Graph,
+                   stages: Sequence[tuple[PatchSchedule, HaloCaches | None]],
                    where: str = "model", inplace: bool = False, streamed_input: bool = False,
                    kernels: str = "reference") -> RewriteResult:
     """A plan's patch stages (``tfmcu.plan.plans.Plan.schedules``, each with its halo caches), each ONE
@@ -130,18 +147,21 @@ def rewrite_stages(data: bytes, graph: ir.Graph, stages: Sequence[tuple[PatchSch
     ``rewrite_custom``'s model). The stages must be runs of consecutive operators that do not overlap. The schedule
     metadata is the first stage's record (what one-stage readers read) with ``stage_plan``: every stage's operators,
     grid and caches. One offline memory plan for the whole model (``inplace``: the builtin ops in place) with every
-    stage's scratch."""
+    stage's scratch. The model is decided, written when its bytes are asked for (``RewriteResult.model``)."""
     if not stages:
         raise RewriteError(f"{where}: no patch stage given")
+    source = as_model(data, where)
     order = sorted(stages, key=lambda sh: graph.ops[sh[0].stage[0]].src_index)
     if len(order) == 1 and graph.ops[order[0][0].stage[0]].src_index == 0:
-        return rewrite_custom(data, graph, order[0][0], where, inplace, order[0][1], streamed_input, kernels)
+        return rewrite_custom(source, graph, order[0][0], where, inplace, order[0][1], streamed_input, kernels)
     first, rest = order[0], order[1:]
-    result = None
+    record: dict[str, Any] | None = None
+    packs: dict[int, PackedStage] = {}  # by operator index in the model the loop below edits
     if graph.ops[first[0].stage[0]].src_index == 0:  # the first stage as rewrite_custom makes it (streamed or not)
-        result = rewrite_custom(data, graph, first[0], where, inplace, first[1], streamed_input, kernels)
-        data = result.model
-        base = from_tflite(data, name=where)
+        ed0, packs[0], record, _ = _first_stage(source, graph, first[0], where, inplace, first[1], streamed_input,
+                                                kernels)
+        source = ed0.decided(where)
+        base = from_model(source, name=where)
         shift = len(first[0].stage) - 1  # operators before the later stages: the first stage's became one
         todo = [(sch, h, [graph.ops[k].src_index - shift for k in sch.stage]) for sch, h in rest]
         orig = [[graph.ops[k].src_index for k in sch.stage] for sch, _ in rest]
@@ -151,14 +171,12 @@ def rewrite_stages(data: bytes, graph: ir.Graph, stages: Sequence[tuple[PatchSch
         base = graph
         todo = [(sch, h, [graph.ops[k].src_index for k in sch.stage]) for sch, h in order]
         orig = [src for _, _, src in todo]
-    ed = ModelEditor(data, where)
+    ed = ModelEditor(source, where)
     original_ops = list(ed.subgraph.operators)
-    unpacked = load(data, where)
     replace: dict[int, Any] = {}
-    packs: dict[int, PackedStage] = {}  # by operator index in the input to this loop
     drop: set[int] = set()
     by_src = {op.src_index: k for k, op in enumerate(base.ops)}
-    entries: list[tuple[int, dict[str, Any]]] = [] if result is None else [(0, _stage_entry(first[0], first[1]))]
+    entries: list[tuple[int, dict[str, Any]]] = [] if record is None else [(0, _stage_entry(first[0], first[1]))]
     last = -1
     for (sch, halo, src), src0 in zip(todo, orig):
         if src != list(range(src[0], src[0] + len(src))) or src[0] <= last:
@@ -169,7 +187,7 @@ def rewrite_stages(data: bytes, graph: ir.Graph, stages: Sequence[tuple[PatchSch
         s = regions.schedule(base, sch.grid, ops=ops, accounting=sch.accounting)
         h = None if halo is None else halo_caches(s, halo.cache_rows, halo.cache_cols)
         try:
-            packed = pack_stage(unpacked, base, s, halo=h, name=f"stage_{src[0]}")
+            packed = pack_stage(source, base, s, halo=h, name=f"stage_{src[0]}")
         except PatchKernelError as e:
             raise RewriteError(f"{where}: {e}") from None
         replace[src[0]] = _stage_operator(ed, packed, base, ops, original_ops,
@@ -184,12 +202,12 @@ def rewrite_stages(data: bytes, graph: ir.Graph, stages: Sequence[tuple[PatchSch
             new_ops.append(replace.get(i, o))
     ed.subgraph.operators = new_ops
     ed.drop_unused_tensors()
-    record = dict(result.schedule) if result else schedule_record(
+    record = dict(record) if record is not None else schedule_record(
         order[0][0], "custom", memory_plan="inplace" if inplace else "disjoint", memory_plan_kernels=kernels)
     record["stage_plan"] = [{"operator": index[i], **e} for i, e in entries]
     ed.set_metadata(SCHEDULE_METADATA, json.dumps(record).encode())
-    found = {**(result.stages if result else {}), **{index[i]: p for i, p in packs.items()}}
-    planned, _, _ = with_offline_plan(ed.to_bytes(), inplace=inplace, kernels=kernels, stages=found)
+    found = {index[i]: p for i, p in packs.items()}
+    planned, _, _ = with_offline_plan(ed.decided(where), inplace=inplace, kernels=kernels, stages=found)
     return RewriteResult(planned, len(graph.ops), len(ed.subgraph.operators), ed.new_tensors, record, found)
 
 
@@ -203,7 +221,8 @@ def _stage_operator(ed: ModelEditor, packed: PackedStage, graph: ir.Graph, stage
                     original_ops: list[Any], inputs: list[int], stream: dict[str, int]) -> Any:
     """The TFMCU_PATCH_STAGE operator of ``packed`` (ops ``stage`` of ``graph``; ``inputs`` starts with its input
     tensor): the layers' ORIGINAL filter and bias tensors, new int32 constants for the multipliers / shifts and the
-    tables, the flexbuffer options."""
+    tables, the options (a map: the editor writes it as a flexbuffer with the model). What the op holds is decided
+    here, for the writer and for pricing alike."""
     inputs = list(inputs)
     layers = []
     for spec, k in zip(packed.layers, stage):
@@ -247,8 +266,7 @@ def _stage_operator(ed: ModelEditor, packed: PackedStage, graph: ir.Graph, stage
         "scratch_bytes": int(packed.scratch_bytes),
         **stream,
     }
-    return ed.custom_operator(PATCH_STAGE_OP, inputs, [packed.tensor_tflite_index[packed.output_tensor]],
-                              bytes(flexbuffers.Dumps(desc)))
+    return ed.custom_operator(PATCH_STAGE_OP, inputs, [packed.tensor_tflite_index[packed.output_tensor]], desc)
 
 
 # ----------------------------------------------------------------------------- the rest's convolutions in Flash
@@ -275,13 +293,18 @@ def _as_conv(graph: ir.Graph, k: int) -> ir.Graph:
 
 @dataclass
 class FlashResult:
-    model: bytes
+    decided: TfliteModel  # the model, decided; written the first time ``model`` is asked for
     replaced: list[dict[str, Any]]  # per op run by our kernel: index, name, out channels, persistent bytes saved
     kept: list[dict[str, Any]]  # convolutions left to TFLM (our kernel's op data would not be smaller)
     stages: dict[int, PackedStage] = field(default_factory=dict)  # every TFMCU_PATCH_STAGE op's, by op index
 
+    @property
+    def model(self) -> bytes:
+        """The model's bytes (written on first use)."""
+        return self.decided.data
 
-def convs_to_flash(data: bytes, where: str = "model", inplace: bool = False, build: str = "cortex-m",
+
+def convs_to_flash(data: bytes | TfliteModel, where: str = "model", inplace: bool = False, build: str = "cortex-m",
                    kernels: str = "reference", stages: dict[int, PackedStage] | None = None) -> FlashResult:
     """Run the model's CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED operators outside a patch stage through our
     kernels too: each becomes a one-layer TFMCU_PATCH_STAGE op (one patch, no scratch; a fully connected layer as the
@@ -290,21 +313,22 @@ def convs_to_flash(data: bytes, where: str = "model", inplace: bool = False, bui
     per fully connected layer with per-channel weights: a 1000-class classifier's 8,000 B). An operator is replaced
     only where that makes the tail smaller: our kernel's op data (``kernel_memory``) below TFLM's own allocations
     for it (``tfmcu.plan.arena``, TFLM build ``build``: Cortex-M's 32-bit structs by default). Tensors, their lifetimes and the memory plan are unchanged
-    (``inplace``: the offline plan in place again); results are bit-exact as for the stage."""
-    graph = from_tflite(data, name=where)
-    ed = ModelEditor(data, where)
+    (``inplace``: the offline plan in place again); results are bit-exact as for the stage. ``data``: bytes, or a
+    model parsed or decided (``tfmcu.tflite.model``); the result's model is decided, written when asked for."""
+    source = as_model(data, where)
+    graph = from_model(source, name=where)
+    ed = ModelEditor(source, where)
     original_ops = list(ed.subgraph.operators)
     tb = get_build(build)
     replaced: dict[int, Any] = {}
     done, kept = [], []
     packs: dict[int, PackedStage] = dict(stages or {})  # the model's own TFMCU ops keep their operator index
-    unpacked = load(data, where)  # parsed once for every op's pack_stage (read only)
     for k, op in enumerate(graph.ops):
         if builtin_of(op) not in FLASH_OPS:
             continue
         try:
             g = _as_conv(graph, k)
-            packed = pack_stage(unpacked, g, regions.schedule(g, (1, 1), ops=[k]), name=op.name)
+            packed = pack_stage(source, g, regions.schedule(g, (1, 1), ops=[k]), name=op.name)
         except (PatchKernelError, ScheduleError) as e:
             kept.append({"op": op.src_index, "name": op.name, "why": str(e)})
             continue
@@ -328,7 +352,7 @@ def convs_to_flash(data: bytes, where: str = "model", inplace: bool = False, bui
             kept.append({**entry, "why": "our kernel's op data would not be smaller"})
     ed.subgraph.operators = [replaced.get(i, o) for i, o in enumerate(original_ops)]
     ed.drop_unused_tensors()
-    planned, _, _ = with_offline_plan(ed.to_bytes(), inplace=inplace, kernels=kernels, stages=packs)
+    planned, _, _ = with_offline_plan(ed.decided(where), inplace=inplace, kernels=kernels, stages=packs)
     return FlashResult(planned, done, kept, packs)
 
 
@@ -551,21 +575,26 @@ class CustomArenaCost:
     smallest, auto).
 
     ``configs``: the joint search: every patched plan is evaluated in each configuration (a variant of the search,
-    ``CustomOptions``) instead of ``options`` alone. ``instructions``: a latency predictor (model bytes -> predicted
+    ``CustomOptions``) instead of ``options`` alone. ``instructions``: a latency predictor (a model -> predicted
     instructions per Invoke, ``tfmcu.plan.latency``) that every evaluation then carries (``Evaluation.instructions``),
-    for the search's ``latency`` objective and ``max_latency``."""
+    for the search's ``latency`` objective and ``max_latency``.
+
+    A plan is priced from the rewritten model as the writer decides it, before any byte is written
+    (``RewriteResult.decided``: what the arena and latency predictors read of its file); the model of an evaluation
+    is written only when its bytes are asked for (``Evaluation.result.model``: the search's finalists)."""
 
     what = "predicted TFLM arena with the TFMCU_PATCH_STAGE kernel"
 
     def __init__(self, data: bytes, graph: ir.Graph, where: str = "model", *,
                  options: CustomOptions = CustomOptions(), count_input: bool = True, budget: int | None = None,
                  configs: Sequence[CustomOptions] = (), build: str = "wheel",
-                 instructions: Callable[[bytes], int] | None = None):
+                 instructions: Callable[[bytes | TfliteModel], int] | None = None):
         self.data, self.graph, self.where = data, graph, where
         self.options, self.count_input, self.budget = options.validate(), count_input, budget
         configs = {c.validate().label: c for c in configs}  # (one per label)
         self.variants: tuple[CustomOptions | None, ...] = tuple(configs.values()) or (None,)
         self.build, self.instructions = get_build(build).name, instructions
+        self._source: TfliteModel | None = None
         self._caches: dict[tuple[Any, ...], HaloCaches | None] = {}
         self._persistent: dict[int, tuple[int, bool]] | None = None
         self._built: dict[tuple[Any, ...], Built] = {}
@@ -586,6 +615,13 @@ class CustomArenaCost:
         return sum(size for k, (size, movable) in self._persistent.items()
                    if k not in stages and not (movable and o.rest_convs == "tfmcu"))
 
+    @property
+    def source(self) -> TfliteModel:
+        """The model, parsed once for every rewrite (each edits a structural copy: ``tfmcu.tflite.editor.fork``)."""
+        if self._source is None:
+            self._source = as_model(self.data, self.where)
+        return self._source
+
     def config(self, variant: CustomOptions | None) -> CustomOptions:
         """The configuration of a variant (None: ``options``)."""
         return self.options if variant is None else variant
@@ -597,8 +633,9 @@ class CustomArenaCost:
         return sum(-(-self.graph.tensors[t].nbytes // 16) * 16 for t in self.graph.inputs)
 
     def _predict(self, result: RewriteResult) -> Any:
+        """The arena of the decided model (as its file's would be: ``predict_model_arena``); nothing is written."""
         stages = result.stages if get_build(self.build).cmsis_nn else None
-        return predict_arena(from_tflite(result.model), model=result.model, build=self.build, stage=stages)
+        return predict_model_arena(result.decided, build=self.build, stage=stages)
 
     def _image(self, o: CustomOptions) -> str:
         return "streamed" if o.stream_input else ("counted" if self.count_input else "excluded")
@@ -646,7 +683,7 @@ class CustomArenaCost:
         def build(caches: tuple[HaloCaches | None, ...]) -> RewriteResult:
             key = _caches_key(caches)
             if key not in built:
-                built[key] = rewrite_stages(self.data, self.graph, list(zip(schedules, caches)), self.where,
+                built[key] = rewrite_stages(self.source, self.graph, list(zip(schedules, caches)), self.where,
                                             inplace=o.inplace, streamed_input=stream, kernels=o.kernels)
             return built[key]
 
@@ -682,21 +719,21 @@ class CustomArenaCost:
             else:
                 p = predict(caches)
             self._built[key] = (p.total - self._input_bytes(o, stream), result,
-                                {**_details(p), "ops": result.ops_after, **extra}, self._instructions(result.model))
+                                {**_details(p), "ops": result.ops_after, **extra}, self._instructions(result.decided))
         cost, result, details, ins = self._built[key]
         return Evaluation(plan, variant, cost, result, dict(details), ins)
 
     def _rest_convs(self, result: RewriteResult, o: CustomOptions) -> tuple[RewriteResult, dict[str, int]]:
         """``rest_convs=tfmcu``: the rewritten model's remaining convolutions by our kernels (``convs_to_flash``),
         and what moved."""
-        flash = convs_to_flash(result.model, self.where, inplace=o.inplace, kernels=o.kernels, stages=result.stages,
+        flash = convs_to_flash(result.decided, self.where, inplace=o.inplace, kernels=o.kernels, stages=result.stages,
                                build=self.build if self.build.startswith("cortex-m") else "cortex-m")
         moved = sum(e["tflm_persistent_bytes"] - e["tfmcu_persistent_bytes"] for e in flash.replaced)
-        return (RewriteResult(flash.model, result.ops_before, result.ops_after, result.new_tensors, result.schedule,
+        return (RewriteResult(flash.decided, result.ops_before, result.ops_after, result.new_tensors, result.schedule,
                               flash.stages),
                 {"replaced": len(flash.replaced), "kept": len(flash.kept), "tflm_persistent_bytes_moved": moved})
 
-    def _instructions(self, model: bytes) -> int | None:
+    def _instructions(self, model: bytes | TfliteModel) -> int | None:
         return None if self.instructions is None else int(self.instructions(model))
 
     def _auto_caches(self, s: PatchSchedule, o: CustomOptions, image: str,

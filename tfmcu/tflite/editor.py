@@ -7,54 +7,41 @@
     ed.subgraph.operators = [...]
     ed.drop_unused_tensors()
     ed.set_metadata("tfmcu_schedule", b"{...}")
-    data = ed.to_bytes()
+    data = ed.to_bytes()          # or: model = ed.decided(), the same model before it is written
+
+Editing is in two phases. The first decides the model: ``ModelEditor`` edits the unpacked object tree, and a custom
+operator may be given its options as a map (``custom_operator(..., options={...})``), kept decoded. The second only
+writes it: ``to_bytes`` (``write``) serializes those options as flexbuffers and the tree as a flatbuffer.
+``decided()`` hands the first phase's model on as a ``tfmcu.tflite.model.TfliteModel`` that writes itself the first
+time its bytes are asked for: what reads models (lowering, predictors) reads it unwritten, and an editor made from it
+(``ModelEditor(decided)``) edits a structural copy (``fork``), as it would a parsed ``TfliteModel``, without parsing
+anything again.
 
 What it covers: operator codes (builtin, with the least op version that supports int8, and custom), new tensors
 (copies of an existing tensor's type and quantization with a new shape) and constants (deduplicated by value),
 operators, dropping tensors nothing uses any more (renumbering every reference; an offline memory plan indexes
 tensors, so it is dropped too), named metadata buffers, and the zip of associated files that TFLite metadata
-appends after the flatbuffer (``split_appended_zip`` / ``append_zip``): ``to_bytes`` writes it back unchanged.
+appends after the flatbuffer (``tfmcu.tflite.model``'s ``split_appended_zip`` / ``append_zip``): ``to_bytes`` writes
+it back unchanged.
 """
 
 from __future__ import annotations
 
 import copy
-import io
-import zipfile
 from typing import Any
 
 import numpy as np
+from flatbuffers import flexbuffers
 
 from tfmcu.tflite import schema as ts
+from tfmcu.tflite.model import Members, TfliteModel, append_zip, split_appended_zip
+
+__all__ = ["INT8_VERSIONS", "OFFLINE_PLAN_METADATA", "Members", "ModelEditor", "append_zip", "fork", "get_metadata",
+           "load", "split_appended_zip", "write"]
 
 # int8 support arrived in these op versions (TFLite's op version tables); other new operator codes get version 1.
 INT8_VERSIONS = {"SLICE": 2, "PAD": 2, "PADV2": 2, "CONCATENATION": 2}
 OFFLINE_PLAN_METADATA = "OfflineMemoryAllocation"
-
-Members = list[tuple[zipfile.ZipInfo, bytes]]
-
-
-def split_appended_zip(data: bytes) -> tuple[bytes, Members]:
-    """The flatbuffer and the associated files TFLite metadata appends as a zip after it (if any)."""
-    try:
-        zf = zipfile.ZipFile(io.BytesIO(data))
-        members = [(info, zf.read(info)) for info in zf.infolist()]
-    except zipfile.BadZipFile:
-        return data, []
-    return data, members
-
-
-def append_zip(model: bytes, members: Members) -> bytes:
-    """``model`` with the associated files ``members`` appended as a zip (unchanged if there are none)."""
-    if not members:
-        return model
-    buf = io.BytesIO(model)
-    buf.seek(0, io.SEEK_END)
-    with zipfile.ZipFile(buf, "a") as zf:
-        for info, payload in members:
-            zf.writestr(info, payload)
-    return buf.getvalue()
-
 
 def get_metadata(model: ts.ModelT, name: str) -> bytes | None:
     """The bytes of the metadata entry ``name`` of an unpacked model (None if it has none)."""
@@ -72,15 +59,47 @@ def load(data: bytes, where: str = "model") -> ts.ModelT:
     return ts.load_model(split_appended_zip(bytes(data))[0], where)
 
 
+def fork(model: ts.ModelT) -> ts.ModelT:
+    """A structural copy of an unpacked model that ``ModelEditor`` may edit while ``model`` stays as it is: the
+    containers it changes (subgraph 0's tensor, operator, input and output lists, the operators themselves, the
+    buffer, operator-code and metadata lists, the signatures) are new; what it never changes in place (tensors,
+    buffers' data, options) is shared."""
+    m = copy.copy(model)
+    sg = copy.copy(model.subgraphs[0])
+    m.subgraphs = [sg] + list(model.subgraphs[1:])
+    sg.tensors = list(sg.tensors or [])
+    sg.operators = [copy.copy(op) for op in sg.operators or []]
+    m.buffers = list(model.buffers or [])
+    m.operatorCodes = [copy.copy(c) for c in model.operatorCodes or []]
+    m.metadata = list(model.metadata) if model.metadata is not None else None
+    m.signatureDefs = copy.deepcopy(model.signatureDefs)
+    return m
+
+
+def write(model: ts.ModelT, members: Members, options: dict[int, Any] | None = None) -> bytes:
+    """The second phase: ``model`` as the bytes of a .tflite, the decoded custom ``options`` of its operators (by
+    index) serialized as flexbuffers first, the associated files ``members`` appended."""
+    ops = model.subgraphs[0].operators or []
+    for i, value in (options or {}).items():
+        ops[i].customOptions = np.frombuffer(bytes(flexbuffers.Dumps(value)), dtype=np.uint8).copy()
+        ops[i].customOptionsFormat = 0  # FLEXBUFFERS
+    return append_zip(ts.write_model(model), members)
+
+
 class ModelEditor:
     """Edits subgraph 0 of a .tflite (see the module docstring)."""
 
-    def __init__(self, data: bytes | ts.ModelT, where: str = "model", members: Members | None = None):
+    def __init__(self, data: bytes | ts.ModelT | TfliteModel, where: str = "model", members: Members | None = None):
+        self._options: dict[int, tuple[ts.OperatorT, Any]] = {}  # id(operator) -> (operator, decoded options)
         if isinstance(data, ts.ModelT):
             self.model, self.members = data, list(members or [])
-        else:
+        elif isinstance(data, (bytes, bytearray, memoryview)):
             flat, self.members = split_appended_zip(bytes(data))
             self.model = ts.load_model(flat, where)
+        else:  # a parsed or decided TfliteModel: edit a structural copy, its undecoded options carried over
+            self.model, self.members = fork(data.flatbuffer), list(data.members)
+            ops = self.model.subgraphs[0].operators
+            self._options = {id(ops[i]): (ops[i], value) for i, value in data.decided_options.items()}
         self.subgraph = self.model.subgraphs[0]
         self.subgraph.tensors = list(self.subgraph.tensors or [])
         self.subgraph.operators = list(self.subgraph.operators or [])
@@ -133,15 +152,23 @@ class ModelEditor:
         op.builtinOptions = options
         return op
 
-    def custom_operator(self, name: str, inputs: list[int], outputs: list[int], options: bytes) -> ts.OperatorT:
-        """A new custom operator with flexbuffer ``options``."""
+    def custom_operator(self, name: str, inputs: list[int], outputs: list[int], options: bytes | Any) -> ts.OperatorT:
+        """A new custom operator with ``options``: flexbuffer bytes, or a map kept decoded until the model is written
+        (``decided``, ``to_bytes``)."""
         op = ts.OperatorT()
         op.opcodeIndex = self.custom_opcode(name)
         op.inputs = np.asarray(inputs, dtype=np.int32)
         op.outputs = np.asarray(outputs, dtype=np.int32)
-        op.customOptions = np.frombuffer(bytes(options), dtype=np.uint8).copy()
-        op.customOptionsFormat = 0  # FLEXBUFFERS
+        if isinstance(options, (bytes, bytearray, memoryview)):
+            op.customOptions = np.frombuffer(bytes(options), dtype=np.uint8).copy()
+            op.customOptionsFormat = 0  # FLEXBUFFERS
+        else:
+            self._options[id(op)] = (op, options)
         return op
+
+    def decided_options(self) -> dict[int, Any]:
+        """The decoded options of the subgraph's operators that have them (by operator index)."""
+        return {i: self._options[id(op)][1] for i, op in enumerate(self.subgraph.operators) if id(op) in self._options}
 
     def op_name(self, op: ts.OperatorT) -> str:
         return ts.op_name(self.model, op)
@@ -237,7 +264,13 @@ class ModelEditor:
             self.model.metadata = [m for m in self.model.metadata if ts.text(m.name) != name]
 
     # ------------------------------------------------------------------ output
+    def decided(self, where: str = "model") -> TfliteModel:
+        """The model as edited so far, decided and not written (``tfmcu.tflite.model.TfliteModel.decided``): a
+        structural copy (``fork``), so this editor may go on editing; written (``write``) the first time its bytes
+        are asked for."""
+        model, members, options = fork(self.model), list(self.members), self.decided_options()
+        return TfliteModel.decided(model, members, options, lambda: write(model, members, options), where)
+
     def to_bytes(self, keep_files: bool = True) -> bytes:
         """The edited model, with the associated files appended again unless ``keep_files`` is False."""
-        flat = ts.write_model(self.model)
-        return append_zip(flat, self.members) if keep_files else flat
+        return write(self.model, self.members if keep_files else [], self.decided_options())

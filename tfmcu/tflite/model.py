@@ -8,9 +8,16 @@ holding bytes take either and call ``as_model``, which parses only when given by
   are those of ``data``, so code that writes or measures the file is unchanged;
 * ``flatbuffer``: the unpacked ``ModelT`` (shared: read it, never edit it; ``tfmcu.tflite.editor.ModelEditor``
   edits a copy of the bytes);
-* ``members``: the associated files (``tfmcu.tflite.editor.split_appended_zip``), split once;
+* ``members``: the associated files (``split_appended_zip``: the zip TFLite metadata appends after the flatbuffer),
+  split once;
 * ``op_names`` (``"CONV_2D"`` ... ``"custom:NAME"``, per operator of subgraph 0), ``info`` (the signature: inputs
   and outputs with shape, dtype and quantization, ``ModelInfo``) and ``custom_options(name)``.
+
+A model the one editor decided (``tfmcu.tflite.editor.ModelEditor.decided``) is a ``TfliteModel`` too, before any
+byte of it exists: its ``flatbuffer`` is the edited object tree, the custom options of the operators the editor
+added are still their decoded maps (``decided_options``), and ``data`` is written the first time it is asked for.
+Whatever reads a model (the graph lowering, the arena and latency predictors) reads such a model as it would read
+its file, so a candidate is priced without being written, and only the ones kept are.
 
 A file that is not a readable TFLite model is a one-line ``SchemaError`` naming ``where``.
 """
@@ -18,12 +25,38 @@ A file that is not a readable TFLite model is a one-line ``SchemaError`` naming 
 from __future__ import annotations
 
 import functools
+import io
+import zipfile
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
 from tfmcu.tflite import schema as ts
-from tfmcu.tflite.editor import Members, split_appended_zip
+
+Members = list[tuple[zipfile.ZipInfo, bytes]]
+
+
+def split_appended_zip(data: bytes) -> tuple[bytes, Members]:
+    """The flatbuffer and the associated files TFLite metadata appends as a zip after it (if any)."""
+    try:
+        zf = zipfile.ZipFile(io.BytesIO(data))
+        members = [(info, zf.read(info)) for info in zf.infolist()]
+    except zipfile.BadZipFile:
+        return data, []
+    return data, members
+
+
+def append_zip(model: bytes, members: Members) -> bytes:
+    """``model`` with the associated files ``members`` appended as a zip (unchanged if there are none)."""
+    if not members:
+        return model
+    buf = io.BytesIO(model)
+    buf.seek(0, io.SEEK_END)
+    with zipfile.ZipFile(buf, "a") as zf:
+        for info, payload in members:
+            zf.writestr(info, payload)
+    return buf.getvalue()
 
 
 @dataclass(frozen=True)
@@ -74,7 +107,8 @@ def tensor_info(m: ts.ModelT, index: int) -> TensorInfo:
 
 
 class TfliteModel:
-    """A .tflite read and unpacked once (see the module docstring)."""
+    """A .tflite read and unpacked once, or decided by the editor and written on demand (see the module
+    docstring)."""
 
     def __init__(self, data: bytes, where: str = "model"):
         self.data = bytes(data)
@@ -82,6 +116,28 @@ class TfliteModel:
         flat, members = split_appended_zip(self.data)
         self.members: Members = members
         self.flatbuffer = ts.load_model(flat, where)
+        self.decided_options: dict[int, Any] = {}
+
+    @classmethod
+    def decided(cls, flatbuffer: ts.ModelT, members: Members, options: dict[int, Any],
+                write: Callable[[], bytes], where: str = "model") -> "TfliteModel":
+        """A model decided by the editor and not written yet: ``flatbuffer`` (read only from here on), the decoded
+        custom ``options`` of the operators whose options are not serialized yet (by operator index), and ``write``,
+        which serializes it (``data``, called once, the first time the bytes are asked for)."""
+        m = cls.__new__(cls)
+        m.where, m.members, m.flatbuffer, m.decided_options = where, list(members), flatbuffer, dict(options)
+        m._write = write
+        return m
+
+    @functools.cached_property
+    def data(self) -> bytes:  # (set in __init__ for a model read from bytes: only a decided model gets here)
+        """The whole file: written from the decided model the first time it is asked for."""
+        return self._write()
+
+    @property
+    def written(self) -> bool:
+        """Whether the bytes exist (a model read from bytes, or a decided model written since)."""
+        return "data" in self.__dict__
 
     def __bytes__(self) -> bytes:
         return self.data

@@ -12,12 +12,12 @@ import numpy as np
 
 from tfmcu.tflite import schema as ts
 from tfmcu.tflite.editor import OFFLINE_PLAN_METADATA, ModelEditor, get_metadata
-from tfmcu.tflite.model import as_model
+from tfmcu.tflite.model import TfliteModel, as_model
 
 VERSION = 1
 
 
-def read(model: bytes | ts.ModelT) -> list[int] | None:
+def read(model: bytes | TfliteModel | ts.ModelT) -> list[int] | None:
     """Offsets per tensor index (-1: online) of the model's offline plan; None if it has none (or another version)."""
     m = model if isinstance(model, ts.ModelT) else as_model(model).flatbuffer
     raw = get_metadata(m, OFFLINE_PLAN_METADATA)
@@ -29,12 +29,13 @@ def read(model: bytes | ts.ModelT) -> list[int] | None:
     return [int(v) for v in values[3:]]
 
 
-def write(data: bytes, offsets: dict[int, int]) -> bytes:
+def write(data: bytes | TfliteModel, offsets: dict[int, int]) -> bytes | TfliteModel:
     """``data`` with an offline plan placing tensor ``index`` at ``offsets[index]`` (the others online), replacing
-    any plan it had. Associated files appended after the flatbuffer are kept."""
+    any plan it had. Associated files appended after the flatbuffer are kept. Bytes in, bytes out; a parsed or
+    decided model in (``tfmcu.tflite.model``), a decided model out (nothing written)."""
     ed = ModelEditor(data)
     values = [-1] * len(ed.subgraph.tensors)
     for index, off in offsets.items():
         values[int(index)] = int(off)
     ed.set_metadata(OFFLINE_PLAN_METADATA, np.asarray([VERSION, 0, len(values)] + values, dtype="<i4").tobytes())
-    return ed.to_bytes()
+    return ed.to_bytes() if isinstance(data, (bytes, bytearray, memoryview)) else ed.decided(data.where)

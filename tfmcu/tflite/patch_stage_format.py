@@ -14,7 +14,9 @@ tensor, axis, offset); ``streamed_input`` (1: the op's input 0 is a one-element 
 the image through the application's ``TfmcuInputProvider``) with ``input_window_bytes``. Written for a stage with
 either; a stage with neither is still written as format 2 (the same bytes as before format 3 existed).
 
-* ``read_options(raw)``: the options map (``ValueError`` for anything else).
+* ``read_options(raw)``: the options map (``ValueError`` for anything else); ``options_of(attrs)`` the options of
+  an IR op lowered from a model (the map the writer decided, or its flexbuffer read), ``options_at(model, index)``
+  those of an operator of a model read or decided (``tfmcu.tflite.model``).
 * ``kernel_memory(options, pointer_bytes)``: (the kernel's persistent op-data bytes, its scratch request: 0 for no
   request, a stage without intermediate tensors), the
   same arithmetic as ``PatchStagePersistentBytes`` in the C++ kernel, for 64-bit hosts and 32-bit Cortex-M.
@@ -24,13 +26,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from flatbuffers import flexbuffers
 
 from tfmcu import abi
 from tfmcu.abi import FORMAT_VERSION, OLDEST_FORMAT_VERSION, PATCH_STAGE_OP
+from tfmcu.tflite.model import TfliteModel
 
-__all__ = ["FORMAT_VERSION", "OLDEST_FORMAT_VERSION", "PATCH_STAGE_OP", "kernel_memory", "read_options",
-           "single_layer", "streamed_input", "streamed_scratch"]
+__all__ = ["FORMAT_VERSION", "OLDEST_FORMAT_VERSION", "PATCH_STAGE_OP", "kernel_memory", "options_at", "options_of",
+           "read_options", "single_layer", "streamed_input", "streamed_scratch"]
 
 
 def read_options(raw: bytes) -> dict[str, Any]:
@@ -45,6 +49,23 @@ def read_options(raw: bytes) -> dict[str, Any]:
         raise ValueError(f"options version {desc.get('version')}; this tfmcu reads versions "
                          f"{OLDEST_FORMAT_VERSION}..{FORMAT_VERSION}")
     return desc
+
+
+def options_of(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The options of an IR op lowered from a model (``tfmcu.graph.from_tflite``): the map its writer decided
+    (``decided_options``, a model not written yet) or its flexbuffer (``custom_options``) read; ``ValueError`` as
+    ``read_options`` (``KeyError``: neither)."""
+    if "decided_options" in attrs:
+        return attrs["decided_options"]
+    return read_options(attrs["custom_options"])
+
+
+def options_at(model: TfliteModel, index: int) -> dict[str, Any]:
+    """The options of operator ``index`` of a model read or decided (``tfmcu.tflite.model.TfliteModel``)."""
+    if index in model.decided_options:
+        return model.decided_options[index]
+    op = model.flatbuffer.subgraphs[0].operators[index]
+    return read_options(np.asarray(op.customOptions if op.customOptions is not None else [], np.uint8).tobytes())
 
 
 def single_layer(options: dict[str, Any]) -> dict[str, Any] | None:
