@@ -311,3 +311,26 @@ def test_smallest_caches_is_the_reference_search_on_mbv2_035_144(zoo_models):
     s = regions.schedule(from_tflite(zoo_models("mbv2_035_144")), (4, 4), n_blocks=6)
     for image in ("streamed", "counted"):
         assert_same_caches(s, halo.DEFAULT_MAX_MAC_OVERHEAD, image)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_later_stages_and_pooled_stages(seed):
+    """Stages of the ops ``a..b-1`` anywhere in the graph (inputs held whole, maybe nothing but the stage output of
+    the patch's own), and ending with the global pool: no cache gives regions' peaks, and the search is the reference
+    search."""
+    g = from_spec(random_spec(random.Random(200 + seed)))
+    pools = [k for k, op in enumerate(g.ops) if regions.is_global_pool(g, op)]
+    tried = 0
+    for a in range(len(g.ops)):
+        for b in sorted({min(a + 1, len(g.ops)), min(a + 3, len(g.ops))}):
+            for ops in (list(range(a, b)), list(range(a, b)) + pools[:1]):
+                try:
+                    s = regions.schedule(g, (2, 2), ops=ops)
+                except ScheduleError:
+                    continue
+                h = halo.halo_caches(s)
+                assert (h.stage_peak_bytes, h.stage_peak_bytes_excluding_input) == \
+                    (s.stage_peak_bytes, s.stage_peak_bytes_excluding_input)
+                assert_same_caches(s, 10.0, "streamed")
+                tried += 1
+    assert tried > 3

@@ -248,8 +248,6 @@ class _Stage:
         self.cacheable = set(intermediates(schedule))
         ins, outs = schedule.stage_inputs, schedule.stage_outputs
         self.bands = ([w.band for w in schedule.rows], [w.band for w in schedule.cols])
-        self.per_pixel = {t: g.tensors[t].shape[3] * g.tensors[t].itemsize
-                          for i in idx for t in g.ops[i].inputs + g.ops[i].outputs}
         self.mac_terms = [(g.ops[i].outputs[0], mpp) for i in schedule.tiled
                           if (mpp := ir.macs_per_output_pixel(g.ops[i]))]
         life = g.lifetimes()
@@ -263,6 +261,8 @@ class _Stage:
                   if a <= i <= b and (t in produced or t in ins) and t not in outs and t not in held.whole]
                  for i in idx]
         self.names = sorted({t for ts in alive for t in ts})
+        self.per_pixel = {t: g.tensors[t].shape[3] * g.tensors[t].itemsize
+                          for t in set(self.names) | set(self.streamed_ins) | self.cacheable}
         col = {t: k for k, t in enumerate(self.names)}
         self.own = np.zeros((len(idx), len(self.names)), np.int64)
         self.window = np.zeros((len(idx), len(self.names)), np.int64)
@@ -302,7 +302,7 @@ class _Stage:
         col_bytes = {t: c.cached[t] * r.longest.get(t, 0) * pp[t] for t in sorted(cols)}
         caches = sum(row_bytes.values()) + sum(col_bytes.values())
         # one patch's box of every tensor: rows x cols, tensors x (row band, column band)
-        boxes = (r.lengths[:, :, None] * c.lengths[:, None, :]).reshape(len(self.names), -1)
+        boxes = (r.lengths[:, :, None] * c.lengths[:, None, :]).reshape(len(self.names), len(r.walks) * len(c.walks))
         own = self.own @ boxes  # (step, patch): the patch's own tensors
         own_most = int(own.max(initial=0))
         with_window = int((own + self.window @ boxes).max(initial=0))
