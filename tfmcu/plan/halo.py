@@ -81,11 +81,11 @@ def _len(r: Range) -> int:
 
 
 def _union(a: Range | None, b: Range) -> Range:
-    if _len(b) == 0:
+    if b[1] <= b[0]:
         return a if a is not None else _EMPTY
-    if a is None or _len(a) == 0:
+    if a is None or a[1] <= a[0]:
         return b
-    return min(a[0], b[0]), max(a[1], b[1])
+    return (a[0] if a[0] < b[0] else b[0]), (a[1] if a[1] > b[1] else b[1])
 
 
 @dataclass
@@ -274,15 +274,17 @@ class _Stage:
     def _axis(self, axis: int, cached: frozenset[str]) -> _AxisNeeds:
         s = self.schedule
         walks = walk_cached(s.graph, s.tiled, s.tiles, s.stage_inputs, axis, self.bands[axis], cached)
-        need = np.array([[w.need.get(t, _EMPTY) for w in walks] for t in self.names], np.int64)
+        need = np.array([w.need.get(t, _EMPTY) for t in self.names for w in walks], np.int64)
         need = need.reshape(len(self.names), len(walks), 2)
         lengths = np.maximum(need[:, :, 1] - need[:, :, 0], 0)
         some = lengths > 0
         lo = np.where(some, need[:, :, 0], np.iinfo(np.int64).max).min(axis=1)
         hi = np.where(some, need[:, :, 1], np.iinfo(np.int64).min).max(axis=1)
         extent = np.where(some.any(axis=1), np.maximum(hi - lo, 0), 0)
-        comp = {t: sum(_len(w.comp[t]) for w in walks) for t, _ in self.mac_terms}
-        most = {t: max((w.cached.get(t, 0) for w in walks), default=0) for t in cached}
+        made = np.array([w.comp[t] for t, _ in self.mac_terms for w in walks], np.int64).reshape(-1, len(walks), 2)
+        comp = dict(zip([t for t, _ in self.mac_terms],
+                        np.maximum(made[:, :, 1] - made[:, :, 0], 0).sum(axis=1).tolist()))
+        most = {t: max([w.cached.get(t, 0) for w in walks], default=0) for t in cached}
         return _AxisNeeds(walks, lengths, comp, most, dict(zip(self.names, lengths.max(axis=1, initial=0).tolist())),
                           dict(zip(self.names, extent.tolist())))
 
