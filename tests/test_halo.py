@@ -239,3 +239,98 @@ def test_smallest_caches_within_a_mac_cap(image):
         tight.to_dict()
     with pytest.raises(ScheduleError, match="every halo cached still adds"):
         halo.smallest_caches(s, every.mac_overhead - 1e-6 if every.mac_overhead > 0 else -1.0, image)
+
+
+def reference_smallest_caches(s: regions.PatchSchedule, cap: float, image: str) -> halo.HaloCaches:
+    """``smallest_caches`` as first written: every candidate built from scratch by ``halo_caches`` (the greedy
+    descent, then the local search)."""
+    everything = {(t, a) for t in halo.intermediates(s) for a in ("rows", "cols")}
+
+    def build(opts):
+        return halo.halo_caches(s, [t for t, a in opts if a == "rows"], [t for t, a in opts if a == "cols"])
+
+    def key(h):
+        return h.stage_peak(image), h.stage_macs_exact
+
+    kept = set(everything)
+    h = build(kept)
+    if h.mac_overhead > cap + 1e-12:
+        raise ScheduleError("every halo cached still adds too many MACs")
+    best, best_kept = h, set(kept)
+    while kept:
+        trials = []
+        for opt in sorted(kept):
+            h2 = build(kept - {opt})
+            added = h2.stage_macs_exact - h.stage_macs_exact
+            trials.append(((h2.stage_peak(image) - h.stage_peak(image)) / max(added, 1), added, opt, h2))
+        _, _, opt, h = min(trials, key=lambda x: x[:3])
+        kept.discard(opt)
+        if h.mac_overhead <= cap + 1e-12 and key(h) < key(best):
+            best, best_kept = h, set(kept)
+    improved = True
+    while improved:
+        improved = False
+        for opt in sorted(everything):
+            h2 = build(best_kept ^ {opt})
+            if h2.mac_overhead <= cap + 1e-12 and key(h2) < key(best):
+                best, best_kept, improved = h2, best_kept ^ {opt}, True
+    return best
+
+
+def assert_same_caches(s: regions.PatchSchedule, cap: float, image: str):
+    got, want = halo.smallest_caches(s, cap, image), reference_smallest_caches(s, cap, image)
+    assert (got.cache_rows, got.cache_cols) == (want.cache_rows, want.cache_cols)
+    assert got.to_dict() == want.to_dict()  # every stage peak, the MACs, the cache bytes
+    assert [(w.need, w.comp, w.cached, w.reads) for w in got.rows + got.cols] == \
+        [(w.need, w.comp, w.cached, w.reads) for w in want.rows + want.cols]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_smallest_caches_is_the_reference_search(seed):
+    """The search (walks kept per axis and cache set, figures from one matrix product) picks the caches, stage peaks
+    and MACs that building every candidate from scratch picks, for every image mode and caps between every cache's
+    and no cache's MAC overhead."""
+    rng = random.Random(100 + seed)
+    g = from_spec(random_spec(rng))
+    grid, n = (rng.choice([2, 3]), rng.choice([2, 3])), rng.randint(2, max(2, g.num_blocks - 2))
+    try:
+        s = regions.schedule(g, grid, n_blocks=n)
+    except ScheduleError:
+        pytest.skip("no such stage in this random graph")
+    inter = halo.intermediates(s)
+    every, none = halo.halo_caches(s, inter, inter).mac_overhead, halo.halo_caches(s).mac_overhead
+    for image in ("counted", "excluded", "streamed"):
+        for cap in (every, (every + none) / 2, none + 1.0):
+            assert_same_caches(s, cap, image)
+
+
+def test_smallest_caches_is_the_reference_search_on_mbv2_035_144(zoo_models):
+    """The same on the zoo's MobileNetV2-0.35-144 (int8), 4x4 patches over 6 blocks, the image streamed and counted."""
+    from tfmcu.graph.from_tflite import from_tflite
+
+    s = regions.schedule(from_tflite(zoo_models("mbv2_035_144")), (4, 4), n_blocks=6)
+    for image in ("streamed", "counted"):
+        assert_same_caches(s, halo.DEFAULT_MAX_MAC_OVERHEAD, image)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_later_stages_and_pooled_stages(seed):
+    """Stages of the ops ``a..b-1`` anywhere in the graph (inputs held whole, maybe nothing but the stage output of
+    the patch's own), and ending with the global pool: no cache gives regions' peaks, and the search is the reference
+    search."""
+    g = from_spec(random_spec(random.Random(200 + seed)))
+    pools = [k for k, op in enumerate(g.ops) if regions.is_global_pool(g, op)]
+    tried = 0
+    for a in range(len(g.ops)):
+        for b in sorted({min(a + 1, len(g.ops)), min(a + 3, len(g.ops))}):
+            for ops in (list(range(a, b)), list(range(a, b)) + pools[:1]):
+                try:
+                    s = regions.schedule(g, (2, 2), ops=ops)
+                except ScheduleError:
+                    continue
+                h = halo.halo_caches(s)
+                assert (h.stage_peak_bytes, h.stage_peak_bytes_excluding_input) == \
+                    (s.stage_peak_bytes, s.stage_peak_bytes_excluding_input)
+                assert_same_caches(s, 10.0, "streamed")
+                tried += 1
+    assert tried > 3

@@ -29,9 +29,11 @@ that request (mode and MAC cap, with their defaults), checked and interpreted he
 
 from __future__ import annotations
 
-import itertools
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
+
+import numpy as np
 
 from tfmcu.graph import ir
 from tfmcu.plan.regions import PatchSchedule, Range, Read, ScheduleError, held_bytes, read_range
@@ -79,11 +81,11 @@ def _len(r: Range) -> int:
 
 
 def _union(a: Range | None, b: Range) -> Range:
-    if _len(b) == 0:
+    if b[1] <= b[0]:
         return a if a is not None else _EMPTY
-    if a is None or _len(a) == 0:
+    if a is None or a[1] <= a[0]:
         return b
-    return min(a[0], b[0]), max(a[1], b[1])
+    return (a[0] if a[0] < b[0] else b[0]), (a[1] if a[1] > b[1] else b[1])
 
 
 @dataclass
@@ -103,35 +105,34 @@ def walk_cached(graph: ir.Graph, idx: Sequence[int], outputs: Sequence[str], inp
     """The bands in order along ``axis``; tensors in ``cached`` keep what the next band needs."""
     keep = set(cached) - set(outputs) - set(inputs)
     cover: dict[str, int] = {}  # end of what earlier bands made available (needs grow monotonically)
+    ops = [(i, graph.ops[i]) for i in reversed(idx)]
+    size = {t: graph.tensors[t].shape[1 + axis] for _, op in ops for t in op.inputs}
     walks = []
     for band in bands:
         need: dict[str, Range] = {t: band for t in outputs}
         comp: dict[str, Range] = {t: band for t in outputs}
         from_cache: dict[str, int] = {}
         reads: dict[tuple[int, int], Read] = {}
-        for i in reversed(idx):
-            op = graph.ops[i]
-            for t in op.outputs:
-                if t in comp:
-                    continue
-                n = need.get(t, _EMPTY)
-                if t in keep and t in cover and _len(n):
-                    start = min(max(n[0], cover[t]), n[1])
-                    comp[t], from_cache[t] = (start, n[1]), start - n[0]
-                else:
-                    comp[t] = n
+        for i, op in ops:
             o: Range | None = None
             for t in op.outputs:
+                if t not in comp:
+                    n = need.get(t, _EMPTY)
+                    if t in keep and t in cover and n[1] > n[0]:
+                        start = min(max(n[0], cover[t]), n[1])
+                        comp[t], from_cache[t] = (start, n[1]), start - n[0]
+                    else:
+                        comp[t] = n
                 o = _union(o, comp[t])
-            if o is None or _len(o) == 0:
+            if o is None or o[1] <= o[0]:
                 continue
             for pos, t in enumerate(op.inputs):
                 a, b = read_range(graph, op, t, axis, o)
-                ca, cb = max(a, 0), min(b, graph.tensors[t].shape[1 + axis])
+                ca, cb = max(a, 0), min(b, size[t])
                 reads[(i, pos)] = Read(ca, cb, ca - a, b - cb)
                 need[t] = _union(need.get(t), (ca, cb))
         for t, n in need.items():
-            if _len(n):
+            if n[1] > n[0]:
                 cover[t] = max(cover.get(t, n[1]), n[1])
         walks.append(BandNeeds(band, need, comp, from_cache, reads))
     return walks
@@ -214,65 +215,107 @@ def intermediates(schedule: PatchSchedule) -> list[str]:
 def halo_caches(schedule: PatchSchedule, rows: Iterable[str] = (), cols: Iterable[str] = ()) -> HaloCaches:
     """The schedule with row caches for ``rows`` and column caches for ``cols`` (tensor names; see the module
     docstring)."""
-    g, idx = schedule.graph, schedule.stage
-    if schedule.accounting != "separate":
-        raise ScheduleError(f"halo caches are planned with separate accounting (the executor's), not "
-                            f"{schedule.accounting!r}")
-    ok = set(intermediates(schedule))
-    for t in list(rows) + list(cols):
-        if t not in ok:
-            raise ScheduleError(f"tensor '{t}' cannot be cached: not an intermediate tensor of the patch stage")
-    rows, cols = frozenset(rows), frozenset(cols)
-    ins, outs = schedule.stage_inputs, schedule.stage_outputs
-    rw = walk_cached(g, schedule.tiled, schedule.tiles, ins, 0, [w.band for w in schedule.rows], rows)
-    cw = walk_cached(g, schedule.tiled, schedule.tiles, ins, 1, [w.band for w in schedule.cols], cols)
+    return _Stage(schedule).caches(rows, cols)
 
-    macs = 0
-    for i in schedule.tiled:
-        op = g.ops[i]
-        mpp = ir.macs_per_output_pixel(op)
-        if mpp:
-            t = op.outputs[0]
-            macs += mpp * sum(_len(w.comp[t]) for w in rw) * sum(_len(w.comp[t]) for w in cw)
 
-    def width(t: str) -> int:  # the columns of t any patch of a row band needs
-        lo = min((w.need[t][0] for w in cw if _len(w.need.get(t, _EMPTY))), default=0)
-        hi = max((w.need[t][1] for w in cw if _len(w.need.get(t, _EMPTY))), default=0)
-        return max(hi - lo, 0)
+@dataclass(frozen=True)
+class _AxisNeeds:
+    """The cached walk along one axis for one set of cached tensors, and what the figures take from it: per stage
+    tensor (``_Stage.names`` order) and band the length needed, and per tensor the elements computed over all bands
+    (``comp``), the most read from its cache in a band (``cached``), the longest need (``longest``) and the extent
+    of its needs over all bands (``extent``)."""
 
-    def per_pixel(t: str) -> int:
-        tensor = g.tensors[t]
-        return tensor.shape[3] * tensor.itemsize
+    walks: list[BandNeeds]
+    lengths: Any  # numpy int64 (tensors, bands)
+    comp: dict[str, int]
+    cached: dict[str, int]
+    longest: dict[str, int]
+    extent: dict[str, int]
 
-    row_bytes = {t: max((w.cached.get(t, 0) for w in rw), default=0) * width(t) * per_pixel(t) for t in sorted(rows)}
-    col_bytes = {t: max((c.cached.get(t, 0) * _len(r.need.get(t, _EMPTY)) for r in rw for c in cw), default=0)
-                 * per_pixel(t) for t in sorted(cols)}
-    caches = sum(row_bytes.values()) + sum(col_bytes.values())
 
-    life = g.lifetimes()
-    produced = {t for i in idx for t in g.ops[i].outputs}
-    out_bytes = sum(g.tensors[t].nbytes for t in outs) + schedule.accumulator_bytes
-    in_bytes = sum(g.tensors[t].nbytes for t in ins if t in g.inputs)
-    held = held_bytes(g, idx, ins, produced, life)
-    out_bytes += held.nbytes  # (held whole for the whole stage, like its outputs)
-    peak_in = peak_x = own_most = 0
-    for i in idx:
-        alive = [t for t, (a, b) in life.items()
-                 if a <= i <= b and (t in produced or t in ins) and t not in outs and t not in held.whole]
-        for r, c in itertools.product(rw, cw):
-            own = sum(_len(r.need.get(t, _EMPTY)) * _len(c.need.get(t, _EMPTY)) * per_pixel(t)
-                      for t in alive if t not in ins)
-            window = sum(_len(r.need.get(t, _EMPTY)) * _len(c.need.get(t, _EMPTY)) * per_pixel(t)
-                         for t in alive if t in ins)
-            peak_in = max(peak_in, out_bytes + in_bytes + caches + own)
-            peak_x = max(peak_x, out_bytes + caches + own + window)
-            own_most = max(own_most, own)
-    # Streamed (tfmcu_stage_run_streamed): the row window (the most input rows a band reads, whole rows) beside the
-    # largest patch working set.
-    row_window = sum(max((_len(w.need.get(t, _EMPTY)) for w in rw), default=0) * g.tensors[t].shape[2] * per_pixel(t)
-                     for t in ins if t not in held.whole)
-    peak_s = out_bytes + caches + own_most + row_window
-    return HaloCaches(schedule, rows, cols, rw, cw, macs, row_bytes, col_bytes, peak_in, peak_x, peak_s)
+class _Stage:
+    """A schedule's halo-cache figures for any choice of caches (``caches``): what does not depend on the choice
+    (lifetimes, held tensors, which tensor is alive at which step) is found once, the walk along each axis is kept
+    per set of cached tensors along that axis (a row-cache choice does not change the column walk), and the patch
+    working sets over every (op, patch) are one matrix product."""
+
+    def __init__(self, schedule: PatchSchedule, walks_kept: int = 256):
+        g, idx = schedule.graph, schedule.stage
+        if schedule.accounting != "separate":
+            raise ScheduleError(f"halo caches are planned with separate accounting (the executor's), not "
+                                f"{schedule.accounting!r}")
+        self.schedule = schedule
+        self.cacheable = set(intermediates(schedule))
+        ins, outs = schedule.stage_inputs, schedule.stage_outputs
+        self.bands = ([w.band for w in schedule.rows], [w.band for w in schedule.cols])
+        self.mac_terms = [(g.ops[i].outputs[0], mpp) for i in schedule.tiled
+                          if (mpp := ir.macs_per_output_pixel(g.ops[i]))]
+        life = g.lifetimes()
+        produced = {t for i in idx for t in g.ops[i].outputs}
+        held = held_bytes(g, idx, ins, produced, life)
+        self.out_bytes = sum(g.tensors[t].nbytes for t in outs) + schedule.accumulator_bytes + held.nbytes
+        self.in_bytes = sum(g.tensors[t].nbytes for t in ins if t in g.inputs)
+        self.streamed_ins = [t for t in ins if t not in held.whole]
+        # per step, the patch's own tensors and its input window (the profiler's alive-tensor rule)
+        alive = [[t for t, (a, b) in life.items()
+                  if a <= i <= b and (t in produced or t in ins) and t not in outs and t not in held.whole]
+                 for i in idx]
+        self.names = sorted({t for ts in alive for t in ts})
+        self.per_pixel = {t: g.tensors[t].shape[3] * g.tensors[t].itemsize
+                          for t in set(self.names) | set(self.streamed_ins) | self.cacheable}
+        col = {t: k for k, t in enumerate(self.names)}
+        self.own = np.zeros((len(idx), len(self.names)), np.int64)
+        self.window = np.zeros((len(idx), len(self.names)), np.int64)
+        for k, ts in enumerate(alive):
+            for t in ts:
+                (self.window if t in ins else self.own)[k, col[t]] = self.per_pixel[t]
+        self.axis = functools.lru_cache(maxsize=walks_kept)(self._axis)
+
+    def _axis(self, axis: int, cached: frozenset[str]) -> _AxisNeeds:
+        s = self.schedule
+        walks = walk_cached(s.graph, s.tiled, s.tiles, s.stage_inputs, axis, self.bands[axis], cached)
+        need = np.array([w.need.get(t, _EMPTY) for t in self.names for w in walks], np.int64)
+        need = need.reshape(len(self.names), len(walks), 2)
+        lengths = np.maximum(need[:, :, 1] - need[:, :, 0], 0)
+        some = lengths > 0
+        lo = np.where(some, need[:, :, 0], np.iinfo(np.int64).max).min(axis=1)
+        hi = np.where(some, need[:, :, 1], np.iinfo(np.int64).min).max(axis=1)
+        extent = np.where(some.any(axis=1), np.maximum(hi - lo, 0), 0)
+        made = np.array([w.comp[t] for t, _ in self.mac_terms for w in walks], np.int64).reshape(-1, len(walks), 2)
+        comp = dict(zip([t for t, _ in self.mac_terms],
+                        np.maximum(made[:, :, 1] - made[:, :, 0], 0).sum(axis=1).tolist()))
+        most = {t: max([w.cached.get(t, 0) for w in walks], default=0) for t in cached}
+        return _AxisNeeds(walks, lengths, comp, most, dict(zip(self.names, lengths.max(axis=1, initial=0).tolist())),
+                          dict(zip(self.names, extent.tolist())))
+
+    def caches(self, rows: Iterable[str] = (), cols: Iterable[str] = ()) -> HaloCaches:
+        """The caches of ``rows`` and ``cols`` with their walks and figures (``halo_caches``)."""
+        rows, cols = list(rows), list(cols)
+        for t in rows + cols:
+            if t not in self.cacheable:
+                raise ScheduleError(f"tensor '{t}' cannot be cached: not an intermediate tensor of the patch stage")
+        rows, cols = frozenset(rows), frozenset(cols)
+        g, pp = self.schedule.graph, self.per_pixel
+        r, c = self.axis(0, rows), self.axis(1, cols)
+        macs = sum(mpp * r.comp[t] * c.comp[t] for t, mpp in self.mac_terms)
+        # a row cache: the rows the next band needs over the columns any patch of the band needs; a column cache:
+        # the columns the right neighbour needs over the patch's rows
+        row_bytes = {t: r.cached[t] * c.extent.get(t, 0) * pp[t] for t in sorted(rows)}
+        col_bytes = {t: c.cached[t] * r.longest.get(t, 0) * pp[t] for t in sorted(cols)}
+        caches = sum(row_bytes.values()) + sum(col_bytes.values())
+        # one patch's box of every tensor: rows x cols, tensors x (row band, column band)
+        boxes = (r.lengths[:, :, None] * c.lengths[:, None, :]).reshape(len(self.names), len(r.walks) * len(c.walks))
+        own = self.own @ boxes  # (step, patch): the patch's own tensors
+        own_most = int(own.max(initial=0))
+        with_window = int((own + self.window @ boxes).max(initial=0))
+        peak_in = self.out_bytes + self.in_bytes + caches + own_most
+        peak_x = self.out_bytes + caches + with_window
+        # Streamed (tfmcu_stage_run_streamed): the row window (the most input rows a band reads, whole rows) beside
+        # the largest patch working set.
+        row_window = sum(r.longest.get(t, 0) * g.tensors[t].shape[2] * pp[t] for t in self.streamed_ins)
+        peak_s = self.out_bytes + caches + own_most + row_window
+        return HaloCaches(self.schedule, rows, cols, r.walks, c.walks, macs, row_bytes, col_bytes, peak_in, peak_x,
+                          peak_s)
 
 
 def _image(count_input: bool | str) -> str:
@@ -280,10 +323,10 @@ def _image(count_input: bool | str) -> str:
     return count_input if isinstance(count_input, str) else ("counted" if count_input else "excluded")
 
 
-def _caches_of(schedule: PatchSchedule, opts: Iterable[tuple[str, str]]) -> HaloCaches:
+def _caches_of(stage: _Stage, opts: Iterable[tuple[str, str]]) -> HaloCaches:
     """The caches of the (tensor, "rows" | "cols") options ``opts``."""
     opts = list(opts)
-    return halo_caches(schedule, [t for t, a in opts if a == "rows"], [t for t, a in opts if a == "cols"])
+    return stage.caches([t for t, a in opts if a == "rows"], [t for t, a in opts if a == "cols"])
 
 
 def choose_caches(schedule: PatchSchedule, budget: int | None, count_input: bool | str = True) -> HaloCaches:
@@ -294,9 +337,10 @@ def choose_caches(schedule: PatchSchedule, budget: int | None, count_input: bool
     taken back, the largest MAC saving first. ``ScheduleError`` when even the recompute schedule does not fit."""
     inter = intermediates(schedule)
     kept = {(t, axis) for t in inter for axis in ("rows", "cols")}
+    stage = _Stage(schedule)
 
     def build(opts: set[tuple[str, str]]) -> HaloCaches:
-        return _caches_of(schedule, opts)
+        return _caches_of(stage, opts)
 
     image = _image(count_input)
 
@@ -339,42 +383,43 @@ def smallest_caches(schedule: PatchSchedule, max_mac_overhead: float = DEFAULT_M
     image = _image(count_input)
     inter = intermediates(schedule)
     everything = {(t, axis) for t in inter for axis in ("rows", "cols")}
-    built: dict[frozenset[tuple[str, str]], HaloCaches] = {}  # the local search meets the greedy path's choices again
+    stage = _Stage(schedule)
+    # (stage peak, MACs) and the MAC overhead of each choice tried: the local search meets the greedy path's choices
+    # again; the caches themselves are built again for the one returned only
+    tried: dict[frozenset[tuple[str, str]], tuple[tuple[int, int], float]] = {}
 
-    def build(opts: set[tuple[str, str]]) -> HaloCaches:
+    def measure(opts: set[tuple[str, str]]) -> tuple[tuple[int, int], float]:
         key = frozenset(opts)
-        if key not in built:
-            built[key] = _caches_of(schedule, opts)
-        return built[key]
-
-    def key(h: HaloCaches) -> tuple[int, int]:
-        return h.stage_peak(image), h.stage_macs_exact
+        if key not in tried:
+            h = _caches_of(stage, opts)
+            tried[key] = (h.stage_peak(image), h.stage_macs_exact), h.mac_overhead
+        return tried[key]
 
     kept = set(everything)
-    h = build(kept)
-    if h.mac_overhead > max_mac_overhead + 1e-12:
-        raise ScheduleError(f"every halo cached still adds {100 * h.mac_overhead:.1f}% MACs > the cap "
+    h, overhead = measure(kept)
+    if overhead > max_mac_overhead + 1e-12:
+        raise ScheduleError(f"every halo cached still adds {100 * overhead:.1f}% MACs > the cap "
                             f"{100 * max_mac_overhead:.1f}%")
     best, best_kept = h, set(kept)
     while kept:
         trials = []
         for opt in sorted(kept):
-            h2 = build(kept - {opt})
-            freed, added = h.stage_peak(image) - h2.stage_peak(image), h2.stage_macs_exact - h.stage_macs_exact
-            trials.append((-freed / max(added, 1), added, opt, h2))
-        _, _, opt, h = min(trials, key=lambda x: x[:3])
+            h2, overhead2 = measure(kept - {opt})
+            freed, added = h[0] - h2[0], h2[1] - h[1]
+            trials.append((-freed / max(added, 1), added, opt, h2, overhead2))
+        _, _, opt, h, overhead = min(trials, key=lambda x: x[:3])
         kept.discard(opt)
-        if h.mac_overhead <= max_mac_overhead + 1e-12 and key(h) < key(best):
+        if overhead <= max_mac_overhead + 1e-12 and h < best:
             best, best_kept = h, set(kept)
     improved = True
     while improved:  # local search: one cache dropped or taken back at a time while that helps within the cap
         improved = False
         for opt in sorted(everything):
             opts = best_kept ^ {opt}
-            h2 = build(opts)
-            if h2.mac_overhead <= max_mac_overhead + 1e-12 and key(h2) < key(best):
+            h2, overhead2 = measure(opts)
+            if overhead2 <= max_mac_overhead + 1e-12 and h2 < best:
                 best, best_kept, improved = h2, opts, True
-    return best
+    return _caches_of(stage, best_kept)
 
 
 def select(schedule: PatchSchedule, options: HaloOptions, budget: int | None = None,
