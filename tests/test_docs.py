@@ -26,10 +26,9 @@ PAGES = {p: open(os.path.join(ROOT, p)).read() for p in docs.pages(ROOT)}
 # then `python -m benchmarks.docs --write`). Empty it as results are published: an entry whose page no longer
 # awaits anything fails below.
 AWAITING_RESULTS = {
-    "README.md",  # story: fit; headline: fit, detection, search, train, demo
+    "README.md",  # story: fit; headline: fit, detection, search, train
     "docs/benchmarks.md",  # train, resolution, search, latency, fit, detection
     "docs/detection.md",  # detection
-    "docs/getting-started.md",  # demo
 }
 
 
