@@ -84,7 +84,7 @@ class FirmwareRun(Record):
 
 def measured_by(t: Target, kernels: str) -> str:
     """Where and with which kernels the run measured (deploy.json's ``run.measured_by``)."""
-    return f"QEMU {t.machine}, TFLM built from its pinned source ({KERNELS_WHAT[kernels]})"
+    return f"QEMU {t.machine}, TFLM built from source (the pinned archive; {KERNELS_WHAT[kernels]})"
 
 
 def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: str, timeout_s: int = 300,

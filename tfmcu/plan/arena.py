@@ -181,9 +181,11 @@ def _json_build(name: str, profile: str, pointer_bytes: int, recording: bool, wh
 
 BUILDS: dict[str, TflmBuild] = {
     "wheel": TflmBuild("wheel", ABI, BUILTIN_DATA, OP_DATA, 8, True, "the PyPI tflite-micro wheel, x86-64"),
-    "host": _json_build("host", "x86_64", 8, True, "TFLM built from its pinned source, x86-64 (tfmcu_tflm_run)"),
+    "host": _json_build("host", "x86_64", 8, True,
+                        "TFLM built from source (the pinned archive), x86-64 (tfmcu_tflm_run)"),
     "cortex-m": _json_build("cortex-m", "cortex-m", 4, False,
-                            "TFLM built from its pinned source for Cortex-M (arm-none-eabi, MicroInterpreter)"),
+                            "TFLM built from source (the pinned archive) for Cortex-M (arm-none-eabi, "
+                            "MicroInterpreter)"),
     "cortex-m-cmsis-nn": _json_build("cortex-m-cmsis-nn", "cortex-m", 4, False,
                                      "TFLM + CMSIS-NN (pinned sources) for Cortex-M4/M7 (TFLM's CMSIS-NN kernels, "
                                      "the patch executor's CMSIS-NN backend)", cmsis_nn=True),

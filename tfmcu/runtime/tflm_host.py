@@ -40,8 +40,8 @@ from tfmcu.tflite.model import TfliteModel, as_model
 from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, read_options, streamed_input
 
 TARGET = "//tflm_patch_kernels/tflm:tfmcu_tflm_run"
-MEASURED_BY = ("measured by TFLM built from its pinned source (reference kernels + the TFMCU_PATCH_STAGE kernel), "
-               "whole model in MicroInterpreter, on this host")
+MEASURED_BY = ("measured by TFLM built from source (the pinned archive, reference kernels + the TFMCU_PATCH_STAGE "
+               "kernel), whole model in MicroInterpreter, on this host")
 _REL = Path("tflm_patch_kernels") / "tflm" / "tfmcu_tflm_run"
 ROOT = Path(__file__).resolve().parents[2]
 
