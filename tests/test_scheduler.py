@@ -257,6 +257,12 @@ def test_a_time_budget_cuts_the_search_short_and_says_so(objective):
         assert cut.chosen.cost >= full.chosen.cost or objective == "macs"
     with pytest.raises(scheduler.ScheduleError, match="search_seconds"):
         SearchOptions(search_seconds=0).validate()
+    # a budget that does not run out: the likeliest-first order finds the same minimum as branch and bound
+    ample = search(g, AnalyticCost(True), budget, SearchOptions(objective=objective, search_seconds=3600))
+    assert ample.cut_short == 0 and ample.smallest.cost == full.smallest.cost
+    assert (ample.chosen is None) == (full.chosen is None)
+    if full.chosen is not None:
+        assert ample.chosen.cost == full.chosen.cost
 
 
 # ----------------------------------------------------------------------------- brute force

@@ -29,7 +29,10 @@
   ruled out by its lower bound), so the message states a true minimum (within ``max_latency`` when given).
 * A time budget (``SearchOptions.search_seconds``): once it has run out, no further candidate is evaluated; the search
   ends with the best found so far, ``SearchResult.cut_short`` counts the candidates it did not evaluate, and the
-  message says so (a minimum stated then is the smallest found, not a proven one).
+  message says so (a minimum stated then is the smallest found, not a proven one). With a budget, ``"memory"`` (and
+  the minimum when nothing fits) evaluates the likeliest candidates first: by the larger of the lower bound and the
+  plan's analytic peak (a weak bound, e.g. a deep stage whose caches the configuration chooses, would put it first);
+  every candidate is still evaluated or ruled out by its bound, so a search that ends in time finds the same minimum.
 * Variants: a cost function evaluates every patched plan in each of its ``variants``, small typed values
   (``Variant``: builtin mode's border treatments, ``tfmcu.stage.builtin.Border``; custom mode's configurations,
   ``tfmcu.stage.custom.CustomOptions``: halo caches, the rest's convolutions in Flash, ...). A variant's ``label``
@@ -272,15 +275,28 @@ def search(graph: ir.Graph, cost: CostModel, budget: int | None, options: Search
             return e.cost, e.instructions if e.instructions is not None else 0
 
         best = min((e for e in run.evaluated if eligible(e)), key=rank, default=None)
-        order = sorted(todo, key=lambda t: (t[2], t[0].macs))  # stable: ties keep the candidates' order
+        if options.search_seconds is None:
+            order = sorted(todo, key=lambda t: (t[2], t[0].macs))  # stable: ties keep the candidates' order
+            for n, (c, v, bound) in enumerate(order):
+                if best is not None and bound >= best.cost:
+                    return best, sum(1 for t in order[n:] if (id(t[0]), t[1]) not in run.done)
+                ev = run.evaluate(c, v, n + 1, len(order))
+                if ev is not None and eligible(ev) and (best is None or rank(ev) < rank(best)):
+                    best = ev
+            return best, 0
+        # A time budget: the likeliest first (the larger of the bound and the plan's analytic peak, which a weak
+        # bound -- a deep stage whose caches the configuration chooses -- does not reflect), every candidate still
+        # evaluated or ruled out by its bound, so a search that ends in time finds the same minimum cost.
+        order = sorted(todo, key=lambda t: (max(t[2], t[0].peak(options.count_input)), t[2], t[0].macs))
+        bounded = 0
         for n, (c, v, bound) in enumerate(order):
             if best is not None and bound >= best.cost:
-                return best, sum(1 for t in order[n:] if (id(t[0]), t[1]) not in run.done
-                                 and (id(t[0]), t[1]) not in run.skipped)
+                bounded += (id(c), v) not in run.done
+                continue
             ev = run.evaluate(c, v, n + 1, len(order))
             if ev is not None and eligible(ev) and (best is None or rank(ev) < rank(best)):
                 best = ev
-        return best, 0
+        return best, bounded
 
     chosen: Evaluation | None = None
     bounded = 0
