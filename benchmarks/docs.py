@@ -494,6 +494,20 @@ def used_results(root: str = ROOT) -> dict[str, list[str]]:
 
 
 # ------------------------------------------------------------------------------------------------ publish
+def _relative_paths(data: Any, where: str) -> Any:
+    """``data`` with every absolute path string below the checkout (or below ``where``, the run's output folder)
+    made relative to it: a published result names no machine's folders."""
+    if isinstance(data, dict):
+        return {k: _relative_paths(v, where) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_relative_paths(v, where) for v in data]
+    if isinstance(data, str) and os.path.isabs(data):
+        for base in (ROOT, where):
+            if data == base or data.startswith(base + os.sep):
+                return os.path.relpath(data, base)
+    return data
+
+
 def publish(path: str, name: str | None = None, command: str | None = None, root: str = ROOT) -> list[str]:
     """Copies a run's JSON into ``docs/results/``: a folder's bench sections (``<section>.json``), or one file
     as ``name`` (default: its stem). A JSON without the record of its run gets one: the file's date, this host, and
@@ -518,6 +532,7 @@ def publish(path: str, name: str | None = None, command: str | None = None, root
                 raise UsageError(f"{src}: the JSON does not record its run; say what wrote it with --command")
             date = datetime.date.fromtimestamp(os.path.getmtime(src))
             data = results.with_run(data, {**results.run_record([], date), "command": cmd})
+        data = _relative_paths(data, os.path.dirname(os.path.abspath(src)))
         out = results.path_of(result, root)
         os.makedirs(os.path.dirname(out), exist_ok=True)
         with open(out, "w") as f:

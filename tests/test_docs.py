@@ -148,10 +148,13 @@ def test_value_paths():
 
 def test_publish_records_the_run(tmp_path):
     run = tmp_path / "summary.json"
-    run.write_text(json.dumps({"model": "m"}))
+    run.write_text(json.dumps({"model": "m", "files": [str(tmp_path / "out" / "m.tflite"),
+                                                       os.path.join(ROOT, "out", "x.tflite"), "/elsewhere/y"]}))
     names = docs.publish(str(run), "demo", root=str(tmp_path))
     got = json.load(open(results.path_of("demo", str(tmp_path))))
     assert names == ["demo"] and got["model"] == "m" and got["run"]["command"] == "make demo", got
+    # paths below the run's folder or the checkout are published relative: no machine's folders
+    assert got["files"] == [os.path.join("out", "m.tflite"), os.path.join("out", "x.tflite"), "/elsewhere/y"]
     bench = tmp_path / "bench"
     bench.mkdir()
     (bench / "custom.json").write_text(json.dumps({"section": "custom", "rows": [], "run": {"date": "d"}}))
