@@ -275,22 +275,16 @@ def search(graph: ir.Graph, cost: CostModel, budget: int | None, options: Search
             return e.cost, e.instructions if e.instructions is not None else 0
 
         best = min((e for e in run.evaluated if eligible(e)), key=rank, default=None)
-        if options.search_seconds is None:
-            order = sorted(todo, key=lambda t: (t[2], t[0].macs))  # stable: ties keep the candidates' order
-            for n, (c, v, bound) in enumerate(order):
-                if best is not None and bound >= best.cost:
-                    return best, sum(1 for t in order[n:] if (id(t[0]), t[1]) not in run.done)
-                ev = run.evaluate(c, v, n + 1, len(order))
-                if ev is not None and eligible(ev) and (best is None or rank(ev) < rank(best)):
-                    best = ev
-            return best, 0
-        # A time budget: the likeliest first (the larger of the bound and the plan's analytic peak, which a weak
-        # bound -- a deep stage whose caches the configuration chooses -- does not reflect), every candidate still
-        # evaluated or ruled out by its bound, so a search that ends in time finds the same minimum cost.
-        order = sorted(todo, key=lambda t: (max(t[2], t[0].peak(options.count_input)), t[2], t[0].macs))
+        if options.search_seconds is None:  # in order of the bound (stable: ties keep the candidates' order)
+            order = sorted(todo, key=lambda t: (t[2], t[0].macs))
+        else:  # a time budget: the likeliest first, the larger of the bound and the plan's analytic peak (a weak
+            # bound, e.g. a deep stage whose caches the configuration chooses, does not reflect the plan's size)
+            order = sorted(todo, key=lambda t: (max(t[2], t[0].peak(options.count_input)), t[2], t[0].macs))
         bounded = 0
         for n, (c, v, bound) in enumerate(order):
             if best is not None and bound >= best.cost:
+                if options.search_seconds is None:  # ordered by the bound: nothing after this one can win
+                    return best, sum(1 for t in order[n:] if (id(t[0]), t[1]) not in run.done)
                 bounded += (id(c), v) not in run.done
                 continue
             ev = run.evaluate(c, v, n + 1, len(order))
