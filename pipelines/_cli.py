@@ -113,10 +113,11 @@ def define_firmware_flags() -> None:
     define_kernels_flag()
 
 
-def define_max_stages_flag() -> None:
-    _define("integer", "max_stages", SearchOptions().max_stages,
+def define_max_stages_flag(default: int | None = SearchOptions().max_stages) -> None:
+    _define("integer", "max_stages", default,
             "At most this many patch stages anywhere in the network (each its own TFMCU_PATCH_STAGE op, proposed by "
-            "a dynamic programme over cut points; docs/multistage.md). 1: one stage at the start.", lower_bound=1)
+            "a dynamic programme over cut points; docs/multistage.md). 1: one stage at the start"
+            + ("; by default any number." if default is None else "."), lower_bound=1)
 
 
 def define_tree_flag() -> None:

@@ -45,8 +45,9 @@ _cli.define_objective_flag(_D.objective, fit.FIT_OBJECTIVES)  # latency: the fas
 flags.DEFINE_float("max_latency", _D.max_latency,
                    "--objective=memory: predicted instructions at most this factor of TFLM + the same kernels per "
                    "layer (1.05: at most 5% slower).", lower_bound=1.0)
-_cli.define_grids_flag(_D.patch_options, "Patches per side to try (square grids, 1: none).")
-_cli.define_max_stages_flag()
+_cli.define_grids_flag(_D.patch_options, "Patches per side to try, each up to a stage output's side (square grids, "
+                                         "and row bands in plans of several stages; 1: none).")
+_cli.define_max_stages_flag(_D.max_stages)
 _cli.define_max_mac_overhead_flag(_D.max_mac_overhead)
 _cli.define_search_seconds_flag(_D.search_seconds)
 flags.DEFINE_string("calibration_data", _D.calibration_data,

@@ -22,7 +22,7 @@ from tfmcu.graph.from_tflite import from_tflite  # noqa: E402
 from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec  # noqa: E402
 from tfmcu.plan.halo import HaloOptions  # noqa: E402
 from tfmcu.plan.regions import ScheduleError  # noqa: E402
-from tfmcu.plan.search import SearchOptions, search  # noqa: E402
+from tfmcu.plan.search import WIDE_GRIDS, SearchOptions, search  # noqa: E402
 from tfmcu.stage.custom import CustomArenaCost, CustomOptions  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -140,7 +140,7 @@ def test_a_model_that_fits_only_streamed_names_the_option(tmp_path):
                        kernels="reference", patch_options=(1, 4), halo_modes=("none",), rest_convs=("tfmcu",))
     with pytest.raises(UsageError, match=r"does not fit the stm32f405 at any configuration tried: .*; with "
                                          r"--stream_input \(your firmware provides the image rows\) it fits: "
-                                         r"([\d,]+) B with 4x4 patches") as e:
+                                         r"([\d,]+) B with ") as e:
         fit.run(o, log=lambda m: None)
     assert "\n" not in str(e.value) and not os.path.exists(tmp_path / "no")
     figure = int(re.search(r"it fits: ([\d,]+) B", str(e.value)).group(1).replace(",", ""))
@@ -165,7 +165,10 @@ def test_fit_command_line(zoo_models, tmp_path):
     text = fit_cli("--help").stdout
     objective = text[text.index("--objective:"):]
     assert "<latency|memory>" in objective and objective.index("(default: 'latency')") < objective.index("\n  --")
-    assert "(default: '1,2,3,4,5,6')" in text[text.index("--grids:"):]
+    grids = text[text.index("--grids:"):]
+    assert f"(default: '{','.join(map(str, WIDE_GRIDS))}')" in grids[:grids.index("\n  --")]
+    stages = text[text.index("--max_stages:"):]
+    assert "by default any number" in " ".join(stages[:stages.index("\n  --")].split())
     model = tmp_path / "mbv2.tflite"
     model.write_bytes(zoo_models("mbv2_035_96"))
     for grids, message in (("1", "does not fit the stm32f405 at any configuration tried"),

@@ -20,7 +20,7 @@ from tfmcu.plan.halo import halo_caches, intermediates
 from tfmcu.plan.profiler import profile, step_memory
 from tfmcu.plan.plans import HALO_ALL, SearchOptions
 from tfmcu.plan.search import candidates
-from tfmcu.plan.stage_plans import pareto_plans, stage_plans, stage_segments
+from tfmcu.plan.stage_plans import IMAGE_MODES, pareto_plans, segments_by_image, stage_plans, stage_segments
 
 
 def small_graph() -> ir.Graph:
@@ -95,6 +95,26 @@ def test_the_instruction_weighed_programme_equals_brute_force(max_stages):
                 assert s.instructions < square.instructions
     with pytest.raises(regions.ScheduleError, match="by"):
         pareto_plans(g, segs, OPTS, 1, "streamed", by="seconds")
+
+
+def test_the_instruction_weighed_programme_with_any_number_of_stages():
+    """Any number of stages and no MAC cap (fit's default): labels are kept by peak and cost alone; the front is
+    still exhaustive enumeration's (square grids: with row bands the enumeration takes minutes)."""
+    g = small_graph()
+    segs = [s for s in stage_segments(g, OPTS, "streamed") if s.grid is None or s.grid[0] == s.grid[1]]
+    front = pareto_plans(g, segs, OPTS, None, "streamed", by="instructions")
+    got = [(p.peak(), round(p.instructions, 3)) for p in front]
+    assert got == [(a, round(b, 3)) for a, b in _brute_front(g, segs, None, cost=lambda s: s.instructions)]
+    assert max(len(p.stages) for p in front) > 2
+
+
+def test_segments_of_several_image_modes_at_once_are_each_modes():
+    """The stage-plan candidates build each stage's schedule and caches once for every image mode: the same
+    segments as one mode at a time."""
+    g = small_graph()
+    together = segments_by_image(g, OPTS, IMAGE_MODES)
+    assert together == {image: stage_segments(g, OPTS, image) for image in IMAGE_MODES}
+    assert together["streamed"] != together["counted"]
 
 
 def test_no_stage_is_the_per_layer_model():

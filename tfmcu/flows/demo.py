@@ -350,8 +350,7 @@ def on_mcu(o: DemoOptions, model_path: str, inputs_path: str | None, path: Calla
     fitted = fit_run(FitOptions(model=model_path, target=t.name, out_dir=path(f"fit_{t.name}"), run=True,
                                 inputs=mcu_inputs, verify_samples=4), log=log)
     ch = fitted.chosen
-    schedule = (f"{ch.patches[0]}x{ch.patches[1]} patches over {ch.patch_blocks} blocks, {ch.config}"
-                if ch.patched and ch.patches else "per layer (it fits as it is)")
+    schedule = ch.describe if ch.patched else "per layer (it fits as it is)"
     return McuRun(target=t.name, images=o.mcu_images, schedule=schedule, per_layer=per_layer, patched=fitted.deploy,
                   fit=McuFit(message=fitted.message, chosen=ch, per_layer=fitted.per_layer, measured=fitted.measured))
 

@@ -52,7 +52,7 @@ from tfmcu.plan.arena import KERNEL_SETS, mcu_build
 from tfmcu.plan.halo import HaloOptions
 from tfmcu.plan.latency import predict_instructions
 from tfmcu.plan.regions import ScheduleError
-from tfmcu.plan.search import SEARCH_SECONDS, Evaluation, Progress, SearchOptions, SearchResult, search
+from tfmcu.plan.search import SEARCH_SECONDS, WIDE_GRIDS, Evaluation, Progress, SearchOptions, SearchResult, search
 from tfmcu.records import Record, optional
 from tfmcu.stage.custom import CustomArenaCost, CustomOptions
 from tfmcu.tflite.model import TfliteModel
@@ -81,9 +81,9 @@ class FitOptions:
     seed: int = 0
     margin: float = _DEPLOY.margin
     stack_kib: int = _DEPLOY.stack_kib
-    patch_options: tuple[int, ...] = (1, 2, 3, 4, 5, 6)  # patches per side (square grids)
+    patch_options: tuple[int, ...] = WIDE_GRIDS  # patches per side (square grids; row bands in stage plans)
     max_mac_overhead: float | None = None
-    max_stages: int = 1  # > 1: several patch stages anywhere (stage plans) are candidates too
+    max_stages: int | None = None  # patch stages anywhere (stage plans), at most this many (None: any number)
     search_seconds: float | None = SEARCH_SECONDS  # the search's time budget (None: none)
     verify_samples: int = 20
     timeout_s: int = _DEPLOY.timeout_s

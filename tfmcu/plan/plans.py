@@ -34,6 +34,9 @@ PER_LAYER = "no patching (per-layer)"  # how the plan with no stage reads
 # how the stage-plan search treats a stage's halos (analytic): recompute them, or cache every intermediate tensor
 RECOMPUTE, HALO_ALL = HaloOptions(mode="none"), HaloOptions(mode="all")
 SEARCH_SECONDS = 180.0  # the pipelines' time budget for a search (fit, rewrite/profile --patches=auto): --search_seconds
+# fit's grids by default (--grids): patches per side, every count to 12 and the larger ones that divide common sides;
+# each stage tries those up to its output's side (square grids, and row bands in plans of several stages)
+WIDE_GRIDS = tuple(range(1, 13)) + (16, 18, 24, 36)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,7 +52,8 @@ class SearchOptions:
     objective: str = "macs"  # "macs", "memory" or "latency"
     accounting: str = "separate"  # analytic memory: tfmcu.plan.profiler.ACCOUNTINGS
     max_latency: float | None = None  # "memory"/"latency": predicted instructions <= this x the unpatched model's
-    max_stages: int = 1  # > 1: plans of several patch stages anywhere (``tfmcu.plan.stage_plans``) are candidates too
+    # > 1 or None (any number): plans of several patch stages anywhere (``tfmcu.plan.stage_plans``) are candidates too
+    max_stages: int | None = 1
     search_seconds: float | None = None  # stop evaluating after this long: the best found so far, cut_short said
 
     def validate(self) -> "SearchOptions":
@@ -63,8 +67,9 @@ class SearchOptions:
             raise ScheduleError(f"objective {self.objective!r}: expected one of {', '.join(OBJECTIVES)}")
         if self.accounting not in ACCOUNTINGS:
             raise ScheduleError(f"accounting {self.accounting!r}: expected one of {', '.join(ACCOUNTINGS)}")
-        if not isinstance(self.max_stages, int) or self.max_stages < 1:
-            raise ScheduleError(f"--max_stages={self.max_stages}: expected an integer >= 1 (1: one patch stage)")
+        if self.max_stages is not None and (not isinstance(self.max_stages, int) or self.max_stages < 1):
+            raise ScheduleError(f"--max_stages={self.max_stages}: expected an integer >= 1 (1: one patch stage; "
+                                f"none: any number)")
         if self.search_seconds is not None and not self.search_seconds > 0:
             raise ScheduleError(f"--search_seconds={self.search_seconds:g}: expected a positive time in seconds")
         if self.max_mac_overhead is not None and self.max_mac_overhead < 0:

@@ -3,7 +3,7 @@
 * ``candidates(graph, options)``: plans (``tfmcu.plan.plans.Plan``), the per-layer plan first, then every single
   patch stage (the first n blocks, or the first k ops with ``unit="ops"``) x grid (``ph x pw`` with ph, pw from
   ``patch_options``, not both 1; square grids only unless ``rectangular``) that the scheduler can build, with its
-  MACs (exact or padded) and its analytic peak; with ``max_stages > 1``, then the plans of several stages
+  MACs (exact or padded) and its analytic peak; with ``max_stages`` > 1 or None (any number), then the plans of several stages
   anywhere (``tfmcu.plan.stage_plans.plan_candidates``). Candidates above ``max_mac_overhead`` are left out here,
   once, for every cost function.
 * A cost function (``CostModel``) prices a plan in bytes: ``evaluate`` builds what it needs and returns an
@@ -51,13 +51,13 @@ from typing import Any, Protocol
 
 from tfmcu.errors import TfmcuError
 from tfmcu.graph import ir
-from tfmcu.plan.plans import SEARCH_SECONDS, Plan, Progress, SearchOptions, per_layer, single_stage
+from tfmcu.plan.plans import SEARCH_SECONDS, WIDE_GRIDS, Plan, Progress, SearchOptions, per_layer, single_stage
 from tfmcu.plan.regions import ScheduleError, largest_prefix, max_stage_blocks
 from tfmcu.plan.stage_plans import plan_candidates
 
 __all__ = ["AnalyticCost", "CostModel", "Evaluation", "LATENCY_MAC_WINDOW", "Plan", "Progress", "SEARCH_SECONDS",
            "SearchOptions",
-           "SearchResult", "Variant", "candidate_for", "candidates", "search"]
+           "SearchResult", "Variant", "WIDE_GRIDS", "candidate_for", "candidates", "search"]
 
 LATENCY_MAC_WINDOW = 0.02  # objective "latency": candidates up to +2% MACs over the first that fits are evaluated
 KB = 1024
@@ -83,7 +83,7 @@ def candidates(graph: ir.Graph, options: SearchOptions = SearchOptions()) -> lis
         if options.max_mac_overhead is not None and p.mac_overhead > options.max_mac_overhead + 1e-12:
             continue
         out.append(p)
-    if options.max_stages > 1:
+    if options.max_stages is None or options.max_stages > 1:
         out += plan_candidates(graph, options)
     return out
 

@@ -43,8 +43,9 @@ def plan_candidates(graph: ir.Graph, options: SearchOptions) -> list[Plan]:
                                                                    else [])
     seen: set[tuple[Any, ...]] = set()
     out = []
+    by_image = segments_by_image(graph, options, tuple(images))
     for image in images:
-        segs = stage_segments(graph, options, image)
+        segs = by_image[image]
         front = [p for p in pareto_plans(graph, segs, options, options.max_stages, image, by="instructions")
                  if p.stages and not (len(p.stages) == 1 and p.stages[0].start == 0)]
         if options.max_latency is not None:  # the plans whose estimate is near the cap (the predictor decides)
@@ -121,18 +122,29 @@ def stage_segments(graph: ir.Graph, options: SearchOptions = SearchOptions(), im
     need separate accounting), with the stage's analytic peak (``regions.schedule`` / ``halo.halo_caches``; the image
     as ``image`` says) and its exact MACs; a stage whose output only a global average pool reads also as ``pooled``
     (the pool's op in the stage: its input summed patch by patch, never held whole; ``pooled=False``: not)."""
-    if image not in IMAGE_MODES:
-        raise ScheduleError(f"image {image!r}: expected one of {', '.join(IMAGE_MODES)}")
+    return segments_by_image(graph, options, (image,), progress, pooled)[image]
+
+
+def segments_by_image(graph: ir.Graph, options: SearchOptions, images: tuple[str, ...],
+                      progress: Progress | None = None, pooled: bool = True) -> dict[str, list[Segment]]:
+    """``stage_segments`` in several image modes at once: each stage's schedule and halo caches are built once, its
+    peak read in every mode."""
+    for image in images:
+        if image not in IMAGE_MODES:
+            raise ScheduleError(f"image {image!r}: expected one of {', '.join(IMAGE_MODES)}")
+        if image == "streamed" and options.accounting != "separate":
+            raise ScheduleError(f"a streamed image is planned with separate accounting, not {options.accounting!r}")
     blocks = [op.block for op in graph.ops]
     if blocks != sorted(blocks):
         raise ScheduleError("the graph's blocks are not in op order: stage plans need a chain of blocks")
     life = graph.lifetimes()
-    if image == "streamed" and options.accounting != "separate":
-        raise ScheduleError(f"a streamed image is planned with separate accounting, not {options.accounting!r}")
-    mem = step_memory(graph, life, exclude_inputs=image == "excluded", accounting=options.accounting)
     costs = stage_overheads()
-    segs = [Segment(start=i, stop=i + 1, peak=mem[i], macs=ir.op_macs(graph, op),
-                    instructions=segment_instructions(graph, [i], None, costs)) for i, op in enumerate(graph.ops)]
+    segs: dict[str, list[Segment]] = {}
+    for image in images:
+        mem = step_memory(graph, life, exclude_inputs=image == "excluded", accounting=options.accounting)
+        segs[image] = [Segment(start=i, stop=i + 1, peak=mem[i], macs=ir.op_macs(graph, op),
+                               instructions=segment_instructions(graph, [i], None, costs))
+                       for i, op in enumerate(graph.ops)]
     starts = [i for i, op in enumerate(graph.ops) if i == 0 or op.block != graph.ops[i - 1].block]
     halos = STAGE_HALOS if options.accounting == "separate" else (RECOMPUTE,)
     # a stage ends where a block starts, at the end, or before a global average pool (it may end into the pool)
@@ -141,17 +153,20 @@ def stage_segments(graph: ir.Graph, options: SearchOptions = SearchOptions(), im
              if b > a]
 
     def stage(s: regions.PatchSchedule, start: int, stop: int, grid: tuple[int, int], halo: HaloOptions,
-              into_pool: bool) -> Segment:
+              into_pool: bool) -> None:
         walks: Any = (s.rows, s.cols)
         if options.accounting != "separate":
-            peak = s.stage_peak_bytes if image == "counted" else s.stage_peak_bytes_excluding_input
+            peaks = {im: s.stage_peak_bytes if im == "counted" else s.stage_peak_bytes_excluding_input
+                     for im in images}
             macs = s.stage_macs_patched_exact
         else:  # (no cache: regions' figures, and the streamed one)
             inter = intermediates(s) if halo.caches else []
             h = halo_caches(s, inter, inter)
-            peak, macs, walks = h.stage_peak(image), h.stage_macs_exact, (h.rows, h.cols)
-        return Segment(start=start, stop=stop, grid=grid, halo=halo, peak=peak, macs=macs, pooled=into_pool,
-                       instructions=segment_instructions(graph, s.stage, walks, costs))
+            peaks, macs, walks = {im: h.stage_peak(im) for im in images}, h.stage_macs_exact, (h.rows, h.cols)
+        estimate = segment_instructions(graph, s.stage, walks, costs)
+        for im in images:
+            segs[im].append(Segment(start=start, stop=stop, grid=grid, halo=halo, peak=peaks[im], macs=macs,
+                                    pooled=into_pool, instructions=estimate))
 
     for n, (a, b) in enumerate(pairs):
         if progress:
@@ -171,13 +186,15 @@ def stage_segments(graph: ir.Graph, options: SearchOptions = SearchOptions(), im
                 s = regions.schedule(graph, p, ops=idx, accounting=options.accounting)
             except ScheduleError:
                 continue
-            segs += [stage(s, a, b, p, v, False) for v in halos]
+            for v in halos:
+                stage(s, a, b, p, v, False)
             if pool is not None and pooled:  # the same ops and the pool: the output summed into C int32
                 try:
                     sp = regions.schedule(graph, p, ops=idx + [pool], accounting=options.accounting)
                 except ScheduleError:
                     continue
-                segs += [stage(sp, a, pool + 1, p, v, True) for v in halos]
+                for v in halos:
+                    stage(sp, a, pool + 1, p, v, True)
     return segs
 
 
@@ -204,14 +221,18 @@ def pareto_plans(graph: ir.Graph, segs: list[Segment], options: SearchOptions = 
     for s in segs:
         by_start.setdefault(s.start, []).append(s)
     n = len(graph.ops)
-    # a label: (peak, cost, MACs, stages, segments); per cut point only labels no other beats on all four (the MACs
-    # for the MAC cap when the cost is the instruction estimate; with cost = MACs the two are one criterion)
+    # a label: (peak, cost, MACs, stages, segments); per cut point only labels no other beats on peak and cost, and
+    # on the MACs where a MAC cap filters the front and the cost is the instruction estimate (with cost = MACs the
+    # two are one criterion), and on the stages where their number is capped (no other criterion decides the front)
     Label = tuple[int, float, int, int, tuple[Segment, ...]]
     labels: list[list[Label]] = [[] for _ in range(n + 1)]
     labels[0] = [(0, 0.0, 0, 0, ())]
+    by_macs = by == "instructions" and options.max_mac_overhead is not None
+    by_stages = max_stages is not None
 
     def beats(a: Label, b: Label) -> bool:
-        return a[0] <= b[0] and a[1] <= b[1] and a[2] <= b[2] and a[3] <= b[3]
+        return (a[0] <= b[0] and a[1] <= b[1] and (not by_macs or a[2] <= b[2])
+                and (not by_stages or a[3] <= b[3]))
 
     def add(at: int, lab: Label) -> None:
         kept = labels[at]
