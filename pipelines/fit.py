@@ -50,6 +50,8 @@ _cli.define_grids_flag(_D.patch_options, "Patches per side to try, each up to a 
 _cli.define_max_stages_flag(_D.max_stages)
 _cli.define_max_mac_overhead_flag(_D.max_mac_overhead)
 _cli.define_search_seconds_flag(_D.search_seconds)
+flags.DEFINE_integer("search_workers", _D.search_workers, "Processes pricing the search's candidates (0: one per "
+                                                          "core).", lower_bound=0)
 flags.DEFINE_string("calibration_data", _D.calibration_data,
                     "--model=a Keras file: the int8 conversion's calibration inputs, a folder <root>/<class>/*.png|jpg "
                     "(resized and normalised as train does) or a .npy array [N, H, W, C] of float model inputs; "
@@ -73,6 +75,7 @@ def main(argv: Sequence[str]) -> int:
                        inputs=FLAGS.inputs, num_inputs=FLAGS.num_inputs, seed=FLAGS.seed, margin=FLAGS.margin,
                        stack_kib=FLAGS.stack_kib, patch_options=_cli.grids(), max_mac_overhead=FLAGS.max_mac_overhead,
                        max_stages=FLAGS.max_stages, search_seconds=FLAGS.search_seconds,
+                       search_workers=FLAGS.search_workers,
                        verify_samples=FLAGS.verify_samples, tree=FLAGS.tree)
     rep = fit.run(o, progress=_cli.progress)
     measured = rep.measured

@@ -83,6 +83,32 @@ def test_latency_objective_and_max_latency(tiny):
         SearchOptions(objective="macs", max_latency=1.1).validate()
 
 
+@pytest.mark.parametrize("objective", ["memory", "latency"])
+def test_workers_price_ahead_and_the_search_decides_as_one_process(zoo_models, objective):
+    """With worker processes pricing the candidates ahead, the search takes their figures in its own order: the same
+    evaluations, choice and message as in one process; the chosen and the smallest carry their built model."""
+    data = zoo_models("mbv2_035_96")
+    g = from_tflite(data, name="mbv2_035_96")
+    o = fit.FitOptions(model="mbv2_035_96", target="stm32f405", objective=objective, max_latency=1.10,
+                       patch_options=(1, 2, 3, 4), max_stages=2, halo_modes=("none", "all"))
+    t = get_target(o.target)
+    budget = fit.arena_budget(o, t)
+    runs = {}
+    for workers in (1, 2):
+        opts = SearchOptions(patch_options=o.patch_options, rectangular=False, max_stages=o.max_stages,
+                             objective=objective, max_latency=o.max_latency if objective == "memory" else None,
+                             workers=workers)
+        runs[workers] = search(g, fit.cost_function(o, t, data, g, budget), budget, opts)
+    one, two = (dict(runs[w].to_dict(), search_seconds=None) for w in (1, 2))
+    assert one == two and runs[1].chosen.candidate.patched and len(runs[1].evaluated) > 10
+    for res in runs.values():
+        assert res.chosen.result.model[4:8] == b"TFL3" and res.smallest.result is not None
+    assert runs[2].chosen.result.model == runs[1].chosen.result.model
+    # the workers priced some: their evaluations are kept without the built model (one process keeps every one)
+    patched = {w: [e for e in runs[w].evaluated if e.candidate.patched] for w in (1, 2)}
+    assert any(e.result is None for e in patched[2]) and all(e.result is not None for e in patched[1])
+
+
 def test_fit_writes_a_verified_model_and_its_firmware(zoo_models, tmp_path):
     """MobileNetV2-0.35-96 does not fit the STM32F405 per layer (predicted ~200 kB); fit finds a configuration that
     does, verifies it bit-exact and writes the folder (deploy without --run: TFLM on this host must agree)."""

@@ -85,6 +85,7 @@ class FitOptions:
     max_mac_overhead: float | None = None
     max_stages: int | None = None  # patch stages anywhere (stage plans), at most this many (None: any number)
     search_seconds: float | None = SEARCH_SECONDS  # the search's time budget (None: none)
+    search_workers: int = 0  # processes pricing candidates (0: one per core)
     verify_samples: int = 20
     timeout_s: int = _DEPLOY.timeout_s
     halo_modes: tuple[str, ...] = ()  # () : by objective (``configurations``); else these modes
@@ -216,7 +217,8 @@ def validate(o: FitOptions) -> Target:
         check_dest(os.path.join(o.out_dir, "firmware"), o.tree, "--tree")
     try:
         SearchOptions(patch_options=o.patch_options, max_mac_overhead=o.max_mac_overhead,
-                      max_stages=o.max_stages, search_seconds=o.search_seconds).validate()
+                      max_stages=o.max_stages, search_seconds=o.search_seconds,
+                      workers=o.search_workers).validate()
         for mode in o.halo_modes:
             HaloOptions(mode=mode).validate()
         for c in configurations(o):
@@ -373,7 +375,7 @@ def _search(o: FitOptions, t: Target, data: bytes, name: str, budget: int,
     graph = from_tflite(data, name=name)
     cost = cost_function(o, t, data, graph, budget)
     opts = SearchOptions(patch_options=o.patch_options, rectangular=False, max_mac_overhead=o.max_mac_overhead,
-                         max_stages=o.max_stages, search_seconds=o.search_seconds,
+                         max_stages=o.max_stages, search_seconds=o.search_seconds, workers=o.search_workers,
                          count_input=True, objective=o.objective,
                          max_latency=o.max_latency if o.objective == "memory" else None)
     try:

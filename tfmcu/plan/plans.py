@@ -55,6 +55,7 @@ class SearchOptions:
     # > 1 or None (any number): plans of several patch stages anywhere (``tfmcu.plan.stage_plans``) are candidates too
     max_stages: int | None = 1
     search_seconds: float | None = None  # stop evaluating after this long: the best found so far, cut_short said
+    workers: int = 1  # processes pricing candidates ahead of the search (0: one per core; 1: this process only)
 
     def validate(self) -> "SearchOptions":
         if not self.patch_options or any(not isinstance(p, int) or p < 1 for p in self.patch_options):
@@ -70,6 +71,8 @@ class SearchOptions:
         if self.max_stages is not None and (not isinstance(self.max_stages, int) or self.max_stages < 1):
             raise ScheduleError(f"--max_stages={self.max_stages}: expected an integer >= 1 (1: one patch stage; "
                                 f"none: any number)")
+        if not isinstance(self.workers, int) or self.workers < 0:
+            raise ScheduleError(f"--search_workers={self.workers}: expected an integer >= 0 (0: one per core)")
         if self.search_seconds is not None and not self.search_seconds > 0:
             raise ScheduleError(f"--search_seconds={self.search_seconds:g}: expected a positive time in seconds")
         if self.max_mac_overhead is not None and self.max_mac_overhead < 0:

@@ -33,6 +33,10 @@
   the minimum when nothing fits) evaluates the likeliest candidates first: by the larger of the lower bound and the
   plan's analytic peak (a weak bound, e.g. a deep stage whose caches the configuration chooses, would put it first);
   every candidate is still evaluated or ruled out by its bound, so a search that ends in time finds the same minimum.
+* Workers (``SearchOptions.workers``; 0: one per core): forked processes price the candidates the search will look
+  at next; the search takes their figures in its own order, so it decides as one process would (same evaluations,
+  choice and message; a candidate it rules out by then was priced for nothing). A worker keeps only the figures: the
+  chosen and the smallest evaluation are built again here for their ``result``.
 * Variants: a cost function evaluates every patched plan in each of its ``variants``, small typed values
   (``Variant``: builtin mode's border treatments, ``tfmcu.stage.builtin.Border``; custom mode's configurations,
   ``tfmcu.stage.custom.CustomOptions``: halo caches, the rest's convolutions in Flash, ...). A variant's ``label``
@@ -45,9 +49,11 @@ from here too.
 from __future__ import annotations
 
 import itertools
+import multiprocessing
+import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Iterable, Protocol
 
 from tfmcu.errors import TfmcuError
 from tfmcu.graph import ir
@@ -57,7 +63,7 @@ from tfmcu.plan.stage_plans import plan_candidates
 
 __all__ = ["AnalyticCost", "CostModel", "Evaluation", "LATENCY_MAC_WINDOW", "Plan", "Progress", "SEARCH_SECONDS",
            "SearchOptions",
-           "SearchResult", "Variant", "WIDE_GRIDS", "candidate_for", "candidates", "search"]
+           "SearchResult", "Variant", "WIDE_GRIDS", "candidate_for", "candidates", "core_count", "search"]
 
 LATENCY_MAC_WINDOW = 0.02  # objective "latency": candidates up to +2% MACs over the first that fits are evaluated
 KB = 1024
@@ -202,10 +208,38 @@ class SearchResult:
                 "cut_short": self.cut_short, "search_seconds": round(self.seconds, 3)}
 
 
-class _Run:
-    """Evaluations of one search, each candidate x variant at most once."""
+# What the forked workers price (set before the pool forks): the cost function, the candidates, the variants
+_SHARED: tuple[Any, list[Plan], list[Any]] | None = None
 
-    def __init__(self, cost: CostModel, progress: Progress | None, seconds: float | None = None):
+
+def _failure(e: TfmcuError) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def _price(ci: int, vi: int) -> tuple[Evaluation | None, str | None]:
+    """A worker's evaluation of candidate ``ci`` in variant ``vi``, without its plan (the parent has it) and what the
+    cost function built (the parent builds it again for the evaluations it reports with it)."""
+    assert _SHARED is not None
+    cost, cands, variants = _SHARED
+    try:
+        ev = cost.evaluate(cands[ci], variants[vi])
+    except TfmcuError as e:
+        return None, _failure(e)
+    ev.candidate, ev.result = None, None  # type: ignore[assignment]
+    return ev, None
+
+
+def core_count() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+class _Run:
+    """Evaluations of one search, each candidate x variant at most once, in the search's order. With ``workers`` > 1,
+    forked processes price the candidates the search will look at next (``ahead``); the search takes their figures
+    in its own order, so its decisions are those of one process."""
+
+    def __init__(self, cost: CostModel, progress: Progress | None, seconds: float | None = None, workers: int = 1):
         self.cost = cost
         self.progress = progress
         self.start = time.monotonic()
@@ -214,24 +248,82 @@ class _Run:
         self.evaluated: list[Evaluation] = []
         self.failed: list[str] = []
         self.skipped: set[tuple[int, Variant | None]] = set()  # not evaluated: the time budget had run out
+        self.workers = workers
+        self.cands: list[Plan] = []
+        self.index: dict[int, int] = {}
+        self.variants = list(cost.variants)
+        self.pool: Any = None
+        self.pending: dict[tuple[int, Variant | None], Any] = {}  # priced ahead by a worker (AsyncResult)
+        self.remote: set[int] = set()  # ids of evaluations a worker priced (without ``result``)
+
+    def candidates(self, cands: list[Plan]) -> list[Plan]:
+        """The search's candidates (the workers price them by index)."""
+        self.cands, self.index = cands, {id(c): i for i, c in enumerate(cands)}
+        return cands
+
+    def _out_of_time(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+    def ahead(self, items: Iterable[tuple[Plan, Variant | None]]) -> None:
+        """Start pricing ``items`` (those the search is likely to evaluate next) in the workers, one in flight per
+        worker; ``evaluate`` takes the figures when the search reaches them."""
+        if self.workers <= 1 or self._out_of_time():
+            return
+        for c, v in items:
+            if sum(not r.ready() for r in self.pending.values()) >= self.workers:
+                return
+            key = (id(c), v)
+            if key in self.done or key in self.pending or id(c) not in self.index:
+                continue
+            if self.pool is None:
+                global _SHARED
+                _SHARED = (self.cost, self.cands, self.variants)
+                self.pool = multiprocessing.get_context("fork").Pool(self.workers)
+            self.pending[key] = self.pool.apply_async(_price, (self.index[id(c)], self.variants.index(v)))
 
     def evaluate(self, cand: Plan, variant: Variant | None, n: int = 0, total: int = 0) -> Evaluation | None:
         key = (id(cand), variant)
-        if key not in self.done and self.evaluated and self.deadline is not None and time.monotonic() > self.deadline:
-            self.skipped.add(key)  # (the first evaluation, the baseline, always runs)
-            return None
+        if key not in self.done and self.evaluated and self._out_of_time():
+            priced = self.pending.get(key)
+            if priced is None or not priced.ready():  # (a candidate already priced ahead is still taken)
+                self.skipped.add(key)  # (the first evaluation, the baseline, always runs)
+                return None
         if key not in self.done:
             if self.progress and total:
                 self.progress(n, total, cand.describe() + _phrase(variant, cand))
-            try:
-                ev: Evaluation | None = self.cost.evaluate(cand, variant)
-            except TfmcuError as e:  # this candidate cannot be built (an unsupported op, ...)
-                self.failed.append(str(e).splitlines()[0] if str(e) else type(e).__name__)
-                ev = None
+            priced = self.pending.pop(key, None)
+            ev: Evaluation | None = None
+            if priced is not None:
+                ev, failure = priced.get()
+                if ev is None:
+                    self.failed.append(failure or "")
+                else:
+                    ev.candidate = cand
+                    self.remote.add(id(ev))
+            else:
+                try:
+                    ev = self.cost.evaluate(cand, variant)
+                except TfmcuError as e:  # this candidate cannot be built (an unsupported op, ...)
+                    self.failed.append(_failure(e))
             if ev is not None:
                 self.evaluated.append(ev)
             self.done[key] = ev
         return self.done[key]
+
+    def built(self, ev: Evaluation | None) -> None:
+        """What the cost function built for ``ev`` (a worker priced it without keeping it): built again here."""
+        if ev is not None and id(ev) in self.remote:
+            ev.result = self.cost.evaluate(ev.candidate, ev.variant).result
+            self.remote.discard(id(ev))
+
+    def close(self) -> None:
+        global _SHARED
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+            self.pool = None
+        self.pending.clear()
+        _SHARED = None
 
 
 def _kb(n: int) -> str:
@@ -246,8 +338,15 @@ def search(graph: ir.Graph, cost: CostModel, budget: int | None, options: Search
     if options.objective in ("macs", "latency") and budget is None:
         raise ScheduleError(f"the {'least-MACs' if options.objective == 'macs' else 'fastest'} objective needs an "
                             f"SRAM budget")
-    run = _Run(cost, progress, options.search_seconds)
-    cands = candidates(graph, options)
+    run = _Run(cost, progress, options.search_seconds, options.workers or core_count())  # (the budget counts from here)
+    cands = run.candidates(candidates(graph, options))
+    try:
+        return _search(options, cost, budget, cands, run)
+    finally:
+        run.close()
+
+
+def _search(options: SearchOptions, cost: CostModel, budget: int | None, cands: list[Plan], run: _Run) -> SearchResult:
     baseline = run.evaluate(cands[0], None)
     if baseline is None:
         raise ScheduleError(f"the unpatched model cannot be evaluated: {run.failed[0]}")
@@ -287,6 +386,7 @@ def search(graph: ir.Graph, cost: CostModel, budget: int | None, options: Search
                     return best, sum(1 for t in order[n:] if (id(t[0]), t[1]) not in run.done)
                 bounded += (id(c), v) not in run.done
                 continue
+            run.ahead((t[0], t[1]) for t in order[n + 1:n + 1 + 8 * run.workers] if best is None or t[2] < best.cost)
             ev = run.evaluate(c, v, n + 1, len(order))
             if ev is not None and eligible(ev) and (best is None or rank(ev) < rank(best)):
                 best = ev
@@ -313,6 +413,7 @@ def search(graph: ir.Graph, cost: CostModel, budget: int | None, options: Search
                 if first_macs is not None and macs_of(c, v) > first_macs * (1 + LATENCY_MAC_WINDOW):
                     bounded += len(hopeful) - n
                     break
+                run.ahead((t[0], t[1]) for t in hopeful[n + 1:n + 1 + 8 * run.workers])
                 ev = run.evaluate(c, v, n + 1, len(hopeful))
                 if ev is None or ev.cost > budget or not improves(ev) or not eligible(ev):
                     continue
@@ -329,6 +430,8 @@ def search(graph: ir.Graph, cost: CostModel, budget: int | None, options: Search
             chosen = smallest if smallest is not None and (budget is None or smallest.cost <= budget) else None
     if smallest is None:  # nothing within max_latency: the smallest of all, for the message
         smallest = min(run.evaluated, key=lambda e: e.cost)
+    run.built(chosen)
+    run.built(smallest)
     result = SearchResult(chosen, baseline, smallest, run.evaluated, cands, budget, options, cost.what, bounded,
                           run.failed, cut_short=len(run.skipped), seconds=time.monotonic() - run.start)
     result.message = _message(result)
