@@ -5,11 +5,14 @@ Per (model, target): TFLM + CMSIS-NN per layer (``tfmcu.flows.deploy``), then ``
 ``objective=memory`` at ``max_latency`` 1.00 / 1.05 / 1.25 and the smallest (no latency cap). Each row: the
 measured TFLM arena (``arena_used_bytes`` on the target) and instructions per Invoke (QEMU instruction counts, the
 fewest over the test inputs), MACs, the model's Flash, outputs = TF Lite, and the predictions (``tfmcu.plan.arena``,
-``tfmcu.plan.latency``) with their errors. The image is counted (no streaming).
+``tfmcu.plan.latency``) with their errors. ``fit`` searches with its defaults (its grids, any number of stages, its
+configurations) and no time budget, so a row does not depend on the machine's speed; the two MobileNetV2s stream
+their image. Each row is kept in ``fit/rows.json`` as it is measured: a run that stops resumes after the last row.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Callable
 
@@ -25,13 +28,12 @@ from tfmcu.plan.latency import load_calibration, predict_instructions
 from tfmcu.plan.profiler import profile
 from tfmcu.train.export import untrained_int8
 
-# (zoo model or preset, target, input streamed, patches per side tried); the demo model is trained by make demo, so
-# the bench uses its architecture untrained. The two MobileNetV2s stream their image (counted, 144x144x3 alone is
-# 62,208 B).
-CASES = (("keras_mobilenet_v2", "stm32f405", False, (1, 2, 3, 4, 5, 6)),
-         ("mcunet-demo", "stm32f405", False, (1, 2, 3, 4, 5, 6)),
-         ("mbv2_035_144", "cortex-m4", True, (1, 3, 4, 6, 9)),
-         ("mbv2_100_224", "cortex-m7", True, (1, 6, 8)))
+# (zoo model or preset, target, input streamed); the demo model is trained by make demo, so the bench uses its
+# architecture untrained. The two MobileNetV2s stream their image (counted, 144x144x3 alone is 62,208 B).
+CASES = (("keras_mobilenet_v2", "stm32f405", False),
+         ("mcunet-demo", "stm32f405", False),
+         ("mbv2_035_144", "cortex-m4", True),
+         ("mbv2_100_224", "cortex-m7", True))
 CAPS = (1.00, 1.05, 1.25, None)  # None: the smallest arena, whatever its instructions
 
 
@@ -54,60 +56,108 @@ def _model(name: str, cache: str) -> bytes:
     return untrained_int8(load_spec(name), 0, as_conv=False)
 
 
+def _search() -> dict[str, Any]:
+    """What fit searched (its defaults), as the JSON records it."""
+    d = FitOptions(model="")
+    return {"grids": list(d.patch_options), "max_stages": d.max_stages, "halo_modes": list(d.halo_modes),
+            "rest_convs": list(d.rest_convs), "search_seconds": None}
+
+
 def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CAPS) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     work = os.path.join(o.out_dir, "fit")
     os.makedirs(work, exist_ok=True)
-    for name, target, stream, grids in cases:
+    kept_path = os.path.join(work, "rows.json")
+    kept: dict[str, dict[str, Any]] = {}
+    if os.path.isfile(kept_path):  # rows an earlier run measured with the same search
+        with open(kept_path) as f:
+            earlier = json.load(f)
+        if earlier.get("search") == _search():
+            kept = earlier["rows"]
+
+    def keep(row: dict[str, Any]) -> dict[str, Any]:
+        kept[f"{row['model']}|{row['target']}|{row['what']}"] = row
+        write_outputs({kept_path: json.dumps({"search": _search(), "rows": kept}, indent=1).encode()})
+        return row
+
+    def earlier_row(name: str, target: str, what: str) -> dict[str, Any] | None:
+        row = kept.get(f"{name}|{target}|{what}")
+        if row is not None:
+            log(f"fit bench: {name} on {target}: {what}: measured by an earlier run ({kept_path})")
+        return row
+
+    for name, target, stream in cases:
         path = os.path.join(work, f"{name}.tflite")
         data = _model(name, o.zoo_cache)
         write_outputs({path: data})
         macs = profile(from_tflite(data)).macs
-        log(f"fit bench: {name} on {target}: per layer (deploy --run, CMSIS-NN) ...")
-        try:
-            dep = deploy(DeployOptions(tflite=path, target=target,
-                                       out_dir=os.path.join(work, f"{name}_{target}_per_layer"), run=True), log=log)
-        except Exception as e:  # noqa: BLE001 -- a row that says why, the bench goes on
-            rows.append({"model": name, "target": target, "what": "TFLM + CMSIS-NN per layer",
-                         "error": str(e).splitlines()[0]})
-            continue
-        pred_i = predict_instructions(data, _core(target), "cmsis_nn").instructions
-        base = measured_row(name, target, "TFLM + CMSIS-NN per layer", None, dep.arena.predicted_bytes, pred_i, dep,
-                            macs, len(data))
-        if not dep.fits:  # it does not link for the target: its instructions from the calibration's runs
-            measured = _calibration_invoke(name, _core(target))
-            if measured is not None:
-                base["instructions"] = measured
-                base["instructions_error"] = round(pred_i / measured - 1, 4)
-                base["instructions_from"] = ("QEMU count of the same model with more SRAM (tfmcu/plan/"
-                                             "latency_calibration.json, benchmarks.latency)")
-        rows.append(base)
+        base = earlier_row(name, target, "TFLM + CMSIS-NN per layer")
+        if base is not None:
+            rows.append(base)
+        else:
+            base = _per_layer(name, target, path, data, macs, work, log)
+            rows.append(keep(base) if "error" not in base else base)
+            if "error" in base:
+                continue
         for cap in caps:
             what = "fit, smallest" if cap is None else f"fit, max_latency {cap:.2f}"
-            log(f"fit bench: {name} on {target}: {what} ...")
-            try:
-                rep = fit_run(FitOptions(model=path, target=target, out_dir=os.path.join(work, f"{name}_{target}_"
-                                                                                              f"{cap or 'smallest'}"),
-                                         objective="memory", max_latency=cap if cap is not None else 100.0,
-                                         stream_input=stream, patch_options=grids, run=True, verify_samples=4,
-                                         search_seconds=None),  # every candidate: rows not the machine's speed
-                             log=log)
-            except Exception as e:  # noqa: BLE001 -- a row that says why, the bench goes on
-                rows.append({"model": name, "target": target, "what": what, "error": str(e).splitlines()[0]})
-                continue
-            ch = rep.chosen
-            row = measured_row(name, target, what, ch.describe, ch.predicted_arena_bytes, ch.predicted_instructions,
-                               rep.deploy, ch.macs, rep.deploy.model_bytes)
-            # against the per-layer arena measured on the target, or predicted where it does not link there
-            ref = base.get("arena_used_bytes") or base["predicted_arena_bytes"]
-            row["arena_ratio"] = round(ref / row["arena_used_bytes"], 2) if row.get("arena_used_bytes") else None
-            row["instructions_ratio"] = round(row["instructions"] / base["instructions"], 3) \
-                if base.get("instructions") and row.get("instructions") else None
-            row["verified_bit_exact"] = rep.verify is None or rep.verify.bit_exact
-            row["fits"] = None if rep.measured is None else rep.measured.fits
-            row["stream_input"] = stream
+            row = earlier_row(name, target, what)
+            if row is None:
+                row = _fitted(name, target, stream, cap, what, path, base, work, log)
+                if "error" not in row:
+                    keep(row)
             rows.append(row)
-    return {"rows": rows}
+    return {"rows": rows, "search": _search()}
+
+
+def _per_layer(name: str, target: str, path: str, data: bytes, macs: int, work: str,
+               log: Callable[[str], None]) -> dict[str, Any]:
+    """The per-layer row: ``deploy --run`` with TFLM + CMSIS-NN."""
+    log(f"fit bench: {name} on {target}: per layer (deploy --run, CMSIS-NN) ...")
+    try:
+        dep = deploy(DeployOptions(tflite=path, target=target,
+                                   out_dir=os.path.join(work, f"{name}_{target}_per_layer"), run=True), log=log)
+    except Exception as e:  # noqa: BLE001 -- a row that says why, the bench goes on
+        return {"model": name, "target": target, "what": "TFLM + CMSIS-NN per layer",
+                "error": str(e).splitlines()[0]}
+    pred_i = predict_instructions(data, _core(target), "cmsis_nn").instructions
+    base = measured_row(name, target, "TFLM + CMSIS-NN per layer", None, dep.arena.predicted_bytes, pred_i, dep,
+                        macs, len(data))
+    if not dep.fits:  # it does not link for the target: its instructions from the calibration's runs
+        measured = _calibration_invoke(name, _core(target))
+        if measured is not None:
+            base["instructions"] = measured
+            base["instructions_error"] = round(pred_i / measured - 1, 4)
+            base["instructions_from"] = ("QEMU count of the same model with more SRAM (tfmcu/plan/"
+                                         "latency_calibration.json, benchmarks.latency)")
+    return base
+
+
+def _fitted(name: str, target: str, stream: bool, cap: float | None, what: str, path: str, base: dict[str, Any],
+            work: str, log: Callable[[str], None]) -> dict[str, Any]:
+    """A fit row: ``fit --run`` at ``cap`` (None: the smallest), against the per-layer row ``base``."""
+    log(f"fit bench: {name} on {target}: {what} ...")
+    try:
+        rep = fit_run(FitOptions(model=path, target=target, out_dir=os.path.join(work, f"{name}_{target}_"
+                                                                                      f"{cap or 'smallest'}"),
+                                 objective="memory", max_latency=cap if cap is not None else 100.0,
+                                 stream_input=stream, run=True, verify_samples=4,
+                                 search_seconds=None),  # every candidate: rows not the machine's speed
+                     log=log)
+    except Exception as e:  # noqa: BLE001 -- a row that says why, the bench goes on
+        return {"model": name, "target": target, "what": what, "error": str(e).splitlines()[0]}
+    ch = rep.chosen
+    row = measured_row(name, target, what, ch.describe, ch.predicted_arena_bytes, ch.predicted_instructions,
+                       rep.deploy, ch.macs, rep.deploy.model_bytes)
+    # against the per-layer arena measured on the target, or predicted where it does not link there
+    ref = base.get("arena_used_bytes") or base["predicted_arena_bytes"]
+    row["arena_ratio"] = round(ref / row["arena_used_bytes"], 2) if row.get("arena_used_bytes") else None
+    row["instructions_ratio"] = round(row["instructions"] / base["instructions"], 3) \
+        if base.get("instructions") and row.get("instructions") else None
+    row["verified_bit_exact"] = rep.verify is None or rep.verify.bit_exact
+    row["fits"] = None if rep.measured is None else rep.measured.fits
+    row["stream_input"] = stream
+    return row
 
 
 def _calibration_invoke(name: str, core: str) -> int | None:
@@ -140,8 +190,9 @@ def table(result: dict[str, Any]) -> str:
     """Section *fit*'s table, from its JSON."""
     rows = result["rows"]
     md = ["Measured on the target under QEMU (TFLM arena_used_bytes, QEMU instruction counts of one Invoke), "
-          "TFLM's CMSIS-NN kernels and the patch executor's CMSIS-NN backend, the image counted; predicted by "
-          "tfmcu.plan.arena (arena) and tfmcu.plan.latency (instructions, estimated).", "",
+          "TFLM's CMSIS-NN kernels and the patch executor's CMSIS-NN backend, the image counted unless the "
+          "configuration streams it; predicted by "
+          "tfmcu.plan.arena (arena) and tfmcu.plan.latency (instructions, estimated)." + _searched(result), "",
           "| model | target | configuration | schedule | arena (B) | vs per layer | = predicted | instructions | "
           "vs per layer | predicted error | MACs | model Flash (B) | outputs = TF Lite |",
           "|---|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|"]
@@ -162,6 +213,16 @@ def table(result: dict[str, Any]) -> str:
                   f"{r['macs'] / 1e6:.1f}M | {_n(r['flash_model_bytes'])} | "
                   f"{'-' if r['arena_used_bytes'] is None else 'yes' if r['outputs_equal_tflite'] else 'NO'} |")
     return "\n".join(md) + "\n"
+
+
+def _searched(result: dict[str, Any]) -> str:
+    """What fit searched, for the table's header (runs that recorded it)."""
+    search = result.get("search")
+    if search is None:
+        return ""
+    stages = "any number of" if search["max_stages"] is None else f"at most {search['max_stages']}"
+    return (f" fit searched with its defaults: grids {'/'.join(map(str, search['grids']))}, {stages} stages, no time "
+            f"budget.")
 
 
 def _n(v: Any) -> str:

@@ -3,9 +3,9 @@
 * ``candidates(graph, options)``: plans (``tfmcu.plan.plans.Plan``), the per-layer plan first, then every single
   patch stage (the first n blocks, or the first k ops with ``unit="ops"``) x grid (``ph x pw`` with ph, pw from
   ``patch_options``, not both 1; square grids only unless ``rectangular``) that the scheduler can build, with its
-  MACs (exact or padded) and its analytic peak; with ``max_stages`` > 1 or None (any number), then the plans of several stages
-  anywhere (``tfmcu.plan.stage_plans.plan_candidates``). Candidates above ``max_mac_overhead`` are left out here,
-  once, for every cost function.
+  MACs (exact or padded) and its analytic peak; with ``max_stages`` > 1 or None (any number), then the plans of
+  several stages anywhere (``tfmcu.plan.stage_plans.plan_candidates``). Candidates above ``max_mac_overhead`` are
+  left out here, once, for every cost function.
 * A cost function (``CostModel``) prices a plan in bytes: ``evaluate`` builds what it needs and returns an
   ``Evaluation``; ``lower_bound`` is a cheap floor under that cost, used to skip candidates that cannot win.
   ``AnalyticCost`` (here) is the analytic peak (``tfmcu.plan.regions``); ``tfmcu.stage.builtin.BuiltinArenaCost``
