@@ -82,8 +82,9 @@ def validate(o: RewriteOptions) -> bytes:
         raise UsageError("--rest_convs applies to --mode=custom only")
     if c.stream_input and o.mode != "custom":
         raise UsageError("--stream_input applies to --mode=custom only (the TFMCU_PATCH_STAGE kernel reads the rows)")
-    if o.schedule.search.max_stages > 1 and (o.mode != "custom" or not o.schedule.auto):
-        raise UsageError(f"--max_stages={o.schedule.search.max_stages}: several patch stages are searched with "
+    stages = o.schedule.search.max_stages
+    if (stages is None or stages > 1) and (o.mode != "custom" or not o.schedule.auto):
+        raise UsageError(f"--max_stages={stages}: several patch stages are searched with "
                          f"--patches=auto --mode=custom only")
     if c.kernels != CustomOptions().kernels and o.mode != "custom":
         raise UsageError("--kernels applies to --mode=custom (the kernels its memory plan is made for)")

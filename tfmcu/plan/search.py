@@ -70,8 +70,10 @@ KB = 1024
 
 
 # ============================================================================= candidates
-def candidates(graph: ir.Graph, options: SearchOptions = SearchOptions()) -> list[Plan]:
-    """The per-layer plan, then every plan the options allow (see the module docstring)."""
+def candidates(graph: ir.Graph, options: SearchOptions = SearchOptions(),
+               progress: Progress | None = None) -> list[Plan]:
+    """The per-layer plan, then every plan the options allow (see the module docstring); ``progress``: how far the
+    stage plans' segments are built (the longest part)."""
     options.validate()
     out = [per_layer(graph, options.accounting)]
     if options.unit == "blocks":
@@ -90,7 +92,7 @@ def candidates(graph: ir.Graph, options: SearchOptions = SearchOptions()) -> lis
             continue
         out.append(p)
     if options.max_stages is None or options.max_stages > 1:
-        out += plan_candidates(graph, options)
+        out += plan_candidates(graph, options, progress)
     return out
 
 
@@ -339,7 +341,7 @@ def search(graph: ir.Graph, cost: CostModel, budget: int | None, options: Search
         raise ScheduleError(f"the {'least-MACs' if options.objective == 'macs' else 'fastest'} objective needs an "
                             f"SRAM budget")
     run = _Run(cost, progress, options.search_seconds, options.workers or core_count())  # (the budget counts from here)
-    cands = run.candidates(candidates(graph, options))
+    cands = run.candidates(candidates(graph, options, progress))
     try:
         return _search(options, cost, budget, cands, run)
     finally:

@@ -32,7 +32,7 @@ MAX_PLANS_PER_FRONT = 12  # stage plans a search evaluates per Pareto front (its
 PLAN_ESTIMATE_SLACK = 1.03
 
 
-def plan_candidates(graph: ir.Graph, options: SearchOptions) -> list[Plan]:
+def plan_candidates(graph: ir.Graph, options: SearchOptions, progress: Progress | None = None) -> list[Plan]:
     """Stage plans as candidates: the analytic Pareto fronts (``stage_plans``, at most ``options.max_stages``
     stages; the image counted or excluded as ``count_input`` says, and streamed) without what the single-stage
     candidates already are (one stage at the first op), at most ``MAX_PLANS_PER_FRONT`` of each spread over it,
@@ -43,7 +43,7 @@ def plan_candidates(graph: ir.Graph, options: SearchOptions) -> list[Plan]:
                                                                    else [])
     seen: set[tuple[Any, ...]] = set()
     out = []
-    by_image = segments_by_image(graph, options, tuple(images))
+    by_image = segments_by_image(graph, options, tuple(images), progress)
     for image in images:
         segs = by_image[image]
         front = [p for p in pareto_plans(graph, segs, options, options.max_stages, image, by="instructions")
@@ -170,7 +170,7 @@ def segments_by_image(graph: ir.Graph, options: SearchOptions, images: tuple[str
 
     for n, (a, b) in enumerate(pairs):
         if progress:
-            progress(n + 1, len(pairs), f"ops {a}-{b - 1}")
+            progress(n + 1, len(pairs), f"stage plans: the stages over ops {a}-{b - 1}")
         idx = list(range(a, b))
         try:
             _, outs = check_stage(graph, idx)
