@@ -117,6 +117,18 @@ def test_segments_of_several_image_modes_at_once_are_each_modes():
     assert together["streamed"] != together["counted"]
 
 
+def test_a_block_after_the_global_pool_is_no_stage():
+    """A network whose every op is its own block (as a Keras model lowered from TF Lite may be): runs of ops after
+    the global pool have no feature map to cut into patches and are no stage (they used to stop the search)."""
+    g = small_graph()
+    for i, op in enumerate(g.ops):
+        op.block = i
+    pool = next(i for i, op in enumerate(g.ops) if op.type == ir.MEAN)
+    segs = stage_segments(g, OPTS, "counted")
+    assert not any(s.patched and s.start > pool for s in segs)
+    assert any(s.patched and s.pooled for s in segs) and stage_plans(g, OPTS, image="counted")
+
+
 def test_no_stage_is_the_per_layer_model():
     g = small_graph()
     for image, exclude in (("counted", False), ("excluded", True)):

@@ -176,6 +176,8 @@ def segments_by_image(graph: ir.Graph, options: SearchOptions, images: tuple[str
             _, outs = check_stage(graph, idx)
         except ScheduleError:
             continue
+        if not graph.tensors[outs[0]].is_feature_map:  # (after the global pool: nothing to cut into patches)
+            continue
         height, width = graph.tensors[outs[0]].hw
         pool = _global_pool_after(graph, outs)
         # square grids, and row bands (p x 1: one call per band and layer, the fewest per-call costs)
