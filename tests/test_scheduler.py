@@ -17,7 +17,7 @@ from tfmcu.graph import ir
 from tfmcu.graph.from_spec import from_spec
 from tfmcu.plan import profiler
 from tfmcu.plan import regions as scheduler
-from tfmcu.plan.search import AnalyticCost, SearchOptions, search
+from tfmcu.plan.search import WIDE_GRIDS, AnalyticCost, SearchOptions, search
 from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec
 
 MBV2 = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]
@@ -213,6 +213,11 @@ def test_auto_picks_least_macs_that_fits():
     # A budget the per-layer net fits picks no patching (least MACs).
     big = auto(g, prof.peak_sram_per_layer_bytes)
     assert not big.chosen.candidate.patched
+    # ... and builds no other candidate, not even with every grid and plans of any number of stages
+    wide = search(g, AnalyticCost(True), prof.peak_sram_per_layer_bytes,
+                  SearchOptions(objective="macs", patch_options=WIDE_GRIDS, max_stages=None))
+    assert not wide.chosen.candidate.patched and len(wide.candidates) == 1 and len(wide.evaluated) == 1
+    assert "already fits" in wide.message
     # A MAC-overhead cap is honoured.
     capped = auto(g, budget, max_mac_overhead=0.05)
     if capped.feasible:

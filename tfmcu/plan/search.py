@@ -341,8 +341,13 @@ def search(graph: ir.Graph, cost: CostModel, budget: int | None, options: Search
         raise ScheduleError(f"the {'least-MACs' if options.objective == 'macs' else 'fastest'} objective needs an "
                             f"SRAM budget")
     run = _Run(cost, progress, options.search_seconds, options.workers or core_count())  # (the budget counts from here)
-    cands = run.candidates(candidates(graph, options, progress))
     try:
+        unpatched = per_layer(graph, options.accounting)
+        if options.objective in ("macs", "latency"):  # the model fits as it is: no candidate needs to be built
+            baseline = run.evaluate(unpatched, None)
+            if baseline is not None and budget is not None and baseline.cost <= budget:
+                return _search(options, cost, budget, run.candidates([unpatched]), run)
+        cands = run.candidates([unpatched] + candidates(graph, options, progress)[1:])
         return _search(options, cost, budget, cands, run)
     finally:
         run.close()
