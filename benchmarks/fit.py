@@ -7,7 +7,8 @@ measured TFLM arena (``arena_used_bytes`` on the target) and instructions per In
 fewest over the test inputs), MACs, the model's Flash, outputs = TF Lite, and the predictions (``tfmcu.plan.arena``,
 ``tfmcu.plan.latency``) with their errors. ``fit`` searches with its defaults (its grids, any number of stages, its
 configurations) and no time budget, so a row does not depend on the machine's speed; the two MobileNetV2s stream
-their image. Each row is kept in ``fit/rows.json`` as it is measured: a run that stops resumes after the last row.
+their image. Each row is kept in ``fit/rows.json`` as it is measured (a row that says why a fit failed too: delete the
+file to measure again): a run that stops resumes after the last row.
 """
 
 from __future__ import annotations
@@ -102,10 +103,8 @@ def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CA
         for cap in caps:
             what = "fit, smallest" if cap is None else f"fit, max_latency {cap:.2f}"
             row = earlier_row(name, target, what)
-            if row is None:
-                row = _fitted(name, target, stream, cap, what, path, base, work, log)
-                if "error" not in row:
-                    keep(row)
+            if row is None:  # (an error row too: "nothing fits within 1.00x" is a result)
+                row = keep(_fitted(name, target, stream, cap, what, path, base, work, log))
             rows.append(row)
     return {"rows": rows, "search": _search()}
 

@@ -217,6 +217,10 @@ _TRAINING: dict[str, tuple[str, str, dict[str, Any], str]] = {
     "init_weights": ("string", "init_weights", {},
                      "Start from these Keras weights of the same spec (.h5; pipelines/search.py writes best.weights.h5 "
                      "next to best.json)"),
+    "init_backbone": ("string", "init_backbone", {},
+                      "Start the layers of the same name and shapes from another run of the same spec family: its "
+                      "folder (model_float_weights.h5) or a Keras .h5 weights file, e.g. a detector's backbone from "
+                      "a classification run; the report lists the layers loaded"),
     "calibration_samples": ("integer", "calibration_samples", {"lower_bound": 1},
                             "Representative training images for the int8 conversion"),
     "test_fraction": ("float", "test_fraction", {"lower_bound": 0.01, "upper_bound": 0.9},

@@ -30,7 +30,7 @@ scenes-det:key=value,... or a COCO folder), --qat_epochs of QAT after the float 
 training boxes (--anchors=spec keeps the spec's), YOLOv3-style targets, objectness / class BCE + smooth-L1 box loss,
 flip / zoom / shift augmentation, val mAP@0.5 per epoch; then COCO mAP@0.5 and mAP@[.5:.95] on the test split of the
 float model and (--int8, the default) of the full-int8 .tflite with TFLM's DETECTION_POSTPROCESS, in TF Lite and
-TFLM. Writes model_int8.tflite, spec.json, labels.txt, model_float.weights.h5, train_report.json,
+TFLM. Writes model_int8.tflite, spec.json, labels.txt, model_float_weights.h5, train_report.json,
 training_curves.png, detections.png and checkpoints/ (docs/detection.md#training). Each training flag's help shows
 its default for each task:
 

@@ -379,6 +379,58 @@ def test_resume_after_interruption_matches_uninterrupted_run(run_a, idx_dir, tmp
     assert ra.detection.map50 == rb.detection.map50 and ra.detection.map == rb.detection.map
 
 
+def test_a_classifier_backbone_loads_into_the_detector(tmp_path):
+    """``load_backbone``: a MobileNetV2-0.35 classifier's weights (.h5) start the detector of the same family: every
+    backbone layer takes the classifier's weights, the yolo head (and no classifier layer) is left as initialised."""
+    from tfmcu.nets.keras_builder import build_keras
+    from tfmcu.nets.presets import mbv2, mbv2_det
+    from tfmcu.train.backbone import load_backbone
+
+    classifier = build_keras(mbv2(0.35, 96, 10), 1)
+    path = str(tmp_path / "classifier.h5")
+    classifier.save_weights(path)
+    detector = build_keras(mbv2_det(0.35, 64, 10), 2)
+    before = {layer.name: layer.get_weights() for layer in detector.layers}
+    r = load_backbone(detector, path)
+    theirs = {layer.name: layer.get_weights() for layer in classifier.layers}
+    assert "stem_conv" in r.loaded and r.not_loaded and all(n.startswith("scale") or "pred" in n or "conv" in n
+                                                                for n in r.not_loaded)
+    assert not set(r.loaded) & {"classifier", "head_conv"} and r.source == path
+    for layer in detector.layers:
+        now = layer.get_weights()
+        if layer.name in r.loaded:
+            assert all(np.array_equal(a, b) for a, b in zip(now, theirs[layer.name]))
+        elif now:
+            assert all(np.array_equal(a, b) for a, b in zip(now, before[layer.name]))
+    assert set(r.loaded) | set(r.not_loaded) == {layer.name for layer in detector.layers if layer.get_weights()}
+    classifier.save_weights(str(tmp_path / "newer.weights.h5"))  # Keras' newer layout: no layer names
+    with pytest.raises(train.TrainError, match="newer layout"):
+        load_backbone(detector, str(tmp_path / "newer.weights.h5"))
+    import tf_keras
+
+    with pytest.raises(train.TrainError, match="no layer of this model"):
+        load_backbone(tf_keras.Sequential([tf_keras.Input((4,)), tf_keras.layers.Dense(3, name="other")]), path)
+    with pytest.raises(train.TrainError, match="a folder without model_float_weights.h5"):
+        train.validate(train.default_config("detection", init_backbone=str(tmp_path / "..")))
+    with pytest.raises(train.TrainError, match="not both"):
+        train.validate(train.default_config("detection", init_backbone=path, init_weights=path))
+
+
+def test_a_run_starts_from_another_runs_folder(run_a, idx_dir, tmp_path):
+    """``init_backbone=RUN_DIR``: the run folder's float weights (every run writes them) start the next run; its
+    report says which layers loaded."""
+    out_a, ra = run_a
+    assert os.path.isfile(os.path.join(out_a, "model_float_weights.h5")) and ra.backbone is None
+    logs: list[str] = []
+    r = train.train(tiny_config(idx_dir, init_backbone=str(out_a), recipe=Recipe(
+        epochs=1, qat_epochs=0, batch_size=16, lr=0.05, bn_recalibration_batches=1)), str(tmp_path / "o"),
+        log=logs.append)
+    assert r.backbone.source == os.path.join(out_a, "model_float_weights.h5") and not r.backbone.not_loaded
+    assert "stem_conv" in r.backbone.loaded and any("--init_backbone: " in m for m in logs)
+    with open(r.files["report"]) as f:
+        assert TrainReport.from_json(json.load(f)).backbone == r.backbone
+
+
 def test_spec_that_does_not_fit_the_data(idx_dir, tmp_path):
     p = tmp_path / "three.json"
     p.write_text(small_det().to_json())

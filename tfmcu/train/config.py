@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import json
 from dataclasses import dataclass, field
 
@@ -125,6 +126,7 @@ class TrainConfig:
     strategy: str = "default"  # default | mirrored | multi_worker
     resume: bool = False
     init_weights: str | None = None  # start from these Keras weights (.h5 of the same spec: a searched sub-network)
+    init_backbone: str | None = None  # start the layers of the same name and shapes from a run's folder or an .h5
     verbose: int | None = None  # Keras fit verbosity (None: progress bar on a terminal, one line per epoch else)
     task: str = "classify"  # classify | detection (a yolo spec on scenes-det or a COCO folder)
     detection: DetectionOptions = field(default_factory=DetectionOptions)  # task "detection" only
@@ -140,6 +142,11 @@ class TrainConfig:
             raise TrainError("calibration_samples must be >= 1")
         if self.task == "detection":
             self.detection.validate()
+        if self.init_weights and self.init_backbone:
+            raise TrainError("give --init_weights (this very spec's weights) or --init_backbone (the layers of the "
+                             "same name), not both")
+        if self.init_backbone:
+            backbone_weights(self.init_backbone)
         return self
 
     def fingerprint(self, spec: NetSpec) -> str:
@@ -147,7 +154,9 @@ class TrainConfig:
         keep = {"spec": spec.to_dict(), "dataset": self.dataset, "recipe": dataclasses.asdict(self.recipe),
                 "val_split": self.val_split, "train_subset": self.train_subset,
                 "steps_per_epoch": self.steps_per_epoch, "qat_steps_per_epoch": self.qat_steps_per_epoch,
-                "seed": self.seed, "init_weights": _file_digest(self.init_weights)}
+                "seed": self.seed, "init_weights": _file_digest(self.init_weights, "--init_weights")}
+        if self.init_backbone:  # (a fingerprint without it stays what it was before it existed)
+            keep["init_backbone"] = _file_digest(backbone_weights(self.init_backbone), "--init_backbone")
         if self.task != "classify":  # (a classification fingerprint stays what it was before detection)
             keep["task"] = self.task
             keep["detection"] = {k: v for k, v in dataclasses.asdict(self.detection).items()
@@ -173,11 +182,30 @@ def default_config(task: str = "classify", **changes) -> TrainConfig:
     raise TrainError(f"unknown task '{task}'; known: {', '.join(TASKS)}")
 
 
-def _file_digest(path: str | None) -> str | None:
+def _file_digest(path: str | None, flag: str) -> str | None:
     if path is None:
         return None
     try:
         with open(path, "rb") as f:
             return hashlib.sha256(f.read()).hexdigest()[:16]
     except OSError as e:
-        raise TrainError(f"--init_weights={path}: cannot read ({e.strerror})") from None
+        raise TrainError(f"{flag}={path}: cannot read ({e.strerror})") from None
+
+
+BACKBONE_WEIGHTS = "model_float_weights.h5"  # what every training run writes: its float model's Keras weights
+
+
+def backbone_weights(path: str) -> str:
+    """The Keras weights file ``--init_backbone=path`` names: a training run's folder (its ``BACKBONE_WEIGHTS``) or
+    an .h5 weights file; anything else is a one-line ``TrainError``."""
+    if os.path.isdir(path):
+        found = os.path.join(path, BACKBONE_WEIGHTS)
+        if not os.path.isfile(found):
+            raise TrainError(f"--init_backbone={path}: a folder without {BACKBONE_WEIGHTS} (give a training run's "
+                             f"folder, or a Keras .h5 weights file)")
+        return found
+    if not os.path.isfile(path):
+        raise TrainError(f"--init_backbone={path}: no such file or folder")
+    if not path.endswith(".h5"):
+        raise TrainError(f"--init_backbone={path}: expected a training run's folder or a Keras .h5 weights file")
+    return path

@@ -15,14 +15,11 @@ the Keras models, in TF Lite and in TFLM.
   quantization on training images, or the QAT model's ranges; TFLM's DETECTION_POSTPROCESS appended with the
   evaluation's thresholds), run in TF Lite (reference kernels) and TFLM on the test images, its detections scored
   with ``coco_map`` (and a bootstrap interval of mAP@0.5);
-* outputs besides the trainer's: ``model_float.weights.h5`` (the float spec model's Keras weights: ``--init_weights``
-  takes them), ``detections.png`` (test images, true boxes green, detections red).
+* outputs besides the trainer's: ``detections.png`` (test images, true boxes green, detections red).
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -257,15 +254,10 @@ class DetectTask:
 
     def outputs(self, cfg: TrainConfig, inputs: DetectInputs, phases: dict[str, Trained], evals: dict[str, Any],
                 section: DetectResult) -> dict[str, tuple[str, Any]]:
-        with tempfile.TemporaryDirectory(prefix="tfmcu-det-") as tmp:
-            path = os.path.join(tmp, "model_float.weights.h5")
-            phases["float"].spec_model.save_weights(path)
-            with open(path, "rb") as f:
-                weights = f.read()
         png = det.plot_detections(inputs.test, evals["float"].detections, inputs.dataset.class_names,
                                   cfg.detection.plot_images,
                                   title="float model, test images: true boxes green, detections (score >= 0.3) red")
-        return {"weights": ("model_float.weights.h5", weights), "detections": ("detections.png", png)}
+        return {"detections": ("detections.png", png)}
 
 
 def _predict(model: Any, x: np.ndarray, channels: int, batch: int = 64) -> np.ndarray:

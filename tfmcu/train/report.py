@@ -53,6 +53,16 @@ class Strategy(Record):
     replicas: int
 
 
+@dataclass(frozen=True, kw_only=True)
+class BackboneLoad(Record):
+    """``--init_backbone``: the Keras weights file the run started from and which of the model's layers (those with
+    weights) took theirs from it; a layer loads when the file has one of its name with the same weight shapes."""
+
+    source: str  # the weights file (a run folder's model_float_weights.h5, or the file given)
+    loaded: list[str]
+    not_loaded: list[str]
+
+
 @dataclass
 class History(Record):
     """The epochs of a run, per phase: one record per epoch (``epoch``, ``lr``, ``seconds``, ``samples``, the
@@ -250,7 +260,8 @@ class TrainReport(Record):
     classification: ClassifyResult | None = flat()
     detection: DetectResult | None = flat()
     timing_s: dict[str, float]
-    files: dict[str, str]  # what the run wrote: tflite, spec, labels, report, curves, ... -> path
+    files: dict[str, str]  # what the run wrote: tflite, spec, labels, weights, report, curves, ... -> path
+    backbone: BackboneLoad | None = optional()  # with ``init_backbone``: what loaded
 
     @property
     def tflite_vs_tflm(self) -> Agreement | None:

@@ -12,7 +12,8 @@ library behind ``pipelines/train.py`` (and ``make demo``), in steps:
    ``qat_lr`` (default lr / 10); checkpointed and resumable like the float phase; its test figures;
 4. the task's full-int8 export of the last phase's spec model, and its evaluation in TF Lite and TFLM;
 5. the report (``TrainReport``: the run's fields and the task's section) and the outputs, all-or-nothing
-   (``tfmcu.files``): ``model_int8.tflite``, ``spec.json``, ``labels.txt``, ``train_report.json``,
+   (``tfmcu.files``): ``model_int8.tflite``, ``spec.json``, ``labels.txt``, ``model_float_weights.h5`` (the float
+   model's Keras weights: ``init_weights`` / ``init_backbone`` of another run), ``train_report.json``,
    ``training_curves.png`` and the task's own; ``checkpoints/`` holds one checkpoint per epoch (``resume=True``
    continues from the last one, bit for bit like an uninterrupted run).
 
@@ -49,12 +50,13 @@ from tfmcu.files import write_outputs
 from tfmcu.train import qat
 from tfmcu.train.checkpoints import Checkpoints
 from tfmcu.train.classify import ClassifyTask
-from tfmcu.train.config import Recipe, TrainConfig, TrainError
+from tfmcu.train.backbone import load_backbone
+from tfmcu.train.config import BACKBONE_WEIGHTS, Recipe, TrainConfig, TrainError, backbone_weights
 from tfmcu.train.detect import DetectTask
 from tfmcu.train.plots import plot_curves
 from tfmcu.train.qat import build_model, configure_determinism, current_lr, is_chief, make_optimizer, quantize, \
     recalibrate_bn
-from tfmcu.train.report import ClassifyResult, DataSummary, History, Strategy, TrainReport
+from tfmcu.train.report import BackboneLoad, ClassifyResult, DataSummary, History, Strategy, TrainReport
 from tfmcu.train.task import Inputs, Task, Trained, check_names
 
 TASKS: dict[str, Task] = {t.name: t for t in (ClassifyTask(), DetectTask())}
@@ -96,6 +98,7 @@ class Run:
     verbose: int  # Keras fit's
     calibration: Any  # the fixed batches of batch-norm re-calibration
     history: History
+    backbone: BackboneLoad | None = None  # with ``init_backbone``: what the float phase loaded
 
 
 def train(cfg: TrainConfig, out_dir: str, log: Callable[[str], None] = log_stderr) -> TrainReport | None:
@@ -133,7 +136,7 @@ def train(cfg: TrainConfig, out_dir: str, log: Callable[[str], None] = log_stder
     section = task.section(cfg, inputs, evals, exported, int8)
     timing["total"] = time.time() - t_start
 
-    files = {"spec": "spec.json", "labels": "labels.txt", "report": "train_report.json",
+    files = {"spec": "spec.json", "labels": "labels.txt", "weights": BACKBONE_WEIGHTS, "report": "train_report.json",
              "curves": "training_curves.png"}
     if exported is not None:
         files = {"tflite": "model_int8.tflite", **files}
@@ -144,12 +147,13 @@ def train(cfg: TrainConfig, out_dir: str, log: Callable[[str], None] = log_stder
         recipe=dataclasses.replace(cfg.recipe, qat_lr=qat_lr(cfg.recipe)), steps_per_epoch=run.steps,
         qat_steps_per_epoch=run.qat_steps, seed=cfg.seed, deterministic=cfg.deterministic,
         strategy=Strategy(name=cfg.strategy, replicas=run.replicas), qat_notes=qat_notes, history=run.history,
-        timing_s={k: round(timing.get(k, 0.0), 1) for k in TIMING}, files=paths,
+        timing_s={k: round(timing.get(k, 0.0), 1) for k in TIMING}, files=paths, backbone=run.backbone,
         **{"classification" if isinstance(section, ClassifyResult) else "detection": section})
     outputs: dict[str, Any] = {
         paths["spec"]: inputs.spec.to_json() + "\n",
         paths["labels"]: "\n".join(inputs.dataset.class_names) + "\n",
         paths["curves"]: plot_curves(run.history, task.title(inputs, section), task.curves),
+        paths["weights"]: _keras_weights(phases["float"].spec_model),
         **{paths[k]: content for k, (_, content) in own.items()},
         paths["report"]: report.to_json(),
     }
@@ -215,6 +219,11 @@ def float_phase(run: Run) -> Trained:
         model = run.task.training_model(spec_model, run.inputs.spec)
         if cfg.init_weights and not state:
             load_init_weights(spec_model, cfg.init_weights, run.log)
+        if cfg.init_backbone:  # (a resumed run has them in its checkpoint: which would load, not loaded again)
+            loaded = run.backbone = load_backbone(spec_model, backbone_weights(cfg.init_backbone), assign=not state)
+            run.log(f"[train] --init_backbone: {len(loaded.loaded)} of {len(loaded.loaded) + len(loaded.not_loaded)} "
+                    f"layers with weights loaded from {loaded.source}"
+                    + (f"; not loaded: {', '.join(loaded.not_loaded)}" if loaded.not_loaded else ""))
         opt = make_optimizer(recipe.lr, recipe.momentum, recipe.nesterov, recipe.weight_decay,
                              run.steps * max(recipe.epochs, 1), int(round(recipe.warmup_epochs * run.steps)))
         opt.build(model.trainable_variables)
@@ -294,6 +303,15 @@ def resume(run: Run, ckpt: Any, phase: str) -> int:
     run.log(f"[train] resumed after {label} epoch {begin} from "
             f"{os.path.join(run.checkpoints.folder, run.state['checkpoint'])}")
     return begin
+
+
+def _keras_weights(model: Any) -> bytes:
+    """The Keras .h5 weights of ``model`` (``--init_weights`` and ``--init_backbone`` take them)."""
+    with tempfile.TemporaryDirectory(prefix="tfmcu-weights-") as tmp:
+        path = os.path.join(tmp, BACKBONE_WEIGHTS)
+        model.save_weights(path)  # (a name not ending .weights.h5: Keras' h5 layout, weights by layer name)
+        with open(path, "rb") as f:
+            return f.read()
 
 
 def load_init_weights(model: Any, path: str, log: Callable[[str], None]) -> None:
