@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import h5py
+
 from tfmcu.train.config import TrainError
 from tfmcu.train.report import BackboneLoad
 
@@ -19,8 +21,6 @@ from tfmcu.train.report import BackboneLoad
 def _file_layers(path: str) -> dict[str, list[Any]]:
     """The weights of every layer in a Keras .h5 weights file (``save_weights`` to a name not ending .weights.h5), by
     layer name."""
-    import h5py
-
     try:
         with h5py.File(path, "r") as f:
             group = f["model_weights"] if "model_weights" in f else f  # (a whole saved model keeps them below)
