@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from dataclasses import replace
 
@@ -247,3 +248,85 @@ def test_cli_writes_coco_and_fails_in_one_line(idx_dir, tmp_path):
     assert [p for p in os.listdir(tmp_path) if p.startswith(".")] == []  # no temporary folder left
     again = cli(f"--dataset={SMALL}", f"--data_dir={idx_dir}", f"--write_coco={out}")
     assert again.returncode == 2 and again.stderr.count("\n") == 1 and "already exists" in again.stderr
+
+
+# ----------------------------------------------------------------------------- Pascal VOC folders
+VOC_OBJECTS = {  # image id -> (name, xmin, ymin, xmax, ymax, difficult)
+    "2008_000001": [("person", 11, 21, 40, 60, 0), ("car", 1, 1, 64, 30, 0)],
+    "2008_000002": [("car", 5, 5, 20, 20, 0), ("person", 30, 30, 50, 50, 1)],
+    "2008_000003": [("person", 2, 3, 10, 12, 0)],
+    "2008_000004": [("car", 40, 10, 64, 48, 0)],
+    "2008_000005": [("person", 8, 8, 24, 24, 0), ("person", 30, 8, 60, 40, 0)],
+    "2008_000006": [],
+}
+
+
+def write_voc(root, objects=VOC_OBJECTS, lists=(("train", 4), ("val", 2))) -> str:
+    """A VOC folder of 64x48 JPEGs with the given objects; ImageSets/Main lists of the first ids in order."""
+    from PIL import Image
+
+    for sub in ("Annotations", "JPEGImages", os.path.join("ImageSets", "Main")):
+        os.makedirs(os.path.join(root, sub), exist_ok=True)
+    for n, (image_id, objs) in enumerate(objects.items()):
+        Image.fromarray(np.full((48, 64, 3), 40 * n, np.uint8)).save(os.path.join(root, "JPEGImages",
+                                                                                f"{image_id}.jpg"))
+        xml = "".join(f"<object><name>{name}</name><difficult>{d}</difficult><bndbox><xmin>{x0}</xmin>"
+                      f"<ymin>{y0}</ymin><xmax>{x1}</xmax><ymax>{y1}</ymax></bndbox></object>"
+                      for name, x0, y0, x1, y1, d in objs)
+        with open(os.path.join(root, "Annotations", f"{image_id}.xml"), "w") as f:
+            f.write(f"<annotation><filename>{image_id}.jpg</filename><size><width>64</width><height>48</height>"
+                    f"<depth>3</depth></size>{xml}</annotation>")
+    ids, start = list(objects), 0
+    for split, count in lists:
+        with open(os.path.join(root, "ImageSets", "Main", f"{split}.txt"), "w") as f:
+            f.write("".join(f"{i}\n" for i in ids[start:start + count]))
+        start += count
+    return str(root)
+
+
+def test_voc_folder_reads_boxes_skips_difficult_and_holds_out_test(tmp_path):
+    root = write_voc(tmp_path / "VOC2012")
+    assert catalog.kind(root) == catalog.DETECTION and catalog.kind(root + ":classes=person") == catalog.DETECTION
+    ds = catalog.load_detection(root, seed=0, test_fraction=0.25)
+    assert ds.class_names == ["car", "person"] and ds.channels == 3 and ds.boxes
+    assert (len(ds.train), len(ds.val), len(ds.test)) == (3, 2, 1)  # test: a quarter of train.txt's 4, held out
+    assert ds.info["held_out"] == {"test": "0.25 of train.txt (seed 0)"}
+    everything = {os.path.basename(str(p))[:-4]: (b.tolist(), lab.tolist())
+                  for split in (ds.train, ds.val, ds.test) for p, b, lab in zip(split.paths, split.boxes, split.labels)}
+    assert everything["2008_000001"] == ([[10, 20, 40, 60 - 12], [0, 0, 64, 30]], [1, 0])  # 1-based corners, clipped
+    assert everything["2008_000002"] == ([[4, 4, 20, 20]], [0])  # the difficult person left out
+    person = catalog.load_detection(root + ":classes=person", seed=0, test_fraction=0.25)
+    assert person.class_names == ["person"] and person.info["classes"] == ["person"]
+    assert [lab.tolist() for lab in person.val.labels] == [[0, 0], []]  # 2008_000005's two, 2008_000006 none
+    assert sum(len(b) for b in person.train.boxes) + sum(len(b) for b in person.test.boxes) == 2
+
+
+def test_voc_converts_to_a_coco_folder_with_the_same_boxes(tmp_path):
+    root = write_voc(tmp_path / "VOC2012", lists=(("train", 3), ("val", 2), ("test", 1)))
+    out = tmp_path / "coco"
+    r = run_python("-m", "tfmcu.data", f"--dataset={root}:classes=person,car", f"--write_coco={out}")
+    assert r.returncode == 0, r.stderr
+    back = catalog.load_detection(str(out))
+    ds = catalog.load_detection(root + ":classes=person,car")
+    assert back.class_names == ds.class_names == ["person", "car"]
+    for s in ("train", "val", "test"):
+        a, b = ds.split(s), back.split(s)
+        assert [x.tolist() for x in a.boxes] == [x.tolist() for x in b.boxes]
+        assert [x.tolist() for x in a.labels] == [x.tolist() for x in b.labels]
+
+
+@pytest.mark.parametrize("edit,what", [
+    (lambda root: open(os.path.join(root, "Annotations", "2008_000001.xml"), "w").write("<annotation>"),
+     "2008_000001.xml: not well-formed XML"),
+    (lambda root: os.remove(os.path.join(root, "Annotations", "2008_000002.xml")),
+     "2008_000002.xml: missing (image id '2008_000002' is listed"),
+    (lambda root: os.remove(os.path.join(root, "JPEGImages", "2008_000003.jpg")), "2008_000003.jpg is missing"),
+])
+def test_broken_voc_folders_are_one_line_errors(tmp_path, edit, what):
+    root = write_voc(tmp_path / "VOC2012")
+    edit(root)
+    with pytest.raises(DataError, match=re.escape(what)) as e:
+        catalog.load_detection(root)
+    assert "\n" not in str(e.value)
+    with pytest.raises(DataError, match="no class dog .*its classes: car, person"):
+        catalog.load_detection(write_voc(tmp_path / "ok") + ":classes=dog")

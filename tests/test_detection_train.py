@@ -561,3 +561,36 @@ def test_cli_user_mistakes_are_one_line_exit_2(tmp_path, args, message):
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in proc.stderr, proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+MIRRORED_DETECTION = """
+import json, os, sys
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from tfmcu import train
+from tfmcu.train import qat
+from tfmcu.train.config import DetectionOptions
+real = qat.make_strategy
+qat.make_strategy = lambda name: (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) if name == "mirrored"
+                                    else real(name))
+data_dir, dataset, out = sys.argv[1], sys.argv[2], sys.argv[3]
+recipe = train.Recipe(epochs=1, qat_epochs=0, batch_size=16, lr=0.05, bn_recalibration_batches=1)
+cfg = train.default_config("detection", dataset=dataset, data_dir=data_dir, resolution=64, recipe=recipe,
+                           steps_per_epoch=2, seed=3, verbose=0, strategy="mirrored",
+                           detection=DetectionOptions(int8=False))
+r = train.train(cfg, out, log=lambda m: None)
+print(json.dumps({"strategy": r.strategy.name, "replicas": r.strategy.replicas,
+                  "map50": r.detection.map50.float}))
+"""
+
+
+def test_mirrored_strategy_trains_the_detector(idx_dir, tmp_path):
+    """--strategy=mirrored trains a detector as it trains a classifier (two logical CPU devices)."""
+    script = tmp_path / "mirrored_detection.py"
+    script.write_text(MIRRORED_DETECTION)
+    proc = run_python(str(script), idx_dir, DATASET, str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["strategy"] == "mirrored" and result["replicas"] == 2 and 0.0 <= result["map50"] <= 1.0

@@ -26,7 +26,7 @@ import numpy as np
 from pycocotools.coco import COCO
 
 from tfmcu import files
-from tfmcu.data.split import GREY_MODES, DataError, Dataset, Split
+from tfmcu.data.split import GREY_MODES, DataError, Dataset, Split, check_fractions, hold_out
 
 SPLITS = ("train", "val", "test")
 ANNOTATIONS = "annotations.json"
@@ -43,12 +43,7 @@ def load_coco_folder(root: str, seed: int = 0, val_fraction: float = 0.1, test_f
     if not os.path.isdir(root):
         raise DataError(f"{root}: no such folder (give scenes-det[:key=value,...] or a COCO folder "
                                  f"with {ANNOTATIONS} or train.json)")
-    for key, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
-        if not 0 <= value < 1:
-            raise DataError(f"{key}={value}: expected 0 <= fraction < 1")
-    if val_fraction + test_fraction >= 1:
-        raise DataError(f"val_fraction + test_fraction = {val_fraction + test_fraction:g}: leaves no "
-                                 f"training images")
+    check_fractions(root, val_fraction, test_fraction)
     json_files = {s: os.path.join(root, f"{s}.json") for s in SPLITS
                   if os.path.isfile(os.path.join(root, f"{s}.json"))}
     single = os.path.join(root, ANNOTATIONS)
@@ -74,21 +69,9 @@ def load_coco_folder(root: str, seed: int = 0, val_fraction: float = 0.1, test_f
         channels = max(channels, split_channels)
     assert class_names is not None
     info = {"files": {s: os.path.basename(p) for s, p in json_files.items()}}
-    missing = [s for s in ("val", "test") if s not in splits]
-    if missing:
-        train = splits["train"]
-        order = np.random.default_rng(seed).permutation(len(train))
-        cut = {"test": int(round(len(train) * test_fraction)) if "test" in missing else 0,
-               "val": int(round(len(train) * val_fraction)) if "val" in missing else 0}
-        if cut["test"] + cut["val"] >= len(train):
-            raise DataError(f"{json_files['train']}: {len(train)} images leave none for training after "
-                                     f"val_fraction={val_fraction:g}, test_fraction={test_fraction:g}")
-        parts = {"test": order[:cut["test"]], "val": order[cut["test"]:cut["test"] + cut["val"]],
-                 "train": order[cut["test"] + cut["val"]:]}
-        for s in ["train"] + missing:
-            splits[s] = train.take(np.sort(parts[s]))
-        info["held_out"] = {s: f"{val_fraction if s == 'val' else test_fraction:g} of "
-                               f"{os.path.basename(json_files['train'])} (seed {seed})" for s in missing}
+    held = hold_out(splits, json_files["train"], seed, val_fraction, test_fraction)
+    if held:
+        info["held_out"] = held
     return Dataset(os.path.basename(os.path.normpath(root)) or root, class_names, splits["train"], splits["test"],
                    channels=channels, flip=True, source=root, info=info, val=splits["val"])
 

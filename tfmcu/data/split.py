@@ -10,6 +10,7 @@ a class id per box (int32 ``(n_i,)``), and the images' ids (COCO image ids; 1..N
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -151,3 +152,60 @@ def split_validation(split: Split, n_val: int | float, seed: int) -> tuple[Split
     mask = np.ones(n, bool)
     mask[val_idx] = False
     return split.take(np.flatnonzero(mask)), split.take(val_idx)
+
+
+def hold_out(splits: dict[str, Split], what: str, seed: int, val_fraction: float,
+             test_fraction: float) -> dict[str, str]:
+    """A detection data set's val and test splits that have no file of their own (missing from ``splits``): seeded
+    ``val_fraction`` / ``test_fraction`` of ``splits["train"]`` (``what``: the file it was read from), taken out of
+    it, in place; returns how each held-out split was made (empty: none was)."""
+    missing = [s for s in ("val", "test") if s not in splits]
+    if not missing:
+        return {}
+    train = splits["train"]
+    order = np.random.default_rng(seed).permutation(len(train))
+    cut = {"test": int(round(len(train) * test_fraction)) if "test" in missing else 0,
+           "val": int(round(len(train) * val_fraction)) if "val" in missing else 0}
+    if cut["test"] + cut["val"] >= len(train):
+        raise DataError(f"{what}: {len(train)} images leave none for training after val_fraction={val_fraction:g}, "
+                        f"test_fraction={test_fraction:g}")
+    parts = {"test": order[:cut["test"]], "val": order[cut["test"]:cut["test"] + cut["val"]],
+             "train": order[cut["test"] + cut["val"]:]}
+    for s in ["train"] + missing:
+        splits[s] = train.take(np.sort(parts[s]))
+    return {s: f"{val_fraction if s == 'val' else test_fraction:g} of {os.path.basename(what)} (seed {seed})"
+            for s in missing}
+
+
+def check_fractions(root: str, val_fraction: float, test_fraction: float) -> None:
+    """The held-out fractions of a detection folder, checked (one line naming the problem)."""
+    for key, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+        if not 0 <= value < 1:
+            raise DataError(f"{key}={value}: expected 0 <= fraction < 1")
+    if val_fraction + test_fraction >= 1:
+        raise DataError(f"val_fraction + test_fraction = {val_fraction + test_fraction:g}: leaves no training "
+                        f"images ({root})")
+
+
+def only_classes(dataset: Dataset, names: Sequence[str]) -> Dataset:
+    """A detection data set with the boxes of the classes ``names`` only, numbered in that order (e.g. COCO-person:
+    ``["person"]``); every image stays (one without such a box has none). An unknown name is a one-line error."""
+    unknown = [n for n in names if n not in dataset.class_names]
+    if unknown:
+        raise DataError(f"{dataset.source or dataset.name}: no class {', '.join(unknown)} (its classes: "
+                        f"{', '.join(dataset.class_names)})")
+    new = {dataset.class_names.index(n): k for k, n in enumerate(names)}
+
+    def keep(split: Split | None) -> Split | None:
+        if split is None:
+            return None
+        assert split.boxes is not None
+        masks = [np.isin(lab, list(new)) for lab in split.labels]
+        labels = [np.array([new[int(c)] for c in lab[m]], np.int32) for lab, m in zip(split.labels, masks)]
+        boxes = [b[m].reshape(-1, 4) for b, m in zip(split.boxes, masks)]
+        return Split(labels, split.images, split.paths, boxes, split.image_ids)
+
+    train, test = keep(dataset.train), keep(dataset.test)
+    assert train is not None and test is not None
+    return Dataset(dataset.name, list(names), train, test, channels=dataset.channels, flip=dataset.flip,
+                   source=dataset.source, info={**dataset.info, "classes": list(names)}, val=keep(dataset.val))
