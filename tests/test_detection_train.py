@@ -91,6 +91,29 @@ def test_a_taken_slot_sends_the_box_to_its_next_best_anchor():
     assert not det.assign_targets([np.array([[0.3, 0.3, 0.3, 0.5]])], [np.array([0])], spec)[..., 4].any()
 
 
+def test_multi_positives_take_every_near_anchor_at_three_cells_and_decode_back():
+    """``positives="multi"`` (YOLOv5's): box a (the fine scale's 0.2 anchor, centre x 0.33 y 0.7, in fine cell (5, 2)
+    at fractions x 0.64, y 0.6 of it) goes to every anchor shape within 4x of its size, each at cell (5, 2), the cell
+    below (6, 2) and the cell right (5, 3) on the fine scale (coarse: its own cell's neighbours); every positive's
+    encoding decodes back to the box."""
+    spec = small_det()
+    grid = anchor_grid(spec)
+    a = [0.33 - 0.1, 0.7 - 0.1, 0.33 + 0.1, 0.7 + 0.1]
+    y = det.assign_targets([np.array([a])], [np.array([1])], spec, positives="multi")
+    pos = np.flatnonzero(y[0, :, 4] == 1)
+    one = det.assign_targets([np.array([a])], [np.array([1])], spec)
+    assert set(np.flatnonzero(one[0, :, 4] == 1)) < set(pos) and len(pos) >= 3
+    fine = 4 * 4 * 2
+    for cell in ((5, 2), (6, 2), (5, 3)):
+        assert fine + (cell[0] * 8 + cell[1]) * 2 + 1 in pos, cell
+    assert fine + (4 * 8 + 2) * 2 + 1 not in pos and fine + (5 * 8 + 1) * 2 + 1 not in pos  # the far neighbours
+    back = decode_boxes(y[0, pos, :4], grid[pos])
+    np.testing.assert_allclose(back, np.repeat(np.array([a])[:, [1, 0, 3, 2]], len(pos), 0), atol=1e-6)
+    assert (y[0, pos, 5:] == [0, 1, 0]).all() and not (y[0, :, 4] == -1)[pos].any()
+    with pytest.raises(ValueError, match="positives"):
+        det.assign_targets([np.array([a])], [np.array([1])], spec, positives="all")
+
+
 # ============================================================================= loss
 def test_loss_is_zero_for_perfect_outputs_and_grows_with_each_mistake():
     import tensorflow as tf

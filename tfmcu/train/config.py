@@ -71,6 +71,7 @@ class DetectionOptions:
 
     anchors: str = "kmeans"  # kmeans: fit to the training boxes (k = the spec's anchor count) | spec: keep the spec's
     ignore_iou: float = 0.5  # an unassigned anchor whose box overlaps a true box more than this: no no-object loss
+    positives: str = "best"  # best: one anchor per box (YOLOv3) | multi: several anchors and cells per box (YOLOv5)
     box_weight: float = 1.0  # smooth-L1 of the box encodings, on assigned anchors
     noobj_weight: float = 0.5  # objectness BCE of the unassigned, not-ignored anchors (assigned ones weigh 1)
     class_weight: float = 1.0  # class BCE, on assigned anchors
@@ -86,6 +87,7 @@ class DetectionOptions:
         checks = [
             (self.anchors in ANCHOR_SOURCES, f"anchors must be one of {', '.join(ANCHOR_SOURCES)}"),
             (0 < self.ignore_iou <= 1, "ignore_iou must be in (0, 1]"),
+            (self.positives in ("best", "multi"), "positives must be best or multi"),
             (self.box_weight >= 0 and self.noobj_weight >= 0 and self.class_weight >= 0,
              "the loss weights must be >= 0"),
             (0 <= self.scale < 1, "scale must be in [0, 1)"),
@@ -160,12 +162,15 @@ class TrainConfig:
         if self.task != "classify":  # (a classification fingerprint stays what it was before detection)
             keep["task"] = self.task
             keep["detection"] = {k: v for k, v in dataclasses.asdict(self.detection).items()
-                                 if k not in _EVALUATION_ONLY}
+                                 if k not in _EVALUATION_ONLY and _ADDED_LATER.get(k, object()) != v}
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
 
 # Detection options that change only the evaluation, not the trained weights (not part of the fingerprint).
 _EVALUATION_ONLY = ("score_threshold", "iou_threshold", "max_detections", "plot_images", "int8")
+# Detection options added after runs were checkpointed, and their values then: left out of the fingerprint when they
+# have them, so those runs still resume.
+_ADDED_LATER = {"positives": "best"}
 
 
 def default_config(task: str = "classify", **changes) -> TrainConfig:

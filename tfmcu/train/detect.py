@@ -128,7 +128,7 @@ class DetectTask:
 
         def generate():
             yield from det.epoch_batches(inputs.train_arrays, spec, b, seed, epoch, steps, augment, inputs.flip,
-                                         opts.scale, opts.translate, opts.ignore_iou)
+                                         opts.scale, opts.translate, opts.ignore_iou, positives=opts.positives)
 
         return tf.data.Dataset.from_generator(generate, output_signature=signature).prefetch(2)
 
@@ -139,7 +139,7 @@ class DetectTask:
             return {}
         o, spec, arrays = cfg.detection, inputs.spec, inputs.val_arrays
         outputs = _predict(model, arrays.images, spec.in_channels)
-        y = det.assign_targets(arrays.boxes, arrays.labels, spec, o.ignore_iou)
+        y = det.assign_targets(arrays.boxes, arrays.labels, spec, o.ignore_iou, positives=o.positives)
         loss = det.detection_loss(o.box_weight, o.noobj_weight, o.class_weight)
         val_loss = float(np.mean(loss(tf.constant(y), tf.constant(outputs)).numpy()))
         dets = det.decode(outputs, spec, o.score_threshold, o.iou_threshold, o.max_detections)

@@ -11,7 +11,9 @@ them, ``[x0, y0, x1, y1]``, and come out of ``decode`` as ``DETECTION_POSTPROCES
 * **Targets** (``assign_targets``), YOLOv3-style: a true box goes to the anchor, over all scales, with the best (w, h)
   IoU (``wh_iou``), at the cell of that scale holding the box's centre: objectness 1, its class one-hot, box target
   ``encode_boxes(box, that anchor)``. When two boxes want the same slot, the second takes its next-best anchor (a
-  box is dropped only when every slot it could take is taken). An unassigned anchor whose box (placed at its cell,
+  box is dropped only when every slot it could take is taken). ``positives="multi"`` (YOLOv5's): every anchor shape
+  within ``ANCHOR_RATIO`` of the box's width and height, at its cell and the two neighbouring cells nearest its
+  centre (an offset of up to a cell and a half, which the encoding represents as any other). An unassigned anchor whose box (placed at its cell,
   ``anchor_grid``) overlaps a true box with IoU > ``ignore_iou`` is *ignored*: it gets no no-object loss. Targets
   are ``[B, N, 5 + K]`` in the output's layout (``ty, tx, th, tw, obj, classes``) with obj 1 (assigned), 0
   (background) or -1 (ignored).
@@ -145,17 +147,36 @@ class _Layout:
 
     def slot(self, shape_index: int, yc: float, xc: float) -> int:
         """The output index of anchor shape ``shape_index`` at the cell holding (yc, xc)."""
+        return self.slots(shape_index, yc, xc, False)[0]
+
+    def slots(self, shape_index: int, yc: float, xc: float, neighbours: bool) -> list[int]:
+        """The output indices of anchor shape ``shape_index`` at the cell holding (yc, xc), and with ``neighbours``
+        at the two cells beside it nearest the point (the one above or below, the one left or right; inside the
+        grid), YOLOv5's three."""
         s, a = self.anchor_of[shape_index]
         offset, g, per_cell = self.scales[s]
-        gy = min(max(int(np.floor(yc * g)), 0), g - 1)
-        gx = min(max(int(np.floor(xc * g)), 0), g - 1)
-        return offset + (gy * g + gx) * per_cell + a
+        fy, fx = yc * g, xc * g
+        gy, gx = min(max(int(np.floor(fy)), 0), g - 1), min(max(int(np.floor(fx)), 0), g - 1)
+        cells = [(gy, gx)]
+        if neighbours:
+            ny, nx = gy + (1 if fy - gy >= 0.5 else -1), gx + (1 if fx - gx >= 0.5 else -1)
+            cells += [c for c in ((ny, gx), (gy, nx)) if 0 <= c[0] < g and 0 <= c[1] < g]
+        return [offset + (cy * g + cx) * per_cell + a for cy, cx in cells]
+
+
+POSITIVES = ("best", "multi")  # one anchor per box (YOLOv3), or several anchors and cells per box (YOLOv5)
+ANCHOR_RATIO = 4.0  # positives "multi": an anchor shape takes a box whose width and height are within this factor
 
 
 def assign_targets(boxes: Sequence[np.ndarray], labels: Sequence[np.ndarray], spec: NetSpec,
-                   ignore_iou: float = 0.5, layout: _Layout | None = None) -> np.ndarray:
+                   ignore_iou: float = 0.5, layout: _Layout | None = None, positives: str = "best") -> np.ndarray:
     """Training targets float32 ``[B, N, 5 + K]`` for B images (module docstring): ``boxes[i]`` ``[n, 4]``
-    ``[x0, y0, x1, y1]`` fractions, ``labels[i]`` ``[n]`` class ids. Boxes without area are skipped."""
+    ``[x0, y0, x1, y1]`` fractions, ``labels[i]`` ``[n]`` class ids. Boxes without area are skipped.
+    ``positives="multi"``: a box goes to every anchor shape whose width and height are within ``ANCHOR_RATIO`` of its
+    own (the best one if none is), each at the box's cell and the two neighbouring cells nearest its centre; a slot
+    an earlier box took stays that box's."""
+    if positives not in POSITIVES:
+        raise ValueError(f"positives {positives!r}: expected one of {', '.join(POSITIVES)}")
     lay = layout or _Layout(spec)
     k = lay.num_classes
     y = np.zeros((len(boxes), lay.n, NUM_FIELDS + k), np.float32)
@@ -171,8 +192,21 @@ def assign_targets(boxes: Sequence[np.ndarray], labels: Sequence[np.ndarray], sp
         ignored = box_iou(lay.corners, yx).max(axis=1) > ignore_iou
         y[i, ignored, OBJ] = -1.0
         ranking = np.argsort(-wh_iou(wh, lay.anchor_wh), axis=1, kind="stable")  # best anchor shape first
+        if positives == "multi":
+            ratio = wh[:, None, :] / lay.anchor_wh[None]
+            near = np.maximum(ratio, 1 / ratio).max(axis=-1) < ANCHOR_RATIO  # [n, shapes]
         for j in range(len(b)):
             yc, xc = (yx[j, 0] + yx[j, 2]) / 2, (yx[j, 1] + yx[j, 3]) / 2
+            if positives == "multi":
+                shapes = [int(m) for m in ranking[j] if near[j, m]] or [int(ranking[j][0])]
+                for m in shapes:
+                    for idx in lay.slots(m, yc, xc, True):
+                        if y[i, idx, OBJ] != 1.0:
+                            y[i, idx, :4] = encode_boxes(yx[j][None], lay.grid[idx:idx + 1])[0]
+                            y[i, idx, OBJ] = 1.0
+                            y[i, idx, NUM_FIELDS:] = 0.0
+                            y[i, idx, NUM_FIELDS + lab[j]] = 1.0
+                continue
             for m in ranking[j]:
                 idx = lay.slot(int(m), yc, xc)
                 if y[i, idx, OBJ] == 1.0:
@@ -326,7 +360,7 @@ def batch_images(x: np.ndarray, channels: int) -> np.ndarray:
 
 def epoch_batches(arrays: DetArrays, spec: NetSpec, batch_size: int, seed: int, epoch: int,
                   steps: int | None = None, augment_images: bool = True, flip: bool = True, scale: float = 0.25,
-                  translate: float = 0.125, ignore_iou: float = 0.5, shuffle: bool = True
+                  translate: float = 0.125, ignore_iou: float = 0.5, shuffle: bool = True, positives: str = "best"
                   ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """One epoch of (images ``[B, R, R, C]``, targets ``[B, N, 5 + K]``) batches: order ``default_rng([seed,
     epoch])``, sample i augmented with ``default_rng([seed, epoch, i])``; the last partial batch is dropped and
@@ -347,7 +381,7 @@ def epoch_batches(arrays: DetArrays, spec: NetSpec, batch_size: int, seed: int, 
             bs.append(b)
             ls.append(lab)
         yield (batch_images(np.stack(xs), spec.in_channels).astype(np.float32),
-               assign_targets(bs, ls, spec, ignore_iou, lay))
+               assign_targets(bs, ls, spec, ignore_iou, lay, positives))
 
 
 # ============================================================================= decoding
