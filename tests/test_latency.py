@@ -69,9 +69,9 @@ def test_prediction_api_is_fast_and_labelled(zoo_tiny_per_tensor):
     from tfmcu.tflite.model import TfliteModel
 
     model = TfliteModel(zoo_tiny_per_tensor)
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # (this process's CPU time: a busy machine does not make the prediction look slow)
     p = latency.predict_instructions(model, "cortex-m4", "cmsis_nn")
-    assert time.perf_counter() - t0 < 0.5
+    assert time.process_time() - t0 < 0.5
     assert p.instructions == pytest.approx(sum(o["instructions"] for o in p.per_op), rel=0.2)
     assert [o["op"] for o in p.per_op] == list(range(len(model.op_names)))
     assert p.what.startswith("estimated: per-op cost model calibrated on QEMU counts (latency_calibration.json")
