@@ -91,6 +91,36 @@ def test_a_taken_slot_sends_the_box_to_its_next_best_anchor():
     assert not det.assign_targets([np.array([[0.3, 0.3, 0.3, 0.5]])], [np.array([0])], spec)[..., 4].any()
 
 
+def test_giou_box_loss_is_one_minus_giou_of_the_decoded_boxes():
+    """``box_loss="giou"``: 0 for perfect outputs; for boxes off by some units, the mean over the assigned anchors of
+    1 - GIoU of the boxes both encodings decode to (computed here with NumPy)."""
+    import tensorflow as tf
+
+    spec = small_det()
+    grid = anchor_grid(spec)
+    boxes = [np.array([[0.2, 0.6, 0.4, 0.8], [0.375, 0.195, 0.875, 0.555]]), np.array([[0.6, 0.6, 0.7, 0.7]])]
+    y = det.assign_targets(boxes, [np.array([2, 0]), np.array([1])], spec)
+    loss = det.detection_loss(anchors=grid)
+    f = lambda out: float(np.mean(loss(tf.constant(y), tf.constant(out)).numpy()))  # noqa: E731
+    good = perfect_logits(y)
+    assert f(good) < 1e-5
+    out = good.copy()
+    pos = y[..., 4] == 1
+    out[pos, 0] += 2.0  # 0.2 anchor heights down
+    out[pos, 3] -= 1.0  # narrower
+    want = []
+    for p, t, a in zip(out[pos, :4], y[pos, :4], grid[np.argwhere(pos)[:, 1]]):
+        bp, bt = decode_boxes(p[None], a[None])[0], decode_boxes(t[None], a[None])[0]
+        iou = det.box_iou(bp[None], bt[None])[0, 0]
+        inter_union = (bp[2] - bp[0]) * (bp[3] - bp[1]) + (bt[2] - bt[0]) * (bt[3] - bt[1])
+        union = inter_union - iou * inter_union / (1 + iou)
+        hull = (max(bp[2], bt[2]) - min(bp[0], bt[0])) * (max(bp[3], bt[3]) - min(bp[1], bt[1]))
+        want.append(1 - (iou - (hull - union) / hull))
+    assert f(out) == pytest.approx(np.mean(want), rel=1e-4) and 0 < f(out) < f(good) + 1
+    with pytest.raises(train.TrainError, match="box_loss"):
+        DetectionOptions(box_loss="l2").validate()
+
+
 def test_multi_positives_take_every_near_anchor_at_three_cells_and_decode_back():
     """``positives="multi"`` (YOLOv5's): box a (the fine scale's 0.2 anchor, centre x 0.33 y 0.7, in fine cell (5, 2)
     at fractions x 0.64, y 0.6 of it) goes to every anchor shape within 4x of its size, each at cell (5, 2), the cell

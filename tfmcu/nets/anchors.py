@@ -138,16 +138,20 @@ def anchor_grid(spec: "Any") -> np.ndarray:
     return np.asarray(rows, dtype=np.float32).reshape(-1, 4)
 
 
-def decode_boxes(encodings: np.ndarray, anchors: np.ndarray) -> np.ndarray:
-    """(ymin, xmin, ymax, xmax) of ``encodings`` [..., N, 4] (t_y, t_x, t_h, t_w) on ``anchors`` [N, 4]."""
-    t = np.asarray(encodings, dtype=np.float64)
-    a = np.asarray(anchors, dtype=np.float64)
+def decode_boxes(encodings: Any, anchors: Any, xp: Any = np) -> Any:
+    """(ymin, xmin, ymax, xmax) of ``encodings`` [..., N, 4] (t_y, t_x, t_h, t_w) on ``anchors`` [N, 4]; ``xp``: the
+    array module (NumPy, in float64; or TensorFlow, ``tf``, on its tensors: the detection loss decodes in the
+    graph)."""
+    if xp is np:
+        t, a = np.asarray(encodings, dtype=np.float64), np.asarray(anchors, dtype=np.float64)
+    else:
+        t, a = encodings, anchors
     sy, sx, sh, sw = BOX_SCALES
     yc = a[:, 0] + t[..., 0] / sy * a[:, 2]
     xc = a[:, 1] + t[..., 1] / sx * a[:, 3]
-    h = a[:, 2] * np.exp(t[..., 2] / sh)
-    w = a[:, 3] * np.exp(t[..., 3] / sw)
-    return np.stack([yc - h / 2, xc - w / 2, yc + h / 2, xc + w / 2], axis=-1)
+    h = a[:, 2] * xp.exp(t[..., 2] / sh)
+    w = a[:, 3] * xp.exp(t[..., 3] / sw)
+    return xp.stack([yc - h / 2, xc - w / 2, yc + h / 2, xc + w / 2], axis=-1)
 
 
 def encode_boxes(boxes: np.ndarray, anchors: np.ndarray) -> np.ndarray:

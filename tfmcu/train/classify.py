@@ -95,7 +95,7 @@ class ClassifyTask:
     def training_model(self, spec_model: Any, spec: NetSpec) -> Any:
         return spec_model
 
-    def compile(self, model: Any, opt: Any, cfg: TrainConfig) -> None:
+    def compile(self, model: Any, opt: Any, cfg: TrainConfig, inputs: Inputs) -> None:
         compile_model(model, opt, cfg.recipe.label_smoothing)
 
     def batches(self, inputs: Inputs, cfg: TrainConfig, seed: int, epoch: int, steps: int, augment: bool) -> Any:

@@ -72,7 +72,8 @@ class DetectionOptions:
     anchors: str = "kmeans"  # kmeans: fit to the training boxes (k = the spec's anchor count) | spec: keep the spec's
     ignore_iou: float = 0.5  # an unassigned anchor whose box overlaps a true box more than this: no no-object loss
     positives: str = "best"  # best: one anchor per box (YOLOv3) | multi: several anchors and cells per box (YOLOv5)
-    box_weight: float = 1.0  # smooth-L1 of the box encodings, on assigned anchors
+    box_weight: float = 1.0  # the box loss on assigned anchors
+    box_loss: str = "smooth_l1"  # smooth_l1: of the encodings | giou: 1 - GIoU of the decoded boxes
     noobj_weight: float = 0.5  # objectness BCE of the unassigned, not-ignored anchors (assigned ones weigh 1)
     class_weight: float = 1.0  # class BCE, on assigned anchors
     scale: float = 0.25  # augmentation: random zoom in [1 - scale, 1 + scale]
@@ -88,6 +89,7 @@ class DetectionOptions:
             (self.anchors in ANCHOR_SOURCES, f"anchors must be one of {', '.join(ANCHOR_SOURCES)}"),
             (0 < self.ignore_iou <= 1, "ignore_iou must be in (0, 1]"),
             (self.positives in ("best", "multi"), "positives must be best or multi"),
+            (self.box_loss in ("smooth_l1", "giou"), "box_loss must be smooth_l1 or giou"),
             (self.box_weight >= 0 and self.noobj_weight >= 0 and self.class_weight >= 0,
              "the loss weights must be >= 0"),
             (0 <= self.scale < 1, "scale must be in [0, 1)"),
@@ -170,7 +172,7 @@ class TrainConfig:
 _EVALUATION_ONLY = ("score_threshold", "iou_threshold", "max_detections", "plot_images", "int8")
 # Detection options added after runs were checkpointed, and their values then: left out of the fingerprint when they
 # have them, so those runs still resume.
-_ADDED_LATER = {"positives": "best"}
+_ADDED_LATER = {"positives": "best", "box_loss": "smooth_l1"}
 
 
 def default_config(task: str = "classify", **changes) -> TrainConfig:

@@ -28,7 +28,7 @@ import numpy as np
 from tfmcu.data import catalog
 from tfmcu.data.images import model_inputs
 from tfmcu.data.split import draw, stream_seed, subset
-from tfmcu.nets.anchors import AnchorError
+from tfmcu.nets.anchors import AnchorError, anchor_grid
 from tfmcu.nets.spec import NetSpec
 from tfmcu.runtime.agreement import Agreement, Mismatch, Tie, compare, head_ties
 from tfmcu.runtime.tflite import run_tflite
@@ -111,10 +111,11 @@ class DetectTask:
     def training_model(self, spec_model: Any, spec: NetSpec) -> Any:
         return det.training_model(spec_model, spec)
 
-    def compile(self, model: Any, opt: Any, cfg: TrainConfig) -> None:
+    def compile(self, model: Any, opt: Any, cfg: TrainConfig, inputs: Inputs) -> None:
         o = cfg.detection
-        model.compile(optimizer=opt, loss=det.detection_loss(o.box_weight, o.noobj_weight, o.class_weight),
-                      metrics=det.loss_metrics(o.noobj_weight))
+        anchors = anchor_grid(inputs.spec) if o.box_loss == "giou" else None
+        model.compile(optimizer=opt, loss=det.detection_loss(o.box_weight, o.noobj_weight, o.class_weight, anchors),
+                      metrics=det.loss_metrics(o.noobj_weight, anchors))
 
     def batches(self, inputs: DetectInputs, cfg: TrainConfig, seed: int, epoch: int, steps: int,
                 augment: bool) -> Any:
@@ -140,7 +141,8 @@ class DetectTask:
         o, spec, arrays = cfg.detection, inputs.spec, inputs.val_arrays
         outputs = _predict(model, arrays.images, spec.in_channels)
         y = det.assign_targets(arrays.boxes, arrays.labels, spec, o.ignore_iou, positives=o.positives)
-        loss = det.detection_loss(o.box_weight, o.noobj_weight, o.class_weight)
+        loss = det.detection_loss(o.box_weight, o.noobj_weight, o.class_weight,
+                                  anchor_grid(spec) if o.box_loss == "giou" else None)
         val_loss = float(np.mean(loss(tf.constant(y), tf.constant(outputs)).numpy()))
         dets = det.decode(outputs, spec, o.score_threshold, o.iou_threshold, o.max_detections)
         m = det.coco_map(inputs.val, dets, spec.head.num_classes)

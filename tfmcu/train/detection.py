@@ -26,6 +26,8 @@ them, ``[x0, y0, x1, y1]``, and come out of ``decode`` as ``DETECTION_POSTPROCES
   anchors in the graph); the encoding divides offsets by the anchor's size and takes logs of size ratios, so it is
   already scale-invariant (GIoU's main advantage over an L2 on pixels); and smooth-L1 keeps the gradient bounded
   while the encodings of an untrained head are far off (offsets of half a cell are ~10 units at scale 10).
+  ``DetectionOptions(box_loss="giou")``: the box term is 1 - GIoU of the boxes the predicted and the target
+  encodings decode to (``decode_boxes`` in the graph, on ``anchor_grid``), per assigned anchor.
 * **Augmentation** (``augment``, ``epoch_batches``): on the resized float images and their fractional boxes, before
   batching: horizontal flip, zoom in [1 - scale, 1 + scale] about the centre and a shift of up to ``translate`` per
   axis, one bilinear resampling (pixels that come from outside the image are black, as ``tfmcu.data``'s shifts);
@@ -220,17 +222,36 @@ def assign_targets(boxes: Sequence[np.ndarray], labels: Sequence[np.ndarray], sp
 
 
 # ============================================================================= loss
-def _loss_terms(y_true, y_pred):
-    """Per image: smooth-L1 box, objectness BCE (assigned), objectness BCE (background), class BCE, as [B] sums;
-    and the batch's number of assigned anchors (at least 1)."""
+def _giou(a, b):
+    """GIoU of boxes ``a`` and ``b`` [..., 4] (ymin, xmin, ymax, xmax), TensorFlow tensors."""
+    import tensorflow as tf
+
+    area = lambda t: tf.maximum(t[..., 2] - t[..., 0], 0.0) * tf.maximum(t[..., 3] - t[..., 1], 0.0)  # noqa: E731
+    lo, hi = tf.maximum(a[..., :2], b[..., :2]), tf.minimum(a[..., 2:], b[..., 2:])
+    inter = tf.reduce_prod(tf.maximum(hi - lo, 0.0), axis=-1)
+    union = area(a) + area(b) - inter
+    hull = tf.reduce_prod(tf.maximum(a[..., 2:], b[..., 2:]) - tf.minimum(a[..., :2], b[..., :2]), axis=-1)
+    return inter / tf.maximum(union, 1e-9) - (hull - union) / tf.maximum(hull, 1e-9)
+
+
+def _loss_terms(y_true, y_pred, anchors=None):
+    """Per image: the box loss (smooth-L1 of the encodings; with ``anchors`` [N, 4], 1 - GIoU of the boxes both
+    encodings decode to on them), objectness BCE (assigned), objectness BCE (background), class BCE, as [B] sums; and
+    the batch's number of assigned anchors (at least 1)."""
     import tensorflow as tf
 
     y_true = tf.cast(y_true, y_pred.dtype)
     obj = y_true[..., OBJ]
     pos = tf.cast(tf.equal(obj, 1.0), y_pred.dtype)
     neg = tf.cast(tf.equal(obj, 0.0), y_pred.dtype)
-    d = tf.abs(y_pred[..., :4] - y_true[..., :4])
-    smooth_l1 = tf.reduce_sum(tf.where(d < 1.0, 0.5 * tf.square(d), d - 0.5), axis=-1)
+    if anchors is not None:
+        grid = tf.constant(np.asarray(anchors, np.float32), dtype=y_pred.dtype)
+        # (the encodings clipped where exp would overflow: an untrained head's sizes are far off)
+        t_pred = tf.concat([y_pred[..., :2], tf.clip_by_value(y_pred[..., 2:4], -50.0, 50.0)], axis=-1)
+        smooth_l1 = 1.0 - _giou(decode_boxes(t_pred, grid, tf), decode_boxes(y_true[..., :4], grid, tf))
+    else:
+        d = tf.abs(y_pred[..., :4] - y_true[..., :4])
+        smooth_l1 = tf.reduce_sum(tf.where(d < 1.0, 0.5 * tf.square(d), d - 0.5), axis=-1)
     obj_bce = tf.nn.sigmoid_cross_entropy_with_logits(labels=pos, logits=y_pred[..., OBJ])
     cls_bce = tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(labels=y_true[..., NUM_FIELDS:],
                                                                     logits=y_pred[..., NUM_FIELDS:]), axis=-1)
@@ -240,27 +261,29 @@ def _loss_terms(y_true, y_pred):
     return terms, n_pos
 
 
-def detection_loss(box_weight: float = 1.0, noobj_weight: float = 0.5, class_weight: float = 1.0) -> Callable:
+def detection_loss(box_weight: float = 1.0, noobj_weight: float = 0.5, class_weight: float = 1.0,
+                   anchors: np.ndarray | None = None) -> Callable:
     """The loss ``fn(y_true, y_pred)`` for ``model.compile``: y_true from ``assign_targets``, y_pred the raw outputs
     concatenated ``[B, N, 5 + K]`` (``training_model``). Per-image values whose batch mean (Keras' reduction) is the
-    batch's weighted sum divided by its assigned anchors (module docstring)."""
+    batch's weighted sum divided by its assigned anchors (module docstring). ``anchors`` (``anchor_grid(spec)``):
+    the box loss is 1 - GIoU of the decoded boxes instead of smooth-L1 of the encodings."""
     import tensorflow as tf
 
     def detection_loss(y_true, y_pred):
-        (box, obj_pos, obj_neg, cls), n_pos = _loss_terms(y_true, y_pred)
+        (box, obj_pos, obj_neg, cls), n_pos = _loss_terms(y_true, y_pred, anchors)
         total = box_weight * box + obj_pos + noobj_weight * obj_neg + class_weight * cls
         return total * tf.cast(tf.shape(total)[0], total.dtype) / n_pos
 
     return detection_loss
 
 
-def loss_metrics(noobj_weight: float = 0.5) -> list[Callable]:
+def loss_metrics(noobj_weight: float = 0.5, anchors: np.ndarray | None = None) -> list[Callable]:
     """Keras metrics logging the loss's parts (unweighted, per assigned anchor): ``box_loss``, ``obj_loss``
     (assigned + ``noobj_weight`` x background) and ``class_loss``."""
     import tensorflow as tf
 
     def box_loss(y_true, y_pred):
-        (box, _, _, _), n = _loss_terms(y_true, y_pred)
+        (box, _, _, _), n = _loss_terms(y_true, y_pred, anchors)
         return tf.reduce_sum(box) / n
 
     def obj_loss(y_true, y_pred):

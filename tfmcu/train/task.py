@@ -81,7 +81,7 @@ class Task(Protocol):
     def training_model(self, spec_model: Any, spec: NetSpec) -> Any:
         """The model that trains: ``spec_model`` itself, or a model sharing its layers."""
 
-    def compile(self, model: Any, opt: Any, cfg: TrainConfig) -> None:
+    def compile(self, model: Any, opt: Any, cfg: TrainConfig, inputs: Inputs) -> None:
         """``model.compile`` with the task's loss and metrics."""
 
     def batches(self, inputs: Inputs, cfg: TrainConfig, seed: int, epoch: int, steps: int, augment: bool) -> Any:

@@ -227,7 +227,7 @@ def float_phase(run: Run) -> Trained:
         opt = make_optimizer(recipe.lr, recipe.momentum, recipe.nesterov, recipe.weight_decay,
                              run.steps * max(recipe.epochs, 1), int(round(recipe.warmup_epochs * run.steps)))
         opt.build(model.trainable_variables)
-        run.task.compile(model, opt, cfg)
+        run.task.compile(model, opt, cfg, run.inputs)
         ckpt = tf.train.Checkpoint(model=model, optimizer=opt)
     begin = 0
     if state and state["phase"] == "float":
@@ -256,7 +256,7 @@ def qat_phase(run: Run, floated: Trained) -> tuple[Trained, list[str]]:
         opt = make_optimizer(qat_lr(recipe), recipe.momentum, recipe.nesterov, recipe.weight_decay,
                              run.qat_steps * recipe.qat_epochs)
         opt.build(model.trainable_variables)
-        run.task.compile(model, opt, cfg)
+        run.task.compile(model, opt, cfg, run.inputs)
         ckpt = tf.train.Checkpoint(model=model, optimizer=opt)
     for note in notes:
         run.log(f"[qat] {note}")
