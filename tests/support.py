@@ -125,3 +125,19 @@ def tie_in_the_head(data: bytes, sample) -> bytes:
     scales[c] = (0.5 - 2.0 ** -(r + 3)) * out_scale / (acc[c] * in_scale)
     w_t.quantization.scale = scales
     return ed.to_bytes()
+
+
+# The start of a script that trains under --strategy=mirrored on two logical CPU devices (run with ``run_python``):
+# the devices split before TensorFlow starts, and ``qat.make_strategy`` names them.
+MIRRORED_PREAMBLE = """
+import json, os, sys
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from tfmcu import train
+from tfmcu.train import qat
+real = qat.make_strategy
+qat.make_strategy = lambda name: (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) if name == "mirrored"
+                                    else real(name))
+"""

@@ -23,7 +23,7 @@ from tfmcu.train import detection as det  # noqa: E402
 from tfmcu.train import trainer  # noqa: E402
 from tfmcu.train.config import DetectionOptions, Recipe  # noqa: E402
 from tfmcu.train.report import TrainReport  # noqa: E402
-from tests.support import fake_idx_set, interrupted, run_python, without_seconds  # noqa: E402
+from tests.support import MIRRORED_PREAMBLE, fake_idx_set, interrupted, run_python, without_seconds  # noqa: E402
 TWO = [[[0.4, 0.4], [0.6, 0.3]], [[0.1, 0.1], [0.2, 0.2]]]  # coarse scale (4x4 at 64 px) first, then 8x8
 ONE = [[[0.25, 0.25]]]  # one anchor per cell, 4x4
 
@@ -616,18 +616,8 @@ def test_cli_user_mistakes_are_one_line_exit_2(tmp_path, args, message):
     assert not (tmp_path / "out").exists()
 
 
-MIRRORED_DETECTION = """
-import json, os, sys
-os.environ["TF_USE_LEGACY_KERAS"] = "1"
-import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from tfmcu import train
-from tfmcu.train import qat
+MIRRORED_DETECTION = MIRRORED_PREAMBLE + """
 from tfmcu.train.config import DetectionOptions
-real = qat.make_strategy
-qat.make_strategy = lambda name: (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) if name == "mirrored"
-                                    else real(name))
 data_dir, dataset, out = sys.argv[1], sys.argv[2], sys.argv[3]
 recipe = train.Recipe(epochs=1, qat_epochs=0, batch_size=16, lr=0.05, bn_recalibration_batches=1)
 cfg = train.default_config("detection", dataset=dataset, data_dir=data_dir, resolution=64, recipe=recipe,

@@ -15,7 +15,7 @@ from tfmcu import train
 from tfmcu.data import classify
 from tfmcu.nets.spec import HeadSpec
 from tfmcu.train import TrainReport
-from tests.support import fake_idx_set, interrupted, run_python, tiny_spec, without_seconds
+from tests.support import MIRRORED_PREAMBLE, fake_idx_set, interrupted, run_python, tiny_spec, without_seconds
 
 HAVE_FASHION = os.path.isfile(os.path.join(classify.FASHION_MNIST_DIR, "t10k-labels-idx1-ubyte.gz"))
 
@@ -249,17 +249,7 @@ def test_cli_bad_dataset_is_one_line_exit_2(tmp_path):
     assert proc.returncode == 2 and "apt-get install dataset-fashion-mnist" in proc.stderr
 
 
-MIRRORED_SCRIPT = """
-import json, os, sys
-os.environ["TF_USE_LEGACY_KERAS"] = "1"
-import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from tfmcu import train
-from tfmcu.train import qat
-real = qat.make_strategy
-qat.make_strategy = lambda name: (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) if name == "mirrored"
-                                    else real(name))
+MIRRORED_SCRIPT = MIRRORED_PREAMBLE + """
 spec_path, data_dir, out = sys.argv[1], (sys.argv[2] or None), sys.argv[3]
 recipe = train.Recipe(epochs=1, qat_epochs=1, batch_size=16, lr=0.05, bn_recalibration_batches=2)
 cfg = train.TrainConfig(model=spec_path, data_dir=data_dir, recipe=recipe, val_split=32, train_subset=64,
