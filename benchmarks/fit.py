@@ -27,6 +27,7 @@ from tfmcu.graph.load import load_spec
 from tfmcu.nets import zoo
 from tfmcu.plan.latency import load_calibration, predict_instructions
 from tfmcu.plan.profiler import profile
+from tfmcu.plan.stage_plans import LATENCY_LADDER
 from tfmcu.train.export import untrained_int8
 
 # (zoo model or preset, target, input streamed); the demo model is trained by make demo, so the bench uses its
@@ -61,7 +62,7 @@ def _search() -> dict[str, Any]:
     """What fit searched (its defaults), as the JSON records it."""
     d = FitOptions(model="")
     return {"grids": list(d.patch_options), "max_stages": d.max_stages, "halo_modes": list(d.halo_modes),
-            "rest_convs": list(d.rest_convs), "search_seconds": None}
+            "rest_convs": list(d.rest_convs), "search_seconds": None, "latency_ladder": list(LATENCY_LADDER)}
 
 
 def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CAPS) -> dict[str, Any]:

@@ -20,7 +20,8 @@ from tfmcu.plan.halo import halo_caches, intermediates
 from tfmcu.plan.profiler import profile, step_memory
 from tfmcu.plan.plans import HALO_ALL, SearchOptions
 from tfmcu.plan.search import candidates
-from tfmcu.plan.stage_plans import IMAGE_MODES, pareto_plans, segments_by_image, stage_plans, stage_segments
+from tfmcu.plan.stage_plans import IMAGE_MODES, pareto_plans, plan_candidates, segments_by_image, stage_plans, \
+    stage_segments
 
 
 def small_graph() -> ir.Graph:
@@ -127,6 +128,27 @@ def test_a_block_after_the_global_pool_is_no_stage():
     segs = stage_segments(g, OPTS, "counted")
     assert not any(s.patched and s.start > pool for s in segs)
     assert any(s.patched and s.pooled for s in segs) and stage_plans(g, OPTS, image="counted")
+
+
+def test_a_looser_latency_cap_keeps_the_smallest_plans_of_the_tighter_caps():
+    """With ``max_latency``, the candidates hold, per image mode, the smallest plan within each tighter cap of the
+    ladder: what fit prices at 1.05 it also prices at 1.25 (so a looser cap never ends with a larger arena for want
+    of a candidate)."""
+    g = small_graph()
+
+    def candidates_at(cap: float) -> list:
+        return plan_candidates(g, SearchOptions(patch_options=(2, 3, 4), max_stages=None, max_latency=cap,
+                                                objective="memory"))
+
+    def key(p) -> tuple:
+        return p.image, tuple((s.start, s.stop, s.grid, s.halo, s.pooled) for s in p.stages)
+
+    loose = {key(p) for p in candidates_at(1.25)}
+    for cap in (1.0, 1.05, 1.1):
+        tight = candidates_at(cap)
+        for image in {p.image for p in tight}:
+            smallest = min((p for p in tight if p.image == image), key=lambda p: p.peak())
+            assert key(smallest) in loose, (cap, image)
 
 
 def test_no_stage_is_the_per_layer_model():

@@ -30,6 +30,9 @@ MAX_PLANS_PER_FRONT = 12  # stage plans a search evaluates per Pareto front (its
 # With a latency cap, plans whose estimated instructions (``segment_instructions``) exceed the cap by more than this
 # factor are not priced (the estimate came 0.3-2% above the latency predictor along MobileNetV2-0.35-144's front)
 PLAN_ESTIMATE_SLACK = 1.03
+# With a latency cap, the smallest plan of each front within each of these caps up to it is a candidate too: what a
+# tighter cap would price, a looser one prices as well (so a looser cap never ends with a larger arena for want of it)
+LATENCY_LADDER = (1.0, 1.01, 1.02, 1.03, 1.05, 1.075, 1.1, 1.15, 1.2, 1.25, 1.35, 1.5, 1.75, 2.0, 3.0, 5.0)
 
 
 def plan_candidates(graph: ir.Graph, options: SearchOptions, progress: Progress | None = None) -> list[Plan]:
@@ -38,7 +41,8 @@ def plan_candidates(graph: ir.Graph, options: SearchOptions, progress: Progress 
     candidates already are (one stage at the first op), at most ``MAX_PLANS_PER_FRONT`` of each spread over it,
     within ``max_mac_overhead``. A stage may end into the global average pool (summed patch by patch). The fronts
     weigh the peak against the segments' instruction estimate; with ``max_latency``, only plans whose estimate is
-    within it (``PLAN_ESTIMATE_SLACK``) are candidates, the smallest first."""
+    within it (``PLAN_ESTIMATE_SLACK``) are candidates, the smallest first, and the smallest within each tighter cap
+    of ``LATENCY_LADDER`` besides."""
     images = ["counted" if options.count_input else "excluded"] + (["streamed"] if options.accounting == "separate"
                                                                    else [])
     seen: set[tuple[Any, ...]] = set()
@@ -48,14 +52,18 @@ def plan_candidates(graph: ir.Graph, options: SearchOptions, progress: Progress 
         segs = by_image[image]
         front = [p for p in pareto_plans(graph, segs, options, options.max_stages, image, by="instructions")
                  if p.stages and not (len(p.stages) == 1 and p.stages[0].start == 0)]
+        ladder: list[Plan] = []
         if options.max_latency is not None:  # the plans whose estimate is near the cap (the predictor decides)
             per_layer = pareto_plans(graph, segs, options, 0, image, by="instructions")[0].instructions
             front = [p for p in front if p.instructions <= options.max_latency * PLAN_ESTIMATE_SLACK * per_layer]
+            for cap in (c for c in LATENCY_LADDER if c <= options.max_latency):  # (the front: least peak first)
+                ladder += [next((p for p in front if p.instructions <= cap * PLAN_ESTIMATE_SLACK * per_layer), None)]
         if len(front) > MAX_PLANS_PER_FRONT:  # the smallest half, and the other half spread over the rest
             low, rest = front[:MAX_PLANS_PER_FRONT // 2], front[MAX_PLANS_PER_FRONT // 2:]
             n = MAX_PLANS_PER_FRONT - len(low)
             step = (len(rest) - 1) / (n - 1)
             front = low + [rest[round(i * step)] for i in range(n)]
+        front += [p for p in ladder if p is not None]
         for p in front:
             key = tuple((s.start, s.stop, s.grid, s.halo) for s in p.stages)
             if key in seen:
