@@ -64,6 +64,11 @@ class DetectEval:
     detections: list[det.Detections]
 
 
+
+def _loss_anchors(spec: NetSpec, o: Any) -> np.ndarray | None:
+    """The anchor grid the loss decodes boxes on (``box_loss="giou"``); None: the loss works on the encodings."""
+    return anchor_grid(spec) if o.box_loss == "giou" else None
+
 class DetectTask:
     """The detection task (module docstring)."""
 
@@ -113,7 +118,7 @@ class DetectTask:
 
     def compile(self, model: Any, opt: Any, cfg: TrainConfig, inputs: Inputs) -> None:
         o = cfg.detection
-        anchors = anchor_grid(inputs.spec) if o.box_loss == "giou" else None
+        anchors = _loss_anchors(inputs.spec, o)
         model.compile(optimizer=opt, loss=det.detection_loss(o.box_weight, o.noobj_weight, o.class_weight, anchors),
                       metrics=det.loss_metrics(o.noobj_weight, anchors))
 
@@ -141,8 +146,7 @@ class DetectTask:
         o, spec, arrays = cfg.detection, inputs.spec, inputs.val_arrays
         outputs = _predict(model, arrays.images, spec.in_channels)
         y = det.assign_targets(arrays.boxes, arrays.labels, spec, o.ignore_iou, positives=o.positives)
-        loss = det.detection_loss(o.box_weight, o.noobj_weight, o.class_weight,
-                                  anchor_grid(spec) if o.box_loss == "giou" else None)
+        loss = det.detection_loss(o.box_weight, o.noobj_weight, o.class_weight, _loss_anchors(spec, o))
         val_loss = float(np.mean(loss(tf.constant(y), tf.constant(outputs)).numpy()))
         dets = det.decode(outputs, spec, o.score_threshold, o.iou_threshold, o.max_detections)
         m = det.coco_map(inputs.val, dets, spec.head.num_classes)
