@@ -112,21 +112,10 @@ def _constants(text: str) -> dict[str, str]:
 
 
 def _option_keys(parser: str) -> set[str]:
-    """The map keys the parser reads: m["key"], MapInt(m, "key", ...), {"table", elements, ...} rows, kArrayNames."""
+    """The map keys the parser reads: m["key"], MapInt(m, "key", ...)."""
     keys = set(re.findall(r"\w\s*\[\s*\"(\w+)\"\s*\]", parser))
     keys |= set(re.findall(r"MapInt\(\s*[\w.]+\s*,\s*\"(\w+)\"", parser))
-    keys |= set(re.findall(r"\{\s*\"(\w+)\"\s*,\s*[^,{}\"]+,\s*&", parser))
     return keys
-
-
-def _table_row_words(parser: str, constants: dict[str, str]) -> dict[str, int]:
-    """{"table", rows * ... * row words, &out} -> table: row words (1 when the product ends in a count)."""
-    out = {}
-    for m in re.finditer(r"\{\s*\"(\w+)\"\s*,\s*([^,{}\"]+),\s*&", parser):
-        last = m[2].split("*")[-1].strip()
-        value = constants.get(last, last)
-        out[m[1]] = int(value) if value.isdigit() else 1
-    return out
 
 
 def c_side(kernels: dict[str, str], tflm: dict[str, str]) -> dict:
@@ -135,7 +124,6 @@ def c_side(kernels: dict[str, str], tflm: dict[str, str]) -> dict:
     tflm_all = "\n".join(tflm.values())
     constants = _constants(tflm_all)
     parser = option_parser(tflm)
-    array_names = re.search(r"kArrayNames\s*\[[^\]]*\]\s*=\s*\{([^}]*)\}", tflm_all)
     return {
         "defines": defines,
         "enums": _enums(headers),
@@ -145,8 +133,6 @@ def c_side(kernels: dict[str, str], tflm: dict[str, str]) -> dict:
         "layouts": _layouts(kernels["op_table.c"]),
         "constants": constants,
         "option_keys": _option_keys(parser),
-        "tables": _table_row_words(parser, constants),
-        "array_names": tuple(re.findall(r"\"(\w+)\"", array_names[1])) if array_names else (),
     }
 
 
@@ -180,12 +166,8 @@ def mismatches(c: dict) -> list[str]:
     check("kPatchStageOpName", k.get("kPatchStageOpName"), f'"{abi.PATCH_STAGE_OP}"')
     check("kPatchStageFormatVersion", k.get("kPatchStageFormatVersion"), str(abi.FORMAT_VERSION))
     check("kPatchStageOldestFormatVersion", k.get("kPatchStageOldestFormatVersion"), str(abi.OLDEST_FORMAT_VERSION))
-    check("kSpanWords", k.get("kSpanWords"), str(abi.SPAN_WORDS))
-    check("kTensorWords", k.get("kTensorWords"), str(abi.TENSOR_WORDS))
-    check("kCacheWords", k.get("kCacheWords"), str(abi.CACHE_WORDS))
-    check("option keys", c["option_keys"], set(abi.OPTION_KEYS) | set(abi.LAYER_KEYS))
-    check("tables read in place", c["tables"], abi.TABLES)
-    check("kArrayNames", c["array_names"], abi.ARRAY_NAMES)
+    check("kPatchStageBlobInput", k.get("kPatchStageBlobInput"), str(abi.BLOB_INPUT))
+    check("option keys", c["option_keys"], set(abi.OPTION_KEYS))
     return out
 
 
@@ -213,11 +195,13 @@ def _edited(file: str, old: str, new: str, tflm: bool = False) -> list[str]:
     ("conv2d.h", "int32_t groups;", "int32_t groups;\n  int32_t extra;", False, "struct TfmcuConvParams"),
     ("quantize.h", "float scale;", "int32_t scale;", False, "struct TfmcuQuantizeParams"),
     ("patch_stage_types.h", "uint32_t scratch_bytes;", "int32_t scratch_bytes;", False, "struct TfmcuStage"),
-    ("patch_stage.h", "#define TFMCU_PATCH_STAGE_ABI_VERSION 6", "#define TFMCU_PATCH_STAGE_ABI_VERSION 7", False,
+    ("patch_stage.h", "#define TFMCU_PATCH_STAGE_ABI_VERSION 7", "#define TFMCU_PATCH_STAGE_ABI_VERSION 8", False,
      "TFMCU_PATCH_STAGE_ABI_VERSION"),
     ("op_table.c", "sizeof(TfmcuPadParams), 0, 1,", "sizeof(TfmcuPadParams), 0, 2,", False, "op_table.c rows"),
-    ("<format>", "kPatchStageFormatVersion = 3", "kPatchStageFormatVersion = 4", True, "kPatchStageFormatVersion"),
-    ("<parser>", '"num_caches"', '"cache_count"', True, "option keys"),
+    ("<format>", "kPatchStageFormatVersion = 4", "kPatchStageFormatVersion = 5", True, "kPatchStageFormatVersion"),
+    ("<parser>", '"streamed_input"', '"streamed"', True, "option keys"),
+    ("<format>", "kPatchStageBlobInput = 1", "kPatchStageBlobInput = 2", True, "kPatchStageBlobInput"),
+    ("patch_stage_types.h", "int32_t constants;", "int32_t constants;\n  int32_t extra;", False, "struct TfmcuStageBlob"),
 ])
 def test_the_check_sees_a_change_of_the_c_side_alone(file, old, new, tflm, what):
     problems = _edited(file, old, new, tflm)
@@ -227,7 +211,7 @@ def test_the_check_sees_a_change_of_the_c_side_alone(file, old, new, tflm, what)
 def test_the_check_sees_a_change_of_the_python_side_alone(monkeypatch):
     c = c_side(kernel_sources(), tflm_sources())
     monkeypatch.setitem(abi.STRUCTS, "TfmcuCache", abi.STRUCTS["TfmcuCache"][::-1])
-    monkeypatch.setattr(abi, "FORMAT_VERSION", 4)
+    monkeypatch.setattr(abi, "FORMAT_VERSION", 5)
     monkeypatch.setitem(abi.OPTION_KEYS, "halo", 3)
     problems = mismatches(c)
     assert [p.split(":")[0] for p in problems] == ["struct TfmcuCache", "kPatchStageFormatVersion", "option keys"]
@@ -241,8 +225,9 @@ def test_ctypes_mirrors_and_c_sizes_agree():
         for name in abi.STRUCTS:
             assert ctypes.sizeof(abi.structure(name)) == abi.sizeof(name, 8), name
     assert [abi.sizeof(n, 4) for n in ("TfmcuStage", "TfmcuPreparedStage", "TfmcuLayer", "TfmcuTensor",
-                                       "TfmcuConvParams", "TfmcuQuantizeParams")] == [64, 36, 24, 20, 60, 8]
-    assert abi.sizeof("TfmcuStage", 8) == 112 and abi.sizeof("TfmcuLayer", 8) == 32
+                                       "TfmcuConvParams", "TfmcuQuantizeParams", "TfmcuPatchStageOpData",
+                                       "TfmcuStageBlob")] == [80, 36, 24, 20, 60, 8, 48, 84]
+    assert abi.sizeof("TfmcuStage", 8) == 144 and abi.sizeof("TfmcuPatchStageOpData", 8) == 56
 
 
 def test_table_rows_and_op_words():

@@ -1,7 +1,7 @@
 """Custom mode: the patch stage as one TFMCU_PATCH_STAGE op run by the C kernels, the rest by TFLM / TFLite.
 
-Bit-exact against the original model on every zoo model of the verify suite; the op reads the original weight
-tensors (no Flash duplication); memory reported as run here and as the single-arena peak; pipelines accept it.
+Bit-exact against the original model on every zoo model of the verify suite; the op's stage blob holds the stage's
+weights once (no Flash duplication); memory reported as run here and as the single-arena peak; pipelines accept it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
+from tfmcu import abi  # noqa: E402
 from tfmcu.graph import from_tflite as lower_tflite  # noqa: E402
 from tfmcu.nets import zoo  # noqa: E402
 from tfmcu.plan import regions as scheduler  # noqa: E402
@@ -59,19 +60,31 @@ def test_custom_mode_is_bit_exact(models, name):
         assert np.array_equal(a[0], b[0]) and np.array_equal(c[0], d[0])
 
 
-def test_custom_op_reads_original_weights_and_costs_little_flash(models):
+def test_custom_op_holds_each_weight_once_and_costs_little_flash(models):
     data, s, res = _custom(models, "mbv2_035_96")
     m0, m1 = ts.load_model(data), ts.load_model(res.model)
     op = m1.subgraphs[0].operators[0]
     assert ts.op_name(m1, op) == f"custom:{custom_stage.PATCH_STAGE_OP}"
-    big = lambda m: sorted(len(b.data) for b in m.buffers if b.data is not None and len(b.data) > 1024)  # noqa
-    # Every filter of the stage is still there once; only int32 multiplier/shift arrays (8 B per channel) and the
-    # options are new.
+    # The op reads [stage input, stage blob]; the blob holds every filter of the stage, whose own tensors are gone:
+    # only int32 multiplier/shift arrays (8 B per channel), the tables and the options are new.
+    assert len(op.inputs) == 2
+    blob = ts.buffer_data(m1, m1.subgraphs[0].tensors[int(op.inputs[1])])
+    sg0 = m0.subgraphs[0]
+    filters = [int(sg0.operators[s.graph.ops[k].src_index].inputs[1]) for k in s.stage
+               if s.graph.ops[k].type in ("conv2d", "depthwise_conv2d")]
+    assert filters
+    kept = {ts.buffer_data(m1, t) for t in m1.subgraphs[0].tensors if int(t.buffer or 0) > 0} - {blob}
+    for t in filters:
+        w = ts.buffer_data(m0, sg0.tensors[t])
+        assert w in blob and w not in kept
+    # Flash: the buffers grow by the blob's tables (its bytes before the constants), the multipliers and shifts
+    # (8 B per output channel), the arrays' alignment and the schedule record; an orphaned weight buffer would fail
     channels = sum(zoo_out for zoo_out in (op_.out_channels for op_ in (s.graph.ops[k] for k in s.stage))
                    if zoo_out)
-    assert len(res.model) - len(data) <= 8 * channels + len(bytes(op.customOptions)) + 4096 + \
-        len(json.dumps(res.schedule))
-    assert set(big(m0)) >= set(x for x in big(m1) if x > 8 * 1024)
+    total = lambda m: sum(len(b.data) for b in m.buffers if b.data is not None)  # noqa
+    header = np.frombuffer(blob[:abi.sizeof("TfmcuStageBlob")], "<i4")
+    tables = int(header[abi.word_offsets("TfmcuStageBlob")["constants"]])
+    assert total(m1) - total(m0) <= tables + 8 * channels + 12 * len(s.stage) + len(json.dumps(res.schedule)) + 64
     rec = json.loads(bytes(m1.buffers[[mm.buffer for mm in m1.metadata
                                        if mm.name == b"tfmcu_schedule"][0]].data).decode())
     assert rec["mode"] == "custom" and rec["scratch_bytes"] > 0

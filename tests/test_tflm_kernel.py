@@ -27,8 +27,9 @@ from tfmcu.runtime.tflm import measure_arena, run_tflm  # noqa: E402
 from tfmcu.runtime.tflm_host import run_whole, runner_path  # noqa: E402
 from tfmcu.stage import custom  # noqa: E402
 from tfmcu.tflite import schema as ts  # noqa: E402
+from tfmcu import abi  # noqa: E402
 from tfmcu.tflite.editor import ModelEditor  # noqa: E402
-from tfmcu.tflite.patch_stage_format import kernel_memory, read_options  # noqa: E402
+from tfmcu.tflite.patch_stage_format import kernel_memory, read_options, stage_of  # noqa: E402
 
 SUITE = [name for name, m in zoo.ZOO.items() if not m.tags]
 GRIDS = {"mbv2_035_96": 4, "kernels_symmetric": (3, 2), "keras_mobilenet_v2": 3, "keras_mobilenet_v1": (2, 3),
@@ -44,8 +45,15 @@ def _custom(zoo_models, name: str, inplace: bool = False) -> tuple[bytes, bytes]
 
 
 def _options(model: bytes) -> dict:
+    """Operator 0's options map."""
     m = ts.load_model(model)
     return read_options(np.asarray(m.subgraphs[0].operators[0].customOptions, np.uint8).tobytes())
+
+
+def _stage(model: bytes) -> dict:
+    """Operator 0's stage (options and blob)."""
+    m = ts.load_model(model)
+    return stage_of(m, m.subgraphs[0].operators[0])
 
 
 @pytest.mark.parametrize("name", SUITE)
@@ -64,7 +72,7 @@ def test_custom_model_runs_whole_in_tflm_bit_exact(zoo_models, name):
         assert np.array_equal(a[0], b[0]) and np.array_equal(a[0], c[0])
     # the kernel's op data: exactly what the format module computes for a 64-bit host
     assert got.arena.pointer_bytes == 8
-    assert got.arena.patch_stage_persistent_bytes == kernel_memory(_options(model), 8)[0]
+    assert got.arena.patch_stage_persistent_bytes == kernel_memory(_stage(model), 8)[0]
     # the predictor (calibrated on the wheel; this TFLM is a few commits older) within 1% of the measurement
     pred = predict_arena(from_tflite(model), model=model)
     assert not pred.details.get("unmodelled_ops")
@@ -138,19 +146,35 @@ def _input_like(model: bytes) -> np.ndarray:
     return np.zeros((1,) + t.shape[1:], dtype=t.dtype)
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("version", 1, "version"),
-    ("scratch_bytes", 16, "invalid stage description"),
-    ("grid", [0, 2], "grid"),
-    ("input_tensor", 999, "out of range"),
+def _with_blob_word(model: bytes, field: str, value: int) -> bytes:
+    """``model`` with the header word ``field`` of operator 0's stage blob (TfmcuStageBlob) set to ``value``."""
+    ed = ModelEditor(model)
+    t = ed.subgraph.tensors[int(ed.subgraph.operators[0].inputs[abi.BLOB_INPUT])]
+    words = np.frombuffer(bytes(ed.model.buffers[t.buffer].data), "<i4").copy()
+    words[abi.word_offsets("TfmcuStageBlob")[field]] = value
+    ed.model.buffers[t.buffer].data = np.frombuffer(words.tobytes(), np.uint8).copy()
+    return ed.to_bytes()
+
+
+@pytest.mark.parametrize("part,field,value,message", [
+    ("options", "version", 1, "version"),
+    ("options", "streamed_input", 1, "streamed input"),
+    ("blob", "scratch_bytes", 16, "invalid stage description"),
+    ("blob", "grid_rows", 0, "invalid stage description"),
+    ("blob", "input_tensor", 999, "invalid stage description"),
+    ("blob", "bytes", 12, "malformed"),
+    ("blob", "row_spans", 1 << 20, "malformed"),
 ])
-def test_wrong_option_fields_name_the_problem(zoo_models, field, value, message):
+def test_wrong_fields_name_the_problem(zoo_models, part, field, value, message):
     from flatbuffers import flexbuffers
 
     _, model = _custom(zoo_models, "tiny_per_tensor")
-    desc = _options(model)
-    desc[field] = value
-    bad = _with_options(model, bytes(flexbuffers.Dumps(desc)))
+    if part == "options":
+        desc = _options(model)
+        desc[field] = value
+        bad = _with_options(model, bytes(flexbuffers.Dumps(desc)))
+    else:
+        bad = _with_blob_word(model, field, value)
     with pytest.raises(TFLMError) as e:
         run_whole(bad, [_input_like(model)], "bad")
     text = str(e.value)

@@ -203,7 +203,7 @@ def test_bad_input_exit_2(models, tmp_path, case):
     assert not j.exists()
     expected = {"missing": "no such file", "not_tflite": "not a TFLite", "signature": "signature mismatch",
                 "inputs_shape": "expected (N, 16, 16, 3)", "inputs_dtype": "dtype int32",
-                "custom": "invalid TFMCU_PATCH_STAGE options",
+                "custom": "invalid TFMCU_PATCH_STAGE operator",
                 "nothing": "nothing to compare", "inputs_corrupt_npz": "not a readable .npy/.npz",
                 "inputs_object_npz": "not a readable .npy/.npz", "inputs_strings": "numbers are needed"}[case]
     assert expected in lines[0]

@@ -87,25 +87,15 @@ TfmcuStatus tfmcu_op_run(int32_t type, const void* params, const TfmcuConstView*
   return op->run(params, inputs, pad_top, pad_left, output);
 }
 
-TfmcuStatus tfmcu_op_bind(int32_t type, void* params, uint32_t params_size, const int32_t* words, int32_t num_words,
-                          const void* const* arrays, int32_t num_arrays) {
-  const TfmcuOpInfo* op = tfmcu_op_info(type);
-  if (op == NULL) {
-    return kTfmcuErrorUnsupportedOp;
-  }
-  if (params == NULL || words == NULL || (num_arrays > 0 && arrays == NULL)) {
-    return kTfmcuErrorNullPointer;
-  }
-  if (params_size != op->params_size || num_words != op->num_words || num_arrays != op->num_arrays) {
-    return kTfmcuErrorInvalidStage;
-  }
-  char* bytes = (char*)params;
-  memset(bytes, 0, params_size);
+const void* tfmcu_op_params(const TfmcuOpInfo* op, const int32_t* record, const uint8_t* constants,
+                            TfmcuParams* storage) {
+  unsigned char* bytes = (unsigned char*)storage;
   /* Object pointers share one representation on every target this library supports; memcpy keeps the stores
-   * free of type punning. */
-  for (int32_t k = 0; k < num_arrays; ++k) {
-    memcpy(bytes + (size_t)k * sizeof(void*), &arrays[k], sizeof(void*));
+   * free of type punning. Every field is written (only a 64-bit struct's tail padding is not). */
+  for (int32_t k = 0; k < op->num_arrays; ++k) {
+    const void* array = record[k] < 0 ? NULL : (const void*)(constants + record[k]);
+    memcpy(bytes + (size_t)k * sizeof(void*), &array, sizeof(void*));
   }
-  memcpy(bytes + (size_t)num_arrays * sizeof(void*), words, (size_t)num_words * 4u);
-  return kTfmcuOk;
+  memcpy(bytes + (size_t)op->num_arrays * sizeof(void*), record + op->num_arrays, (size_t)op->num_words * 4u);
+  return storage;
 }

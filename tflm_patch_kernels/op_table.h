@@ -45,7 +45,7 @@ typedef enum {
 typedef struct {
   int32_t num_inputs;     /* 1..TFMCU_MAX_LAYER_INPUTS */
   int32_t input_dtype;    /* TfmcuDataType of every input */
-  /* The params struct's layout, for tfmcu_op_bind: `num_arrays` leading pointer fields (the arrays of
+  /* The params struct's layout, for tfmcu_op_params: `num_arrays` leading pointer fields (the arrays of
    * TfmcuOpArraySizesFn, in that order), then `num_words` 4-byte scalar fields (int32_t, or float as its bits). */
   uint32_t params_size;   /* sizeof the params struct */
   int32_t num_arrays;     /* 0..TFMCU_MAX_PARAM_ARRAYS */
@@ -70,14 +70,23 @@ const char* tfmcu_backend_name(void);
 /* The table row of op type `type`, or NULL for an unknown type. */
 const TfmcuOpInfo* tfmcu_op_info(int32_t type);
 
-/* Fills the params struct of op `type` (`params`, `params_size` bytes, suitably aligned for pointers) from its
- * scalar words (the struct's scalar fields in order; a float field as its IEEE-754 bits) and its arrays (the leading
- * pointer fields in order; NULL allowed where the op accepts it, e.g. a conv without bias). This is how a stage
- * stored as data (the TFMCU_PATCH_STAGE custom options) becomes params structs. Returns kTfmcuErrorUnsupportedOp
- * for an unknown type, kTfmcuErrorNullPointer for NULL params / words, kTfmcuErrorInvalidStage when params_size,
- * num_words or num_arrays is not the op's. The params are not checked (the stage's prepare does that). */
-TfmcuStatus tfmcu_op_bind(int32_t type, void* params, uint32_t params_size, const int32_t* words, int32_t num_words,
-                          const void* const* arrays, int32_t num_arrays);
+/* Storage for any op's params struct (tfmcu_op_params). */
+typedef union {
+  TfmcuConvParams conv;
+  TfmcuDepthwiseConvParams depthwise;
+  TfmcuAddParams add;
+  TfmcuPadParams pad;
+  TfmcuPoolParams pool;
+  TfmcuQuantizeParams quantize;
+  TfmcuMeanParams mean;
+} TfmcuParams;
+
+/* Op `op`'s params struct from a params record (patch_stage_types.h: op->num_arrays byte offsets into `constants`,
+ * -1 for a NULL array, then op->num_words scalar words), written into `storage`, which is returned. This is how a
+ * stage stored as data (a stage blob) becomes params structs: the executor binds a layer's record each time it runs
+ * the layer. Nothing is checked (the stage's validation checks every record once). */
+const void* tfmcu_op_params(const TfmcuOpInfo* op, const int32_t* record, const uint8_t* constants,
+                            TfmcuParams* storage);
 
 /* Runs one op by type through the table's portable kernel: the same call (and the same bytes and status) as the op's kernel, e.g.
  * tfmcu_conv2d_s8(params, &inputs[0], pad_top, pad_left, output), tfmcu_add_s8(params, &inputs[0], &inputs[1],

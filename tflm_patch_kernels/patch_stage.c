@@ -188,6 +188,8 @@ static int64_t tfmcu_kernel_scratch_bytes(const TfmcuStage* s) {
     if (op->backend_run == NULL || op->backend_scratch == NULL) {
       continue;
     }
+    TfmcuParams storage;
+    const void* params = tfmcu_layer_params(s, l, &storage);
     for (int32_t i = 0; i < s->grid_rows; ++i) {
       for (int32_t j = 0; j < s->grid_cols; ++j) {
         TfmcuConstView in[TFMCU_MAX_LAYER_INPUTS];
@@ -196,7 +198,7 @@ static int64_t tfmcu_kernel_scratch_bytes(const TfmcuStage* s) {
         if (out.height == 0 || out.width == 0) {
           continue;
         }
-        const int32_t need = op->backend_scratch(s->layers[l].params, in, tfmcu_span(s, 0, i, l)->pad_before[0],
+        const int32_t need = op->backend_scratch(params, in, tfmcu_span(s, 0, i, l)->pad_before[0],
                                                  tfmcu_span(s, 1, j, l)->pad_before[0], &out);
         if (need < 0) {
           return -1;
@@ -221,20 +223,22 @@ static TfmcuStatus tfmcu_run_layer(const TfmcuPreparedStage* prepared, int32_t i
   const int32_t pad_top = tfmcu_span(s, 0, i, l)->pad_before[0];
   const int32_t pad_left = tfmcu_span(s, 1, j, l)->pad_before[0];
   const TfmcuOpInfo* op = tfmcu_op_info(layer->type);
+  TfmcuParams storage;
+  const void* params = tfmcu_layer_params(s, l, &storage);
   if (op->accumulate != NULL) {  /* a reduction: this patch's tile into the sums, the output after the last one */
     const TfmcuTensor* t = &s->tensors[layer->inputs[0]];
     int8_t* sums = scratch + tfmcu_find_cache(s, layer->output, 2)->offset;
     if (i == 0 && j == 0) {
       memset(sums, 0, (size_t)t->channels * 4u);
     }
-    op->accumulate(layer->params, in, sums);
+    op->accumulate(params, in, sums);
     if (i < s->grid_rows - 1 || j < s->grid_cols - 1) {
       return kTfmcuOk;
     }
-    return op->finish(layer->params, sums, t->height * t->width, &out);
+    return op->finish(params, sums, t->height * t->width, &out);
   }
   if (op->backend_run == NULL) {
-    return op->run(layer->params, in, pad_top, pad_left, &out);
+    return op->run(params, in, pad_top, pad_left, &out);
   }
   TfmcuKernelScratch kernel_scratch;
   kernel_scratch.data = prepared->kernel_scratch_bytes > 0 ? scratch + prepared->kernel_scratch_offset : NULL;
@@ -248,7 +252,7 @@ static TfmcuStatus tfmcu_run_layer(const TfmcuPreparedStage* prepared, int32_t i
    * first, a slower copy). The stage output is written row by row: other patches' rows are there. */
   const size_t row_bytes = (size_t)out.width * (size_t)out.channels;
   if (layer->output == s->output_tensor || out.height == 1 || (size_t)out.row_stride == row_bytes) {
-    return op->backend_run(layer->params, in, pad_top, pad_left, &out, &kernel_scratch);
+    return op->backend_run(params, in, pad_top, pad_left, &out, &kernel_scratch);
   }
   const TfmcuBuffer held = tfmcu_buffer(s, i, j, layer->output, NULL, 0, NULL, scratch);
   int32_t r0, r1;
@@ -260,7 +264,7 @@ static TfmcuStatus tfmcu_run_layer(const TfmcuPreparedStage* prepared, int32_t i
   if (at_end) {
     dense.data = box_end - (ptrdiff_t)out.height * (ptrdiff_t)row_bytes;
   }
-  const TfmcuStatus status = op->backend_run(layer->params, in, pad_top, pad_left, &dense, &kernel_scratch);
+  const TfmcuStatus status = op->backend_run(params, in, pad_top, pad_left, &dense, &kernel_scratch);
   if (status != kTfmcuOk) {
     return status;
   }

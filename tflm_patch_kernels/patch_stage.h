@@ -36,21 +36,24 @@
  * Validation: tfmcu_stage_prepare runs tfmcu_stage_check once (loops over bands x layers and
  * patches x tensors^2 x layers) and marks the TfmcuPreparedStage ready only if the description is consistent;
  * tfmcu_stage_run then checks only the prepared struct (non-NULL, ready), its pointer arguments and scratch_size,
- * and never re-validates the description. After a successful prepare every activation read and write of a run
- * stays inside the input, the output and the first scratch_bytes of scratch (weight/bias/multiplier arrays are
- * trusted to match their params). The stage and the arrays it points to must not change between prepare and run
- * (they are normally const data in Flash); prepare again after changing them.
+ * and never re-validates the description. After a successful prepare every read and write of a run stays inside
+ * the input, the output, the first scratch_bytes of scratch and the stage's tables and constants. The stage and the
+ * arrays it points to must not change between prepare and run (they are normally const data in Flash); prepare
+ * again after changing them. prepared->stage may be pointed at another TfmcuStage with the same contents (a view of
+ * the same stage blob, tfmcu_stage_view) before a run.
  *
  * Producing a stage: tfmcu/kernels/pack.py and tfmcu/kernels/codegen.py
  *     packed = pack_stage(tflite_bytes, from_tflite(tflite_bytes), regions.plan(graph, (4, 4), n_blocks=5))
  *     c_source = stage_to_c(packed, "my_stage")   # const TfmcuStage my_stage + MY_STAGE_SCRATCH_BYTES ...
  *
- * Inside a TFLM custom op (the glue, not part of this library): Init allocates the OpData (a TfmcuPreparedStage
- * and the scratch buffer index) with AllocatePersistentBuffer; Prepare calls
+ * Inside a TFLM custom op (the glue, not part of this library; tflm/patch_stage_op.cc): the stage is a stage blob,
+ * a constant input of the op read in place (patch_stage_types.h). Init allocates the OpData (a TfmcuPreparedStage
+ * and the scratch buffer index) with AllocatePersistentBuffer; Prepare views the blob (tfmcu_stage_view), calls
  * tfmcu_stage_prepare(&stage, &op_data->prepared, NULL) once (a non-zero status -> kTfLiteError) and requests
- * RequestScratchBufferInArena(op_data->prepared.scratch_bytes); Eval calls
- * tfmcu_stage_run(&op_data->prepared, input->data.data, output->data.int8, GetScratchBuffer(index),
- * op_data->prepared.scratch_bytes) and maps a non-zero status to kTfLiteError. Everything the stage itself needs
+ * RequestScratchBufferInArena(op_data->prepared.scratch_bytes); Eval views the blob again into a TfmcuStage on its
+ * stack, points op_data->prepared.stage at it (the same description Prepare validated: the blob is constant) and
+ * calls tfmcu_stage_run(&op_data->prepared, input->data.data, output->data.int8, GetScratchBuffer(index),
+ * op_data->prepared.scratch_bytes), mapping a non-zero status to kTfLiteError. Everything the stage itself needs
  * is constant: the only persistent memory is the few words of the OpData.
  *
  * Differences from TFLite: none in results for valid models (bit-exact with the reference integer kernels,
@@ -74,8 +77,11 @@ extern "C" {
  * 4: halo caches: TfmcuStage.row_held / col_held / num_caches / caches (NULL / 0: a stage as in ABI 3).
  * 5: streamed input: tfmcu_stage_run_streamed, TfmcuInputProvider, TfmcuPreparedStage.input_window_* and
  *    streamed_scratch_bytes.
- * 6: MEAN (kTfmcuOpMean, TfmcuMeanParams) as a stage's last layer, its accumulator a TfmcuCache with axis 2. */
-#define TFMCU_PATCH_STAGE_ABI_VERSION 6
+ * 6: MEAN (kTfmcuOpMean, TfmcuMeanParams) as a stage's last layer, its accumulator a TfmcuCache with axis 2.
+ * 7: no pointer in the tables: TfmcuLayer.params is a params record in TfmcuStage.params whose arrays are offsets
+ *    into TfmcuStage.constants (bound by tfmcu_op_params when the layer runs); the stage blob (TfmcuStageBlob,
+ *    tfmcu_stage_view). */
+#define TFMCU_PATCH_STAGE_ABI_VERSION 7
 
 /* A stage validated by tfmcu_stage_prepare (fill it only with tfmcu_stage_prepare). */
 typedef struct {
@@ -95,6 +101,16 @@ typedef struct {
   uint32_t input_window_bytes;
   uint32_t streamed_scratch_bytes;
 } TfmcuPreparedStage;
+
+/* What a framework's op keeps per stage between Prepare and Eval when the stage is a stage blob in the model (the
+ * TFLM kernel's op data, tflm/patch_stage_op.cc): its whole share of the arena's persistent tail, the same for every
+ * stage. The stage's description is not copied: it stays in the model, in the blob. */
+typedef struct {
+  TfmcuPreparedStage prepared;  /* prepared.stage points at a view of the blob during Prepare and Eval */
+  int32_t scratch_index;        /* the scratch buffer request (-1: none, a stage without intermediate tensors) */
+  int32_t streamed_input;       /* the options' streamed_input */
+  int32_t input_window_bytes;   /* the options' input_window_bytes (checked against the stage's in Prepare) */
+} TfmcuPatchStageOpData;
 
 /* Where a streamed run gets the stage input: read_rows copies the input rows [row_start, row_start + row_count)
  * -- whole rows, width x channels elements each (int8, or float32 when the first layer is a QUANTIZE), NHWC, packed

@@ -31,6 +31,12 @@ static const TfmcuSpan* tfmcu_span(const TfmcuStage* s, int32_t axis, int32_t ba
   return &spans[(ptrdiff_t)band * s->num_layers + layer];
 }
 
+/* Layer l's params struct, bound from its params record into `storage` (patch_stage_types.h). */
+static const void* tfmcu_layer_params(const TfmcuStage* s, int32_t l, TfmcuParams* storage) {
+  const TfmcuLayer* layer = &s->layers[l];
+  return tfmcu_op_params(tfmcu_op_info(layer->type), s->params + layer->params, s->constants, storage);
+}
+
 static int tfmcu_in_memory_tensor(const TfmcuStage* s, int32_t t) {
   return t == s->input_tensor || t == s->output_tensor;
 }

@@ -9,11 +9,20 @@
  * (`input_tensor`, producer -1), one is the stage output (`output_tensor`), the others are intermediate tensors
  * that only ever exist as patch buffers in scratch memory.
  *
- * Layers (`TfmcuLayer`), in execution order: an op type, a pointer to that op's params struct (conv2d.h,
- * depthwise_conv2d.h, add.h, pad.h, avg_pool2d.h / max_pool2d.h (TfmcuPoolParams), quantize.h, mean.h), input
- * tensor ids and the output tensor id. Weights and biases are referenced by the params structs and read in place.
- * What the executor knows of an op (inputs, window geometry, params check, how to run it) comes from the op table
- * (op_table.h); tfmcu_op_run runs one op alone through the same table.
+ * Layers (`TfmcuLayer`), in execution order: an op type, where its params record starts in `params`, input tensor
+ * ids and the output tensor id. What the executor knows of an op (inputs, window geometry, params check, how to run
+ * it) comes from the op table (op_table.h); tfmcu_op_run runs one op alone through the same table.
+ *
+ * Params records (ABI 7): layer l's params are `op->num_arrays + op->num_words` int32 words of `params` from word
+ * `layers[l].params` on: first one word per constant array of the op (op table order: filter, bias,
+ * output_multiplier, output_shift), its byte offset in `constants` (-1: none, e.g. a conv without bias), then the
+ * op's scalar words (the params struct's fields after its pointers, in order; a float as its IEEE-754 bits). The
+ * executor binds a record into the op's params struct (conv2d.h, depthwise_conv2d.h, add.h, pad.h, avg_pool2d.h /
+ * max_pool2d.h (TfmcuPoolParams), quantize.h, mean.h) on the stack each time it runs the layer (tfmcu_op_params), so
+ * the description holds no pointer but the table pointers of the TfmcuStage itself: every table, weights included,
+ * can stay in Flash as one constant byte array (a stage blob, below) that 32- and 64-bit targets read alike. The
+ * validation checks every record once: its words inside `params`, every array inside `constants` (int32 arrays
+ * 4-byte aligned) with the elements the op's params ask for (TfmcuOpArraySizesFn), output shifts in -31..31.
  *
  * Boxes: the regions are separable, so they are stored per grid row band and per grid column band instead of per
  * patch: patch (i, j) uses `row_spans[i * num_layers + l]` for the rows and `col_spans[j * num_layers + l]` for the
@@ -68,6 +77,16 @@
  * sums live in the stage's accumulator, a `TfmcuCache` of the output tensor with axis 2: 4 x C bytes at `offset`,
  * disjoint from every other cache and patch buffer, zeroed by the first patch; each patch adds its tile, the last
  * one writes the output (mean.h). Integer sums do not depend on the order: bit-exact with the whole op.
+ *
+ * Stage blob (ABI 7): the whole description as one constant byte array, little-endian, 4-byte aligned, with no
+ * pointer in it (the TFMCU_PATCH_STAGE op's constant input; tfmcu/tflite/patch_stage_format.py writes it): a
+ * `TfmcuStageBlob` header at byte 0 (the TfmcuStage's counts and scalars, and the byte offset in the blob of each
+ * table, 0 for an absent one), then the tables at those offsets, each 4-byte aligned: tensors (TfmcuTensor),
+ * layers (TfmcuLayer), params (int32 words), row_spans / col_spans (TfmcuSpan), buffer_offsets (int32), row_held /
+ * col_held (int32 pairs; absent without caches), caches (TfmcuCache) and constants (bytes: weights int8, biases,
+ * multipliers and shifts int32, each array 4-byte aligned). tfmcu_stage_view (patch_stage_validate.h) checks the
+ * header against the blob's size (every table inside it) and fills a TfmcuStage whose pointers point into the blob:
+ * a few words any caller can rebuild whenever it runs the stage instead of keeping them.
  */
 #ifndef TFMCU_PATCH_KERNELS_PATCH_STAGE_TYPES_H_
 #define TFMCU_PATCH_KERNELS_PATCH_STAGE_TYPES_H_
@@ -91,7 +110,7 @@ typedef struct {
 
 typedef struct {
   int32_t type;          /* TfmcuOpType */
-  const void* params;    /* the op's params struct */
+  int32_t params;        /* the first word of its params record in TfmcuStage.params */
   int32_t num_inputs;    /* 2 for ADD, else 1 */
   int32_t inputs[TFMCU_MAX_LAYER_INPUTS];  /* tensor ids (unused entries: -1) */
   int32_t output;        /* tensor id */
@@ -133,7 +152,37 @@ typedef struct {
   const int32_t* col_held;          /* [grid_cols][num_layers][2]: held columns, or NULL */
   int32_t num_caches;
   const TfmcuCache* caches;         /* [num_caches], at most one per tensor and axis */
+  /* The layers' params (ABI 7; see the file comment). */
+  const int32_t* params;            /* [params_words]: the layers' params records */
+  int32_t params_words;
+  const uint8_t* constants;         /* [constants_bytes]: the arrays the params records point into */
+  uint32_t constants_bytes;
 } TfmcuStage;
+
+/* The header of a stage blob (see the file comment): int32 words at byte 0 of the blob. */
+typedef struct {
+  int32_t bytes;            /* the blob's size */
+  int32_t num_tensors;      /* the TfmcuStage fields of the same names */
+  int32_t num_layers;
+  int32_t input_tensor;
+  int32_t output_tensor;
+  int32_t grid_rows;
+  int32_t grid_cols;
+  int32_t scratch_bytes;
+  int32_t num_caches;
+  int32_t params_words;
+  int32_t constants_bytes;
+  int32_t tensors;          /* byte offsets of the tables in the blob (0: absent) */
+  int32_t layers;
+  int32_t params;
+  int32_t row_spans;
+  int32_t col_spans;
+  int32_t buffer_offsets;
+  int32_t row_held;
+  int32_t col_held;
+  int32_t caches;
+  int32_t constants;
+} TfmcuStageBlob;
 
 #ifdef __cplusplus
 }  /* extern "C" */

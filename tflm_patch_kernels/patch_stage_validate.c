@@ -3,6 +3,8 @@
  * (patch_stage.c). */
 #include "patch_stage_validate.h"
 
+#include <string.h>
+
 #include "patch_stage_geometry.h"
 
 /* ------------------------------------------------------------------------------------------ scratch geometry */
@@ -57,15 +59,49 @@ static int64_t tfmcu_buffer_bytes(const TfmcuStage* s, int32_t row_band, int32_t
 
 /* ------------------------------------------------------------------------------------------ validation */
 
-/* The op's own params check (op table), against the channels of the layer's tensors. The layer's type, inputs and
- * output were checked before. */
+/* Layer l's params record (patch_stage_types.h): inside `params`, its arrays inside `constants` (int32 arrays 4-byte
+ * aligned) and as large as its params ask, its output shifts in -31..31, and the op's own params check (op table)
+ * against the channels of its tensors. The layer's type, inputs and output were checked before. */
 static TfmcuStatus tfmcu_check_layer_params(const TfmcuStage* s, int32_t l) {
   const TfmcuLayer* layer = &s->layers[l];
+  const TfmcuOpInfo* op = tfmcu_op_info(layer->type);
+  if (s->params == NULL) {
+    return kTfmcuErrorNullPointer;
+  }
+  if (layer->params < 0 || (int64_t)layer->params + op->num_arrays + op->num_words > (int64_t)s->params_words) {
+    return kTfmcuErrorInvalidStage;
+  }
+  const int32_t* record = s->params + layer->params;
+  for (int32_t k = 0; k < op->num_arrays; ++k) {
+    if (record[k] < -1 || (record[k] >= 0 && (s->constants == NULL || (uint32_t)record[k] > s->constants_bytes))) {
+      return kTfmcuErrorInvalidStage;
+    }
+  }
   int32_t in_channels[TFMCU_MAX_LAYER_INPUTS];
   for (int32_t k = 0; k < layer->num_inputs; ++k) {
     in_channels[k] = s->tensors[layer->inputs[k]].channels;
   }
-  return tfmcu_op_info(layer->type)->check(layer->params, in_channels, s->tensors[layer->output].channels);
+  const int32_t out_channels = s->tensors[layer->output].channels;
+  TfmcuParams storage;
+  const void* params = tfmcu_layer_params(s, l, &storage);
+  const TfmcuStatus status = op->check(params, in_channels, out_channels);
+  if (status != kTfmcuOk || op->array_sizes == NULL) {
+    return status;
+  }
+  int32_t elements[TFMCU_MAX_PARAM_ARRAYS] = {0, 0, 0, 0};
+  op->array_sizes(params, in_channels, out_channels, elements);
+  for (int32_t k = 0; k < op->num_arrays; ++k) {
+    const int64_t element_bytes = k == 0 ? 1 : 4;  /* filter int8, the others int32 (TfmcuOpArraySizesFn) */
+    if (record[k] >= 0 && ((int64_t)record[k] + element_bytes * elements[k] > (int64_t)s->constants_bytes ||
+                           (uintptr_t)(s->constants + record[k]) % (uintptr_t)element_bytes != 0)) {
+      return kTfmcuErrorInvalidStage;
+    }
+  }
+  if (op->num_arrays > 3 && record[3] >= 0 &&
+      !tfmcu_shifts_valid((const int32_t*)(const void*)(s->constants + record[3]), elements[3])) {
+    return kTfmcuErrorInvalidStage;  /* output_shift */
+  }
+  return kTfmcuOk;
 }
 
 /* Halo caches against the held tables (the spans were checked): every held range that begins before the computed
@@ -148,12 +184,6 @@ static TfmcuStatus tfmcu_check_structure(const TfmcuStage* s, int32_t* failed_la
   }
   for (int32_t l = 0; l < s->num_layers; ++l) {
     const TfmcuLayer* layer = &s->layers[l];
-    if (layer->params == NULL) {
-      if (failed_layer != NULL) {
-        *failed_layer = l;
-      }
-      return kTfmcuErrorNullPointer;
-    }
     const TfmcuOpInfo* op = tfmcu_op_info(layer->type);
     if (op == NULL) {
       if (failed_layer != NULL) {
@@ -209,7 +239,8 @@ static TfmcuStatus tfmcu_check_structure(const TfmcuStage* s, int32_t* failed_la
         const TfmcuOpInfo* op = tfmcu_op_info(layer->type);
         TfmcuWindow window = {{1, 1}, {1, 1}, {1, 1}};
         if (op->window != NULL) {
-          op->window(layer->params, &window);
+          TfmcuParams storage;
+          op->window(tfmcu_layer_params(s, l, &storage), &window);
         }
         for (int32_t k = 0; k < layer->num_inputs; ++k) {
           const int32_t t = layer->inputs[k];
@@ -368,4 +399,85 @@ size_t tfmcu_stage_output_bytes(const TfmcuStage* stage) {
   }
   const TfmcuTensor* out = &stage->tensors[stage->output_tensor];
   return (size_t)out->height * (size_t)out->width * (size_t)out->channels;
+}
+
+/* ------------------------------------------------------------------------------------------ stage blobs */
+
+/* Bytes of a table of a * b * c rows of `row` bytes, or -1 when that exceeds `limit` (each step stays far inside
+ * int64: every factor and every partial product is at most limit <= INT32_MAX). */
+static int64_t tfmcu_table_bytes(int64_t a, int64_t b, int64_t c, int64_t row, int64_t limit) {
+  const int64_t factors[4] = {a, b, c, row};
+  int64_t n = 1;
+  for (int k = 0; k < 4; ++k) {
+    if (factors[k] < 0 || factors[k] > limit) {
+      return -1;
+    }
+    n *= factors[k];
+    if (n > limit) {
+      return -1;
+    }
+  }
+  return n;
+}
+
+/* The table at byte `offset` of `bytes` table bytes: a pointer into the blob, NULL for offset 0 (an absent table);
+ * *ok = 0 when it is misaligned or does not lie inside the blob. */
+static const void* tfmcu_blob_table(const void* blob, int64_t size, int32_t offset, int64_t bytes, int* ok) {
+  if (offset == 0) {
+    return NULL;
+  }
+  if (bytes < 0 || offset < (int32_t)sizeof(TfmcuStageBlob) || offset % 4 != 0 || offset + bytes > size) {
+    *ok = 0;
+    return NULL;
+  }
+  return (const unsigned char*)blob + offset;
+}
+
+TfmcuStatus tfmcu_stage_view(const void* blob, size_t bytes, TfmcuStage* stage) {
+  if (blob == NULL || stage == NULL) {
+    return kTfmcuErrorNullPointer;
+  }
+  memset(stage, 0, sizeof(*stage));
+  const TfmcuStageBlob* h = (const TfmcuStageBlob*)blob;
+  if ((uintptr_t)blob % 4 != 0 || bytes < sizeof(TfmcuStageBlob) || bytes > (size_t)INT32_MAX ||
+      h->bytes != (int32_t)bytes || h->scratch_bytes < 0 || h->constants_bytes < 0) {
+    return kTfmcuErrorInvalidStage;
+  }
+  const int64_t size = (int64_t)bytes;
+  int ok = 1;
+  stage->num_tensors = h->num_tensors;
+  stage->num_layers = h->num_layers;
+  stage->input_tensor = h->input_tensor;
+  stage->output_tensor = h->output_tensor;
+  stage->grid_rows = h->grid_rows;
+  stage->grid_cols = h->grid_cols;
+  stage->scratch_bytes = (uint32_t)h->scratch_bytes;
+  stage->num_caches = h->num_caches;
+  stage->params_words = h->params_words;
+  stage->constants_bytes = (uint32_t)h->constants_bytes;
+  const int64_t nt = h->num_tensors, nl = h->num_layers, rows = h->grid_rows, cols = h->grid_cols;
+  stage->tensors = (const TfmcuTensor*)tfmcu_blob_table(
+      blob, size, h->tensors, tfmcu_table_bytes(nt, 1, 1, sizeof(TfmcuTensor), size), &ok);
+  stage->layers = (const TfmcuLayer*)tfmcu_blob_table(
+      blob, size, h->layers, tfmcu_table_bytes(nl, 1, 1, sizeof(TfmcuLayer), size), &ok);
+  stage->params = (const int32_t*)tfmcu_blob_table(
+      blob, size, h->params, tfmcu_table_bytes(h->params_words, 1, 1, 4, size), &ok);
+  stage->row_spans = (const TfmcuSpan*)tfmcu_blob_table(
+      blob, size, h->row_spans, tfmcu_table_bytes(rows, nl, 1, sizeof(TfmcuSpan), size), &ok);
+  stage->col_spans = (const TfmcuSpan*)tfmcu_blob_table(
+      blob, size, h->col_spans, tfmcu_table_bytes(cols, nl, 1, sizeof(TfmcuSpan), size), &ok);
+  stage->buffer_offsets = (const int32_t*)tfmcu_blob_table(
+      blob, size, h->buffer_offsets, tfmcu_table_bytes(rows, cols, nt, 4, size), &ok);
+  stage->row_held = (const int32_t*)tfmcu_blob_table(
+      blob, size, h->row_held, tfmcu_table_bytes(rows, nl, 2, 4, size), &ok);
+  stage->col_held = (const int32_t*)tfmcu_blob_table(
+      blob, size, h->col_held, tfmcu_table_bytes(cols, nl, 2, 4, size), &ok);
+  stage->caches = (const TfmcuCache*)tfmcu_blob_table(
+      blob, size, h->caches, tfmcu_table_bytes(h->num_caches, 1, 1, sizeof(TfmcuCache), size), &ok);
+  stage->constants = (const uint8_t*)tfmcu_blob_table(blob, size, h->constants, h->constants_bytes, &ok);
+  if (!ok) {
+    memset(stage, 0, sizeof(*stage));
+    return kTfmcuErrorInvalidStage;
+  }
+  return kTfmcuOk;
 }

@@ -23,6 +23,13 @@ size_t tfmcu_stage_scratch_bytes(const TfmcuStage* stage);
  * stores the offending layer index there (-1 when the problem is not one layer's). */
 TfmcuStatus tfmcu_stage_check(const TfmcuStage* stage, int32_t* failed_layer);
 
+/* The stage a stage blob describes (patch_stage_types.h), `bytes` long at `blob` (4-byte aligned): fills *stage with
+ * its counts and pointers to its tables inside the blob, after checking only what that needs (the header's size
+ * word, every table inside the blob and aligned: a few comparisons, cheap enough to repeat before every run);
+ * the stage itself is checked by tfmcu_stage_check / tfmcu_stage_prepare. Returns kTfmcuOk, kTfmcuErrorNullPointer
+ * or kTfmcuErrorInvalidStage (then *stage is all zero). */
+TfmcuStatus tfmcu_stage_view(const void* blob, size_t bytes, TfmcuStage* stage);
+
 /* Bytes of the output buffer: height * width * channels of the output tensor (0 for an invalid stage). */
 size_t tfmcu_stage_output_bytes(const TfmcuStage* stage);
 

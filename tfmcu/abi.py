@@ -10,9 +10,13 @@ and the TFLM kernel.
   or a 32-bit Cortex-M, ``word_offsets(name)`` where each field of an all-int32 struct (a table row) starts.
 * Ops: ``OPS``, one ``Op`` per op type (the rows of ``op_table.c``): its params struct, whose leading pointer
   fields are the op's constant arrays and the rest its scalar "words" (``params_to_words`` / ``params_from_words``).
+* The stage blob (``patch_stage_types.h``): the whole stage as one constant byte array without pointers, the same
+  bytes for 32- and 64-bit targets: its header ``TfmcuStageBlob`` and its tables (``BLOB_TABLES``: each table's
+  row struct or element type, in the order they are laid out), each at a 4-byte aligned byte offset (``BLOB_ALIGN``);
+  a layer's params record (``params_record``: its arrays' byte offsets into the constants, then its scalar words).
 * Options: ``PATCH_STAGE_OP``, ``FORMAT_VERSION`` / ``OLDEST_FORMAT_VERSION``, the keys the kernel reads
-  (``OPTION_KEYS`` with the format version that introduced each, ``LAYER_KEYS``, ``ARRAY_NAMES``) and the INT32
-  tables it reads in place (``TABLES``).
+  (``OPTION_KEYS`` with the format version that introduced each), the op's input holding the blob (``BLOB_INPUT``),
+  the names of a layer's constant arrays (``ARRAY_NAMES``), the kernel's op data (``STRUCTS["TfmcuPatchStageOpData"]``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-ABI_VERSION = 6  # TFMCU_PATCH_STAGE_ABI_VERSION (patch_stage.h)
+ABI_VERSION = 7  # TFMCU_PATCH_STAGE_ABI_VERSION (patch_stage.h)
 MAX_LAYER_INPUTS = 2  # TFMCU_MAX_LAYER_INPUTS (op_table.h)
 MAX_PARAM_ARRAYS = 4  # TFMCU_MAX_PARAM_ARRAYS (tfmcu_common.h)
 
@@ -79,7 +83,7 @@ STRUCTS: dict[str, tuple[tuple[str, str], ...]] = {
     "TfmcuMeanParams": _i32("input_offset", "output_offset", "output_multiplier", "output_shift"),
     # patch_stage_types.h
     "TfmcuTensor": _i32("height", "width", "channels", "dtype", "producer"),
-    "TfmcuLayer": (("type", "int32_t"), ("params", "const void*"), ("num_inputs", "int32_t"),
+    "TfmcuLayer": (("type", "int32_t"), ("params", "int32_t"), ("num_inputs", "int32_t"),
                    ("inputs", f"int32_t[{MAX_LAYER_INPUTS}]"), ("output", "int32_t")),
     "TfmcuSpan": _i32("out_start", "out_stop") + tuple(
         (n, f"int32_t[{MAX_LAYER_INPUTS}]") for n in ("in_start", "in_stop", "pad_before", "pad_after")),
@@ -89,13 +93,21 @@ STRUCTS: dict[str, tuple[tuple[str, str], ...]] = {
                   + (("row_spans", "const TfmcuSpan*"), ("col_spans", "const TfmcuSpan*"),
                      ("buffer_offsets", "const int32_t*"), ("scratch_bytes", "uint32_t"),
                      ("row_held", "const int32_t*"), ("col_held", "const int32_t*"), ("num_caches", "int32_t"),
-                     ("caches", "const TfmcuCache*")),
+                     ("caches", "const TfmcuCache*"), ("params", "const int32_t*"), ("params_words", "int32_t"),
+                     ("constants", "const uint8_t*"), ("constants_bytes", "uint32_t")),
+    "TfmcuStageBlob": _i32("bytes", "num_tensors", "num_layers", "input_tensor", "output_tensor", "grid_rows",
+                           "grid_cols", "scratch_bytes", "num_caches", "params_words", "constants_bytes", "tensors",
+                           "layers", "params", "row_spans", "col_spans", "buffer_offsets", "row_held", "col_held",
+                           "caches", "constants"),
     # patch_stage.h
     "TfmcuPreparedStage": (("stage", "const TfmcuStage*"),) + _u32("scratch_bytes", "output_bytes")
                           + _i32("ready") + _u32("kernel_scratch_offset", "kernel_scratch_bytes",
                                                  "input_window_offset", "input_window_bytes",
                                                  "streamed_scratch_bytes"),
     "TfmcuInputProvider": (("read_rows", "TfmcuReadRows"), ("context", "void*")),
+    # the TFLM kernel's op data (tflm/patch_stage_op.cc), all it keeps in the arena's persistent tail
+    "TfmcuPatchStageOpData": (("prepared", "TfmcuPreparedStage"),) + _i32("scratch_index", "streamed_input",
+                                                                         "input_window_bytes"),
 }
 
 # Function-pointer typedefs a struct holds: name -> (return type, parameter types).
@@ -209,7 +221,8 @@ def words(name: str) -> int:
 
 
 SPAN_WORDS = words("TfmcuSpan")  # one TfmcuSpan in the row_spans / col_spans tables
-TENSOR_WORDS = words("TfmcuTensor")  # one entry of the options' "tensors" list
+TENSOR_WORDS = words("TfmcuTensor")  # one row of the "tensors" table
+LAYER_WORDS = words("TfmcuLayer")  # one row of the "layers" table
 CACHE_WORDS = words("TfmcuCache")  # one row of the "caches" table
 HELD_WORDS = 2  # one [start, stop) pair of the row_held / col_held tables
 
@@ -285,22 +298,37 @@ def params_from_words(code: int, words: Sequence[int]) -> dict[str, Any]:
             for (name, ctype), w in zip(fields, words)}
 
 
+# ============================================================================= the stage blob
+# The tables of a stage blob in the order they are laid out after the TfmcuStageBlob header (its field of the same
+# name holds each one's byte offset, 0 for an absent one), with the int32 words of one row ("constants": bytes):
+# tensors [num_tensors], layers [num_layers], params [params_words], row_spans / col_spans [bands][layers],
+# buffer_offsets [patches][tensors], row_held / col_held [bands][layers] (only with caches), caches [num_caches],
+# constants [constants_bytes] (each array 4-byte aligned; filters int8, the other arrays int32).
+BLOB_TABLES = {"tensors": TENSOR_WORDS, "layers": LAYER_WORDS, "params": 1, "row_spans": SPAN_WORDS,
+               "col_spans": SPAN_WORDS, "buffer_offsets": 1, "row_held": HELD_WORDS, "col_held": HELD_WORDS,
+               "caches": CACHE_WORDS, "constants": 0}
+BLOB_ALIGN = 4  # every table and every array of the constants starts at a multiple of it
+NO_ARRAY = -1  # a params record's array offset for a NULL array (e.g. a convolution without bias)
+
+
+def params_record(code: int, offsets: Sequence[int], words: Sequence[int]) -> list[int]:
+    """A layer's params record (patch_stage_types.h): its arrays' byte offsets into the constants (``NO_ARRAY``: none;
+    op table order), then its scalar words (``params_to_words``)."""
+    o = op(code)
+    if len(offsets) != len(o.arrays) or len(words) != len(o.words):
+        raise ValueError(f"{o.name}: {len(o.arrays)} arrays and {len(o.words)} words, not {len(offsets)} and "
+                         f"{len(words)}")
+    return [int(v) for v in offsets] + [int(v) for v in words]
+
+
 # ============================================================================= the TFMCU_PATCH_STAGE custom options
 PATCH_STAGE_OP = "TFMCU_PATCH_STAGE"  # kPatchStageOpName
-FORMAT_VERSION = 3  # kPatchStageFormatVersion: halo caches, streamed input
-OLDEST_FORMAT_VERSION = 2  # kPatchStageOldestFormatVersion: neither (written for such a stage: the same bytes)
+FORMAT_VERSION = 4  # kPatchStageFormatVersion: the stage as a stage blob, the op's constant input BLOB_INPUT
+OLDEST_FORMAT_VERSION = 4  # kPatchStageOldestFormatVersion (2, 3: the stage in the options; rewrite such models)
+BLOB_INPUT = 1  # kPatchStageBlobInput: the op's inputs are [stage input, stage blob]
 
-# The keys of the options map the kernel reads, with the format version that introduced each.
-OPTION_KEYS = {
-    "version": 2, "tensors": 2, "layers": 2, "grid": 2, "input_tensor": 2, "output_tensor": 2, "scratch_bytes": 2,
-    "layer_inputs": 2, "layer_outputs": 2, "row_spans": 2, "col_spans": 2, "buffer_offsets": 2,
-    "num_caches": 3, "row_held": 3, "col_held": 3, "caches": 3, "streamed_input": 3, "input_window_bytes": 3,
-}
-LAYER_KEYS = ("type", "words", "arrays")  # of each entry of "layers"
-ARRAY_NAMES = tuple(f for f, _ in _CONV_ARRAYS)  # the keys of a layer's "arrays" map (kArrayNames)
-
-# The INT32 constant inputs the kernel reads in place (the option of the same name is the input position) and the
-# int32 words of one row: row_spans / col_spans [bands][layers][row], buffer_offsets [patches][tensors],
-# row_held / col_held [bands][layers][row] (format 3), caches [num_caches][row] (format 3).
-TABLES = {"row_spans": SPAN_WORDS, "col_spans": SPAN_WORDS, "buffer_offsets": 1, "row_held": HELD_WORDS,
-          "col_held": HELD_WORDS, "caches": CACHE_WORDS}
+# The keys of the options map the kernel reads, with the format version that introduced each. The writer adds what
+# tfmcu's tools read back and the kernel does not: "name", and per layer its "name", "src" (the TFLite operator it
+# came from) and "padding" (top, bottom, left, right).
+OPTION_KEYS = {"version": 2, "streamed_input": 3, "input_window_bytes": 3}
+ARRAY_NAMES = tuple(f for f, _ in _CONV_ARRAYS)  # an op's constant arrays, in a params record's order

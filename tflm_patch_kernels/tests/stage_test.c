@@ -141,6 +141,15 @@ static int check_stage(const char* name, const TfmcuStage* stage, const void* in
                     "NULL offsets prepared");
   failures += check(prepare_refuses(NULL, kTfmcuErrorNullPointer, input, scratch_bytes), name,
                     "NULL stage prepared");
+  broken = *stage;
+  broken.params = NULL;
+  failures += check(prepare_refuses(&broken, kTfmcuErrorNullPointer, input, scratch_bytes), name,
+                    "NULL params prepared");
+  /* Arrays past the end of the constants (the stages here all have a layer with weights). */
+  broken = *stage;
+  broken.constants_bytes = 0;
+  failures += check(prepare_refuses(&broken, kTfmcuErrorInvalidStage, input, scratch_bytes), name,
+                    "arrays outside the constants prepared");
 
   /* A layer with an unknown op type, or a broken params struct: prepare reports that layer. */
   if (stage->num_layers <= MAX_LAYERS) {
@@ -156,9 +165,9 @@ static int check_stage(const char* name, const TfmcuStage* stage, const void* in
     failures += check(prepare_refuses(&broken, kTfmcuErrorUnsupportedOp, input, scratch_bytes), name,
                       "op type 0 prepared");
     layers[last] = stage->layers[last];
-    layers[last].params = NULL;
-    failures += check(prepare_refuses(&broken, kTfmcuErrorNullPointer, input, scratch_bytes), name,
-                      "NULL params prepared");
+    layers[last].params = stage->params_words;
+    failures += check(prepare_refuses(&broken, kTfmcuErrorInvalidStage, input, scratch_bytes), name,
+                      "params record past the params prepared");
     layers[last] = stage->layers[last];
     layers[last].num_inputs = layers[last].num_inputs == 1 ? 2 : 1;
     failures += check(prepare_refuses(&broken, kTfmcuErrorInvalidStage, input, scratch_bytes), name,

@@ -4,8 +4,8 @@
 //
 // MODEL is a custom-mode model whose whole graph is one TFMCU_PATCH_STAGE op (so a mutation can only reach our
 // kernel, never another kernel's checks). Each iteration copies the model, mutates it in place — bytes of the
-// flexbuffer options, the options' length (truncation), the op's input / output tensor shapes, and values of its
-// INT32 constant inputs (span and buffer-offset tables, multipliers) — then runs the options parser alone on the
+// flexbuffer options, the options' length (truncation), the op's input / output tensor shapes, and int32 words of
+// its stage blob (header, tables, params records, weights and multipliers) — then runs the options parser alone on the
 // mutated options (patch_stage_options.h: it must accept them or reject them with a message), builds a
 // MicroInterpreter, allocates tensors and, when that succeeds, invokes. The kernel must answer kTfLiteError or run;
 // a sanitizer report or a crash fails the run. Prints counts of rejected / accepted mutations. Exit 0 on success,
@@ -47,19 +47,10 @@ struct Region {
 
 // The options parser alone, as the kernel's Init calls it: true when it accepts `bytes`; a rejection must say why.
 bool ParseAlone(const uint8_t* bytes, size_t length, bool* unexplained) {
-  tfmcu::PatchStageSizes sizes;
+  tfmcu::PatchStageOptions options;
   tfmcu::PatchStageOptionsError error;
   error.message[0] = '\0';
-  bool ok = tfmcu::ReadPatchStageSizes(bytes, length, &sizes, &error);
-  if (ok) {
-    std::vector<TfmcuTensor> tensors(static_cast<size_t>(sizes.num_tensors));
-    std::vector<TfmcuLayer> layers(static_cast<size_t>(sizes.num_layers));
-    std::vector<uint64_t> params(sizes.params_bytes / 8 + 1);
-    tfmcu::PatchStageOptions options;
-    ok = tfmcu::ParsePatchStageOptions(bytes, length,
-                                       {tensors.data(), layers.data(), reinterpret_cast<uint8_t*>(params.data())},
-                                       &options, &error);
-  }
+  const bool ok = tfmcu::ParsePatchStageOptions(bytes, length, &options, &error);
   *unexplained = !ok && error.message[0] == '\0';
   if (*unexplained) fprintf(stderr, "tfmcu_fuzz_options: the parser rejected options without a message\n");
   return ok;
@@ -122,7 +113,8 @@ int main(int argc, char** argv) {
   for (uint32_t i = 1; i < op->inputs()->size(); ++i) {
     const tflite::Tensor* t = subgraph->tensors()->Get(op->inputs()->Get(i));
     const auto* buffer = model->buffers()->Get(t->buffer());
-    if (t->type() == tflite::TensorType_INT32 && buffer->data() != nullptr && buffer->data()->size() >= 4) {
+    const bool table = t->type() == tflite::TensorType_INT32 || t->type() == tflite::TensorType_UINT8;
+    if (table && buffer->data() != nullptr && buffer->data()->size() >= 4) {  // the stage blob: int32 words
       regions.push_back({static_cast<size_t>(buffer->data()->data() - base), buffer->data()->size(), 2});
     }
   }

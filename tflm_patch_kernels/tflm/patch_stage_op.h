@@ -3,12 +3,14 @@
  *   #include "tflm_patch_kernels/tflm/patch_stage_op.h"
  *   resolver.AddCustom(tfmcu::kPatchStageOpName, tfmcu::Register_TFMCU_PATCH_STAGE());
  *
- * Init allocates the op data and parses the op's flexbuffer options into it (patch_stage_options.h: format versions
- * kPatchStageOldestFormatVersion..kPatchStageFormatVersion, stated in tfmcu/abi.py, written by tfmcu/stage/custom.py);
- * Prepare binds the stage to the op's tensors (weights, biases, multipliers and the span / buffer-offset / halo tables
- * are read in place from the model), validates it once (tfmcu_stage_prepare) and requests the exact scratch memory in the arena;
- * Eval runs the stage. The options come from an untrusted file: every field is checked, and a bad one gives
- * kTfLiteError with a MicroPrintf naming it, never an out-of-bounds access.
+ * The op's inputs are the stage input and the stage blob (kPatchStageBlobInput: the whole stage description, tables,
+ * params and weights, as one constant byte array; patch_stage_types.h), its output the stage output. Init parses the
+ * op's flexbuffer options (patch_stage_options.h: format versions kPatchStageOldestFormatVersion..
+ * kPatchStageFormatVersion, stated in tfmcu/abi.py) and allocates the op data (TfmcuPatchStageOpData: all the kernel
+ * keeps in the arena's persistent tail); Prepare views the blob in place (tfmcu_stage_view), validates the stage once
+ * (tfmcu_stage_prepare) and requests the exact scratch memory in the arena; Eval views the blob again and runs the
+ * stage. The model comes from an untrusted file: every field is checked, and a bad one gives kTfLiteError with a
+ * MicroPrintf naming it, never an out-of-bounds access.
  */
 #ifndef TFMCU_PATCH_KERNELS_TFLM_PATCH_STAGE_OP_H_
 #define TFMCU_PATCH_KERNELS_TFLM_PATCH_STAGE_OP_H_
@@ -30,15 +32,14 @@ inline constexpr char kPatchStageOpName[] = "TFMCU_PATCH_STAGE";
 //     interpreter.SetMicroExternalContext(&camera);   // once; the interpreter's one external context
 // Eval fails with a one-line message when none is registered.
 
+// The op data Init allocates: TfmcuPatchStageOpData (patch_stage.h; its size is the kernel's whole share of the
+// arena's persistent tail, stated in tfmcu/abi.py).
+
 // Like TFLM's own custom ops (Register_DETECTION_POSTPROCESS): a pointer to one registration, which AddCustom copies.
 TFLMRegistration* Register_TFMCU_PATCH_STAGE();
 
-// The persistent arena bytes the kernel allocates for a stage of `num_tensors` tensors and `num_layers` layers
-// whose params structs take `params_bytes` (the op data; the stage's constants stay in the model).
-size_t PatchStagePersistentBytes(int num_tensors, int num_layers, size_t params_bytes);
-
-// The persistent bytes Init allocates for these custom options (0 when their format version, tensor / layer lists or
-// layer types are invalid: ReadPatchStageSizes): what a deployment reports as the kernel's own share of the arena's
+// The persistent arena bytes Init allocates for these custom options: sizeof(TfmcuPatchStageOpData), 0 when the
+// options are invalid (ParsePatchStageOptions). What a deployment reports as the kernel's own share of the arena's
 // persistent tail.
 size_t PatchStagePersistentBytesFor(const uint8_t* options, size_t length);
 

@@ -343,6 +343,9 @@ class _Lowering:
             attrs["decided_options"] = self.decided[i]
         elif typ.startswith("custom:") and op.customOptions is not None:
             attrs["custom_options"] = np.asarray(op.customOptions, dtype=np.uint8).tobytes()  # the arena needs them
+        if typ.startswith("custom:"):  # its constant inputs' bytes by input position (e.g. a patch stage's blob)
+            attrs["constant_inputs"] = {pos: data for pos, t in enumerate(in_idx) if t >= 0 and
+                                        (data := ts.buffer_data(self.model, self._tensor(t))) is not None}
         return ir.Op(type=typ.lower() if not typ.startswith("custom:") else typ, activation=act, attrs=attrs, **ch,
                      **base)
 

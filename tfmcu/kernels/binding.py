@@ -5,7 +5,8 @@
   ``$XDG_CACHE_HOME/tfmcu``, else ``~/.cache/tfmcu``, else the temp dir). Each build writes a private temp file
   and renames it into place, so concurrent processes are safe. ``$TFMCU_PATCH_KERNELS_SRC`` overrides where the
   sources are (default: ``tflm_patch_kernels/`` next to this package, in a Bazel runfiles tree or the checkout).
-* A ``PackedStage`` (``tfmcu.kernels.pack``) becomes the C ``TfmcuStage`` (``c_stage``, cached on the stage),
+* A ``PackedStage`` (``tfmcu.kernels.pack``) becomes the C ``TfmcuStage`` (``c_stage``, cached on the stage: a
+  view of its stage blob, ``tfmcu_stage_view``),
   validated once by ``tfmcu_stage_prepare`` (``prepare``), then run by ``tfmcu_stage_run`` (``run_stage``);
   ``check_stage``, ``c_scratch_bytes``, ``touched_scratch`` (the highest scratch byte a run writes, on poisoned
   scratch).
@@ -37,7 +38,7 @@ from tfmcu.graph import ir
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.kernels import PatchKernelError
 from tfmcu.kernels.ops import LayerSpec, kernel_op, layer_spec
-from tfmcu.kernels.pack import SPAN_FIELDS, PackedStage
+from tfmcu.kernels.pack import PackedStage, stage_blob
 from tfmcu.tflite.editor import load
 
 SOURCE_ENV = "TFMCU_PATCH_KERNELS_SRC"
@@ -52,10 +53,6 @@ _PTR = ctypes.c_void_p
 # Derived from their field lists in tfmcu.abi (tests/test_abi.py checks those against the C headers).
 ConstView = abi.structure("TfmcuConstView")
 View = ConstView  # same layout (int8_t* / const int8_t* / const float*)
-CTensor = abi.structure("TfmcuTensor")
-CLayer = abi.structure("TfmcuLayer")
-CSpan = abi.structure("TfmcuSpan")
-CCache = abi.structure("TfmcuCache")
 CStage = abi.structure("TfmcuStage")
 CPreparedStage = abi.structure("TfmcuPreparedStage")
 READ_ROWS = abi.callback("TfmcuReadRows")  # (context, row_start, row_count, destination) -> status
@@ -161,6 +158,7 @@ def library() -> ctypes.CDLL:
         lib.tfmcu_stage_scratch_bytes.restype = ctypes.c_size_t
         lib.tfmcu_stage_output_bytes.restype = ctypes.c_size_t
         lib.tfmcu_stage_check.argtypes = [ctypes.POINTER(CStage), ctypes.POINTER(_I32)]
+        lib.tfmcu_stage_view.argtypes = [_PTR, ctypes.c_size_t, ctypes.POINTER(CStage)]
         lib.tfmcu_stage_prepare.argtypes = [ctypes.POINTER(CStage), ctypes.POINTER(CPreparedStage),
                                             ctypes.POINTER(_I32)]
         lib.tfmcu_stage_run.argtypes = [ctypes.POINTER(CPreparedStage), _PTR, _PTR, _PTR, ctypes.c_size_t]
@@ -179,34 +177,16 @@ def status_text(code: int) -> str:
 
 # ============================================================================= stages
 class _CStageData:
-    """The C struct of a packed stage and everything it points to (kept alive together)."""
+    """The C struct of a packed stage: a view (``tfmcu_stage_view``) of its stage blob (``stage_blob``), which it keeps
+    alive: the same bytes and the same C reading of them as the TFMCU_PATCH_STAGE op's."""
 
     def __init__(self, p: PackedStage):
-        keep: list[Any] = []
-        tensors = (CTensor * len(p.tensor_names))(*[
-            CTensor(h, w, c, dt, prod) for (h, w, c), dt, prod in zip(p.tensor_shapes, p.tensor_dtypes,
-                                                                      p.tensor_producers)])
-        layers = (CLayer * len(p.layers))()
-        for k, spec in enumerate(p.layers):
-            params, arrays = spec.c_params()
-            keep += [params, arrays]
-            ins = list(p.layer_inputs[k]) + [-1] * (2 - len(p.layer_inputs[k]))
-            layers[k] = CLayer(spec.type, ctypes.addressof(params), len(p.layer_inputs[k]), (_I32 * 2)(*ins),
-                               p.layer_outputs[k])
-
-        def span_array(arr: np.ndarray) -> Any:  # the int32 rows are TfmcuSpans, field by field
-            flat = np.ascontiguousarray(arr, dtype=np.int32).reshape(-1, SPAN_FIELDS)
-            return (CSpan * len(flat)).from_buffer_copy(flat.tobytes())
-
-        rows, cols = span_array(p.row_spans), span_array(p.col_spans)
-        offsets = np.ascontiguousarray(p.buffer_offsets, dtype=np.int32)
-        held = [np.ascontiguousarray(h, dtype=np.int32) if h is not None else None for h in (p.row_held, p.col_held)]
-        caches = (CCache * max(len(p.caches), 1))(*[CCache(*c) for c in p.caches])
-        self.keep = keep + [tensors, layers, rows, cols, offsets, held, caches]
-        self.stage = CStage(len(p.tensor_names), tensors, len(p.layers), layers, p.input_tensor, p.output_tensor,
-                            p.grid[0], p.grid[1], rows, cols, offsets.ctypes.data, p.scratch_bytes,
-                            *[h.ctypes.data if h is not None else None for h in held],
-                            len(p.caches), caches if p.caches else ctypes.POINTER(CCache)())
+        blob = stage_blob(p)
+        self.blob = (_I32 * (len(blob) // 4)).from_buffer_copy(blob)  # 4-byte aligned
+        self.stage = CStage()
+        rc = library().tfmcu_stage_view(self.blob, len(blob), ctypes.byref(self.stage))
+        if rc != 0:
+            raise PatchKernelError(f"the stage blob is malformed: {status_text(rc)} ({rc})")
         self.prepared: CPreparedStage | None = None
 
 

@@ -5,6 +5,8 @@ schedule's patch stage of an int8 .tflite, as plain data: every layer's ``LayerS
 and biases read from the flatbuffer, multipliers computed offline), the tensor table, per-band spans from the
 schedule's per-axis walks, and the patch buffers of every patch placed in one scratch buffer by the one placer
 (``tfmcu.plan.placer``, offsets aligned to 4 bytes): ``scratch_bytes`` is known before deployment.
+``stage_blob(packed)``: all of it as one stage blob (``tfmcu.tflite.patch_stage_format.write_blob``), what the
+TFMCU_PATCH_STAGE op, the ctypes binding and the generated C read.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from tfmcu.plan.placer import Buffer, align_up, alive_bound, place
 from tfmcu.plan.regions import Read
 from tfmcu.tflite import schema as ts
 from tfmcu.tflite.model import TfliteModel, as_model
+from tfmcu.tflite.patch_stage_format import write_blob
 
 
 # ============================================================================= scratch planning
@@ -282,3 +285,20 @@ def pack_stage(model_bytes: bytes | ts.ModelT | TfliteModel, graph: ir.Graph, sc
         row_held=row_held if caches else None, col_held=col_held if caches else None,
         caches=[(t, a, o) for (t, a), o in zip(caches, cache_offsets)], cache_bytes=sizes_c)
     return packed
+
+
+def stage_blob(packed: PackedStage) -> bytes:
+    """``packed`` as one stage blob (patch_stage_types.h): its tables, its layers' params records and arrays (weights
+    included) in one constant byte array without pointers."""
+    tables: dict[str, np.ndarray | None] = {"row_spans": packed.row_spans, "col_spans": packed.col_spans,
+                                            "buffer_offsets": packed.buffer_offsets, "row_held": None,
+                                            "col_held": None, "caches": None}
+    if packed.caches:
+        tables.update(row_held=packed.row_held, col_held=packed.col_held, caches=np.asarray(packed.caches))
+    return write_blob(
+        tensors=[[*map(int, shape), int(dt), int(prod)] for shape, dt, prod in
+                 zip(packed.tensor_shapes, packed.tensor_dtypes, packed.tensor_producers)],
+        layers=[(int(spec.type), spec.words()) for spec in packed.layers],
+        arrays=[spec.arrays for spec in packed.layers], layer_inputs=packed.layer_inputs,
+        layer_outputs=packed.layer_outputs, input_tensor=packed.input_tensor, output_tensor=packed.output_tensor,
+        grid=packed.grid, scratch_bytes=packed.scratch_bytes, tables=tables)

@@ -53,7 +53,7 @@ from tfmcu.plan.placer import Buffer, align_up, place
 from tfmcu.tflite import offline_plan
 from tfmcu.tflite.detection_postprocess import OP_NAME as _DPP_NAME
 from tfmcu.tflite.detection_postprocess import PostprocessError, read_postprocess_options
-from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, kernel_memory, options_of, streamed_scratch
+from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, kernel_memory, stage_of_attrs, streamed_scratch
 from tfmcu.tflite import schema as ts
 from tfmcu.tflite.model import TfliteModel, as_model
 
@@ -331,14 +331,14 @@ def op_allocations(graph: ir.Graph, op: ir.Op, build: str | TflmBuild = "wheel",
         rank = len(graph.tensors[op.inputs[0]].shape) if op.inputs else 4
         axes = op.attrs.get("axes")
         alloc.scratch = [4 * rank, 4 * (len(axes) if axes is not None else 2)]
-    elif b == f"custom:{PATCH_STAGE_OP}" and ("custom_options" in op.attrs or "decided_options" in op.attrs):
+    elif b == f"custom:{PATCH_STAGE_OP}":
         # our kernel (tflm_patch_kernels/tflm): one op data from Init, the stage's exact scratch from Prepare; the
         # CMSIS-NN backend's kernel buffer after the patch buffers
         if isinstance(stage, dict):  # several TFMCU_PATCH_STAGE ops: each one's PackedStage by TFLite op index
             stage = stage.get(op.src_index)
         buffer = cmsis_nn.stage_scratch_bytes(stage) if tb.cmsis_nn and stage is not None else None
         try:
-            options = options_of(op.attrs)
+            options = stage_of_attrs(op.attrs)
             op_data, scratch = kernel_memory(options, pointer_bytes=tb.pointer_bytes)
         except (ValueError, KeyError, TypeError):
             alloc.modelled = False

@@ -176,26 +176,21 @@ def _postprocess(m: ts.ModelT, op: ts.OperatorT, name: str) -> dict[str, Any]:
     return {"type": name, "geometry": None, **_call(0.0, float(n * k), float(n), 1.0, 1.0, float(4 * n))}
 
 
-def _table(m: ts.ModelT, op: ts.OperatorT, position: int) -> np.ndarray:
-    t = m.subgraphs[0].tensors[int(op.inputs[int(position)])]
-    return np.frombuffer(ts.buffer_data(m, t) or b"", dtype="<i4")
-
-
-def _stage(m: ts.ModelT, op: ts.OperatorT, o: dict[str, Any]) -> dict[str, Any]:
-    """Features of one TFMCU_PATCH_STAGE op (options ``o``): per layer its calls' summed features, and the
-    executor's terms."""
+def _stage(o: dict[str, Any]) -> dict[str, Any]:
+    """Features of one TFMCU_PATCH_STAGE op (``o``: its stage, ``tfmcu.tflite.patch_stage_format.read_stage`` with
+    its tables): per layer its calls' summed features, and the executor's terms."""
     grid_r, grid_c = (int(g) for g in o["grid"])
     tensors = [[int(v) for v in t] for t in o["tensors"]]
     layers = o["layers"]
     n_layers = len(layers)
     sw = abi.SPAN_WORDS
     offs = abi.word_offsets("TfmcuSpan")
-    row_spans = _table(m, op, o["row_spans"]).reshape(grid_r, n_layers, sw)
-    col_spans = _table(m, op, o["col_spans"]).reshape(grid_c, n_layers, sw)
+    row_spans = np.asarray(o["row_spans"]).reshape(grid_r, n_layers, sw)
+    col_spans = np.asarray(o["col_spans"]).reshape(grid_c, n_layers, sw)
     held = None
     if int(o.get("num_caches", 0) or 0) > 0:
-        held = (_table(m, op, o["row_held"]).reshape(grid_r, n_layers, 2),
-                _table(m, op, o["col_held"]).reshape(grid_c, n_layers, 2))
+        held = (np.asarray(o["row_held"]).reshape(grid_r, n_layers, 2),
+                np.asarray(o["col_held"]).reshape(grid_c, n_layers, 2))
     producers = {int(t): li for li, t in enumerate(o["layer_outputs"])}
     t_in, t_out = int(o["input_tensor"]), int(o["output_tensor"])
     col_offs = (offs["out_start"], offs["out_stop"])
@@ -306,7 +301,7 @@ def op_features(model: bytes | TfliteModel, where: str = "model") -> list[dict[s
     out = []
     for i, (op, name) in enumerate(zip(m.subgraphs[0].operators or [], tm.op_names)):
         if name == f"custom:{abi.PATCH_STAGE_OP}":
-            f = _stage(m, op, psf.options_at(tm, i))
+            f = _stage(psf.stage_at(tm, i))
         elif name == f"custom:{DETECTION_POSTPROCESS}":
             f = _postprocess(m, op, name)
         elif name.startswith("custom:"):

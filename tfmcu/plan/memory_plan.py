@@ -49,7 +49,7 @@ from tfmcu.plan.arena import (ALIGN, KERNEL_SETS, builtin_of, lifetimes, mcu_bui
 from tfmcu.plan.placer import Buffer, alive_bound, align_up, compatible, place
 from tfmcu.tflite import offline_plan
 from tfmcu.tflite.model import TfliteModel
-from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, options_of, single_layer
+from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, single_layer, stage_of_attrs
 
 
 # Reference kernels whose read/write order ``inplace_distance`` models (TFLite builtin names).
@@ -111,7 +111,7 @@ def inplace_distance(graph: ir.Graph, op: ir.Op, tensor: str, kernels: str = "re
     b = builtin_of(op)
     if b == f"custom:{PATCH_STAGE_OP}":  # one conv layer run whole by our kernels (convs_to_flash): its builtin
         try:
-            options = options_of(op.attrs)
+            options = stage_of_attrs(op.attrs)
             layer = single_layer(options)
             if layer is not None and kernels == "cmsis_nn":
                 entry = options["layers"][0]

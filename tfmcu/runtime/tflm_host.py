@@ -37,7 +37,7 @@ from tfmcu.runtime.model_io import ModelInfo, TensorInfo, TFLMError, as_samples,
 from tfmcu.tflite import schema as ts
 from tfmcu.tflite.detection_postprocess import canonical_outputs, postprocess_outputs
 from tfmcu.tflite.model import TfliteModel, as_model
-from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, read_options, streamed_input
+from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, stage_at, streamed_input
 
 TARGET = "//tflm_patch_kernels/tflm:tfmcu_tflm_run"
 MEASURED_BY = ("measured by TFLM built from source (the pinned archive, reference kernels + the TFMCU_PATCH_STAGE "
@@ -67,8 +67,9 @@ def streamed_image(model: TfliteModel | bytes) -> tuple[tuple[int, int, int], st
     """((H, W, C), dtype) of the image a streamed-input TFMCU_PATCH_STAGE reads through its provider (its samples
     are such images); None for any other model."""
     try:
-        options = as_model(model).custom_options(PATCH_STAGE_OP)
-        return streamed_input(read_options(options[0])) if options else None
+        m = as_model(model)
+        first = [i for i, name in enumerate(m.op_names) if name == f"custom:{PATCH_STAGE_OP}"][:1]
+        return streamed_input(stage_at(m, first[0], tables=False)) if first else None
     except (ValueError, KeyError, TypeError, IndexError, ts.SchemaError):
         return None
 

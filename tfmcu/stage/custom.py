@@ -1,10 +1,12 @@
 """Custom mode: the patch stage as ONE TFLite CUSTOM operator, ``TFMCU_PATCH_STAGE``, run by our C kernels.
 
-The custom op's inputs are the stage input, then every layer's constant arrays: the ORIGINAL filter and bias
-tensors (no Flash duplication) and the per-channel output multipliers / shifts computed offline (small new int32
-constants), then the INT32 span and buffer-offset tables. Its flexbuffer custom options describe the rest of the stage
-as ``tflm_patch_kernels/patch_stage.h`` wants it (tensor table, layers with scalar params as words and the input
-positions of their arrays, scratch size). The rest of the graph is untouched; the whole model gets an offline memory
+The custom op's inputs are the stage input and the stage blob: one constant byte array holding the whole stage as
+``tflm_patch_kernels/patch_stage_types.h`` wants it (tensor table, layers, params records, spans, buffer offsets,
+halo tables, and the layers' weights, biases and per-channel multipliers / shifts computed offline), which the kernel
+reads in place from Flash: TFLM keeps one tensor record for it and the kernel a few words of op data, whatever the
+stage's size. The layers' own filter and bias tensors move into the blob (each weight is in Flash once). Its small
+flexbuffer options say what the kernel reads besides (format version, streamed input) and what tfmcu's tools read
+back (names, source operators, padding). The rest of the graph is untouched; the whole model gets an offline memory
 plan when one beats TFLM's greedy planner (the rest in place with ``inplace``).
 
 * ``rewrite_custom(data, graph, schedule)``: the custom-mode model (``inplace``: the rest of the graph gets an
@@ -16,7 +18,7 @@ plan when one beats TFLM's greedy planner (the rest in place with ``inplace``).
 * ``CustomArenaCost``: that prediction as a cost function of ``tfmcu.plan.search``, for the model ``CustomOptions``
   (in-place rest, halo caches, streamed input, the rest's convolutions) asks for.
 
-The options format and the kernel's memory arithmetic live in ``tfmcu.tflite.patch_stage_format``. The TFLM kernel
+The op's format (blob and options) and the kernel's memory arithmetic live in ``tfmcu.tflite.patch_stage_format``. The TFLM kernel
 (``tflm_patch_kernels/tflm``) runs such a model whole in TFLM (``tfmcu.runtime.tflm_host``); ``HostRunner``
 (``tfmcu.runtime.host``) runs the stage through ctypes for TF Lite comparisons and kernel tests.
 """
@@ -34,8 +36,8 @@ from tfmcu import abi
 from tfmcu.graph import ir
 from tfmcu.graph.from_tflite import from_model, from_tflite
 from tfmcu.kernels import PatchKernelError
-from tfmcu.kernels.ops import LayerSpec, params_from_words
-from tfmcu.kernels.pack import PackedStage, cache_sizes, input_window_bytes, pack_stage
+from tfmcu.kernels.ops import LayerSpec, kernel_op, params_from_words
+from tfmcu.kernels.pack import PackedStage, cache_sizes, input_window_bytes, pack_stage, stage_blob
 from tfmcu.plan import regions
 from tfmcu.plan.arena import (ALIGN, DEFAULT_KERNELS, KERNEL_SETS, builtin_of, get_build, op_allocations, predict_arena,
                               predict_model_arena)
@@ -48,10 +50,8 @@ from tfmcu.stage.common import SCHEDULE_METADATA, RewriteError, RewriteResult, r
 from tfmcu.tflite import schema as ts
 from tfmcu.tflite.editor import ModelEditor, load
 from tfmcu.tflite.model import TfliteModel, as_model
-from tfmcu.tflite.patch_stage_format import (FORMAT_VERSION, OLDEST_FORMAT_VERSION, PATCH_STAGE_OP, kernel_memory,
-                                             read_options)
+from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, kernel_memory, stage_of, stage_options
 
-_TABLES = ("row_spans", "col_spans", "buffer_offsets")
 _ARRAYS = abi.ARRAY_NAMES
 
 
@@ -126,7 +126,7 @@ def _first_stage(source: TfliteModel, graph: ir.Graph, schedule: PatchSchedule, 
                     tm.tensorIndex = token
         inputs = [token]
         stream = {"streamed_input": 1, "input_window_bytes": window}
-    op = _stage_operator(ed, packed, graph, schedule.stage, original_ops, inputs, stream)
+    op = _stage_operator(ed, packed, inputs, stream)
     ed.subgraph.operators = [op] + [o for k, o in enumerate(original_ops) if k not in set(stage_src)]
     ed.drop_unused_tensors()
     record = schedule_record(schedule, "custom", scratch_bytes=int(packed.scratch_bytes),
@@ -190,8 +190,7 @@ def rewrite_stages(data: bytes | TfliteModel, graph: ir.Graph,
             packed = pack_stage(source, base, s, halo=h, name=f"stage_{src[0]}")
         except PatchKernelError as e:
             raise RewriteError(f"{where}: {e}") from None
-        replace[src[0]] = _stage_operator(ed, packed, base, ops, original_ops,
-                                          [packed.tensor_tflite_index[packed.input_tensor]], {})
+        replace[src[0]] = _stage_operator(ed, packed, [packed.tensor_tflite_index[packed.input_tensor]], {})
         packs[src[0]] = packed
         drop |= set(src[1:])
         entries.append((src[0], {**_stage_entry(s, h), "ops_tflite": src0}))
@@ -217,56 +216,18 @@ def _stage_entry(s: PatchSchedule, halo: HaloCaches | None) -> dict[str, Any]:
             "halo": None if halo is None else halo.to_dict()}
 
 
-def _stage_operator(ed: ModelEditor, packed: PackedStage, graph: ir.Graph, stage: list[int],
-                    original_ops: list[Any], inputs: list[int], stream: dict[str, int]) -> Any:
-    """The TFMCU_PATCH_STAGE operator of ``packed`` (ops ``stage`` of ``graph``; ``inputs`` starts with its input
-    tensor): the layers' ORIGINAL filter and bias tensors, new int32 constants for the multipliers / shifts and the
-    tables, the options (a map: the editor writes it as a flexbuffer with the model). What the op holds is decided
-    here, for the writer and for pricing alike."""
-    inputs = list(inputs)
-    layers = []
-    for spec, k in zip(packed.layers, stage):
-        t_in = [int(t) for t in original_ops[graph.ops[k].src_index].inputs]
-        positions = {}
-        for name in _ARRAYS:
-            a = spec.arrays.get(name)
-            if a is None:
-                continue
-            if name == "filter":
-                idx = t_in[1]
-            elif name == "bias":
-                idx = t_in[2]
-            else:
-                idx = ed.constant(np.ascontiguousarray(a, dtype=np.int32), ts.TensorType.INT32, f"tfmcu/{name}")
-            positions[name] = len(inputs)
-            inputs.append(idx)
-        layers.append({"type": int(spec.type), "name": spec.name, "src": int(spec.src_index), "words": spec.words(),
-                       "padding": [int(p) for p in spec.padding], "arrays": positions})
-    tables: dict[str, int] = {}
-    arrays = {name: getattr(packed, name) for name in _TABLES}
-    if packed.caches:
-        arrays.update(row_held=packed.row_held, col_held=packed.col_held, caches=np.asarray(packed.caches))
-        tables["num_caches"] = len(packed.caches)
-    for name, arr in arrays.items():
-        tables[name] = len(inputs)
-        inputs.append(ed.constant(np.ascontiguousarray(arr, dtype=np.int32).reshape(-1),
-                                  ts.TensorType.INT32, f"tfmcu/{name}"))
-    desc = {
-        "version": FORMAT_VERSION if packed.caches or stream else OLDEST_FORMAT_VERSION,
-        "name": packed.name,
-        "grid": [int(g) for g in packed.grid],
-        "tensors": [[*map(int, shp), int(dt), int(prod)] for shp, dt, prod in
-                    zip(packed.tensor_shapes, packed.tensor_dtypes, packed.tensor_producers)],
-        "input_tensor": int(packed.input_tensor),
-        "output_tensor": int(packed.output_tensor),
-        "layers": layers,
-        "layer_inputs": [[int(t) for t in ins] for ins in packed.layer_inputs],
-        "layer_outputs": [int(t) for t in packed.layer_outputs],
-        **tables,  # input positions of the INT32 tables
-        "scratch_bytes": int(packed.scratch_bytes),
-        **stream,
-    }
-    return ed.custom_operator(PATCH_STAGE_OP, inputs, [packed.tensor_tflite_index[packed.output_tensor]], desc)
+def _stage_operator(ed: ModelEditor, packed: PackedStage, inputs: list[int], stream: dict[str, int]) -> Any:
+    """The TFMCU_PATCH_STAGE operator of ``packed``: its inputs are ``inputs`` (the stage input) and the stage blob, a
+    new constant holding the whole stage, weights included (``stage_blob``: the layers' own filters and biases move
+    into it, so the model's Flash holds each weight once); its options a map the editor writes as a flexbuffer with
+    the model. What the op holds is decided here, for the writer and for pricing alike."""
+    blob = ed.constant(np.frombuffer(stage_blob(packed), np.uint8), ts.TensorType.UINT8, f"tfmcu/{packed.name}",
+                       dedupe=False)
+    desc = stage_options(packed.name, [{"name": spec.name, "src": spec.src_index, "padding": spec.padding}
+                                       for spec in packed.layers],
+                         stream["input_window_bytes"] if stream else None)
+    return ed.custom_operator(PATCH_STAGE_OP, [*inputs, blob], [packed.tensor_tflite_index[packed.output_tensor]],
+                              desc)
 
 
 # ----------------------------------------------------------------------------- the rest's convolutions in Flash
@@ -323,6 +284,10 @@ def convs_to_flash(data: bytes | TfliteModel, where: str = "model", inplace: boo
     replaced: dict[int, Any] = {}
     done, kept = [], []
     packs: dict[int, PackedStage] = dict(stages or {})  # the model's own TFMCU ops keep their operator index
+    uses: dict[int, int] = {}  # tensor -> operators reading it
+    for o in original_ops:
+        for t in set(int(t) for t in (o.inputs if o.inputs is not None else [])):
+            uses[t] = uses.get(t, 0) + 1
     for k, op in enumerate(graph.ops):
         if builtin_of(op) not in FLASH_OPS:
             continue
@@ -332,20 +297,20 @@ def convs_to_flash(data: bytes | TfliteModel, where: str = "model", inplace: boo
         except (PatchKernelError, ScheduleError) as e:
             kept.append({"op": op.src_index, "name": op.name, "why": str(e)})
             continue
-        shape = {"tensors": packed.tensor_shapes, "layers": [{"type": spec.type} for spec in packed.layers],
-                 "scratch_bytes": packed.scratch_bytes}  # what kernel_memory reads of the options
-        ours, _ = kernel_memory(shape, tb.pointer_bytes)
-        # its new int32 constants (multipliers, shifts, the three tables) each get a TfLiteEvalTensor in the tail
-        new_tensors = sum(packed.layers[0].arrays.get(a) is not None for a in ("output_multiplier", "output_shift"))
-        ours = align_up(ours, ALIGN) + (new_tensors + len(_TABLES)) * tb.abi["TfLiteEvalTensor"][0]
+        ours, _ = kernel_memory({"scratch_bytes": packed.scratch_bytes}, tb.pointer_bytes)
+        # one TfLiteEvalTensor in the tail for its stage blob; the filter and bias tensors it replaces lose theirs
+        # where no other operator reads them
+        record = tb.abi["TfLiteEvalTensor"][0]
+        own = [int(t) for t in original_ops[op.src_index].inputs[1:] if int(t) >= 0 and uses.get(int(t)) == 1]
+        ours = align_up(ours, ALIGN) + record
         tflm = op_allocations(graph, op, tb)
         theirs = sum(align_up(n, ALIGN) for n in [tflm.op_data or 0, *tflm.prepare]) + \
-            (tflm.builtin_data[0] if tflm.builtin_data else 0)
+            (tflm.builtin_data[0] if tflm.builtin_data else 0) + record * len(own)
         entry = {"op": op.src_index, "name": op.name, "builtin": builtin_of(op), "out_channels": op.out_channels,
                  "tflm_persistent_bytes": theirs, "tfmcu_persistent_bytes": ours}
         if ours < theirs:
-            replaced[op.src_index] = _stage_operator(ed, packed, g, [k], original_ops,
-                                                     [packed.tensor_tflite_index[packed.input_tensor]], {})
+            replaced[op.src_index] = _stage_operator(ed, packed, [packed.tensor_tflite_index[packed.input_tensor]],
+                                                     {})
             packs[op.src_index] = packed
             done.append(entry)
         else:
@@ -387,17 +352,11 @@ def load_custom(data: TfliteModel | bytes, where: str = "model", all_stages: boo
     stages: dict[int, PackedStage] = {}
     for k in found:
         op = ops[k]
-        at = f" of operator {k}" if k else ""
+        at = f" {k}" if k else ""
         try:
-            desc = read_options(np.asarray(op.customOptions, dtype=np.uint8).tobytes())
-        except ValueError as e:
-            raise RewriteError(f"{where}: invalid {PATCH_STAGE_OP} options{at} ({e})") from None
-        try:
-            stages[k] = _packed_from_options(model, op, desc, where)
-        except (KeyError, IndexError, TypeError, ValueError) as e:
-            if isinstance(e, RewriteError):
-                raise
-            raise RewriteError(f"{where}: invalid {PATCH_STAGE_OP} options{at} ({type(e).__name__}: {e})") from None
+            stages[k] = _packed_from_stage(stage_of(model, op))
+        except (KeyError, IndexError, TypeError, ValueError, PatchKernelError) as e:
+            raise RewriteError(f"{where}: invalid {PATCH_STAGE_OP} operator{at} ({type(e).__name__}: {e})") from None
     first = found[0]
     rest, rest_tensors = None, 0
     if found == [0]:
@@ -407,53 +366,44 @@ def load_custom(data: TfliteModel | bytes, where: str = "model", all_stages: boo
     return CustomModel(stages[first], rest, int(ops[first].inputs[0]), len(sg.tensors), rest_tensors, stages)
 
 
-def _packed_from_options(model: ts.ModelT, op: ts.OperatorT, desc: dict[str, Any], where: str) -> PackedStage:
-    sg = model.subgraphs[0]
-    ins = [int(t) for t in op.inputs]
-
-    def const(pos: int) -> np.ndarray:
-        arr = ts.buffer_array(model, sg.tensors[ins[pos]])
-        if arr is None:
-            raise RewriteError(f"{where}: {PATCH_STAGE_OP} input {pos} has no constant data")
-        return np.ascontiguousarray(arr)
-
-    layers = []
-    for layer in desc["layers"]:
-        arrays: dict[str, np.ndarray | None] = {name: None for name in _ARRAYS}
-        for name, pos in layer["arrays"].items():
-            a = const(int(pos))
-            arrays[name] = a.astype(np.int8) if name == "filter" else a.astype(np.int32).reshape(-1)
-        code = int(layer["type"])
-        layers.append(LayerSpec(code, params_from_words(code, layer["words"]), arrays, layer["name"],
-                                int(layer["src"]), tuple(layer["padding"])))
+def _packed_from_stage(desc: dict[str, Any]) -> PackedStage:
+    """A stage as ``tfmcu.tflite.patch_stage_format.read_stage`` describes it, as the ``PackedStage`` it was written
+    from (its layers' arrays cut from the blob's constants by the sizes their params give; ``ValueError`` where they
+    do not fit)."""
     tensors = desc["tensors"]
-    grid = tuple(desc["grid"])
-    n_layers = len(layers)
-
-    def table(name: str, shape: tuple[int, ...]) -> np.ndarray:
-        a = const(int(desc[name])).astype(np.int32).reshape(-1)
-        if a.size != int(np.prod(shape)):
-            raise RewriteError(f"{where}: {PATCH_STAGE_OP} {name} holds {a.size} values, not {int(np.prod(shape))}")
-        return a.reshape(shape)
-
-    offsets = table("buffer_offsets", (grid[0] * grid[1], len(tensors)))
+    constants = desc["constants"] if desc["constants"] is not None else np.zeros(0, np.uint8)
+    layers = []
+    for k, layer in enumerate(desc["layers"]):
+        code = int(layer["type"])
+        params = params_from_words(code, layer["words"])
+        op = kernel_op(code)
+        ins = desc["layer_inputs"][k]
+        sizes = op.array_sizes(params, int(tensors[int(ins[0])][2]),
+                               int(tensors[int(desc["layer_outputs"][k])][2])) if op.array_sizes else {}
+        arrays: dict[str, np.ndarray | None] = {name: None for name in _ARRAYS}
+        for name, at in layer["arrays"].items():
+            dtype = np.int8 if name == "filter" else np.dtype("<i4")
+            n = int(sizes.get(name, 0)) * np.dtype(dtype).itemsize
+            if at < 0 or at + n > constants.size:
+                raise ValueError(f"layer {k}'s {name} lies outside the blob's constants")
+            arrays[name] = np.frombuffer(constants[at:at + n].tobytes(), dtype).astype(
+                np.int8 if name == "filter" else np.int32)
+        layers.append(LayerSpec(code, params, arrays, layer["name"], int(layer["src"]), tuple(layer["padding"])))
+    grid = tuple(int(g) for g in desc["grid"])
+    offsets = np.asarray(desc["buffer_offsets"], np.int32)
     halo: dict[str, Any] = {}
-    if int(desc["version"]) >= 3 and int(desc.get("num_caches", 0)) > 0:
-        n_caches = int(desc["num_caches"])
-        halo = dict(row_held=table("row_held", (grid[0], n_layers, 2)),
-                    col_held=table("col_held", (grid[1], n_layers, 2)),
-                    caches=[tuple(int(v) for v in c) for c in table("caches", (n_caches, abi.CACHE_WORDS))])
-        producers = [t[4] for t in tensors]
+    if int(desc.get("num_caches", 0)) > 0:
+        halo = dict(row_held=np.asarray(desc["row_held"], np.int32), col_held=np.asarray(desc["col_held"], np.int32),
+                    caches=[tuple(int(v) for v in c) for c in desc["caches"]])
         halo["cache_bytes"] = cache_sizes(halo["row_held"], halo["col_held"], [c[:2] for c in halo["caches"]],
-                                          producers, [t[2] for t in tensors])
+                                          [t[4] for t in tensors], [t[2] for t in tensors])
     return PackedStage(
         name=desc["name"], layers=layers, layer_inputs=[list(x) for x in desc["layer_inputs"]],
         layer_outputs=list(desc["layer_outputs"]), tensor_names=[f"t{k}" for k in range(len(tensors))],
         tensor_shapes=[tuple(t[:3]) for t in tensors], tensor_dtypes=[t[3] for t in tensors],
         tensor_producers=[t[4] for t in tensors], tensor_tflite_index=[-1] * len(tensors),
         input_tensor=int(desc["input_tensor"]), output_tensor=int(desc["output_tensor"]), grid=grid,
-        row_spans=table("row_spans", (grid[0], n_layers, abi.SPAN_WORDS)),
-        col_spans=table("col_spans", (grid[1], n_layers, abi.SPAN_WORDS)),
+        row_spans=np.asarray(desc["row_spans"], np.int32), col_spans=np.asarray(desc["col_spans"], np.int32),
         buffer_offsets=offsets, buffer_sizes=np.zeros_like(offsets, dtype=np.int64),
         scratch_bytes=int(desc["scratch_bytes"]), lower_bound_bytes=0, plan_strategies=[], **halo)
 
@@ -489,7 +439,7 @@ def memory_report(data: bytes, where: str = "model") -> dict[str, Any]:
     stages = []
     for k, op in found:
         try:
-            opts = read_options(np.asarray(op.customOptions, dtype=np.uint8).tobytes())
+            opts = stage_of(model, op, tables=False)
             host, scratch = kernel_memory(opts, pointer_bytes=8)
             mcu, _ = kernel_memory(opts, pointer_bytes=4)
             shapes, dtypes = opts["tensors"], [t[3] for t in opts["tensors"]]
@@ -497,7 +447,7 @@ def memory_report(data: bytes, where: str = "model") -> dict[str, Any]:
             in_bytes = int(np.prod(shapes[i][:3])) * (4 if dtypes[i] == abi.FLOAT32 else 1)
             out_bytes = int(np.prod(shapes[o][:3]))
         except (ValueError, KeyError, TypeError, IndexError) as e:
-            raise RewriteError(f"{where}: invalid {PATCH_STAGE_OP} options of operator {k} ({e})") from None
+            raise RewriteError(f"{where}: invalid {PATCH_STAGE_OP} operator {k} ({e})") from None
         stages.append({"operator": k, "scratch_bytes": int(opts["scratch_bytes"]), "scratch_request_bytes": scratch,
                        "input_bytes": in_bytes, "stage_output_bytes": out_bytes,
                        "patch_stage_persistent_bytes": {"host_64bit": host, "cortex_m_32bit": mcu}})

@@ -212,8 +212,10 @@ class ModelEditor:
         return len(self.subgraph.tensors) - 1
 
     def drop_unused_tensors(self) -> None:
-        """Remove tensors no operator, input, output or signature uses any more, renumbering every reference. An
-        offline memory plan indexes tensors: it no longer applies and is removed."""
+        """Remove tensors no operator, input, output or signature uses any more, renumbering every reference, and
+        empty the buffers no tensor or metadata entry refers to any more (e.g. weights moved into a stage blob; the
+        buffer list keeps its indices). An offline memory plan indexes tensors: it no longer applies and is
+        removed."""
         model, sg = self.model, self.subgraph
         used: set[int] = set(int(t) for t in (sg.inputs if sg.inputs is not None else []))
         used |= set(int(t) for t in (sg.outputs if sg.outputs is not None else []))
@@ -243,6 +245,13 @@ class ModelEditor:
                 tm.tensorIndex = remap[int(tm.tensorIndex)]
         self.remove_metadata(OFFLINE_PLAN_METADATA)
         self._consts.clear()
+        referenced = {int(m.buffer) for m in model.metadata or []}
+        referenced |= {int(b) for b in (model.metadataBuffer if model.metadataBuffer is not None else [])}
+        for g in model.subgraphs or []:
+            referenced |= {int(t.buffer or 0) for t in g.tensors or []}
+        for i, buf in enumerate(model.buffers):
+            if i not in referenced and buf.data is not None:
+                buf.data = None
 
     # ------------------------------------------------------------------ metadata
     def get_metadata(self, name: str) -> bytes | None:
