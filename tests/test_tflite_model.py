@@ -81,3 +81,22 @@ def test_read_model_errors_are_one_line(tmp_path):
         model_io.read_model(str(bad), "--tflite")
     with pytest.raises(UsageError, match="--tflite=.*missing.tflite: no such file"):
         model_io.read_model(str(tmp_path / "missing.tflite"), "--tflite")
+
+
+def test_an_edit_leaves_its_source_as_it_was(tiny):
+    """Rewriting a parsed model (the editor works on a structural copy, ``fork``, sharing buffers) moves the stage's
+    weights into its blob and empties their buffers in the result, not in the source: the source prices and runs
+    the same afterwards."""
+    source = TfliteModel(tiny, "tiny")
+    before = [None if b.data is None else bytes(b.data) for b in source.flatbuffer.buffers]
+    g = from_tflite(source, name="tiny")
+    res = custom.rewrite_custom(source, g, regions.schedule(g, 2, n_blocks=zoo.ZOO["tiny_per_tensor"].patch_blocks),
+                                "tiny")
+    after = [None if b.data is None else bytes(b.data) for b in source.flatbuffer.buffers]
+    assert after == before
+    out = ts.load_model(res.model)
+    op = out.subgraphs[0].operators[0]
+    blob = ts.buffer_data(out, out.subgraphs[0].tensors[int(op.inputs[1])])
+    kept = [bytes(b.data) for b in out.buffers if b.data is not None and bytes(b.data) != blob]
+    moved = [b for b in before if b is not None and len(b) > 64 and b in blob]
+    assert moved and not [b for b in moved if b in kept]  # the moved weights are not kept twice

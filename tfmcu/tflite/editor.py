@@ -251,7 +251,7 @@ class ModelEditor:
             referenced |= {int(t.buffer or 0) for t in g.tensors or []}
         for i, buf in enumerate(model.buffers):
             if i not in referenced and buf.data is not None:
-                buf.data = None
+                model.buffers[i] = ts.BufferT()  # a new entry: the buffer itself may be shared (``fork``)
 
     # ------------------------------------------------------------------ metadata
     def get_metadata(self, name: str) -> bytes | None:
