@@ -32,6 +32,7 @@ from absl import app, flags  # noqa: E402
 
 from tfmcu.errors import TfmcuError, UsageError  # noqa: E402
 from tfmcu.flows.common import ScheduleRequest, parse_grids  # noqa: E402
+from tfmcu.firmware.sources import CONSOLES  # noqa: E402
 from tfmcu.firmware.targets import TARGETS  # noqa: E402
 from tfmcu.flows.demo import demo_training  # noqa: E402
 from tfmcu.flows.deploy import DeployOptions  # noqa: E402
@@ -111,6 +112,10 @@ def define_firmware_flags() -> None:
     _define("integer", "stack_kib", d.stack_kib, "Stack reserved for the firmware (KiB).", lower_bound=2,
             upper_bound=64)
     define_kernels_flag()
+    _define("enum", "console", d.console, list(CONSOLES),
+            "Where the firmware writes its report: semihosting (QEMU's stdout, or a debugger's console; a board "
+            "without a debugger halts) or uart (the board's console UART, 115200 8N1: a board on its own; "
+            "docs/boards.md).")
 
 
 def define_max_stages_flag(default: int | None = SearchOptions().max_stages) -> None:

@@ -70,7 +70,8 @@ def main(argv: Sequence[str]) -> int:
     if FLAGS.resolution is not None or FLAGS.width is not None:
         raise UsageError("--resolution and --width are not taken by fit: give the model as it is")
     o = fit.FitOptions(model=FLAGS.tflite or FLAGS.model, calibration_data=FLAGS.calibration_data,
-                       target=FLAGS.target, out_dir=FLAGS.out_dir, kernels=FLAGS.kernels, objective=FLAGS.objective,
+                       target=FLAGS.target, out_dir=FLAGS.out_dir, kernels=FLAGS.kernels, console=FLAGS.console,
+                       objective=FLAGS.objective,
                        max_latency=FLAGS.max_latency, stream_input=FLAGS.stream_input, run=FLAGS.run,
                        inputs=FLAGS.inputs, num_inputs=FLAGS.num_inputs, seed=FLAGS.seed, margin=FLAGS.margin,
                        stack_kib=FLAGS.stack_kib, patch_options=_cli.grids(), max_mac_overhead=FLAGS.max_mac_overhead,

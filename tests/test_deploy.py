@@ -147,6 +147,8 @@ def test_unknown_target_and_flags():
         deploy.validate(deploy.DeployOptions("m.tflite", "esp32"))
     with pytest.raises(UsageError, match="--margin"):
         deploy.validate(deploy.DeployOptions("m.tflite", margin=-1))
+    with pytest.raises(UsageError, match="--console=usb: must be one of semihosting, uart"):
+        deploy.validate(deploy.DeployOptions("m.tflite", console="usb"))
 
 
 def test_targets_match_firmware_bzl():

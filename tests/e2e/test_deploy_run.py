@@ -87,6 +87,18 @@ def test_deploy_run_fits_and_equals_tflite(models, tmp_path, target, kernels):
     assert run["stack_hwm_bytes"] < rep["stack_bytes"]
 
 
+def test_deploy_run_reports_on_the_uart(models, tmp_path):
+    """--console=uart: the firmware writes its report on the STM32F405's USART1 (QEMU netduinoplus2's first serial
+    port) with semihosting off, as a board without a debugger runs it; the same figures as through semihosting."""
+    _need_bazel()
+    r, rep = _deploy(*models["tiny"], "stm32f405", str(tmp_path / "fw"), "--console=uart")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert '"@//tflm_patch_kernels/firmware:harness_uart"' in open(tmp_path / "fw" / "BUILD").read()
+    assert rep["fits"] and rep["run"]["outputs_equal_tflite"]
+    assert rep["run"]["arena_used_bytes"] == rep["arena"]["predicted_bytes"]
+    assert len(rep["run"]["invoke_insns"]) == 4 and min(rep["run"]["invoke_insns"]) > 1_000_000
+
+
 def test_deploy_run_per_layer_does_not_fit_stm32f405(models, tmp_path):
     _need_bazel()
     r, rep = _deploy(*models["mbv2_035_96"], "stm32f405", str(tmp_path / "fw"))

@@ -1,5 +1,6 @@
-/* The MPS2 boards (QEMU mps2-an386 = Cortex-M4, mps2-an500 = Cortex-M7): APB timer 0 and the target's name, which
- * the build passes as TFMCU_TARGET_NAME (tflm_patch_kernels/firmware/BUILD). */
+/* The MPS2 boards (QEMU mps2-an386 = Cortex-M4, mps2-an500 = Cortex-M7): APB timer 0, the console UART (CMSDK APB
+ * UART 0, QEMU's first serial port) and the target's name, which the build passes as TFMCU_TARGET_NAME
+ * (tflm_patch_kernels/firmware/BUILD). */
 #include <stdint.h>
 
 #include "harness.h"
@@ -19,3 +20,19 @@ void tfmcu_timer_start(void) {
 uint32_t tfmcu_ticks(void) { return 0xFFFFFFFFu - CMSDK_TIMER0[1]; }
 
 const char *tfmcu_target_name(void) { return TFMCU_TARGET_NAME; }
+
+#define CMSDK_UART0 ((volatile uint32_t *)0x40004000u) /* DATA, STATE, CTRL, INTSTATUS, BAUDDIV */
+#define CMSDK_UART_STATE_TX_FULL 1u
+#define CMSDK_UART_CTRL_TX_EN 1u
+
+void tfmcu_board_console_write(const char *data, size_t n) {
+    if ((CMSDK_UART0[2] & CMSDK_UART_CTRL_TX_EN) == 0u) {
+        CMSDK_UART0[4] = 217u; /* BAUDDIV: 25 MHz / 115200 baud */
+        CMSDK_UART0[2] = CMSDK_UART_CTRL_TX_EN;
+    }
+    for (size_t i = 0; i < n; ++i) {
+        while (CMSDK_UART0[1] & CMSDK_UART_STATE_TX_FULL) {
+        }
+        CMSDK_UART0[0] = (uint8_t)data[i];
+    }
+}

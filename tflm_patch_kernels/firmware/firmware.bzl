@@ -65,14 +65,22 @@ TARGETS = {
 
 MPS2 = ("cortex_m4", "cortex_m7")
 
+# The harness per console (tflm_patch_kernels/firmware/BUILD).
+_HARNESS = {
+    "semihosting": "//tflm_patch_kernels/firmware:harness",
+    "uart": "//tflm_patch_kernels/firmware:harness_uart",
+}
+
 def mcu_firmware(name, srcs, deps = [], targets = MPS2, stack_size = 16 * 1024, sram_budget = {}, copts = [],
-                 **kwargs):
+                 console = "semihosting", **kwargs):
     """Per target t (keys of TARGETS): a cc_binary `<name>_<t>_bin` linked with the harness, the board and the
     target's linker script, and mcu_binary `<name>_<t>` (its ELF built for the target's platform).
 
     Args:
       stack_size: bytes reserved for the stack (counted in the SRAM budget).
       sram_budget: {target: bytes} to override TARGETS[t].sram_budget (MPS2 targets only).
+      console: "semihosting" (QEMU's stdout; the exit status is QEMU's) or "uart" (the board's console UART,
+        semihosting off: what a board without a debugger runs; run it with qemu_firmware_test(console = "uart")).
     """
     tags = kwargs.pop("tags", [])
     for t in targets:
@@ -81,7 +89,7 @@ def mcu_firmware(name, srcs, deps = [], targets = MPS2, stack_size = 16 * 1024, 
         native.cc_binary(
             name = "%s_%s_bin" % (name, t),
             srcs = srcs,
-            deps = deps + ["//tflm_patch_kernels/firmware:harness", target.board],
+            deps = deps + [_HARNESS[console], target.board],
             copts = copts,
             additional_linker_inputs = [target.ld],
             linkopts = [
@@ -101,10 +109,12 @@ def mcu_firmware(name, srcs, deps = [], targets = MPS2, stack_size = 16 * 1024, 
             tags = tags,
         )
 
-def qemu_firmware_test(name, firmware, target, expect = None, timeout_s = 50, size = "small", **kwargs):
+def qemu_firmware_test(name, firmware, target, expect = None, timeout_s = 50, size = "small",
+                       console = "semihosting", **kwargs):
     """sh_test running `firmware` (an mcu_binary) on the QEMU board of `target` (see the module docstring).
 
     timeout_s: QEMU's wall-clock limit; keep it below Bazel's for `size` (small 60 s, medium 300 s).
+    console: the firmware's (mcu_firmware): "uart" runs QEMU with semihosting off and the board's UART as output.
     """
     args = [
         "$(rootpath //tools/qemu:run_firmware.py)",
@@ -116,6 +126,8 @@ def qemu_firmware_test(name, firmware, target, expect = None, timeout_s = 50, si
         "$(rootpath //tools/qemu:libinsn_count.so)",
         "--timeout",
         str(timeout_s),
+        "--console",
+        console,
     ]
     data = [firmware, "//tools/qemu:run_firmware.py", "//tools/qemu:libinsn_count.so"]
     if expect:

@@ -1,4 +1,4 @@
-/* Firmware harness: semihosting output and exit, the TFMCU_RESULT line, cost regions, memory figures, and
+/* Firmware harness: output and exit (semihosting, or the board's UART), the TFMCU_RESULT line, cost regions, memory figures, and
  * the few newlib system calls a C library may reach (see harness.h). No heap: _sbrk always fails. */
 #include "harness.h"
 
@@ -7,7 +7,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* ---- Semihosting (Arm semihosting v2: BKPT 0xAB on M-profile) ---- */
+/* ---- The console: semihosting (the default: QEMU's stdout, or a debugger's), or with -DTFMCU_CONSOLE_UART the
+ * board's UART (tfmcu_board_console_write, board_*.c), for a board without a debugger attached. ---- */
+#if !defined(TFMCU_CONSOLE_UART)
+/* Arm semihosting v2: BKPT 0xAB on M-profile */
 #define SYS_WRITE0 0x04
 #define SYS_EXIT_EXTENDED 0x20
 #define ADP_STOPPED_APPLICATION_EXIT 0x20026
@@ -18,15 +21,20 @@ static int semihost(int op, const void *arg) {
     __asm__ volatile("bkpt 0xab" : "+r"(r0) : "r"(r1) : "memory");
     return r0;
 }
+#endif
 
-/* Output is buffered and written with SYS_WRITE0 (one trap per buffer, not per character). */
+/* Output is buffered and written one buffer at a time (one semihosting trap per buffer, not per character). */
 static char g_out[128];
 static size_t g_out_len;
 
 void tfmcu_flush(void) {
     if (g_out_len == 0) return;
+#if defined(TFMCU_CONSOLE_UART)
+    tfmcu_board_console_write(g_out, g_out_len);
+#else
     g_out[g_out_len] = '\0';
     semihost(SYS_WRITE0, g_out);
+#endif
     g_out_len = 0;
 }
 
@@ -67,11 +75,21 @@ void tfmcu_put_hex32(uint32_t v) {
 
 void tfmcu_exit(int status) {
     tfmcu_flush();
+#if defined(TFMCU_CONSOLE_UART)
+    /* No host to return to: the last line says how the run ended (the runner stops the board on it). */
+    tfmcu_puts("TFMCU_EXIT ");
+    tfmcu_put_i64(status);
+    tfmcu_puts("\n");
+    for (;;) {
+        __asm__ volatile("wfi");
+    }
+#else
     uint32_t block[2] = {ADP_STOPPED_APPLICATION_EXIT, (uint32_t)status};
     semihost(SYS_EXIT_EXTENDED, block);
     for (;;) {
         /* QEMU without semihosting: nowhere to go. */
     }
+#endif
 }
 
 /* ---- Cost regions (the timer is the board's: board_mps2.c, board_stm32f405.c) ---- */
@@ -275,7 +293,7 @@ void __assert_func(const char *file, int line, const char *func, const char *exp
     tfmcu_exit(3);
 }
 
-/* newlib system calls: stdout/stderr go to the semihosting console; no files, no heap. */
+/* newlib system calls: stdout/stderr go to the console; no files, no heap. */
 int _write(int fd, const char *buf, int len);
 int _write(int fd, const char *buf, int len) {
     if (fd != 1 && fd != 2) {

@@ -27,7 +27,8 @@
 extern "C" {
 #endif
 
-/* ---- Output (semihosting, QEMU's stdout) ---- */
+/* ---- Output: semihosting (QEMU's stdout), or with -DTFMCU_CONSOLE_UART the board's UART; there tfmcu_exit prints
+ * "TFMCU_EXIT <status>" as the last line and waits (no host to return to) ---- */
 void tfmcu_puts(const char *s);
 void tfmcu_put_u64(uint64_t v);
 void tfmcu_put_i64(int64_t v);
@@ -61,6 +62,8 @@ void tfmcu_timer_start(void);
 uint32_t tfmcu_ticks(void);
 /* The target's name in the result line ("cortex-m4", "cortex-m7", "stm32f405"). */
 const char *tfmcu_target_name(void);
+/* With -DTFMCU_CONSOLE_UART: writes n bytes to the board's console UART (set up on first use; blocking). */
+void tfmcu_board_console_write(const char *data, size_t n);
 #define TFMCU_MAX_REGIONS 64
 
 /* ---- Memory ---- */

@@ -88,9 +88,10 @@ def measured_by(t: Target, kernels: str) -> str:
 
 
 def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: str, timeout_s: int = 300,
-                 log: Callable[[str], None] = print) -> tuple[FirmwareRun, bool, str]:
+                 log: Callable[[str], None] = print, console: str = "semihosting") -> tuple[FirmwareRun, bool, str]:
     """Build the folder's firmware and run it under QEMU (see the module docstring): ``(run, fits, verdict)``.
-    ``arena``: the folder's arena, its predicted arena and its stack in bytes (they go into the verdict)."""
+    ``arena``: the folder's arena, its predicted arena and its stack in bytes (they go into the verdict);
+    ``console``: the firmware's (deploy --console: "uart" runs QEMU with semihosting off, the report on the UART)."""
     arena_bytes, predicted_bytes, stack_bytes = arena
     out = os.path.abspath(out_dir)
     log(f"deploy: bazel build @{REPO}//:firmware for {t.name} (TFLM is compiled the first time: minutes) ...")
@@ -120,7 +121,8 @@ def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: 
     log(f"deploy: running on QEMU {t.machine} ...")
     q = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "qemu", "run_firmware.py"), "--elf", elf,
                         "--machine", t.machine, "--plugin", plugin, "--timeout", str(timeout_s),
-                        "--expect", os.path.join(out, "expect.json"), "--report", run_json, "--quiet"],
+                        "--expect", os.path.join(out, "expect.json"), "--report", run_json, "--quiet",
+                        "--console", console],
                        capture_output=True, text=True)
     try:
         with open(run_json) as f:

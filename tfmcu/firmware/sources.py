@@ -178,6 +178,13 @@ KERNELS_WHAT = {  # deploy --kernels: TFLM's (and the patch executor's) kernel v
     "reference": "TFLM's reference kernels + TFMCU_PATCH_STAGE's portable C kernels",
 }
 KERNELS = tuple(KERNELS_WHAT)
+# deploy --console: where the firmware writes its report, and the harness library that does it
+# (tflm_patch_kernels/firmware/BUILD)
+CONSOLE_HARNESS = {
+    "semihosting": "harness",  # semihosting: QEMU's stdout or a debugger's console (halts a board without one)
+    "uart": "harness_uart",  # the board's console UART (board_*.c), semihosting off: a board on its own
+}
+CONSOLES = tuple(CONSOLE_HARNESS)
 
 
 def kernel_libraries(ops: Sequence[str], kernels: str = "reference") -> list[str]:
@@ -267,11 +274,12 @@ def model_source(model: TfliteModel | bytes, inputs: np.ndarray, output_len: int
 
 
 def build_file(t: Target, arena: int, stack: int, ops: list[str], kernels: str, external: bool = False,
-               detector_slots: int = 0) -> str:
+               detector_slots: int = 0, console: str = "semihosting") -> str:
     """The folder's BUILD: ``:firmware`` (the ELF for ``t``'s core) with the arena, the stack, TFLM's runtime and the
     kernel libraries of ``ops`` (``kernels``: "cmsis_nn" or "reference"); ``external``: the model array in the
     board's external memory (``EXTERNAL_MEMORY``) instead of the Flash; ``detector_slots``: a detector's firmware
-    (``-DTFMCU_DETECTOR_SLOTS``: the detections it keeps to print, ``detector_slots_for``)."""
+    (``-DTFMCU_DETECTOR_SLOTS``: the detections it keeps to print, ``detector_slots_for``); ``console``: the harness
+    that writes its report (``CONSOLE_HARNESS``)."""
     fw = "@//tflm_patch_kernels/firmware"
     # TFLM's runtime and only the kernels of the model's ops (a cross-build compiles these, not all of TFLM)
     libs = ["@//tflm_patch_kernels/tflm:firmware_runtime", "@tflite_micro//:runtime", "@tflite_micro//:platform_mcu"]
@@ -306,7 +314,7 @@ cc_binary(
     linkopts = [{linkopts}],
     target_compatible_with = ["@platforms//os:none"],
     deps = [
-        "{fw}:harness",
+        "{fw}:{CONSOLE_HARNESS[console]}",
         "{fw}:{t.board}",
 {deps}
     ],
@@ -323,16 +331,17 @@ mcu_binary(
 
 def folder_files(model: TfliteModel | bytes, ops: Sequence[str], inputs: np.ndarray, output_len: int, comment: str,
                  target: Target, arena: int, stack: int, kernels: str, where: str = "model", stream: int = 0,
-                 external: bool = False, detector_slots: int = 0) -> dict[str, str]:
+                 external: bool = False, detector_slots: int = 0, console: str = "semihosting") -> dict[str, str]:
     """The firmware folder's sources {name: text}: ``model_data.cc`` (``model_source``, ``stream``: the streamed
     images' rows), ``main.cc`` (a copy of tflm_patch_kernels/tflm/firmware_main.cc), ``BUILD`` (``build_file``,
-    ``external``: the model in the board's external memory; ``detector_slots``: a detector's) and ``WORKSPACE``."""
+    ``external``: the model in the board's external memory; ``detector_slots``: a detector's; ``console``: where it
+    reports) and ``WORKSPACE``."""
     with open(MAIN_SOURCE) as f:
         main = f.read()
     return {
         "model_data.cc": model_source(model, inputs, output_len, comment, where, ops=ops, stream=stream),
         "main.cc": main,
-        "BUILD": build_file(target, arena, stack, list(ops), kernels, external, detector_slots),
+        "BUILD": build_file(target, arena, stack, list(ops), kernels, external, detector_slots, console),
         "WORKSPACE": f'workspace(name = "{REPO}")\n',
     }
 

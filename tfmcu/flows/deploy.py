@@ -62,7 +62,7 @@ import numpy as np
 from tfmcu.errors import UsageError
 from tfmcu.files import write_folder, write_outputs
 from tfmcu.firmware.run import DeployError, FirmwareRun, run_firmware
-from tfmcu.firmware.sources import (EXTERNAL_MEMORY, KERNELS, check_model, detector_expectation, detector_slots_for,
+from tfmcu.firmware.sources import (CONSOLES, EXTERNAL_MEMORY, KERNELS, check_model, detector_expectation, detector_slots_for,
                                     expectation, folder_files, printed_detections, stream_rows)
 from tfmcu.firmware.targets import TARGETS, Target, get_target
 from tfmcu.firmware.tree import check_dest, export_tree
@@ -103,6 +103,7 @@ class DeployOptions:
     timeout_s: int = 300
     kernels: str = DEFAULT_KERNELS  # TFLM's CMSIS-NN kernels + the executor's CMSIS-NN backend, or "reference"
     tree: str | None = None  # also write the firmware as a plain CMake source tree here (docs/tree.md)
+    console: str = "semihosting"  # where the firmware reports: semihosting (a debugger, QEMU) or "uart" (the board's)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,6 +202,8 @@ def validate(o: DeployOptions) -> Target:
         raise UsageError(f"--stack_kib={o.stack_kib}: must be in [2, 64]")
     if o.kernels not in KERNELS:
         raise UsageError(f"--kernels={o.kernels}: must be one of {', '.join(KERNELS)}")
+    if o.console not in CONSOLES:
+        raise UsageError(f"--console={o.console}: must be one of {', '.join(CONSOLES)}")
     if os.path.exists(o.out_dir) and not os.path.isdir(o.out_dir):
         raise UsageError(f"--out_dir={o.out_dir}: exists and is not a folder")
     if o.tree:
@@ -277,7 +280,7 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> DeployRepor
         detector=det, streamed_input=streamed)
     files = folder_files(model, ops, xs, outs[0].nbytes, comment, t, arena, stack, o.kernels, o.tflite, stream=rows,
                          external=flash.model_in == "external",
-                         detector_slots=slots)
+                         detector_slots=slots, console=o.console)
     files["expect.json"] = json.dumps({"expect": want,
                                        "expect_within": {"arena_used_bytes": [pred.total, 0.01]}}, indent=1) + "\n"
     files["deploy.json"] = json.dumps(report.to_json(), indent=1) + "\n"
@@ -345,7 +348,7 @@ def deploy(o: DeployOptions, log: Callable[[str], None] = print) -> DeployReport
     if o.run:
         run, fits, verdict = run_firmware(o.out_dir, TARGETS[o.target],
                                           (report.arena.arena_bytes, report.arena.predicted_bytes, report.stack_bytes),
-                                          o.kernels, o.timeout_s, log)
+                                          o.kernels, o.timeout_s, log, console=o.console)
         if report.detector is not None and fits:
             run = dataclasses.replace(run, detections=firmware_detections(o.out_dir, report.detector.detections))
         report = dataclasses.replace(report, run=run, fits=fits, verdict=verdict)

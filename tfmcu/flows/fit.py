@@ -88,6 +88,7 @@ class FitOptions:
     search_workers: int = 0  # processes pricing candidates (0: one per core)
     verify_samples: int = 20
     timeout_s: int = _DEPLOY.timeout_s
+    console: str = _DEPLOY.console  # where the firmware reports (deploy --console)
     halo_modes: tuple[str, ...] = ()  # () : by objective (``configurations``); else these modes
     rest_convs: tuple[str, ...] = ("tflm", "tfmcu")
     tree: str | None = None  # also the firmware as a plain CMake source tree (docs/tree.md)
@@ -210,7 +211,7 @@ def validate(o: FitOptions) -> Target:
         raise UsageError(f"--calibration_data applies to a Keras model (--model={'|'.join(KERAS_SUFFIXES)}), not "
                          f"{o.model}: a .tflite is already calibrated, a spec or preset has no trained weights")
     validate_deploy(DeployOptions(tflite=o.model, target=o.target, margin=o.margin, stack_kib=o.stack_kib,
-                                  num_inputs=o.num_inputs, kernels=o.kernels))
+                                  num_inputs=o.num_inputs, kernels=o.kernels, console=o.console))
     if o.tree:
         if os.path.abspath(o.tree).startswith(os.path.abspath(o.out_dir) + os.sep):
             raise UsageError(f"--tree={o.tree}: must lie outside --out_dir={o.out_dir} (which fit replaces)")
@@ -416,7 +417,8 @@ def _finish(o: FitOptions, t: Target, data: bytes, origin: str, res: SearchResul
                              f"report it); nothing written")
     dep = deploy(DeployOptions(tflite=chosen_path, target=o.target, out_dir=os.path.join(stage, "firmware"),
                                run=o.run, inputs=o.inputs, num_inputs=o.num_inputs, seed=o.seed, margin=o.margin,
-                               stack_kib=o.stack_kib, timeout_s=o.timeout_s, kernels=o.kernels), log=log)
+                               stack_kib=o.stack_kib, timeout_s=o.timeout_s, kernels=o.kernels,
+                               console=o.console), log=log)
     ch = ChosenCandidate(**dataclasses.asdict(FitCandidate.of(chosen)), patched=patched)
     report = FitReport(
         model=o.model, model_origin=origin, out_dir=o.out_dir, target=t.name, core=t.core, kernels=o.kernels,

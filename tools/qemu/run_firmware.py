@@ -3,11 +3,13 @@
 
 usage: run_firmware.py --elf FW.elf --machine mps2-an386 [--plugin libinsn_count.so] [--expect EXPECT.json]
                        [--range LO:HI | --range-symbol FUNC] [--profile TOP] [--timeout 120] [--report OUT.json]
-                       [--quiet]
+                       [--console semihosting|uart] [--quiet]
 
 - Sizes: .text/.rodata/.data/.bss/.stack of the ELF (arm-none-eabi-size -A).
 - Runs `qemu-system-arm -M MACHINE -icount shift=0 -semihosting ...` with a wall-clock timeout; the
-  firmware's exit status (semihosting SYS_EXIT_EXTENDED) is QEMU's. `-icount shift=0` makes the MPS2 timer,
+  firmware's exit status (semihosting SYS_EXIT_EXTENDED) is QEMU's. With --console uart (a firmware built with
+  -DTFMCU_CONSOLE_UART) semihosting is off: the output is the board's first UART (-serial stdio) and the firmware's
+  last line `TFMCU_EXIT <status>` gives the status; QEMU is stopped after it. `-icount shift=0` makes the MPS2 timer,
   and so the firmware's "ticks", deterministic (one tick per 40 instructions on MPS2, per instruction on the
   STM32F405 of netduinoplus2).
 - With --plugin (tools/qemu/insn_count.c), exact instruction counts: the plugin watches the ELF's
@@ -120,13 +122,15 @@ def function_profile(elf, nm_tool, profile_text, top):
     return sorted(totals.items(), key=lambda kv: -kv[1])[:top]
 
 
+EXIT_RE = re.compile(r"^TFMCU_EXIT (-?\d+)\s*$", re.M)
+
+
 def run_qemu(args, plugin_out):
-    cmd = [
-        _tool("qemu-system-arm", args.qemu),
-        "-M", args.machine,
-        "-nographic", "-monitor", "none", "-serial", "none",
-        "-semihosting-config", "enable=on,target=native",
-    ]
+    cmd = [_tool("qemu-system-arm", args.qemu), "-M", args.machine, "-nographic", "-monitor", "none"]
+    if args.console == "uart":  # the firmware's report on the board's first UART, semihosting off
+        cmd += ["-serial", "stdio"]
+    else:
+        cmd += ["-serial", "none", "-semihosting-config", "enable=on,target=native"]
     if not args.no_icount:
         cmd += ["-icount", "shift=0"]
     if args.plugin:
@@ -142,6 +146,8 @@ def run_qemu(args, plugin_out):
             popts.append("profile=" + plugin_out + ".profile")
         cmd += ["-plugin", ",".join([os.path.abspath(args.plugin)] + popts)]
     cmd += ["-kernel", args.elf]
+    if args.console == "uart":
+        return _run_until_exit_line(cmd, args.timeout)
     try:
         # QEMU 7.2 writes semihosting output to stderr: merge the streams, in order.
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=args.timeout)
@@ -149,6 +155,38 @@ def run_qemu(args, plugin_out):
     except subprocess.TimeoutExpired as e:
         out = (e.stdout or b"").decode(errors="replace")
         return None, out, cmd
+
+
+def _run_until_exit_line(cmd, timeout):
+    """A UART-console run: the firmware cannot stop QEMU, so its last line says how it ended (TFMCU_EXIT <status>,
+    harness.c); QEMU is stopped (SIGTERM: the plugin still writes its counts) once that line is read. Returns
+    (that status, or None on a timeout or when QEMU ends without it; the output; cmd)."""
+    import threading
+
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines = []
+    done = threading.Event()
+
+    def read():
+        for raw in iter(p.stdout.readline, b""):
+            lines.append(raw.decode(errors="replace"))
+            if EXIT_RE.match(lines[-1]):
+                break
+        done.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    done.wait(timeout)
+    p.terminate()
+    try:
+        p.wait(10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    reader.join(5)
+    out = "".join(lines)
+    m = EXIT_RE.search(out)
+    return (int(m.group(1)) if m else None), out, cmd
 
 
 def check_expect(result, expect):
@@ -173,6 +211,9 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds (wall clock)")
     ap.add_argument("--report", help="write the report JSON here")
     ap.add_argument("--no-icount", action="store_true", help="run without -icount (ticks become host time)")
+    ap.add_argument("--console", choices=("semihosting", "uart"), default="semihosting",
+                    help="where the firmware writes: semihosting (its exit status is QEMU's), or the board's UART "
+                         "(semihosting off; the firmware's last line TFMCU_EXIT <status> ends the run)")
     ap.add_argument("--quiet", action="store_true", help="no firmware output echo")
     ap.add_argument("--qemu")
     ap.add_argument("--size-tool")
