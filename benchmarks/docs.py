@@ -38,7 +38,7 @@ from typing import Any, Callable
 from benchmarks import results
 from benchmarks.sections import SECTION_TABLES, SECTIONS, equal_up_to_ties, inplace_line
 from tfmcu.errors import UsageError
-from tfmcu.firmware.targets import TARGETS
+from tfmcu.firmware.targets import TARGETS, board_entries
 from tfmcu.flows.demo import summary_table
 from tfmcu.flows.profile import format_table
 from tfmcu.plan import latency
@@ -122,8 +122,25 @@ def targets_table() -> str:
     """The firmware targets as a table: ``--target``, QEMU board, memory, linker script."""
     md = ["| `--target` | core | QEMU board | SRAM / Flash for the firmware | linker script |", "|---|---|---|---|---|"]
     for t in TARGETS.values():
-        md.append(f"| `{t.name}` | {t.core} | `{t.machine}` | {t.sram_bytes // 1024} KiB / "
-                  f"{t.flash_bytes // 1024:,} KiB | `{t.ld}` |")
+        ld = f"`board.ld` (from `{t.ld}`)" if t.own_ld else f"`{t.ld}`"
+        md.append(f"| `{t.name}` | {t.core} | `{t.machine}`{' (stand-in link)' if t.qemu == 'stand-in' else ''} | "
+                  f"{t.sram_bytes // 1024} KiB / {t.flash_bytes // 1024:,} KiB | {ld} |")
+    return "\n".join(md) + "\n"
+
+
+def boards_table() -> str:
+    """Every board of ``tfmcu/firmware/boards.json`` with its core, Flash, SRAM regions, QEMU board and console."""
+    md = ["| `--target` | core | Flash | SRAM regions (firmware: the stack, .data, .bss and TFLM's arena) | QEMU board "
+          "that runs it | console UART (`--console=uart`) |", "|---|---|---|---|---|---|"]
+    for name, b in board_entries().items():
+        t = TARGETS.get(name)
+        regions = "; ".join(f"{r['name']} {r['size_kib']} KiB at {r['base']}"
+                            + (" (firmware)" if r["name"] == b["firmware_ram"] else "") for r in b["sram"])
+        qemu = "-" if t is None else f"`{t.machine}`" + (" (stand-in link)" if t.qemu == "stand-in" else "")
+        console = "-" if t is None else (t.console or "none yet")
+        core = b["core"] + ("" if t is not None else " (not built for yet)")
+        md.append(f"| `{name}` | {core} | {b['flash']['size_kib']:,} KiB at {b['flash']['base']} | {regions} | "
+                  f"{qemu} | {console} |")
     return "\n".join(md) + "\n"
 
 
@@ -292,7 +309,7 @@ TABLES: dict[str, Table] = {
 # Tables that render whatever is published (a missing result is a row saying so, not an awaited result), and
 # tables whose one source is the code itself (no result).
 OPTIONAL = {"runs": Table(tuple(SECTIONS), runs_table), "targets": Table((), targets_list),
-            "targets:table": Table((), targets_table)}
+            "targets:table": Table((), targets_table), "boards": Table((), boards_table)}
 # Values a page quotes that no single JSON entry holds.
 DERIVED: dict[str, dict[str, Callable[[dict[str, Any]], Any]]] = {
     "latency_calibration": {"worst_error": _worst_error},

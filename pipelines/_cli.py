@@ -33,7 +33,7 @@ from absl import app, flags  # noqa: E402
 from tfmcu.errors import TfmcuError, UsageError  # noqa: E402
 from tfmcu.flows.common import ScheduleRequest, parse_grids  # noqa: E402
 from tfmcu.firmware.sources import CONSOLES  # noqa: E402
-from tfmcu.firmware.targets import TARGETS  # noqa: E402
+from tfmcu.firmware.targets import TARGETS, UNSUPPORTED  # noqa: E402
 from tfmcu.flows.demo import demo_training  # noqa: E402
 from tfmcu.flows.deploy import DeployOptions  # noqa: E402
 from tfmcu.plan.arena import DEFAULT_KERNELS, KERNEL_SETS  # noqa: E402
@@ -101,7 +101,9 @@ def define_max_mac_overhead_flag(default: float | None) -> None:
 def define_firmware_flags() -> None:
     """What a firmware is built for and run with (deploy, fit); defaults from ``tfmcu.flows.deploy.DeployOptions``."""
     d = DeployOptions(tflite="")
-    _define("enum", "target", d.target, list(TARGETS), "The microcontroller (its RAM, Flash, core and QEMU board).")
+    _define("enum", "target", d.target, [*TARGETS, *UNSUPPORTED],
+            "The board (its core, Flash and SRAM regions, and the QEMU board that runs it; "
+            "tfmcu/firmware/boards.json, docs/boards.md).")
     _define("bool", "run", d.run, "Build the firmware with Bazel and run it under QEMU: measured figures and a "
                                   "'fits / does not fit <target>' verdict.")
     define_inputs_flag()

@@ -149,20 +149,67 @@ def test_unknown_target_and_flags():
         deploy.validate(deploy.DeployOptions("m.tflite", margin=-1))
     with pytest.raises(UsageError, match="--console=usb: must be one of semihosting, uart"):
         deploy.validate(deploy.DeployOptions("m.tflite", console="usb"))
+    with pytest.raises(UsageError, match="--console=uart: nrf52840-dk's board file has no console UART yet"):
+        deploy.validate(deploy.DeployOptions("m.tflite", "nrf52840-dk", console="uart"))
 
 
 def test_targets_match_firmware_bzl():
+    """Every firmware build of targets.py is firmware.bzl's (QEMU board, platform, board library, linker script), and
+    its own board's SRAM is the budget firmware.bzl gives it."""
+    from tfmcu.firmware.targets import BUILDS, BUILDS_BY_NAME
+
     bzl = open(os.path.join(ROOT, "tflm_patch_kernels", "firmware", "firmware.bzl")).read()
-    for t in TARGETS.values():
-        block = bzl[bzl.index(f'"{t.key}": struct('):]
+    for b in BUILDS.values():
+        block = bzl[bzl.index(f'"{b.key}": struct('):]
         block = block[:block.index("),")]
-        assert f'machine = "{t.machine}"' in block and f'platform = "{t.platform}"' in block
-        assert f':{t.board}"' in block and f':{t.ld}"' in block
-        if t.key != "stm32f405":
-            assert f"sram_budget = {t.sram_bytes // 1024} * 1024" in block
+        assert f'machine = "{b.machine}"' in block and f'platform = "{b.platform}"' in block
+        assert f':{b.board}"' in block and f':{b.ld}"' in block
+    for name, key in BUILDS_BY_NAME.items():
+        t = TARGETS[name]
+        assert (t.key, t.own_ld, t.qemu) == (key, False, "board")
+        if key != "stm32f405":
+            block = bzl[bzl.index(f'"{key}": struct('):]
+            assert f"sram_budget = {t.sram_bytes // 1024} * 1024" in block[:block.index("),")]
     ld = open(os.path.join(ROOT, "tflm_patch_kernels", "firmware", "stm32f405.ld")).read()
     assert "RAM (rwx)  : ORIGIN = 0x20000000, LENGTH = 128K" in ld
     assert TARGETS["stm32f405"].sram_bytes == 128 * 1024 and TARGETS["stm32f405"].flash_bytes == 1024 * 1024
+
+
+def test_every_board_resolves_with_its_memory():
+    """boards.json: every board resolves to a firmware build of its core, its firmware RAM is one of its regions,
+    its regions do not overlap, and a board with its own memory gets a linker script with exactly its Flash and
+    that region (what the link checks); a board whose core is not built for yet is a one-line error naming it."""
+    from tfmcu.firmware.targets import BUILDS, UNSUPPORTED, linker_script
+
+    assert len(TARGETS) + len(UNSUPPORTED) >= 10
+    for t in TARGETS.values():
+        assert t.core == BUILDS[t.key].core and t.ram in t.regions and t.sram_bytes == t.ram.bytes
+        spans = sorted((r.base, r.base + r.bytes) for r in (*t.regions, t.flash))
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), t.name
+        if t.own_ld:
+            ld = linker_script(t)
+            assert f"FLASH (rx) : ORIGIN = 0x{t.flash.base:08X}, LENGTH = {t.flash.bytes // 1024}K" in ld
+            assert f"RAM (rwx)  : ORIGIN = 0x{t.ram.base:08X}, LENGTH = {t.ram.bytes // 1024}K" in ld
+            assert ld.count("MEMORY") == 1 and "SECTIONS" in ld
+    for name, core in UNSUPPORTED.items():
+        with pytest.raises(UsageError, match=f"--target={name}: its core \\({core}\\) is not supported yet"):
+            deploy.validate(deploy.DeployOptions("m.tflite", name))
+
+
+def test_a_board_folder_links_with_its_memory(zoo_models, tmp_path):
+    """A board with its own memory map: the folder has board.ld and links with it; a board QEMU cannot run as it is
+    (its Flash where the QEMU board has none) gets a second binary linked for the QEMU board, held to its SRAM."""
+    data, model = _custom_tiny(zoo_models)
+    path = tmp_path / "m.tflite"
+    path.write_bytes(model)
+    for board, stand_in in (("nucleo-f446re", False), ("nucleo-h743zi", True)):
+        out = tmp_path / board
+        deploy.prepare(deploy.DeployOptions(str(path), board, str(out), kernels="reference"), log=lambda s: 0)
+        build = (out / "BUILD").read_text()
+        assert (out / "board.ld").is_file() and '"$(location :board.ld)"' in build
+        assert ('name = "firmware_qemu"' in build) == stand_in
+        if stand_in:
+            assert f"TFMCU_SRAM_BUDGET={TARGETS[board].sram_bytes}" in build
 
 
 def test_expectation_hash_matches_the_firmware_hash():

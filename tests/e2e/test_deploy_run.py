@@ -99,6 +99,21 @@ def test_deploy_run_reports_on_the_uart(models, tmp_path):
     assert len(rep["run"]["invoke_insns"]) == 4 and min(rep["run"]["invoke_insns"]) > 1_000_000
 
 
+@pytest.mark.parametrize("board", ["nucleo-f446re", "nrf52840-dk", "nucleo-h743zi"])
+def test_deploy_run_on_named_boards(models, tmp_path, board):
+    """A named board (tfmcu/firmware/boards.json) links with its own memory map (board.ld) and runs under QEMU: the
+    STM32F446's and the nRF52840's maps lie inside netduinoplus2's / mps2-an386's, so QEMU runs the board's own ELF;
+    the STM32H743's Flash is where mps2-an500 has none, so QEMU runs the same firmware linked for it, held to the
+    board's 512 KiB of AXI SRAM. Outputs equal TF Lite's, the arena the prediction."""
+    _need_bazel()
+    r, rep = _deploy(*models["tiny"], board, str(tmp_path / "fw"))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert f"fits {board}" in r.stdout and rep["fits"] and rep["run"]["outputs_equal_tflite"]
+    assert rep["run"]["arena_used_bytes"] == rep["arena"]["predicted_bytes"]
+    assert ("linked for the QEMU board's memory" in rep["run"]["measured_by"]) == (board == "nucleo-h743zi")
+    assert (tmp_path / "fw" / "board.ld").is_file()
+
+
 def test_deploy_run_per_layer_does_not_fit_stm32f405(models, tmp_path):
     _need_bazel()
     r, rep = _deploy(*models["mbv2_035_96"], "stm32f405", str(tmp_path / "fw"))

@@ -84,7 +84,9 @@ class FirmwareRun(Record):
 
 def measured_by(t: Target, kernels: str) -> str:
     """Where and with which kernels the run measured (deploy.json's ``run.measured_by``)."""
-    return f"QEMU {t.machine}, TFLM built from source (the pinned archive; {KERNELS_WHAT[kernels]})"
+    how = (f"QEMU {t.machine} running the firmware linked for the QEMU board's memory with {t.name}'s "
+           f"{t.sram_bytes // 1024} KiB of SRAM as the limit" if t.qemu == "stand-in" else f"QEMU {t.machine}")
+    return f"{how}, TFLM built from source (the pinned archive; {KERNELS_WHAT[kernels]})"
 
 
 def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: str, timeout_s: int = 300,
@@ -95,7 +97,10 @@ def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: 
     arena_bytes, predicted_bytes, stack_bytes = arena
     out = os.path.abspath(out_dir)
     log(f"deploy: bazel build @{REPO}//:firmware for {t.name} (TFLM is compiled the first time: minutes) ...")
+    # a board QEMU runs through a stand-in link (targets.Target.qemu): both links, the board's decides what fits
+    run_name = "firmware_qemu" if t.qemu == "stand-in" else "firmware"
     cmd = ["bazel", "build", "--noshow_progress", f"--override_repository={REPO}={out}", f"@{REPO}//:firmware",
+           *([f"@{REPO}//:{run_name}"] if run_name != "firmware" else []),
            "//tools/qemu:libinsn_count.so"]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if r.returncode != 0:
@@ -115,7 +120,7 @@ def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: 
                    f"{t.sram_bytes:,} B of SRAM)" if region == "RAM" else
                    f"does not fit {t.name}: the link overflows {region} by {missing:,} bytes")
         return FirmwareRun(linked=False, overflow=Overflow(region=region, bytes=missing)), False, verdict
-    elf = os.path.join(ROOT, "bazel-bin", "external", REPO, "firmware.elf")
+    elf = os.path.join(ROOT, "bazel-bin", "external", REPO, f"{run_name}.elf")
     plugin = os.path.join(ROOT, "bazel-bin", "tools", "qemu", "libinsn_count.so")
     run_json = os.path.join(out, "run.json")
     log(f"deploy: running on QEMU {t.machine} ...")

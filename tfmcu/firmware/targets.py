@@ -1,55 +1,184 @@
-"""The microcontrollers firmware is built for, as `deploy` and the firmware tests know them.
+"""The boards firmware is built for, as `deploy` and `fit` know them (``--target``): one data file, ``boards.json``.
 
-Each target names its QEMU board, the Bazel platform that compiles for its core, the harness's board library and
-linker script (tflm_patch_kernels/firmware/firmware.bzl has the same table for the Bazel macros; tests/test_deploy.py
-checks the two agree), and the memory an arena must share with the rest of the firmware.
+Each board names its core, its Flash and every SRAM region (base, size, what it is), the region the firmware's
+stack, .data and .bss go to (``firmware_ram``: TFLM's arena included), and the firmware build that runs it: the
+startup, board file, Bazel platform (the core's compiler flags) and QEMU board of one of the firmware builds of
+``tflm_patch_kernels/firmware/firmware.bzl`` (``BUILDS`` here has the same table; tests/test_deploy.py checks the
+two agree). A board whose memory differs from that build's linker script gets its own, made from it with the
+board's memory (``linker_script``): that link is the board's truth for Flash and RAM. Where the board's memory
+lies inside the QEMU board's (``qemu == "board"``), QEMU runs that same ELF; otherwise (``"stand-in"``) QEMU runs
+the firmware linked to the QEMU board's memory, held to the board's SRAM.
+
+``get_target(name)``: the board (a one-line ``UsageError`` for an unknown name or a core tfmcu does not build
+for yet).
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import os
+import re
 from dataclasses import dataclass
 
 from tfmcu.errors import UsageError
 
 KIB = 1024
+BOARDS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "boards.json")
+FIRMWARE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                            "tflm_patch_kernels", "firmware")
+
+
+@dataclass(frozen=True)
+class Build:
+    """A firmware build of firmware.bzl's TARGETS: what runs a board."""
+
+    key: str  # firmware.bzl TARGETS key
+    machine: str  # qemu-system-arm -M
+    platform: str  # Bazel platform (the core's compiler flags)
+    board: str  # harness board library
+    ld: str  # its linker script (tflm_patch_kernels/firmware/)
+    console: bool  # its board file has a console UART (--console=uart)
+
+    @property
+    def core(self) -> str:
+        return self.platform.rsplit(":", 1)[1].replace("_", "-")
+
+
+BUILDS: dict[str, Build] = {
+    "stm32f405": Build("stm32f405", "netduinoplus2", "//tools/bazel/arm:cortex_m4", "board_stm32f405", "stm32f405.ld",
+                       True),
+    "cortex_m4": Build("cortex_m4", "mps2-an386", "//tools/bazel/arm:cortex_m4", "board_cortex_m4", "mps2.ld", True),
+    "cortex_m7": Build("cortex_m7", "mps2-an500", "//tools/bazel/arm:cortex_m7", "board_cortex_m7", "mps2.ld", True),
+}
+
+
+@dataclass(frozen=True)
+class Region:
+    name: str
+    base: int
+    bytes: int
+    what: str = ""
 
 
 @dataclass(frozen=True)
 class Target:
     name: str  # --target value
-    key: str  # firmware.bzl TARGETS key
+    key: str  # firmware.bzl TARGETS key: the build that runs it
     machine: str  # qemu-system-arm -M
     platform: str  # Bazel platform (the core's compiler flags)
     board: str  # harness board library
-    ld: str  # linker script
-    sram_bytes: int  # RAM the firmware may use: stack + .data + .bss (the arena included)
+    ld: str  # the build's linker script
+    sram_bytes: int  # RAM the firmware may use: stack + .data + .bss (the arena included): its firmware_ram region
     flash_bytes: int
     what: str
     pointer_bytes: int = 4
+    flash: Region | None = None
+    regions: tuple[Region, ...] = ()  # every SRAM region of the board
+    firmware_ram: str = ""  # the region the firmware's RAM goes to
+    qemu: str = "board"  # "board": QEMU runs the board's own link; "stand-in": the QEMU board's link
+    console: str | None = None  # what --console=uart writes to on the board (None: no console UART in its file)
+    own_ld: bool = False  # linked with a script made from the build's and the board's memory (linker_script)
 
     @property
     def core(self) -> str:
         """The core ("cortex-m4", "cortex-m7"): what the latency predictor is calibrated per."""
         return self.platform.rsplit(":", 1)[1].replace("_", "-")
 
+    @property
+    def ram(self) -> Region:
+        return next(r for r in self.regions if r.name == self.firmware_ram)
 
-TARGETS: dict[str, Target] = {
-    "stm32f405": Target(
-        "stm32f405", "stm32f405", "netduinoplus2", "//tools/bazel/arm:cortex_m4", "board_stm32f405", "stm32f405.ld",
-        128 * KIB, 1024 * KIB,
-        "STM32F405 (Cortex-M4F, 1 MiB Flash, 128 KiB SRAM; QEMU netduinoplus2, which does not emulate the 64 KiB "
-        "CCM)"),
-    "cortex-m4": Target(
-        "cortex-m4", "cortex_m4", "mps2-an386", "//tools/bazel/arm:cortex_m4", "board_cortex_m4", "mps2.ld",
-        256 * KIB, 4096 * KIB, "Cortex-M4F with 256 KiB SRAM (QEMU mps2-an386; STM32F412/F429 class)"),
-    "cortex-m7": Target(
-        "cortex-m7", "cortex_m7", "mps2-an500", "//tools/bazel/arm:cortex_m7", "board_cortex_m7", "mps2.ld",
-        320 * KIB, 4096 * KIB, "Cortex-M7 with 320 KiB SRAM (QEMU mps2-an500; STM32F746 class)"),
-}
+
+def _kib(entry: dict, where: str) -> Region:
+    try:
+        return Region(str(entry["name"]), int(str(entry["base"]), 16), int(entry["size_kib"]) * KIB,
+                      str(entry.get("what", "")))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{where}: a region needs name, base (hex) and size_kib ({type(e).__name__}: {e})") from None
+
+
+def _board(name: str, b: dict) -> tuple[Target | None, str]:
+    """The Target of board ``name`` (None when tfmcu does not build for its core yet) and its core."""
+    where = f"{BOARDS_FILE}: board {name}"
+    regions = tuple(_kib(r, where) for r in b.get("sram") or [])
+    flash = _kib(b["flash"], where)
+    if not regions or b.get("firmware_ram") not in [r.name for r in regions]:
+        raise ValueError(f"{where}: firmware_ram {b.get('firmware_ram')!r} is not one of its sram regions")
+    if b.get("supported", True) is False:
+        return None, str(b["core"])
+    build = BUILDS.get(b.get("runs_on"))
+    if build is None or b.get("qemu") not in ("board", "stand-in"):
+        raise ValueError(f"{where}: runs_on must be one of {', '.join(BUILDS)} and qemu 'board' or 'stand-in'")
+    if build.core != b["core"]:
+        raise ValueError(f"{where}: core {b['core']} but runs_on {build.key} builds for {build.core}")
+    ram = next(r for r in regions if r.name == b["firmware_ram"])
+    t = Target(name, build.key, build.machine, build.platform, build.board, build.ld, ram.bytes, flash.bytes,
+               str(b["what"]), flash=flash, regions=regions, firmware_ram=ram.name, qemu=str(b["qemu"]),
+               console=b.get("console") if build.console else None, own_ld=name not in BUILDS_BY_NAME)
+    return t, str(b["core"])
+
+
+# the builds' own boards, linked with the builds' linker scripts as they are: --target name -> build key
+BUILDS_BY_NAME = {"stm32f405": "stm32f405", "cortex-m4": "cortex_m4", "cortex-m7": "cortex_m7"}
+
+
+@functools.lru_cache(maxsize=None)
+def board_entries() -> dict[str, dict]:
+    """The boards as ``boards.json`` has them (its entries, in its order)."""
+    with open(BOARDS_FILE) as f:
+        return json.load(f)["boards"]
+
+
+def _load() -> tuple[dict[str, Target], dict[str, str]]:
+    targets, unsupported = {}, {}
+    for name, b in board_entries().items():
+        t, core = _board(name, b)
+        if t is None:
+            unsupported[name] = core
+        else:
+            targets[name] = t
+    return targets, unsupported
+
+
+TARGETS, UNSUPPORTED = _load()  # the boards tfmcu builds for (name -> Target), and those whose core it does not
+# build for yet (name -> core)
 
 
 def get_target(name: str) -> Target:
     t = TARGETS.get(name)
     if t is None:
+        if name in UNSUPPORTED:
+            raise UsageError(f"--target={name}: its core ({UNSUPPORTED[name]}) is not supported yet; supported "
+                             f"cores: {', '.join(sorted({t.core for t in TARGETS.values()}))}")
         raise UsageError(f"--target={name}: unknown; supported: {', '.join(TARGETS)}")
     return t
+
+
+def linker_script(t: Target) -> str:
+    """The board's linker script: its build's (tflm_patch_kernels/firmware/<ld>) with the MEMORY block holding the
+    board's Flash and its firmware RAM region (the other regions listed in a comment, unused by the link)."""
+    with open(os.path.join(FIRMWARE_DIR, t.ld)) as f:
+        text = f.read()
+    m = re.search(r"MEMORY\s*\{[^}]*\}", text)
+    if m is None:
+        raise ValueError(f"{t.ld}: no MEMORY block")
+    ram = t.ram
+    others = "".join(f"\n *   {r.name} {r.bytes // KIB} KiB at 0x{r.base:08x} ({r.what})" for r in t.regions
+                     if r.name != ram.name)
+    header = (f"/* {t.name}: {t.what}. Made by tfmcu deploy from {t.ld} with the board's memory: Flash "
+              f"{t.flash.bytes // KIB} KiB at 0x{t.flash.base:08x}; {ram.name} {ram.bytes // KIB} KiB at "
+              f"0x{ram.base:08x} ({ram.what}): stack, .data, .bss."
+              + (f" Other regions, unused by this link:{others}" if others else "") + " */\n")
+    lines = [f"    FLASH (rx) : ORIGIN = 0x{t.flash.base:08X}, LENGTH = {t.flash.bytes // KIB}K",
+             f"    RAM (rwx)  : ORIGIN = 0x{ram.base:08X}, LENGTH = {ram.bytes // KIB}K"]
+    by_name = {r.name: r for r in t.regions}
+    for other in re.finditer(r"^\s*(\w+)\s*\((\w+)\)\s*:\s*ORIGIN\s*=\s*(\w+)", m.group(0), re.M):
+        name, attrs, origin = other.groups()
+        if name in ("FLASH", "RAM"):
+            continue
+        r = by_name.get(name)  # a region the build's script names (the STM32F405's CCM): the board's, or none
+        lines.append(f"    {name} ({attrs}) : ORIGIN = 0x{r.base:08X}, LENGTH = {r.bytes // KIB}K" if r is not None
+                     else f"    {name} ({attrs}) : ORIGIN = {origin}, LENGTH = 0  /* not on this board */")
+    memory = "MEMORY\n{\n" + "\n".join(lines) + "\n}"
+    return header + text[:m.start()] + memory + text[m.end():]

@@ -204,6 +204,9 @@ def validate(o: DeployOptions) -> Target:
         raise UsageError(f"--kernels={o.kernels}: must be one of {', '.join(KERNELS)}")
     if o.console not in CONSOLES:
         raise UsageError(f"--console={o.console}: must be one of {', '.join(CONSOLES)}")
+    if o.console == "uart" and t.console is None:
+        raise UsageError(f"--console=uart: {t.name}'s board file has no console UART yet (boards with one: "
+                         f"{', '.join(n for n, b in TARGETS.items() if b.console)}); use --console=semihosting")
     if os.path.exists(o.out_dir) and not os.path.isdir(o.out_dir):
         raise UsageError(f"--out_dir={o.out_dir}: exists and is not a folder")
     if o.tree:
@@ -305,7 +308,7 @@ def flash_estimate(t: Target, model_bytes: int, inputs_bytes: int) -> FlashEstim
                             f"{CODE_FLASH_ESTIMATE // 1024} KiB), estimated", note=None)
     if est.fits:
         return est
-    ext = EXTERNAL_MEMORY.get(t.key)
+    ext = None if t.own_ld else EXTERNAL_MEMORY.get(t.key)  # (a named board's external memory is not modelled)
     if ext is None:
         return dataclasses.replace(est, note=(
             f"the model ({model_bytes:,} B) does not fit {t.name}'s {t.flash_bytes // 1024:,} KiB of Flash "
