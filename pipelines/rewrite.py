@@ -11,13 +11,16 @@
 
 --mode=builtin unrolls the stage into per-patch TFLite builtin ops that stock TFLM runs; --mode=custom replaces it by
 one TFMCU_PATCH_STAGE op run by tfmcu's C kernels (its TFLM kernel: tflm_patch_kernels/tflm). Auto mode searches the
-schedules (least MACs whose predicted memory fits --sram_kb, or the smallest with --objective=memory); then both
+schedules (least MACs whose predicted memory fits --sram_kb, or the smallest with --objective=memory); in custom mode
+it searches as `fit` does unless --grids / --max_stages are given: grids 1-12, 16, 18, 24, 36, plans of any number of
+stages, a worker per core (tfmcu.flows.rewrite.CUSTOM_AUTO_SEARCH). Then both
 models' arenas are measured in TFLM (builtin mode: the tflite-micro wheel; custom mode: the whole model in TFLM built
 from source with the kernel). A model that makes TFLM abort is a one-line error, not a crash.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 from absl import flags
@@ -75,8 +78,13 @@ def main(argv: Sequence[str]) -> None:
     custom = CustomOptions(inplace=FLAGS.inplace, halo=HaloOptions(mode=FLAGS.halo,
                                                                    max_mac_overhead=FLAGS.halo_max_mac_overhead),
                            stream_input=FLAGS.stream_input, rest_convs=FLAGS.rest_convs, kernels=FLAGS.kernels)
+    schedule = _cli.schedule_request(max_stages=FLAGS.max_stages)
+    if FLAGS.mode == "custom" and FLAGS.patches == "auto":  # fit's default search, unless the flags say otherwise
+        given = {"patch_options": FLAGS["grids"].present, "max_stages": FLAGS["max_stages"].present}
+        wide = {k: v for k, v in rewrite.CUSTOM_AUTO_SEARCH.items() if not given.get(k)}
+        schedule = dataclasses.replace(schedule, search=dataclasses.replace(schedule.search, **wide))
     rewrite.run(rewrite.RewriteOptions(tflite=FLAGS.tflite, out=FLAGS.out, mode=FLAGS.mode,
-                                       schedule=_cli.schedule_request(max_stages=FLAGS.max_stages),
+                                       schedule=schedule,
                                        border=FLAGS.border, measure=FLAGS.measure,
                                        json_out=FLAGS.json_out, custom=custom),
                 progress=_cli.progress)

@@ -7,6 +7,7 @@ weights once (no Flash duplication); memory reported as run here and as the sing
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -136,6 +137,11 @@ def test_pipelines_in_custom_mode(models, tmp_path):
     r = _run("pipelines.rewrite", f"--tflite={src}", f"--out={tmp_path / 'a.tflite'}", "--mode=custom",
              "--patches=auto", "--sram_kb=1", "--measure=false")
     assert r.returncode == 2 and "no schedule fits" in r.stderr and not (tmp_path / "a.tflite").exists()
+    # custom mode's auto search is fit's (wide grids, several stages) unless --grids / --max_stages say otherwise
+    assert re.search(r" \d+ stages: \d+x\d+ over block", r.stderr.strip().splitlines()[-1]), r.stderr
+    r = _run("pipelines.rewrite", f"--tflite={src}", f"--out={tmp_path / 'a.tflite'}", "--mode=custom",
+             "--patches=auto", "--sram_kb=1", "--measure=false", "--grids=1,2,3,4", "--max_stages=1")
+    assert r.returncode == 2 and "4x4 patches over the first" in r.stderr.strip().splitlines()[-1]
     # In-place rest of the graph: recorded, smaller, still bit-exact in verify; builtin mode refuses the flag.
     ip, ip_rep = tmp_path / "ip.tflite", tmp_path / "ip.json"
     r = _run("pipelines.rewrite", f"--tflite={src}", f"--out={ip}", "--mode=custom", "--patches=2",

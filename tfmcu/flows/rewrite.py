@@ -31,7 +31,7 @@ from tfmcu.files import check_output_paths, read_bytes, write_outputs
 from tfmcu.flows.common import ArenaFigures, ScheduleRequest
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.plan.regions import ScheduleError
-from tfmcu.plan.search import Evaluation, Progress, candidate_for, candidates, search
+from tfmcu.plan.search import WIDE_GRIDS, Evaluation, Progress, candidate_for, candidates, search
 from tfmcu.records import Pair, Record, optional
 from tfmcu.runtime.model_io import random_inputs
 from tfmcu.runtime.tflm import measure_arena
@@ -42,6 +42,9 @@ from tfmcu.tflite.schema import has_identifier
 
 MODES = ("builtin", "custom")
 BORDER_CHOICES = ("auto",) + BORDERS
+# What custom mode's auto search covers unless the caller says otherwise (``pipelines.rewrite``: unless --grids /
+# --max_stages are given): fit's default search, wide grids and any number of stages, a worker per core.
+CUSTOM_AUTO_SEARCH = {"patch_options": WIDE_GRIDS, "max_stages": None, "workers": 0}
 
 
 @dataclass(frozen=True, kw_only=True)
