@@ -29,6 +29,7 @@ import datetime
 import glob
 import json
 import os
+import shutil
 import re
 import statistics
 import sys
@@ -250,48 +251,73 @@ def story_table(fit: dict[str, Any], halo_firmware: dict[str, Any], multistage: 
     return "\n".join(md) + "\n"
 
 
-def headline_table(custom: dict[str, Any], fit: dict[str, Any], detection: dict[str, Any],
-                   search: dict[str, Any], train: dict[str, Any], demo: dict[str, Any]) -> str:
-    """README's other headline results, one row per result file."""
-    c = _one(custom["rows"], model="mbv2_100_224", grid=[4, 4], patch_blocks=5, rest_memory_plan="inplace")
-    f_base = _one(fit["rows"], model="mbv2_100_224", what="TFLM + CMSIS-NN per layer")
-    f = _one(fit["rows"], model="mbv2_100_224", what="fit, max_latency 1.05")
-    claims = detection["rows"]["claims"]
-    det = []
-    for cl in claims:
-        flat, patched = cl.get("per_layer"), cl.get("patched")
-        if flat and patched:
-            det.append(f"{cl['sram_bytes'] // 1024} kB: {flat['resolution']} px {100 * flat['map50']:.1f}% vs "
-                       f"{patched['resolution']} px {100 * patched['map50']:.1f}% "
-                       f"({cl['gain_points']:+.1f} points)")
-    s = {r["search"]: r for r in search["rows"] if r["budget_kb"] == 128}
-    t = train["rows"][0]
-    mcu = demo.get("mcu") or {}
-    patched = mcu.get("patched") or {}
-    run = patched.get("run") or {}
-    md = ["| what | result | full table |", "|---|---|---|",
-          f"| MobileNetV2-1.0-224, custom mode, {c['grid'][0]}x{c['grid'][1]} patches over {c['patch_blocks']} "
-          f"blocks, rest in place; TFLM built from source on the host | {c['tflm_original_bytes']:,} -> "
-          f"{c['measured_bytes']:,} B ({c['ratio']:.2f}x), bit-exact: {'yes' if c['bit_exact'] else 'NO'} | "
-          f"[custom](docs/benchmarks.md#custom) |",
-          f"| MobileNetV2-1.0-224 on the Cortex-M7, `fit --objective=memory --max_latency=1.05 --stream_input "
-          f"--run` | {f['schedule']}: {f['arena_used_bytes']:,} B ({f['arena_ratio']:.2f}x below "
-          f"{f_base['predicted_arena_bytes']:,} B per layer) at {f['instructions_ratio']:.3f}x the instructions of "
-          f"TFLM + CMSIS-NN per layer | [fit](docs/benchmarks.md#fit) |",
-          f"| detection on synthetic scenes, Cortex-M4: best per-layer input against `fit`, int8 mAP@0.5 in TFLM | "
-          f"{'; '.join(det)} | [detection](docs/detection.md#experiments-does-patching-buy-the-resolution-detection-"
-          f"needs) |",
-          f"| joint architecture + schedule search at 128 kB, test accuracy in TFLM | "
-          f"{100 * s['joint']['test_accuracy']:.1f}% ({s['joint']['resolution']} px, patched) against "
-          f"{100 * s['per_layer']['test_accuracy']:.1f}% ({s['per_layer']['resolution']} px, per-layer-only search) "
-          f"| [search](docs/benchmarks.md#search) |",
-          f"| training recipe, {t['model']} @ {t['resolution']} on {t['dataset']} | int8 {100 * t['int8_tflm']:.2f}% "
-          f"against float {100 * t['float']:.2f}%; TF Lite = TFLM: {equal_up_to_ties(t)} | "
-          f"[train](docs/benchmarks.md#train) |",
-          f"| `make demo`: {demo['model']} @ {demo['resolution']} on the {mcu.get('target', '-')} | "
-          + (f"{mcu.get('schedule')}: {run.get('arena_used_bytes') or 0:,} B measured, top-1 = TF Lite on "
-             f"{mcu.get('images')} images: {'yes' if run.get('outputs_equal_tflite') else 'NO'}" if mcu else "-")
-          + " | [demo](docs/getting-started.md#what-make-demo-does) |"]
+def headline_table(custom: dict[str, Any] | None, fit: dict[str, Any] | None, detection: dict[str, Any] | None,
+                   search: dict[str, Any] | None, train: dict[str, Any] | None, demo: dict[str, Any] | None) -> str:
+    """README's other headline results, one row per result file; a result not published yet is a row saying which
+    run it awaits (never an old figure)."""
+
+    def awaiting(what: str, section: str, link: str) -> str:
+        label = link.split("#")[1] if "benchmarks.md#" in link else link.split("#")[0].rsplit("/", 1)[-1][:-3]
+        return f"| {what} | awaiting its run (`{section}`) | [{label}]({link}) |"
+
+    md = ["| what | result | full table |", "|---|---|---|"]
+    what = "MobileNetV2-1.0-224, custom mode, 4x4 patches over 5 blocks, rest in place; TFLM built from source on the host"
+    if custom is None:
+        md.append(awaiting(what, "make bench: custom", "docs/benchmarks.md#custom"))
+    else:
+        c = _one(custom["rows"], model="mbv2_100_224", grid=[4, 4], patch_blocks=5, rest_memory_plan="inplace")
+        md.append(f"| MobileNetV2-1.0-224, custom mode, {c['grid'][0]}x{c['grid'][1]} patches over "
+                  f"{c['patch_blocks']} blocks, rest in place; TFLM built from source on the host | "
+                  f"{c['tflm_original_bytes']:,} -> {c['measured_bytes']:,} B ({c['ratio']:.2f}x), bit-exact: "
+                  f"{'yes' if c['bit_exact'] else 'NO'} | [custom](docs/benchmarks.md#custom) |")
+    what = "MobileNetV2-1.0-224 on the Cortex-M7, `fit --objective=memory --max_latency=1.05 --stream_input --run`"
+    if fit is None:
+        md.append(awaiting(what, "make bench: fit", "docs/benchmarks.md#fit"))
+    else:
+        f_base = _one(fit["rows"], model="mbv2_100_224", what="TFLM + CMSIS-NN per layer")
+        f = _one(fit["rows"], model="mbv2_100_224", what="fit, max_latency 1.05")
+        md.append(f"| {what} | {f['schedule']}: {f['arena_used_bytes']:,} B ({f['arena_ratio']:.2f}x below "
+                  f"{f_base['predicted_arena_bytes']:,} B per layer) at {f['instructions_ratio']:.3f}x the "
+                  f"instructions of TFLM + CMSIS-NN per layer | [fit](docs/benchmarks.md#fit) |")
+    what = "detection on synthetic scenes, Cortex-M4: best per-layer input against `fit`, int8 mAP@0.5 in TFLM"
+    link = "docs/detection.md#experiments-does-patching-buy-the-resolution-detection-needs"
+    if detection is None:
+        md.append(awaiting(what, "make bench: detection", link))
+    else:
+        det = []
+        for cl in detection["rows"]["claims"]:
+            flat, patched = cl.get("per_layer"), cl.get("patched")
+            if flat and patched:
+                det.append(f"{cl['sram_bytes'] // 1024} kB: {flat['resolution']} px {100 * flat['map50']:.1f}% vs "
+                           f"{patched['resolution']} px {100 * patched['map50']:.1f}% "
+                           f"({cl['gain_points']:+.1f} points)")
+        md.append(f"| {what} | {'; '.join(det)} | [detection]({link}) |")
+    what = "joint architecture + schedule search at 128 kB, test accuracy in TFLM"
+    if search is None:
+        md.append(awaiting(what, "make bench: search", "docs/benchmarks.md#search"))
+    else:
+        s = {r["search"]: r for r in search["rows"] if r["budget_kb"] == 128}
+        md.append(f"| {what} | {100 * s['joint']['test_accuracy']:.1f}% ({s['joint']['resolution']} px, patched) "
+                  f"against {100 * s['per_layer']['test_accuracy']:.1f}% ({s['per_layer']['resolution']} px, "
+                  f"per-layer-only search) | [search](docs/benchmarks.md#search) |")
+    if train is None:
+        md.append(awaiting("training recipe", "make bench: train", "docs/benchmarks.md#train"))
+    else:
+        t = train["rows"][0]
+        md.append(f"| training recipe, {t['model']} @ {t['resolution']} on {t['dataset']} | int8 "
+                  f"{100 * t['int8_tflm']:.2f}% against float {100 * t['float']:.2f}%; TF Lite = TFLM: "
+                  f"{equal_up_to_ties(t)} | [train](docs/benchmarks.md#train) |")
+    if demo is None:
+        md.append(awaiting("`make demo`", "make demo", "docs/getting-started.md#what-make-demo-does"))
+    else:
+        mcu = demo.get("mcu") or {}
+        patched = mcu.get("patched") or {}
+        run = patched.get("run") or {}
+        md.append(f"| `make demo`: {demo['model']} @ {demo['resolution']} on the {mcu.get('target', '-')} | "
+                  + (f"{mcu.get('schedule')}: {run.get('arena_used_bytes') or 0:,} B measured, top-1 = TF Lite on "
+                     f"{mcu.get('images')} images: {'yes' if run.get('outputs_equal_tflite') else 'NO'}" if mcu
+                     else "-")
+                  + " | [demo](docs/getting-started.md#what-make-demo-does) |")
     return "\n".join(md) + "\n"
 
 
@@ -304,11 +330,11 @@ TABLES: dict[str, Table] = {
     "accounting": Table(tuple(f"profile_mbv2_224_{a}" for a in ACCOUNTINGS), accounting_table),
     "profile_mbv2_224_separate:excerpt": Table(("profile_mbv2_224_separate",), profile_excerpt),
     "story": Table(("fit", "halo_firmware", "multistage"), story_table),
-    "headline": Table(("custom", "fit", "detection", "search", "train", "demo"), headline_table),
 }
 # Tables that render whatever is published (a missing result is a row saying so, not an awaited result), and
 # tables whose one source is the code itself (no result).
 OPTIONAL = {"runs": Table(tuple(SECTIONS), runs_table), "targets": Table((), targets_list),
+            "headline": Table(("custom", "fit", "detection", "search", "train", "demo"), headline_table),
             "targets:table": Table((), targets_table), "boards": Table((), boards_table)}
 # Values a page quotes that no single JSON entry holds.
 DERIVED: dict[str, dict[str, Callable[[dict[str, Any]], Any]]] = {
@@ -531,8 +557,8 @@ def _relative_paths(data: Any, where: str) -> Any:
 
 
 def publish(path: str, name: str | None = None, command: str | None = None, root: str = ROOT) -> list[str]:
-    """Copies a run's JSON into ``docs/results/``: a folder's bench sections (``<section>.json``), or one file
-    as ``name`` (default: its stem). A JSON without the record of its run gets one: the file's date, this host, and
+    """Copies a run's JSON into ``docs/results/`` (and the plot it names, ``"plot"``, into ``docs/``): a folder's
+    bench sections (``<section>.json``), or one file as ``name`` (default: its stem). A JSON without the record of its run gets one: the file's date, this host, and
     ``command`` (default ``COMMANDS[name]``). Returns the result names written."""
     if os.path.isdir(path):
         if name is not None:
@@ -555,11 +581,16 @@ def publish(path: str, name: str | None = None, command: str | None = None, root
             date = datetime.date.fromtimestamp(os.path.getmtime(src))
             data = results.with_run(data, {**results.run_record([], date), "command": cmd})
         data = _relative_paths(data, os.path.dirname(os.path.abspath(src)))
+        if isinstance(data["run"].get("command"), str):  # a machine's cache folder is not part of what ran
+            data["run"]["command"] = re.sub(r" --zoo_cache=\S+", "", data["run"]["command"])
         out = results.path_of(result, root)
         os.makedirs(os.path.dirname(out), exist_ok=True)
         with open(out, "w") as f:
             json.dump(data, f, indent=1, sort_keys=True)
             f.write("\n")
+        plot = data.get("plot") if isinstance(data.get("plot"), str) else None
+        if plot and os.path.isfile(os.path.join(os.path.dirname(os.path.abspath(src)), plot)):
+            shutil.copyfile(os.path.join(os.path.dirname(os.path.abspath(src)), plot), os.path.join(root, "docs", plot))
         written.append(result)
     return written
 
