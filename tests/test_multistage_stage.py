@@ -127,6 +127,9 @@ def test_rewrite_pipeline_max_stages(zoo_models, tmp_path):
     assert ok.returncode == 0, ok.stderr[-2000:]
     r = json.loads(report.read_text())
     assert any(e.get("stage_plan") for e in r["search"]["evaluated"])  # plans were priced
+    plan = (r.get("schedule") or {}).get("stage_plan")
+    if plan:  # the summary names every stage and counts the ops
+        assert f"schedule: {len(plan)} stages: " in ok.stdout and f"{len(plan)} TFMCU_PATCH_STAGE ops;" in ok.stdout
     if r["patched"]:  # (the flow checks the output against the original in TFLM built from source)
         assert r["tflm"]["rewritten"]["outputs_equal_original_on"]
         assert r["tflm"]["rewritten"]["arena_total_bytes"] < r["tflm"]["original"]["arena_total_bytes"]

@@ -222,7 +222,11 @@ def run(o: RewriteOptions, log: Callable[[str], None] = print, progress: Progres
 def format_summary(r: RewriteReport, inplace: bool = False) -> str:
     lines = [r.message]
     s = r.schedule
-    if s and r.ops is not None:
+    if s and r.ops is not None and s.get("stage_plan"):  # several stages: each one's operators and grid
+        plan = "; ".join(f"{e['grid'][0]}x{e['grid'][1]} over operators {e['ops_tflite'][0]}-{e['ops_tflite'][-1]}"
+                         for e in s["stage_plan"])
+        lines.append(f"schedule: {len(s['stage_plan'])} stages: {plan}; ops {r.ops.original} -> {r.ops.rewritten}")
+    elif s and r.ops is not None:
         g = s["grid"]
         stage = f"{s['patch_blocks']} blocks" if s["patch_blocks"] is not None else f"{s['patch_ops']} ops"
         lines.append(f"schedule: {g[0]}x{g[1]} patches over the first {stage}; ops {r.ops.original} -> "
@@ -244,8 +248,11 @@ def format_summary(r: RewriteReport, inplace: bool = False) -> str:
         measured = r.tflm.rewritten if r.tflm is not None else None
         kernel = measured.patch_stage_persistent_bytes if measured is not None else None
         kernel = kernel if kernel is not None else mem["patch_stage_persistent_bytes"]["host_64bit"]
-        lines.append(f"one {PATCH_STAGE_OP} op; scratch {mem['scratch_bytes']:,} B; kernel op data {kernel:,} B; "
-                     f"rest of the graph planned {'in place' if inplace else 'without overlaps'}")
+        n = len(mem.get("stages") or [0])
+        ops = f"one {PATCH_STAGE_OP} op; scratch {mem['scratch_bytes']:,} B" if n == 1 else (
+            f"{n} {PATCH_STAGE_OP} ops; scratch up to {max(st['scratch_bytes'] for st in mem['stages']):,} B")
+        lines.append(f"{ops}; kernel op data {kernel:,} B; rest of the graph planned "
+                     f"{'in place' if inplace else 'without overlaps'}")
     for label, pair in (("predicted", r.predicted), ("TFLM measured", r.tflm)):
         if pair is None:
             continue
