@@ -87,13 +87,17 @@ def test_deploy_run_fits_and_equals_tflite(models, tmp_path, target, kernels):
     assert run["stack_hwm_bytes"] < rep["stack_bytes"]
 
 
-def test_deploy_run_reports_on_the_uart(models, tmp_path):
-    """--console=uart: the firmware writes its report on the STM32F405's USART1 (QEMU netduinoplus2's first serial
-    port) with semihosting off, as a board without a debugger runs it; the same figures as through semihosting."""
+@pytest.mark.parametrize("board,usart", [("stm32f405", 1), ("nucleo-f446re", 2)])
+def test_deploy_run_reports_on_the_uart(models, tmp_path, board, usart):
+    """--console=uart: the firmware writes its report on the board's UART with semihosting off, as a board without a
+    debugger runs it: the STM32F405's USART1 (QEMU netduinoplus2's first serial port), a Nucleo's USART2 (its ST-LINK
+    virtual COM port; the QEMU board's second); the same figures as through semihosting."""
     _need_bazel()
-    r, rep = _deploy(*models["tiny"], "stm32f405", str(tmp_path / "fw"), "--console=uart")
+    r, rep = _deploy(*models["tiny"], board, str(tmp_path / "fw"), "--console=uart")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert '"@//tflm_patch_kernels/firmware:harness_uart"' in open(tmp_path / "fw" / "BUILD").read()
+    build = open(tmp_path / "fw" / "BUILD").read()
+    assert '"@//tflm_patch_kernels/firmware:harness_uart"' in build
+    assert ('board_stm32f405_usart2"' in build) == (usart == 2)
     assert rep["fits"] and rep["run"]["outputs_equal_tflite"]
     assert rep["run"]["arena_used_bytes"] == rep["arena"]["predicted_bytes"]
     assert len(rep["run"]["invoke_insns"]) == 4 and min(rep["run"]["invoke_insns"]) > 1_000_000

@@ -72,7 +72,7 @@ _HARNESS = {
 }
 
 def mcu_firmware(name, srcs, deps = [], targets = MPS2, stack_size = 16 * 1024, sram_budget = {}, copts = [],
-                 console = "semihosting", **kwargs):
+                 console = "semihosting", board = None, **kwargs):
     """Per target t (keys of TARGETS): a cc_binary `<name>_<t>_bin` linked with the harness, the board and the
     target's linker script, and mcu_binary `<name>_<t>` (its ELF built for the target's platform).
 
@@ -81,6 +81,7 @@ def mcu_firmware(name, srcs, deps = [], targets = MPS2, stack_size = 16 * 1024, 
       sram_budget: {target: bytes} to override TARGETS[t].sram_budget (MPS2 targets only).
       console: "semihosting" (QEMU's stdout; the exit status is QEMU's) or "uart" (the board's console UART,
         semihosting off: what a board without a debugger runs; run it with qemu_firmware_test(console = "uart")).
+      board: a board library other than the target's (e.g. board_stm32f405_usart2: its console on USART2).
     """
     tags = kwargs.pop("tags", [])
     for t in targets:
@@ -89,7 +90,7 @@ def mcu_firmware(name, srcs, deps = [], targets = MPS2, stack_size = 16 * 1024, 
         native.cc_binary(
             name = "%s_%s_bin" % (name, t),
             srcs = srcs,
-            deps = deps + [_HARNESS[console], target.board],
+            deps = deps + [_HARNESS[console], board or target.board],
             copts = copts,
             additional_linker_inputs = [target.ld],
             linkopts = [
@@ -110,11 +111,13 @@ def mcu_firmware(name, srcs, deps = [], targets = MPS2, stack_size = 16 * 1024, 
         )
 
 def qemu_firmware_test(name, firmware, target, expect = None, timeout_s = 50, size = "small",
-                       console = "semihosting", **kwargs):
+                       console = "semihosting", serial = 0, **kwargs):
     """sh_test running `firmware` (an mcu_binary) on the QEMU board of `target` (see the module docstring).
 
     timeout_s: QEMU's wall-clock limit; keep it below Bazel's for `size` (small 60 s, medium 300 s).
     console: the firmware's (mcu_firmware): "uart" runs QEMU with semihosting off and the board's UART as output.
+    serial: with console "uart", which of the QEMU board's serial ports is that UART (netduinoplus2: USART1 is 0,
+      USART2 is 1).
     """
     args = [
         "$(rootpath //tools/qemu:run_firmware.py)",
@@ -128,6 +131,8 @@ def qemu_firmware_test(name, firmware, target, expect = None, timeout_s = 50, si
         str(timeout_s),
         "--console",
         console,
+        "--console-serial",
+        str(serial),
     ]
     data = [firmware, "//tools/qemu:run_firmware.py", "//tools/qemu:libinsn_count.so"]
     if expect:

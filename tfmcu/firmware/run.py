@@ -127,7 +127,7 @@ def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: 
     q = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "qemu", "run_firmware.py"), "--elf", elf,
                         "--machine", t.machine, "--plugin", plugin, "--timeout", str(timeout_s),
                         "--expect", os.path.join(out, "expect.json"), "--report", run_json, "--quiet",
-                        "--console", console],
+                        "--console", console, "--console-serial", str(t.console_serial)],
                        capture_output=True, text=True)
     try:
         with open(run_json) as f:

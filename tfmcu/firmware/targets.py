@@ -78,6 +78,7 @@ class Target:
     firmware_ram: str = ""  # the region the firmware's RAM goes to
     qemu: str = "board"  # "board": QEMU runs the board's own link; "stand-in": the QEMU board's link
     console: str | None = None  # what --console=uart writes to on the board (None: no console UART in its file)
+    console_serial: int = 0  # which of the QEMU board's serial ports that UART is
     own_ld: bool = False  # linked with a script made from the build's and the board's memory (linker_script)
 
     @property
@@ -113,9 +114,10 @@ def _board(name: str, b: dict) -> tuple[Target | None, str]:
     if build.core != b["core"]:
         raise ValueError(f"{where}: core {b['core']} but runs_on {build.key} builds for {build.core}")
     ram = next(r for r in regions if r.name == b["firmware_ram"])
-    t = Target(name, build.key, build.machine, build.platform, build.board, build.ld, ram.bytes, flash.bytes,
-               str(b["what"]), flash=flash, regions=regions, firmware_ram=ram.name, qemu=str(b["qemu"]),
-               console=b.get("console") if build.console else None, own_ld=name not in BUILDS_BY_NAME)
+    t = Target(name, build.key, build.machine, build.platform, str(b.get("board_file") or build.board), build.ld,
+               ram.bytes, flash.bytes, str(b["what"]), flash=flash, regions=regions, firmware_ram=ram.name,
+               qemu=str(b["qemu"]), console=b.get("console") if build.console else None,
+               console_serial=int(b.get("console_serial", 0)), own_ld=name not in BUILDS_BY_NAME)
     return t, str(b["core"])
 
 

@@ -3,7 +3,7 @@
 
 usage: run_firmware.py --elf FW.elf --machine mps2-an386 [--plugin libinsn_count.so] [--expect EXPECT.json]
                        [--range LO:HI | --range-symbol FUNC] [--profile TOP] [--timeout 120] [--report OUT.json]
-                       [--console semihosting|uart] [--quiet]
+                       [--console semihosting|uart [--console-serial N]] [--quiet]
 
 - Sizes: .text/.rodata/.data/.bss/.stack of the ELF (arm-none-eabi-size -A).
 - Runs `qemu-system-arm -M MACHINE -icount shift=0 -semihosting ...` with a wall-clock timeout; the
@@ -127,8 +127,8 @@ EXIT_RE = re.compile(r"^TFMCU_EXIT (-?\d+)\s*$", re.M)
 
 def run_qemu(args, plugin_out):
     cmd = [_tool("qemu-system-arm", args.qemu), "-M", args.machine, "-nographic", "-monitor", "none"]
-    if args.console == "uart":  # the firmware's report on the board's first UART, semihosting off
-        cmd += ["-serial", "stdio"]
+    if args.console == "uart":  # the firmware's report on one of the board's UARTs, semihosting off
+        cmd += ["-serial", "null"] * args.console_serial + ["-serial", "stdio"]
     else:
         cmd += ["-serial", "none", "-semihosting-config", "enable=on,target=native"]
     if not args.no_icount:
@@ -214,6 +214,8 @@ def main(argv=None):
     ap.add_argument("--console", choices=("semihosting", "uart"), default="semihosting",
                     help="where the firmware writes: semihosting (its exit status is QEMU's), or the board's UART "
                          "(semihosting off; the firmware's last line TFMCU_EXIT <status> ends the run)")
+    ap.add_argument("--console-serial", type=int, default=0,
+                    help="--console uart: which of the QEMU board's serial ports the firmware's UART is (0: the first)")
     ap.add_argument("--quiet", action="store_true", help="no firmware output echo")
     ap.add_argument("--qemu")
     ap.add_argument("--size-tool")
