@@ -71,7 +71,8 @@ def _deploy(tflite, inputs, target, out_dir, *flags):
 
 
 @pytest.mark.parametrize("target,kernels", [("stm32f405", "cmsis_nn"), ("cortex-m4", "cmsis_nn"),
-                                            ("cortex-m7", "cmsis_nn"), ("stm32f405", "reference")])
+                                            ("cortex-m7", "cmsis_nn"), ("cortex-m3", "cmsis_nn"),
+                                            ("stm32f405", "reference")])
 def test_deploy_run_fits_and_equals_tflite(models, tmp_path, target, kernels):
     _need_bazel()
     model = models["tiny" if kernels == "cmsis_nn" else "tiny_inplace"]

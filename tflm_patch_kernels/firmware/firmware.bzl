@@ -34,6 +34,15 @@ load("//tools/bazel/arm:transition.bzl", "mcu_binary", "platform_files")
 # the Cortex-M4 platform, so TFLM is compiled once for both. `psram`: the MPS2 boards' 16 MiB PSRAM (QEMU's
 # `info mtree`), where mps2.ld puts a model built with -DTFMCU_MODEL_IN_PSRAM.
 TARGETS = {
+    "cortex_m3": struct(
+        platform = "//tools/bazel/arm:cortex_m3",
+        board = "//tflm_patch_kernels/firmware:board_cortex_m3",
+        ld = "//tflm_patch_kernels/firmware:mps2.ld",
+        machine = "mps2-an385",
+        name = "cortex-m3",
+        psram = 0x21000000,
+        sram_budget = 128 * 1024,
+    ),
     "cortex_m4": struct(
         platform = "//tools/bazel/arm:cortex_m4",
         board = "//tflm_patch_kernels/firmware:board_cortex_m4",

@@ -136,6 +136,7 @@ def stream_rows(model: TfliteModel | bytes) -> int:
 # tests/test_deploy.py checks this against); on a real part, external (QSPI / OSPI) Flash. The STM32F405 board has
 # none.
 EXTERNAL_MEMORY: dict[str, tuple[int, int]] = {  # target key: (origin, bytes)
+    "cortex_m3": (0x21000000, 16 * 1024 * 1024),
     "cortex_m4": (0x21000000, 16 * 1024 * 1024),
     "cortex_m7": (0x60000000, 16 * 1024 * 1024),
 }

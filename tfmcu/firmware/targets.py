@@ -46,6 +46,7 @@ class Build:
 
 
 BUILDS: dict[str, Build] = {
+    "cortex_m3": Build("cortex_m3", "mps2-an385", "//tools/bazel/arm:cortex_m3", "board_cortex_m3", "mps2.ld", True),
     "stm32f405": Build("stm32f405", "netduinoplus2", "//tools/bazel/arm:cortex_m4", "board_stm32f405", "stm32f405.ld",
                        True),
     "cortex_m4": Build("cortex_m4", "mps2-an386", "//tools/bazel/arm:cortex_m4", "board_cortex_m4", "mps2.ld", True),
@@ -122,7 +123,8 @@ def _board(name: str, b: dict) -> tuple[Target | None, str]:
 
 
 # the builds' own boards, linked with the builds' linker scripts as they are: --target name -> build key
-BUILDS_BY_NAME = {"stm32f405": "stm32f405", "cortex-m4": "cortex_m4", "cortex-m7": "cortex_m7"}
+BUILDS_BY_NAME = {"stm32f405": "stm32f405", "cortex-m3": "cortex_m3", "cortex-m4": "cortex_m4",
+                  "cortex-m7": "cortex_m7"}
 
 
 @functools.lru_cache(maxsize=None)

@@ -41,7 +41,11 @@ from tfmcu.tflite import schema as ts
 from tfmcu.tflite.model import TfliteModel, as_model
 
 CALIBRATION_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "latency_calibration.json")
-CORES = ("cortex-m4", "cortex-m7")
+CORES = ("cortex-m4", "cortex-m7")  # calibrated (benchmarks/latency.py)
+# Cores without calibration rows yet, priced with a calibrated core's rows: an estimate of an estimate, which
+# ``LatencyPrediction.what`` says. The Cortex-M3 runs CMSIS-NN's plain C paths (no DSP instructions), so its counts
+# differ from the M4's; what `fit` uses are ratios between plans of one model on one core.
+STAND_INS = {"cortex-m3": "cortex-m4"}
 KERNELS = ("cmsis_nn", "reference")
 
 # The features of one kernel call (a builtin op, or one layer on one patch), in the coefficient rows' order.
@@ -69,10 +73,10 @@ def core_of(target: Any) -> str:
     platform = getattr(target, "platform", target)
     if not isinstance(platform, str):
         raise UsageError(f"core_of: not a target: {target!r}")
-    for core in CORES:
+    for core in (*CORES, *STAND_INS):
         if platform.endswith(core.replace("-", "_")) or platform == core:
             return core
-    raise UsageError(f"core_of: no Cortex-M core known for {platform!r} (known: {', '.join(CORES)})")
+    raise UsageError(f"core_of: no Cortex-M core known for {platform!r} (known: {', '.join((*CORES, *STAND_INS))})")
 
 
 # ============================================================================= features
@@ -443,12 +447,13 @@ def predict_instructions(model: bytes | TfliteModel, core: str, kernels: str, wh
                          calibration: str = CALIBRATION_FILE) -> LatencyPrediction:
     """Predicted instructions per Invoke of ``model`` in TFLM on ``core`` ("cortex-m4" | "cortex-m7") with
     ``kernels`` ("cmsis_nn" | "reference"); per op too. Estimated, not measured (see ``what``)."""
-    if core not in CORES:
-        raise UsageError(f"core {core!r}: the latency predictor knows {', '.join(CORES)}")
+    if core not in CORES and core not in STAND_INS:
+        raise UsageError(f"core {core!r}: the latency predictor knows {', '.join((*CORES, *STAND_INS))}")
     if kernels not in KERNELS:
         raise UsageError(f"kernels {kernels!r}: the latency predictor knows {', '.join(KERNELS)}")
     data = _load(os.path.abspath(calibration))
-    coef = data.get("coefficients", {}).get(f"{core}/{kernels}")
+    rows = STAND_INS.get(core, core)  # the calibrated core whose rows price it
+    coef = data.get("coefficients", {}).get(f"{rows}/{kernels}")
     if coef is None:
         raise UsageError(f"{os.path.basename(calibration)} has no calibration for {core} with {kernels} "
                          "(python -m benchmarks.latency)")
@@ -459,7 +464,9 @@ def predict_instructions(model: bytes | TfliteModel, core: str, kernels: str, wh
         per_op=[{"op": f["op"], "type": f["type"], "instructions": int(round(c))} for f, c in zip(ops, per)],
         core=core, kernels=kernels,
         what=(f"estimated: per-op cost model calibrated on QEMU counts ({os.path.basename(calibration)}, "
-              f"{data.get('date', '?')}, {data.get('commit', '?')})"))
+              f"{data.get('date', '?')}, {data.get('commit', '?')})"
+              + (f"; no rows for the {core} yet: priced with the {rows}'s (an estimate of its instructions; "
+                 f"ratios between plans are what the search uses)" if rows != core else "")))
 
 
 # ============================================================================= fitting (benchmarks/latency.py)

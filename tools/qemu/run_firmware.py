@@ -47,7 +47,7 @@ RESULT_RE = re.compile(r"^TFMCU_RESULT (\{.*\})\s*$", re.M)
 PLUGIN_RE = re.compile(r"^INSN_COUNT (\{.*\})\s*$", re.M)
 # Instructions per timer tick under -icount shift=0 (one instruction per ns): the MPS2 APB timer runs at 25 MHz, QEMU
 # clocks the STM32 timers at 1 GHz.
-TICK_INSNS = {"mps2-an386": 40, "mps2-an500": 40, "netduinoplus2": 1}
+TICK_INSNS = {"mps2-an385": 40, "mps2-an386": 40, "mps2-an500": 40, "netduinoplus2": 1}
 
 
 def _tool(name, override):
