@@ -1,7 +1,7 @@
 """Halo caches run (issue 12): the C executor with row / column caches (tflm_patch_kernels/patch_stage.c), packed by
 ``tfmcu.kernels.pack.pack_stage(..., halo=...)``, bit-exact with TF Lite; scratch = caches + the halo caches' patch
-working set, exactly; the description checks; the TFMCU_PATCH_STAGE kernel in TFLM built from source (format 3);
-``pipelines.rewrite --halo``.
+working set, exactly; the description checks; the TFMCU_PATCH_STAGE kernel in TFLM built from source (the caches
+are tables of its stage blob); ``pipelines.rewrite --halo``.
 """
 
 from __future__ import annotations
