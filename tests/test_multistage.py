@@ -151,6 +151,30 @@ def test_a_looser_latency_cap_keeps_the_smallest_plans_of_the_tighter_caps():
             assert key(smallest) in loose, (cap, image)
 
 
+def test_with_a_latency_cap_every_front_plan_within_it_is_a_candidate(monkeypatch):
+    """With ``max_latency``, a front's plans within the cap are all candidates (up to ``MAX_PLANS_UNDER_CAP``), not
+    a sample of twelve: the estimate's overhead runs below the predictor's, so the plans that fit the cap lie deep in
+    the front. Without a cap, at most ``MAX_PLANS_PER_FRONT`` per front."""
+    from tfmcu.plan import stage_plans as sp
+    g = small_graph()
+    opts = SearchOptions(patch_options=(2, 3, 4), max_stages=None, max_latency=1.5, objective="memory")
+    segs = segments_by_image(g, opts, ("counted",))["counted"]
+    per_layer = pareto_plans(g, segs, opts, 0, "counted", by="instructions")[0].instructions
+    within = [p for p in pareto_plans(g, segs, opts, None, "counted", by="instructions")
+              if p.stages and not (len(p.stages) == 1 and p.stages[0].start == 0)
+              and p.instructions <= 1.5 * sp.PLAN_ESTIMATE_SLACK * per_layer]
+
+    def key(p) -> tuple:
+        return tuple((s.start, s.stop, s.grid, s.halo, s.pooled) for s in p.stages)
+
+    monkeypatch.setattr(sp, "MAX_PLANS_PER_FRONT", 4)
+    assert len(within) > sp.MAX_PLANS_PER_FRONT
+    got = {key(p) for p in plan_candidates(g, opts) if p.image == "counted"}
+    assert {key(p) for p in within} <= got
+    monkeypatch.setattr(sp, "MAX_PLANS_UNDER_CAP", 4)
+    assert len([p for p in plan_candidates(g, opts) if p.image == "counted"]) < len(within)
+
+
 def test_no_stage_is_the_per_layer_model():
     g = small_graph()
     for image, exclude in (("counted", False), ("excluded", True)):

@@ -259,6 +259,7 @@ def pack_stage(model_bytes: bytes | ts.ModelT | TfliteModel, graph: ir.Graph, sc
     sizes = np.zeros((patches, n_t), np.int64)
     end = bound = 0
     strategies = []
+    plans: dict[tuple[int, ...], BufferPlan] = {}  # patches of the same buffer sizes (most of a grid) share a plan
     for i in range(s.grid[0]):
         for j in range(s.grid[1]):
             p = i * s.grid[1] + j
@@ -267,7 +268,10 @@ def pack_stage(model_bytes: bytes | ts.ModelT | TfliteModel, graph: ir.Graph, sc
                 rows = row_held[i, pos, 1] - row_held[i, pos, 0]
                 cols = col_held[j, pos, 1] - col_held[j, pos, 0]
                 sizes[p, t] = int(rows) * int(cols) * shapes[t][2]
-            plan = plan_buffers([int(sizes[p, t]) for t in scratch_ids], [lifetimes[t] for t in scratch_ids], align)
+            key = tuple(int(sizes[p, t]) for t in scratch_ids)
+            if key not in plans:
+                plans[key] = plan_buffers(list(key), [lifetimes[t] for t in scratch_ids], align)
+            plan = plans[key]
             for t, off in zip(scratch_ids, plan.offsets):
                 offsets[p, t] = base + off
             end, bound = max(end, base + plan.end), max(bound, sum(sizes_c) + plan.lower_bound)

@@ -27,6 +27,11 @@ STAGE_HALOS = (RECOMPUTE, HALO_ALL)  # how a patch stage of a stage plan treats 
 # row to the first stage (streamed: its row window; an op that reads it per layer holds it whole)
 IMAGE_MODES = ("counted", "excluded", "streamed")
 MAX_PLANS_PER_FRONT = 12  # stage plans a search evaluates per Pareto front (its smallest half, the rest spread)
+# With a latency cap, the plans of a front within it (the estimate's slack): up to this many (its smallest half, the
+# rest spread). The estimate's overhead runs about half the predictor's, so the plans just within the cap lie deep
+# in the front (MobileNetV2-1.0-224 on the Cortex-M7 at 1.05: the 10th-20th smallest of 107); the search prices them
+# in order of their lower bound, so plans above the smallest that fits cost nothing
+MAX_PLANS_UNDER_CAP = 48
 # With a latency cap, plans whose estimated instructions (``segment_instructions``) exceed the cap by more than this
 # factor are not priced (the estimate came 0.3-2% above the latency predictor along MobileNetV2-0.35-144's front)
 PLAN_ESTIMATE_SLACK = 1.03
@@ -41,8 +46,8 @@ def plan_candidates(graph: ir.Graph, options: SearchOptions, progress: Progress 
     candidates already are (one stage at the first op), at most ``MAX_PLANS_PER_FRONT`` of each spread over it,
     within ``max_mac_overhead``. A stage may end into the global average pool (summed patch by patch). The fronts
     weigh the peak against the segments' instruction estimate; with ``max_latency``, only plans whose estimate is
-    within it (``PLAN_ESTIMATE_SLACK``) are candidates, the smallest first, and the smallest within each tighter cap
-    of ``LATENCY_LADDER`` besides."""
+    within it (``PLAN_ESTIMATE_SLACK``) are candidates, up to ``MAX_PLANS_UNDER_CAP`` of them, the smallest first, and
+    the smallest within each tighter cap of ``LATENCY_LADDER`` besides."""
     images = ["counted" if options.count_input else "excluded"] + (["streamed"] if options.accounting == "separate"
                                                                    else [])
     seen: set[tuple[Any, ...]] = set()
@@ -58,9 +63,10 @@ def plan_candidates(graph: ir.Graph, options: SearchOptions, progress: Progress 
             front = [p for p in front if p.instructions <= options.max_latency * PLAN_ESTIMATE_SLACK * per_layer]
             for cap in (c for c in LATENCY_LADDER if c <= options.max_latency):  # (the front: least peak first)
                 ladder += [next((p for p in front if p.instructions <= cap * PLAN_ESTIMATE_SLACK * per_layer), None)]
-        if len(front) > MAX_PLANS_PER_FRONT:  # the smallest half, and the other half spread over the rest
-            low, rest = front[:MAX_PLANS_PER_FRONT // 2], front[MAX_PLANS_PER_FRONT // 2:]
-            n = MAX_PLANS_PER_FRONT - len(low)
+        most = MAX_PLANS_PER_FRONT if options.max_latency is None else MAX_PLANS_UNDER_CAP
+        if len(front) > most:  # the smallest half, and the other half spread over the rest
+            low, rest = front[:most // 2], front[most // 2:]
+            n = most - len(low)
             step = (len(rest) - 1) / (n - 1)
             front = low + [rest[round(i * step)] for i in range(n)]
         front += [p for p in ladder if p is not None]
