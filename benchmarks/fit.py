@@ -8,7 +8,8 @@ fewest over the test inputs), MACs, the model's Flash, outputs = TF Lite, and th
 ``tfmcu.plan.latency``) with their errors. ``fit`` searches with its defaults (its grids, any number of stages, its
 configurations) and no time budget, so a row does not depend on the machine's speed; the two MobileNetV2s stream
 their image. Each row is kept in ``fit/rows.json`` as it is measured (a row that says why a fit failed too: delete the
-file to measure again): a run that stops resumes after the last row.
+file to measure again): a run that stops resumes after the last row; a run with another search (``_search``) keeps
+only the per-layer rows.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from tfmcu.graph.load import load_spec
 from tfmcu.nets import zoo
 from tfmcu.plan.latency import load_calibration, predict_instructions
 from tfmcu.plan.profiler import profile
-from tfmcu.plan.stage_plans import LATENCY_LADDER
+from tfmcu.plan.stage_plans import LATENCY_LADDER, MAX_PLANS_PER_FRONT, MAX_PLANS_UNDER_CAP
 from tfmcu.train.export import untrained_int8
 
 # (zoo model or preset, target, input streamed); the demo model is trained by make demo, so the bench uses its
@@ -37,6 +38,7 @@ CASES = (("keras_mobilenet_v2", "stm32f405", False),
          ("mbv2_035_144", "cortex-m4", True),
          ("mbv2_100_224", "cortex-m7", True))
 CAPS = (1.00, 1.05, 1.25, None)  # None: the smallest arena, whatever its instructions
+PER_LAYER = "TFLM + CMSIS-NN per layer"  # the per-layer row's "what" (it does not depend on fit's search)
 
 
 def selection(models: tuple[str, ...] = (), caps: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -62,7 +64,8 @@ def _search() -> dict[str, Any]:
     """What fit searched (its defaults), as the JSON records it."""
     d = FitOptions(model="")
     return {"grids": list(d.patch_options), "max_stages": d.max_stages, "halo_modes": list(d.halo_modes),
-            "rest_convs": list(d.rest_convs), "search_seconds": None, "latency_ladder": list(LATENCY_LADDER)}
+            "rest_convs": list(d.rest_convs), "search_seconds": None, "latency_ladder": list(LATENCY_LADDER),
+            "plans_per_front": MAX_PLANS_PER_FRONT, "plans_under_cap": MAX_PLANS_UNDER_CAP}
 
 
 def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CAPS) -> dict[str, Any]:
@@ -71,11 +74,11 @@ def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CA
     os.makedirs(work, exist_ok=True)
     kept_path = os.path.join(work, "rows.json")
     kept: dict[str, dict[str, Any]] = {}
-    if os.path.isfile(kept_path):  # rows an earlier run measured with the same search
+    if os.path.isfile(kept_path):  # rows an earlier run measured: fit's with the same search, per layer any
         with open(kept_path) as f:
             earlier = json.load(f)
-        if earlier.get("search") == _search():
-            kept = earlier["rows"]
+        same = earlier.get("search") == _search()
+        kept = {k: r for k, r in earlier.get("rows", {}).items() if same or r.get("what") == PER_LAYER}
 
     def keep(row: dict[str, Any]) -> dict[str, Any]:
         kept[f"{row['model']}|{row['target']}|{row['what']}"] = row
@@ -93,7 +96,7 @@ def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CA
         data = _model(name, o.zoo_cache)
         write_outputs({path: data})
         macs = profile(from_tflite(data)).macs
-        base = earlier_row(name, target, "TFLM + CMSIS-NN per layer")
+        base = earlier_row(name, target, PER_LAYER)
         if base is not None:
             rows.append(base)
         else:
@@ -118,10 +121,10 @@ def _per_layer(name: str, target: str, path: str, data: bytes, macs: int, work: 
         dep = deploy(DeployOptions(tflite=path, target=target,
                                    out_dir=os.path.join(work, f"{name}_{target}_per_layer"), run=True), log=log)
     except Exception as e:  # noqa: BLE001 -- a row that says why, the bench goes on
-        return {"model": name, "target": target, "what": "TFLM + CMSIS-NN per layer",
+        return {"model": name, "target": target, "what": PER_LAYER,
                 "error": str(e).splitlines()[0]}
     pred_i = predict_instructions(data, _core(target), "cmsis_nn").instructions
-    base = measured_row(name, target, "TFLM + CMSIS-NN per layer", None, dep.arena.predicted_bytes, pred_i, dep,
+    base = measured_row(name, target, PER_LAYER, None, dep.arena.predicted_bytes, pred_i, dep,
                         macs, len(data))
     if not dep.fits:  # it does not link for the target: its instructions from the calibration's runs
         measured = _calibration_invoke(name, _core(target))
