@@ -35,7 +35,8 @@ def _read(folder: str, suffixes: tuple[str, ...]) -> dict[str, str]:
 def kernel_sources() -> dict[str, str]:
     """The kernel library's headers and op_table.c, comments removed."""
     files = _read(KERNELS, (".h", ".c"))
-    return {f: t for f, t in files.items() if f.endswith(".h") or f == "op_table.c"}
+    backend = {f"cmsis_nn/{f}": t for f, t in _read(os.path.join(KERNELS, "cmsis_nn"), (".h",)).items()}
+    return {**{f: t for f, t in files.items() if f.endswith(".h") or f == "op_table.c"}, **backend}
 
 
 def tflm_sources() -> dict[str, str]:
@@ -149,6 +150,8 @@ def mismatches(c: dict) -> list[str]:
     check("TFMCU_PATCH_STAGE_ABI_VERSION", d.get("TFMCU_PATCH_STAGE_ABI_VERSION"), abi.ABI_VERSION)
     check("TFMCU_MAX_LAYER_INPUTS", d.get("TFMCU_MAX_LAYER_INPUTS"), abi.MAX_LAYER_INPUTS)
     check("TFMCU_MAX_PARAM_ARRAYS", d.get("TFMCU_MAX_PARAM_ARRAYS"), abi.MAX_PARAM_ARRAYS)
+    check("TFMCU_CONV1X1_FOLDED_MAX_PIXELS", d.get("TFMCU_CONV1X1_FOLDED_MAX_PIXELS"),
+          abi.CONV1X1_FOLDED_MAX_PIXELS)
     check("TfmcuStatus", enums.get("TfmcuStatus"), {name: value for name, value, _ in abi.STATUSES})
     check("TfmcuDataType", enums.get("TfmcuDataType"), dict(abi.DATA_TYPES))
     check("TfmcuOpType", enums.get("TfmcuOpType"), {op.enumerator: code for code, op in abi.OPS.items()})

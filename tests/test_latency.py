@@ -65,6 +65,48 @@ def test_features_of_a_stored_model_are_the_stored_ones(data, zoo_tiny_per_tenso
     assert got == want
 
 
+def test_folded_1x1_calls_of_few_pixels_sum_no_filter_row(zoo_models, monkeypatch):
+    """A 1x1 convolution's input offset folded into its bias (tfmcu.kernels.ops.fold_input_offset): its stage calls
+    of 2 to CONV1X1_FOLDED_MAX_PIXELS - 1 pixels sum no filter row (cmsis_nn/conv2d_cmsis_nn.c): they leave the
+    layer's "wts"; every other feature is the same as unfolded."""
+    from tfmcu.graph.from_tflite import from_tflite
+    from tfmcu.kernels import ops
+    from tfmcu.plan.regions import schedule
+    from tfmcu.stage.custom import rewrite_custom
+
+    data = zoo_models("mbv2_035_96")
+    graph = from_tflite(data)
+
+    def stage_features(fold: bool) -> dict:
+        if not fold:
+            monkeypatch.setattr(ops, "fold_input_offset", lambda *a: None)
+        model = rewrite_custom(data, graph, schedule(graph, (6, 6), n_blocks=5)).model
+        monkeypatch.undo()
+        return next(f for f in latency.op_features(model) if f["type"] == f"custom:{latency.abi.PATCH_STAGE_OP}")
+
+    folded, plain = stage_features(True), stage_features(False)
+    assert 0 < sum(lf["wts"] for lf in folded["layers"]) < sum(lf["wts"] for lf in plain["layers"])
+    for a, b in zip(folded["layers"], plain["layers"]):
+        assert {k: v for k, v in a.items() if k != "wts"} == {k: v for k, v in b.items() if k != "wts"}
+
+
+def test_fold_input_offset_keeps_every_sum():
+    """bias + offset x sum(w) with input offset 0 gives the integer sums TFLite's (x + offset) x w + bias gives."""
+    from tfmcu.kernels.ops import fold_input_offset
+
+    rng = np.random.default_rng(0)
+    w = rng.integers(-127, 128, (8, 1, 1, 24), dtype=np.int64).astype(np.int8)
+    b = rng.integers(-5000, 5000, 8).astype(np.int32)
+    x = rng.integers(-128, 128, (5, 24))
+    for bias, offset in ((b, 128), (None, -3), (b, 1)):
+        folded = fold_input_offset(w, bias, offset)
+        ref = (x + offset) @ w.reshape(8, 24).T.astype(np.int64) + (0 if bias is None else bias)
+        assert np.array_equal(x @ w.reshape(8, 24).T.astype(np.int64) + folded, ref)
+    assert fold_input_offset(w, b, 0) is None
+    ones = np.ones((8, 1, 1, 24), np.int8)
+    assert fold_input_offset(ones, np.full(8, 2 ** 31 - 10, np.int32), 128) is None  # would not fit int32
+
+
 def test_prediction_api_is_fast_and_labelled(zoo_tiny_per_tensor):
     from tfmcu.tflite.model import TfliteModel
 

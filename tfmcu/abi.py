@@ -29,6 +29,9 @@ from typing import Any, Sequence
 ABI_VERSION = 7  # TFMCU_PATCH_STAGE_ABI_VERSION (patch_stage.h)
 MAX_LAYER_INPUTS = 2  # TFMCU_MAX_LAYER_INPUTS (op_table.h)
 MAX_PARAM_ARRAYS = 4  # TFMCU_MAX_PARAM_ARRAYS (tfmcu_common.h)
+# TFMCU_CONV1X1_FOLDED_MAX_PIXELS (cmsis_nn/cmsis_nn_backend.h): a 1x1 convolution whose input offset the packer
+# folded into its bias (input_offset 0) runs its CMSIS-NN backend calls of fewer pixels without per-call filter sums
+CONV1X1_FOLDED_MAX_PIXELS = 16
 
 # TfmcuStatus (tfmcu_common.h): (enumerator, value, what Python says).
 STATUSES = (

@@ -30,6 +30,11 @@
 extern "C" {
 #endif
 
+/* A 1x1 convolution of unit stride whose input offset the packer folded into its bias runs its calls of fewer
+ * pixels than this through our product without per-call filter sums (conv2d_cmsis_nn.c), larger ones through
+ * CMSIS-NN's; tfmcu/abi.py states the same for the latency predictor. */
+#define TFMCU_CONV1X1_FOLDED_MAX_PIXELS 16
+
 /* The op-table entries (TfmcuOpBackendRunFn / TfmcuOpBackendScratchFn). */
 TfmcuStatus tfmcu_conv2d_cmsis_nn_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
                                       int32_t pad_left, const TfmcuView* output,

@@ -25,7 +25,10 @@ from tfmcu.plan.memory_plan import inplace_distance  # noqa: E402
 
 # The probe's operator kinds (inplace_probe.c: ProbeKind) and how each one is called.
 KINDS = {"conv": 0, "depthwise": 1, "avg_pool": 2, "max_pool": 3, "add": 4}
-VIA = {"tflm": 0, "backend": 1}  # the call TFLM's kernels/cmsis_nn makes, or the patch backend's *_cmsis_nn_run
+# the call TFLM's kernels/cmsis_nn makes, the patch backend's *_cmsis_nn_run, or that run of a 1x1 convolution whose
+# input offset the packer folded into its bias (input offset 0; fewer pixels than CONV1X1_FOLDED_MAX_PIXELS: our
+# product without per-call filter sums, in CMSIS-NN's order)
+VIA = {"tflm": 0, "backend": 1, "backend_folded": 2}
 
 # (name, kind, via, input (h, w, c), output channels, kernel, stride, padding (top, bottom, left, right))
 CASES = [
@@ -65,6 +68,8 @@ CASES = [
     ("stage_conv3x3", "conv", "backend", (7, 5, 3), 5, (3, 3), (1, 1), (1, 1, 1, 1)),
     ("stage_conv1x1", "conv", "backend", (6, 6, 16), 4, (1, 1), (1, 1), (0, 0, 0, 0)),
     ("stage_conv1x1_s2", "conv", "backend", (7, 7, 4), 3, (1, 1), (2, 2), (0, 0, 0, 0)),
+    ("stage_conv1x1_folded", "conv", "backend_folded", (3, 3, 16), 4, (1, 1), (1, 1), (0, 0, 0, 0)),
+    ("stage_conv1x1_folded_odd", "conv", "backend_folded", (3, 5, 6), 5, (1, 1), (1, 1), (0, 0, 0, 0)),
     ("stage_dw3x3", "depthwise", "backend", (9, 9, 10), 10, (3, 3), (2, 2), (1, 1, 1, 1)),
     ("stage_dw5x5_opt", "depthwise", "backend", (8, 8, 8), 8, (5, 5), (1, 1), (2, 2, 2, 2)),
 ]

@@ -92,8 +92,9 @@ static int run_backend(const ProbeCase* c, const int8_t* in1, int8_t* out) {
   const TfmcuView view = {out, c->out_h, c->out_w, c->out_c, c->out_w * c->out_c};
   TfmcuKernelScratch scratch = {g_buffer, 0};
   if (c->kind == kProbeConv) {
+    const int32_t input_offset = c->via == kProbeViaBackendFolded ? 0 : PROBE_INPUT_OFFSET;
     const TfmcuConvParams p = {c->filter, c->bias, c->multiplier, c->shift, c->kernel_h, c->kernel_w, c->stride_h,
-                               c->stride_w, 1, 1, 1, PROBE_INPUT_OFFSET, PROBE_OUTPUT_OFFSET, -128, 127};
+                               c->stride_w, 1, 1, 1, input_offset, PROBE_OUTPUT_OFFSET, -128, 127};
     scratch.bytes = tfmcu_conv2d_cmsis_nn_scratch(&p, &in, c->pad_top, c->pad_left, &view);
     if (scratch.bytes > PROBE_MAX_BUFFER) {
       return 1;
@@ -111,7 +112,7 @@ static int run_backend(const ProbeCase* c, const int8_t* in1, int8_t* out) {
 }
 
 static int run(const ProbeCase* c, const int8_t* in1, const int8_t* in2, int8_t* out) {
-  return c->via == kProbeViaBackend ? run_backend(c, in1, out) : run_tflm(c, in1, in2, out);
+  return c->via == kProbeViaTflm ? run_tflm(c, in1, in2, out) : run_backend(c, in1, out);
 }
 
 /* 1: the output `distance` bytes before the overlapped input equals the reference; 0: it differs; -1: error. */

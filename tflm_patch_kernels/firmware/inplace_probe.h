@@ -8,7 +8,9 @@ typedef enum { kProbeConv = 0, kProbeDepthwise = 1, kProbeAvgPool = 2, kProbeMax
 
 /* The call under test: TFLM's kernels/cmsis_nn call (arm_*_s8 / *_wrapper_s8 as TFLM makes it), or the patch
  * backend's run on whole, dense tensors (a one-layer TFMCU_PATCH_STAGE op). */
-typedef enum { kProbeViaTflm = 0, kProbeViaBackend = 1 } ProbeVia;
+/* TFLM's call, the patch backend's run, or the backend's run of a 1x1 convolution with its input offset folded into
+ * its bias (input offset 0: our product without per-call filter sums, cmsis_nn/conv2d_cmsis_nn.c) */
+typedef enum { kProbeViaTflm = 0, kProbeViaBackend = 1, kProbeViaBackendFolded = 2 } ProbeVia;
 
 typedef struct {
   const char* name;

@@ -156,8 +156,28 @@ def _conv_like(src: _Source, code: int) -> LayerSpec:
     else:
         params["depth_multiplier"] = int(op.attrs.get("depth_multiplier", 1))
     params.update(input_offset=-zi, output_offset=zo, act_min=lo, act_max=hi)
+    folded = (fold_input_offset(filt, bias, -zi)
+              if code == OP_CONV and filt.shape[1:3] == (1, 1) and int(op.groups) == 1 and not any(op.padding)
+              else None)
+    if folded is not None:
+        bias, params["input_offset"] = folded, 0
     arrays = dict(filter=filt, bias=bias, output_multiplier=mult, output_shift=shift)
     return src.spec(code, params, arrays, op.padding)
+
+
+def fold_input_offset(filt: np.ndarray, bias: np.ndarray | None, input_offset: int) -> np.ndarray | None:
+    """A 1x1 convolution's bias with its input offset folded in: bias + input offset x the sum of each filter row,
+    so that it runs with input offset 0 (no padding reads an offset input: the integer sums are the same, the
+    output bit-exact). The CMSIS-NN backend's 1x1 product then sums no filter row per call
+    (cmsis_nn/conv2d_cmsis_nn.c); TFLM sums them once per layer, a patch stage once per patch. None: nothing to
+    fold (offset 0), or the folded bias would not fit int32."""
+    if input_offset == 0:
+        return None
+    folded = (np.zeros(filt.shape[0], np.int64) if bias is None else bias.astype(np.int64)) + \
+        int(input_offset) * filt.reshape(filt.shape[0], -1).astype(np.int64).sum(axis=1)
+    if np.abs(folded).max(initial=0) >= 2 ** 31:
+        return None
+    return folded.astype(np.int32)
 
 
 def _build_conv(src: _Source) -> LayerSpec:

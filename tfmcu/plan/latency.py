@@ -267,13 +267,20 @@ def _stage(o: dict[str, Any]) -> dict[str, Any]:
         # The CMSIS-NN backend's calls (patch_stage.c, cmsis_nn/window_rows.c): one per patch, or one per output row
         # where its input box is narrower than its buffer, or it writes part of the stage output's rows.
         t_first = int(o["layer_inputs"][li][0])
+        # A 1x1 convolution whose input offset the packer folded into its bias: its calls of 2 to
+        # CONV1X1_FOLDED_MAX_PIXELS - 1 pixels sum no filter row (cmsis_nn/conv2d_cmsis_nn.c), so they add no "wts"
+        # (their product's few more instructions per MAC than CMSIS-NN's are not a term of their own)
+        folded = (code == abi.OP_CONV and (kh, kw) == (1, 1) and int(p["stride_h"]) == int(p["stride_w"]) == 1
+                  and int(p["input_offset"]) == 0)
         kernel_calls = 0.0
         for i in range(grid_r):
             for j in range(grid_c):
                 if live[i, j]:
                     per_row = ((r_in[i] > 1 and c_in[j] != held_cols(t_first, j))
                                or (int(o["layer_outputs"][li]) == t_out and r_out[i] > 1 and c_out[j] != out_t[1]))
-                    kernel_calls += float(r_out[i]) if per_row else 1.0
+                    calls, pixels = (float(r_out[i]), int(c_out[j])) if per_row else (1.0, int(boxes[i, j]))
+                    if not (folded and 1 < pixels < abi.CONV1X1_FOLDED_MAX_PIXELS):
+                        kernel_calls += calls
         weights = (kh * kw * (1 if code == abi.OP_DEPTHWISE else cin / (int(p.get("groups", 1)) or 1)) * cout
                    if code in (abi.OP_CONV, abi.OP_DEPTHWISE) else 0.0)
         if code == abi.OP_MEAN:  # our sums, not TFLM's MEAN (its row is TFLM's generic Reduce): the light row
