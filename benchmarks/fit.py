@@ -18,6 +18,7 @@ import json
 import os
 from typing import Any, Callable
 
+from tfmcu import abi
 from tfmcu.errors import UsageError
 from tfmcu.files import write_outputs
 from tfmcu.firmware.targets import get_target
@@ -61,11 +62,13 @@ def _model(name: str, cache: str) -> bytes:
 
 
 def _search() -> dict[str, Any]:
-    """What fit searched (its defaults), as the JSON records it."""
+    """What fit searched (its defaults) and what the patch kernels run, as the JSON records it."""
     d = FitOptions(model="")
     return {"grids": list(d.patch_options), "max_stages": d.max_stages, "halo_modes": list(d.halo_modes),
             "rest_convs": list(d.rest_convs), "search_seconds": None, "latency_ladder": list(LATENCY_LADDER),
-            "plans_per_front": MAX_PLANS_PER_FRONT, "plans_under_cap": MAX_PLANS_UNDER_CAP}
+            "plans_per_front": MAX_PLANS_PER_FRONT, "plans_under_cap": MAX_PLANS_UNDER_CAP,
+            # what the patch kernels run (a fit row's instructions change with them)
+            "stage_abi": abi.ABI_VERSION, "conv1x1_folded_max_pixels": abi.CONV1X1_FOLDED_MAX_PIXELS}
 
 
 def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CAPS) -> dict[str, Any]:
