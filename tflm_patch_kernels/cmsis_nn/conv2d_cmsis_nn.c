@@ -43,16 +43,6 @@ typedef struct {
 } TfmcuConvCall;
 
 #if defined(ARM_MATH_DSP) && !defined(ARM_MATH_MVEI)
-/* A 1x1 convolution with unit stride whose input offset the packer folded into its bias (bias + input offset x the
- * filter row's sum, input_offset 0: tfmcu/kernels/ops.py): the matrix product of `rows` input pixels (each `cols`
- * int8) by `out_c` filter rows, requantized per output channel. CMSIS-NN's arm_nn_mat_mult_nt_t_s8 sums every
- * filter row for the input offset on each call (about 3.5 instructions per weight), which a patch stage repeats for
- * every patch and, on a box narrower than its tensor, every row; here the sums are in the bias, made once offline.
- * Its inner loop takes about 6% more instructions per MAC than CMSIS-NN's (QEMU counts, arm-none-eabi-gcc -O2), so
- * it runs the calls of fewer than TFMCU_CONV1X1_FOLDED_MAX_PIXELS pixels, where the sums cost more than that; larger
- * calls go to CMSIS-NN (whose sums then add 0). The same integer arithmetic and requantization (bit-exact), and the
- * same order of reads and writes as CMSIS-NN's DSP product (per pair of output channels every input pixel, in pairs
- * of pixels; then an odd last channel), so the in-place distances of CMSIS-NN's 1x1 path hold. */
 /* The output quantization of one layer, read once (the output stores could alias the params otherwise). */
 typedef struct {
   int32_t offset, act_min, act_max;
@@ -85,6 +75,16 @@ static void tfmcu_conv1x1_folded_channel(const TfmcuConvParams* p, TfmcuOutQuant
   }
 }
 
+/* A 1x1 convolution with unit stride whose input offset the packer folded into its bias (bias + input offset x the
+ * filter row's sum, input_offset 0: tfmcu/kernels/ops.py): the matrix product of `rows` input pixels (each `cols`
+ * int8) by `out_c` filter rows, requantized per output channel. CMSIS-NN's arm_nn_mat_mult_nt_t_s8 sums every
+ * filter row for the input offset on each call (about 3.5 instructions per weight), which a patch stage repeats for
+ * every patch and, on a box narrower than its tensor, every row; here the sums are in the bias, made once offline.
+ * Its inner loop takes about 6% more instructions per MAC than CMSIS-NN's (QEMU counts, arm-none-eabi-gcc -O2), so
+ * it runs the calls of fewer than TFMCU_CONV1X1_FOLDED_MAX_PIXELS pixels, where the sums cost more than that; larger
+ * calls go to CMSIS-NN (whose sums then add 0). The same integer arithmetic and requantization (bit-exact), and the
+ * same order of reads and writes as CMSIS-NN's DSP product (per pair of output channels every input pixel, in pairs
+ * of pixels; then an odd last channel), so the in-place distances of CMSIS-NN's 1x1 path hold. */
 static void tfmcu_conv1x1_folded(const TfmcuConvParams* p, const int8_t* in, int32_t rows, int32_t cols,
                                  int32_t out_c, int8_t* out) {
   const TfmcuOutQuant q = {p->output_offset, p->act_min, p->act_max};
