@@ -43,6 +43,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tfmcu import abi
 from tfmcu.firmware import sources
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.nets import zoo
@@ -69,6 +70,7 @@ KERNELS = ("cmsis_nn", "reference")
 # Variants also built without the per-op mode: the mode's overhead per op (the markers' calls and the tag store in
 # firmware_main.cc's profiler, less the ordinary profiler's stage test), which must be the same for every op.
 PLAIN = ("mbv2_035_96", "mbv2_035_96_p")
+FOLDED_SYMBOL = abi.CONV1X1_FOLDED_SYMBOL  # counted on its own (tfmcu.plan.latency.FOLDED_FEATURES)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +115,10 @@ VARIANTS: list[Variant] = (
        Variant(name="mbv2_035_96_p4_b3", model="mbv2_035_96", patches=4, blocks=3),
        Variant(name="mbv2_035_144_p6_all", model="mbv2_035_144", patches=6, halo="all"),
        Variant(name="keras_mobilenet_v2_p3_all", model="keras_mobilenet_v2", patches=3, halo="all"),
+       # many small patches: the folded 1x1 product's calls of 2-15 pixels (its own row)
+       Variant(name="mbv2_035_144_p12_b3_all", model="mbv2_035_144", patches=12, blocks=3, halo="all"),
+       Variant(name="mbv2_035_96_p12_b3", model="mbv2_035_96", patches=12, blocks=3),
+       Variant(name="mbv2_035_144_p16_b2_smallest", model="mbv2_035_144", patches=16, blocks=2, halo="smallest"),
        Variant(name="mbv2_100_224", model="mbv2_100_224", arena_kib=1800, psram=True),
        Variant(name="mbv2_100_224_p", model="mbv2_100_224", patches=4, arena_kib=1800, psram=True),
        Variant(name="mbv2_rd_224", model="mbv2_rd_224", arena_kib=1800, psram=True),
@@ -258,15 +264,19 @@ def run_one(fw: dict, timeout: int = 3000) -> dict | None:
     if not os.path.exists(elf):
         return None
     machine = CORES[fw["core"]][1]
-    nm = subprocess.run(["arm-none-eabi-nm", elf], check=True, capture_output=True, text=True).stdout
-    syms = {p[2]: int(p[0], 16) for p in (ln.split() for ln in nm.splitlines()) if len(p) == 3}
+    nm = subprocess.run(["arm-none-eabi-nm", "-S", elf], check=True, capture_output=True, text=True).stdout
+    syms = {p[-1]: int(p[0], 16) for p in (ln.split() for ln in nm.splitlines()) if len(p) in (3, 4)}
+    sizes = {p[3]: int(p[1], 16) for p in (ln.split() for ln in nm.splitlines()) if len(p) == 4}
     plugin = os.path.join(ROOT, "bazel-bin", "tools", "qemu", "libinsn_count.so")
     out = os.path.join(OUT, "runs", fw["name"] + ".insn")
     os.makedirs(os.path.dirname(out), exist_ok=True)
+    opts = f"begin=0x{syms['tfmcu_cost_begin']:x},end=0x{syms['tfmcu_cost_end']:x},out={out}"
+    if FOLDED_SYMBOL in sizes:  # the folded 1x1 product's own count per op (its row: tfmcu.plan.latency.fit)
+        lo = syms[FOLDED_SYMBOL] & ~1
+        opts += f",range=0x{lo:x}:0x{lo + sizes[FOLDED_SYMBOL]:x}"
     cmd = ["qemu-system-arm", "-M", machine, "-nographic", "-monitor", "none", "-serial", "none",
            "-semihosting-config", "enable=on,target=native", "-icount", "shift=0",
-           "-plugin", f"{plugin},begin=0x{syms['tfmcu_cost_begin']:x},end=0x{syms['tfmcu_cost_end']:x},out={out}",
-           "-kernel", elf]
+           "-plugin", f"{plugin},{opts}", "-kernel", elf]
     t0 = time.time()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
     text = p.stdout.decode(errors="replace")
@@ -288,7 +298,9 @@ def run_one(fw: dict, timeout: int = 3000) -> dict | None:
         _log(f"{fw['name']}: {len(regions)} plugin regions for {n_ops} ops")
         return None
     _log(f"{fw['name']}: invoke {regions[0]:,} insns, {n_ops} ops ({time.time() - t0:.0f} s)")
-    return {"invoke_profiled": regions[0], "op_insns": regions[1:], "op_tags": r["op_tags"]}
+    return {"invoke_profiled": regions[0], "op_insns": regions[1:], "op_tags": r["op_tags"],
+            "op_folded": ([c.get("range_insns", 0) for c in counts["regions"][1:]] if FOLDED_SYMBOL in sizes
+                          else None)}
 
 
 def finish(data: dict, plain: dict, runs: dict, no_fit: bool = False) -> None:
@@ -358,8 +370,10 @@ def measure(variants: list[Variant], cores: list[str], kernels: list[str], zoo_c
             if [o["type"].replace("custom:", "") for o in ops] != res["op_tags"]:
                 _log(f"{fw['name']}: the firmware's ops {res['op_tags']} are not the model's")
                 continue
-            for o, n in zip(ops, res["op_insns"]):
+            for i, (o, n) in enumerate(zip(ops, res["op_insns"])):
                 o["insns"] = n
+                if res["op_folded"] is not None and o["type"] == f"custom:{abi.PATCH_STAGE_OP}":
+                    o["folded_insns"] = res["op_folded"][i]
             runs[(fw["variant"], fw["core"], fw["kernels"])] = {
                 "variant": fw["variant"], "zoo_model": fw["zoo"], "core": fw["core"], "kernels": fw["kernels"],
                 "model_sha1": hashlib.sha1(model).hexdigest()[:12],
@@ -438,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
                 if hashlib.sha1(model).hexdigest()[:12] == r["model_sha1"]:
                     ops = latency.op_features(model)
                     for o, old in zip(ops, r["ops"]):
-                        o["insns"] = old["insns"]
+                        o.update({k: old[k] for k in ("insns", "folded_insns") if k in old})
                     r["ops"] = ops
         finish(data, plain, runs, a.no_fit)
         latency.save_calibration(data, a.out)

@@ -127,6 +127,7 @@ def c_side(kernels: dict[str, str], tflm: dict[str, str]) -> dict:
     parser = option_parser(tflm)
     return {
         "defines": defines,
+        "functions": set(re.findall(r"^\s*(?:const\s+)?\w+\s*\**\s*\b(\w+)\s*\(", headers, re.M)),
         "enums": _enums(headers),
         "structs": _structs(headers, defines),
         "callbacks": _callbacks(headers),
@@ -152,6 +153,7 @@ def mismatches(c: dict) -> list[str]:
     check("TFMCU_MAX_PARAM_ARRAYS", d.get("TFMCU_MAX_PARAM_ARRAYS"), abi.MAX_PARAM_ARRAYS)
     check("TFMCU_CONV1X1_FOLDED_MAX_PIXELS", d.get("TFMCU_CONV1X1_FOLDED_MAX_PIXELS"),
           abi.CONV1X1_FOLDED_MAX_PIXELS)
+    check(f"function {abi.CONV1X1_FOLDED_SYMBOL} declared", abi.CONV1X1_FOLDED_SYMBOL in c["functions"], True)
     check("TfmcuStatus", enums.get("TfmcuStatus"), {name: value for name, value, _ in abi.STATUSES})
     check("TfmcuDataType", enums.get("TfmcuDataType"), dict(abi.DATA_TYPES))
     check("TfmcuOpType", enums.get("TfmcuOpType"), {op.enumerator: code for code, op in abi.OPS.items()})
@@ -205,6 +207,8 @@ def _edited(file: str, old: str, new: str, tflm: bool = False) -> list[str]:
     ("<parser>", '"streamed_input"', '"streamed"', True, "option keys"),
     ("<format>", "kPatchStageBlobInput = 1", "kPatchStageBlobInput = 2", True, "kPatchStageBlobInput"),
     ("patch_stage_types.h", "int32_t constants;", "int32_t constants;\n  int32_t extra;", False, "struct TfmcuStageBlob"),
+    ("cmsis_nn/cmsis_nn_backend.h", "void tfmcu_conv1x1_folded_s8(", "void tfmcu_conv1x1_product_s8(", False,
+     "function tfmcu_conv1x1_folded_s8"),
 ])
 def test_the_check_sees_a_change_of_the_c_side_alone(file, old, new, tflm, what):
     problems = _edited(file, old, new, tflm)

@@ -52,6 +52,11 @@ def test_stored_runs_cover_what_the_predictor_promises(data):
         kinds |= {"halo" for f in stages if f["cache_bytes"]} | {"stream" for f in stages if f["stream_bytes"]}
         kinds |= {"several_stages" for _ in [0] if len(stages) > 1}
     assert {"builtin", "custom", "halo", "stream", "several_stages"} <= kinds
+    # the folded 1x1 product's own counts, and its row, on both cores
+    for core in ("cortex-m4", "cortex-m7"):
+        assert any(f.get("folded_insns") for r in data["runs"] if (r["core"], r["kernels"]) == (core, "cmsis_nn")
+                   for f in r["ops"]), core
+        assert data["coefficients"][f"{core}/cmsis_nn"].get("folded"), core
 
 
 def test_features_of_a_stored_model_are_the_stored_ones(data, zoo_tiny_per_tensor):
@@ -61,14 +66,16 @@ def test_features_of_a_stored_model_are_the_stored_ones(data, zoo_tiny_per_tenso
     if not runs:
         pytest.skip("tiny_per_tensor not in the calibration")
     got = latency.op_features(zoo_tiny_per_tensor)
-    want = [{k: v for k, v in f.items() if k != "insns"} for f in runs[0]["ops"]]
+    want = [{k: v for k, v in f.items() if k not in ("insns", "folded_insns")} for f in runs[0]["ops"]]
     assert got == want
 
 
-def test_folded_1x1_calls_of_few_pixels_sum_no_filter_row(zoo_models, monkeypatch):
+def test_folded_1x1_calls_are_priced_by_their_own_product(zoo_models, monkeypatch):
     """A 1x1 convolution's input offset folded into its bias (tfmcu.kernels.ops.fold_input_offset): its stage calls
-    of 2 to CONV1X1_FOLDED_MAX_PIXELS - 1 pixels sum no filter row (cmsis_nn/conv2d_cmsis_nn.c): they leave the
-    layer's "wts"; every other feature is the same as unfolded."""
+    of 2 to CONV1X1_FOLDED_MAX_PIXELS - 1 pixels run the CMSIS-NN backend's own product (cmsis_nn/conv1x1_folded.c).
+    The layer's features are those of the unfolded layer; its "folded" part holds those calls' features and the
+    product's, whose iterations and tail hold every MAC of them; with CMSIS-NN they are priced by the product's row
+    instead of the 1x1 row."""
     from tfmcu.graph.from_tflite import from_tflite
     from tfmcu.kernels import ops
     from tfmcu.plan.regions import schedule
@@ -85,9 +92,23 @@ def test_folded_1x1_calls_of_few_pixels_sum_no_filter_row(zoo_models, monkeypatc
         return next(f for f in latency.op_features(model) if f["type"] == f"custom:{latency.abi.PATCH_STAGE_OP}")
 
     folded, plain = stage_features(True), stage_features(False)
-    assert 0 < sum(lf["wts"] for lf in folded["layers"]) < sum(lf["wts"] for lf in plain["layers"])
+    with_fold = [lf for lf in folded["layers"] if lf.get("folded")]
+    assert with_fold and not any(lf.get("folded") for lf in plain["layers"])
     for a, b in zip(folded["layers"], plain["layers"]):
-        assert {k: v for k, v in a.items() if k != "wts"} == {k: v for k, v in b.items() if k != "wts"}
+        assert {k: v for k, v in a.items() if k != "folded"} == b
+    for lf in with_fold:
+        part, prod = lf["folded"]["layer"], lf["folded"]["product"]
+        assert 0 < part["calls"] <= lf["calls"] and 0 < part["macs"] <= lf["macs"]
+        assert part["macs"] == (16 * prod["pair_iters"] + 8 * prod["odd_iters"] + 4 * prod["chan_iters"]
+                                + prod["tail"])
+    coef = latency.load_calibration()["coefficients"]["cortex-m4/cmsis_nn"]
+    terms = latency.stage_terms(folded, coef, "cmsis_nn")
+    assert terms["cost_folded"] == pytest.approx(sum(latency.folded_cost(lf["folded"]["product"], coef)
+                                                     for lf in with_fold)) and terms["cost_folded"] > 0
+    plain_terms = latency.stage_terms(plain, coef, "cmsis_nn")
+    assert plain_terms["cost_folded"] == 0 and plain_terms["cost_conv"] > terms["cost_conv"]
+    # the portable kernels have no such product: the same terms folded or not
+    assert latency.stage_row_terms(folded, "reference") == latency.stage_row_terms(plain, "reference")
 
 
 def test_fold_input_offset_keeps_every_sum():

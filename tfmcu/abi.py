@@ -32,6 +32,9 @@ MAX_PARAM_ARRAYS = 4  # TFMCU_MAX_PARAM_ARRAYS (tfmcu_common.h)
 # TFMCU_CONV1X1_FOLDED_MAX_PIXELS (cmsis_nn/cmsis_nn_backend.h): a 1x1 convolution whose input offset the packer
 # folded into its bias (input_offset 0) runs its CMSIS-NN backend calls of fewer pixels without per-call filter sums
 CONV1X1_FOLDED_MAX_PIXELS = 16
+# That product's function (cmsis_nn/conv1x1_folded.c, declared in cmsis_nn_backend.h): the latency calibration
+# counts the instructions run inside it (benchmarks/latency.py)
+CONV1X1_FOLDED_SYMBOL = "tfmcu_conv1x1_folded_s8"
 
 # TfmcuStatus (tfmcu_common.h): (enumerator, value, what Python says).
 STATUSES = (

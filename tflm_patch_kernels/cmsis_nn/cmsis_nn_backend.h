@@ -24,6 +24,7 @@
 #define TFMCU_PATCH_KERNELS_CMSIS_NN_CMSIS_NN_BACKEND_H_
 
 #include "arm_nn_types.h"
+#include "conv2d.h"
 #include "tfmcu_common.h"
 
 #ifdef __cplusplus
@@ -34,6 +35,11 @@ extern "C" {
  * pixels than this through our product without per-call filter sums (conv2d_cmsis_nn.c), larger ones through
  * CMSIS-NN's; tfmcu/abi.py states the same for the latency predictor. */
 #define TFMCU_CONV1X1_FOLDED_MAX_PIXELS 16
+
+/* That product (conv1x1_folded.c; built with the DSP extension and without Helium): `rows` input pixels of `cols`
+ * int8 by the `out_c` filter rows of `p` (input offset 0), requantized per output channel into `out` (rows x out_c). */
+void tfmcu_conv1x1_folded_s8(const TfmcuConvParams* p, const int8_t* in, int32_t rows, int32_t cols, int32_t out_c,
+                             int8_t* out);
 
 /* The op-table entries (TfmcuOpBackendRunFn / TfmcuOpBackendScratchFn). */
 TfmcuStatus tfmcu_conv2d_cmsis_nn_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top,

@@ -56,6 +56,13 @@ STAGE_KINDS = ("conv", "dw", "other")
 # Ops whose cost is arithmetic over windows (their own rows only); the rest also price ops never measured.
 HEAVY = ("FULLY_CONNECTED", "AVERAGE_POOL_2D", "MAX_POOL_2D", "MEAN", "SOFTMAX")
 STAGE_TERMS = tuple(f"cost_{k}" for k in STAGE_KINDS) + ("calls", "rows", "patches", "cache_bytes", "stream_bytes")
+# The folded 1x1 product's features (cmsis_nn/conv1x1_folded.c), summed over its calls of p pixels, c input and k
+# output channels: inner-loop iterations (4 input channels each) over pairs of pixels and over an odd last pixel,
+# per pair of output channels; those blocks (their setup and requantization); an odd last output channel's
+# iterations and pixels; the input channels beyond a multiple of 4 per output; channel pairs and calls. Its row
+# ("folded" of a core's coefficients) is fitted on the product's own instruction counts.
+FOLDED_FEATURES = ("pair_iters", "odd_iters", "pair_blocks", "odd_blocks", "chan_iters", "chan_pixels", "tail",
+                   "channel_pairs", "calls")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -224,33 +231,28 @@ def _stage(o: dict[str, Any]) -> dict[str, Any]:
         c_in = col_spans[:, li, offs["in_stop"]] - col_spans[:, li, offs["in_start"]]
         boxes = np.outer(np.maximum(r_out, 0), np.maximum(c_out, 0))  # output pixels per patch
         live = boxes > 0
-        pix = float(boxes.sum())
-        n_calls = float(live.sum())
-        rows = float((np.outer(np.maximum(r_out, 0), np.ones(grid_c)) * live).sum())
-        inp = float((np.outer(np.maximum(r_in, 0), np.maximum(c_in, 0)) * live).sum()) * cin
         name = abi.op(code).name
         kh = int(p.get("kernel_h", p.get("filter_h", 1)))
         kw = int(p.get("kernel_w", p.get("filter_w", 1)))
-        out = pix * cout
-        vmacs = vinner = None
-        if code in (abi.OP_CONV, abi.OP_DEPTHWISE):
-            sh, sw, dh, dwl = (int(p[k]) for k in ("stride_h", "stride_w", "dilation_h", "dilation_w"))
-            pb_r = row_spans[:, li, offs["pad_before"]]
-            pb_c = col_spans[:, li, offs["pad_before"]]
-            t_r = np.array([_taps(int(r_in[i]), int(pb_r[i]), kh, sh, dh, int(r_out[i])) for i in range(grid_r)])
-            t_c = np.array([_taps(int(c_in[j]), int(pb_c[j]), kw, sw, dwl, int(c_out[j])) for j in range(grid_c)])
-            vinner = float((np.outer(t_r, t_c) * live).sum()) * cout
-        if code == abi.OP_CONV:
-            groups = int(p.get("groups", 1)) or 1
-            macs, inner = out * kh * kw * cin / groups, out * kh * kw
-            vmacs = vinner * cin / groups
-        elif code == abi.OP_DEPTHWISE:
-            macs, inner = out * kh * kw, out * kh * kw
-            vmacs = vinner
-        elif code in (abi.OP_AVG_POOL, abi.OP_MAX_POOL):
-            macs, inner = 0.0, out * kh * kw
-        else:
-            macs, inner = 0.0, 0.0
+        groups = int(p.get("groups", 1)) or 1
+        # The CMSIS-NN backend's calls (patch_stage.c, cmsis_nn/window_rows.c): one per patch, or one per output row
+        # where its input box is narrower than its buffer, or it writes part of the stage output's rows.
+        t_first = int(o["layer_inputs"][li][0])
+        per_row = np.zeros_like(live)
+        for i in range(grid_r):
+            for j in range(grid_c):
+                per_row[i, j] = live[i, j] and (
+                    (r_in[i] > 1 and c_in[j] != held_cols(t_first, j))
+                    or (int(o["layer_outputs"][li]) == t_out and r_out[i] > 1 and c_out[j] != out_t[1]))
+        call_pixels = np.where(per_row, np.maximum(c_out, 0)[None, :], boxes)  # pixels per kernel call
+        kernel_calls = np.where(per_row, np.maximum(r_out, 0)[:, None], 1) * live  # kernel calls per patch
+        # A 1x1 convolution whose input offset the packer folded into its bias runs its calls of 2 to
+        # CONV1X1_FOLDED_MAX_PIXELS - 1 pixels through the CMSIS-NN backend's own product (cmsis_nn/conv1x1_folded.c):
+        # those calls are the layer's "folded" part, with features of their own (FOLDED_FEATURES).
+        fold = np.zeros_like(live)
+        if (code == abi.OP_CONV and (kh, kw) == (1, 1) and int(p["stride_h"]) == int(p["stride_w"]) == 1
+                and groups == 1 and int(p["input_offset"]) == 0):
+            fold = live & (call_pixels > 1) & (call_pixels < abi.CONV1X1_FOLDED_MAX_PIXELS)
         geometry = None
         if code in (abi.OP_CONV, abi.OP_DEPTHWISE):
             pad = [int(v) for v in layer.get("padding", [0, 0, 0, 0])]
@@ -261,36 +263,60 @@ def _stage(o: dict[str, Any]) -> dict[str, Any]:
                         "cin": cin}
             # every call one output pixel of a 1x1 convolution (a classifier run as one): the CMSIS-NN backend
             # calls the vector-matrix product TFLM's FULLY_CONNECTED calls (conv2d_cmsis_nn.c)
-            geometry["vector"] = (code == abi.OP_CONV and (kh, kw) == (1, 1) and max(pad) == 0 and n_calls > 0
-                                  and pix == n_calls)
-        col = pix * kh * kw * cin / (int(p.get("groups", 1)) or 1) if code == abi.OP_CONV else 0.0
-        # The CMSIS-NN backend's calls (patch_stage.c, cmsis_nn/window_rows.c): one per patch, or one per output row
-        # where its input box is narrower than its buffer, or it writes part of the stage output's rows.
-        t_first = int(o["layer_inputs"][li][0])
-        # A 1x1 convolution whose input offset the packer folded into its bias: its calls of 2 to
-        # CONV1X1_FOLDED_MAX_PIXELS - 1 pixels sum no filter row (cmsis_nn/conv2d_cmsis_nn.c), so they add no "wts"
-        # (their product's few more instructions per MAC than CMSIS-NN's are not a term of their own)
-        folded = (code == abi.OP_CONV and (kh, kw) == (1, 1) and int(p["stride_h"]) == int(p["stride_w"]) == 1
-                  and int(p["input_offset"]) == 0)
-        kernel_calls = 0.0
-        for i in range(grid_r):
-            for j in range(grid_c):
-                if live[i, j]:
-                    per_row = ((r_in[i] > 1 and c_in[j] != held_cols(t_first, j))
-                               or (int(o["layer_outputs"][li]) == t_out and r_out[i] > 1 and c_out[j] != out_t[1]))
-                    calls, pixels = (float(r_out[i]), int(c_out[j])) if per_row else (1.0, int(boxes[i, j]))
-                    if not (folded and 1 < pixels < abi.CONV1X1_FOLDED_MAX_PIXELS):
-                        kernel_calls += calls
-        weights = (kh * kw * (1 if code == abi.OP_DEPTHWISE else cin / (int(p.get("groups", 1)) or 1)) * cout
-                   if code in (abi.OP_CONV, abi.OP_DEPTHWISE) else 0.0)
+            geometry["vector"] = (code == abi.OP_CONV and (kh, kw) == (1, 1) and max(pad) == 0 and live.any()
+                                  and bool((boxes[live] == 1).all()))
+
+        def features(mask: np.ndarray) -> dict[str, float]:
+            """The layer's features over the patches of ``mask``."""
+            pix = float(boxes[mask].sum())
+            n_calls = float(mask.sum())
+            rows = float((np.outer(np.maximum(r_out, 0), np.ones(grid_c)) * mask).sum())
+            inp = float((np.outer(np.maximum(r_in, 0), np.maximum(c_in, 0)) * mask).sum()) * cin
+            out = pix * cout
+            vmacs = vinner = None
+            if code in (abi.OP_CONV, abi.OP_DEPTHWISE):
+                sh, sw_, dh, dwl = (int(p[k]) for k in ("stride_h", "stride_w", "dilation_h", "dilation_w"))
+                pb_r = row_spans[:, li, offs["pad_before"]]
+                pb_c = col_spans[:, li, offs["pad_before"]]
+                t_r = np.array([_taps(int(r_in[i]), int(pb_r[i]), kh, sh, dh, int(r_out[i])) for i in range(grid_r)])
+                t_c = np.array([_taps(int(c_in[j]), int(pb_c[j]), kw, sw_, dwl, int(c_out[j]))
+                                for j in range(grid_c)])
+                vinner = float((np.outer(t_r, t_c) * mask).sum()) * cout
+            if code == abi.OP_CONV:
+                macs, inner = out * kh * kw * cin / groups, out * kh * kw
+                vmacs = vinner * cin / groups
+            elif code == abi.OP_DEPTHWISE:
+                macs, inner = out * kh * kw, out * kh * kw
+                vmacs = vinner
+            elif code in (abi.OP_AVG_POOL, abi.OP_MAX_POOL):
+                macs, inner = 0.0, out * kh * kw
+            else:
+                macs, inner = 0.0, 0.0
+            col = pix * kh * kw * cin / groups if code == abi.OP_CONV else 0.0
+            weights = (kh * kw * (1 if code == abi.OP_DEPTHWISE else cin / groups) * cout
+                       if code in (abi.OP_CONV, abi.OP_DEPTHWISE) else 0.0)
+            return {"macs": macs, "vmacs": macs if vmacs is None else vmacs, "col": col, "inner": inner,
+                    "vinner": inner if vinner is None else vinner, "out": out, "pix": pix, "rows": rows,
+                    "inp": inp, "calls": n_calls, "wts": weights * float(kernel_calls[mask].sum())}
+
+        feats = {"type": name, "geometry": geometry, **features(live)}
         if code == abi.OP_MEAN:  # our sums, not TFLM's MEAN (its row is TFLM's generic Reduce): the light row
-            name = "MEAN_SUMS"
-        feats = {"type": name, "geometry": geometry, "macs": macs, "vmacs": macs if vmacs is None else vmacs,
-                 "col": col, "inner": inner, "vinner": inner if vinner is None else vinner, "out": out,
-                 "pix": pix, "rows": rows, "inp": inp, "calls": n_calls, "wts": weights * kernel_calls}
+            feats["type"] = "MEAN_SUMS"
+        if fold.any():  # the folded calls: the layer's features over them, and their product's own
+            n, px = kernel_calls[fold].astype(float), call_pixels[fold].astype(float)
+            kp, k_odd, c4, c_rest = cout // 2, cout % 2, cin // 4, cin % 4
+            pairs, odd = n * (px // 2), n * (px % 2)
+            feats["folded"] = {
+                "layer": features(fold),
+                "product": {"pair_iters": float(pairs.sum()) * kp * c4, "odd_iters": float(odd.sum()) * kp * c4,
+                            "pair_blocks": float(pairs.sum()) * kp, "odd_blocks": float(odd.sum()) * kp,
+                            "chan_iters": float((n * px).sum()) * k_odd * c4,
+                            "chan_pixels": float((n * px).sum()) * k_odd,
+                            "tail": float((n * px).sum()) * cout * c_rest, "channel_pairs": float(n.sum()) * kp,
+                            "calls": float(n.sum())}}
         layer_feats.append(feats)
-        calls += n_calls
-        rows_total += rows
+        calls += feats["calls"]
+        rows_total += feats["rows"]
         if held is not None:  # the part of the held box a cache restores (then saves for the next patch)
             h_r = held[0][:, li, 1] - held[0][:, li, 0]
             h_c = held[1][:, li, 1] - held[1][:, li, 0]
@@ -350,14 +376,28 @@ def _row_cost(coef: dict[str, Any], row: str, f: dict[str, Any]) -> float:
     return float(sum(c.get(k, 0.0) * f[k] for k in FEATURES))
 
 
+def folded_cost(product: dict[str, float], coef: dict[str, Any]) -> float:
+    """The folded 1x1 product's instructions for its ``product`` features (``FOLDED_FEATURES``)."""
+    c = coef.get("folded", {})
+    return float(sum(c.get(k, 0.0) * product[k] for k in FOLDED_FEATURES))
+
+
 def stage_terms(f: dict[str, Any], coef: dict[str, Any], kernels: str) -> dict[str, float]:
-    """A stage op's terms (``STAGE_TERMS``): its layers' calls priced by the builtin rows, summed per kind."""
+    """A stage op's terms (``STAGE_TERMS``): its layers' calls priced by the builtin rows, summed per kind; the
+    folded 1x1 calls (``folded`` of a layer's features) by the folded product's row instead, in ``cost_folded``
+    (not a fitted term: the row is fitted on the product's own counts)."""
     terms = {t: 0.0 for t in STAGE_TERMS}
+    terms["cost_folded"] = 0.0
     for lf in f["layers"]:
         row = path_of(lf, kernels)
-        if row == "FULLY_CONNECTED":  # the features FULLY_CONNECTED's row is fitted on (_builtin)
-            lf = {**lf, "inner": lf["macs"], "vinner": lf["macs"], "col": 0.0}
-        terms[f"cost_{_kind(lf)}"] += _row_cost(coef, row, lf)
+        parts = [(lf, 1.0)]
+        if lf.get("folded") and kernels == "cmsis_nn":
+            parts.append((lf["folded"]["layer"], -1.0))
+            terms["cost_folded"] += folded_cost(lf["folded"]["product"], coef)
+        for part, sign in parts:
+            if row == "FULLY_CONNECTED":  # the features FULLY_CONNECTED's row is fitted on (_builtin)
+                part = {**part, "inner": part["macs"], "vinner": part["macs"], "col": 0.0}
+            terms[f"cost_{_kind(lf)}"] += sign * _row_cost(coef, row, part)
     for t in ("calls", "rows", "patches", "cache_bytes", "stream_bytes"):
         terms[t] = float(f[t])
     return terms
@@ -383,7 +423,8 @@ def op_cost(f: dict[str, Any], coef: dict[str, Any], kernels: str) -> float:
         s = coef["stage"]
         if coef.get("stage_rows"):
             return float(sum(s.get(t, 0.0) * v for t, v in stage_row_terms(f, kernels).items()))
-        return float(sum(s.get(t, 0.0) * v for t, v in stage_terms(f, coef, kernels).items()))
+        terms = stage_terms(f, coef, kernels)
+        return float(terms["cost_folded"] + sum(s.get(t, 0.0) * v for t, v in terms.items() if t != "cost_folded"))
     return _row_cost(coef, path_of(f, kernels), f)
 
 
@@ -404,6 +445,9 @@ def load_calibration(path: str = CALIBRATION_FILE) -> dict[str, Any]:
             m = models[r["variant"]]
             r["zoo_model"], r["model_sha1"] = m["zoo_model"], m["model_sha1"]
             r["ops"] = [{**f, "insns": n} for f, n in zip(json.loads(json.dumps(m["ops"])), r.pop("op_insns"))]
+            for f, n in zip(r["ops"], r.pop("op_folded_insns", [])):
+                if n is not None:
+                    f["folded_insns"] = n
     return data
 
 
@@ -411,11 +455,15 @@ def save_calibration(data: dict[str, Any], path: str = CALIBRATION_FILE) -> None
     """Writes ``data`` (as ``load_calibration`` returns it) with each model's features stored once."""
     out = {k: v for k, v in data.items() if k != "runs"}
     out["models"], out["runs"] = {}, []
+    per_run = ("insns", "folded_insns")  # measured by the run; the rest are the model's features
     for r in data.get("runs", []):
-        ops = [{k: v for k, v in f.items() if k != "insns"} for f in r["ops"]]
+        ops = [{k: v for k, v in f.items() if k not in per_run} for f in r["ops"]]
         out["models"][r["variant"]] = {"zoo_model": r["zoo_model"], "model_sha1": r["model_sha1"], "ops": ops}
-        out["runs"].append({**{k: v for k, v in r.items() if k not in ("ops", "zoo_model", "model_sha1")},
-                            "op_insns": [f["insns"] for f in r["ops"]]})
+        run = {**{k: v for k, v in r.items() if k not in ("ops", "zoo_model", "model_sha1")},
+               "op_insns": [f["insns"] for f in r["ops"]]}
+        if any("folded_insns" in f for f in r["ops"]):
+            run["op_folded_insns"] = [f.get("folded_insns") for f in r["ops"]]
+        out["runs"].append(run)
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
         json.dump(out, fh, indent=None, separators=(",", ":"), sort_keys=True)
@@ -549,10 +597,21 @@ def fit(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 b = np.array([f["insns"] for f in stages], dtype=float)
                 coef["stage"] = {t: float(v) for t, v in zip(used, _nnls(a, b)) if v}
             elif stages:
+                # the folded 1x1 product's row, on its own counts (the instructions run inside it, per stage op)
+                counted = [f for f in stages if f.get("folded_insns") and any(lf.get("folded") for lf in f["layers"])]
+                if counted:
+                    a = np.array([[sum(lf["folded"]["product"][k] for lf in f["layers"] if lf.get("folded"))
+                                   for k in FOLDED_FEATURES] for f in counted], dtype=float)
+                    used = [k for i, k in enumerate(FOLDED_FEATURES) if a[:, i].any()]
+                    x = _nnls(a[:, [FOLDED_FEATURES.index(k) for k in used]],
+                              np.array([f["folded_insns"] for f in counted], dtype=float))
+                    coef["folded"] = {k: float(v) for k, v in zip(used, x) if v}
                 terms = [stage_terms(f, coef, kernels) for f in stages]
                 used = [t for t in STAGE_TERMS if any(tm[t] for tm in terms)]
                 a = np.array([[tm[t] for t in used] for tm in terms], dtype=float)
-                b = np.array([f["insns"] for f in stages], dtype=float)
+                # what the stage runs besides the folded product (measured where counted, else its row's price)
+                b = np.array([f["insns"] - (f["folded_insns"] if "folded_insns" in f else tm["cost_folded"])
+                              for f, tm in zip(stages, terms)], dtype=float)
                 coef["stage"] = {t: float(v) for t, v in zip(used, _nnls(a, b))}
             # the Invoke beyond its ops: TFLM's loop over the ops and the profiler hook
             n = np.array([[1.0, len(r["ops"])] for r in rs])

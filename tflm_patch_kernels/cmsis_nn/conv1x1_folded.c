@@ -1,0 +1,124 @@
+/* A folded 1x1 convolution's product (DSP extension, no Helium): see tfmcu_conv1x1_folded_s8 below. Its own
+ * translation unit, so that it stays one function the latency calibration can count (benchmarks/latency.py runs the
+ * instruction counter over its address range). */
+#include "cmsis_nn/cmsis_nn_backend.h"
+
+#include "arm_nnsupportfunctions.h"
+
+#if defined(ARM_MATH_DSP) && !defined(ARM_MATH_MVEI)
+/* The output quantization of one layer, read once (the output stores could alias the params otherwise). */
+typedef struct {
+  int32_t offset, act_min, act_max;
+} TfmcuOutQuant;
+
+static inline int8_t tfmcu_requantize_s8(int32_t acc, int32_t multiplier, int32_t shift, TfmcuOutQuant q) {
+  int32_t v = arm_nn_requantize(acc, multiplier, shift) + q.offset;
+  v = v < q.act_min ? q.act_min : v;
+  return (int8_t)(v > q.act_max ? q.act_max : v);
+}
+
+/* The odd last output channel `k` of every pixel. */
+static void tfmcu_conv1x1_folded_channel(const TfmcuConvParams* p, TfmcuOutQuant q, const int8_t* in, int32_t rows,
+                                         int32_t cols, int32_t out_c, int32_t k, int8_t* out) {
+  const int8_t* w = p->filter + k * cols;
+  const int32_t bias = p->bias != NULL ? p->bias[k] : 0;
+  const int32_t multiplier = p->output_multiplier[k], shift = p->output_shift[k];
+  for (int32_t r = 0; r < rows; ++r) {
+    const int8_t* x = in + r * cols;
+    int32_t acc = bias;
+    int32_t c = 0;
+    for (; c + 4 <= cols; c += 4) {
+      const int32_t wv = arm_nn_read_s8x4(w + c), xv = arm_nn_read_s8x4(x + c);
+      acc = SMLAD(SXTB16_RORn(xv, 8), SXTB16_RORn(wv, 8), SMLAD(SXTB16(xv), SXTB16(wv), acc));
+    }
+    for (; c < cols; ++c) {
+      acc += x[c] * w[c];
+    }
+    out[r * out_c + k] = tfmcu_requantize_s8(acc, multiplier, shift, q);
+  }
+}
+
+/* A 1x1 convolution with unit stride whose input offset the packer folded into its bias (bias + input offset x the
+ * filter row's sum, input_offset 0: tfmcu/kernels/ops.py): the matrix product of `rows` input pixels (each `cols`
+ * int8) by `out_c` filter rows, requantized per output channel. CMSIS-NN's arm_nn_mat_mult_nt_t_s8 sums every
+ * filter row for the input offset on each call (about 3.5 instructions per weight), which a patch stage repeats for
+ * every patch and, on a box narrower than its tensor, every row; here the sums are in the bias, made once offline.
+ * Its inner loop takes about 6% more instructions per MAC than CMSIS-NN's (QEMU counts, arm-none-eabi-gcc -O2), so
+ * it runs the calls of fewer than TFMCU_CONV1X1_FOLDED_MAX_PIXELS pixels, where the sums cost more than that; larger
+ * calls go to CMSIS-NN (whose sums then add 0). The same integer arithmetic and requantization (bit-exact), and the
+ * same order of reads and writes as CMSIS-NN's DSP product (per pair of output channels every input pixel, in pairs
+ * of pixels; then an odd last channel), so the in-place distances of CMSIS-NN's 1x1 path hold. */
+void tfmcu_conv1x1_folded_s8(const TfmcuConvParams* p, const int8_t* in, int32_t rows, int32_t cols, int32_t out_c,
+                             int8_t* out) {
+  const TfmcuOutQuant q = {p->output_offset, p->act_min, p->act_max};
+  const int8_t* filter = p->filter;
+  const int32_t* bias = p->bias;
+  int32_t k = 0;
+  for (; k + 2 <= out_c; k += 2) {
+    const int8_t* w0 = filter + k * cols;
+    const int32_t b0 = bias != NULL ? bias[k] : 0;
+    const int32_t b1 = bias != NULL ? bias[k + 1] : 0;
+    const int32_t m0 = p->output_multiplier[k], s0 = p->output_shift[k];
+    const int32_t m1 = p->output_multiplier[k + 1], s1 = p->output_shift[k + 1];
+    int32_t r = 0;
+    for (; r + 2 <= rows; r += 2) {
+      /* two pixels x two channels, four values at a time: x and w step along the first pixel and channel, the
+       * second of each is `next` bytes past them */
+      const int8_t* x = in + r * cols;
+      const int8_t* w = w0;
+      const int32_t next = cols - 4;
+      int32_t a00 = b0, a01 = b1, a10 = b0, a11 = b1;
+      int32_t c = 0;
+#pragma GCC unroll 4
+      for (; c + 4 <= cols; c += 4) {
+        const int32_t wv = arm_nn_read_s8x4_ia(&w);
+        const int32_t xv = arm_nn_read_s8x4_ia(&x);
+        const int32_t we = SXTB16(wv), wo = SXTB16_RORn(wv, 8);
+        const int32_t xe = SXTB16(xv), xo = SXTB16_RORn(xv, 8);
+        a00 = SMLAD(xo, wo, SMLAD(xe, we, a00));
+        const int32_t yv = arm_nn_read_s8x4(x + next);
+        const int32_t ye = SXTB16(yv), yo = SXTB16_RORn(yv, 8);
+        a10 = SMLAD(yo, wo, SMLAD(ye, we, a10));
+        const int32_t vv = arm_nn_read_s8x4(w + next);
+        const int32_t ve = SXTB16(vv), vo = SXTB16_RORn(vv, 8);
+        a01 = SMLAD(xo, vo, SMLAD(xe, ve, a01));
+        a11 = SMLAD(yo, vo, SMLAD(ye, ve, a11));
+      }
+      for (; c < cols; ++c, ++x, ++w) {
+        a00 += x[0] * w[0];
+        a01 += x[0] * w[cols];
+        a10 += x[cols] * w[0];
+        a11 += x[cols] * w[cols];
+      }
+      int8_t* o = out + r * out_c + k;
+      o[0] = tfmcu_requantize_s8(a00, m0, s0, q);
+      o[1] = tfmcu_requantize_s8(a01, m1, s1, q);
+      o[out_c] = tfmcu_requantize_s8(a10, m0, s0, q);
+      o[out_c + 1] = tfmcu_requantize_s8(a11, m1, s1, q);
+    }
+    if (r < rows) { /* the odd last pixel, both channels */
+      const int8_t* x = in + r * cols;
+      const int8_t* w = w0;
+      int32_t a0 = b0, a1 = b1;
+      int32_t c = 0;
+      for (; c + 4 <= cols; c += 4) {
+        const int32_t xv = arm_nn_read_s8x4_ia(&x);
+        const int32_t wv = arm_nn_read_s8x4(w + cols);
+        const int32_t vv = arm_nn_read_s8x4_ia(&w);
+        const int32_t xe = SXTB16(xv), xo = SXTB16_RORn(xv, 8);
+        a0 = SMLAD(xo, SXTB16_RORn(vv, 8), SMLAD(xe, SXTB16(vv), a0));
+        a1 = SMLAD(xo, SXTB16_RORn(wv, 8), SMLAD(xe, SXTB16(wv), a1));
+      }
+      for (; c < cols; ++c, ++x, ++w) {
+        a0 += x[0] * w[0];
+        a1 += x[0] * w[cols];
+      }
+      out[r * out_c + k] = tfmcu_requantize_s8(a0, m0, s0, q);
+      out[r * out_c + k + 1] = tfmcu_requantize_s8(a1, m1, s1, q);
+    }
+  }
+  if (k < out_c) {
+    tfmcu_conv1x1_folded_channel(p, q, in, rows, cols, out_c, k, out);
+  }
+}
+#endif
