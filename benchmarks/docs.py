@@ -131,12 +131,15 @@ def targets_table() -> str:
 
 def boards_table() -> str:
     """Every board of ``tfmcu/firmware/boards.json`` with its core, Flash, SRAM regions, QEMU board and console."""
-    md = ["| `--target` | core | Flash | SRAM regions (in bold the firmware's: the stack, .data, .bss and TFLM's arena) | QEMU board "
-          "that runs it | console UART (`--console=uart`) |", "|---|---|---|---|---|---|"]
+    md = ["| `--target` | core | Flash | SRAM regions (in bold the firmware's: the stack, .data, .bss and TFLM's arena; "
+          "_persistent_: TFLM's persistent data when it fits there) | QEMU board that runs it | console UART "
+          "(`--console=uart`) |", "|---|---|---|---|---|---|"]
     for name, b in board_entries().items():
         t = TARGETS.get(name)
         regions = "; ".join((f"**{r['name']} {r['size_kib']} KiB at {r['base']}**" if r["name"] == b["firmware_ram"]
-                             else f"{r['name']} {r['size_kib']} KiB at {r['base']}") for r in b["sram"])
+                             else f"{r['name']} {r['size_kib']} KiB at {r['base']}"
+                             + (" (_persistent_)" if r["name"] == b.get("persistent_ram") else ""))
+                            for r in b["sram"])
         qemu = "-" if t is None else f"`{t.machine}`" + (" (stand-in link)" if t.qemu == "stand-in" else "")
         console = "-" if t is None else (t.console or "none yet")
         core = b["core"] + ("" if t is not None else " (not built for yet)")

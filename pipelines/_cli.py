@@ -113,6 +113,10 @@ def define_firmware_flags() -> None:
             upper_bound=1.0)
     _define("integer", "stack_kib", d.stack_kib, "Stack reserved for the firmware (KiB).", lower_bound=2,
             upper_bound=64)
+    _define("bool", "persistent_apart", d.persistent_apart,
+            "On a board with a region for it (the STM32F405's CCM; boards.json persistent_ram): TFLM's persistent "
+            "data in a buffer of its own there when it fits, the arena in the firmware's RAM then holding only the "
+            "rest. --nopersistent_apart: all of it in the one arena.")
     define_kernels_flag()
     _define("enum", "console", d.console, list(CONSOLES),
             "Where the firmware writes its report: semihosting (QEMU's stdout, or a debugger's console; a board "

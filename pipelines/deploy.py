@@ -41,7 +41,8 @@ def main(argv: Sequence[str]) -> int:
     rep = deploy.deploy(deploy.DeployOptions(tflite=FLAGS.tflite, target=FLAGS.target, out_dir=FLAGS.out_dir,
                                              run=FLAGS.run, inputs=FLAGS.inputs, num_inputs=FLAGS.num_inputs,
                                              seed=FLAGS.seed, margin=FLAGS.margin, stack_kib=FLAGS.stack_kib,
-                                             kernels=FLAGS.kernels, tree=FLAGS.tree, console=FLAGS.console))
+                                             kernels=FLAGS.kernels, tree=FLAGS.tree, console=FLAGS.console,
+                                             persistent_apart=FLAGS.persistent_apart))
     return 1 if rep.fits is False else 0
 
 

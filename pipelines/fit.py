@@ -74,7 +74,8 @@ def main(argv: Sequence[str]) -> int:
                        objective=FLAGS.objective,
                        max_latency=FLAGS.max_latency, stream_input=FLAGS.stream_input, run=FLAGS.run,
                        inputs=FLAGS.inputs, num_inputs=FLAGS.num_inputs, seed=FLAGS.seed, margin=FLAGS.margin,
-                       stack_kib=FLAGS.stack_kib, patch_options=_cli.grids(), max_mac_overhead=FLAGS.max_mac_overhead,
+                       stack_kib=FLAGS.stack_kib, persistent_apart=FLAGS.persistent_apart, patch_options=_cli.grids(),
+                       max_mac_overhead=FLAGS.max_mac_overhead,
                        max_stages=FLAGS.max_stages, search_seconds=FLAGS.search_seconds,
                        search_workers=FLAGS.search_workers,
                        verify_samples=FLAGS.verify_samples, tree=FLAGS.tree)

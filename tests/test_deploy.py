@@ -216,6 +216,48 @@ def test_a_board_folder_links_with_its_memory(zoo_models, tmp_path):
             assert f"TFMCU_SRAM_BUDGET={TARGETS[board].sram_bytes}" in build
 
 
+def test_persistent_data_apart_in_the_boards_region_for_it(zoo_models, tmp_path):
+    """On the STM32F405 (boards.json: persistent_ram CCM) TFLM's persistent data goes to a buffer of its own in the
+    CCM: the arena is the predicted head + margin, the buffer the tail + margin (the tail with the two buffers'
+    allocators instead of the one arena's), the firmware is built with
+    -DTFMCU_PERSISTENT_BYTES, and QEMU runs a link with the CCM where netduinoplus2 maps RAM (qemu.ld). Not with
+    --nopersistent_apart, nor on a board without such a region."""
+    from tfmcu.firmware.targets import linker_script
+    from tfmcu.plan.arena import mcu_build, predict_model_arena
+
+    _, model = _custom_tiny(zoo_models)
+    path = tmp_path / "m.tflite"
+    path.write_bytes(model)
+    t = TARGETS["stm32f405"]
+    assert t.persistent is not None and t.persistent.name == "CCM" and t.persistent.base == 0x10000000
+    one = predict_model_arena(model, build=mcu_build("reference"))
+    apart = predict_model_arena(model, build=mcu_build("reference"), persistent_apart=True)
+    assert apart.head == one.head and 0 < apart.tail - one.tail <= 12 + 16  # (+ alignment of what follows)
+    items = apart.details["tail_items"]
+    assert {"PersistentArenaBufferAllocator", "NonPersistentArenaBufferAllocator"} <= set(items)
+    assert "SingleArenaBufferAllocator" in one.details["tail_items"] and "SingleArenaBufferAllocator" not in items
+    out = tmp_path / "apart"
+    rep = deploy.prepare(deploy.DeployOptions(str(path), "stm32f405", str(out), kernels="reference"), log=lambda s: 0)
+    a = rep.arena
+    assert a.persistent_region == "CCM" and a.predicted_bytes == apart.total
+    assert (a.predicted_head_bytes, a.predicted_tail_bytes) == (apart.head, apart.tail)
+    assert a.arena_bytes == -(-int(apart.head * 1.02) // 16) * 16
+    assert a.persistent_bytes == -(-int(apart.tail * 1.02) // 16) * 16
+    build = (out / "BUILD").read_text()
+    assert f"-DTFMCU_PERSISTENT_BYTES={a.persistent_bytes}" in build and 'name = "firmware_qemu"' in build
+    qemu_ld = (out / "qemu.ld").read_text()
+    assert re.search(r"CCM \(rw\) : ORIGIN = 0x20020000, LENGTH = 64K", qemu_ld)
+    assert re.search(r"CCM \(rw\) : ORIGIN = 0x10000000, LENGTH = 64K", linker_script(t))  # the board's own
+    expect = json.loads((out / "expect.json").read_text())
+    assert expect["expect_within"]["arena_used_bytes"][0] == apart.total
+    for board, flags in (("stm32f405", dict(persistent_apart=False)), ("cortex-m4", {})):
+        out = tmp_path / f"one-{board}"
+        rep = deploy.prepare(deploy.DeployOptions(str(path), board, str(out), kernels="reference", **flags),
+                             log=lambda s: 0)
+        assert rep.arena.persistent_bytes is None and rep.arena.predicted_bytes == one.total
+        assert "PERSISTENT" not in (out / "BUILD").read_text() and not (out / "qemu.ld").exists()
+
+
 def test_expectation_hash_matches_the_firmware_hash():
     outs = [np.array([1, -2, 3], np.int8), np.array([5, 4, -1], np.int8)]
     e = sources.expectation(outs)

@@ -22,7 +22,7 @@ from tfmcu.graph.from_tflite import from_tflite  # noqa: E402
 from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec  # noqa: E402
 from tfmcu.plan.halo import HaloOptions  # noqa: E402
 from tfmcu.plan.regions import ScheduleError  # noqa: E402
-from tfmcu.plan.search import WIDE_GRIDS, SearchOptions, search  # noqa: E402
+from tfmcu.plan.search import WIDE_GRIDS, SearchOptions, candidates, search  # noqa: E402
 from tfmcu.stage.custom import CustomArenaCost, CustomOptions  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -128,9 +128,40 @@ def test_fit_writes_a_verified_model_and_its_firmware(zoo_models, tmp_path):
     assert written["chosen"] == ch.to_json()  # fit.json keeps its field names
     assert fit.FitReport.from_json(written) == rep and fit.FitReport.from_json(rep.to_json()).to_json() == written
     dep = json.loads((out / "firmware" / "deploy.json").read_text())
-    assert dep["arena"]["predicted_bytes"] == ch.predicted_arena_bytes  # the search's prediction is deploy's
+    assert dep["arena"]["predicted_bytes"] == ch.predicted_total_bytes  # the search's prediction is deploy's
     assert dep == rep.deploy.to_json() and dep["arena"]["host_measured_bytes"] is not None
     assert (out / "fit.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_persistent_tail_apart_counts_only_the_head(zoo_models, tmp_path):
+    """On the STM32F405 TFLM's persistent tail goes to the CCM where it fits (deploy), so the search counts each
+    candidate's head against the SRAM budget (its tail within the CCM's room), and the candidate reports both; with
+    persistent_apart off it counts the one arena. Every candidate's lower bound stays under its cost."""
+    model = tmp_path / "mbv2.tflite"
+    model.write_bytes(zoo_models("mbv2_035_96"))
+    o = fit.FitOptions(model=str(model), target="stm32f405", kernels="reference", patch_options=(3,),
+                       halo_modes=("none",), rest_convs=("tfmcu",))
+    t = get_target("stm32f405")
+    assert fit.persistent_room(o, t) == int(64 * 1024 / 1.02) // 16 * 16 - 16
+    assert fit.persistent_room(dataclasses.replace(o, persistent_apart=False), t) is None
+    assert fit.persistent_room(o, get_target("cortex-m4")) is None
+    data, _ = fit.model_bytes(o, lambda m: None)
+    apart = fit.price(o, data, "mbv2")
+    one = fit.price(dataclasses.replace(o, persistent_apart=False), data, "mbv2")
+    a, b = apart.chosen, one.chosen
+    assert a is not None and b is not None and a.describe == b.describe
+    assert 0 < a.predicted_persistent_bytes <= fit.persistent_room(o, t) and b.predicted_persistent_bytes is None
+    assert a.predicted_arena_bytes < b.predicted_arena_bytes < a.predicted_total_bytes
+    graph = from_tflite(data, name="mbv2")
+    cost = fit.cost_function(o, t, data, graph, apart.budget_bytes)
+    plans = candidates(graph, SearchOptions(patch_options=(3,), rectangular=False, max_mac_overhead=0.3,
+                                            max_stages=1, objective="memory"))
+    for plan in plans[1:6]:
+        ev = cost.evaluate(plan, None)
+        assert cost.lower_bound(plan, None) <= ev.cost
+        d = ev.details  # apart where the tail fits the room, else the one arena
+        assert d["persistent_apart"] == (d["predicted_arena_tail_bytes"] <= fit.persistent_room(o, t))
+        assert ev.cost == d["predicted_arena_head_bytes" if d["persistent_apart"] else "predicted_arena_bytes"]
 
 
 def test_a_model_that_cannot_fit_is_one_line(zoo_models, tmp_path):

@@ -86,6 +86,14 @@ def test_deploy_run_fits_and_equals_tflite(models, tmp_path, target, kernels):
     assert run["arena_used_bytes"] == rep["arena"]["predicted_bytes"]  # exact on Cortex-M, either kernels
     assert len(run["invoke_insns"]) == 4 and min(run["invoke_insns"]) > 1_000_000
     assert run["stack_hwm_bytes"] < rep["stack_bytes"]
+    if target == "stm32f405":  # TFLM's persistent data apart, in the CCM: where QEMU maps it (0x20020000, past the
+        # chip's 128 KiB of SRAM), and in the board's own link at the CCM's address
+        assert rep["arena"]["persistent_region"] == "CCM" and run["persistent_bytes"] == rep["arena"]["persistent_bytes"]
+        assert 0x20020000 <= int(run["persistent_at"], 16) < 0x20030000
+        nm = subprocess.run(["arm-none-eabi-nm", os.path.join(ROOT, "bazel-bin", "external", "tfmcu_fw", "firmware.elf")],
+                            capture_output=True, text=True, check=True).stdout
+        at = next(int(ln.split()[0], 16) for ln in nm.splitlines() if ln.endswith("g_persistentE"))
+        assert 0x10000000 <= at < 0x10010000
 
 
 @pytest.mark.parametrize("board,usart", [("stm32f405", 1), ("nucleo-f446re", 2)])
@@ -117,6 +125,15 @@ def test_deploy_run_on_named_boards(models, tmp_path, board):
     assert rep["run"]["arena_used_bytes"] == rep["arena"]["predicted_bytes"]
     assert ("linked for the QEMU board's memory" in rep["run"]["measured_by"]) == (board == "nucleo-h743zi")
     assert (tmp_path / "fw" / "board.ld").is_file()
+
+
+def test_deploy_run_persistent_apart_off_is_one_arena(models, tmp_path):
+    """--nopersistent_apart: TFLM's persistent data in the one arena (no CCM buffer), as exactly predicted."""
+    _need_bazel()
+    r, rep = _deploy(*models["tiny"], "stm32f405", str(tmp_path / "fw"), "--nopersistent_apart")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "persistent_bytes" not in rep["arena"] and "persistent_bytes" not in rep["run"]
+    assert rep["run"]["arena_used_bytes"] == rep["arena"]["predicted_bytes"]
 
 
 def test_deploy_run_per_layer_does_not_fit_stm32f405(models, tmp_path):

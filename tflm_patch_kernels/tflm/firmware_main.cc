@@ -22,6 +22,7 @@
 // compiled.
 #include <string.h>
 
+#include "tensorflow/lite/micro/micro_allocator.h"
 #include "tensorflow/lite/micro/micro_interpreter.h"
 #include "tensorflow/lite/micro/micro_profiler_interface.h"
 #include "tensorflow/lite/schema/schema_generated.h"
@@ -36,6 +37,12 @@
 namespace {
 
 alignas(16) uint8_t g_arena[TFMCU_ARENA_BYTES];
+#ifdef TFMCU_PERSISTENT_BYTES
+// TFLM's persistent data (tensor and operator records, op data) in a buffer of its own, in the section the board's
+// linker script places in a second RAM region (the STM32F405's CCM): MicroAllocator's two-buffer Create. g_arena
+// then holds only the non-persistent data (the planned tensors and scratch).
+alignas(16) uint8_t g_persistent[TFMCU_PERSISTENT_BYTES] __attribute__((section(".tfmcu_persistent")));
+#endif
 
 // Index of the largest value of an int8 / uint8 / float32 output (the class of a classifier), -1 otherwise.
 int32_t TopClass(const TfLiteTensor* t) {
@@ -133,6 +140,10 @@ int Report(const char* failure, int allocated, uint32_t hash, const int32_t* cla
            size_t arena_used, const int32_t* streamed_rows = nullptr) {
   tfmcu_result_begin("tflm_whole_model");
   tfmcu_result_int("arena_bytes", static_cast<int64_t>(sizeof(g_arena)));
+#ifdef TFMCU_PERSISTENT_BYTES
+  tfmcu_result_int("persistent_bytes", static_cast<int64_t>(sizeof(g_persistent)));
+  tfmcu_result_hex32("persistent_at", static_cast<uint32_t>(reinterpret_cast<uintptr_t>(g_persistent)));
+#endif
   tfmcu_result_int("model_bytes", static_cast<int64_t>(g_tfmcu_model_len));
   tfmcu_result_int("allocated", allocated);
   if (failure != nullptr) {
@@ -270,7 +281,14 @@ int main(void) {
 #ifdef TFMCU_PROFILE_OPS
   g_profile = &stage_region;
 #endif
+#ifdef TFMCU_PERSISTENT_BYTES
+  tflite::MicroAllocator* allocator =
+      tflite::MicroAllocator::Create(g_persistent, sizeof(g_persistent), g_arena, sizeof(g_arena));
+  if (allocator == nullptr) return Report("MicroAllocator::Create failed", 0, 0, nullptr, 0, 0);
+  tflite::MicroInterpreter interpreter(model, *resolver, allocator, nullptr, &stage_region);
+#else
   tflite::MicroInterpreter interpreter(model, *resolver, g_arena, sizeof(g_arena), nullptr, &stage_region);
+#endif
   if (interpreter.AllocateTensors() != kTfLiteOk) {
     return Report("AllocateTensors failed: the model does not fit the TFMCU_ARENA_BYTES arena (see TFLM's message)",
                   0, 0, nullptr, 0, 0);

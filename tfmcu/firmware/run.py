@@ -74,6 +74,8 @@ class FirmwareRun(Record):
     outputs_equal_tflite: bool = present(_allocated, default=False)
     streamed_rows_read: list[int] | None = optional()
     detections: list[list[list[int]]] | None = optional()  # a detector's, as the firmware printed them
+    persistent_bytes: int | None = optional()  # TFLM's persistent buffer apart from the arena (its size)
+    persistent_at: str | None = optional()  # and its address, "0x..." (in the board's persistent_ram region)
 
     @property
     def instructions(self) -> int | None:
@@ -98,7 +100,7 @@ def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: 
     out = os.path.abspath(out_dir)
     log(f"deploy: bazel build @{REPO}//:firmware for {t.name} (TFLM is compiled the first time: minutes) ...")
     # a board QEMU runs through a stand-in link (targets.Target.qemu): both links, the board's decides what fits
-    run_name = "firmware_qemu" if t.qemu == "stand-in" else "firmware"
+    run_name = "firmware_qemu" if t.qemu == "stand-in" or os.path.exists(os.path.join(out, "qemu.ld")) else "firmware"
     cmd = ["bazel", "build", "--noshow_progress", f"--override_repository={REPO}={out}", f"@{REPO}//:firmware",
            *([f"@{REPO}//:{run_name}"] if run_name != "firmware" else []),
            "//tools/qemu:libinsn_count.so"]
@@ -148,10 +150,13 @@ def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: 
         return FirmwareRun(**figures, tflm_missing_bytes=int(m.group(3)) if m else None), False, verdict
     if rep["problems"]:
         raise DeployError(f"firmware on {t.machine}: {'; '.join(rep['problems'])}")
-    run = FirmwareRun(**figures, outputs_equal_tflite=True, streamed_rows_read=res.get("streamed_rows_read"))
+    run = FirmwareRun(**figures, outputs_equal_tflite=True, streamed_rows_read=res.get("streamed_rows_read"),
+                      persistent_bytes=res.get("persistent_bytes"), persistent_at=res.get("persistent_at"))
     psram = rep["sizes"].get("psram", 0)
+    apart = (f" ({arena_bytes:,} B in {t.ram.name}, TFLM's persistent data in a {res['persistent_bytes']:,} B buffer in "
+             f"{t.persistent_ram} at {res['persistent_at']})" if res.get("persistent_bytes") else "")
     verdict = (f"fits {t.name}: arena {res['arena_used_bytes']:,} B used (predicted {predicted_bytes:,}"
-               f" B), RAM {res['ram_static'] + res['stack_size']:,} of {t.sram_bytes:,} B, Flash "
+               f" B){apart}, RAM {res['ram_static'] + res['stack_size']:,} of {t.sram_bytes:,} B, Flash "
                f"{rep['sizes']['flash']:,} of {t.flash_bytes:,} B"
                + (f" + the model's {psram:,} B in external memory (PSRAM)" if psram else "")
                + f"; outputs equal TF Lite's on {len(regions)} inputs"

@@ -81,6 +81,8 @@ class Target:
     console: str | None = None  # what --console=uart writes to on the board (None: no console UART in its file)
     console_serial: int = 0  # which of the QEMU board's serial ports that UART is
     own_ld: bool = False  # linked with a script made from the build's and the board's memory (linker_script)
+    persistent_ram: str = ""  # the region TFLM's persistent data goes to, in a buffer of its own ("": the arena's)
+    qemu_bases: tuple[tuple[str, int], ...] = ()  # regions the QEMU board maps elsewhere: (name, base there)
 
     @property
     def core(self) -> str:
@@ -90,6 +92,17 @@ class Target:
     @property
     def ram(self) -> Region:
         return next(r for r in self.regions if r.name == self.firmware_ram)
+
+    @property
+    def persistent(self) -> Region | None:
+        """The region of TFLM's persistent data when the board keeps it apart from the arena (None: in the arena)."""
+        return next((r for r in self.regions if r.name == self.persistent_ram), None)
+
+    @property
+    def qemu_link(self) -> bool:
+        """Whether the firmware QEMU runs is linked apart from the board's (``firmware_qemu``): a stand-in board, or
+        a region the QEMU board maps elsewhere (the persistent buffer's, when the firmware has one)."""
+        return self.qemu == "stand-in" or bool(self.qemu_bases)
 
 
 def _kib(entry: dict, where: str) -> Region:
@@ -115,10 +128,20 @@ def _board(name: str, b: dict) -> tuple[Target | None, str]:
     if build.core != b["core"]:
         raise ValueError(f"{where}: core {b['core']} but runs_on {build.key} builds for {build.core}")
     ram = next(r for r in regions if r.name == b["firmware_ram"])
+    persistent = str(b.get("persistent_ram") or "")
+    if persistent and (persistent == ram.name or persistent not in [r.name for r in regions]):
+        raise ValueError(f"{where}: persistent_ram {persistent!r} must be another of its sram regions")
+    try:
+        qemu_bases = tuple((str(k), int(str(v), 16)) for k, v in (b.get("qemu_bases") or {}).items())
+    except ValueError:
+        raise ValueError(f"{where}: qemu_bases maps region names to hex addresses") from None
+    if any(k not in [r.name for r in regions] for k, _ in qemu_bases):
+        raise ValueError(f"{where}: qemu_bases names a region the board does not have")
     t = Target(name, build.key, build.machine, build.platform, str(b.get("board_file") or build.board), build.ld,
                ram.bytes, flash.bytes, str(b["what"]), flash=flash, regions=regions, firmware_ram=ram.name,
                qemu=str(b["qemu"]), console=b.get("console") if build.console else None,
-               console_serial=int(b.get("console_serial", 0)), own_ld=name not in BUILDS_BY_NAME)
+               console_serial=int(b.get("console_serial", 0)), own_ld=name not in BUILDS_BY_NAME,
+               persistent_ram=persistent, qemu_bases=qemu_bases)
     return t, str(b["core"])
 
 
@@ -159,21 +182,26 @@ def get_target(name: str) -> Target:
     return t
 
 
-def linker_script(t: Target) -> str:
+def linker_script(t: Target, qemu: bool = False) -> str:
     """The board's linker script: its build's (tflm_patch_kernels/firmware/<ld>) with the MEMORY block holding the
-    board's Flash and its firmware RAM region (the other regions listed in a comment, unused by the link)."""
+    board's Flash and its firmware RAM region (the other regions listed in a comment, unused by the link, but those
+    the build's script names, e.g. the STM32F405's CCM). ``qemu``: the link QEMU runs, with the regions the QEMU
+    board maps elsewhere (``qemu_bases``) at their QEMU addresses."""
     with open(os.path.join(FIRMWARE_DIR, t.ld)) as f:
         text = f.read()
     m = re.search(r"MEMORY\s*\{[^}]*\}", text)
     if m is None:
         raise ValueError(f"{t.ld}: no MEMORY block")
     ram = t.ram
-    others = "".join(f"\n *   {r.name} {r.bytes // KIB} KiB at 0x{r.base:08x} ({r.what})" for r in t.regions
-                     if r.name != ram.name)
+    others = "".join(f"\n *   {r.name} {r.bytes // KIB} KiB at 0x{r.base:08x} ({r.what})"
+                     + (": TFLM's persistent data (.tfmcu_persistent)" if r.name == t.persistent_ram else "")
+                     for r in t.regions if r.name != ram.name)
     header = (f"/* {t.name}: {t.what}. Made by tfmcu deploy from {t.ld} with the board's memory: Flash "
               f"{t.flash.bytes // KIB} KiB at 0x{t.flash.base:08x}; {ram.name} {ram.bytes // KIB} KiB at "
               f"0x{ram.base:08x} ({ram.what}): stack, .data, .bss."
-              + (f" Other regions, unused by this link:{others}" if others else "") + " */\n")
+              + (f" Other regions:{others}" if others else "")
+              + (f" Linked for QEMU {t.machine}: {', '.join(n for n, _ in t.qemu_bases)} where it maps them."
+                 if qemu and t.qemu_bases else "") + " */\n")
     lines = [f"    FLASH (rx) : ORIGIN = 0x{t.flash.base:08X}, LENGTH = {t.flash.bytes // KIB}K",
              f"    RAM (rwx)  : ORIGIN = 0x{ram.base:08X}, LENGTH = {ram.bytes // KIB}K"]
     by_name = {r.name: r for r in t.regions}
@@ -182,7 +210,10 @@ def linker_script(t: Target) -> str:
         if name in ("FLASH", "RAM"):
             continue
         r = by_name.get(name)  # a region the build's script names (the STM32F405's CCM): the board's, or none
-        lines.append(f"    {name} ({attrs}) : ORIGIN = 0x{r.base:08X}, LENGTH = {r.bytes // KIB}K" if r is not None
-                     else f"    {name} ({attrs}) : ORIGIN = {origin}, LENGTH = 0  /* not on this board */")
+        base = dict(t.qemu_bases).get(name) if qemu else None
+        where = f"  /* the board's 0x{r.base:08X}, where QEMU {t.machine} maps it */" if base is not None else ""
+        base = r.base if base is None and r is not None else base
+        lines.append(f"    {name} ({attrs}) : ORIGIN = 0x{base:08X}, LENGTH = {r.bytes // KIB}K{where}"
+                     if r is not None else f"    {name} ({attrs}) : ORIGIN = {origin}, LENGTH = 0  /* not on this board */")
     memory = "MEMORY\n{\n" + "\n".join(lines) + "\n}"
     return header + text[:m.start()] + memory + text[m.end():]

@@ -104,6 +104,9 @@ class DeployOptions:
     kernels: str = DEFAULT_KERNELS  # TFLM's CMSIS-NN kernels + the executor's CMSIS-NN backend, or "reference"
     tree: str | None = None  # also write the firmware as a plain CMake source tree here (docs/tree.md)
     console: str = "semihosting"  # where the firmware reports: semihosting (a debugger, QEMU) or "uart" (the board's)
+    # TFLM's persistent data in a buffer of its own in the board's region for it (Target.persistent_ram, the STM32F405's
+    # CCM) where it fits there; False: all of it in the one arena
+    persistent_apart: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,6 +118,12 @@ class DeployArena(Record):
     margin: float
     arena_bytes: int
     host_measured_bytes: int | None  # TFLM on this host; None with ``run`` (measured on the target instead)
+    # A board with a region for TFLM's persistent data (``Target.persistent_ram``, the STM32F405's CCM) where it fits
+    # there: the arena holds only the predicted head (x (1 + margin)), the persistent buffer the tail (x (1 + margin))
+    persistent_bytes: int | None = optional()
+    persistent_region: str | None = optional()
+    predicted_head_bytes: int | None = optional()
+    predicted_tail_bytes: int | None = optional()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -239,8 +248,9 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> DeployRepor
         raise DeployError(f"{o.tflite}: TFLM on this host differs from TF Lite; run `verify` first")
     host_arena = None if ref.arena is None else ref.arena.total
     build = mcu_build(o.kernels)
-    pred = predict_model_arena(model, build=build, stage=stages if o.kernels == "cmsis_nn" else None)
-    arena = -(-int(pred.total * (1 + o.margin)) // 16) * 16
+    pred, persistent = persistent_split(model, t, build, stages if o.kernels == "cmsis_nn" else None, o.margin,
+                                        o.persistent_apart)
+    arena = -(-int((pred.head if persistent else pred.total) * (1 + o.margin)) // 16) * 16
     stack = o.stack_kib * 1024
     slots = detector_slots_for(detector, info, len(samples))
     static = STATIC_ESTIMATE + detector_static_bytes(slots)
@@ -273,7 +283,10 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> DeployRepor
         model_bytes=len(model),
         arena=DeployArena(predicted_bytes=pred.total,
                           predicted_by=f"tfmcu.plan.arena, TFLM build {build!r} (32-bit structs, MicroAllocator)",
-                          margin=o.margin, arena_bytes=arena, host_measured_bytes=host_arena),
+                          margin=o.margin, arena_bytes=arena, host_measured_bytes=host_arena,
+                          **(dict(persistent_bytes=persistent, persistent_region=t.persistent_ram,
+                                  predicted_head_bytes=pred.head, predicted_tail_bytes=pred.tail)
+                             if persistent else {})),
         stack_bytes=stack, flash=flash,
         estimate=RamEstimate(
             ram_bytes=ram_estimate, sram_bytes=t.sram_bytes, fits=ram_estimate <= t.sram_bytes and flash.fits,
@@ -283,17 +296,36 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> DeployRepor
         detector=det, streamed_input=streamed)
     files = folder_files(model, ops, xs, outs[0].nbytes, comment, t, arena, stack, o.kernels, o.tflite, stream=rows,
                          external=flash.model_in == "external",
-                         detector_slots=slots, console=o.console)
+                         detector_slots=slots, console=o.console, persistent=persistent)
     files["expect.json"] = json.dumps({"expect": want,
                                        "expect_within": {"arena_used_bytes": [pred.total, 0.01]}}, indent=1) + "\n"
     files["deploy.json"] = json.dumps(report.to_json(), indent=1) + "\n"
     write_folder(o.out_dir, files)
-    log(f"deploy: wrote {o.out_dir}/ (arena {arena:,} B = predicted {pred.total:,} B + {o.margin:.0%}; "
+    if persistent:
+        log(f"deploy: TFLM's persistent data apart, in {t.persistent_ram}: {persistent:,} B = predicted tail "
+            f"{pred.tail:,} B + {o.margin:.0%} (the arena in {t.ram.name}: predicted head {pred.head:,} B + "
+            f"{o.margin:.0%})")
+    log(f"deploy: wrote {o.out_dir}/ (arena {arena:,} B = predicted {pred.head if persistent else pred.total:,} B "
+        f"+ {o.margin:.0%}; "
         f"estimated RAM {ram_estimate:,} B of {t.sram_bytes:,} B: "
         f"{'fits' if ram_estimate <= t.sram_bytes else 'does not fit'})")
     if flash.note:
         log(f"deploy: {flash.note}")
     return report
+
+
+def persistent_split(model, t: Target, build: str, stage, margin: float, apart: bool = True):
+    """TFLM's predicted arena for ``model`` on ``t`` and the persistent buffer's bytes: on a board with a region for
+    TFLM's persistent data (``Target.persistent_ram``) where the tail x (1 + margin), rounded up to 16 bytes, fits, the
+    prediction with the tail apart (``persistent_apart``) and that size; else (or not ``apart``) the one arena's
+    prediction and 0."""
+    region = t.persistent
+    if region is not None and apart:
+        apart = predict_model_arena(model, build=build, stage=stage, persistent_apart=True)
+        size = -(-int(apart.tail * (1 + margin)) // 16) * 16
+        if size <= region.bytes:
+            return apart, size
+    return predict_model_arena(model, build=build, stage=stage), 0
 
 
 def flash_estimate(t: Target, model_bytes: int, inputs_bytes: int) -> FlashEstimate:

@@ -81,6 +81,7 @@ class FitOptions:
     seed: int = 0
     margin: float = _DEPLOY.margin
     stack_kib: int = _DEPLOY.stack_kib
+    persistent_apart: bool = _DEPLOY.persistent_apart
     patch_options: tuple[int, ...] = WIDE_GRIDS  # patches per side (square grids; row bands in stage plans)
     max_mac_overhead: float | None = None
     max_stages: int | None = None  # patch stages anywhere (stage plans), at most this many (None: any number)
@@ -103,10 +104,16 @@ class FitCandidate(Record):
     patch_blocks: int | None
     stages: int
     config: str | None  # the configuration (halo caches, the rest's convolutions)
-    predicted_arena_bytes: int
+    predicted_arena_bytes: int  # in the budget's region: with the tail apart, the head alone
     predicted_instructions: int | None
     mac_overhead: float
     macs: int
+    predicted_persistent_bytes: int | None = optional()  # TFLM's persistent tail apart (Target.persistent_ram)
+
+    @property
+    def predicted_total_bytes(self) -> int:
+        """What the firmware's arena_used_bytes counts: the arena and, apart, the persistent tail."""
+        return self.predicted_arena_bytes + (self.predicted_persistent_bytes or 0)
 
     @classmethod
     def of(cls, ev: Evaluation) -> "FitCandidate":
@@ -117,7 +124,9 @@ class FitCandidate(Record):
                    config=ev.variant_label, predicted_arena_bytes=ev.cost, predicted_instructions=ev.instructions,
                    mac_overhead=ev.details.get("mac_overhead_exact", c.mac_overhead),
                    macs=int(round(c.macs / (1 + c.mac_overhead) * (1 + ev.details.get("mac_overhead_exact",
-                                                                                      c.mac_overhead)))))
+                                                                                      c.mac_overhead)))),
+                   predicted_persistent_bytes=(ev.details.get("predicted_arena_tail_bytes")
+                                               if ev.details.get("persistent_apart") else None))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,6 +246,13 @@ def arena_budget(o: FitOptions, t: Target) -> int:
     return int(room / (1 + o.margin)) // 16 * 16 - 16
 
 
+def persistent_room(o: FitOptions, t: Target) -> int | None:
+    """The predicted persistent tail a candidate may keep in the board's region for it (``Target.persistent_ram``:
+    deploy puts it there when the tail x (1 + margin), rounded up to 16 bytes, fits); None: no such region."""
+    region = t.persistent
+    return None if region is None or not o.persistent_apart else int(region.bytes / (1 + o.margin)) // 16 * 16 - 16
+
+
 def model_bytes(o: FitOptions, log: Callable[[str], None]) -> tuple[bytes, str]:
     """The int8 .tflite of ``o.model`` and a note on where it came from: a .tflite as it is; a Keras file converted
     to full int8, calibrated on ``o.calibration_data`` or else on seeded random inputs (the arena and instructions
@@ -300,7 +316,8 @@ def _holds(ev: Evaluation) -> str:
     head, tail = d.get("predicted_arena_head_bytes"), d.get("predicted_arena_tail_bytes")
     if head is None or tail is None:
         return ""
-    return f" (activations and scratch {head:,} B, TFLM's persistent tail {tail:,} B)"
+    apart = " apart" if d.get("persistent_apart") else ""
+    return f" (activations and scratch {head:,} B, TFLM's persistent tail{apart} {tail:,} B)"
 
 
 def run(o: FitOptions, log: Callable[[str], None] = print, progress: Progress | None = None) -> FitReport:
@@ -314,8 +331,9 @@ def run(o: FitOptions, log: Callable[[str], None] = print, progress: Progress | 
                          f"{t.name}'s Flash ({t.flash_bytes:,} B); no configuration can fit it")
     budget = arena_budget(o, t)
     log(f"fit: {where} on the {t.name} ({t.core}, {o.kernels} kernels): predicted arena budget {budget:,} B "
-        f"(RAM {t.sram_bytes:,} B - stack {o.stack_kib} KiB - {STATIC_ESTIMATE} B static, / (1 + {o.margin:g})); "
-        f"objective {o.objective}" + (f" within {o.max_latency:g}x the per-layer instructions"
+        f"(RAM {t.sram_bytes:,} B - stack {o.stack_kib} KiB - {STATIC_ESTIMATE} B static, / (1 + {o.margin:g}))"
+        + (f", TFLM's persistent data apart in {t.persistent_ram} when it fits {persistent_room(o, t):,} B (its "
+           f"head alone then counts)" if persistent_room(o, t) is not None else "") + f"; objective {o.objective}" + (f" within {o.max_latency:g}x the per-layer instructions"
                                       if o.objective == "memory" else "") + " ...")
     res = _search(o, t, data, name, budget, progress)
     if not res.feasible:
@@ -394,7 +412,7 @@ def cost_function(o: FitOptions, t: Target, data: bytes, graph: ir.Graph, budget
         return predict_instructions(model, t.core, o.kernels).instructions
 
     return CustomArenaCost(data, graph, o.model, configs=configurations(o), count_input=True, budget=budget,
-                           build=mcu_build(o.kernels), instructions=instructions)
+                           build=mcu_build(o.kernels), instructions=instructions, persistent_room=persistent_room(o, t))
 
 
 def _finish(o: FitOptions, t: Target, data: bytes, origin: str, res: SearchResult, chosen: Evaluation, stage: str,
@@ -418,7 +436,7 @@ def _finish(o: FitOptions, t: Target, data: bytes, origin: str, res: SearchResul
     dep = deploy(DeployOptions(tflite=chosen_path, target=o.target, out_dir=os.path.join(stage, "firmware"),
                                run=o.run, inputs=o.inputs, num_inputs=o.num_inputs, seed=o.seed, margin=o.margin,
                                stack_kib=o.stack_kib, timeout_s=o.timeout_s, kernels=o.kernels,
-                               console=o.console), log=log)
+                               console=o.console, persistent_apart=o.persistent_apart), log=log)
     ch = ChosenCandidate(**dataclasses.asdict(FitCandidate.of(chosen)), patched=patched)
     report = FitReport(
         model=o.model, model_origin=origin, out_dir=o.out_dir, target=t.name, core=t.core, kernels=o.kernels,
@@ -444,7 +462,7 @@ def compare(chosen: FitCandidate, dep: DeployReport) -> FitMeasured:
     run = dep.run
     arena = None if run is None else run.arena_used_bytes
     insn = None if run is None else run.instructions
-    pa, pi = chosen.predicted_arena_bytes, chosen.predicted_instructions
+    pa, pi = chosen.predicted_total_bytes, chosen.predicted_instructions
     return FitMeasured(arena_used_bytes=arena, predicted_arena_bytes=pa,
                        arena_equal=arena == pa if arena is not None else None,
                        invoke_instructions=insn, predicted_instructions=pi,

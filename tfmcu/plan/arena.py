@@ -541,12 +541,19 @@ def _io_tensor(tail: _Tail, t: ir.Tensor) -> None:
 
 
 def predict_tail(graph: ir.Graph, allocs: Sequence[OpAlloc], num_tensors: int,
-                 build: str | TflmBuild = "wheel") -> _Tail:
+                 build: str | TflmBuild = "wheel", persistent_apart: bool = False) -> _Tail:
+    """The persistent allocations. ``persistent_apart``: in a buffer of their own (the firmware's
+    ``MicroAllocator::Create`` of two buffers), which first holds the two buffers' allocators instead of the one
+    arena's."""
     tb = get_build(build)
     tail = _Tail(tb.abi)
     prefix = "Recording" if tb.recording else ""
-    for name in (prefix + "SingleArenaBufferAllocator", "GreedyMemoryPlanner", prefix + "MicroAllocator",
-                 "MicroBuiltinDataAllocator", "SubgraphAllocations"):
+    if persistent_apart and tb.recording:
+        raise ValueError(f"TFLM build {tb.name!r}: the persistent buffer apart is a firmware's (MicroAllocator)")
+    allocators = (("PersistentArenaBufferAllocator", "NonPersistentArenaBufferAllocator") if persistent_apart
+                  else (prefix + "SingleArenaBufferAllocator",))
+    for name in (*allocators, "GreedyMemoryPlanner", prefix + "MicroAllocator", "MicroBuiltinDataAllocator",
+                 "SubgraphAllocations"):
         tail.struct(name)
     tail.struct("TfLiteEvalTensor", EVAL_TENSORS, n=num_tensors)
     if graph.ops:
@@ -572,7 +579,8 @@ def predict_tail(graph: ir.Graph, allocs: Sequence[OpAlloc], num_tensors: int,
 
 
 def predict_arena(graph: ir.Graph, model: TfliteModel | bytes | None = None, count_input: bool = True,
-                  build: str | TflmBuild = "wheel", stage: Any = None) -> ArenaPrediction:
+                  build: str | TflmBuild = "wheel", stage: Any = None,
+                  persistent_apart: bool = False) -> ArenaPrediction:
     """Head, tail and total bytes of TFLM's arena for ``graph`` (see the module docstring).
 
     ``model``: the .tflite ``graph`` was lowered from (parsed, ``tfmcu.tflite.model``, or its bytes), if at hand: its
@@ -584,26 +592,28 @@ def predict_arena(graph: ir.Graph, model: TfliteModel | bytes | None = None, cou
     "wheel", "host", "cortex-m", "cortex-m-cmsis-nn"). ``stage``: for "cortex-m-cmsis-nn" and a custom-mode graph,
     its ``PackedStage`` (``tfmcu.stage.custom.load_custom(model).packed``), whose tiles size the CMSIS-NN kernel
     buffer (without it the op is listed as unmodelled); for several TFMCU_PATCH_STAGE ops, a dict of them by TFLite
-    operator index. Never runs TFLM."""
+    operator index. ``persistent_apart``: the tail in a buffer of its own (the head alone is then the arena's; a
+    firmware build). Never runs TFLM."""
     m = None
     if model is not None:
         m = as_model(model).flatbuffer
         graph = annotate_from_tflite(graph.copy(), m)
-    return _predict(graph, m, count_input, build, stage)
+    return _predict(graph, m, count_input, build, stage, persistent_apart)
 
 
 def predict_model_arena(model: TfliteModel | bytes, build: str | TflmBuild = "wheel", stage: Any = None,
-                        name: str | None = None, count_input: bool = True) -> ArenaPrediction:
+                        name: str | None = None, count_input: bool = True,
+                        persistent_apart: bool = False) -> ArenaPrediction:
     """``predict_arena`` of a .tflite (parsed, ``tfmcu.tflite.model``, or its bytes; or decided by the editor and not
     written: the same prediction as its file's): the graph lowered from it (``tfmcu.graph.from_tflite``; ``name``
     names it in errors), which carries the model's own tensor facts (what ``annotate_from_tflite`` would add), and
     its offline memory plan."""
     model = as_model(model)
-    return _predict(from_model(model, name), model.flatbuffer, count_input, build, stage)
+    return _predict(from_model(model, name), model.flatbuffer, count_input, build, stage, persistent_apart)
 
 
 def _predict(graph: ir.Graph, model: ts.ModelT | None, count_input: bool, build: str | TflmBuild,
-             stage: Any) -> ArenaPrediction:
+             stage: Any, persistent_apart: bool = False) -> ArenaPrediction:
     """``predict_arena`` of a graph that carries its TFLite facts; ``model``: the one it was lowered from, for its
     offline memory plan (None: no model)."""
     tb = get_build(build)
@@ -611,9 +621,10 @@ def _predict(graph: ir.Graph, model: ts.ModelT | None, count_input: bool, build:
     plan = offline_plan.read(model) if model is not None else None
     key, num_tensors, exact = _tensor_order(graph)
     head, buffers = plan_head(graph, allocs, key, offline_offsets(graph, plan), count_input)
-    tail = predict_tail(graph, allocs, num_tensors, tb)
+    tail = predict_tail(graph, allocs, num_tensors, tb, persistent_apart)
     details = {
         "tflm_build": tb.name,
+        "persistent_apart": persistent_apart,
         "num_tensors": num_tensors,
         "tensor_indices": "tflite" if exact else "estimated",
         "num_ops": len(graph.ops),

@@ -457,9 +457,9 @@ def memory_report(data: bytes, where: str = "model") -> dict[str, Any]:
             "predicted": {"arena_total_bytes": p.total, "arena_head_bytes": p.head, "arena_tail_bytes": p.tail}}
 
 
-def _details(p: Any) -> dict[str, int]:
+def _details(p: Any) -> dict[str, Any]:
     return {"predicted_arena_bytes": p.total, "predicted_arena_head_bytes": p.head,
-            "predicted_arena_tail_bytes": p.tail}
+            "predicted_arena_tail_bytes": p.tail, "persistent_apart": bool(p.details.get("persistent_apart"))}
 
 
 REST_CONVS = ("tflm", "tfmcu")
@@ -529,6 +529,11 @@ class CustomArenaCost:
     instructions per Invoke, ``tfmcu.plan.latency``) that every evaluation then carries (``Evaluation.instructions``),
     for the search's ``latency`` objective and ``max_latency``.
 
+    ``persistent_room``: a region of its own for TFLM's persistent data (the bytes a tail may have there, the
+    deploy margin applied; ``Target.persistent_ram``, the STM32F405's CCM): a model whose tail fits it is predicted
+    with the tail apart and costs only its head, the rest what the one arena would (the bytes the budget's region
+    holds, either way).
+
     A plan is priced from the rewritten model as the writer decides it, before any byte is written
     (``RewriteResult.decided``: what the arena and latency predictors read of its file); the model of an evaluation
     is written only when its bytes are asked for (``Evaluation.result.model``: the search's finalists)."""
@@ -538,8 +543,10 @@ class CustomArenaCost:
     def __init__(self, data: bytes, graph: ir.Graph, where: str = "model", *,
                  options: CustomOptions = CustomOptions(), count_input: bool = True, budget: int | None = None,
                  configs: Sequence[CustomOptions] = (), build: str = "wheel",
-                 instructions: Callable[[bytes | TfliteModel], int] | None = None):
+                 instructions: Callable[[bytes | TfliteModel], int] | None = None,
+                 persistent_room: int | None = None):
         self.data, self.graph, self.where = data, graph, where
+        self.persistent_room = persistent_room
         self.options, self.count_input, self.budget = options.validate(), count_input, budget
         configs = {c.validate().label: c for c in configs}  # (one per label)
         self.variants: tuple[CustomOptions | None, ...] = tuple(configs.values()) or (None,)
@@ -583,9 +590,24 @@ class CustomArenaCost:
         return sum(-(-self.graph.tensors[t].nbytes // 16) * 16 for t in self.graph.inputs)
 
     def _predict(self, result: RewriteResult) -> Any:
-        """The arena of the decided model (as its file's would be: ``predict_model_arena``); nothing is written."""
+        """The arena of the decided model (as its file's would be: ``predict_model_arena``); nothing is written. With
+        a ``persistent_room`` the tail goes apart where it fits there."""
         stages = result.stages if get_build(self.build).cmsis_nn else None
-        return predict_model_arena(result.decided, build=self.build, stage=stages)
+        return self._apart(lambda apart: predict_model_arena(result.decided, build=self.build, stage=stages,
+                                                             persistent_apart=apart))
+
+    def _apart(self, predict: Callable[[bool], Any]) -> Any:
+        if self.persistent_room is not None:
+            p = predict(True)
+            if p.tail <= self.persistent_room:
+                return p
+        return predict(False)
+
+    def _cost(self, p: Any, o: CustomOptions, patched: bool = False) -> int:
+        """The cost of a prediction ``p``: the arena's bytes in the budget's region (its head alone when its tail is
+        apart), less the image when it is not counted."""
+        apart = bool(p.details.get("persistent_apart"))
+        return (p.head if apart else p.total) - self._input_bytes(o, patched)
 
     def _image(self, o: CustomOptions) -> str:
         return "streamed" if o.stream_input else ("counted" if self.count_input else "excluded")
@@ -622,9 +644,9 @@ class CustomArenaCost:
         (plan, caches, memory plan, streaming, rest convs) is built and predicted once."""
         o = self.config(variant)
         if not plan.patched:  # the per-layer model in TFLM
-            p = predict_arena(self.graph, model=self.data, build=self.build)
-            return Evaluation(plan, None, p.total - self._input_bytes(o), None, _details(p),
-                              self._instructions(self.data))
+            p = self._apart(lambda apart: predict_arena(self.graph, model=self.data, build=self.build,
+                                                        persistent_apart=apart))
+            return Evaluation(plan, None, self._cost(p, o), None, _details(p), self._instructions(self.data))
         schedules = plan.schedules()
         stream = o.stream_input and plan.stages[0].start == 0
         built: dict[Any, RewriteResult] = {}  # halo caches -> the model: each (plan, caches) rewritten once
@@ -668,7 +690,7 @@ class CustomArenaCost:
                 p = self._predict(result)
             else:
                 p = predict(caches)
-            self._built[key] = (p.total - self._input_bytes(o, stream), result,
+            self._built[key] = (self._cost(p, o, stream), result,
                                 {**_details(p), "ops": result.ops_after, **extra}, self._instructions(result.decided))
         cost, result, details, ins = self._built[key]
         return Evaluation(plan, variant, cost, result, dict(details), ins)
@@ -696,7 +718,7 @@ class CustomArenaCost:
         recompute = predict(None)
         analytic = halo_caches(s).peak(image)
         if self.budget is not None:
-            analytic = self.budget - max(recompute.total - self._input_bytes(o, True) - analytic, 0)
+            analytic = self.budget - max(self._cost(recompute, o, True) - analytic, 0)
         for _ in range(4):
             try:
                 caches = select(s, o.halo, analytic, image)
@@ -704,8 +726,7 @@ class CustomArenaCost:
                 caches = halo_caches(s)
             assert caches is not None
             p = predict(caches)
-            over = (p.head - recompute.head if self.budget is None
-                    else p.total - self._input_bytes(o, True) - self.budget)
+            over = (p.head - recompute.head if self.budget is None else self._cost(p, o, True) - self.budget)
             if over <= 0 or not (caches.cache_rows or caches.cache_cols):
                 break
             analytic -= over
@@ -716,7 +737,8 @@ class CustomArenaCost:
         reads the image (which the configuration may stream: 0). A stage whose caches the configuration chooses:
         its analytic peak (input + stage output + one patch's working set <= input + output + scratch; with the
         caches of an analytic halo mode, their peak), and, for a disjoint plan of the rest, the rest's analytic peak
-        (<= its planned head), on top of the persistent tail of the ops outside the stages."""
+        (<= its planned head), on top of the persistent tail of the ops outside the stages (not with a
+        ``persistent_room``: a tail apart costs nothing)."""
         o = self.config(variant)
         bound, open_stages = 0, plan.open_stages
         for k, seg in enumerate(plan.stages):
@@ -731,7 +753,7 @@ class CustomArenaCost:
                 stage = 0 if h is None else h.stage_peak(self._image(o))  # (the other modes: costly to know)
             if not o.inplace:  # an in-place plan of the rest can go below its analytic peak
                 stage = max(stage, s.rest_peak_bytes)
-            bound = max(bound, stage + self._tail_bound(plan, o))
+            bound = max(bound, stage + (0 if self.persistent_room is not None else self._tail_bound(plan, o)))
         return bound
 
 
