@@ -14,6 +14,8 @@ only the per-layer rows.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
 from typing import Any, Callable
@@ -21,7 +23,7 @@ from typing import Any, Callable
 from tfmcu import abi
 from tfmcu.errors import UsageError
 from tfmcu.files import write_outputs
-from tfmcu.firmware.targets import get_target
+from tfmcu.firmware.targets import TARGETS, get_target
 from tfmcu.flows.deploy import DeployOptions, DeployReport, deploy
 from tfmcu.flows.fit import FitOptions, run as fit_run
 from tfmcu.graph.from_tflite import from_tflite
@@ -67,8 +69,12 @@ def _search() -> dict[str, Any]:
     return {"grids": list(d.patch_options), "max_stages": d.max_stages, "halo_modes": list(d.halo_modes),
             "rest_convs": list(d.rest_convs), "search_seconds": None, "latency_ladder": list(LATENCY_LADDER),
             "plans_per_front": MAX_PLANS_PER_FRONT, "plans_under_cap": MAX_PLANS_UNDER_CAP,
-            # what the patch kernels run (a fit row's instructions change with them)
-            "stage_abi": abi.ABI_VERSION, "conv1x1_folded_max_pixels": abi.CONV1X1_FOLDED_MAX_PIXELS}
+            # what the patch kernels run (a fit row's instructions change with them), the latency predictor's
+            # calibration (the plans a cap admits change with it) and where TFLM's persistent data goes
+            "stage_abi": abi.ABI_VERSION, "conv1x1_folded_max_pixels": abi.CONV1X1_FOLDED_MAX_PIXELS,
+            "latency_coefficients": hashlib.sha1(json.dumps(load_calibration().get("coefficients"),
+                                                            sort_keys=True).encode()).hexdigest()[:12],
+            "persistent_apart": d.persistent_apart}
 
 
 def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CAPS) -> dict[str, Any]:
@@ -129,14 +135,36 @@ def _per_layer(name: str, target: str, path: str, data: bytes, macs: int, work: 
     pred_i = predict_instructions(data, _core(target), "cmsis_nn").instructions
     base = measured_row(name, target, PER_LAYER, None, dep.arena.predicted_bytes, pred_i, dep,
                         macs, len(data))
-    if not dep.fits:  # it does not link for the target: its instructions from the calibration's runs
-        measured = _calibration_invoke(name, _core(target))
+    if not dep.fits:  # it does not link for the target: its instructions on the core's MPS2 board, more SRAM
+        measured = _lifted_invoke(name, path, target, work, log)
         if measured is not None:
             base["instructions"] = measured
             base["instructions_error"] = round(pred_i / measured - 1, 4)
-            base["instructions_from"] = ("QEMU count of the same model with more SRAM (tfmcu/plan/"
-                                         "latency_calibration.json, benchmarks.latency)")
+            base["instructions_from"] = (f"QEMU count of the same per-layer firmware on the "
+                                         f"{get_target(LIFTED[_core(target)]).machine} board of its core "
+                                         f"({_core(target)}) with the SRAM limit lifted")
     return base
+
+
+LIFTED = {"cortex-m4": "cortex-m4", "cortex-m7": "cortex-m7"}  # the core's MPS2 board (4 MiB of SRAM in QEMU)
+
+
+def _lifted_invoke(name: str, path: str, target: str, work: str, log: Callable[[str], None]) -> int | None:
+    """The per-layer firmware of a model that does not fit ``target``, run on its core's MPS2 board with the SRAM
+    limit lifted to the board's 4 MiB: the instructions the target would run (the same core, the same code)."""
+    board = LIFTED.get(_core(target))
+    if board is None:
+        return None
+    t = TARGETS[board]
+    TARGETS[board] = dataclasses.replace(t, sram_bytes=4 * 1024 * 1024)
+    try:
+        dep = deploy(DeployOptions(tflite=path, target=board, run=True,
+                                   out_dir=os.path.join(work, f"{name}_{target}_per_layer_lifted")), log=log)
+    except Exception:  # noqa: BLE001 -- the row says it has no count
+        return None
+    finally:
+        TARGETS[board] = t
+    return dep.run.instructions if dep.fits and dep.run is not None else None
 
 
 def _fitted(name: str, target: str, stream: bool, cap: float | None, what: str, path: str, base: dict[str, Any],
@@ -153,8 +181,11 @@ def _fitted(name: str, target: str, stream: bool, cap: float | None, what: str, 
     except Exception as e:  # noqa: BLE001 -- a row that says why, the bench goes on
         return {"model": name, "target": target, "what": what, "error": str(e).splitlines()[0]}
     ch = rep.chosen
-    row = measured_row(name, target, what, ch.describe, ch.predicted_arena_bytes, ch.predicted_instructions,
+    row = measured_row(name, target, what, ch.describe, ch.predicted_total_bytes, ch.predicted_instructions,
                        rep.deploy, ch.macs, rep.deploy.model_bytes)
+    # TFLM's persistent data in its own buffer (the board's persistent_ram region): its predicted bytes
+    row["persistent_apart_bytes"] = ch.predicted_persistent_bytes
+    row["persistent_region"] = rep.deploy.arena.persistent_region
     # against the per-layer arena measured on the target, or predicted where it does not link there
     ref = base.get("arena_used_bytes") or base["predicted_arena_bytes"]
     row["arena_ratio"] = round(ref / row["arena_used_bytes"], 2) if row.get("arena_used_bytes") else None
@@ -164,13 +195,6 @@ def _fitted(name: str, target: str, stream: bool, cap: float | None, what: str, 
     row["fits"] = None if rep.measured is None else rep.measured.fits
     row["stream_input"] = stream
     return row
-
-
-def _calibration_invoke(name: str, core: str) -> int | None:
-    """The per-layer Invoke count the latency calibration measured for ``name`` (QEMU, CMSIS-NN), if any."""
-    runs = load_calibration().get("runs", [])
-    found = [r["invoke"] for r in runs if r["variant"] == name and r["core"] == core and r["kernels"] == "cmsis_nn"]
-    return found[0] if found else None
 
 
 def _core(target: str) -> str:
@@ -213,7 +237,10 @@ def table(result: dict[str, Any]) -> str:
         err = "-" if r["instructions_error"] is None else f"{100 * r['instructions_error']:+.1f}%"
         ratio = "-" if r.get("arena_ratio") is None else f"{r['arena_ratio']:.2f}x smaller"
         slower = "-" if r.get("instructions_ratio") is None else f"{r['instructions_ratio']:.3f}x"
-        what = r["what"] + (" (does not fit; instructions: calibration run)" if r.get("instructions_from") else "")
+        what = r["what"] + (" (does not fit; instructions: the same core, more SRAM)" if r.get("instructions_from")
+                            else "")
+        if r.get("persistent_apart_bytes"):
+            what += f" (TFLM's persistent {_n(r['persistent_apart_bytes'])} B of the arena in {r['persistent_region']})"
         md.append(f"| {r['model']} | {r['target']} | {what} | {r['schedule'] or 'per layer'} | "
                   f"{_n(r['arena_used_bytes'])} | {ratio} | {equal} | {_n(r['instructions'])} | {slower} | {err} | "
                   f"{r['macs'] / 1e6:.1f}M | {_n(r['flash_model_bytes'])} | "
