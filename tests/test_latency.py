@@ -150,8 +150,8 @@ def test_core_of_and_bad_arguments():
     assert latency.core_of("//tools/bazel/arm:cortex_m7") == "cortex-m7"
     with pytest.raises(UsageError):
         latency.core_of("riscv")
-    with pytest.raises(UsageError, match="cortex-m33"):
-        latency.predict_instructions(b"", "cortex-m33", "cmsis_nn")
+    with pytest.raises(UsageError, match="cortex-m55"):
+        latency.predict_instructions(b"", "cortex-m55", "cmsis_nn")
     with pytest.raises(UsageError, match="kernels"):
         latency.predict_instructions(b"", "cortex-m4", "neon")
 

@@ -1,4 +1,5 @@
-/* The MPS2 boards (QEMU mps2-an386 = Cortex-M4, mps2-an500 = Cortex-M7): APB timer 0, the console UART (CMSDK APB
+/* The MPS2 boards (QEMU mps2-an385 = Cortex-M3, mps2-an386 = Cortex-M4, mps2-an500 = Cortex-M7, mps2-an505 =
+ * Cortex-M33): APB timer 0, the console UART (CMSDK APB
  * UART 0, QEMU's first serial port) and the target's name, which the build passes as TFMCU_TARGET_NAME
  * (tflm_patch_kernels/firmware/BUILD). */
 #include <stdint.h>
@@ -9,7 +10,16 @@
 #error "build with -DTFMCU_TARGET_NAME=\"cortex-m4\" (tflm_patch_kernels/firmware/BUILD does)"
 #endif
 
-#define CMSDK_TIMER0 ((volatile uint32_t *)0x40000000u) /* CTRL, VALUE, RELOAD, INTSTATUS */
+/* The peripherals' addresses: the non-secure ones of the Armv7-M boards, unless the build gives others (mps2-an505
+ * boots secure: firmware.bzl's TARGETS passes their secure aliases). */
+#ifndef TFMCU_MPS2_TIMER0
+#define TFMCU_MPS2_TIMER0 0x40000000u
+#endif
+#ifndef TFMCU_MPS2_UART0
+#define TFMCU_MPS2_UART0 0x40004000u
+#endif
+
+#define CMSDK_TIMER0 ((volatile uint32_t *)TFMCU_MPS2_TIMER0) /* CTRL, VALUE, RELOAD, INTSTATUS */
 
 void tfmcu_timer_start(void) {
     CMSDK_TIMER0[1] = 0xFFFFFFFFu; /* VALUE */
@@ -21,7 +31,7 @@ uint32_t tfmcu_ticks(void) { return 0xFFFFFFFFu - CMSDK_TIMER0[1]; }
 
 const char *tfmcu_target_name(void) { return TFMCU_TARGET_NAME; }
 
-#define CMSDK_UART0 ((volatile uint32_t *)0x40004000u) /* DATA, STATE, CTRL, INTSTATUS, BAUDDIV */
+#define CMSDK_UART0 ((volatile uint32_t *)TFMCU_MPS2_UART0) /* DATA, STATE, CTRL, INTSTATUS, BAUDDIV */
 #define CMSDK_UART_STATE_TX_FULL 1u
 #define CMSDK_UART_CTRL_TX_EN 1u
 

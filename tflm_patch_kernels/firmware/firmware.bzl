@@ -61,6 +61,19 @@ TARGETS = {
         psram = 0x60000000,
         sram_budget = 320 * 1024,
     ),
+    # Armv8-M: QEMU's mps2-an505 boots secure; code SRAM at 0x10000000, data SRAM at 0x38000000 and its
+    # peripherals at their secure aliases (tfmcu.firmware.targets.DERIVED_LD, board_mps2.c); its 16 MiB at
+    # 0x80000000 stand for the PSRAM.
+    "cortex_m33": struct(
+        platform = "//tools/bazel/arm:cortex_m33",
+        board = "//tflm_patch_kernels/firmware:board_cortex_m33",
+        ld = "//tflm_patch_kernels/firmware:mps2_an505.ld",
+        machine = "mps2-an505",
+        name = "cortex-m33",
+        psram = 0x80000000,
+        sram_budget = 256 * 1024,
+        peripherals = {"TIMER0": 0x50000000, "UART0": 0x50200000},
+    ),
     "stm32f405": struct(
         platform = "//tools/bazel/arm:cortex_m4",
         board = "//tflm_patch_kernels/firmware:board_stm32f405",

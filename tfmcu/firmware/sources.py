@@ -139,6 +139,7 @@ EXTERNAL_MEMORY: dict[str, tuple[int, int]] = {  # target key: (origin, bytes)
     "cortex_m3": (0x21000000, 16 * 1024 * 1024),
     "cortex_m4": (0x21000000, 16 * 1024 * 1024),
     "cortex_m7": (0x60000000, 16 * 1024 * 1024),
+    "cortex_m33": (0x80000000, 16 * 1024 * 1024),
 }
 
 

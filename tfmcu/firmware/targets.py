@@ -51,7 +51,35 @@ BUILDS: dict[str, Build] = {
                        True),
     "cortex_m4": Build("cortex_m4", "mps2-an386", "//tools/bazel/arm:cortex_m4", "board_cortex_m4", "mps2.ld", True),
     "cortex_m7": Build("cortex_m7", "mps2-an500", "//tools/bazel/arm:cortex_m7", "board_cortex_m7", "mps2.ld", True),
+    "cortex_m33": Build("cortex_m33", "mps2-an505", "//tools/bazel/arm:cortex_m33", "board_cortex_m33",
+                        "mps2_an505.ld", False),
 }
+
+MIB = 1024 * KIB
+# Linker scripts made from another with other memory (``build_linker_script``; a genrule writes them for Bazel,
+# tools/gen/gen_linker_script.py): mps2-an505 (Cortex-M33) boots secure with its vector table at 0x10000000, the
+# secure alias of its 4 MiB code SRAM (SSRAM1), and has 4 MiB of data SRAM (SSRAM2 + SSRAM3) at 0x38000000, their
+# secure alias (QEMU's `info mtree`; nothing is mapped just below it, so a stack overflow faults, as on MPS2).
+DERIVED_LD: dict[str, tuple[str, dict[str, tuple[int, int]]]] = {
+    "mps2_an505.ld": ("mps2.ld", {"FLASH": (0x10000000, 4 * MIB), "RAM": (0x38000000, 4 * MIB)}),
+}
+
+
+def build_linker_script(name: str) -> str:
+    """The text of firmware build linker script ``name`` (tflm_patch_kernels/firmware/): the file, or for a
+    ``DERIVED_LD`` one its base's with the MEMORY block's origins and lengths replaced."""
+    base, memory = DERIVED_LD.get(name, (name, {}))
+    with open(os.path.join(FIRMWARE_DIR, base)) as f:
+        text = f.read()
+    for region, (origin, length) in memory.items():
+        text, n = re.subn(rf"^(\s*{region}\s*\(\w+\)\s*:\s*ORIGIN\s*=\s*)\w+(\s*,\s*LENGTH\s*=\s*)\w+",
+                          rf"\g<1>0x{origin:08X}\g<2>{length // KIB}K", text, flags=re.M)
+        if n != 1:
+            raise ValueError(f"{base}: no MEMORY region {region} to place for {name}")
+    if memory:
+        text = (f"/* {name}: made from {base} by tfmcu.firmware.targets.build_linker_script with "
+                + ", ".join(f"{r} at 0x{o:08X} ({s // KIB} KiB)" for r, (o, s) in memory.items()) + ". */\n" + text)
+    return text
 
 
 @dataclass(frozen=True)
@@ -147,7 +175,7 @@ def _board(name: str, b: dict) -> tuple[Target | None, str]:
 
 # the builds' own boards, linked with the builds' linker scripts as they are: --target name -> build key
 BUILDS_BY_NAME = {"stm32f405": "stm32f405", "cortex-m3": "cortex_m3", "cortex-m4": "cortex_m4",
-                  "cortex-m7": "cortex_m7"}
+                  "cortex-m7": "cortex_m7", "cortex-m33": "cortex_m33"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -187,8 +215,7 @@ def linker_script(t: Target, qemu: bool = False) -> str:
     board's Flash and its firmware RAM region (the other regions listed in a comment, unused by the link, but those
     the build's script names, e.g. the STM32F405's CCM). ``qemu``: the link QEMU runs, with the regions the QEMU
     board maps elsewhere (``qemu_bases``) at their QEMU addresses."""
-    with open(os.path.join(FIRMWARE_DIR, t.ld)) as f:
-        text = f.read()
+    text = build_linker_script(t.ld)
     m = re.search(r"MEMORY\s*\{[^}]*\}", text)
     if m is None:
         raise ValueError(f"{t.ld}: no MEMORY block")

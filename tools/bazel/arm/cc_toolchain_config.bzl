@@ -1,6 +1,6 @@
 """cc_toolchain_config for Debian's arm-none-eabi GCC 12 (bare-metal Cortex-M, newlib-nano).
 
-One config per core (cortex_m3, cortex_m4, cortex_m7); tools/bazel/arm/BUILD instantiates them and registers them
+One config per core (cortex_m3, cortex_m4, cortex_m7, cortex_m33); tools/bazel/arm/BUILD instantiates them and registers them
 as toolchains that platforms //tools/bazel/arm:cortex_m4 / :cortex_m7 select (toolchain resolution).
 
 Firmware is always built optimised (-O2, plus -g, which does not change the code), whatever the
@@ -35,6 +35,8 @@ CPU_FLAGS = {
     "cortex_m3": ["-mcpu=cortex-m3", "-mthumb", "-mfloat-abi=soft"],
     "cortex_m4": ["-mcpu=cortex-m4", "-mthumb", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard"],
     "cortex_m7": ["-mcpu=cortex-m7", "-mthumb", "-mfpu=fpv5-d16", "-mfloat-abi=hard"],
+    # Armv8-M mainline with the DSP extension and a single-precision FPv5 (STM32U5, nRF5340, QEMU's mps2-an505)
+    "cortex_m33": ["-mcpu=cortex-m33", "-mthumb", "-mfpu=fpv5-sp-d16", "-mfloat-abi=hard"],
 }
 
 _ALL_COMPILE = [
