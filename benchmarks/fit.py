@@ -72,9 +72,15 @@ def _search() -> dict[str, Any]:
             # what the patch kernels run (a fit row's instructions change with them), the latency predictor's
             # calibration (the plans a cap admits change with it) and where TFLM's persistent data goes
             "stage_abi": abi.ABI_VERSION, "conv1x1_folded_max_pixels": abi.CONV1X1_FOLDED_MAX_PIXELS,
-            "latency_coefficients": hashlib.sha1(json.dumps(load_calibration().get("coefficients"),
-                                                            sort_keys=True).encode()).hexdigest()[:12],
+            "latency_coefficients": _coefficients_hash(),
             "persistent_apart": d.persistent_apart}
+
+
+def _coefficients_hash() -> str:
+    """The latency coefficients of the cores the cases run on (a fit row's plan at a cap changes with them)."""
+    cores = {get_target(t).core for _, t, _ in CASES}
+    coef = {k: v for k, v in (load_calibration().get("coefficients") or {}).items() if k.split("/")[0] in cores}
+    return hashlib.sha1(json.dumps(coef, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CAPS) -> dict[str, Any]:

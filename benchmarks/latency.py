@@ -60,10 +60,12 @@ CALIBRATION = os.path.join(ROOT, "tfmcu", "plan", "latency_calibration.json")
 REPO = "tfmcu_latency_fw"  # its own name: deploy builds @tfmcu_fw from other folders meanwhile
 FW = "@//tflm_patch_kernels/firmware"
 
-# core -> (firmware.bzl target key, QEMU board, Bazel platform, harness board library, PSRAM origin)
+# core -> (firmware.bzl target key, QEMU board, Bazel platform, harness board library, PSRAM origin, linker script)
 CORES = {
-    "cortex-m4": ("cortex_m4", "mps2-an386", "//tools/bazel/arm:cortex_m4", "board_cortex_m4", 0x21000000),
-    "cortex-m7": ("cortex_m7", "mps2-an500", "//tools/bazel/arm:cortex_m7", "board_cortex_m7", 0x60000000),
+    "cortex-m4": ("cortex_m4", "mps2-an386", "//tools/bazel/arm:cortex_m4", "board_cortex_m4", 0x21000000, "mps2.ld"),
+    "cortex-m7": ("cortex_m7", "mps2-an500", "//tools/bazel/arm:cortex_m7", "board_cortex_m7", 0x60000000, "mps2.ld"),
+    "cortex-m33": ("cortex_m33", "mps2-an505", "//tools/bazel/arm:cortex_m33", "board_cortex_m33", 0x80000000,
+                   "mps2_an505.ld"),
 }
 KERNELS = ("cmsis_nn", "reference")
 
@@ -165,7 +167,7 @@ def model_source(model: bytes, comment: str) -> str:
 def build_rules(name: str, core: str, kernels: str, ops: list[str], v: Variant, profile: bool = True) -> str:
     """One firmware (cc_binary + mcu_binary ``name``) in the folder's BUILD; ``profile``: in per-op mode."""
 
-    key, _, platform, board, psram = CORES[core]
+    key, _, platform, board, psram, ld = CORES[core]
     libs = ["@//tflm_patch_kernels/tflm:firmware_runtime", "@tflite_micro//:runtime", "@tflite_micro//:platform_mcu"]
     libs += sources.kernel_libraries(ops, kernels)
     if any(op.startswith("custom:") for op in ops):
@@ -173,13 +175,13 @@ def build_rules(name: str, core: str, kernels: str, ops: list[str], v: Variant, 
     copts = [f"-DTFMCU_ARENA_BYTES={v.arena_kib * 1024}"] + (["-DTFMCU_PROFILE_OPS"] if profile else [])
     if v.psram:
         copts.append("-DTFMCU_MODEL_IN_PSRAM")
-    linkopts = ["-T", f"$(location {FW}:mps2.ld)", "-Wl,--defsym=TFMCU_STACK_SIZE=16384",
+    linkopts = ["-T", f"$(location {FW}:{ld})", "-Wl,--defsym=TFMCU_STACK_SIZE=16384",
                 f"-Wl,--defsym=TFMCU_SRAM_BUDGET={4 * 1024 * 1024}", f"-Wl,--defsym=TFMCU_PSRAM_ORIGIN={psram}"]
     return f'''
 cc_binary(
     name = "{name}_bin",
     srcs = ["main.cc", "{v.name}_model.cc"],
-    additional_linker_inputs = ["{FW}:mps2.ld"],
+    additional_linker_inputs = ["{FW}:{ld}"],
     copts = {json.dumps(copts)},
     linkopts = {json.dumps(linkopts)},
     target_compatible_with = ["@platforms//os:none"],

@@ -130,6 +130,19 @@ def test_deploy_run_on_named_boards(models, tmp_path, board):
     assert (tmp_path / "fw" / "board.ld").is_file()
 
 
+def test_deploy_run_on_a_core_no_qemu_board_runs(models, tmp_path):
+    """The Raspberry Pi Pico (RP2040, Cortex-M0+): --run builds and links the firmware with the board's memory and
+    reports its sizes; nothing runs (no QEMU board has the core), so no figure is measured."""
+    _need_bazel()
+    r, rep = _deploy(*models["tiny"], "rpi-pico", str(tmp_path / "fw"))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "links for rpi-pico" in r.stdout and "not run: no QEMU board has the cortex-m0plus" in r.stdout
+    run = rep["run"]
+    assert rep["fits"] and run["linked"] and run["sizes"]["flash"] > rep["model_bytes"]
+    assert run["invoke_insns"] == [] and run["arena_used_bytes"] is None
+    assert "ORIGIN = 0x10000000, LENGTH = 2048K" in (tmp_path / "fw" / "board.ld").read_text()
+
+
 def test_deploy_run_persistent_apart_off_is_one_arena(models, tmp_path):
     """--nopersistent_apart: TFLM's persistent data in the one arena (no CCM buffer), as exactly predicted."""
     _need_bazel()

@@ -62,12 +62,25 @@ void tfmcu_fault_report(const uint32_t *frame) {
 /* Picks the stack the exception frame was pushed to, and reports it. */
 __attribute__((naked)) void Fault_Handler(void);
 void Fault_Handler(void) {
+#if defined(__ARM_ARCH_6M__)  /* Armv6-M (Cortex-M0+): no IT blocks, no tst with an immediate */
+    __asm__ volatile(
+        "movs r1, #4\n\t"
+        "mov r2, lr\n\t"
+        "tst r2, r1\n\t"
+        "bne 1f\n\t"
+        "mrs r0, msp\n\t"
+        "b tfmcu_fault_report\n"
+        "1:\n\t"
+        "mrs r0, psp\n\t"
+        "b tfmcu_fault_report\n\t");
+#else
     __asm__ volatile(
         "tst lr, #4\n\t"
         "ite eq\n\t"
         "mrseq r0, msp\n\t"
         "mrsne r0, psp\n\t"
         "b tfmcu_fault_report\n\t");
+#endif
 }
 
 static void Unexpected_Handler(void) {

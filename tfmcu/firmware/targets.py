@@ -53,6 +53,9 @@ BUILDS: dict[str, Build] = {
     "cortex_m7": Build("cortex_m7", "mps2-an500", "//tools/bazel/arm:cortex_m7", "board_cortex_m7", "mps2.ld", True),
     "cortex_m33": Build("cortex_m33", "mps2-an505", "//tools/bazel/arm:cortex_m33", "board_cortex_m33",
                         "mps2_an505.ld", False),
+    # no QEMU board has the Cortex-M0+ with enough memory: its firmware is built and linked, not run ("")
+    "cortex_m0plus": Build("cortex_m0plus", "", "//tools/bazel/arm:cortex_m0plus", "board_cortex_m0plus", "mps2.ld",
+                           False),
 }
 
 MIB = 1024 * KIB
@@ -105,7 +108,7 @@ class Target:
     flash: Region | None = None
     regions: tuple[Region, ...] = ()  # every SRAM region of the board
     firmware_ram: str = ""  # the region the firmware's RAM goes to
-    qemu: str = "board"  # "board": QEMU runs the board's own link; "stand-in": the QEMU board's link
+    qemu: str = "board"  # "board": QEMU runs the board's own link; "stand-in": the QEMU board's link; "none": not run
     console: str | None = None  # what --console=uart writes to on the board (None: no console UART in its file)
     console_serial: int = 0  # which of the QEMU board's serial ports that UART is
     own_ld: bool = False  # linked with a script made from the build's and the board's memory (linker_script)
@@ -151,8 +154,9 @@ def _board(name: str, b: dict) -> tuple[Target | None, str]:
     if b.get("supported", True) is False:
         return None, str(b["core"])
     build = BUILDS.get(b.get("runs_on"))
-    if build is None or b.get("qemu") not in ("board", "stand-in"):
-        raise ValueError(f"{where}: runs_on must be one of {', '.join(BUILDS)} and qemu 'board' or 'stand-in'")
+    if build is None or b.get("qemu") not in ("board", "stand-in", "none") or (b["qemu"] == "none") != (not build.machine):
+        raise ValueError(f"{where}: runs_on must be one of {', '.join(BUILDS)} and qemu 'board' or 'stand-in' ('none' "
+                         f"for a build no QEMU board runs)")
     if build.core != b["core"]:
         raise ValueError(f"{where}: core {b['core']} but runs_on {build.key} builds for {build.core}")
     ram = next(r for r in regions if r.name == b["firmware_ram"])

@@ -41,12 +41,11 @@ from tfmcu.tflite import schema as ts
 from tfmcu.tflite.model import TfliteModel, as_model
 
 CALIBRATION_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "latency_calibration.json")
-CORES = ("cortex-m4", "cortex-m7")  # calibrated (benchmarks/latency.py)
+CORES = ("cortex-m4", "cortex-m7", "cortex-m33")  # calibrated (benchmarks/latency.py)
 # Cores without calibration rows yet, priced with a calibrated core's rows: an estimate of an estimate, which
-# ``LatencyPrediction.what`` says. The Cortex-M3 runs CMSIS-NN's plain C paths (no DSP instructions), so its counts
-# differ from the M4's; the Cortex-M33 runs CMSIS-NN's DSP paths as the M4 does, with Armv8-M code; what `fit` uses
-# are ratios between plans of one model on one core.
-STAND_INS = {"cortex-m3": "cortex-m4", "cortex-m33": "cortex-m4"}
+# ``LatencyPrediction.what`` says. The Cortex-M3 and M0+ run CMSIS-NN's plain C paths (no DSP instructions), so
+# their counts differ from the M4's; what `fit` uses are ratios between plans of one model on one core.
+STAND_INS = {"cortex-m3": "cortex-m4", "cortex-m0plus": "cortex-m4"}
 KERNELS = ("cmsis_nn", "reference")
 
 # The features of one kernel call (a builtin op, or one layer on one patch), in the coefficient rows' order.

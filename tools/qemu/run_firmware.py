@@ -202,7 +202,9 @@ def check_expect(result, expect):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--elf", required=True)
-    ap.add_argument("--machine", required=True, help="mps2-an386 (Cortex-M4) or mps2-an500 (Cortex-M7)")
+    ap.add_argument("--machine", help="mps2-an386 (Cortex-M4) or mps2-an500 (Cortex-M7), ... (not with --sizes-only)")
+    ap.add_argument("--sizes-only", action="store_true",
+                    help="no run: the report holds the ELF's sizes (a core no QEMU board runs)")
     ap.add_argument("--plugin", help="the insn_count QEMU plugin (.so)")
     ap.add_argument("--range", help="LO:HI addresses whose instructions the plugin counts separately")
     ap.add_argument("--range-symbol", help="the same for one function, e.g. tfmcu_conv2d_s8")
@@ -229,6 +231,15 @@ def main(argv=None):
             expect = json.load(f)
     want_failure = expect.get("expect_failure")
     sizes = elf_sizes(args.elf, _tool("arm-none-eabi-size", args.size_tool))
+    if args.sizes_only:
+        report = {"elf": os.path.basename(args.elf), "machine": None, "problems": [], "result": None, "sizes": sizes}
+        if args.report:
+            with open(args.report, "w") as f:
+                json.dump(report, f, indent=1, sort_keys=True)
+        print("TFMCU_REPORT " + json.dumps(report, sort_keys=True))
+        return 0
+    if not args.machine:
+        ap.error("--machine is required (or --sizes-only)")
     with tempfile.TemporaryDirectory() as tmp:
         plugin_out = os.path.join(tmp, "insn_count.txt")
         rc, output, cmd = run_qemu(args, plugin_out)

@@ -1,6 +1,6 @@
 """cc_toolchain_config for Debian's arm-none-eabi GCC 12 (bare-metal Cortex-M, newlib-nano).
 
-One config per core (cortex_m3, cortex_m4, cortex_m7, cortex_m33); tools/bazel/arm/BUILD instantiates them and registers them
+One config per core (cortex_m0plus, cortex_m3, cortex_m4, cortex_m7, cortex_m33); tools/bazel/arm/BUILD instantiates them and registers them
 as toolchains that platforms //tools/bazel/arm:cortex_m4 / :cortex_m7 select (toolchain resolution).
 
 Firmware is always built optimised (-O2, plus -g, which does not change the code), whatever the
@@ -32,6 +32,7 @@ _BUILTIN_INCLUDES = [
 # -mcpu / FPU flags per core: M3 has no FPU (soft-float ABI), M4F a single-precision FPv4, M7 (as in STM32F7/H7 and
 # QEMU's mps2-an500) a double-precision FPv5 (hard-float ABI for both).
 CPU_FLAGS = {
+    "cortex_m0plus": ["-mcpu=cortex-m0plus", "-mthumb", "-mfloat-abi=soft"],
     "cortex_m3": ["-mcpu=cortex-m3", "-mthumb", "-mfloat-abi=soft"],
     "cortex_m4": ["-mcpu=cortex-m4", "-mthumb", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard"],
     "cortex_m7": ["-mcpu=cortex-m7", "-mthumb", "-mfpu=fpv5-d16", "-mfloat-abi=hard"],
