@@ -138,7 +138,7 @@ def boards_table() -> str:
         t = TARGETS.get(name)
         regions = "; ".join((f"**{r['name']} {r['size_kib']} KiB at {r['base']}**" if r["name"] == b["firmware_ram"]
                              else f"{r['name']} {r['size_kib']} KiB at {r['base']}"
-                             + (" (_persistent_)" if r["name"] == b.get("persistent_ram") else ""))
+                             + (": _persistent_" if r["name"] == b.get("persistent_ram") else ""))
                             for r in b["sram"])
         qemu = "-" if t is None else f"`{t.machine}`" + (" (stand-in link)" if t.qemu == "stand-in" else "")
         console = "-" if t is None else (t.console or "none yet")
