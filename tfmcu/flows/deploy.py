@@ -55,7 +55,7 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -66,11 +66,12 @@ from tfmcu.firmware.sources import (CONSOLES, EXTERNAL_MEMORY, KERNELS, check_mo
                                     expectation, folder_files, printed_detections, stream_rows)
 from tfmcu.firmware.targets import TARGETS, Target, get_target
 from tfmcu.firmware.tree import check_dest, export_tree
-from tfmcu.plan.arena import DEFAULT_KERNELS, mcu_build, predict_model_arena
+from tfmcu.plan.arena import DEFAULT_KERNELS, ArenaPrediction, mcu_build, predict_model_arena
 from tfmcu.records import Record, optional
 from tfmcu.runtime.host import evaluate
 from tfmcu.runtime.model_io import TFLMError, load_inputs, random_inputs, read_model
 from tfmcu.tflite.detection_postprocess import postprocess_outputs, read_detector
+from tfmcu.tflite.model import TfliteModel
 from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP
 
 STATIC_ESTIMATE = 1024  # bytes of .data + .bss besides the arena (TFLM, harness, kernel): measured 0.8-1 KiB
@@ -314,17 +315,18 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> DeployRepor
     return report
 
 
-def persistent_split(model, t: Target, build: str, stage, margin: float, apart: bool = True):
+def persistent_split(model: TfliteModel, t: Target, build: str, stage: Any, margin: float,
+                     apart: bool = True) -> tuple[ArenaPrediction, int]:
     """TFLM's predicted arena for ``model`` on ``t`` and the persistent buffer's bytes: on a board with a region for
     TFLM's persistent data (``Target.persistent_ram``) where the tail x (1 + margin), rounded up to 16 bytes, fits, the
     prediction with the tail apart (``persistent_apart``) and that size; else (or not ``apart``) the one arena's
     prediction and 0."""
     region = t.persistent
     if region is not None and apart:
-        apart = predict_model_arena(model, build=build, stage=stage, persistent_apart=True)
-        size = -(-int(apart.tail * (1 + margin)) // 16) * 16
+        split = predict_model_arena(model, build=build, stage=stage, persistent_apart=True)
+        size = -(-int(split.tail * (1 + margin)) // 16) * 16
         if size <= region.bytes:
-            return apart, size
+            return split, size
     return predict_model_arena(model, build=build, stage=stage), 0
 
 
