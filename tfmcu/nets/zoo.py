@@ -82,6 +82,17 @@ def _kernels_symmetric() -> Any:
                    head=HeadSpec(64, num_classes=8, activation="relu"))
 
 
+def _kernels_same() -> Any:
+    """Depthwise 5x5 and 7x7 with SAME padding down to 5x5 maps (MCUNet's kind of block), input channels that
+    are not multiples of 16: the latency calibration's (``benchmarks.latency``)."""
+    return NetSpec(name="kernels_same", resolution=80, stem=StemSpec(16, kernel=3, stride=2),
+                   stages=[StageSpec([BlockSpec(16, kernel=3, expand=1)]),
+                           StageSpec([BlockSpec(24, kernel=7, expand=3, stride=2), BlockSpec(24, kernel=5, expand=4)]),
+                           StageSpec([BlockSpec(40, kernel=5, expand=4, stride=2), BlockSpec(40, kernel=7, expand=3)]),
+                           StageSpec([BlockSpec(72, kernel=5, expand=5, stride=2), BlockSpec(72, kernel=7, expand=4)])],
+                   head=HeadSpec(96, num_classes=10))
+
+
 def _keras_mobilenet_v2() -> Any:
     import tf_keras
     m = tf_keras.applications.MobileNetV2(alpha=0.35, input_shape=(96, 96, 3), weights=None, classes=10,
@@ -203,6 +214,8 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
              tags=["large"]),
     ZooModel("mbv2_035_144", ["MobileNetV2 0.35 144 (tf_keras.applications)"], _mbv2_035_144, patch_blocks=5,
              tags=["bench"]),
+    ZooModel("kernels_same", ["k5/k7 depthwise SAME on small maps", "channels not multiples of 16"],
+             _spec_model(_kernels_same), patch_blocks=3, tags=["calibration"]),
     ZooModel("mbv2_rd_224", ["MbV2-RD 224 (spec preset: receptive field redistributed, MCUNetV2)"],
              _spec_model(_mbv2_rd_224), patch_blocks=3, tags=["large"]),
 ]}

@@ -50,12 +50,24 @@ KERNELS = ("cmsis_nn", "reference")
 
 # The features of one kernel call (a builtin op, or one layer on one patch), in the coefficient rows' order.
 # wts: filter elements times the kernel calls (CMSIS-NN's 1x1 path sums every filter row once per call).
-FEATURES = ("macs", "vmacs", "col", "inner", "vinner", "out", "pix", "rows", "inp", "calls", "wts")
+# rmacs: a convolution's MACs past the last multiple of 16 of each output's reduction (kh x kw x cin), which
+# CMSIS-NN's DSP matrix product runs in its 4-wide loop after the 16-wide one (a 1x1 convolution over 24 input
+# channels costs more per MAC than one over 16 or 32); wide: the outputs of a convolution whose reduction is 16
+# or longer (that loop entered); omacs: a convolution's MACs for the odd last pixel of each call (the product
+# runs pixels in pairs, an odd last one by a loop of its own); chans: a convolution's output channels times its
+# calls (each pair of filter rows set up once per call).
+FEATURES = ("macs", "vmacs", "col", "inner", "vinner", "out", "pix", "rows", "inp", "calls", "wts", "rmacs",
+            "wide", "omacs", "chans")
 # The stage's own terms: per kind of layer the summed predicted cost of its calls, and the executor's overheads.
 STAGE_KINDS = ("conv", "dw", "other")
 # Ops whose cost is arithmetic over windows (their own rows only); the rest also price ops never measured.
 HEAVY = ("FULLY_CONNECTED", "AVERAGE_POOL_2D", "MAX_POOL_2D", "MEAN", "SOFTMAX")
 STAGE_TERMS = tuple(f"cost_{k}" for k in STAGE_KINDS) + ("calls", "rows", "patches", "cache_bytes", "stream_bytes")
+# Terms at coefficient 1, not fitted: the folded 1x1 product's calls (its own row, fitted on its own counts), and a
+# residual ADD's calls, which run the very function TFLM's ADD runs (CMSIS-NN's arm_elementwise_add_s8, priced by
+# ADD's row). A free ADD term would trade against the executor's per-call and per-patch terms, which the ADDs of
+# MobileNets correlate with, and misprice a stage whose ADDs are larger.
+FIXED_TERMS = ("cost_folded", "cost_add")
 # The folded 1x1 product's features (cmsis_nn/conv1x1_folded.c), summed over its calls of p pixels, c input and k
 # output channels: inner-loop iterations (4 input channels each) over pairs of pixels and over an odd last pixel,
 # per pair of output channels; those blocks (their setup and requantization); an odd last output channel's
@@ -104,10 +116,13 @@ def _taps(size: int, pad: int, k: int, s: int, d: int, out: int) -> int:
 
 
 def _call(macs: float, inner: float, out: float, pix: float, rows: float, inp: float, col: float = 0.0,
-          vmacs: float | None = None, vinner: float | None = None, wts: float = 0.0) -> dict[str, float]:
+          vmacs: float | None = None, vinner: float | None = None, wts: float = 0.0,
+          rmacs: float = 0.0, wide: float = 0.0, omacs: float = 0.0,
+          chans: float = 0.0) -> dict[str, float]:
     return {"macs": macs, "vmacs": macs if vmacs is None else vmacs, "col": col, "inner": inner,
             "vinner": inner if vinner is None else vinner, "out": out, "pix": pix, "rows": rows, "inp": inp,
-            "calls": 1.0, "wts": wts}
+            "calls": 1.0, "wts": wts, "rmacs": rmacs, "wide": wide, "omacs": omacs,
+            "chans": chans}
 
 
 def _conv_path(kernels: str, kh: int, kw: int, sh: int, sw: int, pad: tuple[int, int], dil: tuple[int, int],
@@ -156,7 +171,9 @@ def _builtin(m: ts.ModelT, op: ts.OperatorT, name: str) -> dict[str, Any]:
         taps = _taps(i0[1], pad[0], kh, sh, dh, o[1]) * _taps(i0[2], pad[1], kw, sw, dwl, o[2])
         per_tap = 1 if dw else w[3]
         f.update(_call(out * k, out * kh * kw, out, pix, rows, inp, col=0.0 if dw else pix * k,
-                       vmacs=float(taps * cout * per_tap), vinner=float(taps * cout), wts=float(k * cout)))
+                       vmacs=float(taps * cout * per_tap), vinner=float(taps * cout), wts=float(k * cout),
+                       rmacs=0.0 if dw else out * (k % 16), wide=out if not dw and k >= 16 else 0.0,
+                       omacs=0.0 if dw else float(int(pix) % 2 * cout * k), chans=0.0 if dw else float(cout)))
         f["geometry"] = {"kernel": [kh, kw], "stride": [sh, sw], "pad": list(pad), "dilation": [dh, dwl],
                          "in_h": i0[1], "depthwise": dw, "mult": mult, "cin": cin}
         return f
@@ -295,9 +312,14 @@ def _stage(o: dict[str, Any]) -> dict[str, Any]:
             col = pix * kh * kw * cin / groups if code == abi.OP_CONV else 0.0
             weights = (kh * kw * (1 if code == abi.OP_DEPTHWISE else cin / groups) * cout
                        if code in (abi.OP_CONV, abi.OP_DEPTHWISE) else 0.0)
+            reduction = kh * kw * cin // groups if code == abi.OP_CONV else 0
+            rmacs, wide = out * (reduction % 16), out if reduction >= 16 else 0.0
+            omacs = float(((call_pixels % 2) * kernel_calls)[mask].sum()) * cout * reduction
+            chans = float(kernel_calls[mask].sum()) * cout if code == abi.OP_CONV else 0.0
             return {"macs": macs, "vmacs": macs if vmacs is None else vmacs, "col": col, "inner": inner,
                     "vinner": inner if vinner is None else vinner, "out": out, "pix": pix, "rows": rows,
-                    "inp": inp, "calls": n_calls, "wts": weights * float(kernel_calls[mask].sum())}
+                    "inp": inp, "calls": n_calls, "wts": weights * float(kernel_calls[mask].sum()), "rmacs": rmacs,
+                    "wide": wide, "omacs": omacs, "chans": chans}
 
         feats = {"type": name, "geometry": geometry, **features(live)}
         if code == abi.OP_MEAN:  # our sums, not TFLM's MEAN (its row is TFLM's generic Reduce): the light row
@@ -365,7 +387,7 @@ def path_of(f: dict[str, Any], kernels: str) -> str:
 
 
 def _kind(f: dict[str, Any]) -> str:
-    return {"CONV_2D": "conv", "DEPTHWISE_CONV_2D": "dw"}.get(f["type"], "other")
+    return {"CONV_2D": "conv", "DEPTHWISE_CONV_2D": "dw", "ADD": "add"}.get(f["type"], "other")
 
 
 def _row_cost(coef: dict[str, Any], row: str, f: dict[str, Any]) -> float:
@@ -383,11 +405,10 @@ def folded_cost(product: dict[str, float], coef: dict[str, Any]) -> float:
 
 
 def stage_terms(f: dict[str, Any], coef: dict[str, Any], kernels: str) -> dict[str, float]:
-    """A stage op's terms (``STAGE_TERMS``): its layers' calls priced by the builtin rows, summed per kind; the
-    folded 1x1 calls (``folded`` of a layer's features) by the folded product's row instead, in ``cost_folded``
-    (not a fitted term: the row is fitted on the product's own counts)."""
-    terms = {t: 0.0 for t in STAGE_TERMS}
-    terms["cost_folded"] = 0.0
+    """A stage op's terms (``STAGE_TERMS`` and ``FIXED_TERMS``): its layers' calls priced by the builtin rows,
+    summed per kind (residual ADDs in ``cost_add``); the folded 1x1 calls (``folded`` of a layer's features) by the
+    folded product's row instead, in ``cost_folded``."""
+    terms = {t: 0.0 for t in STAGE_TERMS + FIXED_TERMS}
     for lf in f["layers"]:
         row = path_of(lf, kernels)
         parts = [(lf, 1.0)]
@@ -424,7 +445,8 @@ def op_cost(f: dict[str, Any], coef: dict[str, Any], kernels: str) -> float:
         if coef.get("stage_rows"):
             return float(sum(s.get(t, 0.0) * v for t, v in stage_row_terms(f, kernels).items()))
         terms = stage_terms(f, coef, kernels)
-        return float(terms["cost_folded"] + sum(s.get(t, 0.0) * v for t, v in terms.items() if t != "cost_folded"))
+        return float(sum(terms[t] for t in FIXED_TERMS)
+                     + sum(s.get(t, 0.0) * v for t, v in terms.items() if t not in FIXED_TERMS))
     return _row_cost(coef, path_of(f, kernels), f)
 
 
@@ -609,8 +631,9 @@ def fit(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 terms = [stage_terms(f, coef, kernels) for f in stages]
                 used = [t for t in STAGE_TERMS if any(tm[t] for tm in terms)]
                 a = np.array([[tm[t] for t in used] for tm in terms], dtype=float)
-                # what the stage runs besides the folded product (measured where counted, else its row's price)
+                # what the stage runs besides the fixed terms (the folded product measured where counted)
                 b = np.array([f["insns"] - (f["folded_insns"] if "folded_insns" in f else tm["cost_folded"])
+                              - sum(tm[t] for t in FIXED_TERMS if t != "cost_folded")
                               for f, tm in zip(stages, terms)], dtype=float)
                 coef["stage"] = {t: float(v) for t, v in zip(used, _nnls(a, b))}
             # the Invoke beyond its ops: TFLM's loop over the ops and the profiler hook
