@@ -135,7 +135,14 @@ def c_side(kernels: dict[str, str], tflm: dict[str, str]) -> dict:
         "layouts": _layouts(kernels["op_table.c"]),
         "constants": constants,
         "option_keys": _option_keys(parser),
+        "folded_rule": _macro(headers, "TFMCU_CONV1X1_FOLDED"),
     }
+
+
+def _macro(text: str, name: str) -> str | None:
+    """The body of function-like macro ``name`` (continuation lines joined, whitespace collapsed)."""
+    m = re.search(rf"#define\s+{name}\([^)]*\)((?:[^\n]*\\\n)*[^\n]*)", text)
+    return None if m is None else " ".join(m[1].replace("\\\n", " ").split())
 
 
 # ============================================================================= the comparison
@@ -153,6 +160,7 @@ def mismatches(c: dict) -> list[str]:
     check("TFMCU_MAX_PARAM_ARRAYS", d.get("TFMCU_MAX_PARAM_ARRAYS"), abi.MAX_PARAM_ARRAYS)
     check("TFMCU_CONV1X1_FOLDED_MAX_PIXELS", d.get("TFMCU_CONV1X1_FOLDED_MAX_PIXELS"),
           abi.CONV1X1_FOLDED_MAX_PIXELS)
+    check("TFMCU_CONV1X1_FOLDED(pixels, in_channels)", c["folded_rule"], abi.CONV1X1_FOLDED_RULE)
     check(f"function {abi.CONV1X1_FOLDED_SYMBOL} declared", abi.CONV1X1_FOLDED_SYMBOL in c["functions"], True)
     check("TfmcuStatus", enums.get("TfmcuStatus"), {name: value for name, value, _ in abi.STATUSES})
     check("TfmcuDataType", enums.get("TfmcuDataType"), dict(abi.DATA_TYPES))
@@ -209,6 +217,8 @@ def _edited(file: str, old: str, new: str, tflm: bool = False) -> list[str]:
     ("patch_stage_types.h", "int32_t constants;", "int32_t constants;\n  int32_t extra;", False, "struct TfmcuStageBlob"),
     ("cmsis_nn/cmsis_nn_backend.h", "void tfmcu_conv1x1_folded_s8(", "void tfmcu_conv1x1_product_s8(", False,
      "function tfmcu_conv1x1_folded_s8"),
+    ("cmsis_nn/cmsis_nn_backend.h", "3 * (in_channels)", "2 * (in_channels)", False,
+     "TFMCU_CONV1X1_FOLDED(pixels, in_channels)"),
 ])
 def test_the_check_sees_a_change_of_the_c_side_alone(file, old, new, tflm, what):
     problems = _edited(file, old, new, tflm)

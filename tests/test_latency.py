@@ -92,7 +92,7 @@ def test_features_of_a_stored_model_are_the_stored_ones(data, zoo_tiny_per_tenso
 
 def test_folded_1x1_calls_are_priced_by_their_own_product(zoo_models, monkeypatch):
     """A 1x1 convolution's input offset folded into its bias (tfmcu.kernels.ops.fold_input_offset): its stage calls
-    of 2 to CONV1X1_FOLDED_MAX_PIXELS - 1 pixels run the CMSIS-NN backend's own product (cmsis_nn/conv1x1_folded.c).
+    that abi.conv1x1_folded chooses run the CMSIS-NN backend's own product (cmsis_nn/conv1x1_folded.c).
     The layer's features are those of the unfolded layer; its "folded" part holds those calls' features and the
     product's, whose iterations and tail hold every MAC of them; with CMSIS-NN they are priced by the product's row
     instead of the 1x1 row."""

@@ -29,12 +29,22 @@ from typing import Any, Sequence
 ABI_VERSION = 7  # TFMCU_PATCH_STAGE_ABI_VERSION (patch_stage.h)
 MAX_LAYER_INPUTS = 2  # TFMCU_MAX_LAYER_INPUTS (op_table.h)
 MAX_PARAM_ARRAYS = 4  # TFMCU_MAX_PARAM_ARRAYS (tfmcu_common.h)
-# TFMCU_CONV1X1_FOLDED_MAX_PIXELS (cmsis_nn/cmsis_nn_backend.h): a 1x1 convolution whose input offset the packer
-# folded into its bias (input_offset 0) runs its CMSIS-NN backend calls of fewer pixels without per-call filter sums
-CONV1X1_FOLDED_MAX_PIXELS = 16
+# TFMCU_CONV1X1_FOLDED(pixels, in_channels) and TFMCU_CONV1X1_FOLDED_MAX_PIXELS (cmsis_nn/cmsis_nn_backend.h): the
+# CMSIS-NN backend calls of a 1x1 convolution whose input offset the packer folded into its bias (input_offset 0)
+# that run our product without per-call filter sums; ``conv1x1_folded`` decides the same (tests/test_abi.py compares
+# the macro's text with CONV1X1_FOLDED_RULE).
+CONV1X1_FOLDED_MAX_PIXELS = 112
+CONV1X1_FOLDED_RULE = ("((pixels) > 1 && (pixels) < TFMCU_CONV1X1_FOLDED_MAX_PIXELS && 2 * (pixels) < "
+                       "3 * (in_channels))")
 # That product's function (cmsis_nn/conv1x1_folded.c, declared in cmsis_nn_backend.h): the latency calibration
 # counts the instructions run inside it (benchmarks/latency.py)
 CONV1X1_FOLDED_SYMBOL = "tfmcu_conv1x1_folded_s8"
+
+
+def conv1x1_folded(pixels: Any, in_channels: Any) -> Any:
+    """TFMCU_CONV1X1_FOLDED: whether a call of ``pixels`` pixels over ``in_channels`` input channels runs the folded
+    product (ints, or numpy arrays element-wise)."""
+    return (pixels > 1) & (pixels < CONV1X1_FOLDED_MAX_PIXELS) & (2 * pixels < 3 * in_channels)
 
 # TfmcuStatus (tfmcu_common.h): (enumerator, value, what Python says).
 STATUSES = (

@@ -31,10 +31,15 @@
 extern "C" {
 #endif
 
-/* A 1x1 convolution of unit stride whose input offset the packer folded into its bias runs its calls of fewer
- * pixels than this through our product without per-call filter sums (conv2d_cmsis_nn.c), larger ones through
- * CMSIS-NN's; tfmcu/abi.py states the same for the latency predictor. */
-#define TFMCU_CONV1X1_FOLDED_MAX_PIXELS 16
+/* A 1x1 convolution of unit stride whose input offset the packer folded into its bias runs its calls of 2 or more
+ * pixels, fewer than 1.5 per input channel and fewer than this, through our product without per-call filter sums
+ * (conv2d_cmsis_nn.c), larger ones through CMSIS-NN's: TFMCU_CONV1X1_FOLDED(pixels, in_channels). Per pair of
+ * pixels and output channels our product runs a few instructions more than CMSIS-NN's (QEMU counts, Cortex-M7),
+ * while CMSIS-NN sums every filter row once per call: the sums weigh more below about 1.5 pixels per input channel.
+ * tfmcu/abi.py states the same for the latency predictor (abi.conv1x1_folded). */
+#define TFMCU_CONV1X1_FOLDED_MAX_PIXELS 112
+#define TFMCU_CONV1X1_FOLDED(pixels, in_channels) \
+  ((pixels) > 1 && (pixels) < TFMCU_CONV1X1_FOLDED_MAX_PIXELS && 2 * (pixels) < 3 * (in_channels))
 
 /* That product (conv1x1_folded.c; built with the DSP extension and without Helium): `rows` input pixels of `cols`
  * int8 by the `out_c` filter rows of `p` (input offset 0), requantized per output channel into `out` (rows x out_c). */

@@ -17,6 +17,24 @@ static inline int8_t tfmcu_requantize_s8(int32_t acc, int32_t multiplier, int32_
   return (int8_t)(v > q.act_max ? q.act_max : v);
 }
 
+/* Four input channels of two pixels (x, and `next` bytes past it) by two filter rows (w, and `next` bytes past it)
+ * into the four accumulators; x and w step past them. */
+__STATIC_FORCEINLINE void tfmcu_mac_2x2x4(const int8_t** x, const int8_t** w, int32_t next, int32_t* a00,
+                                          int32_t* a01, int32_t* a10, int32_t* a11) {
+  const int32_t wv = arm_nn_read_s8x4_ia(w);
+  const int32_t xv = arm_nn_read_s8x4_ia(x);
+  const int32_t we = SXTB16(wv), wo = SXTB16_RORn(wv, 8);
+  const int32_t xe = SXTB16(xv), xo = SXTB16_RORn(xv, 8);
+  *a00 = SMLAD(xo, wo, SMLAD(xe, we, *a00));
+  const int32_t yv = arm_nn_read_s8x4(*x + next);
+  const int32_t ye = SXTB16(yv), yo = SXTB16_RORn(yv, 8);
+  *a10 = SMLAD(yo, wo, SMLAD(ye, we, *a10));
+  const int32_t vv = arm_nn_read_s8x4(*w + next);
+  const int32_t ve = SXTB16(vv), vo = SXTB16_RORn(vv, 8);
+  *a01 = SMLAD(xo, vo, SMLAD(xe, ve, *a01));
+  *a11 = SMLAD(yo, vo, SMLAD(ye, ve, *a11));
+}
+
 /* The odd last output channel `k` of every pixel. */
 static void tfmcu_conv1x1_folded_channel(const TfmcuConvParams* p, TfmcuOutQuant q, const int8_t* in, int32_t rows,
                                          int32_t cols, int32_t out_c, int32_t k, int8_t* out) {
@@ -41,18 +59,21 @@ static void tfmcu_conv1x1_folded_channel(const TfmcuConvParams* p, TfmcuOutQuant
 /* A 1x1 convolution with unit stride whose input offset the packer folded into its bias (bias + input offset x the
  * filter row's sum, input_offset 0: tfmcu/kernels/ops.py): the matrix product of `rows` input pixels (each `cols`
  * int8) by `out_c` filter rows, requantized per output channel. CMSIS-NN's arm_nn_mat_mult_nt_t_s8 sums every
- * filter row for the input offset on each call (about 3.5 instructions per weight), which a patch stage repeats for
- * every patch and, on a box narrower than its tensor, every row; here the sums are in the bias, made once offline.
- * Its inner loop takes about 6% more instructions per MAC than CMSIS-NN's (QEMU counts, arm-none-eabi-gcc -O2), so
- * it runs the calls of fewer than TFMCU_CONV1X1_FOLDED_MAX_PIXELS pixels, where the sums cost more than that; larger
- * calls go to CMSIS-NN (whose sums then add 0). The same integer arithmetic and requantization (bit-exact), and the
- * same order of reads and writes as CMSIS-NN's DSP product (per pair of output channels every input pixel, in pairs
- * of pixels; then an odd last channel), so the in-place distances of CMSIS-NN's 1x1 path hold. */
+ * filter row for the input offset on each call (about 3 instructions per weight and 50 per output channel), which
+ * a patch stage repeats for every patch and, on a box narrower than its tensor, every row; here the sums are in the
+ * bias, made once offline. Its loops are CMSIS-NN's in shape (16 input channels per step, then at most three steps
+ * of 4, then one at a time), with the four accumulators of a block of two pixels by two channels; per block it runs
+ * a few instructions more than CMSIS-NN's product (QEMU counts, arm-none-eabi-gcc -O2, on the Cortex-M7), so it
+ * runs the calls TFMCU_CONV1X1_FOLDED chooses, where the sums cost more than that; the others go to CMSIS-NN (whose
+ * sums then add 0). The same integer arithmetic and requantization (bit-exact), and the same order of reads and
+ * writes as CMSIS-NN's DSP product (per pair of output channels every input pixel, in pairs of pixels; then an odd
+ * last channel), so the in-place distances of CMSIS-NN's 1x1 path hold. */
 void tfmcu_conv1x1_folded_s8(const TfmcuConvParams* p, const int8_t* in, int32_t rows, int32_t cols, int32_t out_c,
                              int8_t* out) {
   const TfmcuOutQuant q = {p->output_offset, p->act_min, p->act_max};
   const int8_t* filter = p->filter;
   const int32_t* bias = p->bias;
+  const int32_t n4 = (cols & 15) >> 2; /* steps of 4 input channels after those of 16 */
   int32_t k = 0;
   for (; k + 2 <= out_c; k += 2) {
     const int8_t* w0 = filter + k * cols;
@@ -60,44 +81,46 @@ void tfmcu_conv1x1_folded_s8(const TfmcuConvParams* p, const int8_t* in, int32_t
     const int32_t b1 = bias != NULL ? bias[k + 1] : 0;
     const int32_t m0 = p->output_multiplier[k], s0 = p->output_shift[k];
     const int32_t m1 = p->output_multiplier[k + 1], s1 = p->output_shift[k + 1];
+    const int8_t* x = in;
+    int8_t* o = out + k;
     int32_t r = 0;
     for (; r + 2 <= rows; r += 2) {
-      /* two pixels x two channels, four values at a time: x and w step along the first pixel and channel, the
-       * second of each is `next` bytes past them */
-      const int8_t* x = in + r * cols;
+      /* two pixels x two channels: x and w step along the first pixel and channel, the second of each is `next`
+       * bytes past them; 16 input channels per step, then 4, then one */
       const int8_t* w = w0;
       const int32_t next = cols - 4;
       int32_t a00 = b0, a01 = b1, a10 = b0, a11 = b1;
       int32_t c = 0;
-#pragma GCC unroll 4
-      for (; c + 4 <= cols; c += 4) {
-        const int32_t wv = arm_nn_read_s8x4_ia(&w);
-        const int32_t xv = arm_nn_read_s8x4_ia(&x);
-        const int32_t we = SXTB16(wv), wo = SXTB16_RORn(wv, 8);
-        const int32_t xe = SXTB16(xv), xo = SXTB16_RORn(xv, 8);
-        a00 = SMLAD(xo, wo, SMLAD(xe, we, a00));
-        const int32_t yv = arm_nn_read_s8x4(x + next);
-        const int32_t ye = SXTB16(yv), yo = SXTB16_RORn(yv, 8);
-        a10 = SMLAD(yo, wo, SMLAD(ye, we, a10));
-        const int32_t vv = arm_nn_read_s8x4(w + next);
-        const int32_t ve = SXTB16(vv), vo = SXTB16_RORn(vv, 8);
-        a01 = SMLAD(xo, vo, SMLAD(xe, ve, a01));
-        a11 = SMLAD(yo, vo, SMLAD(ye, ve, a11));
+      for (; c <= cols - 16; c += 16) {
+        tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
+        tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
+        tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
+        tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
       }
-      for (; c < cols; ++c, ++x, ++w) {
+      /* then 4 at a time (at most three steps: no loop to set up) */
+      if (n4 > 0) {
+        tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
+        if (n4 > 1) {
+          tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
+          if (n4 > 2) {
+            tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
+          }
+        }
+      }
+      for (c += 4 * n4; c < cols; ++c, ++x, ++w) {
         a00 += x[0] * w[0];
         a01 += x[0] * w[cols];
         a10 += x[cols] * w[0];
         a11 += x[cols] * w[cols];
       }
-      int8_t* o = out + r * out_c + k;
       o[0] = tfmcu_requantize_s8(a00, m0, s0, q);
       o[1] = tfmcu_requantize_s8(a01, m1, s1, q);
       o[out_c] = tfmcu_requantize_s8(a10, m0, s0, q);
       o[out_c + 1] = tfmcu_requantize_s8(a11, m1, s1, q);
+      o += 2 * out_c;
+      x += cols; /* past the second pixel */
     }
-    if (r < rows) { /* the odd last pixel, both channels */
-      const int8_t* x = in + r * cols;
+    if (r < rows) { /* the odd last pixel (x, o point at it), both channels */
       const int8_t* w = w0;
       int32_t a0 = b0, a1 = b1;
       int32_t c = 0;
@@ -113,8 +136,8 @@ void tfmcu_conv1x1_folded_s8(const TfmcuConvParams* p, const int8_t* in, int32_t
         a0 += x[0] * w[0];
         a1 += x[0] * w[cols];
       }
-      out[r * out_c + k] = tfmcu_requantize_s8(a0, m0, s0, q);
-      out[r * out_c + k + 1] = tfmcu_requantize_s8(a1, m1, s1, q);
+      o[0] = tfmcu_requantize_s8(a0, m0, s0, q);
+      o[1] = tfmcu_requantize_s8(a1, m1, s1, q);
     }
   }
   if (k < out_c) {

@@ -62,7 +62,7 @@ static arm_cmsis_nn_status tfmcu_conv2d_cmsis_nn_call(const void* args, const cm
 #if defined(ARM_MATH_DSP) && !defined(ARM_MATH_MVEI)
   if (a->p->kernel_h == 1 && a->p->kernel_w == 1 && a->p->stride_h == 1 && a->p->stride_w == 1 &&
       a->p->input_offset == 0 && pad_top == 0 && a->pad_left == 0 &&
-      in_dims->h * in_dims->w < TFMCU_CONV1X1_FOLDED_MAX_PIXELS) {
+      TFMCU_CONV1X1_FOLDED(in_dims->h * in_dims->w, in_dims->c)) {
     tfmcu_conv1x1_folded_s8(a->p, in, in_dims->h * in_dims->w, in_dims->c, out_dims->c, out);
     return ARM_CMSIS_NN_SUCCESS;
   }

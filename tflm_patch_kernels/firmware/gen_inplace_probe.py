@@ -19,6 +19,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)  # run from anywhere, also outside Bazel
 
+from tfmcu import abi  # noqa: E402
 from tfmcu.graph import ir  # noqa: E402
 from tfmcu.plan import cmsis_nn  # noqa: E402
 from tfmcu.plan.memory_plan import inplace_distance  # noqa: E402
@@ -26,8 +27,8 @@ from tfmcu.plan.memory_plan import inplace_distance  # noqa: E402
 # The probe's operator kinds (inplace_probe.c: ProbeKind) and how each one is called.
 KINDS = {"conv": 0, "depthwise": 1, "avg_pool": 2, "max_pool": 3, "add": 4}
 # the call TFLM's kernels/cmsis_nn makes, the patch backend's *_cmsis_nn_run, or that run of a 1x1 convolution whose
-# input offset the packer folded into its bias (input offset 0; fewer pixels than CONV1X1_FOLDED_MAX_PIXELS: our
-# product without per-call filter sums, in CMSIS-NN's order)
+# input offset the packer folded into its bias (input offset 0; a call abi.conv1x1_folded chooses: our product
+# without per-call filter sums, in CMSIS-NN's order)
 VIA = {"tflm": 0, "backend": 1, "backend_folded": 2}
 
 # (name, kind, via, input (h, w, c), output channels, kernel, stride, padding (top, bottom, left, right))
@@ -69,7 +70,8 @@ CASES = [
     ("stage_conv1x1", "conv", "backend", (6, 6, 16), 4, (1, 1), (1, 1), (0, 0, 0, 0)),
     ("stage_conv1x1_s2", "conv", "backend", (7, 7, 4), 3, (1, 1), (2, 2), (0, 0, 0, 0)),
     ("stage_conv1x1_folded", "conv", "backend_folded", (3, 3, 16), 4, (1, 1), (1, 1), (0, 0, 0, 0)),
-    ("stage_conv1x1_folded_odd", "conv", "backend_folded", (3, 5, 6), 5, (1, 1), (1, 1), (0, 0, 0, 0)),
+    ("stage_conv1x1_folded_odd", "conv", "backend_folded", (3, 5, 12), 5, (1, 1), (1, 1), (0, 0, 0, 0)),
+    ("stage_conv1x1_folded_steps", "conv", "backend_folded", (2, 5, 30), 6, (1, 1), (1, 1), (0, 0, 0, 0)),
     ("stage_dw3x3", "depthwise", "backend", (9, 9, 10), 10, (3, 3), (2, 2), (1, 1, 1, 1)),
     ("stage_dw5x5_opt", "depthwise", "backend", (8, 8, 8), 8, (5, 5), (1, 1), (2, 2, 2, 2)),
 ]
@@ -105,6 +107,8 @@ def cases():
     may be overwritten with an equal value)."""
     out = []
     for name, kind, via, in_shape, out_c, kernel, stride, padding in CASES:
+        if via == "backend_folded" and not abi.conv1x1_folded(in_shape[0] * in_shape[1], in_shape[2]):
+            raise SystemExit(f"gen_inplace_probe: case {name} does not run the folded product (abi.conv1x1_folded)")
         g, op = case_graph(kind, in_shape, out_c, kernel, stride, padding)
         overlapped = "x2" if name == "add_in2" else "x"
         d = inplace_distance(g, op, overlapped, kernels="cmsis_nn")

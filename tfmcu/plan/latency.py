@@ -70,11 +70,12 @@ STAGE_TERMS = tuple(f"cost_{k}" for k in STAGE_KINDS) + ("calls", "rows", "patch
 FIXED_TERMS = ("cost_folded", "cost_add")
 # The folded 1x1 product's features (cmsis_nn/conv1x1_folded.c), summed over its calls of p pixels, c input and k
 # output channels: inner-loop iterations (4 input channels each) over pairs of pixels and over an odd last pixel,
-# per pair of output channels; those blocks (their setup and requantization); an odd last output channel's
-# iterations and pixels; the input channels beyond a multiple of 4 per output; channel pairs and calls. Its row
-# ("folded" of a core's coefficients) is fitted on the product's own instruction counts.
-FOLDED_FEATURES = ("pair_iters", "odd_iters", "pair_blocks", "odd_blocks", "chan_iters", "chan_pixels", "tail",
-                   "channel_pairs", "calls")
+# per pair of output channels; of the pairs' iterations those past a multiple of 16 (steps of their own after the
+# 16-wide loop); the pairs' blocks where that loop runs; those blocks (their setup and requantization); an odd last
+# output channel's iterations and pixels; the input channels beyond a multiple of 4 per output; channel pairs and
+# calls. Its row ("folded" of a core's coefficients) is fitted on the product's own instruction counts.
+FOLDED_FEATURES = ("pair_iters", "pair_steps4", "pair_wide", "odd_iters", "pair_blocks", "odd_blocks", "chan_iters",
+                   "chan_pixels", "tail", "channel_pairs", "calls")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -263,13 +264,13 @@ def _stage(o: dict[str, Any]) -> dict[str, Any]:
                     or (int(o["layer_outputs"][li]) == t_out and r_out[i] > 1 and c_out[j] != out_t[1]))
         call_pixels = np.where(per_row, np.maximum(c_out, 0)[None, :], boxes)  # pixels per kernel call
         kernel_calls = np.where(per_row, np.maximum(r_out, 0)[:, None], 1) * live  # kernel calls per patch
-        # A 1x1 convolution whose input offset the packer folded into its bias runs its calls of 2 to
-        # CONV1X1_FOLDED_MAX_PIXELS - 1 pixels through the CMSIS-NN backend's own product (cmsis_nn/conv1x1_folded.c):
-        # those calls are the layer's "folded" part, with features of their own (FOLDED_FEATURES).
+        # A 1x1 convolution whose input offset the packer folded into its bias runs the calls abi.conv1x1_folded
+        # chooses through the CMSIS-NN backend's own product (cmsis_nn/conv1x1_folded.c): those calls are the
+        # layer's "folded" part, with features of their own (FOLDED_FEATURES).
         fold = np.zeros_like(live)
         if (code == abi.OP_CONV and (kh, kw) == (1, 1) and int(p["stride_h"]) == int(p["stride_w"]) == 1
                 and groups == 1 and int(p["input_offset"]) == 0):
-            fold = live & (call_pixels > 1) & (call_pixels < abi.CONV1X1_FOLDED_MAX_PIXELS)
+            fold = live & abi.conv1x1_folded(call_pixels, cin)
         geometry = None
         if code in (abi.OP_CONV, abi.OP_DEPTHWISE):
             pad = [int(v) for v in layer.get("padding", [0, 0, 0, 0])]
@@ -330,7 +331,9 @@ def _stage(o: dict[str, Any]) -> dict[str, Any]:
             pairs, odd = n * (px // 2), n * (px % 2)
             feats["folded"] = {
                 "layer": features(fold),
-                "product": {"pair_iters": float(pairs.sum()) * kp * c4, "odd_iters": float(odd.sum()) * kp * c4,
+                "product": {"pair_iters": float(pairs.sum()) * kp * c4,
+                            "pair_steps4": float(pairs.sum()) * kp * ((cin & 15) >> 2),
+                            "pair_wide": float(pairs.sum()) * kp * (cin >= 16), "odd_iters": float(odd.sum()) * kp * c4,
                             "pair_blocks": float(pairs.sum()) * kp, "odd_blocks": float(odd.sum()) * kp,
                             "chan_iters": float((n * px).sum()) * k_odd * c4,
                             "chan_pixels": float((n * px).sum()) * k_odd,
