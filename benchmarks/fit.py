@@ -8,7 +8,7 @@ fewest over the test inputs), MACs, the model's Flash, outputs = TF Lite, and th
 ``tfmcu.plan.latency``) with their errors. ``fit`` searches with its defaults (its grids, any number of stages, its
 configurations) and no time budget, so a row does not depend on the machine's speed; the two MobileNetV2s stream
 their image. Each row is kept in ``fit/rows.json`` as it is measured (a row that says why a fit failed too: delete the
-file to measure again): a run that stops resumes after the last row; a run with another search (``_search``) keeps
+file to measure again): a run that stops resumes after the last row; a run with another search (``search_record``) keeps
 only the per-layer rows.
 """
 
@@ -63,7 +63,7 @@ def _model(name: str, cache: str) -> bytes:
     return untrained_int8(load_spec(name), 0, as_conv=False)
 
 
-def _search() -> dict[str, Any]:
+def search_record() -> dict[str, Any]:
     """What fit searched (its defaults) and what the patch kernels run, as the JSON records it."""
     d = FitOptions(model="")
     return {"grids": list(d.patch_options), "max_stages": d.max_stages, "halo_modes": list(d.halo_modes),
@@ -92,12 +92,12 @@ def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CA
     if os.path.isfile(kept_path):  # rows an earlier run measured: fit's with the same search, per layer any
         with open(kept_path) as f:
             earlier = json.load(f)
-        same = earlier.get("search") == _search()
+        same = earlier.get("search") == search_record()
         kept = {k: r for k, r in earlier.get("rows", {}).items() if same or r.get("what") == PER_LAYER}
 
     def keep(row: dict[str, Any]) -> dict[str, Any]:
         kept[f"{row['model']}|{row['target']}|{row['what']}"] = row
-        write_outputs({kept_path: json.dumps({"search": _search(), "rows": kept}, indent=1).encode()})
+        write_outputs({kept_path: json.dumps({"search": search_record(), "rows": kept}, indent=1).encode()})
         return row
 
     def earlier_row(name: str, target: str, what: str) -> dict[str, Any] | None:
@@ -125,7 +125,7 @@ def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CA
             if row is None:  # (an error row too: "nothing fits within 1.00x" is a result)
                 row = keep(_fitted(name, target, stream, cap, what, path, base, work, log))
             rows.append(row)
-    return {"rows": rows, "search": _search()}
+    return {"rows": rows, "search": search_record()}
 
 
 def _per_layer(name: str, target: str, path: str, data: bytes, macs: int, work: str,
@@ -200,6 +200,8 @@ def _fitted(name: str, target: str, stream: bool, cap: float | None, what: str, 
     row["verified_bit_exact"] = rep.verify is None or rep.verify.bit_exact
     row["fits"] = None if rep.measured is None else rep.measured.fits
     row["stream_input"] = stream
+    row["search_seconds"] = rep.search_seconds  # on the bench's machine, every candidate priced
+    row["candidates"] = len(rep.candidates)
     return row
 
 
@@ -230,11 +232,11 @@ def table(result: dict[str, Any]) -> str:
           "configuration streams it; predicted by "
           "tfmcu.plan.arena (arena) and tfmcu.plan.latency (instructions, estimated)." + _searched(result), "",
           "| model | target | configuration | schedule | arena (B) | vs per layer | = predicted | instructions | "
-          "vs per layer | predicted error | MACs | model Flash (B) | outputs = TF Lite |",
-          "|---|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|"]
+          "vs per layer | predicted error | MACs | model Flash (B) | outputs = TF Lite | search |",
+          "|---|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|---:|"]
     for r in rows:
         if "error" in r:
-            md.append(f"| {r['model']} | {r['target']} | {r['what']} | {r['error']} | | | | | | | | | |")
+            md.append(f"| {r['model']} | {r['target']} | {r['what']} | {r['error']} | | | | | | | | | | |")
             continue
         if r["arena_used_bytes"] is None:
             equal = f"- (predicted {_n(r['predicted_arena_bytes'])})"
@@ -250,7 +252,8 @@ def table(result: dict[str, Any]) -> str:
         md.append(f"| {r['model']} | {r['target']} | {what} | {r['schedule'] or 'per layer'} | "
                   f"{_n(r['arena_used_bytes'])} | {ratio} | {equal} | {_n(r['instructions'])} | {slower} | {err} | "
                   f"{r['macs'] / 1e6:.1f}M | {_n(r['flash_model_bytes'])} | "
-                  f"{'-' if r['arena_used_bytes'] is None else 'yes' if r['outputs_equal_tflite'] else 'NO'} |")
+                  f"{'-' if r['arena_used_bytes'] is None else 'yes' if r['outputs_equal_tflite'] else 'NO'} | "
+                  + ("-" if r.get("search_seconds") is None else f"{r['search_seconds']:.0f} s") + " |")
     return "\n".join(md) + "\n"
 
 
@@ -261,7 +264,8 @@ def _searched(result: dict[str, Any]) -> str:
         return ""
     stages = "any number of" if search["max_stages"] is None else f"at most {search['max_stages']}"
     return (f" fit searched with its defaults: grids {'/'.join(map(str, search['grids']))}, {stages} stages, no time "
-            f"budget.")
+            f"budget (search: its time on the bench's machine, every candidate priced; fit's default budget is "
+            f"{FitOptions(model='').search_seconds:g} s).")
 
 
 def _n(v: Any) -> str:

@@ -10,36 +10,30 @@ kB = 1000 in the comparison), ``streamed`` (the first stage reads the image row 
 does) and ``counted`` (held whole). A stage may end into the global average pool (its output summed into
 int32 patch by patch: ``pooled``; the executor runs it since ABI 6).
 
-The MEASURED half (``measure_m4``): along each model's front of plans weighed by their estimated instructions
-(``pareto_plans(by="instructions")``, the image streamed, at most +10% MACs, as ``fit --max_stages`` searches), the
-lowest-peak plans (``PRICED`` / 2 of all, as many whose estimate is within ``MAX_LATENCY``) and the smallest one- and
-two-stage plans are built (``rewrite_stages``, the rest in place, its convolutions by our kernels) and their TFLM
-arena and instructions predicted; the smallest one- and
-two-stage plans, the smallest predicted arena and the smallest within ``MAX_LATENCY`` x the per-layer model's
-predicted instructions run on the Cortex-M4 (``deploy --run``, QEMU mps2-an386, CMSIS-NN): TFLM's
-``arena_used_bytes`` and the instructions of one Invoke, against the per-layer model's QEMU count from the latency
-calibration runs (``tfmcu/plan/latency_calibration.json``).
+The MEASURED half (``measure_m4``) goes through ``fit`` as a user runs it: ``fit --target=cortex-m4
+--objective=memory --max_latency=1.10 --stream_input --run`` with CMSIS-NN and fit's defaults (its grids and row
+bands, its configurations, no time budget so that a row does not depend on the machine), at most one stage, at most
+two, and any number (``FIT_ROWS``). Each row: the chosen plan's TFLM ``arena_used_bytes`` and the instructions of
+one Invoke under QEMU (mps2-an386), against the per-layer model's QEMU count from the latency calibration runs
+(``tfmcu/plan/latency_calibration.json``), the search's time and the candidates it priced.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
 from typing import Any, Callable
 
-import json
-
-from benchmarks.fit import measured_row
+from benchmarks.fit import measured_row, search_record as fit_search_record
 from tfmcu.files import figure_png, write_outputs
-from tfmcu.flows.deploy import DeployOptions, deploy
+from tfmcu.flows.fit import FitOptions, run as fit_run
 from tfmcu.graph.from_tflite import from_tflite
-from tfmcu.graph.ir import Graph
 from tfmcu.nets import zoo
-from tfmcu.plan.arena import mcu_build
 from tfmcu.plan.latency import CALIBRATION_FILE, predict_instructions
 from tfmcu.plan.plans import Plan, SearchOptions
 from tfmcu.plan.stage_plans import pareto_plans, stage_segments
-from tfmcu.stage.custom import CustomArenaCost, CustomOptions
 
 MODELS = (("mbv2_035_144", "MobileNetV2-0.35-144 (tf_keras)"), ("keras_mobilenet_v2", "MobileNetV2-0.35-96 (tf_keras)"))
 MAX_STAGES = (1, 2, 3, None)
@@ -52,12 +46,12 @@ MAC_CAPS = (0.10, 0.20, 0.30)
 MSF_CNN_144 = ((124.6, 1.036), (37.3, 1.226), (21.3, 1.294), (15.8, 1.567))
 
 
-# The measured half: Cortex-M4 with CMSIS-NN, the image streamed, the rest in place and its convolutions in Flash.
+# The measured half: fit on the Cortex-M4 with CMSIS-NN, the image streamed, within MAX_LATENCY x the per-layer
+# model's predicted instructions; (label, at most this many stages: None any)
 CORE, TARGET, KERNELS = "cortex-m4", "cortex-m4", "cmsis_nn"
-MEASURED_CAP = 0.10  # MAC overhead of the plans priced and measured (the issue's target)
-MAX_LATENCY = 1.10  # x the per-layer model's predicted instructions
-PRICED = 16  # lowest-peak plans of the instruction-weighed front built and predicted per model
-CONFIG = CustomOptions(inplace=True, kernels=KERNELS, stream_input=True, rest_convs="tfmcu")
+MAX_LATENCY = 1.10
+FIT_ROWS = ((f"1 stage within {MAX_LATENCY:g}x", 1), (f"2 stages within {MAX_LATENCY:g}x", 2),
+            (f"smallest within {MAX_LATENCY:g}x", None))
 
 
 def per_layer_measured(name: str) -> int | None:
@@ -69,67 +63,44 @@ def per_layer_measured(name: str) -> int | None:
                  and r.get("kernels") == KERNELS), None)
 
 
-def measured_points(o: Any, name: str, data: bytes, graph: Graph, segs: list[Any],
-                    log: Callable[[str], None]) -> dict[str, Any]:
-    """The priced plans of one model and the Cortex-M4 measurements of the chosen ones (see the module docstring;
-    cached per model and plan in ``<out_dir>/multistage/``)."""
+def measured_points(o: Any, name: str, data: bytes, log: Callable[[str], None]) -> dict[str, Any]:
+    """``fit --run`` at each of ``FIT_ROWS`` for one model (see the module docstring; each row kept in
+    ``<out_dir>/multistage/<model>/`` as it is measured: a run that stops resumes after it)."""
     work = os.path.join(o.out_dir, "multistage", name)
-    os.makedirs(work, exist_ok=True)
-    opts = SearchOptions(patch_options=OPTIONS.patch_options, max_mac_overhead=MEASURED_CAP)
-
-    def ins(model: bytes) -> int:
-        return predict_instructions(model, CORE, KERNELS).instructions
-
-    cost = CustomArenaCost(data, graph, name, options=CONFIG, build=mcu_build(KERNELS), instructions=ins)
-    base_pred = ins(data)
-    fronts = {ms: pareto_plans(graph, segs, opts, ms, "streamed", by="instructions") for ms in (1, 2, None)}
-    plans: list[tuple[str, Plan]] = [("1 stage", p) for p in fronts[1][:3] if p.stages]
-    plans += [("2 stages", p) for p in fronts[2][:3] if len(p.stages) == 2]
-    est0 = pareto_plans(graph, segs, opts, 0, "streamed", by="instructions")[0].instructions
-    within = [p for p in fronts[None] if p.stages and p.instructions <= MAX_LATENCY * est0]
-    plans += [("any", p) for p in fronts[None][:PRICED // 2] if p.stages]
-    plans += [("any", p) for p in within[:PRICED - PRICED // 2] if all(p is not q for _, q in plans)]
-    priced = []
-    for kind, p in plans:  # (kept alive in ``plans``: the cost function caches by plan)
-        t0 = time.time()
-        ev = cost.evaluate(p, None)
-        priced.append({"kind": kind, "plan": p.stage_plan_dict(), "predicted_arena_bytes": ev.cost,
-                       "predicted_instructions": ev.instructions, "model": ev.result.model,
-                       "predicted_tail_bytes": ev.details.get("predicted_arena_tail_bytes")})
-        log(f"[multistage] {name}: {p.describe()}: predicted arena {ev.cost:,} B, "
-            f"{ev.instructions / base_pred:.3f}x instructions [{time.time() - t0:.0f} s]")
-    chosen: dict[str, dict[str, Any]] = {}
-    for label, pool in (("smallest 1 stage", [e for e in priced if e["kind"] == "1 stage"]),
-                        ("smallest 2 stages", [e for e in priced if e["kind"] == "2 stages"]),
-                        ("smallest", priced),
-                        (f"smallest within {MAX_LATENCY:g}x", [e for e in priced if e["predicted_instructions"]
-                                                               <= MAX_LATENCY * base_pred])):
-        if pool:
-            chosen[label] = min(pool, key=lambda e: (e["predicted_arena_bytes"], e["predicted_instructions"]))
+    path = os.path.join(work, "model.tflite")
+    write_outputs({path: data})
+    priced: list[dict[str, Any]] = []
     measured = []
-    for label, e in chosen.items():
-        key = "_".join(f"{a}-{b}-{g[0]}x{g[1]}" for a, b, g in
-                       ((sg["ops"][0], sg["ops"][1], sg["grid"]) for sg in e["plan"]["segments"]))
-        done = os.path.join(work, f"{abs(hash(key)) % 10 ** 10}.json")
+    for label, stages in FIT_ROWS:
+        key = f"{label}|{hashlib.sha1(data).hexdigest()[:12]}|{json.dumps(fit_search_record(), sort_keys=True)}"
+        done = os.path.join(work, f"{hashlib.sha1(key.encode()).hexdigest()[:12]}.json")
         if os.path.isfile(done):
             with open(done) as f:
                 m = json.load(f)
+            log(f"[multistage] {name}, {label}: measured by an earlier run ({done})")
         else:
-            path = os.path.join(work, "model.tflite")
-            write_outputs({path: e["model"]})
-            dep = deploy(DeployOptions(tflite=path, target=TARGET, out_dir=os.path.join(work, "firmware"), run=True,
-                                       kernels=KERNELS, num_inputs=1), log=log)
-            m = measured_row(name, TARGET, label, e["plan"]["describe"], e["predicted_arena_bytes"],
-                             e["predicted_instructions"], dep, e["plan"]["macs"], len(e["model"]))
-            m["key"] = key
-            write_outputs({done: m})
-        m = {**m, "what": label, "plan": e["plan"]}
+            log(f"[multistage] {name}, {label}: fit --max_latency={MAX_LATENCY:g} --max_stages={stages or 'any'} ...")
+            rep = fit_run(FitOptions(model=path, target=TARGET, kernels=KERNELS, objective="memory",
+                                     max_latency=MAX_LATENCY, stream_input=True, max_stages=stages, run=True,
+                                     num_inputs=1, verify_samples=4, search_seconds=None,
+                                     out_dir=os.path.join(work, label.split()[0] + "_stages")), log=log)
+            ch = rep.chosen
+            m = measured_row(name, TARGET, label, ch.describe, ch.predicted_total_bytes, ch.predicted_instructions,
+                             rep.deploy, ch.macs, rep.deploy.model_bytes)
+            m.update(plan={"stages": ch.stages, "describe": ch.describe, "mac_overhead": ch.mac_overhead,
+                           "macs": ch.macs},
+                     max_stages=stages, search_seconds=rep.search_seconds, candidates=len(rep.candidates),
+                     priced=[{"predicted_arena_bytes": c.predicted_total_bytes,
+                              "predicted_instructions": c.predicted_instructions} for c in rep.candidates])
+            write_outputs({done: json.dumps(m).encode()})
+        priced += [{**c, "kind": label} for c in m.pop("priced", [])]
         log(f"[multistage] {name}, {label}: measured arena {m['arena_used_bytes']} B "
-            f"(predicted {m['predicted_arena_bytes']:,}), {m['instructions']} instructions")
+            f"(predicted {m['predicted_arena_bytes']:,}), {m['instructions']} instructions, search "
+            f"{m['search_seconds']:g} s")
         measured.append(m)
     return {"per_layer_instructions_measured": per_layer_measured(name),
-            "per_layer_instructions_predicted": base_pred,
-            "priced": [{k: v for k, v in e.items() if k != "model"} for e in priced], "measured": measured}
+            "per_layer_instructions_predicted": predict_instructions(data, CORE, KERNELS).instructions,
+            "priced": priced, "measured": measured}
 
 
 def _best(front: list[Plan], cap: float) -> Plan | None:
@@ -150,7 +121,7 @@ def multistage_section(o: Any, log: Callable[[str], None] = print, measure_m4: b
             segs = stage_segments(graph, OPTIONS, image)
             log(f"[multistage] {name}, image {image}: {len(segs)} segments [{time.time() - t0:.0f} s]")
             if image == "streamed" and measure_m4:
-                measured[name] = {"label": label, **measured_points(o, name, data, graph, segs, log)}
+                measured[name] = {"label": label, **measured_points(o, name, data, log)}
             runnable = [sg for sg in segs if not sg.pooled]  # without a stage into the pool (what the pool buys)
             for ms in MAX_STAGES:
                 front = pareto_plans(graph, segs, OPTIONS, ms, image)
@@ -183,22 +154,27 @@ def measured_markdown(measured: dict[str, Any]) -> str:
     if not measured:
         return ""
     md = ["", "Measured on the Cortex-M4 (QEMU mps2-an386; TFLM built from source with its CMSIS-NN kernels and the "
-              "patch executor's CMSIS-NN backend; the image streamed, the rest in place, its convolutions by our "
-              f"kernels; plans within +{100 * MEASURED_CAP:.0f}% MACs): TFLM's arena_used_bytes and the instructions "
-              "of one Invoke, against the per-layer model's QEMU count (latency calibration run).", "",
+              "patch executor's CMSIS-NN backend): what `fit --target=cortex-m4 --objective=memory "
+              f"--max_latency={MAX_LATENCY:g} --stream_input --run` chooses with its defaults, at most one stage, at "
+              "most two and any number (`--max_stages`); TFLM's arena_used_bytes and the instructions of one Invoke, "
+              "against the per-layer model's QEMU count (latency calibration run); the search's time on this "
+              "machine (2 cores, every candidate priced: no time budget) and the candidates it priced.", "",
           "| model | plan | stages | schedule | MACs | arena (B) | = predicted | instructions | vs per layer | "
-          "predicted error |", "|---|---|---:|---|---:|---:|---|---:|---:|---:|"]
+          "predicted error | search |", "|---|---|---:|---|---:|---:|---|---:|---:|---:|---:|"]
     for name, r in measured.items():
         base = r["per_layer_instructions_measured"]
-        md.append(f"| {r['label']} | per layer (TFLM + CMSIS-NN) | 0 | - | +0.0% | - | - | {_n(base)} | 1.000x | - |")
+        md.append(f"| {r['label']} | per layer (TFLM + CMSIS-NN) | 0 | - | +0.0% | - | - | {_n(base)} | 1.000x | - "
+                  "| - |")
         for m in r["measured"]:
             p = m["plan"]
             ratio = f"{m['instructions'] / base:.3f}x" if base and m["instructions"] else "-"
             err = "-" if m["instructions_error"] is None else f"{100 * m['instructions_error']:+.1f}%"
             equal = "yes" if m["arena_equal"] else f"no ({_n(m['predicted_arena_bytes'])})"
+            search = (f"{m['search_seconds']:.0f} s, {m['candidates']} candidates"
+                      if m.get("search_seconds") is not None else "-")
             md.append(f"| {r['label']} | {m['what']} | {p['stages']} | {p['describe']} | "
                       f"+{100 * p['mac_overhead']:.1f}% | {_n(m['arena_used_bytes'])} | {equal} | "
-                      f"{_n(m['instructions'])} | {ratio} | {err} |")
+                      f"{_n(m['instructions'])} | {ratio} | {err} | {search} |")
     return "\n".join(md) + "\n"
 
 
@@ -251,7 +227,8 @@ def _plot(fronts: dict[tuple[str, str, int | None], list[Plan]], measured: dict[
         if not r:
             continue
         base = r["per_layer_instructions_predicted"]
-        pts = [(e["predicted_instructions"] / base, e["predicted_arena_bytes"] / 1000) for e in r["priced"]]
+        pts = [(e["predicted_instructions"] / base, e["predicted_arena_bytes"] / 1000) for e in r["priced"]
+               if e.get("predicted_instructions")]
         ax.plot([x for x, _ in pts], [y for _, y in pts], "o", color="0.6", markersize=4,
                 label="priced plans (predicted arena and instructions)")
         mb = r["per_layer_instructions_measured"]
@@ -263,7 +240,7 @@ def _plot(fronts: dict[tuple[str, str, int | None], list[Plan]], measured: dict[
         ax.axvline(MAX_LATENCY, color="k", linestyle=":", linewidth=1)
         ax.set_xlabel("instructions vs TFLM + CMSIS-NN per layer (measured: red stars)")
         ax.set_ylabel("TFLM arena (kB = 1000 B, image streamed)")
-        ax.set_title(f"{label}: Cortex-M4 (QEMU), plans within +{100 * MEASURED_CAP:.0f}% MACs", fontsize=10)
+        ax.set_title(f"{label}: Cortex-M4 (QEMU), fit's candidates within {MAX_LATENCY:g}x", fontsize=10)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     for ax, (name, label) in zip(axes, MODELS):

@@ -297,12 +297,13 @@ def test_readme_tables_render_from_results_shaped_as_the_sections_write_them():
     plan = {"stages": 11, "describe": "11 stages: ...", "mac_overhead": 0.0, "macs": 100}
     one = {"stages": 1, "describe": "1 stage: ...", "mac_overhead": 0.0, "macs": 100}
     multistage = {"rows": [], "measured": {"mbv2_035_144": {"label": "x", "measured": [
-        {**_fit_row("mbv2_035_144", "smallest 1 stage", 77812, 77812, 130672815, 100), "plan": one},
+        {**_fit_row("mbv2_035_144", "1 stage within 1.1x", 77812, 77812, 130672815, 100), "plan": one},
         {**_fit_row("mbv2_035_144", "smallest within 1.1x", 39716, 39716, 115682205, 100), "plan": plan}]}}}
     story = docs.story_table(fit, halo_fw, multistage)
     assert "| 385,348 (predicted: it does not link on the target) | 1.00x |" in story, story
     assert "| 59,300 | 6.50x | +0.0% | 1.047x | yes |" in story and "| 39,716 | 9.70x |" in story, story
-    assert "the smallest plan of one stage | 77,812 | 4.95x | +0.0% | 1.197x | yes |" in story, story
+    assert "fit's plan of one stage within 1.1x the instructions | 77,812 | 4.95x | +0.0% | 1.197x | yes |" in story, \
+        story
     assert story.index("77,812") < story.index("39,716") < story.index("59,300"), story  # fit's choice last
     assert "| 182,676 | 2.11x | +20.0% | 1.296x | yes |" in story, story
     custom = {"rows": [{"model": "mbv2_100_224", "grid": [4, 4], "patch_blocks": 5, "rest_memory_plan": "inplace",
