@@ -404,3 +404,14 @@ def test_model_beyond_flash_goes_to_external_memory():
         block = block[:block.index("),")]
         ext = sources.EXTERNAL_MEMORY.get(t.key)
         assert (f"psram = 0x{ext[0]:08x}" if ext else "psram = none") in block.lower(), t.key
+
+
+@pytest.mark.parametrize("margin", [0.0, 0.02, 0.1])
+def test_the_largest_prediction_a_room_takes_is_allocated_within_it(margin):
+    """fit's budgets (``largest_prediction``: the arena's room, the persistent region's) and deploy's buffers
+    (``allocated_bytes``) are the same rule: what fit admits, deploy allocates within the room, 16 bytes aligned."""
+    for room in range(1024, 300_000, 997):
+        p = deploy.largest_prediction(room, margin)
+        assert deploy.allocated_bytes(p, margin) <= room
+        assert deploy.allocated_bytes(p, margin) % 16 == 0
+        assert room - deploy.allocated_bytes(p, margin) <= 32 * (1 + margin) + 16  # and little of it left over

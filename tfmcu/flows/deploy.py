@@ -251,7 +251,7 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> DeployRepor
     build = mcu_build(o.kernels)
     pred, persistent = persistent_split(model, t, build, stages if o.kernels == "cmsis_nn" else None, o.margin,
                                         o.persistent_apart)
-    arena = -(-int((pred.head if persistent else pred.total) * (1 + o.margin)) // 16) * 16
+    arena = allocated_bytes(pred.head if persistent else pred.total, o.margin)
     stack = o.stack_kib * 1024
     slots = detector_slots_for(detector, info, len(samples))
     static = STATIC_ESTIMATE + detector_static_bytes(slots)
@@ -315,6 +315,16 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> DeployRepor
     return report
 
 
+def allocated_bytes(predicted: int, margin: float) -> int:
+    """The buffer the firmware gets for a predicted arena (or persistent tail): x (1 + margin), rounded up to 16."""
+    return -(-int(predicted * (1 + margin)) // 16) * 16
+
+
+def largest_prediction(room: int, margin: float) -> int:
+    """The largest prediction whose ``allocated_bytes`` fit in ``room`` bytes (a bound 16 bytes on the safe side)."""
+    return int(room / (1 + margin)) // 16 * 16 - 16
+
+
 def persistent_split(model: TfliteModel, t: Target, build: str, stage: Any, margin: float,
                      apart: bool = True) -> tuple[ArenaPrediction, int]:
     """TFLM's predicted arena for ``model`` on ``t`` and the persistent buffer's bytes: on a board with a region for
@@ -324,7 +334,7 @@ def persistent_split(model: TfliteModel, t: Target, build: str, stage: Any, marg
     region = t.persistent
     if region is not None and apart:
         split = predict_model_arena(model, build=build, stage=stage, persistent_apart=True)
-        size = -(-int(split.tail * (1 + margin)) // 16) * 16
+        size = allocated_bytes(split.tail, margin)
         if size <= region.bytes:
             return split, size
     return predict_model_arena(model, build=build, stage=stage), 0

@@ -43,7 +43,8 @@ from tfmcu.errors import TfmcuError, UsageError
 from tfmcu.firmware.targets import Target, get_target
 from tfmcu.firmware.tree import check_dest, export_tree
 from tfmcu.files import assembled_folder, read_bytes
-from tfmcu.flows.deploy import STATIC_ESTIMATE, DeployOptions, DeployReport, deploy, validate as validate_deploy
+from tfmcu.flows.deploy import (STATIC_ESTIMATE, DeployOptions, DeployReport, deploy, largest_prediction,
+                                 validate as validate_deploy)
 from tfmcu.flows.verify import VerifyOptions, verify
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.graph import ir
@@ -242,15 +243,14 @@ def arena_budget(o: FitOptions, t: Target) -> int:
     """The predicted arena a candidate may have: the target's RAM less the stack and the other static data, less
     deploy's margin (deploy allocates the prediction x (1 + margin), rounded up to 16 bytes). For a chip like ``t``
     with other RAM: ``dataclasses.replace(t, sram_bytes=...)``."""
-    room = t.sram_bytes - o.stack_kib * KB - STATIC_ESTIMATE
-    return int(room / (1 + o.margin)) // 16 * 16 - 16
+    return largest_prediction(t.sram_bytes - o.stack_kib * KB - STATIC_ESTIMATE, o.margin)
 
 
 def persistent_room(o: FitOptions, t: Target) -> int | None:
     """The predicted persistent tail a candidate may keep in the board's region for it (``Target.persistent_ram``:
     deploy puts it there when the tail x (1 + margin), rounded up to 16 bytes, fits); None: no such region."""
     region = t.persistent
-    return None if region is None or not o.persistent_apart else int(region.bytes / (1 + o.margin)) // 16 * 16 - 16
+    return None if region is None or not o.persistent_apart else largest_prediction(region.bytes, o.margin)
 
 
 def model_bytes(o: FitOptions, log: Callable[[str], None]) -> tuple[bytes, str]:
