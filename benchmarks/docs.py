@@ -244,8 +244,8 @@ def story_table(fit: dict[str, Any], halo_firmware: dict[str, Any], multistage: 
               (stage["macs_executed"] / stage["macs"] - 1) if stage.get("macs") and stage.get("macs_executed")
               else 0.0, stage["invoke_insns"], stage["equal_tflite"]),
           row("+ halo caches, the image streamed, the rest in place with its multipliers in Flash: fit's plan of "
-              "one stage within 1.1x the instructions", one, one["arena_used_bytes"], one["plan"]["mac_overhead"], one["instructions"],
-              one["outputs_equal_tflite"]),
+              "one stage within 1.1x the instructions", one, one["arena_used_bytes"], one["plan"]["mac_overhead"],
+              one["instructions"], one["outputs_equal_tflite"]),
           row(f"+ several patch stages: fit's plan of any number within 1.1x the instructions, "
               f"{multi['plan']['stages']} stages", multi, multi["arena_used_bytes"], multi["plan"]["mac_overhead"],
               multi["instructions"], multi["outputs_equal_tflite"]),
