@@ -9,6 +9,7 @@ count.
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -19,7 +20,7 @@ from tfmcu.plan import regions
 from tfmcu.plan.halo import halo_caches, intermediates
 from tfmcu.plan.profiler import profile, step_memory
 from tfmcu.plan.plans import HALO_ALL, SearchOptions
-from tfmcu.plan.search import candidates
+from tfmcu.plan.search import AnalyticCost, candidates, search
 from tfmcu.plan.stage_plans import IMAGE_MODES, pareto_plans, plan_candidates, segments_by_image, stage_plans, \
     stage_segments
 
@@ -107,6 +108,78 @@ def test_the_instruction_weighed_programme_with_any_number_of_stages():
     got = [(p.peak(), round(p.instructions, 3)) for p in front]
     assert got == [(a, round(b, 3)) for a, b in _brute_front(g, segs, None, cost=lambda s: s.instructions)]
     assert max(len(p.stages) for p in front) > 2
+
+
+def _arena_front(graph: ir.Graph, segs, max_stages=None, max_cost=None, max_macs=None) -> list[tuple[int, float]]:
+    """Every chain by exhaustive recursion: the (largest peak + the sum of tails, instruction estimate) front of
+    those within the caps."""
+    by_start: dict[int, list] = {}
+    for s in segs:
+        by_start.setdefault(s.start, []).append(s)
+    n = len(graph.ops)
+    points = []
+
+    def walk(at: int, peak: int, tail: int, cost: float, macs: int, stages: int) -> None:
+        if at == n:
+            if (max_cost is None or cost <= max_cost) and (max_macs is None or macs <= max_macs):
+                points.append((peak + tail, round(cost, 3)))
+            return
+        for s in by_start.get(at, []):
+            k = stages + s.patched
+            if max_stages is None or k <= max_stages:
+                walk(s.stop, max(peak, s.peak), tail + s.tail, cost + s.instructions, macs + s.macs, k)
+
+    walk(0, 0, 0, 0.0, 0, 0)
+    front: list[tuple[int, float]] = []
+    for p in sorted(set(points)):
+        if not front or p[1] < front[-1][1]:
+            front.append(p)
+    return front
+
+
+@pytest.mark.parametrize("max_stages", [2, None])
+@pytest.mark.parametrize("capped", [False, True])
+def test_the_whole_arena_programme_equals_brute_force(max_stages, capped):
+    """With a tail per segment (a cost function's ``segment_tail``: here made up, larger for per-layer ops and
+    varying by position, so that a smaller peak and a larger tail trade), the front is of peak + tail: exhaustive
+    enumeration's, with and without a cap on the instruction estimate and the MACs (labels that cannot end within
+    the caps dropped as they are made)."""
+    g = small_graph()
+    segs = [replace(s, tail=(40 + 12 * s.start + 8 * (s.stop - s.start)) if s.grid else 96 + 24 * (s.start % 3))
+            for s in stage_segments(g, OPTS, "streamed") if s.grid is None or s.grid[0] == s.grid[1]]
+    base = sum(ir.op_macs(g, op) for op in g.ops)
+    per_layer = pareto_plans(g, segs, OPTS, 0, "streamed", by="instructions")[0].instructions
+    opts = SearchOptions(patch_options=OPTS.patch_options, max_mac_overhead=0.3 if capped else None)
+    max_cost = 1.5 * per_layer if capped else None
+    front = pareto_plans(g, segs, opts, max_stages, "streamed", by="instructions", max_cost=max_cost)
+    got = [(p.peak() + p.tail, round(p.instructions, 3)) for p in front]
+    want = _arena_front(g, segs, max_stages, max_cost, 1.3 * base if capped else None)
+    assert got == want
+    assert len(want) > 3 and any(a.peak() > b.peak() for a, b in zip(front, front[1:]))  # the tail traded
+    if capped:
+        assert got != _arena_front(g, segs, max_stages)
+
+
+def test_the_search_weighs_its_cost_functions_tail():
+    """The one search hands its cost function's ``segment_tail`` to the stage plans' fronts: their plans carry it,
+    and a tail that makes operators dear (per layer more than a stage) moves the front to plans of fewer operators."""
+    g = small_graph()
+
+    class Tailed(AnalyticCost):
+        def segment_tail(self, s) -> int:
+            return 50 if s.patched else 4000
+
+    opts = SearchOptions(patch_options=(2, 3, 4), max_stages=None, objective="memory")
+    res = search(g, Tailed(), None, opts)
+    plain = search(g, AnalyticCost(), None, opts)
+    staged = [p for p in res.candidates if len(p.stages) > 1]
+    assert staged and all(p.tail == sum(50 if s.patched else 4000 for s in p.segments) for p in staged)
+    assert all(p.tail == 0 for p in plain.candidates)
+
+    def ops(plans) -> float:
+        return min(len(p.segments) for p in plans if len(p.stages) > 1)
+
+    assert ops(res.candidates) < ops(plain.candidates)
 
 
 def test_segments_of_several_image_modes_at_once_are_each_modes():

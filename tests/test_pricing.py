@@ -75,6 +75,11 @@ def test_fit_prices_every_candidate_from_the_decided_model(models, name):
         compared += 1
     assert compared == len(priced) > 0
     assert {e.variant_label for e in priced} == {c.label for c in cost.variants}
+    # the stage-plan search's estimate of the tail (``segment_tail``; the rest's convolutions by our kernels) follows
+    # the prediction: off by TFLM's fixed records, within the padding between the tail's pieces
+    off = [ev.details["predicted_arena_tail_bytes"] - sum(cost.segment_tail(s) for s in ev.candidate.segments)
+           for ev in priced if ev.variant.rest_convs == "tfmcu"]
+    assert off and min(off) > 0 and max(off) - min(off) <= 96, (min(off), max(off))
     # what is compared is what pricing read: a decided stage op whose options do not match its blob (one layer
     # fewer) is an op the prediction cannot model
     ev = priced[0]

@@ -404,7 +404,7 @@ def _tensor_order(graph: ir.Graph) -> tuple[dict[str, float], int, bool]:
 
     With TFLite indices on every op (``tflite_tensor_index`` / ``tflite_outputs``, ``tflite_num_tensors`` or
     ``tflite_inputs``): the key is the tensor index and the count exact. Otherwise the key is the IR position and
-    the count = activation tensors + estimated constant inputs (``_const_inputs``)."""
+    the count = activation tensors + estimated constant inputs (``const_inputs``)."""
     index: dict[str, int] = {}
     referenced: set[int] = set()
     declared: set[int] = set()
@@ -433,11 +433,11 @@ def _tensor_order(graph: ir.Graph) -> tuple[dict[str, float], int, bool]:
         return key, count, True
     key = {n: float(i) for i, n in enumerate(names)}
     seen: set[Any] = set()
-    count = len(graph.tensors) + sum(_const_inputs(op, seen) for op in graph.ops)
+    count = len(graph.tensors) + sum(const_inputs(op, seen) for op in graph.ops)
     return key, count, False
 
 
-def _const_inputs(op: ir.Op, seen: set[Any]) -> int:
+def const_inputs(op: ir.Op, seen: set[Any]) -> int:
     """Constant input tensors of ``op`` not counted before: ops with the same ``attrs["weights_key"]`` (e.g. the
     per-patch copies of one conv that a rewriter makes) share their weight and bias tensors."""
     b = builtin_of(op)
@@ -576,6 +576,29 @@ def predict_tail(graph: ir.Graph, allocs: Sequence[OpAlloc], num_tensors: int,
         for name in names:
             _io_tensor(tail, graph.tensors[name])
     return tail
+
+
+def persistent_bytes(alloc: OpAlloc) -> int:
+    """What an operator's allocations keep in TFLM's tail: its parsed options, op data and Prepare's buffers (each
+    rounded as ``predict_tail`` allocates it)."""
+    return ((alloc.builtin_data[0] if alloc.builtin_data else 0)
+            + sum(align_up(n, ALIGN) for n in [alloc.op_data or 0, *alloc.prepare]))
+
+
+def operator_tail(alloc: OpAlloc, tensors: int, build: str | TflmBuild = "wheel") -> int:
+    """An estimate of what one operator adds to TFLM's persistent tail: ``persistent_bytes``, its node record, the
+    eval records of the ``tensors`` it adds to the subgraph and a handle per scratch request (``predict_tail``'s
+    pieces, so a model's tail is the sum over its operators within the padding between pieces)."""
+    abi = get_build(build).abi
+    return (persistent_bytes(alloc) + abi["NodeAndRegistration"][0] + tensors * abi["TfLiteEvalTensor"][0]
+            + len(alloc.scratch) * abi["ScratchBufferHandle"][0])
+
+
+def stage_op_alloc(build: str | TflmBuild = "wheel") -> OpAlloc:
+    """What a TFMCU_PATCH_STAGE op allocates, as far as its tail goes: its op data (the same for every stage) and one
+    scratch request (its size here 0: the head's)."""
+    op_data, _ = kernel_memory({"scratch_bytes": 0}, pointer_bytes=get_build(build).pointer_bytes)
+    return OpAlloc(f"custom:{PATCH_STAGE_OP}", None, op_data, scratch=[0])
 
 
 def predict_arena(graph: ir.Graph, model: TfliteModel | bytes | None = None, count_input: bool = True,

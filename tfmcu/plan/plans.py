@@ -104,7 +104,8 @@ class Segment:
     stage ends in the global average pool after it (its output summed patch by patch into an int32 accumulator, never
     held whole); ``n_blocks`` / ``n_ops``: a stage named as the first n blocks or k ops. ``peak``: analytic bytes
     while the segment runs (the image as its plan counts it); ``instructions``: the stage-plan search's estimate
-    (``tfmcu.plan.stage_plans.segment_instructions``; 0 where not estimated)."""
+    (``tfmcu.plan.stage_plans.segment_instructions``; 0 where not estimated); ``tail``: an estimate of the bytes its
+    operator(s) add to TFLM's persistent tail (a cost function's ``segment_tail``; 0 where not weighed)."""
 
     start: int
     stop: int
@@ -114,6 +115,7 @@ class Segment:
     macs: int
     pooled: bool = False
     instructions: float = 0.0
+    tail: int = 0
     n_blocks: int | None = None
     n_ops: int | None = None
 
@@ -201,6 +203,11 @@ class Plan:
         """The segments' estimated instructions (``tfmcu.plan.stage_plans.segment_instructions``; not TFLM's, not
         measured)."""
         return sum(s.instructions for s in self.segments)
+
+    @property
+    def tail(self) -> int:
+        """The segments' estimated TFLM tail (``Segment.tail``; 0 where not weighed)."""
+        return sum(s.tail for s in self.segments)
 
     def peak(self, count_input: bool = True) -> int:
         return self.peak_sram_bytes if count_input else self.peak_sram_bytes_excluding_input

@@ -4,8 +4,9 @@
   patch stage (the first n blocks, or the first k ops with ``unit="ops"``) x grid (``ph x pw`` with ph, pw from
   ``patch_options``, not both 1; square grids only unless ``rectangular``) that the scheduler can build, with its
   MACs (exact or padded) and its analytic peak; with ``max_stages`` > 1 or None (any number), then the plans of
-  several stages anywhere (``tfmcu.plan.stage_plans.plan_candidates``). Candidates above ``max_mac_overhead`` are
-  left out here, once, for every cost function.
+  several stages anywhere (``tfmcu.plan.stage_plans.plan_candidates``: fronts of the peak plus the cost function's
+  estimate of TFLM's tail, ``segment_tail``, where it has one). Candidates above ``max_mac_overhead`` are left out
+  here, once, for every cost function.
 * A cost function (``CostModel``) prices a plan in bytes: ``evaluate`` builds what it needs and returns an
   ``Evaluation``; ``lower_bound`` is a cheap floor under that cost, used to skip candidates that cannot win.
   ``AnalyticCost`` (here) is the analytic peak (``tfmcu.plan.regions``); ``tfmcu.stage.builtin.BuiltinArenaCost``
@@ -53,27 +54,29 @@ import multiprocessing
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 from tfmcu.errors import TfmcuError
 from tfmcu.graph import ir
-from tfmcu.plan.plans import SEARCH_SECONDS, WIDE_GRIDS, Plan, Progress, SearchOptions, per_layer, single_stage
+from tfmcu.plan.plans import (SEARCH_SECONDS, WIDE_GRIDS, Plan, Progress, SearchOptions, Segment, per_layer,
+                              single_stage)
 from tfmcu.plan.regions import ScheduleError, largest_prefix, max_stage_blocks
 from tfmcu.plan.stage_plans import plan_candidates
 
 __all__ = ["AnalyticCost", "CostModel", "Evaluation", "LATENCY_MAC_WINDOW", "Plan", "Progress", "SEARCH_SECONDS",
            "SearchOptions",
-           "SearchResult", "Variant", "WIDE_GRIDS", "candidate_for", "candidates", "core_count", "search"]
+           "SearchResult", "Segment", "Variant", "WIDE_GRIDS", "candidate_for", "candidates", "core_count", "search"]
 
 LATENCY_MAC_WINDOW = 0.02  # objective "latency": candidates up to +2% MACs over the first that fits are evaluated
 KB = 1024
 
 
 # ============================================================================= candidates
-def candidates(graph: ir.Graph, options: SearchOptions = SearchOptions(),
-               progress: Progress | None = None) -> list[Plan]:
+def candidates(graph: ir.Graph, options: SearchOptions = SearchOptions(), progress: Progress | None = None,
+               tail: Callable[[Segment], int] | None = None) -> list[Plan]:
     """The per-layer plan, then every plan the options allow (see the module docstring); ``progress``: how far the
-    stage plans' segments are built (the longest part)."""
+    stage plans' segments are built (the longest part); ``tail``: a cost function's ``segment_tail``, which the
+    stage plans' fronts weigh."""
     options.validate()
     out = [per_layer(graph, options.accounting)]
     if options.unit == "blocks":
@@ -92,7 +95,7 @@ def candidates(graph: ir.Graph, options: SearchOptions = SearchOptions(),
             continue
         out.append(p)
     if options.max_stages is None or options.max_stages > 1:
-        out += plan_candidates(graph, options, progress)
+        out += plan_candidates(graph, options, progress, tail)
     return out
 
 
@@ -158,6 +161,8 @@ class CostModel(Protocol):
 
     # Optional: ``variant_macs(candidate, variant) -> int``, the MACs of the plan in that variant when the
     # variant changes them (halo caches); the search orders by it (default: ``candidate.macs``).
+    # Optional: ``segment_tail(segment) -> int``, an estimate of the bytes a stage plan's segment adds to the cost
+    # beyond its peak (TFLM's persistent tail): the stage plans' fronts are then of peak + tail.
 
 
 class AnalyticCost:
@@ -347,7 +352,8 @@ def search(graph: ir.Graph, cost: CostModel, budget: int | None, options: Search
             baseline = run.evaluate(unpatched, None)
             if baseline is not None and budget is not None and baseline.cost <= budget:
                 return _search(options, cost, budget, run.candidates([unpatched]), run)
-        cands = run.candidates([unpatched] + candidates(graph, options, progress)[1:])
+        tail = getattr(cost, "segment_tail", None)
+        cands = run.candidates([unpatched] + candidates(graph, options, progress, tail)[1:])
         return _search(options, cost, budget, cands, run)
     finally:
         run.close()

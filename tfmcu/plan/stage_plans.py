@@ -4,7 +4,8 @@
   blocks x grid x halo treatment (``RECOMPUTE``, ``HALO_ALL``) that can run as one patch stage, with its analytic
   peak in one image mode, its exact MACs and an instruction estimate (``segment_instructions``);
 * ``pareto_plans(graph, segments, options, max_stages, image)``: the Pareto front of plans, least peak first, by a
-  dynamic programme over cut points (msf-CNN's search), against the MACs or the instruction estimate;
+  dynamic programme over cut points (msf-CNN's search), against the MACs or the instruction estimate; with the
+  segments' estimated TFLM tails (``Segment.tail``, a cost function's), the front of the whole arena (peak + tail);
   ``stage_plans`` computes the segments and the front in one call;
 * ``plan_candidates(graph, options)``: what the one search (``tfmcu.plan.search.candidates``) adds with
   ``max_stages > 1``: some of each front, within the MAC and latency caps.
@@ -12,7 +13,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+import bisect
+import operator
+from dataclasses import replace
+from typing import Any, Callable
 
 from tfmcu.graph import ir
 from tfmcu.plan import regions
@@ -40,28 +44,36 @@ PLAN_ESTIMATE_SLACK = 1.03
 LATENCY_LADDER = (1.0, 1.01, 1.02, 1.03, 1.05, 1.075, 1.1, 1.15, 1.2, 1.25, 1.35, 1.5, 1.75, 2.0, 3.0, 5.0)
 
 
-def plan_candidates(graph: ir.Graph, options: SearchOptions, progress: Progress | None = None) -> list[Plan]:
+def plan_candidates(graph: ir.Graph, options: SearchOptions, progress: Progress | None = None,
+                    tail: Callable[[Segment], int] | None = None) -> list[Plan]:
     """Stage plans as candidates: the analytic Pareto fronts (``stage_plans``, at most ``options.max_stages``
     stages; the image counted or excluded as ``count_input`` says, and streamed) without what the single-stage
     candidates already are (one stage at the first op), at most ``MAX_PLANS_PER_FRONT`` of each spread over it,
     within ``max_mac_overhead``. A stage may end into the global average pool (summed patch by patch). The fronts
     weigh the peak against the segments' instruction estimate; with ``max_latency``, only plans whose estimate is
     within it (``PLAN_ESTIMATE_SLACK``) are candidates, up to ``MAX_PLANS_UNDER_CAP`` of them, the smallest first, and
-    the smallest within each tighter cap of ``LATENCY_LADDER`` besides."""
+    the smallest within each tighter cap of ``LATENCY_LADDER`` besides. ``tail``: the cost function's estimate of
+    the TFLM tail a segment adds (``Segment.tail``), so the fronts are of the whole arena (peak + tail; None: the
+    peak alone)."""
     images = ["counted" if options.count_input else "excluded"] + (["streamed"] if options.accounting == "separate"
                                                                    else [])
     seen: set[tuple[Any, ...]] = set()
     out = []
     by_image = segments_by_image(graph, options, tuple(images), progress)
+    if tail is not None:
+        by_image = {im: [replace(s, tail=tail(s)) for s in segs] for im, segs in by_image.items()}
     for image in images:
         segs = by_image[image]
-        front = [p for p in pareto_plans(graph, segs, options, options.max_stages, image, by="instructions")
+        limit = None  # with a latency cap, the plans whose estimate is near it (the predictor decides)
+        if options.max_latency is not None:
+            per_layer = pareto_plans(graph, segs, options, 0, image, by="instructions")[0].instructions
+            limit = options.max_latency * PLAN_ESTIMATE_SLACK * per_layer
+        front = [p for p in pareto_plans(graph, segs, options, options.max_stages, image, by="instructions",
+                                         max_cost=limit)
                  if p.stages and not (len(p.stages) == 1 and p.stages[0].start == 0)]
         ladder: list[Plan] = []
-        if options.max_latency is not None:  # the plans whose estimate is near the cap (the predictor decides)
-            per_layer = pareto_plans(graph, segs, options, 0, image, by="instructions")[0].instructions
-            front = [p for p in front if p.instructions <= options.max_latency * PLAN_ESTIMATE_SLACK * per_layer]
-            for cap in (c for c in LATENCY_LADDER if c <= options.max_latency):  # (the front: least peak first)
+        if options.max_latency is not None:
+            for cap in (c for c in LATENCY_LADDER if c <= options.max_latency):  # (the front: least arena first)
                 ladder += [next((p for p in front if p.instructions <= cap * PLAN_ESTIMATE_SLACK * per_layer), None)]
         most = MAX_PLANS_PER_FRONT if options.max_latency is None else MAX_PLANS_UNDER_CAP
         if len(front) > most:  # the smallest half, and the other half spread over the rest
@@ -227,52 +239,128 @@ def stage_plans(graph: ir.Graph, options: SearchOptions = SearchOptions(), max_s
 
 
 def pareto_plans(graph: ir.Graph, segs: list[Segment], options: SearchOptions = SearchOptions(),
-                 max_stages: int | None = None, image: str = "counted", by: str = "macs") -> list[Plan]:
+                 max_stages: int | None = None, image: str = "counted", by: str = "macs",
+                 max_cost: float | None = None) -> list[Plan]:
     """``stage_plans``' dynamic programme over given segments (``stage_segments``: computed once for several
     ``max_stages``); ``by``: the cost weighed against the peak, ``macs`` (exact) or ``instructions`` (the
-    segments' estimate: per-call and per-patch costs too)."""
+    segments' estimate: per-call and per-patch costs too). ``max_cost``: only plans of at most that cost (a label
+    that cannot end within it, or within ``options.max_mac_overhead``, is dropped as soon as it is made)."""
     if by not in ("macs", "instructions"):
         raise ScheduleError(f"stage plans by {by!r}: expected macs or instructions")
+    cost_of = (lambda seg: seg.macs) if by == "macs" else (lambda seg: seg.instructions)
     by_start: dict[int, list[Segment]] = {}
-    for s in segs:
+    for s in _undominated(segs, cost_of):
         by_start.setdefault(s.start, []).append(s)
     n = len(graph.ops)
-    # a label: (peak, cost, MACs, stages, segments); per cut point only labels no other beats on peak and cost, and
-    # on the MACs where a MAC cap filters the front and the cost is the instruction estimate (with cost = MACs the
-    # two are one criterion), and on the stages where their number is capped (no other criterion decides the front)
-    Label = tuple[int, float, int, int, tuple[Segment, ...]]
-    labels: list[list[Label]] = [[] for _ in range(n + 1)]
-    labels[0] = [(0, 0.0, 0, 0, ())]
+    # from each cut point to the end: the least cost and MACs a label must still add, and the least peak it must
+    # still pass (a label's peak below it is as good as it: every plan through the cut point reaches it)
+    inf = float("inf")
+    rest_cost, rest_macs, rest_peak = [inf] * n + [0.0], [inf] * n + [0.0], [inf] * n + [0.0]
+    for at in range(n - 1, -1, -1):
+        for s in by_start.get(at, []):
+            rest_cost[at] = min(rest_cost[at], cost_of(s) + rest_cost[s.stop])
+            rest_macs[at] = min(rest_macs[at], s.macs + rest_macs[s.stop])
+            rest_peak[at] = min(rest_peak[at], max(s.peak, rest_peak[s.stop]))
+    base = sum(ir.op_macs(graph, op) for op in graph.ops)
+    max_macs = None if options.max_mac_overhead is None else (1 + options.max_mac_overhead) * base + 1e-6 * base
+    # a label: (peak, tail, cost, MACs, stages, path). A plan's arena is its largest peak plus the sum of its tails,
+    # so a label beats another whatever follows when its tail is no larger, its peak + tail no larger (a later
+    # segment can raise both peaks to the same: the tails decide; or none does: peak + tail decides) and its cost no
+    # larger; and its MACs where a MAC cap filters the front and the cost is the instruction estimate (with cost =
+    # MACs the two are one criterion), and its stages where their number is capped. With no tail (every segment's
+    # 0) that is the (peak, cost) front. ``path``: (the last segment, the path before it), shared between labels.
+    Label = tuple[int, int, float, int, int, Any]
+    pending: list[list[Label]] = [[] for _ in range(n + 1)]  # the labels made at each cut point, not yet reduced
+    pending[0] = [(0, 0, 0.0, 0, 0, None)]
     by_macs = by == "instructions" and options.max_mac_overhead is not None
-    by_stages = max_stages is not None
-
-    def beats(a: Label, b: Label) -> bool:
-        return (a[0] <= b[0] and a[1] <= b[1] and (not by_macs or a[2] <= b[2])
-                and (not by_stages or a[3] <= b[3]))
-
-    def add(at: int, lab: Label) -> None:
-        kept = labels[at]
-        if any(beats(k, lab) for k in kept):
-            return
-        labels[at] = [k for k in kept if not beats(lab, k)] + [lab]
-
+    front_of = _front if not by_macs and max_stages is None else _front_pairwise(by_macs, max_stages is not None)
+    most_stages = n if max_stages is None else max_stages
+    cost_cap, macs_cap = (inf if max_cost is None else max_cost), (inf if max_macs is None else max_macs)
     for at in range(n):
-        for peak, cost, macs, stages, path in labels[at]:
-            for s in by_start.get(at, []):
-                k = stages + s.patched
-                if max_stages is not None and k > max_stages:
+        labels = front_of(pending[at])
+        pending[at] = []
+        # each segment as (stop, peak (at least the least after it), tail, cost, MACs, patched, segment, the least
+        # cost and MACs after it)
+        outs = [(s.stop, max(s.peak, int(rest_peak[s.stop])), s.tail, cost_of(s), s.macs, int(s.patched), s,
+                 rest_cost[s.stop], rest_macs[s.stop]) for s in by_start.get(at, []) if rest_peak[s.stop] < inf]
+        for peak, tail, cost, macs, stages, path in labels:
+            for stop, s_peak, s_tail, s_cost, s_macs, patched, s, after, after_macs in outs:
+                k = stages + patched
+                c, m = cost + s_cost, macs + s_macs
+                if k > most_stages or c + after > cost_cap or m + after_macs > macs_cap:
                     continue
-                add(s.stop, (max(peak, s.peak), cost + (s.macs if by == "macs" else s.instructions), macs + s.macs,
-                             k, path + (s,)))
-    final = sorted(labels[n], key=lambda lab: (lab[0], lab[1]))
+                pending[stop].append((peak if peak > s_peak else s_peak, tail + s_tail, c, m, k, (s, path)))
+    final = sorted(front_of(pending[n]), key=lambda lab: (lab[0] + lab[1], lab[2]))
     front: list[Plan] = []
     least = None  # the cost of the last plan kept
-    for peak, cost, _, _, path in final:
+    for _, _, cost, _, _, path in final:
         if least is not None and cost >= least:
             continue
-        p = chain(graph, path, image)
+        chained: list[Segment] = []
+        while path is not None:
+            chained.append(path[0])
+            path = path[1]
+        p = chain(graph, tuple(reversed(chained)), image)
         if options.max_mac_overhead is not None and p.mac_overhead > options.max_mac_overhead + 1e-12:
             continue
         front.append(p)
         least = cost
+    return front
+
+
+_BY_COST = operator.itemgetter(2, 1, 0)
+
+
+def _undominated(segs: list[Segment], cost_of: Callable[[Segment], float]) -> list[Segment]:
+    """The segments no other over the same ops beats on peak, tail, cost, MACs and being a stage (any label extended
+    by the other would beat the label extended by it; of equal ones the one of the least instruction estimate, then
+    the first), in their order."""
+    groups: dict[tuple[int, int], list[tuple[tuple[Any, ...], float, int, Segment]]] = {}
+    for i, s in enumerate(segs):
+        key = (s.peak, s.tail, cost_of(s), s.macs, int(s.patched))
+        groups.setdefault((s.start, s.stop), []).append((key, s.instructions, i, s))
+    kept: list[tuple[int, Segment]] = []
+    for group in groups.values():
+        out: list[tuple[Any, ...]] = []
+        for key, _, i, s in sorted(group, key=operator.itemgetter(0, 1, 2)):  # (one is beaten only by one before)
+            if not any(all(a <= b for a, b in zip(k, key)) for k in out):
+                out.append(key)
+                kept.append((i, s))
+    return [s for _, s in sorted(kept, key=operator.itemgetter(0))]
+
+
+def _front(labels: list[Any]) -> list[Any]:
+    """The labels no other beats on (tail, peak + tail, cost) (``pareto_plans``), in one sweep: by cost, each kept
+    unless one kept before has no larger tail and no larger peak + tail (a staircase: tails up, sums down)."""
+    out: list[Any] = []
+    tails: list[int] = []
+    sums: list[int] = []
+    for lab in sorted(labels, key=_BY_COST):  # (equal cost and tail: the least peak first)
+        t, total = lab[1], lab[0] + lab[1]
+        i = bisect.bisect_right(tails, t)  # the kept labels of tail <= t: the last has the least sum
+        if i and sums[i - 1] <= total:
+            continue
+        out.append(lab)
+        j = i
+        while j < len(tails) and sums[j] >= total:  # what it beats on the staircase
+            j += 1
+        tails[i:j], sums[i:j] = [t], [total]
+    return out
+
+
+def _front_pairwise(by_macs: bool, by_stages: bool) -> Callable[[list[Any]], list[Any]]:
+    """``_front`` with the MACs and / or the stages as criteria too: label by label."""
+
+    def beats(a: Any, b: Any) -> bool:
+        return (a[1] <= b[1] and a[0] + a[1] <= b[0] + b[1] and a[2] <= b[2] and (not by_macs or a[3] <= b[3])
+                and (not by_stages or a[4] <= b[4]))
+
+    def front(labels: list[Any]) -> list[Any]:
+        kept: list[Any] = []
+        for lab in labels:
+            if any(beats(k, lab) for k in kept):
+                continue
+            kept = [k for k in kept if not beats(lab, k)] + [lab]
+        return kept
+
     return front

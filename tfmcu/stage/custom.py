@@ -39,13 +39,13 @@ from tfmcu.kernels import PatchKernelError
 from tfmcu.kernels.ops import LayerSpec, kernel_op, params_from_words
 from tfmcu.kernels.pack import PackedStage, cache_sizes, input_window_bytes, pack_stage, stage_blob
 from tfmcu.plan import regions
-from tfmcu.plan.arena import (ALIGN, DEFAULT_KERNELS, KERNEL_SETS, builtin_of, get_build, op_allocations, predict_arena,
-                              predict_model_arena)
+from tfmcu.plan.arena import (ALIGN, DEFAULT_KERNELS, KERNEL_SETS, builtin_of, const_inputs, get_build, op_allocations,
+                              operator_tail, persistent_bytes, predict_arena, predict_model_arena, stage_op_alloc)
 from tfmcu.plan.halo import HaloCaches, HaloOptions, halo_caches, select
 from tfmcu.plan.memory_plan import with_offline_plan
 from tfmcu.plan.placer import align_up
 from tfmcu.plan.regions import PatchSchedule, ScheduleError
-from tfmcu.plan.search import Evaluation, Plan
+from tfmcu.plan.search import Evaluation, Plan, Segment
 from tfmcu.stage.common import SCHEDULE_METADATA, RewriteError, RewriteResult, read_schedule, schedule_record
 from tfmcu.tflite import schema as ts
 from tfmcu.tflite.editor import ModelEditor, load
@@ -304,8 +304,7 @@ def convs_to_flash(data: bytes | TfliteModel, where: str = "model", inplace: boo
         own = [int(t) for t in original_ops[op.src_index].inputs[1:] if int(t) >= 0 and uses.get(int(t)) == 1]
         ours = align_up(ours, ALIGN) + record
         tflm = op_allocations(graph, op, tb)
-        theirs = sum(align_up(n, ALIGN) for n in [tflm.op_data or 0, *tflm.prepare]) + \
-            (tflm.builtin_data[0] if tflm.builtin_data else 0) + record * len(own)
+        theirs = persistent_bytes(tflm) + record * len(own)
         entry = {"op": op.src_index, "name": op.name, "builtin": builtin_of(op), "out_channels": op.out_channels,
                  "tflm_persistent_bytes": theirs, "tfmcu_persistent_bytes": ours}
         if ours < theirs:
@@ -564,13 +563,25 @@ class CustomArenaCost:
             tb = get_build(self.build)
             self._persistent = {}
             for k, op in enumerate(self.graph.ops):
-                a = op_allocations(self.graph, op, tb)
-                size = sum(align_up(n, ALIGN) for n in [a.op_data or 0, *a.prepare]) + \
-                    (a.builtin_data[0] if a.builtin_data else 0)
-                self._persistent[k] = (size, builtin_of(op) in FLASH_OPS)
+                self._persistent[k] = (persistent_bytes(op_allocations(self.graph, op, tb)),
+                                       builtin_of(op) in FLASH_OPS)
         stages = {k for s in plan.schedules() for k in s.stage}
         return sum(size for k, (size, movable) in self._persistent.items()
                    if k not in stages and not (movable and o.rest_convs == "tfmcu"))
+
+    def segment_tail(self, segment: Segment) -> int:
+        """An estimate of the TFLM tail a stage plan's segment adds (``tfmcu.plan.arena.operator_tail``; the
+        stage-plan search weighs it): a patch stage is one TFMCU_PATCH_STAGE op with its blob and output records;
+        an op per layer is TFLM's, with its output and constant records, or ours where a configuration moves it
+        (``rest_convs=tfmcu``) and ours is smaller (as ``convs_to_flash`` decides)."""
+        tb = get_build(self.build)
+        ours = operator_tail(stage_op_alloc(tb), 2, tb)
+        if segment.patched:
+            return ours
+        op = self.graph.ops[segment.start]
+        theirs = operator_tail(op_allocations(self.graph, op, tb), 1 + const_inputs(op, set()), tb)
+        movable = builtin_of(op) in FLASH_OPS and any(self.config(v).rest_convs == "tfmcu" for v in self.variants)
+        return min(ours, theirs) if movable else theirs
 
     @property
     def source(self) -> TfliteModel:
