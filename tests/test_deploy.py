@@ -15,6 +15,7 @@ from tfmcu.errors import UsageError  # noqa: E402
 from tfmcu.firmware import sources  # noqa: E402
 from tfmcu.firmware.targets import TARGETS  # noqa: E402
 from tfmcu.flows import deploy  # noqa: E402
+from tfmcu.graph import ir  # noqa: E402
 from tfmcu.graph.from_tflite import from_tflite  # noqa: E402
 from tfmcu.nets import zoo  # noqa: E402
 from tfmcu.plan import regions  # noqa: E402
@@ -375,6 +376,36 @@ def test_inplace_plan_only_with_the_kernels_it_was_planned_for(zoo_models, tmp_p
     rep = deploy.prepare(deploy.DeployOptions(str(tmp_path / "cmsis_nn.tflite"), "cortex-m4", str(tmp_path / "ok"),
                                               kernels="cmsis_nn", num_inputs=1), log=lambda s: 0)
     assert rep.kernels == "cmsis_nn" and (tmp_path / "ok" / "BUILD").exists()
+    # ... but not on a core with Helium: CMSIS-NN's MVE code reads in other orders than the DSP code's it was
+    # derived from
+    with pytest.raises(UsageError) as e:
+        deploy.prepare(deploy.DeployOptions(str(tmp_path / "cmsis_nn.tflite"), "cortex-m55", str(tmp_path / "m55"),
+                                            kernels="cmsis_nn", num_inputs=1), log=lambda s: 0)
+    assert "\n" not in str(e.value) and "Helium" in str(e.value) and not (tmp_path / "m55").exists()
+
+
+def test_cmsis_nn_on_a_core_with_helium_is_priced_with_its_mve_buffers(zoo_models):
+    """The Cortex-M55's CMSIS-NN build (``mcu_build(kernels, core)``): its MVE buffers (a 3x3 depthwise takes
+    arm_depthwise_conv_s8_opt's four 124-channel blocks there, none on a DSP core; average pooling none), and fit
+    plans the rest disjoint there (the in-place distances are the DSP code's)."""
+    from tfmcu.flows import fit
+    from tfmcu.plan.arena import mcu_build, op_allocations
+
+    assert mcu_build("cmsis_nn", "cortex-m55") == "cortex-m-cmsis-nn-mve"
+    assert mcu_build("cmsis_nn", "cortex-m4") == mcu_build("cmsis_nn") == "cortex-m-cmsis-nn"
+    assert mcu_build("reference", "cortex-m55") == "cortex-m"
+    g = from_tflite(zoo_models("mbv2_035_96"), name="mbv2")
+    dw = next(op for op in g.ops if op.type == ir.DEPTHWISE and tuple(op.kernel) == (3, 3) and op.padding[0] <= 1)
+    assert op_allocations(g, dw, "cortex-m-cmsis-nn").scratch == []
+    assert op_allocations(g, dw, "cortex-m-cmsis-nn-mve").scratch == [4 * 124 * 9]
+    conv = next(op for op in g.ops if op.type == ir.CONV and tuple(op.kernel) == (3, 3))
+    col = 9 * g.tensors[conv.inputs[0]].shape[-1]
+    assert op_allocations(g, conv, "cortex-m-cmsis-nn").scratch == [2 * 2 * (-(-col // 4) * 4)]
+    assert op_allocations(g, conv, "cortex-m-cmsis-nn-mve").scratch == [4 * (-(-col // 16) * 16)]
+    for target, kernels, inplace in (("cortex-m55", "cmsis_nn", False), ("cortex-m55", "reference", True),
+                                     ("cortex-m4", "cmsis_nn", True)):
+        o = fit.FitOptions(model="m.tflite", target=target, kernels=kernels)
+        assert {c.inplace for c in fit.configurations(o)} == {inplace}, (target, kernels)
 
 
 def test_model_beyond_flash_goes_to_external_memory():

@@ -170,8 +170,10 @@ def test_core_of_and_bad_arguments():
     assert latency.core_of("//tools/bazel/arm:cortex_m7") == "cortex-m7"
     with pytest.raises(UsageError):
         latency.core_of("riscv")
-    with pytest.raises(UsageError, match="cortex-m55"):
-        latency.predict_instructions(b"", "cortex-m55", "cmsis_nn")
+    assert latency.core_of(TARGETS["cortex-m55"]) == latency.core_of(TARGETS["alif-ensemble-e7"]) == "cortex-m55"
+    assert latency.core_of(TARGETS["cortex-m33"]) == "cortex-m33"
+    with pytest.raises(UsageError, match="cortex-m85"):
+        latency.predict_instructions(b"", "cortex-m85", "cmsis_nn")
     with pytest.raises(UsageError, match="kernels"):
         latency.predict_instructions(b"", "cortex-m4", "neon")
 

@@ -1,6 +1,6 @@
 """The predictor's CMSIS-NN buffer sizes (tfmcu/plan/cmsis_nn.py) against CMSIS-NN's own C functions: the pinned
-archive's *_get_buffer_size_dsp functions (the ones a Cortex-M4 / M7 build calls) compiled for this host with gcc and
-called over a grid of layer shapes. Runs outside `bazel test` (it reads ../shared/third_party); skipped with the
+archive's *_get_buffer_size_dsp functions (the ones a Cortex-M4 / M7 build calls) and *_get_buffer_size_mve ones (a
+Cortex-M55 build's, plain C too) compiled for this host with gcc and called over a grid of layer shapes. Runs outside `bazel test` (it reads ../shared/third_party); skipped with the
 reason when gcc or the archive is missing."""
 import os
 import shutil
@@ -29,16 +29,18 @@ int main(void) {
     cmsis_nn_dw_conv_params dp = {0};
     dp.ch_mult = 1; dp.stride = cp.stride; dp.padding = cp.padding; dp.dilation = cp.dilation;
     cmsis_nn_dims in = {1, ih, 16, c}, f = {oc, kh, kw, c}, fd = {1, kh, kw, oc}, out = {1, ih, 16, oc};
-    printf("%d %d %d\n", arm_convolve_wrapper_s8_get_buffer_size_dsp(&cp, &in, &f, &out),
+    printf("%d %d %d %d %d %d\n", arm_convolve_wrapper_s8_get_buffer_size_dsp(&cp, &in, &f, &out),
            arm_depthwise_conv_wrapper_s8_get_buffer_size_dsp(&dp, &in, &fd, &out),
-           arm_avgpool_s8_get_buffer_size_dsp(16, c));
+           arm_avgpool_s8_get_buffer_size_dsp(16, c), arm_convolve_wrapper_s8_get_buffer_size_mve(&cp, &in, &f, &out),
+           arm_depthwise_conv_wrapper_s8_get_buffer_size_mve(&dp, &in, &fd, &out),
+           arm_avgpool_s8_get_buffer_size_mve(16, c));
   }
   return 0;
 }
 """
 
 CASES = [(kh, kw, c, oc, ph, pw, ih) for kh, kw in ((1, 1), (3, 3), (5, 5), (7, 7), (1, 3), (3, 1))
-         for c in (3, 8, 13, 32, 144) for oc in (c, 2 * c) for ph, pw in ((0, 0), (1, 1), (2, 2), (0, 1))
+         for c in (1, 3, 4, 8, 13, 32, 144) for oc in (c, 2 * c) for ph, pw in ((0, 0), (1, 1), (2, 2), (0, 1))
          for ih in (1, 5)]
 
 
@@ -62,7 +64,11 @@ def test_python_buffer_sizes_equal_cmsis_nn(tmp_path):
     got = subprocess.run([str(exe)], input=text, capture_output=True, text=True, check=True).stdout.split("\n")
     for case, line in zip(CASES, got):
         kh, kw, c, oc, ph, pw, ih = case
-        conv, dw, pool = map(int, line.split())
+        conv, dw, pool, conv_mve, dw_mve, pool_mve = map(int, line.split())
         assert cmsis_nn.conv_buffer_bytes(kh, kw, c, (ph, pw)) == conv, case
         assert cmsis_nn.depthwise_buffer_bytes(kh, kw, c, oc, (ph, pw)) == dw, case
         assert cmsis_nn.avgpool_buffer_bytes(c) == pool, case
+        box = dict(mve=True, in_hw=(ih, 16), out_w=16)  # (the harness's input and output width, stride 1)
+        assert cmsis_nn.conv_buffer_bytes(kh, kw, c, (ph, pw), **box) == conv_mve, case
+        assert cmsis_nn.depthwise_buffer_bytes(kh, kw, c, oc, (ph, pw), **box) == dw_mve, case
+        assert cmsis_nn.avgpool_buffer_bytes(c, mve=True) == pool_mve, case

@@ -72,7 +72,7 @@ def _deploy(tflite, inputs, target, out_dir, *flags):
 
 @pytest.mark.parametrize("target,kernels", [("stm32f405", "cmsis_nn"), ("cortex-m4", "cmsis_nn"),
                                             ("cortex-m7", "cmsis_nn"), ("cortex-m3", "cmsis_nn"),
-                                            ("cortex-m33", "cmsis_nn"),
+                                            ("cortex-m33", "cmsis_nn"), ("cortex-m55", "cmsis_nn"),
                                             ("stm32f405", "reference")])
 def test_deploy_run_fits_and_equals_tflite(models, tmp_path, target, kernels):
     _need_bazel()
@@ -97,11 +97,12 @@ def test_deploy_run_fits_and_equals_tflite(models, tmp_path, target, kernels):
         assert 0x10000000 <= at < 0x10010000
 
 
-@pytest.mark.parametrize("board,usart", [("stm32f405", 1), ("nucleo-f446re", 2)])
+@pytest.mark.parametrize("board,usart", [("stm32f405", 1), ("nucleo-f446re", 2), ("cortex-m55", 0)])
 def test_deploy_run_reports_on_the_uart(models, tmp_path, board, usart):
     """--console=uart: the firmware writes its report on the board's UART with semihosting off, as a board without a
     debugger runs it: the STM32F405's USART1 (QEMU netduinoplus2's first serial port), a Nucleo's USART2 (its ST-LINK
-    virtual COM port; the QEMU board's second); the same figures as through semihosting."""
+    virtual COM port; the QEMU board's second), the MPS3's CMSDK UART 0 (the Cortex-M55); the same figures as through
+    semihosting."""
     _need_bazel()
     r, rep = _deploy(*models["tiny"], board, str(tmp_path / "fw"), "--console=uart")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -113,20 +114,23 @@ def test_deploy_run_reports_on_the_uart(models, tmp_path, board, usart):
     assert len(rep["run"]["invoke_insns"]) == 4 and min(rep["run"]["invoke_insns"]) > 1_000_000
 
 
-@pytest.mark.parametrize("board", ["nucleo-f446re", "nrf52840-dk", "nucleo-h743zi", "nucleo-u575zi"])
+@pytest.mark.parametrize("board", ["nucleo-f446re", "nrf52840-dk", "nucleo-h743zi", "nucleo-u575zi",
+                                   "alif-ensemble-e7"])
 def test_deploy_run_on_named_boards(models, tmp_path, board):
     """A named board (tfmcu/firmware/boards.json) links with its own memory map (board.ld) and runs under QEMU: the
     STM32F446's and the nRF52840's maps lie inside netduinoplus2's / mps2-an386's, so QEMU runs the board's own ELF;
     the STM32H743's Flash is where mps2-an500 has none, so QEMU runs the same firmware linked for it, held to the
-    board's 512 KiB of AXI SRAM; so does the STM32U575's (Cortex-M33: mps2-an505), held to its 512 KiB of SRAM3.
-    Outputs equal TF Lite's, the arena the prediction."""
+    board's 512 KiB of AXI SRAM; so does the STM32U575's (Cortex-M33: mps2-an505), held to its 512 KiB of SRAM3, and
+    the Alif Ensemble E7's (Cortex-M55: mps3-an547; its MRAM at 0x80000000), held to its 1 MiB of DTCM. Outputs equal
+    TF Lite's, the arena the prediction."""
     _need_bazel()
     r, rep = _deploy(*models["tiny"], board, str(tmp_path / "fw"))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert f"fits {board}" in r.stdout and rep["fits"] and rep["run"]["outputs_equal_tflite"]
     assert rep["run"]["arena_used_bytes"] == rep["arena"]["predicted_bytes"]
     assert ("linked for the QEMU board's memory" in rep["run"]["measured_by"]) == (board in ("nucleo-h743zi",
-                                                                                             "nucleo-u575zi"))
+                                                                                             "nucleo-u575zi",
+                                                                                             "alif-ensemble-e7"))
     assert (tmp_path / "fw" / "board.ld").is_file()
 
 

@@ -27,14 +27,24 @@ static cmsis_nn_conv_params tfmcu_conv2d_cmsis_nn_params(const TfmcuConvParams* 
   return c;
 }
 
-/* CMSIS-NN's buffer for calls on this input box (its size does not depend on the rows of a call). */
+/* CMSIS-NN's buffer for calls on this input box (on DSP cores its size does not depend on the rows of a call; with
+ * Helium a call of one input row with a one-row kernel takes the 1 x N path, whose buffer differs: the larger). */
 static int32_t tfmcu_conv2d_cmsis_nn_buffer(const TfmcuConvParams* p, const TfmcuConstView* in,
                                             const TfmcuView* out) {
   const cmsis_nn_conv_params c = tfmcu_conv2d_cmsis_nn_params(p, 0, 0);
   const cmsis_nn_dims in_dims = {1, in->height, in->width, in->channels};
   const cmsis_nn_dims filter_dims = {out->channels, p->kernel_h, p->kernel_w, in->channels};
   const cmsis_nn_dims out_dims = {1, out->height, out->width, out->channels};
-  return arm_convolve_wrapper_s8_get_buffer_size(&c, &in_dims, &filter_dims, &out_dims);
+  int32_t need = arm_convolve_wrapper_s8_get_buffer_size(&c, &in_dims, &filter_dims, &out_dims);
+#if defined(ARM_MATH_MVEI)
+  if (p->kernel_h == 1 && in->height > 1) {
+    const cmsis_nn_dims row_in = {1, 1, in->width, in->channels};
+    const cmsis_nn_dims row_out = {1, 1, out->width, out->channels};
+    const int32_t row = arm_convolve_wrapper_s8_get_buffer_size(&c, &row_in, &filter_dims, &row_out);
+    need = row > need ? row : need;
+  }
+#endif
+  return need;
 }
 
 typedef struct {
@@ -48,6 +58,7 @@ static arm_cmsis_nn_status tfmcu_conv2d_cmsis_nn_call(const void* args, const cm
                                                       int32_t pad_top, const cmsis_nn_dims* out_dims,
                                                       int8_t* out) {
   const TfmcuConvCall* a = (const TfmcuConvCall*)args;
+#if !defined(ARM_MATH_MVEI) /* (Helium's vector-matrix product takes the filter rows' sums precomputed: not here) */
   if (a->p->kernel_h == 1 && a->p->kernel_w == 1 && pad_top == 0 && a->pad_left == 0 && out_dims->h == 1 &&
       out_dims->w == 1) {
     /* One output pixel of a 1x1 convolution (a classifier run as one): the vector-matrix product TFLM's
@@ -59,6 +70,7 @@ static arm_cmsis_nn_status tfmcu_conv2d_cmsis_nn_call(const void* args, const cm
                                            a->p->output_offset, a->p->output_multiplier, a->p->output_shift,
                                            in_dims->c, out_dims->c, a->p->act_min, a->p->act_max, 1, 0);
   }
+#endif
 #if defined(ARM_MATH_DSP) && !defined(ARM_MATH_MVEI)
   if (a->p->kernel_h == 1 && a->p->kernel_w == 1 && a->p->stride_h == 1 && a->p->stride_w == 1 &&
       a->p->input_offset == 0 && pad_top == 0 && a->pad_left == 0 &&

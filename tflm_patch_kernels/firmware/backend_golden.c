@@ -9,8 +9,8 @@
  *    outside the output box written.
  * 2. Both golden stages (every op type, padding at patch borders, pooling windows cut by the input border, the
  *    grouped / dilated / depth-multiplier-2 convolutions the backend routes to the portable kernels): prepared
- *    scratch == the figure tfmcu.plan.cmsis_nn predicts (in the header), output == TFLite's, nothing written past
- *    the scratch, one byte less refused.
+ *    scratch == the figure tfmcu.plan.cmsis_nn predicts (in the header; on a core with Helium its MVE figure),
+ *    output == TFLite's, nothing written past the scratch, one byte less refused.
  * The result line gives the backend's name and the number of cases run; tools/qemu/run_firmware.py compares them
  * with backend_golden_expect.json. */
 #include <stdint.h>
@@ -23,7 +23,15 @@
 #define MAX_ELEMENTS 4096
 #define MARGIN 3        /* pixels around a box in the strided run */
 #define GUARD 64        /* poisoned bytes checked past every buffer */
-#define MAX_SCRATCH 8192
+#define MAX_SCRATCH 16384 /* (Helium's depthwise buffer: four blocks of 124 channels x the kernel's taps) */
+
+#if defined(__ARM_FEATURE_MVE) /* CMSIS-NN's Helium code and its buffers */
+#define INT8_STAGE_SCRATCH GOLDEN_STAGE_INT8_CMSIS_NN_SCRATCH_BYTES_MVE
+#define FLOAT_STAGE_SCRATCH GOLDEN_STAGE_FLOAT_CMSIS_NN_SCRATCH_BYTES_MVE
+#else
+#define INT8_STAGE_SCRATCH GOLDEN_STAGE_INT8_CMSIS_NN_SCRATCH_BYTES
+#define FLOAT_STAGE_SCRATCH GOLDEN_STAGE_FLOAT_CMSIS_NN_SCRATCH_BYTES
+#endif
 
 static int8_t g_input[MAX_ELEMENTS];
 static int8_t g_input2[MAX_ELEMENTS];
@@ -183,10 +191,10 @@ int main(void) {
     }
   }
   failures += check_stage("golden_stage_int8", &golden_stage_int8, golden_stage_int8_input,
-                          golden_stage_int8_expected, GOLDEN_STAGE_INT8_CMSIS_NN_SCRATCH_BYTES,
+                          golden_stage_int8_expected, INT8_STAGE_SCRATCH,
                           GOLDEN_STAGE_INT8_OUTPUT_BYTES);
   failures += check_stage("golden_stage_float", &golden_stage_float, golden_stage_float_input,
-                          golden_stage_float_expected, GOLDEN_STAGE_FLOAT_CMSIS_NN_SCRATCH_BYTES,
+                          golden_stage_float_expected, FLOAT_STAGE_SCRATCH,
                           GOLDEN_STAGE_FLOAT_OUTPUT_BYTES);
   tfmcu_result_begin("backend_golden");  /* after the per-case lines: the result is one line */
   tfmcu_result_str("backend", tfmcu_backend_name());

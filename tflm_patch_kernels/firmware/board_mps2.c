@@ -1,7 +1,7 @@
 /* The MPS2 boards (QEMU mps2-an385 = Cortex-M3, mps2-an386 = Cortex-M4, mps2-an500 = Cortex-M7, mps2-an505 =
- * Cortex-M33): APB timer 0, the console UART (CMSDK APB
- * UART 0, QEMU's first serial port) and the target's name, which the build passes as TFMCU_TARGET_NAME
- * (tflm_patch_kernels/firmware/BUILD). */
+ * Cortex-M33) and the MPS3 mps3-an547 (Cortex-M55): APB timer 0 (on the MPS3, which has none, the FPGA IO block's
+ * free-running counter), the console UART (CMSDK APB UART 0, QEMU's first serial port) and the target's name, which
+ * the build passes as TFMCU_TARGET_NAME (tflm_patch_kernels/firmware/BUILD). */
 #include <stdint.h>
 
 #include "harness.h"
@@ -11,7 +11,8 @@
 #endif
 
 /* The peripherals' addresses: the non-secure ones of the Armv7-M boards, unless the build gives others (mps2-an505
- * boots secure: firmware.bzl's TARGETS passes their secure aliases). */
+ * and mps3-an547 boot secure: firmware.bzl's TARGETS passes their secure aliases, and the MPS3's counter as
+ * TFMCU_MPS2_COUNTER). */
 #ifndef TFMCU_MPS2_TIMER0
 #define TFMCU_MPS2_TIMER0 0x40000000u
 #endif
@@ -19,6 +20,12 @@
 #define TFMCU_MPS2_UART0 0x40004000u
 #endif
 
+#ifdef TFMCU_MPS2_COUNTER
+/* FPGA IO COUNTER: counts up from reset at the board's clock */
+void tfmcu_timer_start(void) {}
+
+uint32_t tfmcu_ticks(void) { return *(volatile uint32_t *)TFMCU_MPS2_COUNTER; }
+#else
 #define CMSDK_TIMER0 ((volatile uint32_t *)TFMCU_MPS2_TIMER0) /* CTRL, VALUE, RELOAD, INTSTATUS */
 
 void tfmcu_timer_start(void) {
@@ -28,6 +35,7 @@ void tfmcu_timer_start(void) {
 }
 
 uint32_t tfmcu_ticks(void) { return 0xFFFFFFFFu - CMSDK_TIMER0[1]; }
+#endif
 
 const char *tfmcu_target_name(void) { return TFMCU_TARGET_NAME; }
 

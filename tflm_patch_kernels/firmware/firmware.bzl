@@ -1,5 +1,5 @@
-"""Macros for firmware on QEMU's Cortex-M boards (TARGETS: MPS2 Cortex-M3, M4, M7 and M33, STM32F405; the Cortex-M0+
-is built and linked only): build it for each target, run it under QEMU in a test.
+"""Macros for firmware on QEMU's Cortex-M boards (TARGETS: MPS2 Cortex-M3, M4, M7 and M33, MPS3 Cortex-M55,
+STM32F405; the Cortex-M0+ is built and linked only): build it for each target, run it under QEMU in a test.
 
     mcu_firmware(name = "selftest", srcs = [...], deps = [...], targets = ("cortex_m4", "stm32f405"))
         per target a cc_binary `selftest_<target>_bin` (MCU only: target_compatible_with os:none) linked with the
@@ -74,6 +74,20 @@ TARGETS = {
         sram_budget = 256 * 1024,
         peripherals = {"TIMER0": 0x50000000, "UART0": 0x50200000},
     ),
+    # Armv8.1-M with Helium: QEMU's mps3-an547 boots secure from its 512 KiB ITCM (0x10000000, the secure alias: the
+    # code memory); data in its 4 MiB of internal SRAM (ISRAM0/1 at 0x31000000: nothing is mapped just below, so a
+    # stack overflow faults); its 8 MiB QSPI at 0x38000000 stands for the PSRAM; no CMSDK timer: the FPGA IO counter.
+    "cortex_m55": struct(
+        platform = "//tools/bazel/arm:cortex_m55",
+        board = "//tflm_patch_kernels/firmware:board_cortex_m55",
+        ld = "//tflm_patch_kernels/firmware:mps3_an547.ld",
+        machine = "mps3-an547",
+        name = "cortex-m55",
+        psram = 0x38000000,
+        sram_budget = 512 * 1024,
+        peripherals = {"COUNTER": 0x59302018, "UART0": 0x59303000},
+        models_in_psram = True,  # (the ITCM holds the code; a zoo model's array goes to the PSRAM)
+    ),
     # Armv6-M: no QEMU board has the core with enough memory; built and linked (`bazel test //...` builds its
     # selftest), never run. The RP2040's memory: its QSPI Flash at 0x10000000 and 256 KiB of SRAM (boards.json).
     "cortex_m0plus": struct(
@@ -97,6 +111,12 @@ TARGETS = {
 }
 
 MPS2 = ("cortex_m4", "cortex_m7")
+
+# -DTFMCU_MODEL_IN_PSRAM on the targets whose code memory holds only the code (TARGETS' models_in_psram)
+_MODEL_IN_PSRAM = select(dict(
+    [("//tools/bazel/arm:is_%s" % t, ["-DTFMCU_MODEL_IN_PSRAM"]) for t in TARGETS
+     if getattr(TARGETS[t], "models_in_psram", False)] + [("//conditions:default", [])],
+))
 
 # The harness per console (tflm_patch_kernels/firmware/BUILD).
 _HARNESS = {
@@ -250,7 +270,7 @@ def _generated_firmware(name, tool, args, source, srcs, deps, targets, timeout_s
 def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None, inplace = False, images = None,
                         fits = True, targets = MPS2, timeout_s = 50, size = "small", tags = [], sram_budget = {},
                         model_in_psram = False, tflm_kernels = "reference", stage_of = None, reference = "tflite",
-                        streamed_input = False, halo = "none", rest_convs = False, **kwargs):
+                        streamed_input = False, halo = "none", rest_convs = False, core = None, **kwargs):
     """A whole zoo model in TFLM on the MCU (see the module docstring): generator, firmware per target, a test per
     target.
 
@@ -266,17 +286,20 @@ def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None,
     our kernels, their multipliers in Flash.
     `streamed_input`: custom mode whose stage streams its input: the firmware feeds the image rows from Flash
     through the kernel's TfmcuInputProvider (no image in the arena).
-    `model_in_psram`: the model array in the MPS2 boards' PSRAM instead of their 4 MiB code memory (mps2.ld).
+    `model_in_psram`: the model array in the MPS2 boards' PSRAM instead of their 4 MiB code memory (mps2.ld); on a
+    target with `models_in_psram` (the Cortex-M55's 512 KiB ITCM) always.
     `tflm_kernels`: "reference" (TFLM's reference kernels and the portable patch kernels) or "cmsis_nn" (TFLM's
     CMSIS-NN variant where it has one, and the patch executor's CMSIS-NN backend).
+    `core`: the core of `targets` where the expectation differs by core (the Cortex-M55's CMSIS-NN buffers).
     """
     if tflm_kernels not in ("reference", "cmsis_nn"):
         fail("tflm_kernels must be reference or cmsis_nn, not %s" % tflm_kernels)
     _generated_firmware(
         name = name,
         tool = "//tools/gen:gen_model_whole",
-        args = "--model %s%s%s%s%s%s%s%s%s%s%s%s" % (
+        args = "--model %s%s%s%s%s%s%s%s%s%s%s%s%s" % (
             model,
+            " --core %s" % core if core else "",
             " --stream" if streamed_input else "",
             " --halo %s" % halo if halo != "none" else "",
             " --rest-convs" if rest_convs else "",
@@ -298,7 +321,8 @@ def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None,
             "@tflite_micro//:micro" if tflm_kernels == "reference" else "@tflite_micro//:micro_cmsis_nn",
             "@tflite_micro//:platform_mcu",
         ],
-        copts = ["-DTFMCU_ARENA_BYTES=%d" % arena_bytes] + (["-DTFMCU_MODEL_IN_PSRAM"] if model_in_psram else []),
+        copts = ["-DTFMCU_ARENA_BYTES=%d" % arena_bytes] + (["-DTFMCU_MODEL_IN_PSRAM"] if model_in_psram else
+                                                            _MODEL_IN_PSRAM),
         targets = targets,
         timeout_s = timeout_s,
         size = size,

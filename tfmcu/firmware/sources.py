@@ -27,6 +27,7 @@ import numpy as np
 
 from tfmcu.errors import UsageError
 from tfmcu.firmware.targets import Target, linker_script
+from tfmcu.plan.arena import MVE_CORES
 from tfmcu.runtime.host import host_model
 from tfmcu.runtime.model_io import ModelInfo, TFLMError, model_info
 from tfmcu.runtime.tflm_host import streamed_image
@@ -90,12 +91,13 @@ def resolver_ops(model: TfliteModel | bytes, where: str = "model") -> list[str]:
     return ops
 
 
-def check_model(model: TfliteModel, kernels: str) -> tuple[ModelInfo, list[str], Any]:
+def check_model(model: TfliteModel, kernels: str, core: str | None = None) -> tuple[ModelInfo, list[str], Any]:
     """What the firmware needs of ``model`` (parsed: ``tfmcu.runtime.model_io.read_model``; see the module
     docstring): ``(signature, resolver_ops, stages)``; anything else is a one-line ``UsageError`` naming the file.
     The signature of a model whose stage streams its input is the image's (``tfmcu.runtime.tflm_host``); ``stages``:
     None for a builtin-only model, the ``PackedStage`` of its one ``TFMCU_PATCH_STAGE`` op, or for several
-    (``rewrite --rest_convs=tfmcu``) a dict of them by operator index (what ``tfmcu.plan.arena`` takes)."""
+    (``rewrite --rest_convs=tfmcu``) a dict of them by operator index (what ``tfmcu.plan.arena`` takes). ``core``:
+    the target's (an in-place plan for CMSIS-NN holds for its DSP paths only, not on a core with Helium)."""
     path = model.where
     ops = resolver_ops(model, path)
     try:
@@ -118,6 +120,10 @@ def check_model(model: TfliteModel, kernels: str) -> tuple[ModelInfo, list[str],
             raise UsageError(f"{path}: its memory plan is in place for --kernels={planned} (rewrite --inplace), "
                              f"which does not hold for --kernels={kernels}: deploy it with --kernels={planned}, or "
                              f"rewrite it in place for {kernels}")
+        if planned == "cmsis_nn" and core in MVE_CORES:
+            raise UsageError(f"{path}: its memory plan is in place for CMSIS-NN's DSP code (rewrite --inplace), which "
+                             f"does not hold on the {core} (CMSIS-NN's Helium code reads in other orders): rewrite "
+                             f"it without --inplace, or deploy it with --kernels=reference")
     if runner is None:
         return info, ops, None
     stages = runner.custom.stages
@@ -140,6 +146,7 @@ EXTERNAL_MEMORY: dict[str, tuple[int, int]] = {  # target key: (origin, bytes)
     "cortex_m4": (0x21000000, 16 * 1024 * 1024),
     "cortex_m7": (0x60000000, 16 * 1024 * 1024),
     "cortex_m33": (0x80000000, 16 * 1024 * 1024),
+    "cortex_m55": (0x38000000, 8 * 1024 * 1024),
 }
 
 

@@ -53,6 +53,8 @@ BUILDS: dict[str, Build] = {
     "cortex_m7": Build("cortex_m7", "mps2-an500", "//tools/bazel/arm:cortex_m7", "board_cortex_m7", "mps2.ld", True),
     "cortex_m33": Build("cortex_m33", "mps2-an505", "//tools/bazel/arm:cortex_m33", "board_cortex_m33",
                         "mps2_an505.ld", False),
+    "cortex_m55": Build("cortex_m55", "mps3-an547", "//tools/bazel/arm:cortex_m55", "board_cortex_m55",
+                        "mps3_an547.ld", True),
     # no QEMU board has the Cortex-M0+ with enough memory: its firmware is built and linked, not run ("")
     "cortex_m0plus": Build("cortex_m0plus", "", "//tools/bazel/arm:cortex_m0plus", "board_cortex_m0plus", "mps2.ld",
                            False),
@@ -65,6 +67,9 @@ MIB = 1024 * KIB
 # secure alias (QEMU's `info mtree`; nothing is mapped just below it, so a stack overflow faults, as on MPS2).
 DERIVED_LD: dict[str, tuple[str, dict[str, tuple[int, int]]]] = {
     "mps2_an505.ld": ("mps2.ld", {"FLASH": (0x10000000, 4 * MIB), "RAM": (0x38000000, 4 * MIB)}),
+    # mps3-an547 (Cortex-M55) boots secure from its 512 KiB ITCM at 0x10000000 (secure alias) and has 4 MiB of internal
+    # SRAM (ISRAM0/1) at 0x31000000 (secure alias; unmapped below it)
+    "mps3_an547.ld": ("mps2.ld", {"FLASH": (0x10000000, 512 * KIB), "RAM": (0x31000000, 4 * MIB)}),
 }
 
 
@@ -179,7 +184,8 @@ def _board(name: str, b: dict) -> tuple[Target | None, str]:
 
 # the builds' own boards, linked with the builds' linker scripts as they are: --target name -> build key
 BUILDS_BY_NAME = {"stm32f405": "stm32f405", "cortex-m3": "cortex_m3", "cortex-m4": "cortex_m4",
-                  "cortex-m7": "cortex_m7", "cortex-m33": "cortex_m33"}
+                  "cortex-m7": "cortex_m7", "cortex-m33": "cortex_m33",
+                  "cortex-m55": "cortex_m55"}
 
 
 @functools.lru_cache(maxsize=None)

@@ -228,7 +228,7 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> DeployRepor
     """Write the firmware folder (see the module docstring); returns deploy.json's content."""
     t = validate(o)
     model = read_model(o.tflite, "--tflite")
-    info, ops, stages = check_model(model, o.kernels)  # info: a streamed-input model's is its image's
+    info, ops, stages = check_model(model, o.kernels, t.core)  # info: a streamed-input model's is its image's
     rows = stream_rows(model)
     samples = (load_inputs(o.inputs, info)[:16] if o.inputs else
                random_inputs(model, o.num_inputs, o.seed, signature=info))
@@ -248,7 +248,7 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> DeployRepor
                                     for a, b in zip(ref.tflite, ref.tflm)):
         raise DeployError(f"{o.tflite}: TFLM on this host differs from TF Lite; run `verify` first")
     host_arena = None if ref.arena is None else ref.arena.total
-    build = mcu_build(o.kernels)
+    build = mcu_build(o.kernels, t.core)
     pred, persistent = persistent_split(model, t, build, stages if o.kernels == "cmsis_nn" else None, o.margin,
                                         o.persistent_apart)
     arena = allocated_bytes(pred.head if persistent else pred.total, o.margin)

@@ -43,13 +43,13 @@ from tfmcu.errors import TfmcuError, UsageError
 from tfmcu.firmware.targets import Target, get_target
 from tfmcu.firmware.tree import check_dest, export_tree
 from tfmcu.files import assembled_folder, read_bytes
-from tfmcu.flows.deploy import (STATIC_ESTIMATE, DeployOptions, DeployReport, deploy, largest_prediction,
-                                 validate as validate_deploy)
+from tfmcu.flows.deploy import (STATIC_ESTIMATE, DeployOptions, DeployReport, deploy, flash_estimate,
+                                 largest_prediction, validate as validate_deploy)
 from tfmcu.flows.verify import VerifyOptions, verify
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.graph import ir
 from tfmcu.graph.load import KERAS_SUFFIXES, ModelError, load_spec
-from tfmcu.plan.arena import KERNEL_SETS, mcu_build
+from tfmcu.plan.arena import KERNEL_SETS, MVE_CORES, mcu_build
 from tfmcu.plan.halo import HaloOptions
 from tfmcu.plan.latency import predict_instructions
 from tfmcu.plan.regions import ScheduleError
@@ -295,7 +295,9 @@ def model_bytes(o: FitOptions, log: Callable[[str], None]) -> tuple[bytes, str]:
 
 def configurations(o: FitOptions) -> list[CustomOptions]:
     """The custom-mode configurations every patched candidate is priced in. The rest is always planned in place
-    for the target's kernels (it changes no instruction and never adds memory); streaming only when allowed.
+    for the target's kernels (it changes no instruction and never adds memory) -- except CMSIS-NN on a core with
+    Helium, whose MVE paths read and write in other orders than the DSP paths the distances are derived from
+    (``tfmcu.plan.cmsis_nn.processing_order``): disjoint there; streaming only when allowed.
     Objective latency: halo ``auto``, the most caches that fit the budget (none when none fit: the recompute
     schedule), i.e. the fewest MACs the budget allows; objective memory: recompute, every halo cached (the fewest
     MACs), and ``smallest``, the smallest stage whose whole model computes at most ``max_latency - 1`` more MACs
@@ -307,7 +309,8 @@ def configurations(o: FitOptions) -> list[CustomOptions]:
     else:
         modes = [HaloOptions(mode="none"), HaloOptions(mode="all"),
                  HaloOptions(mode="smallest", max_mac_overhead=round(min(o.max_latency - 1.0, 1.0), 4))]
-    return [CustomOptions(inplace=True, kernels=o.kernels, halo=h, stream_input=o.stream_input, rest_convs=r)
+    inplace = not (o.kernels == "cmsis_nn" and get_target(o.target).core in MVE_CORES)
+    return [CustomOptions(inplace=inplace, kernels=o.kernels, halo=h, stream_input=o.stream_input, rest_convs=r)
             for h in modes for r in o.rest_convs]
 
 
@@ -326,9 +329,10 @@ def run(o: FitOptions, log: Callable[[str], None] = print, progress: Progress | 
     data, origin = model_bytes(o, log)
     where = o.model
     name = os.path.splitext(os.path.basename(where))[0]
-    if len(data) > t.flash_bytes and not getattr(t, "external_flash_bytes", 0):
+    if len(data) > t.flash_bytes and flash_estimate(t, len(data), 0).model_in != "external":
         raise UsageError(f"{where}: the model ({len(data):,} B: its weights and constants) alone exceeds the "
-                         f"{t.name}'s Flash ({t.flash_bytes:,} B); no configuration can fit it")
+                         f"{t.name}'s Flash ({t.flash_bytes:,} B) and the board has no external memory for it; no "
+                         f"configuration can fit it")
     budget = arena_budget(o, t)
     log(f"fit: {where} on the {t.name} ({t.core}, {o.kernels} kernels): predicted arena budget {budget:,} B "
         f"(RAM {t.sram_bytes:,} B - stack {o.stack_kib} KiB - {STATIC_ESTIMATE} B static, / (1 + {o.margin:g}))"
@@ -412,7 +416,8 @@ def cost_function(o: FitOptions, t: Target, data: bytes, graph: ir.Graph, budget
         return predict_instructions(model, t.core, o.kernels).instructions
 
     return CustomArenaCost(data, graph, o.model, configs=configurations(o), count_input=True, budget=budget,
-                           build=mcu_build(o.kernels), instructions=instructions, persistent_room=persistent_room(o, t))
+                           build=mcu_build(o.kernels, t.core), instructions=instructions,
+                           persistent_room=persistent_room(o, t))
 
 
 def _finish(o: FitOptions, t: Target, data: bytes, origin: str, res: SearchResult, chosen: Evaluation, stage: str,
@@ -444,7 +449,8 @@ def _finish(o: FitOptions, t: Target, data: bytes, origin: str, res: SearchResul
         stream_input=o.stream_input, arena_budget_bytes=res.budget, message=res.message,
         per_layer=FitCandidate.of(res.baseline), chosen=ch, candidates=[FitCandidate.of(e) for e in res.evaluated],
         bounded_out=res.bounded_out, failed=res.failed[:20], search_seconds=round(res.seconds, 1),
-        cut_short=res.cut_short, predicted_by=PredictedBy(arena=f"tfmcu.plan.arena, TFLM build {mcu_build(o.kernels)!r}",
+        cut_short=res.cut_short,
+        predicted_by=PredictedBy(arena=f"tfmcu.plan.arena, TFLM build {mcu_build(o.kernels, t.core)!r}",
                                  instructions=predict_instructions(chosen.result.model if patched else data, t.core,
                                                                    o.kernels).what),
         verify=None if ver is None else FitVerify(bit_exact=ver.bit_exact, samples=ver.samples),

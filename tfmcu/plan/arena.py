@@ -163,10 +163,11 @@ class TflmBuild:
     recording: bool  # RecordingMicroAllocator (host tools) or MicroAllocator (firmware)
     what: str
     cmsis_nn: bool = False  # TFLM's CMSIS-NN kernels + the patch executor's CMSIS-NN backend (tfmcu.plan.cmsis_nn)
+    mve: bool = False  # CMSIS-NN built for a core with Helium (its *_get_buffer_size_mve buffers)
 
 
 def _json_build(name: str, profile: str, pointer_bytes: int, recording: bool, what: str,
-                cmsis_nn: bool = False) -> TflmBuild:
+                cmsis_nn: bool = False, mve: bool = False) -> TflmBuild:
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "tflm_abi.json")) as f:
         table = json.load(f)
     t = table[profile]
@@ -176,7 +177,7 @@ def _json_build(name: str, profile: str, pointer_bytes: int, recording: bool, wh
     if cmsis_nn:  # the CMSIS-NN kernel variants' own OpData (the other kernels are the reference ones)
         op_data.update(table[profile + "-cmsis-nn"]["op_data"])
     return TflmBuild(name, abi, {k: (v[0], v[1]) for k, v in t["builtin_data"].items()}, op_data,
-                     pointer_bytes, recording, what, cmsis_nn)
+                     pointer_bytes, recording, what, cmsis_nn, mve)
 
 
 BUILDS: dict[str, TflmBuild] = {
@@ -189,7 +190,14 @@ BUILDS: dict[str, TflmBuild] = {
     "cortex-m-cmsis-nn": _json_build("cortex-m-cmsis-nn", "cortex-m", 4, False,
                                      "TFLM + CMSIS-NN (pinned sources) for Cortex-M4/M7 (TFLM's CMSIS-NN kernels, "
                                      "the patch executor's CMSIS-NN backend)", cmsis_nn=True),
+    # the same sources for a core with Helium: CMSIS-NN's MVE paths, whose buffers differ (the structs do not)
+    "cortex-m-cmsis-nn-mve": _json_build("cortex-m-cmsis-nn-mve", "cortex-m", 4, False,
+                                         "TFLM + CMSIS-NN (pinned sources) for the Cortex-M55 (CMSIS-NN's Helium "
+                                         "paths)", cmsis_nn=True, mve=True),
 }
+
+# Cores with Helium (MVE): CMSIS-NN runs its MVE code there (tfmcu.plan.cmsis_nn's ``mve`` buffers).
+MVE_CORES = ("cortex-m55",)
 
 
 # The kernel sets a firmware links (deploy/fit/rewrite --kernels): TFLM's CMSIS-NN kernels with the patch
@@ -198,9 +206,12 @@ KERNEL_SETS = ("cmsis_nn", "reference")
 DEFAULT_KERNELS = "cmsis_nn"  # what these Arm targets run by default (deploy, fit, rewrite --inplace)
 
 
-def mcu_build(kernels: str) -> str:
-    """The Cortex-M TFLM build (BUILDS) that links ``kernels`` (KERNEL_SETS)."""
-    return "cortex-m-cmsis-nn" if kernels == "cmsis_nn" else "cortex-m"
+def mcu_build(kernels: str, core: str | None = None) -> str:
+    """The Cortex-M TFLM build (BUILDS) that links ``kernels`` (KERNEL_SETS) on ``core`` (None: a core without
+    Helium; CMSIS-NN's buffers differ on ``MVE_CORES``)."""
+    if kernels != "cmsis_nn":
+        return "cortex-m"
+    return "cortex-m-cmsis-nn-mve" if core in MVE_CORES else "cortex-m-cmsis-nn"
 
 
 def get_build(build: str | TflmBuild) -> TflmBuild:
@@ -308,11 +319,12 @@ def op_allocations(graph: ir.Graph, op: ir.Op, build: str | TflmBuild = "wheel",
         if op.attrs.get("weights_dtype") == "int4":
             alloc.scratch = [op.weights]  # unpacked int4 filter
         elif tb.cmsis_nn and in_dtype == "int8":  # CMSIS-NN's buffer, requested when not 0 (cmsis_nn/conv.cc)
-            need = _cmsis_nn_buffer(graph, op, b)
+            need = _cmsis_nn_buffer(graph, op, b, tb.mve)
             if need > 0:
                 alloc.scratch = [need]
     elif b == "AVERAGE_POOL_2D" and tb.cmsis_nn and in_dtype == "int8":
-        alloc.scratch = [cmsis_nn.avgpool_buffer_bytes(op.out_channels or graph.tensors[op.inputs[0]].shape[-1])]
+        need = cmsis_nn.avgpool_buffer_bytes(op.out_channels or graph.tensors[op.inputs[0]].shape[-1], tb.mve)
+        alloc.scratch = [need] if need > 0 else []
     elif b == "FULLY_CONNECTED":
         scales = op.attrs.get("weight_scales")
         per_channel = scales > 1 if scales is not None else in_dtype in ("int8", "int16")
@@ -336,7 +348,7 @@ def op_allocations(graph: ir.Graph, op: ir.Op, build: str | TflmBuild = "wheel",
         # CMSIS-NN backend's kernel buffer after the patch buffers
         if isinstance(stage, dict):  # several TFMCU_PATCH_STAGE ops: each one's PackedStage by TFLite op index
             stage = stage.get(op.src_index)
-        buffer = cmsis_nn.stage_scratch_bytes(stage) if tb.cmsis_nn and stage is not None else None
+        buffer = cmsis_nn.stage_scratch_bytes(stage, tb.mve) if tb.cmsis_nn and stage is not None else None
         try:
             options = stage_of_attrs(op.attrs)
             op_data, scratch = kernel_memory(options, pointer_bytes=tb.pointer_bytes)
@@ -383,15 +395,19 @@ def _detection_postprocess_scratch(graph: ir.Graph, op: ir.Op) -> list[int] | No
             4 * m * n, 4 * max(k, m) * n, 4 * min(n, m) * n]
 
 
-def _cmsis_nn_buffer(graph: ir.Graph, op: ir.Op, builtin: str) -> int:
-    """The buffer TFLM's CMSIS-NN CONV_2D / DEPTHWISE_CONV_2D requests in Prepare (tfmcu.plan.cmsis_nn), with
-    TFLM's padding (the top / left of TF's SAME split)."""
+def _cmsis_nn_buffer(graph: ir.Graph, op: ir.Op, builtin: str, mve: bool = False) -> int:
+    """The buffer TFLM's CMSIS-NN CONV_2D / DEPTHWISE_CONV_2D requests in Prepare (tfmcu.plan.cmsis_nn; ``mve``:
+    Helium's), with TFLM's padding (the top / left of TF's SAME split)."""
     in_shape = graph.tensors[op.inputs[0]].shape
+    out_shape = graph.tensors[op.outputs[0]].shape
     pad = (op.padding[0], op.padding[2])
+    dims = dict(mve=mve, stride=tuple(op.stride), in_hw=(in_shape[1], in_shape[2]), out_w=out_shape[2]) \
+        if len(in_shape) == 4 and len(out_shape) == 4 else dict(mve=mve)
     if builtin == "CONV_2D":
-        return cmsis_nn.conv_buffer_bytes(op.kernel[0], op.kernel[1], in_shape[-1], pad, tuple(op.dilation))
+        return cmsis_nn.conv_buffer_bytes(op.kernel[0], op.kernel[1], in_shape[-1], pad, tuple(op.dilation),
+                                          **dims)
     return cmsis_nn.depthwise_buffer_bytes(op.kernel[0], op.kernel[1], in_shape[-1], op.out_channels, pad,
-                                           tuple(op.dilation))
+                                           tuple(op.dilation), **dims)
 
 
 # Operators without builtin data and without OpData (null init, parser without options): modelled, nothing to add.

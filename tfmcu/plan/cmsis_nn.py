@@ -81,28 +81,77 @@ def depthwise_path(kernel_h: int, kernel_w: int, in_channels: int, out_channels:
 
 
 def conv_buffer_bytes(kernel_h: int, kernel_w: int, in_channels: int, padding: tuple[int, int],
-                      dilation: tuple[int, int] = (1, 1)) -> int:
-    """``arm_convolve_wrapper_s8_get_buffer_size`` (DSP): 0 for a 1x1 convolution (padding 0, dilation 1), else
+                      dilation: tuple[int, int] = (1, 1), mve: bool = False, stride: tuple[int, int] = (1, 1),
+                      in_hw: tuple[int, int] | None = None, out_w: int | None = None) -> int:
+    """``arm_convolve_wrapper_s8_get_buffer_size``. DSP: 0 for a 1x1 convolution (padding 0, dilation 1), else
     arm_convolve_s8's two im2col columns of int16, kernel_h x kernel_w x in_channels rounded up to 4 each (the 1 x N
-    path asks the same on DSP cores, so its conditions on the input height and stride do not matter here)."""
-    if conv_path(kernel_h, kernel_w, padding, dilation) != "im2col":
+    path asks the same on DSP cores, so its conditions on the input height and stride do not matter there).
+    ``mve`` (Helium, ``*_get_buffer_size_mve``): 0 for a 1x1 convolution; the 1 x N path (an input of height 1
+    (``in_hw``), a 1-row kernel, stride x channels a multiple of 4) its padded row (``_conv_1xn_mve``); else four
+    im2col columns of int8, kernel_h x kernel_w x in_channels rounded up to 16 each."""
+    if conv_path(kernel_h, kernel_w, padding, dilation, stride).startswith("1x1"):
         return 0
-    return 2 * align4(kernel_h * kernel_w * in_channels) * 2
+    if not mve:
+        return 2 * align4(kernel_h * kernel_w * in_channels) * 2
+    if (in_hw is not None and in_hw[0] == 1 and dilation[1] == 1 and kernel_h == 1
+            and (stride[1] * in_channels) % 4 == 0 and out_w is not None):
+        return _conv_1xn_mve(kernel_w, in_channels, padding[1], stride[1], in_hw[1], out_w)
+    return _im2col_mve(kernel_h * kernel_w * in_channels)
+
+
+def _im2col_mve(column: int) -> int:
+    """``arm_convolve_s8_get_buffer_size_mve``: four int8 columns, each rounded up to 16 elements."""
+    return 4 * (-(-column // 16)) * 16
+
+
+def _c_div(a: int, b: int) -> int:
+    """C's integer division (truncates toward zero)."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def _conv_1xn_mve(kernel_w: int, channels: int, pad_x: int, stride_x: int, input_x: int, output_x: int) -> int:
+    """``arm_convolve_1_x_n_s8_get_buffer_size_mve``: the longer of the left and the right padded windows (the
+    output split into left-padded, unpadded and right-padded pixels), else arm_convolve_s8's."""
+    total_pad = (output_x - 1) * stride_x + kernel_w - input_x
+    asym = total_pad - _c_div(total_pad, 2) * 2  # (C's %)
+    right = max(1, _c_div(pad_x + asym + stride_x - 1, stride_x)) if pad_x + asym != 0 else 0
+    left = max(1, _c_div(pad_x + stride_x - 1, stride_x)) if pad_x != 0 else 0
+    unpadded = max(output_x - (right + left), 0)
+    if right + unpadded + left != output_x:
+        return _im2col_mve(kernel_w * channels)
+    pad_left = pad_x * channels
+    pad_right = right * channels if asym else pad_left
+    return max(kernel_w * channels + pad_left, kernel_w * channels - channels + pad_right)
 
 
 def depthwise_buffer_bytes(kernel_h: int, kernel_w: int, in_channels: int, out_channels: int,
-                           padding: tuple[int, int], dilation: tuple[int, int] = (1, 1)) -> int:
-    """``arm_depthwise_conv_wrapper_s8_get_buffer_size`` (DSP): none for the 3x3 kernel with padding <= 1, an int16
+                           padding: tuple[int, int], dilation: tuple[int, int] = (1, 1), mve: bool = False,
+                           stride: tuple[int, int] = (1, 1), in_hw: tuple[int, int] | None = None,
+                           out_w: int | None = None) -> int:
+    """``arm_depthwise_conv_wrapper_s8_get_buffer_size``. DSP: none for the 3x3 kernel with padding <= 1, an int16
     column of kernel_h x kernel_w x channels for arm_depthwise_conv_s8_opt (depth multiplier 1, dilation 1), none for
-    the generic kernel."""
+    the generic kernel. ``mve``: one input channel into several is run as a convolution (its buffer plus the
+    filter); depth multiplier 1 without dilation (3x3 too) arm_depthwise_conv_s8_opt's four blocks of 124 channels
+    x kernel_h x kernel_w int8; else none."""
+    if mve:
+        if in_channels == 1 and out_channels > 1:
+            return (conv_buffer_bytes(kernel_h, kernel_w, 1, padding, dilation, True, stride, in_hw, out_w)
+                    + kernel_h * kernel_w * out_channels)
+        if in_channels == out_channels and tuple(dilation) == (1, 1):
+            return 4 * CH_IN_BLOCK_MVE * kernel_h * kernel_w
+        return 0
     if depthwise_path(kernel_h, kernel_w, in_channels, out_channels, padding, dilation) != "opt":
         return 0
     return in_channels * kernel_h * kernel_w * 2
 
 
-def avgpool_buffer_bytes(channels: int) -> int:
-    """``arm_avgpool_s8_get_buffer_size`` (DSP): one int32 per channel."""
-    return 4 * channels
+CH_IN_BLOCK_MVE = 124  # CMSIS-NN's arm_nnsupportfunctions.h: channels arm_depthwise_conv_s8_opt (MVE) takes a block
+
+
+def avgpool_buffer_bytes(channels: int, mve: bool = False) -> int:
+    """``arm_avgpool_s8_get_buffer_size``: one int32 per channel (DSP); none (MVE)."""
+    return 0 if mve else 4 * channels
 
 
 # ------------------------------------------------------------------------------------------ the patch stage
@@ -125,11 +174,11 @@ def _covers(layer: Any) -> bool:
     return covers(layer.type, layer.params)
 
 
-def stage_kernel_scratch_bytes(packed: Any) -> int:
+def stage_kernel_scratch_bytes(packed: Any, mve: bool = False) -> int:
     """The kernel buffer ``tfmcu_stage_prepare`` computes with -DTFMCU_CMSIS_NN for ``packed`` (a
     ``tfmcu.kernels.pack.PackedStage``): max over the window layers (conv, depthwise, pooling) and patches of
     align4(CMSIS-NN's buffer for the tile) + the staging rows of a non-dense input box (kernel_h x box width x
-    channels, rounded up to 4)."""
+    channels, rounded up to 4). ``mve``: CMSIS-NN's Helium buffers (a Cortex-M55 build)."""
     most = 0
     rows, cols = packed.row_spans, packed.col_spans
     for l, layer in enumerate(packed.layers):
@@ -159,12 +208,18 @@ def stage_kernel_scratch_bytes(packed: Any) -> int:
                     held_w = int(pc[_OUT_STOP] - pc[_OUT_START])
                 dense = in_h <= 1 or in_w == held_w
                 pad = (int(r[_PAD_BEFORE]), int(c[_PAD_BEFORE]))
+                # (the box's dimensions, as the backend gives CMSIS-NN's *_get_buffer_size: the MVE 1 x N path's)
+                box = dict(mve=mve, in_hw=(in_h, in_w), out_w=int(c[_OUT_STOP] - c[_OUT_START]),
+                           stride=(p["stride_h"], p["stride_w"])) if layer.type in (OP_CONV, OP_DEPTHWISE) else {}
                 if layer.type == OP_CONV:
-                    need = conv_buffer_bytes(p["kernel_h"], p["kernel_w"], channels, (0, 0))
+                    need = conv_buffer_bytes(p["kernel_h"], p["kernel_w"], channels, (0, 0), **box)
+                    if mve and p["kernel_h"] == 1 and in_h > 1:  # (a call of one row: the 1 x N path's too)
+                        need = max(need, conv_buffer_bytes(p["kernel_h"], p["kernel_w"], channels, (0, 0),
+                                                           **{**box, "in_hw": (1, in_w)}))
                 elif layer.type == OP_DEPTHWISE:
-                    need = depthwise_buffer_bytes(p["kernel_h"], p["kernel_w"], channels, out_channels, pad)
+                    need = depthwise_buffer_bytes(p["kernel_h"], p["kernel_w"], channels, out_channels, pad, **box)
                 elif layer.type == OP_AVG_POOL:
-                    need = avgpool_buffer_bytes(channels)
+                    need = avgpool_buffer_bytes(channels, mve)
                 else:
                     need = 0
                 need = align4(need) + (0 if dense else align4(kernel_h * in_w * channels))
@@ -172,10 +227,10 @@ def stage_kernel_scratch_bytes(packed: Any) -> int:
     return most
 
 
-def stage_scratch_bytes(packed: Any) -> int:
+def stage_scratch_bytes(packed: Any, mve: bool = False) -> int:
     """``TfmcuPreparedStage.scratch_bytes`` with -DTFMCU_CMSIS_NN: the patch buffers, then (if any) the kernel
-    buffer at the next 4-byte boundary."""
-    kernel = stage_kernel_scratch_bytes(packed)
+    buffer at the next 4-byte boundary (``mve``: Helium's)."""
+    kernel = stage_kernel_scratch_bytes(packed, mve)
     return align4(packed.scratch_bytes) + kernel if kernel > 0 else packed.scratch_bytes
 
 

@@ -44,8 +44,9 @@ CALIBRATION_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lat
 CORES = ("cortex-m4", "cortex-m7", "cortex-m33")  # calibrated (benchmarks/latency.py)
 # Cores without calibration rows yet, priced with a calibrated core's rows: an estimate of an estimate, which
 # ``LatencyPrediction.what`` says. The Cortex-M3 and M0+ run CMSIS-NN's plain C paths (no DSP instructions), so
-# their counts differ from the M4's; what `fit` uses are ratios between plans of one model on one core.
-STAND_INS = {"cortex-m3": "cortex-m4", "cortex-m0plus": "cortex-m4"}
+# their counts differ from the M4's; the Cortex-M55 runs CMSIS-NN's Helium paths (vector instructions: fewer, each
+# doing more); what `fit` uses are ratios between plans of one model on one core.
+STAND_INS = {"cortex-m3": "cortex-m4", "cortex-m0plus": "cortex-m4", "cortex-m55": "cortex-m33"}
 KERNELS = ("cmsis_nn", "reference")
 
 # The features of one kernel call (a builtin op, or one layer on one patch), in the coefficient rows' order.

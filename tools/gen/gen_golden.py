@@ -185,8 +185,9 @@ def golden_stage() -> str:
         assert np.array_equal(got, ref) and touched == p.scratch_bytes, name
         out.append(stage_to_c(p, name, static=True).replace(INCLUDE, ""))
         out.append(f"/* The prepared scratch with -DTFMCU_CMSIS_NN (patch buffers + CMSIS-NN kernel buffer), as "
-                   f"tfmcu.plan.cmsis_nn predicts it. */\n#define {name.upper()}_CMSIS_NN_SCRATCH_BYTES "
-                   f"{cmsis_nn.stage_scratch_bytes(p)}u\n")
+                   f"tfmcu.plan.cmsis_nn predicts it (DSP code; _MVE: Helium's). */\n"
+                   f"#define {name.upper()}_CMSIS_NN_SCRATCH_BYTES {cmsis_nn.stage_scratch_bytes(p)}u\n"
+                   f"#define {name.upper()}_CMSIS_NN_SCRATCH_BYTES_MVE {cmsis_nn.stage_scratch_bytes(p, mve=True)}u\n")
         out.append(c_array("float" if x.dtype == np.float32 else "int8_t", f"{name}_input", x))
         out.append(c_array("int8_t", f"{name}_expected", ref) + "\n")
         names.append(name)

@@ -20,7 +20,8 @@ usage: gen_model_whole.py --model NAME --out-cc OUT.cc --out-expect OUT.json
   resized to the model's input and quantized with its input scale.
 - The JSON holds {"expect": {"output_fnv1a32": ..., "top_class": [...]}} for tools/qemu/run_firmware.py --expect
   and "expect_within": the firmware's arena_used_bytes equal to the predicted arena for Cortex-M
-  (tfmcu.plan.arena, build "cortex-m", or "cortex-m-cmsis-nn" with --kernels cmsis_nn). --expect-no-fit: the firmware must fail at AllocateTensors instead
+  (tfmcu.plan.arena, build "cortex-m", or with --kernels cmsis_nn "cortex-m-cmsis-nn", "cortex-m-cmsis-nn-mve" with
+  --core cortex-m55: mcu_build). --expect-no-fit: the firmware must fail at AllocateTensors instead
   ({"expect": {"allocated": 0}, "expect_failure": "AllocateTensors failed"}).
 """
 import argparse
@@ -70,6 +71,8 @@ def main(argv=None):
                          "which TFLM itself differs from TF Lite) the tflite-micro wheel's; both are recorded")
     ap.add_argument("--kernels", choices=("reference", "cmsis_nn"), default="reference",
                     help="the kernels the firmware links (TFLM's and the patch executor's backend)")
+    ap.add_argument("--core", help="the core the firmware runs on, where its CMSIS-NN build differs (cortex-m55: "
+                                   "CMSIS-NN's Helium buffers); default: a core without Helium")
     a = ap.parse_args(argv)
     if a.rest_convs and a.kernels == "cmsis_nn":
         ap.error("--rest-convs is for the reference build (the predictor models one stage's CMSIS-NN buffer)")
@@ -77,7 +80,7 @@ def main(argv=None):
     from tfmcu.firmware.sources import expectation, model_source
     from tfmcu.graph.from_tflite import from_tflite
     from tfmcu.nets import zoo
-    from tfmcu.plan.arena import predict_arena
+    from tfmcu.plan.arena import mcu_build, predict_arena
     from tfmcu.plan.memory_plan import with_offline_plan
     from tfmcu.plan import regions
     from tfmcu.runtime.model_io import random_inputs
@@ -131,7 +134,7 @@ def main(argv=None):
         reference = {"by": "tflite-micro wheel (TFLM per layer)", "tflite_bytes_differing_from_tflm": differ,
                      "tflite": expectation(refs)}
         refs = tflm_refs
-    build = "cortex-m" if a.kernels == "reference" else "cortex-m-cmsis-nn"
+    build = mcu_build(a.kernels, a.core)
     stage = load_custom(model).packed if a.patches and a.kernels == "cmsis_nn" else None
     pred = predict_arena(from_tflite(model), model=model, build=build, stage=stage)
     if pred.details["unmodelled_ops"]:

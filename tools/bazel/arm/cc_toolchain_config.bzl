@@ -1,7 +1,8 @@
 """cc_toolchain_config for Debian's arm-none-eabi GCC 12 (bare-metal Cortex-M, newlib-nano).
 
-One config per core (cortex_m0plus, cortex_m3, cortex_m4, cortex_m7, cortex_m33); tools/bazel/arm/BUILD instantiates them and registers them
-as toolchains that platforms //tools/bazel/arm:cortex_m4 / :cortex_m7 select (toolchain resolution).
+One config per core (cortex_m0plus, cortex_m3, cortex_m4, cortex_m7, cortex_m33, cortex_m55); tools/bazel/arm/BUILD
+instantiates them and registers them as toolchains that platforms //tools/bazel/arm:cortex_m4 / :cortex_m7 / ...
+select (toolchain resolution).
 
 Firmware is always built optimised (-O2, plus -g, which does not change the code), whatever the
 compilation mode, so that instruction counts measured under QEMU mean the same in every build.
@@ -38,6 +39,10 @@ CPU_FLAGS = {
     "cortex_m7": ["-mcpu=cortex-m7", "-mthumb", "-mfpu=fpv5-d16", "-mfloat-abi=hard"],
     # Armv8-M mainline with the DSP extension and a single-precision FPv5 (STM32U5, nRF5340, QEMU's mps2-an505)
     "cortex_m33": ["-mcpu=cortex-m33", "-mthumb", "-mfpu=fpv5-sp-d16", "-mfloat-abi=hard"],
+    # Armv8.1-M mainline with Helium (MVE, integer and float: __ARM_FEATURE_MVE, which turns on CMSIS-NN's MVE code)
+    # and a double-precision FPv5 (Alif Ensemble, STM32N6, QEMU's mps3-an547); newlib's closest multilib is
+    # v8-m.main+dp/hard (the same calling convention)
+    "cortex_m55": ["-mcpu=cortex-m55", "-mthumb", "-mfloat-abi=hard"],
 }
 
 _ALL_COMPILE = [
