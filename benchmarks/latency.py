@@ -66,7 +66,11 @@ CORES = {
     "cortex-m7": ("cortex_m7", "mps2-an500", "//tools/bazel/arm:cortex_m7", "board_cortex_m7", 0x60000000, "mps2.ld"),
     "cortex-m33": ("cortex_m33", "mps2-an505", "//tools/bazel/arm:cortex_m33", "board_cortex_m33", 0x80000000,
                    "mps2_an505.ld"),
+    "cortex-m55": ("cortex_m55", "mps3-an547", "//tools/bazel/arm:cortex_m55", "board_cortex_m55", 0x38000000,
+                   "mps3_an547.ld"),
 }
+# Cores whose code memory holds only the code (the Cortex-M55's 512 KiB ITCM): every model in their PSRAM
+MODELS_IN_PSRAM = ("cortex-m55",)
 KERNELS = ("cmsis_nn", "reference")
 
 # Variants also built without the per-op mode: the mode's overhead per op (the markers' calls and the tag store in
@@ -180,7 +184,7 @@ def build_rules(name: str, core: str, kernels: str, ops: list[str], v: Variant, 
     if any(op.startswith("custom:") for op in ops):
         libs.append("@//tflm_patch_kernels/tflm:patch_stage_op" + ("_cmsis_nn" if kernels == "cmsis_nn" else ""))
     copts = [f"-DTFMCU_ARENA_BYTES={v.arena_kib * 1024}"] + (["-DTFMCU_PROFILE_OPS"] if profile else [])
-    if v.psram:
+    if v.psram or core in MODELS_IN_PSRAM:
         copts.append("-DTFMCU_MODEL_IN_PSRAM")
     linkopts = ["-T", f"$(location {FW}:{ld})", "-Wl,--defsym=TFMCU_STACK_SIZE=16384",
                 f"-Wl,--defsym=TFMCU_SRAM_BUDGET={4 * 1024 * 1024}", f"-Wl,--defsym=TFMCU_PSRAM_ORIGIN={psram}"]

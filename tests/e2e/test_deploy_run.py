@@ -97,12 +97,13 @@ def test_deploy_run_fits_and_equals_tflite(models, tmp_path, target, kernels):
         assert 0x10000000 <= at < 0x10010000
 
 
-@pytest.mark.parametrize("board,usart", [("stm32f405", 1), ("nucleo-f446re", 2), ("cortex-m55", 0)])
+@pytest.mark.parametrize("board,usart", [("stm32f405", 1), ("nucleo-f446re", 2), ("cortex-m33", 0),
+                                         ("cortex-m55", 0)])
 def test_deploy_run_reports_on_the_uart(models, tmp_path, board, usart):
     """--console=uart: the firmware writes its report on the board's UART with semihosting off, as a board without a
     debugger runs it: the STM32F405's USART1 (QEMU netduinoplus2's first serial port), a Nucleo's USART2 (its ST-LINK
-    virtual COM port; the QEMU board's second), the MPS3's CMSDK UART 0 (the Cortex-M55); the same figures as through
-    semihosting."""
+    virtual COM port; the QEMU board's second), CMSDK UART 0 at its secure alias on the Cortex-M33's mps2-an505 and the
+    Cortex-M55's mps3-an547; the same figures as through semihosting."""
     _need_bazel()
     r, rep = _deploy(*models["tiny"], board, str(tmp_path / "fw"), "--console=uart")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

@@ -52,7 +52,7 @@ BUILDS: dict[str, Build] = {
     "cortex_m4": Build("cortex_m4", "mps2-an386", "//tools/bazel/arm:cortex_m4", "board_cortex_m4", "mps2.ld", True),
     "cortex_m7": Build("cortex_m7", "mps2-an500", "//tools/bazel/arm:cortex_m7", "board_cortex_m7", "mps2.ld", True),
     "cortex_m33": Build("cortex_m33", "mps2-an505", "//tools/bazel/arm:cortex_m33", "board_cortex_m33",
-                        "mps2_an505.ld", False),
+                        "mps2_an505.ld", True),
     "cortex_m55": Build("cortex_m55", "mps3-an547", "//tools/bazel/arm:cortex_m55", "board_cortex_m55",
                         "mps3_an547.ld", True),
     # no QEMU board has the Cortex-M0+ with enough memory: its firmware is built and linked, not run ("")
