@@ -140,7 +140,8 @@ def boards_table() -> str:
                              else f"{r['name']} {r['size_kib']} KiB at {r['base']}"
                              + (": _persistent_" if r["name"] == b.get("persistent_ram") else ""))
                             for r in b["sram"])
-        qemu = "-" if t is None else f"`{t.machine}`" + (" (stand-in link)" if t.qemu == "stand-in" else "")
+        qemu = ("-" if t is None else "none: built and linked, not run (no QEMU board has its core)" if not t.machine
+                else f"`{t.machine}`" + (" (stand-in link)" if t.qemu == "stand-in" else ""))
         console = "-" if t is None else (t.console or "none yet")
         core = b["core"] + ("" if t is not None else " (not built for yet)")
         md.append(f"| `{name}` | {core} | {b['flash']['size_kib']:,} KiB at {b['flash']['base']} | {regions} | "

@@ -41,6 +41,11 @@ CASES = (("keras_mobilenet_v2", "stm32f405", False),
          ("mbv2_035_144", "cortex-m4", True),
          ("mbv2_100_224", "cortex-m7", True))
 CAPS = (1.00, 1.05, 1.25, None)  # None: the smallest arena, whatever its instructions
+# Section *cores*: every core QEMU runs, on its own board (the core's generic target), the zoo's two small
+# MobileNetV2s per layer against fit at one cap
+CORE_TARGETS = ("cortex-m3", "cortex-m4", "cortex-m7", "cortex-m33", "cortex-m55")
+CORE_CASES = tuple((m, t, s) for t in CORE_TARGETS for m, s in (("mbv2_035_96", False), ("mbv2_035_144", True)))
+CORE_CAPS = (1.05,)
 PER_LAYER = "TFLM + CMSIS-NN per layer"  # the per-layer row's "what" (it does not depend on fit's search)
 
 
@@ -83,9 +88,12 @@ def _coefficients_hash() -> str:
     return hashlib.sha1(json.dumps(coef, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CAPS) -> dict[str, Any]:
+def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CAPS,
+                work_name: str = "fit") -> dict[str, Any]:
+    """Per case its per-layer row and a fit row per cap, each measured under QEMU (rows an earlier run of the same
+    search measured are kept in ``<out_dir>/<work_name>/rows.json`` and not measured again)."""
     rows: list[dict[str, Any]] = []
-    work = os.path.join(o.out_dir, "fit")
+    work = os.path.join(o.out_dir, work_name)
     os.makedirs(work, exist_ok=True)
     kept_path = os.path.join(work, "rows.json")
     kept: dict[str, dict[str, Any]] = {}
@@ -128,6 +136,11 @@ def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CA
     return {"rows": rows, "search": search_record()}
 
 
+def cores_section(o: Any, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """``make bench`` section *cores*: ``CORE_CASES`` per layer and at ``CORE_CAPS``, on every core QEMU runs."""
+    return fit_section(o, log, CORE_CASES, CORE_CAPS, work_name="cores")
+
+
 def _per_layer(name: str, target: str, path: str, data: bytes, macs: int, work: str,
                log: Callable[[str], None]) -> dict[str, Any]:
     """The per-layer row: ``deploy --run`` with TFLM + CMSIS-NN."""
@@ -152,7 +165,8 @@ def _per_layer(name: str, target: str, path: str, data: bytes, macs: int, work: 
     return base
 
 
-LIFTED = {"cortex-m4": "cortex-m4", "cortex-m7": "cortex-m7"}  # the core's MPS2 board (4 MiB of SRAM in QEMU)
+# the core's MPS2 / MPS3 board (4 MiB of SRAM in QEMU)
+LIFTED = {c: c for c in ("cortex-m3", "cortex-m4", "cortex-m7", "cortex-m33", "cortex-m55")}
 
 
 def _lifted_invoke(name: str, path: str, target: str, work: str, log: Callable[[str], None]) -> int | None:

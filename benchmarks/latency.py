@@ -343,8 +343,10 @@ def finish(data: dict, plain: dict, runs: dict, no_fit: bool = False) -> None:
         p = plain.get((r["variant"], r["core"], r["kernels"]))
         if p is not None:
             r["invoke"] = p["invoke"]  # measured without the mode
-    data["measured_by"] = ("QEMU 7.2 mps2-an386 (Cortex-M4) / mps2-an500 (Cortex-M7), tools/qemu/insn_count.c, "
-                           "firmware_main.cc -DTFMCU_PROFILE_OPS; TFLM and CMSIS-NN from their pinned archives")
+    boards = " / ".join(f"{CORES[c][1]} ({c.replace('cortex-m', 'Cortex-M')})" for c in CORES
+                        if any(r["core"] == c for r in data["runs"]))
+    data["measured_by"] = (f"QEMU 7.2 {boards}, tools/qemu/insn_count.c, firmware_main.cc -DTFMCU_PROFILE_OPS; TFLM "
+                           "and CMSIS-NN from their pinned archives")
     data["date"] = datetime.date.today().isoformat()
     try:
         data["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
@@ -434,9 +436,15 @@ def section_table(result: dict[str, Any]) -> str:
 
 
 def _same_structure(new: list[dict], old: list[dict]) -> bool:
-    """Whether features ``new`` describe the ops of ``old``: as many ops, every feature both have equal."""
-    return len(new) == len(old) and all(n[k] == o[k] for n, o in zip(new, old) for k in n
-                                        if k in o and k not in ("insns", "folded_insns"))
+    """Whether features ``new`` describe the ops of ``old``: as many ops, every feature both have equal (within a
+    stage's layers too: features added since are not compared)."""
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, dict) and isinstance(b, dict):
+            return all(same(a[k], b[k]) for k in a if k in b and k not in ("insns", "folded_insns"))
+        if isinstance(a, list) and isinstance(b, list):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return a == b
+    return same(new, old)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,8 @@ that JSON by the section's function in ``SECTION_TABLES``, which the docs use to
   Cortex-M4 / M7, both kernel sets) and the committed predictor against it (``benchmarks.latency``; about 20 min).
 - fit: models on their targets through the user's path: ``deploy --run`` per layer against ``fit --run`` at
   max_latency 1.00 / 1.05 / 1.25 and the smallest, CMSIS-NN, measured under QEMU (``benchmarks.fit``).
+- cores: the zoo's MobileNetV2-0.35-96 and -0.35-144 on every core QEMU runs (Cortex-M3, M4, M7, M33, M55), each
+  on its generic board: ``deploy --run`` per layer against ``fit --run`` at max_latency 1.05 (``benchmarks.fit``).
 - detection: detectors and classifiers trained at several resolutions, per layer vs patched at 128 / 256 kB
   (``benchmarks.detection``; hours on 2 cores, resumable).
 - multistage: several patch stages per network, the analytic Pareto fronts of the stage-plan search against one
@@ -62,7 +64,7 @@ from tfmcu.train.config import Recipe, TrainConfig
 from tfmcu.train.trainer import train
 
 SECTIONS = ("rewrite", "custom", "firmware", "tflm_firmware", "cmsis_nn", "train", "resolution", "search", "halo",
-            "halo_firmware", "latency", "fit", "detection", "multistage")
+            "halo_firmware", "latency", "fit", "cores", "detection", "multistage")
 
 
 @dataclass
@@ -579,7 +581,7 @@ SECTION_TABLES: dict[str, Callable[[dict[str, Any]], str]] = {
     "tflm_firmware": tflm_firmware_table, "cmsis_nn": cmsis_nn_table, "train": train_table,
     "resolution": resolution_table, "search": bench_search.table, "halo": bench_halo.table,
     "halo_firmware": bench_halo.firmware_table, "latency": bench_latency.section_table, "fit": bench_fit.table,
-    "detection": bench_detection.table, "multistage": bench_multistage.table}
+    "cores": bench_fit.table, "detection": bench_detection.table, "multistage": bench_multistage.table}
 
 
 def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
@@ -593,6 +595,7 @@ def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
         "halo_firmware": lambda o: bench_halo.halo_firmware_section(o, log),
         "latency": lambda o: bench_latency.latency_section(o, log),
         "fit": lambda o: bench_fit.fit_section(o, log, **bench_fit.selection(o.fit_models, o.fit_caps)),
+        "cores": lambda o: bench_fit.cores_section(o, log),
         "detection": lambda o: bench_detection.detection_section(o, log),
         "multistage": lambda o: bench_multistage.multistage_section(o, log)}
     unknown = [s for s in o.sections if s not in sections]

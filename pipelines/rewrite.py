@@ -26,6 +26,7 @@ from typing import Sequence
 from absl import flags
 
 from pipelines import _cli
+from tfmcu.firmware.targets import TARGETS
 from tfmcu.flows import rewrite
 from tfmcu.plan.halo import DEFAULT_MAX_MAC_OVERHEAD, HALO_MODES, HaloOptions
 from tfmcu.stage.custom import REST_CONVS, CustomOptions
@@ -45,6 +46,10 @@ flags.DEFINE_bool("inplace", _CUSTOM.inplace,
                   "there, TinyEngine-style) where the kernels of --kernels read before they overwrite; the model "
                   "records them and deploy refuses it with other kernels; verify checks it bit-exact in TFLM.")
 _cli.define_kernels_flag()
+flags.DEFINE_enum("core", _CUSTOM.core, sorted({t.core for t in TARGETS.values()}),
+                  "Custom mode with --inplace --kernels=cmsis_nn: the core the plan is for. CMSIS-NN's Helium code "
+                  "(cortex-m55) reads in other orders than its DSP code (the other cores, and the default); deploy "
+                  "refuses a plan made for the one on the other.")
 flags.DEFINE_enum("halo", _CUSTOM.halo.mode, list(HALO_MODES),
                   "Custom mode: keep the halo between neighbouring patches in caches instead of recomputing it. "
                   "none: recompute (MCUNetV2); all: cache every intermediate tensor (each element computed once); "
@@ -77,7 +82,8 @@ flags.adopt_module_key_flags(_cli)  # the shared flags this pipeline defined sho
 def main(argv: Sequence[str]) -> None:
     custom = CustomOptions(inplace=FLAGS.inplace, halo=HaloOptions(mode=FLAGS.halo,
                                                                    max_mac_overhead=FLAGS.halo_max_mac_overhead),
-                           stream_input=FLAGS.stream_input, rest_convs=FLAGS.rest_convs, kernels=FLAGS.kernels)
+                           stream_input=FLAGS.stream_input, rest_convs=FLAGS.rest_convs, kernels=FLAGS.kernels,
+                           core=FLAGS.core)
     schedule = _cli.schedule_request(max_stages=FLAGS.max_stages)
     if FLAGS.mode == "custom" and FLAGS.patches == "auto":  # fit's default search, unless the flags say otherwise
         given = {"patch_options": FLAGS["grids"].present, "max_stages": FLAGS["max_stages"].present}

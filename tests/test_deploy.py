@@ -185,10 +185,13 @@ def test_every_board_resolves_with_its_memory():
 
     assert len(TARGETS) + len(UNSUPPORTED) >= 10
     build = open(os.path.join(ROOT, "tflm_patch_kernels", "firmware", "BUILD")).read()
-    mps2 = re.search(r'name = "board_" \+ t,.*?for t in \(([^)]*)\)', build, re.S)  # the MPS2 boards' libraries
-    libraries = set(re.findall(r'"(board_\w+)"', build)) | {f"board_{k}" for k in re.findall(r'"(\w+)"', mps2[1])}
+    libraries = set(re.findall(r'"(board_\w+)"', build))
+    for prefix in ("board_", "board_dwt_"):  # the MPS2 boards' libraries, the DWT ones of real boards of their cores
+        per = re.search(rf'name = "{prefix}" \+ t,.*?for t in \(([^)]*)\)', build, re.S)
+        libraries |= {f"{prefix}{k}" for k in re.findall(r'"(\w+)"', per[1])}
     for t in TARGETS.values():
         assert t.board in libraries, t.board  # its board library exists
+        assert not t.board_elf or t.board_elf in libraries, t.board_elf
         assert t.core == BUILDS[t.key].core and t.ram in t.regions and t.sram_bytes == t.ram.bytes
         spans = sorted((r.base, r.base + r.bytes) for r in (*t.regions, t.flash))
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), t.name
@@ -204,18 +207,28 @@ def test_every_board_resolves_with_its_memory():
 
 def test_a_board_folder_links_with_its_memory(zoo_models, tmp_path):
     """A board with its own memory map: the folder has board.ld and links with it; a board QEMU cannot run as it is
-    (its Flash where the QEMU board has none) gets a second binary linked for the QEMU board, held to its SRAM."""
+    (its Flash where the QEMU board has none) gets a second binary linked for the QEMU board, held to its SRAM. The
+    STM32H743's persistent data goes to its DTCM (0x20000000) in the board's link, and in the QEMU board's link to a
+    region of the DTCM's size at the end of the RAM, past what the firmware may use."""
     data, model = _custom_tiny(zoo_models)
     path = tmp_path / "m.tflite"
     path.write_bytes(model)
-    for board, stand_in in (("nucleo-f446re", False), ("nucleo-h743zi", True)):
+    for board, stand_in in (("nucleo-f446re", False), ("nucleo-h743zi", True), ("nrf52840-dk", False)):
         out = tmp_path / board
         deploy.prepare(deploy.DeployOptions(str(path), board, str(out), kernels="reference"), log=lambda s: 0)
         build = (out / "BUILD").read_text()
         assert (out / "board.ld").is_file() and '"$(location :board.ld)"' in build
-        assert ('name = "firmware_qemu"' in build) == stand_in
+        # a chip QEMU does not emulate: its ELF with the core's cycle counter (board_dwt), QEMU's with the MPS board's
+        real = board != "nucleo-f446re"
+        assert ('name = "firmware_qemu"' in build) == real
+        assert (f":board_dwt_{TARGETS[board].key}" in build) == real and f":{TARGETS[board].board}" in build
         if stand_in:
             assert f"TFMCU_SRAM_BUDGET={TARGETS[board].sram_bytes}" in build
+            assert "-DTFMCU_PERSISTENT_BYTES=" in build and '"$(location :qemu.ld)"' in build
+            assert "PERSISTENT (rw) : ORIGIN = 0x20000000, LENGTH = 128K" in (out / "board.ld").read_text()
+            qemu_ld = (out / "qemu.ld").read_text()
+            assert "RAM (rwx)  : ORIGIN = 0x20000000, LENGTH = 3968K" in qemu_ld
+            assert "PERSISTENT (rw) : ORIGIN = 0x203E0000, LENGTH = 128K" in qemu_ld
 
 
 def test_persistent_data_apart_in_the_boards_region_for_it(zoo_models, tmp_path):
@@ -382,12 +395,23 @@ def test_inplace_plan_only_with_the_kernels_it_was_planned_for(zoo_models, tmp_p
         deploy.prepare(deploy.DeployOptions(str(tmp_path / "cmsis_nn.tflite"), "cortex-m55", str(tmp_path / "m55"),
                                             kernels="cmsis_nn", num_inputs=1), log=lambda s: 0)
     assert "\n" not in str(e.value) and "Helium" in str(e.value) and not (tmp_path / "m55").exists()
+    # a plan made for the Helium code (memory_plan_helium: rewrite --core=cortex-m55) goes there, and not to a DSP core
+    ed = ModelEditor(inplace)
+    ed.set_metadata(SCHEDULE_METADATA, json.dumps({**read_schedule(inplace), "memory_plan_kernels": "cmsis_nn",
+                                                   "memory_plan_helium": True}).encode())
+    (tmp_path / "helium.tflite").write_bytes(ed.to_bytes())
+    rep = deploy.prepare(deploy.DeployOptions(str(tmp_path / "helium.tflite"), "cortex-m55", str(tmp_path / "h55"),
+                                              kernels="cmsis_nn", num_inputs=1), log=lambda s: 0)
+    assert rep.kernels == "cmsis_nn" and (tmp_path / "h55" / "BUILD").exists()
+    with pytest.raises(UsageError, match="in place for CMSIS-NN's Helium code .* does not hold on the cortex-m4"):
+        deploy.prepare(deploy.DeployOptions(str(tmp_path / "helium.tflite"), "cortex-m4", str(tmp_path / "h4"),
+                                            kernels="cmsis_nn", num_inputs=1), log=lambda s: 0)
 
 
 def test_cmsis_nn_on_a_core_with_helium_is_priced_with_its_mve_buffers(zoo_models):
     """The Cortex-M55's CMSIS-NN build (``mcu_build(kernels, core)``): its MVE buffers (a 3x3 depthwise takes
     arm_depthwise_conv_s8_opt's four 124-channel blocks there, none on a DSP core; average pooling none), and fit
-    plans the rest disjoint there (the in-place distances are the DSP code's)."""
+    plans the rest in place for the core's read orders (CMSIS-NN's Helium code there)."""
     from tfmcu.flows import fit
     from tfmcu.plan.arena import mcu_build, op_allocations
 
@@ -402,10 +426,16 @@ def test_cmsis_nn_on_a_core_with_helium_is_priced_with_its_mve_buffers(zoo_model
     col = 9 * g.tensors[conv.inputs[0]].shape[-1]
     assert op_allocations(g, conv, "cortex-m-cmsis-nn").scratch == [2 * 2 * (-(-col // 4) * 4)]
     assert op_allocations(g, conv, "cortex-m-cmsis-nn-mve").scratch == [4 * (-(-col // 16) * 16)]
-    for target, kernels, inplace in (("cortex-m55", "cmsis_nn", False), ("cortex-m55", "reference", True),
-                                     ("cortex-m4", "cmsis_nn", True)):
+    for target, kernels in (("cortex-m55", "cmsis_nn"), ("cortex-m55", "reference"), ("cortex-m4", "cmsis_nn")):
         o = fit.FitOptions(model="m.tflite", target=target, kernels=kernels)
-        assert {c.inplace for c in fit.configurations(o)} == {inplace}, (target, kernels)
+        assert {(c.inplace, c.core) for c in fit.configurations(o)} == {(True, target)}, (target, kernels)
+    # the rewrite records the Helium read orders when it plans in place for CMSIS-NN on such a core
+    from tfmcu.stage.custom import plan_record
+    assert plan_record(True, "cmsis_nn", "cortex-m55") == {"memory_plan": "inplace", "memory_plan_kernels": "cmsis_nn",
+                                                           "memory_plan_helium": True}
+    assert "memory_plan_helium" not in plan_record(True, "cmsis_nn", "cortex-m7")
+    assert "memory_plan_helium" not in plan_record(False, "cmsis_nn", "cortex-m55")
+    assert "memory_plan_helium" not in plan_record(True, "reference", "cortex-m55")
 
 
 def test_model_beyond_flash_goes_to_external_memory():

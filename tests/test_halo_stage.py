@@ -232,6 +232,7 @@ def test_rewrite_pipeline_halo_flag(zoo_models, tmp_path):
     out = tmp_path / "bad.tflite"
     for extra, message in ((["--mode=builtin"], "--halo applies to --mode=custom only"),
                            (["--mode=builtin", "--kernels=reference", "--halo=none"], "--kernels applies to --mode=custom"),
+                           (["--mode=builtin", "--core=cortex-m55", "--halo=none"], "--core applies to --mode=custom"),
                            (["--halo_max_mac_overhead=0.1"], "applies to --halo=smallest only"),
                            (["--halo=smallest", "--halo_max_mac_overhead=-1"], "expected a fraction >= 0")):
         args = [a for a in base if not any(a.split("=")[0] == e.split("=")[0] for e in extra)]

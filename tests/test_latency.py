@@ -129,6 +129,25 @@ def test_folded_1x1_calls_are_priced_by_their_own_product(zoo_models, monkeypatc
     assert plain_terms["cost_folded"] == 0 and plain_terms["cost_conv"] > terms["cost_conv"]
     # the portable kernels have no such product: the same terms folded or not
     assert latency.stage_row_terms(folded, "reference") == latency.stage_row_terms(plain, "reference")
+    # a Helium build has no folded product (cmsis_nn/conv1x1_folded.c is DSP code): its calls run CMSIS-NN's 1x1
+    # product like the rest, so folded or not the stage's terms are the same there
+    mve = {**coef, "mve": True}
+    assert latency.stage_terms(folded, mve, "cmsis_nn") == latency.stage_terms(plain, mve, "cmsis_nn")
+    assert latency.stage_terms(folded, mve, "cmsis_nn")["cost_folded"] == 0
+
+
+def test_helium_paths():
+    """On a Helium core the backend has no one-pixel vector-matrix shortcut (its 1x1 calls run CMSIS-NN's 1x1
+    product) and CMSIS-NN's depthwise wrapper runs the 3x3 kernel as arm_depthwise_conv_s8_opt."""
+    one_pixel = {"type": "CONV_2D", "geometry": {"kernel": [1, 1], "stride": [1, 1], "pad": [0, 0],
+                                                 "dilation": [1, 1], "depthwise": False, "mult": 1, "vector": True}}
+    assert latency.path_of(one_pixel, "cmsis_nn") == "FULLY_CONNECTED"
+    assert latency.path_of(one_pixel, "cmsis_nn", mve=True) == "CONV_2D:conv_1x1"
+    dw = {"type": "DEPTHWISE_CONV_2D", "geometry": {"kernel": [3, 3], "stride": [1, 1], "pad": [1, 1],
+                                                    "dilation": [1, 1], "depthwise": True, "mult": 1}}
+    assert latency.path_of(dw, "cmsis_nn") == "DEPTHWISE_CONV_2D:dw_3x3"
+    assert latency.path_of(dw, "cmsis_nn", mve=True) == "DEPTHWISE_CONV_2D:dw_opt"
+    assert latency.path_of(dw, "reference", mve=True) == "DEPTHWISE_CONV_2D:dw"
 
 
 def test_fold_input_offset_keeps_every_sum():

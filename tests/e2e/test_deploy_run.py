@@ -47,13 +47,15 @@ def models(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("models")
     out = {}
-    for key, name, patches, inplace in (("tiny", "tiny_per_tensor", 2, False), ("tiny_inplace", "tiny_per_tensor", 2, True),
-                                        ("mbv2_035_96", "mbv2_035_96", None, False)):
+    for key, name, patches, inplace, core in (("tiny", "tiny_per_tensor", 2, False, None),
+                                              ("tiny_inplace", "tiny_per_tensor", 2, True, None),
+                                              ("tiny_inplace_helium", "tiny_per_tensor", 2, True, "cortex-m55"),
+                                              ("mbv2_035_96", "mbv2_035_96", None, False, None)):
         m = zoo.build(name, os.environ.get("TFMCU_ZOO_CACHE"))
         if patches:
             g = from_tflite(m, name=name)
             m = custom.rewrite_custom(m, g, regions.schedule(g, patches, n_blocks=zoo.ZOO[name].patch_blocks), name,
-                                      inplace=inplace).model
+                                      inplace=inplace, kernels="cmsis_nn" if core else "reference", core=core).model
         shape = model_info(m).inputs[0].shape
         x, _ = as_arrays(load("fashion_mnist").test, shape[1], shape[3], limit=4)
         (d / f"{key}.tflite").write_bytes(m)
@@ -89,12 +91,31 @@ def test_deploy_run_fits_and_equals_tflite(models, tmp_path, target, kernels):
     assert run["stack_hwm_bytes"] < rep["stack_bytes"]
     if target == "stm32f405":  # TFLM's persistent data apart, in the CCM: where QEMU maps it (0x20020000, past the
         # chip's 128 KiB of SRAM), and in the board's own link at the CCM's address
-        assert rep["arena"]["persistent_region"] == "CCM" and run["persistent_bytes"] == rep["arena"]["persistent_bytes"]
-        assert 0x20020000 <= int(run["persistent_at"], 16) < 0x20030000
-        nm = subprocess.run(["arm-none-eabi-nm", os.path.join(ROOT, "bazel-bin", "external", "tfmcu_fw", "firmware.elf")],
-                            capture_output=True, text=True, check=True).stdout
-        at = next(int(ln.split()[0], 16) for ln in nm.splitlines() if ln.endswith("g_persistentE"))
-        assert 0x10000000 <= at < 0x10010000
+        _persistent_apart(rep, "CCM", (0x20020000, 0x20030000), (0x10000000, 0x10010000))
+
+
+def _persistent_apart(rep, region, in_qemu, on_board):
+    """TFLM's persistent buffer in ``region``: at an address in ``in_qemu`` (lo, hi) in the run, in ``on_board`` in
+    the board's own ELF."""
+    run = rep["run"]
+    assert rep["arena"]["persistent_region"] == region and run["persistent_bytes"] == rep["arena"]["persistent_bytes"]
+    assert in_qemu[0] <= int(run["persistent_at"], 16) < in_qemu[1]
+    nm = subprocess.run(["arm-none-eabi-nm", os.path.join(ROOT, "bazel-bin", "external", "tfmcu_fw", "firmware.elf")],
+                        capture_output=True, text=True, check=True).stdout
+    at = next(int(ln.split()[0], 16) for ln in nm.splitlines() if ln.endswith("g_persistentE"))
+    assert on_board[0] <= at < on_board[1]
+
+
+def test_deploy_run_helium_inplace_plan(models, tmp_path):
+    """A model whose rest is planned in place for CMSIS-NN's Helium code (rewrite --inplace --core=cortex-m55)
+    runs on the Cortex-M55 with outputs equal to TF Lite's and the predicted arena; a DSP core refuses it."""
+    _need_bazel()
+    r, rep = _deploy(*models["tiny_inplace_helium"], "cortex-m55", str(tmp_path / "fw"), "--kernels=cmsis_nn")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert rep["fits"] and rep["run"]["outputs_equal_tflite"]
+    assert rep["run"]["arena_used_bytes"] == rep["arena"]["predicted_bytes"]
+    r, _ = _deploy(*models["tiny_inplace_helium"], "cortex-m4", str(tmp_path / "m4"), "--kernels=cmsis_nn")
+    assert r.returncode == 2 and "Helium" in r.stderr and not (tmp_path / "m4").exists()
 
 
 @pytest.mark.parametrize("board,usart", [("stm32f405", 1), ("nucleo-f446re", 2), ("cortex-m33", 0),
@@ -123,7 +144,8 @@ def test_deploy_run_on_named_boards(models, tmp_path, board):
     the STM32H743's Flash is where mps2-an500 has none, so QEMU runs the same firmware linked for it, held to the
     board's 512 KiB of AXI SRAM; so does the STM32U575's (Cortex-M33: mps2-an505), held to its 512 KiB of SRAM3, and
     the Alif Ensemble E7's (Cortex-M55: mps3-an547; its MRAM at 0x80000000), held to its 1 MiB of DTCM. Outputs equal
-    TF Lite's, the arena the prediction."""
+    TF Lite's, the arena the prediction. The STM32H743 keeps TFLM's persistent data in its DTCM: at 0x20000000 in
+    the board's link, in a region of the DTCM's size at the end of QEMU's RAM in the link QEMU runs."""
     _need_bazel()
     r, rep = _deploy(*models["tiny"], board, str(tmp_path / "fw"))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -133,6 +155,8 @@ def test_deploy_run_on_named_boards(models, tmp_path, board):
                                                                                              "nucleo-u575zi",
                                                                                              "alif-ensemble-e7"))
     assert (tmp_path / "fw" / "board.ld").is_file()
+    if board == "nucleo-h743zi":  # in the DTCM: at the end of QEMU's RAM in the run, at 0x20000000 on the board
+        _persistent_apart(rep, "DTCM", (0x203E0000, 0x20400000), (0x20000000, 0x20020000))
 
 
 def test_deploy_run_on_a_core_no_qemu_board_runs(models, tmp_path):

@@ -3,11 +3,15 @@ and shape class that runs in a CMSIS-NN build (TFLM's kernels/cmsis_nn and the p
 each with the in-place distance ``tfmcu.plan.memory_plan.inplace_distance(..., kernels="cmsis_nn")`` derives, so the
 derivation and the evidence cannot drift apart.
 
-usage: gen_inplace_probe.py --out-c inplace_probe_cases.c --out-expect inplace_probe_expect.json
+usage: gen_inplace_probe.py [--mve] --out-c inplace_probe_cases.c --out-expect inplace_probe_expect.json
 
 The firmware runs every case with the output D bytes before its input (bit-exact with a disjoint run required) and
 D - 1 ... D - slack bytes before it (one of them must change the output: the distance is tight). ``CASES`` lists the
 shape classes; ``cases()`` returns them with their distances (tests/test_inplace_cmsis_nn.py checks them too).
+
+``--mve``: the cases for a Helium build (Cortex-M55, CMSIS-NN's MVE code): distances from ``inplace_distance(...,
+mve=True)``, the folded 1x1 product left out (conv1x1_folded.c is compiled out there), ``MVE_CASES`` added (the
+shape classes of the MVE-only paths and loops).
 """
 import argparse
 import json
@@ -75,6 +79,33 @@ CASES = [
     ("stage_dw3x3", "depthwise", "backend", (9, 9, 10), 10, (3, 3), (2, 2), (1, 1, 1, 1)),
     ("stage_dw5x5_opt", "depthwise", "backend", (8, 8, 8), 8, (5, 5), (1, 1), (2, 2, 2, 2)),
 ]
+# Helium only (cases(mve=True)): arm_convolve_1_x_n_s8 (sections, asymmetric padding, stride 2, its fallback to
+# arm_convolve_s8; arm_convolve_s8 for stride x channels not a multiple of 4), arm_nn_mat_mult_nt_t_s8's
+# blocks of four pixels with leftover pixels, channels and a 16-byte tail, arm_depthwise_conv_s8_opt's channel blocks
+# of 124, one input channel into several run as a convolution, 16-channel blocks of the pooling kernels, ADD's tail.
+MVE_CASES = [
+    ("mve_conv1x5_height1", "conv", "tflm", (1, 12, 4), 6, (1, 5), (1, 1), (0, 0, 2, 2)),
+    ("mve_conv1x3_height1_leftover", "conv", "tflm", (1, 11, 8), 5, (1, 3), (1, 1), (0, 0, 1, 1)),
+    ("mve_conv1x3_height1_valid", "conv", "tflm", (1, 10, 4), 6, (1, 3), (1, 1), (0, 0, 0, 0)),
+    ("mve_conv1x4_height1_asym", "conv", "tflm", (1, 9, 4), 4, (1, 4), (1, 1), (0, 0, 1, 2)),
+    ("mve_conv1x3_height1_s2", "conv", "tflm", (1, 16, 2), 6, (1, 3), (1, 2), (0, 0, 0, 1)),
+    ("mve_conv1x7_height1_narrow", "conv", "tflm", (1, 5, 4), 6, (1, 7), (1, 1), (0, 0, 3, 3)),
+    ("mve_conv1x3_height1_c3", "conv", "tflm", (1, 9, 3), 6, (1, 3), (1, 1), (0, 0, 1, 1)),
+    ("mve_conv3x3_c16", "conv", "tflm", (5, 5, 16), 8, (3, 3), (1, 1), (1, 1, 1, 1)),
+    ("mve_conv1x1_leftover", "conv", "tflm", (3, 5, 20), 6, (1, 1), (1, 1), (0, 0, 0, 0)),
+    ("mve_conv1x1_expand_leftover", "conv", "tflm", (3, 3, 8), 24, (1, 1), (1, 1), (0, 0, 0, 0)),
+    ("mve_conv1x1_s2_leftover", "conv", "tflm", (5, 10, 4), 7, (1, 1), (2, 2), (0, 0, 0, 0)),
+    ("mve_dw3x3_channel_blocks", "depthwise", "tflm", (2, 3, 130), 130, (3, 3), (1, 1), (1, 1, 1, 1)),
+    ("mve_dw3x3_pixel_leftover", "depthwise", "tflm", (5, 5, 12), 12, (3, 3), (1, 1), (1, 1, 1, 1)),
+    ("mve_dw3x3_one_in_channel", "depthwise", "tflm", (6, 6, 1), 8, (3, 3), (1, 1), (1, 1, 1, 1)),
+    ("mve_dw1x1_one_in_channel", "depthwise", "tflm", (5, 5, 1), 6, (1, 1), (1, 1), (0, 0, 0, 0)),
+    ("mve_avgpool3x3_c20", "avg_pool", "tflm", (5, 5, 20), 20, (3, 3), (1, 1), (1, 1, 1, 1)),
+    ("mve_maxpool3x3_c33", "max_pool", "tflm", (4, 4, 33), 33, (3, 3), (1, 1), (1, 1, 1, 1)),
+    ("mve_add_tail", "add", "tflm", (3, 3, 5), 5, (1, 1), (1, 1), (0, 0, 0, 0)),
+    ("mve_stage_conv1x1_one_pixel", "conv", "backend", (1, 1, 16), 8, (1, 1), (1, 1), (0, 0, 0, 0)),
+    ("mve_stage_conv1x5_height1", "conv", "backend", (1, 12, 4), 6, (1, 5), (1, 1), (0, 0, 2, 2)),
+    ("mve_stage_dw3x3_channel_blocks", "depthwise", "backend", (2, 3, 130), 130, (3, 3), (1, 1), (1, 1, 1, 1)),
+]
 _BUILTIN = {"conv": ("CONV_2D", ir.CONV), "depthwise": ("DEPTHWISE_CONV_2D", ir.DEPTHWISE),
             "avg_pool": ("AVERAGE_POOL_2D", ir.AVG_POOL), "max_pool": ("MAX_POOL_2D", ir.MAX_POOL),
             "add": ("ADD", ir.ADD)}
@@ -101,24 +132,31 @@ def case_graph(kind, in_shape, out_c, kernel, stride, padding):
     return ir.Graph("probe", tensors, [op], inputs, ["y"]), op
 
 
-def cases():
+def cases(mve: bool = False):
     """Every case as a dict: its geometry, the CMSIS-NN path it takes, its distance D and the slack (how many bytes
     closer than D one byte of the output may still come out the same: a 1x1 or im2col convolution's binding byte
-    may be overwritten with an equal value)."""
+    may be overwritten with an equal value, or change its one accumulator by less than an output step; 4 for the
+    convolution paths, 1 for the others, whose binding byte feeds several outputs or moves a mean or a maximum).
+    ``mve``: for a Helium build (see the module docstring)."""
     out = []
-    for name, kind, via, in_shape, out_c, kernel, stride, padding in CASES:
+    for name, kind, via, in_shape, out_c, kernel, stride, padding in CASES + (MVE_CASES if mve else []):
+        if via == "backend_folded" and mve:
+            continue  # (conv1x1_folded.c is built for DSP cores without Helium only)
         if via == "backend_folded" and not abi.conv1x1_folded(in_shape[0] * in_shape[1], in_shape[2]):
             raise SystemExit(f"gen_inplace_probe: case {name} does not run the folded product (abi.conv1x1_folded)")
         g, op = case_graph(kind, in_shape, out_c, kernel, stride, padding)
         overlapped = "x2" if name == "add_in2" else "x"
-        d = inplace_distance(g, op, overlapped, kernels="cmsis_nn")
+        d = inplace_distance(g, op, overlapped, kernels="cmsis_nn", mve=mve)
         ref = inplace_distance(g, op, overlapped, kernels="reference")
-        path = cmsis_nn.processing_order(kind, in_shape, g.tensors["y"].shape[1:], kernel, stride,
-                                         (padding[0], padding[2]))[0]
+        order = cmsis_nn.processing_order(kind, in_shape, g.tensors["y"].shape[1:], kernel, stride,
+                                          (padding[0], padding[2]), mve=mve)
+        path = None if order is None else order[0]
+        # (with Helium one input channel into several runs as a convolution)
+        convolution = kind == "conv" or (path or "").startswith("arm_convolve")
         out.append({"name": name, "kind": kind, "via": via, "in": tuple(in_shape),
                     "out": g.tensors["y"].shape[1:], "kernel": kernel, "stride": stride, "padding": padding,
                     "overlapped": 2 if overlapped == "x2" else 1, "distance": d, "path": path,
-                    "slack": 4 if kind == "conv" else 1, "reference_distance": -1 if ref is None else ref})
+                    "slack": 4 if convolution else 1, "reference_distance": -1 if ref is None else ref})
     return out
 
 
@@ -169,8 +207,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out-c", required=True)
     ap.add_argument("--out-expect", required=True)
+    ap.add_argument("--mve", action="store_true", help="the cases for a Helium (Cortex-M55) build")
     a = ap.parse_args(argv)
-    all_cases = cases()
+    all_cases = cases(mve=a.mve)
     if any(c["distance"] is None for c in all_cases):
         raise SystemExit("gen_inplace_probe: no distance for %s" % [c["name"] for c in all_cases
                                                                      if c["distance"] is None])

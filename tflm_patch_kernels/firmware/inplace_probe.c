@@ -20,9 +20,9 @@
 #include "tflm_patch_kernels/firmware/harness.h"
 #include "tflm_patch_kernels/firmware/inplace_probe.h"
 
-#define PROBE_MAX_BYTES 2048  /* the largest input or output of a case */
+#define PROBE_MAX_BYTES 4096  /* the largest input or output of a case */
 #define PROBE_ARENA (2 * PROBE_MAX_BYTES + 64)
-#define PROBE_MAX_BUFFER 2048 /* CMSIS-NN / backend kernel buffer */
+#define PROBE_MAX_BUFFER 16384 /* CMSIS-NN / backend kernel buffer (Helium's depthwise: 4 x 124 x kh x kw) */
 #define PROBE_INPUT_OFFSET 5  /* -(input zero point) */
 #define PROBE_OUTPUT_OFFSET (-3)
 

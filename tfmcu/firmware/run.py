@@ -87,7 +87,9 @@ class FirmwareRun(Record):
 def measured_by(t: Target, kernels: str) -> str:
     """Where and with which kernels the run measured (deploy.json's ``run.measured_by``)."""
     how = (f"QEMU {t.machine} running the firmware linked for the QEMU board's memory with {t.name}'s "
-           f"{t.sram_bytes // 1024} KiB of SRAM as the limit" if t.qemu == "stand-in" else f"QEMU {t.machine}")
+           f"{t.sram_bytes // 1024} KiB of SRAM as the limit" if t.qemu == "stand-in" else
+           f"QEMU {t.machine} running the board's firmware with the QEMU board's timer and UART" if t.board_elf else
+           f"QEMU {t.machine}")
     return f"{how}, TFLM built from source (the pinned archive; {KERNELS_WHAT[kernels]})"
 
 
@@ -99,8 +101,10 @@ def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: 
     arena_bytes, predicted_bytes, stack_bytes = arena
     out = os.path.abspath(out_dir)
     log(f"deploy: bazel build @{REPO}//:firmware for {t.name} (TFLM is compiled the first time: minutes) ...")
-    # a board QEMU runs through a stand-in link (targets.Target.qemu): both links, the board's decides what fits
-    run_name = "firmware_qemu" if t.qemu == "stand-in" or os.path.exists(os.path.join(out, "qemu.ld")) else "firmware"
+    # a board QEMU runs through a link or a board library of its own (targets.Target.qemu_link): both binaries, the
+    # board's decides what fits
+    run_name = ("firmware_qemu" if t.qemu == "stand-in" or t.board_elf or os.path.exists(os.path.join(out, "qemu.ld"))
+                else "firmware")
     cmd = ["bazel", "build", "--noshow_progress", f"--override_repository={REPO}={out}", f"@{REPO}//:firmware",
            *([f"@{REPO}//:{run_name}"] if run_name != "firmware" else []),
            "//tools/qemu:libinsn_count.so"]

@@ -97,7 +97,8 @@ def check_model(model: TfliteModel, kernels: str, core: str | None = None) -> tu
     The signature of a model whose stage streams its input is the image's (``tfmcu.runtime.tflm_host``); ``stages``:
     None for a builtin-only model, the ``PackedStage`` of its one ``TFMCU_PATCH_STAGE`` op, or for several
     (``rewrite --rest_convs=tfmcu``) a dict of them by operator index (what ``tfmcu.plan.arena`` takes). ``core``:
-    the target's (an in-place plan for CMSIS-NN holds for its DSP paths only, not on a core with Helium)."""
+    the target's (an in-place plan for CMSIS-NN holds for the read orders it was made for: its DSP code's, or on a
+    core with Helium its MVE code's, ``memory_plan_helium``)."""
     path = model.where
     ops = resolver_ops(model, path)
     try:
@@ -120,10 +121,12 @@ def check_model(model: TfliteModel, kernels: str, core: str | None = None) -> tu
             raise UsageError(f"{path}: its memory plan is in place for --kernels={planned} (rewrite --inplace), "
                              f"which does not hold for --kernels={kernels}: deploy it with --kernels={planned}, or "
                              f"rewrite it in place for {kernels}")
-        if planned == "cmsis_nn" and core in MVE_CORES:
-            raise UsageError(f"{path}: its memory plan is in place for CMSIS-NN's DSP code (rewrite --inplace), which "
-                             f"does not hold on the {core} (CMSIS-NN's Helium code reads in other orders): rewrite "
-                             f"it without --inplace, or deploy it with --kernels=reference")
+        helium = bool(record.get("memory_plan_helium"))
+        if planned == "cmsis_nn" and helium != (core in MVE_CORES):
+            made, other = ("Helium", "DSP") if helium else ("DSP", "Helium")
+            raise UsageError(f"{path}: its memory plan is in place for CMSIS-NN's {made} code (rewrite --inplace), "
+                             f"which does not hold on the {core} (CMSIS-NN's {other} code reads in other orders): "
+                             f"rewrite it in place with --core={core}, or without --inplace")
     if runner is None:
         return info, ops, None
     stages = runner.custom.stages
@@ -311,19 +314,30 @@ def build_file(t: Target, arena: int, stack: int, ops: list[str], kernels: str, 
         copts.append('"-DTFMCU_MODEL_IN_PSRAM"')
         budget.append(f'"-Wl,--defsym=TFMCU_PSRAM_ORIGIN={EXTERNAL_MEMORY[t.key][0]}"')
     ld = ":board.ld" if t.own_ld else f"{fw}:{t.ld}"  # the board's memory (folder_files writes board.ld)
-    binaries = [("firmware", ld, "The ELF for the board (its memory map), through the platform transition.")]
+    # (name, linker script, board library, what): the board's ELF with the board's library (a chip QEMU does not
+    # emulate: board_dwt, the core's cycle counter), and where QEMU runs another link or library, that one
+    own = t.board_elf or t.board
+    binaries = [("firmware", ld, own, "The ELF for the board (its memory map), through the platform transition"
+                                      + (" (the core's DWT cycle counter as its timer)." if t.board_elf else "."))]
     if t.qemu == "stand-in":  # QEMU runs the same sources linked to its board's memory, held to the board's SRAM
-        binaries.append(("firmware_qemu", f"{fw}:{t.ld}", f"The same firmware linked for QEMU {t.machine} (its "
-                                                           f"memory, the board's SRAM as the limit): what --run runs."))
+        # (with a persistent buffer: qemu.ld, its region past that RAM, targets.stand_in_script)
+        binaries.append(("firmware_qemu", ":qemu.ld" if persistent else f"{fw}:{t.ld}", t.board,
+                         f"The same firmware linked for QEMU {t.machine} (its memory, the board's SRAM as the limit"
+                         + (f", TFLM's persistent data in a region of {t.persistent_ram}'s size" if persistent else "")
+                         + "): what --run runs."))
     elif persistent and t.qemu_bases:  # the persistent buffer's region where the QEMU board maps it (qemu.ld)
-        binaries.append(("firmware_qemu", ":qemu.ld", f"The same firmware linked for QEMU {t.machine}, its "
-                                                      f"{t.persistent_ram} where QEMU maps it: what --run runs."))
+        binaries.append(("firmware_qemu", ":qemu.ld", t.board, f"The same firmware linked for QEMU {t.machine}, its "
+                                                               f"{t.persistent_ram} where QEMU maps it: what --run "
+                                                               f"runs."))
+    elif t.board_elf:  # the board's memory lies inside the QEMU board's: the same link, the QEMU board's library
+        binaries.append(("firmware_qemu", ld, t.board, f"The same firmware with QEMU {t.machine}'s board library "
+                                                       f"(its timer and UART): what --run runs."))
     out = [f"""# Generated by tfmcu deploy for {t.name}: {t.what}.
 # Build from the tfmcu checkout:
 #   bazel build @{REPO}//:firmware --override_repository={REPO}=$PWD/<this folder>
 load("@//tools/bazel/arm:transition.bzl", "mcu_binary")
 """]
-    for name, script, what in binaries:
+    for name, script, board, what in binaries:
         linkopts = ", ".join(['"-T"', f'"$(location {script})"', f'"-Wl,--defsym=TFMCU_STACK_SIZE={stack}"']
                              + budget)
         out.append(f"""
@@ -339,7 +353,7 @@ cc_binary(
     target_compatible_with = ["@platforms//os:none"],
     deps = [
         "{fw}:{CONSOLE_HARNESS[console]}",
-        "{fw}:{t.board}",
+        "{fw}:{board}",
 {deps}
     ],
 )
@@ -372,7 +386,7 @@ def folder_files(model: TfliteModel | bytes, ops: Sequence[str], inputs: np.ndar
         "BUILD": build_file(target, arena, stack, list(ops), kernels, external, detector_slots, console, persistent),
         "WORKSPACE": f'workspace(name = "{REPO}")\n',
         **({"board.ld": linker_script(target)} if target.own_ld else {}),
-        **({"qemu.ld": linker_script(target, qemu=True)} if persistent and target.qemu_bases else {}),
+        **({"qemu.ld": linker_script(target, qemu=True)} if persistent and target.qemu_link else {}),
     }
 
 

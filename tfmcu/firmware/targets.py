@@ -119,6 +119,10 @@ class Target:
     own_ld: bool = False  # linked with a script made from the build's and the board's memory (linker_script)
     persistent_ram: str = ""  # the region TFLM's persistent data goes to, in a buffer of its own ("": the arena's)
     qemu_bases: tuple[tuple[str, int], ...] = ()  # regions the QEMU board maps elsewhere: (name, base there)
+    # the board library of the ELF flashed to the board when it is not the one QEMU runs ("": the same, ``board``):
+    # a named board whose chip QEMU does not emulate takes board_dwt_<core> (the core's cycle counter), QEMU the MPS
+    # board's library (firmware_qemu)
+    board_elf: str = ""
 
     @property
     def core(self) -> str:
@@ -136,9 +140,10 @@ class Target:
 
     @property
     def qemu_link(self) -> bool:
-        """Whether the firmware QEMU runs is linked apart from the board's (``firmware_qemu``): a stand-in board, or
-        a region the QEMU board maps elsewhere (the persistent buffer's, when the firmware has one)."""
-        return self.qemu == "stand-in" or bool(self.qemu_bases)
+        """Whether the firmware QEMU runs is linked apart from the board's (``firmware_qemu``): a stand-in board, a
+        region the QEMU board maps elsewhere (the persistent buffer's, when the firmware has one), or a board ELF with
+        a board library of its own (``board_elf``)."""
+        return self.qemu == "stand-in" or bool(self.qemu_bases) or bool(self.board_elf)
 
 
 def _kib(entry: dict, where: str) -> Region:
@@ -178,8 +183,14 @@ def _board(name: str, b: dict) -> tuple[Target | None, str]:
                ram.bytes, flash.bytes, str(b["what"]), flash=flash, regions=regions, firmware_ram=ram.name,
                qemu=str(b["qemu"]), console=b.get("console") if build.console else None,
                console_serial=int(b.get("console_serial", 0)), own_ld=name not in BUILDS_BY_NAME,
-               persistent_ram=persistent, qemu_bases=qemu_bases)
+               persistent_ram=persistent, qemu_bases=qemu_bases,
+               board_elf=f"board_dwt_{build.key}" if name not in BUILDS_BY_NAME and build.key in DWT_BUILDS else "")
     return t, str(b["core"])
+
+
+# The MPS2 / MPS3 builds: a named board that runs on one of them is another chip with the same core, whose own ELF
+# takes the core's DWT cycle counter as its timer (board_dwt.c) instead of the MPS board's peripherals
+DWT_BUILDS = ("cortex_m3", "cortex_m4", "cortex_m7", "cortex_m33", "cortex_m55")
 
 
 # the builds' own boards, linked with the builds' linker scripts as they are: --target name -> build key
@@ -223,12 +234,16 @@ def get_target(name: str) -> Target:
 def linker_script(t: Target, qemu: bool = False) -> str:
     """The board's linker script: its build's (tflm_patch_kernels/firmware/<ld>) with the MEMORY block holding the
     board's Flash and its firmware RAM region (the other regions listed in a comment, unused by the link, but those
-    the build's script names, e.g. the STM32F405's CCM). ``qemu``: the link QEMU runs, with the regions the QEMU
-    board maps elsewhere (``qemu_bases``) at their QEMU addresses."""
+    the build's script names: the STM32F405's CCM, and PERSISTENT, the board's ``persistent_ram``). ``qemu``: the
+    link QEMU runs, with the regions the QEMU board maps elsewhere (``qemu_bases``) at their QEMU addresses; for a
+    stand-in board (``qemu == "stand-in"``) the build's own memory with the persistent region past the RAM the
+    firmware may use (``stand_in_script``)."""
     text = build_linker_script(t.ld)
     m = re.search(r"MEMORY\s*\{[^}]*\}", text)
     if m is None:
         raise ValueError(f"{t.ld}: no MEMORY block")
+    if qemu and t.qemu == "stand-in":
+        return stand_in_script(t, text, m)
     ram = t.ram
     others = "".join(f"\n *   {r.name} {r.bytes // KIB} KiB at 0x{r.base:08x} ({r.what})"
                      + (": TFLM's persistent data (.tfmcu_persistent)" if r.name == t.persistent_ram else "")
@@ -246,7 +261,9 @@ def linker_script(t: Target, qemu: bool = False) -> str:
         name, attrs, origin = other.groups()
         if name in ("FLASH", "RAM"):
             continue
-        r = by_name.get(name)  # a region the build's script names (the STM32F405's CCM): the board's, or none
+        # a region the build's script names (the STM32F405's CCM; PERSISTENT: the board's persistent_ram): the
+        # board's, or none
+        r = t.persistent if name == PERSISTENT else by_name.get(name)
         base = dict(t.qemu_bases).get(name) if qemu else None
         where = f"  /* the board's 0x{r.base:08X}, where QEMU {t.machine} maps it */" if base is not None else ""
         base = r.base if base is None and r is not None else base
@@ -254,3 +271,35 @@ def linker_script(t: Target, qemu: bool = False) -> str:
                      if r is not None else f"    {name} ({attrs}) : ORIGIN = {origin}, LENGTH = 0  /* not on this board */")
     memory = "MEMORY\n{\n" + "\n".join(lines) + "\n}"
     return header + text[:m.start()] + memory + text[m.end():]
+
+
+PERSISTENT = "PERSISTENT"  # the MEMORY region of TFLM's persistent buffer in the MPS2 builds' script (mps2.ld)
+
+
+def stand_in_script(t: Target, text: str, m: re.Match) -> str:
+    """The link QEMU runs for a stand-in board whose firmware keeps TFLM's persistent data apart: the build's
+    script ``text`` (its MEMORY block ``m``) with its RAM shortened by the board's persistent region and that region
+    (``PERSISTENT``) placed at the RAM's end, so each buffer stays held to its own region there as on the board (the
+    firmware's RAM to the board's size by TFMCU_SRAM_BUDGET)."""
+    p = t.persistent
+    memory = m.group(0)
+    ram = re.search(r"^(\s*RAM\s*\(\w+\)\s*:\s*ORIGIN\s*=\s*)(\w+)(\s*,\s*LENGTH\s*=\s*)(\w+)", memory, re.M)
+    if p is None or ram is None or not re.search(rf"^\s*{PERSISTENT}\s*\(", memory, re.M):
+        raise ValueError(f"{t.ld}: no RAM and {PERSISTENT} regions for {t.name}'s persistent data")
+    origin, length = int(ram.group(2), 0), _ld_size(ram.group(4))
+    base = origin + length - p.bytes
+    memory = (memory[:ram.start()] + f"{ram.group(1)}0x{origin:08X}{ram.group(3)}{(length - p.bytes) // KIB}K"
+              + memory[ram.end():])
+    memory = re.sub(rf"^(\s*{PERSISTENT}\s*\(\w+\)\s*:\s*ORIGIN\s*=\s*)\w+(\s*,\s*LENGTH\s*=\s*)\w+",
+                    rf"\g<1>0x{base:08X}\g<2>{p.bytes // KIB}K", memory, flags=re.M)
+    header = (f"/* {t.name}: {t.what}. The link QEMU {t.machine} runs (a stand-in: the board's memory is not where "
+              f"QEMU has it): {t.ld}'s memory, the firmware's RAM held to the board's {t.ram.name} "
+              f"({t.ram.bytes // KIB} KiB) by TFMCU_SRAM_BUDGET, TFLM's persistent data in {t.persistent_ram} "
+              f"({p.bytes // KIB} KiB; the board's at 0x{p.base:08X}) at 0x{base:08X}, the end of QEMU's RAM. */\n")
+    return header + text[:m.start()] + memory + text[m.end():]
+
+
+def _ld_size(v: str) -> int:
+    """A MEMORY LENGTH (``4M``, ``512K``, ``0x1000``) in bytes."""
+    mult = {"K": KIB, "M": KIB * KIB}.get(v[-1].upper(), 1)
+    return int(v[:-1] if mult > 1 else v, 0) * mult

@@ -49,7 +49,7 @@ from tfmcu.flows.verify import VerifyOptions, verify
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.graph import ir
 from tfmcu.graph.load import KERAS_SUFFIXES, ModelError, load_spec
-from tfmcu.plan.arena import KERNEL_SETS, MVE_CORES, mcu_build
+from tfmcu.plan.arena import KERNEL_SETS, mcu_build
 from tfmcu.plan.halo import HaloOptions
 from tfmcu.plan.latency import predict_instructions
 from tfmcu.plan.regions import ScheduleError
@@ -295,9 +295,8 @@ def model_bytes(o: FitOptions, log: Callable[[str], None]) -> tuple[bytes, str]:
 
 def configurations(o: FitOptions) -> list[CustomOptions]:
     """The custom-mode configurations every patched candidate is priced in. The rest is always planned in place
-    for the target's kernels (it changes no instruction and never adds memory) -- except CMSIS-NN on a core with
-    Helium, whose MVE paths read and write in other orders than the DSP paths the distances are derived from
-    (``tfmcu.plan.cmsis_nn.processing_order``): disjoint there; streaming only when allowed.
+    for the target's kernels and core (it changes no instruction and never adds memory; CMSIS-NN's Helium code on a
+    core with MVE reads in its own orders, ``tfmcu.plan.cmsis_nn.processing_order``); streaming only when allowed.
     Objective latency: halo ``auto``, the most caches that fit the budget (none when none fit: the recompute
     schedule), i.e. the fewest MACs the budget allows; objective memory: recompute, every halo cached (the fewest
     MACs), and ``smallest``, the smallest stage whose whole model computes at most ``max_latency - 1`` more MACs
@@ -309,9 +308,9 @@ def configurations(o: FitOptions) -> list[CustomOptions]:
     else:
         modes = [HaloOptions(mode="none"), HaloOptions(mode="all"),
                  HaloOptions(mode="smallest", max_mac_overhead=round(min(o.max_latency - 1.0, 1.0), 4))]
-    inplace = not (o.kernels == "cmsis_nn" and get_target(o.target).core in MVE_CORES)
-    return [CustomOptions(inplace=inplace, kernels=o.kernels, halo=h, stream_input=o.stream_input, rest_convs=r)
-            for h in modes for r in o.rest_convs]
+    core = get_target(o.target).core
+    return [CustomOptions(inplace=True, kernels=o.kernels, core=core, halo=h, stream_input=o.stream_input,
+                          rest_convs=r) for h in modes for r in o.rest_convs]
 
 
 def _holds(ev: Evaluation) -> str:

@@ -91,6 +91,8 @@ def validate(o: RewriteOptions) -> bytes:
                          f"--patches=auto --mode=custom only")
     if c.kernels != CustomOptions().kernels and o.mode != "custom":
         raise UsageError("--kernels applies to --mode=custom (the kernels its memory plan is made for)")
+    if c.core != CustomOptions().core and o.mode != "custom":
+        raise UsageError("--core applies to --mode=custom (the core whose read orders its memory plan is made for)")
     if o.schedule.patches is None:
         raise UsageError("--patches is required: P, PxQ (with --patch_blocks or --patch_ops) or auto")
     o.schedule.validate()

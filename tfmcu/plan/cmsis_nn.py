@@ -35,6 +35,45 @@ in a CMSIS-NN build, in which step every output byte is written and in which ste
   ``arm_max_pool_s8`` uses the output as its accumulator: a pixel's output is copied from its first in-image tap
   (memcpy) and updated at every later tap, channel by channel (one step per tap and channel).
 * ``arm_elementwise_add_s8``: four elements of each input read, then those four written; then one by one.
+
+With ``mve`` (Helium, ``ARM_MATH_MVEI``: Cortex-M55) the dispatch and the orders are those of CMSIS-NN 4ab83cc's MVE
+code. The wrappers differ: ``arm_convolve_wrapper_s8`` takes ``arm_convolve_1_x_n_s8`` for an input of height 1 with a
+one-row kernel and stride x channels a multiple of 4 (its MVE body; it falls back to arm_convolve_s8 when its left,
+unpadded and right output sections do not add up to the output width, and fails when the left padding is not half
+the total); ``arm_depthwise_conv_wrapper_s8`` runs one input channel into several as a convolution
+(``arm_depthwise_conv_to_conv_s8``: the transposed filter through arm_convolve_wrapper_s8; GCC's threshold is one
+output channel) and every other depth-multiplier-1 kernel, 3x3 too, as ``arm_depthwise_conv_s8_opt``. The steps:
+
+* ``arm_nn_mat_mult_nt_t_s8`` (MVE), the product of every convolution path: the rows (pixels) OUTSIDE, four at a
+  time: per output channel the four rows are read whole (tail-predicated ``vldrb.8``: no byte past a row), then that
+  channel of the four written (``vstrbq_scatter_offset_s32``), so the four rows' last read is at the last channel;
+  then each leftover row alone, per group of four output channels the row read again and the four written
+  (``vstrbq_s32``), the last group (a tail of 1 to 3 channels is written after the loop) being the row's last read.
+* ``arm_convolve_s8``: four output pixels per step. Each window (in-image taps, every channel; ``arm_memcpy_s8``) is
+  copied into the int8 buffer of four columns and the product over the four (or, at the end, over the one to three
+  left) reads only the buffer: a step reads the windows of its pixels, then writes them.
+* ``arm_convolve_1_x_n_s8``: step 0 copies the first kernel_w pixels (with the left padding) into the buffer and
+  writes the left-padded outputs from it; the unpadded outputs are one product straight on the input (rows = output
+  pixels, stride x channels apart); the last step copies the right-padded outputs' in-image pixels and writes them.
+  (The right copy runs even without right-padded outputs; nothing uses it then.) It copies kernel_w - 1 pixels from
+  the first right-padded window's start, which with a stride above 1 can reach past the input where padding belongs
+  (stride 2: an even right padding); the result then depends on the bytes after the input: not modelled (None).
+* ``arm_convolve_1x1_s8_fast``: one product over every pixel; ``arm_convolve_1x1_s8`` (strided): one per output
+  row, on the input pixels (y x stride_h, x x stride_w).
+* ``arm_depthwise_conv_s8_opt``: channel blocks of CH_IN_BLOCK_MVE (124) OUTSIDE the pixels. Per block, each output
+  pixel's window (those channels) is copied into the buffer; after four pixels ``arm_nn_depthwise_conv_nt_t_s8``
+  writes them from the buffer; the one to three left are written from it at the end of the block. So a step reads
+  four windows of one block and writes those four pixels' channels of the block; a later block re-reads the input.
+* ``arm_depthwise_conv_s8`` (depth multiplier > 1, more than one input channel): the DSP order (``vstrbq_s32``
+  writes the tile of four that the DSP code writes byte by byte).
+* ``arm_avgpool_s8``: per output pixel, per block of 16 channels (the last one tail-predicated), the block's window
+  summed, then those channels written. ``arm_max_pool_s8``: as on DSP cores, with ``arm_memcpy_s8`` and
+  ``compare_and_replace_if_larger_q7`` working 16 channels at a time (one step per pixel, tap and block of 16).
+* ``arm_elementwise_add_s8``: four elements of each input read, then those four written; the tail (1 to 3) likewise.
+
+The MVE loads of the input are tail-predicated or exact (no read past a window or a row that feeds a result); the
+kernels read the input again after writing only where a step above says so (the product's rows per channel, the
+depthwise channel blocks).
 """
 
 from __future__ import annotations
@@ -57,22 +96,33 @@ def align4(n: int) -> int:
 
 
 def conv_path(kernel_h: int, kernel_w: int, padding: tuple[int, int], dilation: tuple[int, int] = (1, 1),
-              stride: tuple[int, int] = (1, 1)) -> str:
+              stride: tuple[int, int] = (1, 1), mve: bool = False, in_hw: tuple[int, int] | None = None,
+              in_channels: int | None = None) -> str:
     """The kernel ``arm_convolve_wrapper_s8`` runs for an ungrouped convolution on a DSP core without MVE:
     "1x1_fast" (arm_convolve_1x1_s8_fast: 1x1, padding 0, dilation 1, stride 1), "1x1" (arm_convolve_1x1_s8: the
     same with another stride), else "im2col" (arm_convolve_s8; the 1 x N path for an input of height 1 calls it on
-    such cores). ``padding``: (top, left)."""
+    such cores). ``padding``: (top, left). ``mve`` (Helium): "1xn" (arm_convolve_1_x_n_s8) for an input of height 1
+    (``in_hw``) with a one-row kernel, dilation 1 across and stride x ``in_channels`` a multiple of 4
+    (``arm_nn_is_convolve_1_x_n``); without ``in_hw`` and ``in_channels`` that path is not recognised."""
     if kernel_h == 1 and kernel_w == 1 and tuple(padding) == (0, 0) and tuple(dilation) == (1, 1):
         return "1x1_fast" if tuple(stride) == (1, 1) else "1x1"
+    if (mve and in_hw is not None and in_channels is not None and in_hw[0] == 1 and kernel_h == 1
+            and dilation[1] == 1 and (stride[1] * in_channels) % 4 == 0):
+        return "1xn"
     return "im2col"
 
 
 def depthwise_path(kernel_h: int, kernel_w: int, in_channels: int, out_channels: int, padding: tuple[int, int],
-                   dilation: tuple[int, int] = (1, 1)) -> str:
+                   dilation: tuple[int, int] = (1, 1), mve: bool = False) -> str:
     """The kernel ``arm_depthwise_conv_wrapper_s8`` runs (batch 1, DSP core without MVE): "3x3"
     (arm_depthwise_conv_3x3_s8: depth multiplier 1, dilation 1, 3x3, padding <= 1), "opt" (arm_depthwise_conv_s8_opt:
     other depth-multiplier-1 kernels without dilation), else "generic" (arm_depthwise_conv_s8). ``padding``: (top,
-    left)."""
+    left). ``mve`` (Helium): "conv" for one input channel into several (arm_depthwise_conv_to_conv_s8: a
+    convolution), "opt" for every depth-multiplier-1 kernel without dilation (3x3 too), else "generic"."""
+    if mve:
+        if in_channels == 1 and out_channels > 1:
+            return "conv"
+        return "opt" if in_channels == out_channels and tuple(dilation) == (1, 1) else "generic"
     if in_channels != out_channels or tuple(dilation) != (1, 1):
         return "generic"
     if kernel_h == 3 and kernel_w == 3 and padding[0] <= 1 and padding[1] <= 1:
@@ -93,8 +143,8 @@ def conv_buffer_bytes(kernel_h: int, kernel_w: int, in_channels: int, padding: t
         return 0
     if not mve:
         return 2 * align4(kernel_h * kernel_w * in_channels) * 2
-    if (in_hw is not None and in_hw[0] == 1 and dilation[1] == 1 and kernel_h == 1
-            and (stride[1] * in_channels) % 4 == 0 and out_w is not None):
+    if out_w is not None and conv_path(kernel_h, kernel_w, padding, dilation, stride, True, in_hw,
+                                       in_channels) == "1xn":
         return _conv_1xn_mve(kernel_w, in_channels, padding[1], stride[1], in_hw[1], out_w)
     return _im2col_mve(kernel_h * kernel_w * in_channels)
 
@@ -110,14 +160,22 @@ def _c_div(a: int, b: int) -> int:
     return q if (a >= 0) == (b > 0) else -q
 
 
-def _conv_1xn_mve(kernel_w: int, channels: int, pad_x: int, stride_x: int, input_x: int, output_x: int) -> int:
-    """``arm_convolve_1_x_n_s8_get_buffer_size_mve``: the longer of the left and the right padded windows (the
-    output split into left-padded, unpadded and right-padded pixels), else arm_convolve_s8's."""
+def _conv_1xn_sections(kernel_w: int, pad_x: int, stride_x: int, input_x: int,
+                       output_x: int) -> tuple[int, int, int, int, int]:
+    """``arm_convolve_1_x_n_s8``'s (MVE) split of the output row: (left-padded outputs, unpadded, right-padded, the
+    asymmetric padding (total % 2, C's), the total padding). The kernel fails unless 2 x pad_x + asymmetric == total,
+    and runs arm_convolve_s8 unless the three sections add up to the output width."""
     total_pad = (output_x - 1) * stride_x + kernel_w - input_x
     asym = total_pad - _c_div(total_pad, 2) * 2  # (C's %)
     right = max(1, _c_div(pad_x + asym + stride_x - 1, stride_x)) if pad_x + asym != 0 else 0
     left = max(1, _c_div(pad_x + stride_x - 1, stride_x)) if pad_x != 0 else 0
-    unpadded = max(output_x - (right + left), 0)
+    return left, max(output_x - (right + left), 0), right, asym, total_pad
+
+
+def _conv_1xn_mve(kernel_w: int, channels: int, pad_x: int, stride_x: int, input_x: int, output_x: int) -> int:
+    """``arm_convolve_1_x_n_s8_get_buffer_size_mve``: the longer of the left and the right padded windows (the
+    output split into left-padded, unpadded and right-padded pixels), else arm_convolve_s8's."""
+    left, unpadded, right, asym, _ = _conv_1xn_sections(kernel_w, pad_x, stride_x, input_x, output_x)
     if right + unpadded + left != output_x:
         return _im2col_mve(kernel_w * channels)
     pad_left = pad_x * channels
@@ -135,12 +193,11 @@ def depthwise_buffer_bytes(kernel_h: int, kernel_w: int, in_channels: int, out_c
     filter); depth multiplier 1 without dilation (3x3 too) arm_depthwise_conv_s8_opt's four blocks of 124 channels
     x kernel_h x kernel_w int8; else none."""
     if mve:
-        if in_channels == 1 and out_channels > 1:
+        path = depthwise_path(kernel_h, kernel_w, in_channels, out_channels, padding, dilation, mve=True)
+        if path == "conv":
             return (conv_buffer_bytes(kernel_h, kernel_w, 1, padding, dilation, True, stride, in_hw, out_w)
                     + kernel_h * kernel_w * out_channels)
-        if in_channels == out_channels and tuple(dilation) == (1, 1):
-            return 4 * CH_IN_BLOCK_MVE * kernel_h * kernel_w
-        return 0
+        return 4 * CH_IN_BLOCK_MVE * kernel_h * kernel_w if path == "opt" else 0
     if depthwise_path(kernel_h, kernel_w, in_channels, out_channels, padding, dilation) != "opt":
         return 0
     return in_channels * kernel_h * kernel_w * 2
@@ -250,20 +307,36 @@ def _chunk_step(n: int, chunk: int) -> np.ndarray:
     return np.where(j < body, j // chunk, body // chunk + (j - body))
 
 
+def _mat_mult_mve(rows: int, cols: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """``arm_nn_mat_mult_nt_t_s8``'s MVE loops over ``rows`` lhs rows (pixels) and ``cols`` output channels:
+    (step writing each (row, channel), step of each row's last read, number of steps). Four rows per block, one step
+    per channel (the four rows read, that channel written); then each leftover row, one step per group of four
+    channels (the row read, the group written; the tail group with the last)."""
+    blocks, groups = rows // 4, -(-cols // 4)
+    r = np.arange(rows, dtype=np.int64)
+    ch = np.arange(cols, dtype=np.int64)
+    in_block = r < 4 * blocks
+    base = np.where(in_block, (r // 4) * cols, blocks * cols + (r - 4 * blocks) * groups)
+    write = base[:, None] + np.where(in_block[:, None], ch[None, :], (ch // 4)[None, :])
+    last = base + np.where(in_block, cols - 1, groups - 1)
+    return write, last, blocks * cols + (rows - 4 * blocks) * groups
+
+
 def processing_order(kind: str, in_shape: tuple[int, int, int], out_shape: tuple[int, int, int],
                      kernel: tuple[int, int] = (1, 1), stride: tuple[int, int] = (1, 1),
-                     padding: tuple[int, int] = (0, 0)) -> tuple[str, np.ndarray, np.ndarray] | None:
+                     padding: tuple[int, int] = (0, 0), mve: bool = False) -> tuple[str, np.ndarray, np.ndarray] | None:
     """(kernel path, step in which each output byte is written, step in which each input byte is read for the last
-    time or -1 if never) for one int8 operator of batch 1 as CMSIS-NN runs it on a DSP core (see the module
-    docstring); within a step every read comes before every write. ``kind``: "conv" (groups 1, dilation 1),
-    "depthwise" (dilation 1), "avg_pool", "max_pool" or "add" (same shapes, one input: the other is alike);
-    shapes (height, width, channels); ``padding`` (top, left). None for what is not modelled."""
+    time or -1 if never) for one int8 operator of batch 1 as CMSIS-NN runs it on a DSP core, or with ``mve`` on a
+    Helium core (see the module docstring); within a step every read comes before every write. ``kind``: "conv"
+    (groups 1, dilation 1), "depthwise" (dilation 1), "avg_pool", "max_pool" or "add" (same shapes, one input: the
+    other is alike); shapes (height, width, channels); ``padding`` (top, left). None for what is not modelled (and
+    for what CMSIS-NN refuses: arm_convolve_1_x_n_s8's padding check)."""
     h, w, c = (int(v) for v in in_shape)
     ho, wo, co = (int(v) for v in out_shape)
     if kind == "add":
         if (h, w, c) != (ho, wo, co):
             return None
-        step = _chunk_step(h * w * c, 4)
+        step = np.arange(h * w * c, dtype=np.int64) // 4 if mve else _chunk_step(h * w * c, 4)
         return "arm_elementwise_add_s8", step, step
     kh, kw = kernel
     sh, sw = stride
@@ -275,20 +348,53 @@ def processing_order(kind: str, in_shape: tuple[int, int, int], out_shape: tuple
     def per_pixel(out_step: np.ndarray, in_step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return (np.repeat(out_step, co), np.where(np.repeat(last_pix, c) >= 0, np.repeat(in_step, c), -1))
 
+    if kind == "depthwise" and mve and depthwise_path(kh, kw, c, co, padding, mve=True) == "conv":
+        return processing_order("conv", in_shape, out_shape, kernel, stride, padding, mve=True)
     if kind == "conv":
-        path = conv_path(kh, kw, padding, (1, 1), stride)
-        if path == "im2col":  # two pixels per step
-            return ("arm_convolve_s8",) + per_pixel(pixels // 2, np.where(last_pix >= 0, last_pix // 2, -1))
-        # arm_nn_mat_mult_nt_t_s8 over `rows` pixels: channel pairs outside, pixel pairs inside, an odd channel last
-        pairs, passes = co // 2, co // 2 + co % 2
+        path = conv_path(kh, kw, padding, (1, 1), stride, mve, (h, w), c)
+        if path == "1xn":
+            if ho != 1 or pt != 0:
+                return None  # (arm_convolve_1_x_n_s8 computes one row and ignores padding across)
+            left, unpadded, right, asym, total = _conv_1xn_sections(kw, pl, sw, w, wo)
+            if 2 * pl + asym != total:
+                return None  # ARM_CMSIS_NN_FAILURE
+            # the last input pixel each copy feeds a result from (past the input, as the right copy's can be with a
+            # stride above 1: the result depends on the bytes after the input; not modelled)
+            left_end = (left - 1) * sw - pl + kw - 1 if left else -1
+            right_end = sw * (left + unpadded) - pl + kw - 2 if right else -1
+            if left + unpadded + right == wo and max(left_end, right_end) >= w:
+                return None
+            if left + unpadded + right == wo:
+                # step 0: the left copy and outputs; the unpadded product on the input; last: the right copy, outputs
+                write, last, n = _mat_mult_mve(unpadded, co)
+                out_step = np.zeros((wo, co), dtype=np.int64)
+                out_step[left:left + unpadded] = 1 + write
+                out_step[left + unpadded:] = n + 1
+                in_step = np.where(lx >= 0, 0, -1)  # (lx: the last output pixel whose window holds it)
+                mid = (lx >= left) & (lx < left + unpadded)
+                in_step[mid] = 1 + last[lx[mid] - left]
+                in_step[lx >= left + unpadded] = n + 1
+                return "arm_convolve_1_x_n_s8", out_step.reshape(-1), np.repeat(in_step, c)
+            path = "im2col"  # (arm_convolve_1_x_n_s8 calls arm_convolve_s8)
+        if path == "im2col":  # two pixels per step (MVE: four)
+            per = 4 if mve else 2
+            return ("arm_convolve_s8",) + per_pixel(pixels // per, np.where(last_pix >= 0, last_pix // per, -1))
         rows = ho * wo if path == "1x1_fast" else wo
         call = pixels // rows  # one call (stride 1) or one per output row
         r = pixels % rows
-        q = np.minimum(np.arange(co, dtype=np.int64) // 2, pairs)  # the pass of each output channel
-        within = np.where(q[None, :] < pairs, (r // 2)[:, None], r[:, None])
-        out_step = (call[:, None] * passes * rows + q[None, :] * rows + within).reshape(-1)
-        last = passes - 1
-        in_step_px = call * passes * rows + last * rows + (r // 2 if last < pairs else r)
+        if mve:  # arm_nn_mat_mult_nt_t_s8 (MVE): pixels outside, four at a time, channels inside
+            write, last, n = _mat_mult_mve(rows, co)
+            out_step = (call[:, None] * n + write[r]).reshape(-1)
+            in_step_px = call * n + last[r]
+        else:
+            # arm_nn_mat_mult_nt_t_s8 over `rows` pixels: channel pairs outside, pixel pairs inside, an odd channel
+            # last
+            pairs, passes = co // 2, co // 2 + co % 2
+            q = np.minimum(np.arange(co, dtype=np.int64) // 2, pairs)  # the pass of each output channel
+            within = np.where(q[None, :] < pairs, (r // 2)[:, None], r[:, None])
+            out_step = (call[:, None] * passes * rows + q[None, :] * rows + within).reshape(-1)
+            final = passes - 1
+            in_step_px = call * passes * rows + final * rows + (r // 2 if final < pairs else r)
         if path == "1x1_fast":
             in_step = np.repeat(in_step_px, c)
         else:  # input pixel (y * sh, x * sw) feeds output pixel (y, x); the others are never read
@@ -300,7 +406,13 @@ def processing_order(kind: str, in_shape: tuple[int, int, int], out_shape: tuple
     if kind == "depthwise":
         if co % c:
             return None
-        path = depthwise_path(kh, kw, c, co, padding)
+        path = depthwise_path(kh, kw, c, co, padding, mve=mve)
+        if path == "opt" and mve:  # channel blocks of CH_IN_BLOCK_MVE outside, four pixels per step inside
+            n = -(-(ho * wo) // 4)
+            block = np.arange(c, dtype=np.int64) // CH_IN_BLOCK_MVE
+            out_step = (block[None, :] * n + (pixels // 4)[:, None]).reshape(-1)
+            in_step = np.where(last_pix[:, None] >= 0, block[None, :] * n + (last_pix // 4)[:, None], -1).reshape(-1)
+            return "arm_depthwise_conv_s8_opt", out_step, in_step
         if path == "opt":
             return ("arm_depthwise_conv_s8_opt",) + per_pixel(pixels, last_pix)
         if path == "3x3":  # per pixel, groups of four channels then leftovers
@@ -316,20 +428,26 @@ def processing_order(kind: str, in_shape: tuple[int, int, int], out_shape: tuple
         last_tile = ((np.arange(c) + 1) * mult - 1) // tile
         in_step = np.where(last_pix[:, None] >= 0, last_pix[:, None] * nt + last_tile[None, :], -1).reshape(-1)
         return "arm_depthwise_conv_s8", out_step, in_step
+    # MVE pooling: blocks of 16 channels (tail-predicated) where the DSP code goes pixel by pixel / byte by byte
+    block = np.arange(c, dtype=np.int64) // 16 if mve else np.arange(c, dtype=np.int64)
+    nb = -(-c // 16) if mve else c
     if kind == "avg_pool" and c == co:
+        if mve:  # per pixel, per block of 16 channels: the block's window read, then written
+            out_step = (pixels[:, None] * nb + block[None, :]).reshape(-1)
+            in_step = np.where(last_pix[:, None] >= 0, last_pix[:, None] * nb + block[None, :], -1).reshape(-1)
+            return "arm_avgpool_s8", out_step, in_step
         return ("arm_avgpool_s8",) + per_pixel(pixels, last_pix)
     if kind == "max_pool" and c == co:
-        # Step (pixel, tap, channel): the first in-image tap is memcpy'd into the output, each later tap compared
-        # into it; byte by byte forward (a write may land on a byte of the same tap only at or below its channel).
+        # Step (pixel, tap, channel; MVE: block of 16 channels): the first in-image tap is copied into the output,
+        # each later tap compared into it; forward (a write may land on the same tap's input only at or below it).
         taps = kh * kw
         oy, ox = pixels // wo, pixels % wo
         first_tap = np.maximum(0, pt - oy * sh) * kw + np.maximum(0, pl - ox * sw)
-        chans = np.arange(c, dtype=np.int64)
-        out_step = (((pixels * taps + first_tap) * c)[:, None] + chans[None, :]).reshape(-1)
+        out_step = (((pixels * taps + first_tap) * nb)[:, None] + block[None, :]).reshape(-1)
         ty = np.arange(h)[:, None] - (ly[:, None] * sh - pt)
         tx = np.arange(w)[None, :] - (lx[None, :] * sw - pl)
         tap = (ty * kw + tx).reshape(-1)
-        in_px = np.where(last_pix >= 0, (last_pix * taps + tap) * c, -1)
-        in_step = np.where(in_px[:, None] >= 0, in_px[:, None] + chans[None, :], -1).reshape(-1)
+        in_px = np.where(last_pix >= 0, (last_pix * taps + tap) * nb, -1)
+        in_step = np.where(in_px[:, None] >= 0, in_px[:, None] + block[None, :], -1).reshape(-1)
         return "arm_max_pool_s8", out_step, in_step
     return None

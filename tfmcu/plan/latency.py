@@ -35,18 +35,19 @@ import numpy as np
 
 from tfmcu import abi
 from tfmcu.errors import UsageError
+from tfmcu.plan.arena import MVE_CORES
 from tfmcu.tflite import patch_stage_format as psf
 from tfmcu.tflite.detection_postprocess import OP_NAME as DETECTION_POSTPROCESS
 from tfmcu.tflite import schema as ts
 from tfmcu.tflite.model import TfliteModel, as_model
 
 CALIBRATION_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "latency_calibration.json")
-CORES = ("cortex-m4", "cortex-m7", "cortex-m33")  # calibrated (benchmarks/latency.py)
+CORES = ("cortex-m4", "cortex-m7", "cortex-m33", "cortex-m55")  # calibrated (benchmarks/latency.py)
 # Cores without calibration rows yet, priced with a calibrated core's rows: an estimate of an estimate, which
 # ``LatencyPrediction.what`` says. The Cortex-M3 and M0+ run CMSIS-NN's plain C paths (no DSP instructions), so
 # their counts differ from the M4's; the Cortex-M55 runs CMSIS-NN's Helium paths (vector instructions: fewer, each
 # doing more); what `fit` uses are ratios between plans of one model on one core.
-STAND_INS = {"cortex-m3": "cortex-m4", "cortex-m0plus": "cortex-m4", "cortex-m55": "cortex-m33"}
+STAND_INS = {"cortex-m3": "cortex-m4", "cortex-m0plus": "cortex-m4"}
 KERNELS = ("cmsis_nn", "reference")
 
 # The features of one kernel call (a builtin op, or one layer on one patch), in the coefficient rows' order.
@@ -57,8 +58,14 @@ KERNELS = ("cmsis_nn", "reference")
 # or longer (that loop entered); omacs: a convolution's MACs for the odd last pixel of each call (the product
 # runs pixels in pairs, an odd last one by a loop of its own); chans: a convolution's output channels times its
 # calls (each pair of filter rows set up once per call).
+# On a Helium core (MVE_CORES) a convolution's product (arm_nn_mat_mult_nt_t_s8's MVE loop) runs its pixels four
+# at a time, per output channel its reduction in 16-wide predicated steps, then each leftover pixel four output
+# channels at a time: those steps (mve_steps4, mve_steps1), the four-pixel blocks' and leftover pixels' output
+# channel passes (mve_blocks4, mve_blocks1) and the leftover pixels (mve_rows1), summed over its calls. They are
+# fitted on Helium cores only (DSP rows leave them out: MVE_FEATURES).
+MVE_FEATURES = ("mve_steps4", "mve_steps1", "mve_blocks4", "mve_blocks1", "mve_rows1")
 FEATURES = ("macs", "vmacs", "col", "inner", "vinner", "out", "pix", "rows", "inp", "calls", "wts", "rmacs",
-            "wide", "omacs", "chans")
+            "wide", "omacs", "chans") + MVE_FEATURES
 # The stage's own terms: per kind of layer the summed predicted cost of its calls, and the executor's overheads.
 STAGE_KINDS = ("conv", "dw", "other")
 # Ops whose cost is arithmetic over windows (their own rows only); the rest also price ops never measured.
@@ -120,23 +127,34 @@ def _taps(size: int, pad: int, k: int, s: int, d: int, out: int) -> int:
 def _call(macs: float, inner: float, out: float, pix: float, rows: float, inp: float, col: float = 0.0,
           vmacs: float | None = None, vinner: float | None = None, wts: float = 0.0,
           rmacs: float = 0.0, wide: float = 0.0, omacs: float = 0.0,
-          chans: float = 0.0) -> dict[str, float]:
+          chans: float = 0.0, mve: dict[str, float] | None = None) -> dict[str, float]:
     return {"macs": macs, "vmacs": macs if vmacs is None else vmacs, "col": col, "inner": inner,
             "vinner": inner if vinner is None else vinner, "out": out, "pix": pix, "rows": rows, "inp": inp,
             "calls": 1.0, "wts": wts, "rmacs": rmacs, "wide": wide, "omacs": omacs,
-            "chans": chans}
+            "chans": chans, **(mve or _mve_terms(np.zeros(0), np.zeros(0), 0, 0))}
+
+
+def _mve_terms(pixels: np.ndarray, calls: np.ndarray, cout: int, reduction: int) -> dict[str, float]:
+    """``MVE_FEATURES`` of a convolution's product over calls of ``pixels`` pixels each (``calls`` of each size),
+    ``cout`` output channels and a reduction of ``reduction`` (kh x kw x input channels)."""
+    pixels, calls = np.asarray(pixels, np.float64), np.asarray(calls, np.float64)
+    quads, rest = (pixels // 4) * calls, (pixels % 4) * calls
+    steps = -(-reduction // 16)
+    return {"mve_steps4": float(quads.sum()) * cout * steps, "mve_steps1": float(rest.sum()) * cout * steps,
+            "mve_blocks4": float(quads.sum()) * cout, "mve_blocks1": float(rest.sum()) * -(-cout // 4),
+            "mve_rows1": float(rest.sum())}
 
 
 def _conv_path(kernels: str, kh: int, kw: int, sh: int, sw: int, pad: tuple[int, int], dil: tuple[int, int],
-               depthwise: bool, mult: int) -> str:
+               depthwise: bool, mult: int, mve: bool = False) -> str:
     """The code path a convolution takes (CMSIS-NN's wrappers choose by these, 4ab83cc; the reference kernels
-    have one each)."""
+    have one each). With Helium (``mve``) the 3x3 depthwise kernel is arm_depthwise_conv_s8_opt's, as the others."""
     if kernels == "reference":
         return "dw" if depthwise else "conv"
     if depthwise:
         if mult != 1 or dil != (1, 1):
             return "dw_generic"
-        return "dw_3x3" if (kh, kw) == (3, 3) and max(pad) <= 1 else "dw_opt"
+        return "dw_3x3" if (kh, kw) == (3, 3) and max(pad) <= 1 and not mve else "dw_opt"
     if (kh, kw) == (1, 1) and pad == (0, 0) and dil == (1, 1):
         return "conv_1x1" if (sh, sw) == (1, 1) else "conv_1x1_strided"
     return "conv"
@@ -172,10 +190,15 @@ def _builtin(m: ts.ModelT, op: ts.OperatorT, name: str) -> dict[str, Any]:
         cout = o[3]
         taps = _taps(i0[1], pad[0], kh, sh, dh, o[1]) * _taps(i0[2], pad[1], kw, sw, dwl, o[2])
         per_tap = 1 if dw else w[3]
+        # the product's calls: one over every pixel, or one per output row (a strided 1x1 convolution)
+        strided = (kh, kw) == (1, 1) and pad == (0, 0) and (sh, sw) != (1, 1)
+        mve = None if dw else _mve_terms(np.array([o[2] if strided else pix]), np.array([o[1] if strided else 1]),
+                                         cout, k)
         f.update(_call(out * k, out * kh * kw, out, pix, rows, inp, col=0.0 if dw else pix * k,
                        vmacs=float(taps * cout * per_tap), vinner=float(taps * cout), wts=float(k * cout),
                        rmacs=0.0 if dw else out * (k % 16), wide=out if not dw and k >= 16 else 0.0,
-                       omacs=0.0 if dw else float(int(pix) % 2 * cout * k), chans=0.0 if dw else float(cout)))
+                       omacs=0.0 if dw else float(int(pix) % 2 * cout * k), chans=0.0 if dw else float(cout),
+                       mve=mve))
         f["geometry"] = {"kernel": [kh, kw], "stride": [sh, sw], "pad": list(pad), "dilation": [dh, dwl],
                          "in_h": i0[1], "depthwise": dw, "mult": mult, "cin": cin}
         return f
@@ -318,10 +341,12 @@ def _stage(o: dict[str, Any]) -> dict[str, Any]:
             rmacs, wide = out * (reduction % 16), out if reduction >= 16 else 0.0
             omacs = float(((call_pixels % 2) * kernel_calls)[mask].sum()) * cout * reduction
             chans = float(kernel_calls[mask].sum()) * cout if code == abi.OP_CONV else 0.0
+            mve = (_mve_terms(call_pixels[mask], kernel_calls[mask], cout, reduction) if code == abi.OP_CONV
+                   else _mve_terms(np.zeros(0), np.zeros(0), 0, 0))
             return {"macs": macs, "vmacs": macs if vmacs is None else vmacs, "col": col, "inner": inner,
                     "vinner": inner if vinner is None else vinner, "out": out, "pix": pix, "rows": rows,
                     "inp": inp, "calls": n_calls, "wts": weights * float(kernel_calls[mask].sum()), "rmacs": rmacs,
-                    "wide": wide, "omacs": omacs, "chans": chans}
+                    "wide": wide, "omacs": omacs, "chans": chans, **mve}
 
         feats = {"type": name, "geometry": geometry, **features(live)}
         if code == abi.OP_MEAN:  # our sums, not TFLM's MEAN (its row is TFLM's generic Reduce): the light row
@@ -378,15 +403,16 @@ def op_features(model: bytes | TfliteModel, where: str = "model") -> list[dict[s
 
 
 # ============================================================================= the cost model
-def path_of(f: dict[str, Any], kernels: str) -> str:
-    """The coefficient row of a builtin op or stage layer: "<TYPE>" or "<TYPE>:<path>" for convolutions."""
+def path_of(f: dict[str, Any], kernels: str, mve: bool = False) -> str:
+    """The coefficient row of a builtin op or stage layer: "<TYPE>" or "<TYPE>:<path>" for convolutions. ``mve``:
+    a Helium core's (``coefficients["mve"]``), where the backend has no vector-matrix shortcut for one pixel."""
     g = f.get("geometry")
     if g is None:
         return f["type"]
-    if kernels == "cmsis_nn" and g.get("vector"):
+    if kernels == "cmsis_nn" and g.get("vector") and not mve:
         return "FULLY_CONNECTED"
     p = _conv_path(kernels, g["kernel"][0], g["kernel"][1], g["stride"][0], g["stride"][1], tuple(g["pad"]),
-                   tuple(g["dilation"]), g["depthwise"], g["mult"])
+                   tuple(g["dilation"]), g["depthwise"], g["mult"], mve)
     return f"{f['type']}:{p}"
 
 
@@ -399,7 +425,7 @@ def _row_cost(coef: dict[str, Any], row: str, f: dict[str, Any]) -> float:
     if c is None:  # a path never measured: another path of the op; an op never measured: the light ops' row
         op = row.split(":")[0]
         c = next((coef["ops"][r] for r in sorted(coef["ops"]) if r.split(":")[0] == op), coef["light"])
-    return float(sum(c.get(k, 0.0) * f[k] for k in FEATURES))
+    return float(sum(c.get(k, 0.0) * f.get(k, 0.0) for k in FEATURES))
 
 
 def folded_cost(product: dict[str, float], coef: dict[str, Any]) -> float:
@@ -411,12 +437,14 @@ def folded_cost(product: dict[str, float], coef: dict[str, Any]) -> float:
 def stage_terms(f: dict[str, Any], coef: dict[str, Any], kernels: str) -> dict[str, float]:
     """A stage op's terms (``STAGE_TERMS`` and ``FIXED_TERMS``): its layers' calls priced by the builtin rows,
     summed per kind (residual ADDs in ``cost_add``); the folded 1x1 calls (``folded`` of a layer's features) by the
-    folded product's row instead, in ``cost_folded``."""
+    folded product's row instead, in ``cost_folded`` (DSP cores: a Helium build has no folded product, its calls run
+    CMSIS-NN's 1x1 product as the others)."""
     terms = {t: 0.0 for t in STAGE_TERMS + FIXED_TERMS}
+    mve = bool(coef.get("mve"))
     for lf in f["layers"]:
-        row = path_of(lf, kernels)
+        row = path_of(lf, kernels, mve)
         parts = [(lf, 1.0)]
-        if lf.get("folded") and kernels == "cmsis_nn":
+        if lf.get("folded") and kernels == "cmsis_nn" and not mve:
             parts.append((lf["folded"]["layer"], -1.0))
             terms["cost_folded"] += folded_cost(lf["folded"]["product"], coef)
         for part, sign in parts:
@@ -428,7 +456,7 @@ def stage_terms(f: dict[str, Any], coef: dict[str, Any], kernels: str) -> dict[s
     return terms
 
 
-def stage_row_terms(f: dict[str, Any], kernels: str) -> dict[str, float]:
+def stage_row_terms(f: dict[str, Any], kernels: str, mve: bool = False) -> dict[str, float]:
     """A stage op's terms when its kernels have rows of their own (``stage_rows``: the portable C kernels, which
     are not TFLM's reference kernels): per row and feature the sum over its calls ("<row>.<feature>"), and the
     executor's terms."""
@@ -436,7 +464,7 @@ def stage_row_terms(f: dict[str, Any], kernels: str) -> dict[str, float]:
     for lf in f["layers"]:
         row = path_of(lf, kernels)
         for k in FEATURES:
-            if lf[k]:
+            if lf.get(k) and (mve or k not in MVE_FEATURES):
                 terms[f"{row}.{k}"] = terms.get(f"{row}.{k}", 0.0) + float(lf[k])
     for t in ("patches", "cache_bytes", "stream_bytes"):
         terms[t] = float(f[t])
@@ -447,11 +475,12 @@ def op_cost(f: dict[str, Any], coef: dict[str, Any], kernels: str) -> float:
     if f["type"] == f"custom:{abi.PATCH_STAGE_OP}":
         s = coef["stage"]
         if coef.get("stage_rows"):
-            return float(sum(s.get(t, 0.0) * v for t, v in stage_row_terms(f, kernels).items()))
+            terms = stage_row_terms(f, kernels, bool(coef.get("mve")))
+            return float(sum(s.get(t, 0.0) * v for t, v in terms.items()))
         terms = stage_terms(f, coef, kernels)
         return float(sum(terms[t] for t in FIXED_TERMS)
                      + sum(s.get(t, 0.0) * v for t, v in terms.items() if t not in FIXED_TERMS))
-    return _row_cost(coef, path_of(f, kernels), f)
+    return _row_cost(coef, path_of(f, kernels, bool(coef.get("mve"))), f)
 
 
 @functools.lru_cache(maxsize=4)
@@ -594,13 +623,16 @@ def fit(runs: list[dict[str, Any]]) -> dict[str, Any]:
             if not rs:
                 continue
             coef: dict[str, Any] = {"ops": {}, "stage": {}, "invoke": {"const": 0.0, "per_op": 0.0}, "light": {}}
+            mve = core in MVE_CORES
+            if mve:  # CMSIS-NN's Helium code: its paths (path_of), no folded product (stage_terms)
+                coef["mve"] = True
             rows: dict[str, list[dict]] = {}
             for r in rs:
                 for f in r["ops"]:
                     if f["type"] != f"custom:{abi.PATCH_STAGE_OP}":
-                        rows.setdefault(path_of(f, kernels), []).append(f)
+                        rows.setdefault(path_of(f, kernels, mve), []).append(f)
             for row, fs in sorted(rows.items()):
-                used = [k for k in FEATURES if any(f[k] for f in fs)]
+                used = [k for k in FEATURES if any(f[k] for f in fs) and (mve or k not in MVE_FEATURES)]
                 a = np.array([[f[k] for k in used] for f in fs], dtype=float)
                 b = np.array([f["insns"] for f in fs], dtype=float)
                 x = _nnls(a, b)
@@ -617,7 +649,7 @@ def fit(runs: list[dict[str, Any]]) -> dict[str, Any]:
             # builtin rows. The portable kernels are not TFLM's reference kernels: rows of their own.
             coef["stage_rows"] = kernels == "reference"
             if stages and coef["stage_rows"]:
-                terms = [stage_row_terms(f, kernels) for f in stages]
+                terms = [stage_row_terms(f, kernels, mve) for f in stages]
                 used = sorted({t for tm in terms for t in tm})
                 a = np.array([[tm.get(t, 0.0) for t in used] for tm in terms], dtype=float)
                 b = np.array([f["insns"] for f in stages], dtype=float)

@@ -26,6 +26,10 @@ after o is written), maximised over o.
   each input byte last read; ``distance_from_order`` takes the maximum above. Depthwise 3x3 and ADD allow about
   what the reference kernels allow, im2col convolutions and pooling a pixel (pair) more; 1x1 convolutions (and fully
   connected layers) re-read their whole input for every pair of output channels, so they allow no useful overlap.
+  ``inplace_distance(..., mve=True)``: CMSIS-NN's Helium code (Cortex-M55), whose products run four pixels at a
+  time with the output channels inside, so 1x1 convolutions overlap too (up to about four pixels of output more than
+  the reference kernels); the other paths allow about what the reference kernels allow, except a depthwise kernel of
+  more than 124 channels (arm_depthwise_conv_s8_opt re-reads the input per block of 124 channels: hardly any).
 
 The firmware tests ``//tflm_patch_kernels/firmware:inplace_probe_*`` run every (kernel path, shape class) on
 Cortex-M4 and M7 under QEMU at the derived distance (bit-exact) and closer (changed). An offline plan holds the
@@ -44,7 +48,7 @@ from tfmcu import abi
 from tfmcu.graph import ir
 from tfmcu.graph.from_tflite import from_model, from_tflite
 from tfmcu.plan import cmsis_nn
-from tfmcu.plan.arena import (ALIGN, KERNEL_SETS, builtin_of, lifetimes, mcu_build, offline_offsets,
+from tfmcu.plan.arena import (ALIGN, KERNEL_SETS, MVE_CORES, builtin_of, lifetimes, mcu_build, offline_offsets,
                               op_allocations, plan_head, tensor_indices)
 from tfmcu.plan.placer import Buffer, alive_bound, align_up, compatible, place
 from tfmcu.tflite import offline_plan
@@ -87,26 +91,28 @@ def distance_from_order(out_step: np.ndarray, in_step: np.ndarray) -> int:
     return max(0, int(need.max()))
 
 
-def _cmsis_nn_distance(b: str, op: ir.Op, x: ir.Tensor, y: ir.Tensor) -> int | None:
+def _cmsis_nn_distance(b: str, op: ir.Op, x: ir.Tensor, y: ir.Tensor, mve: bool = False) -> int | None:
     """``inplace_distance`` for what TFLM's CMSIS-NN kernels (and the CMSIS-NN backend's one CMSIS-NN call on whole
-    tensors) run: ``tfmcu.plan.cmsis_nn.processing_order``."""
+    tensors) run: ``tfmcu.plan.cmsis_nn.processing_order`` (``mve``: CMSIS-NN's Helium code)."""
     kind = {"CONV_2D": "conv", "DEPTHWISE_CONV_2D": "depthwise", "AVERAGE_POOL_2D": "avg_pool",
             "MAX_POOL_2D": "max_pool", "ADD": "add"}[b]
     if kind == "conv" and (op.attrs.get("weights_dtype", "int8") != "int8" or op.groups not in (0, 1)):
         return None  # int4 weights: arm_convolve_wrapper_s4; grouped: not modelled
     order = cmsis_nn.processing_order(kind, tuple(x.shape[1:]), tuple(y.shape[1:]), tuple(op.kernel),
-                                      tuple(op.stride), (op.padding[0], op.padding[2]))
+                                      tuple(op.stride), (op.padding[0], op.padding[2]), mve=mve)
     if order is None:
         return None
     _, out_step, in_step = order
     return distance_from_order(out_step, in_step) * x.itemsize
 
 
-def inplace_distance(graph: ir.Graph, op: ir.Op, tensor: str, kernels: str = "reference") -> int | None:
+def inplace_distance(graph: ir.Graph, op: ir.Op, tensor: str, kernels: str = "reference",
+                     mve: bool = False) -> int | None:
     """Least D (bytes) such that ``op``'s output may start D bytes before its input ``tensor`` and overlap it, with
     the ``kernels`` of the build (KERNEL_SETS: "reference", "cmsis_nn") reading every input byte before
     overwriting it; None where that is not modelled (other operators, dilation, groups, broadcasting, batch > 1,
-    tensors other than int8). See the module docstring."""
+    tensors other than int8). ``mve``: with kernels="cmsis_nn", a Helium build (Cortex-M55: CMSIS-NN's MVE code;
+    ignored for the reference kernels). See the module docstring."""
     _check_kernels(kernels)
     b = builtin_of(op)
     if b == f"custom:{PATCH_STAGE_OP}":  # one conv layer run whole by our kernels (convs_to_flash): its builtin
@@ -139,7 +145,7 @@ def inplace_distance(graph: ir.Graph, op: ir.Op, tensor: str, kernels: str = "re
         if b != "ADD" and (tensor != op.inputs[0] or len(x.shape) != 4 or len(y.shape) != 4 or x.shape[0] != 1
                            or y.shape[0] != 1 or tuple(op.dilation) != (1, 1)):
             return None
-        return _cmsis_nn_distance(b, op, x, y)
+        return _cmsis_nn_distance(b, op, x, y, mve)
     if b == "ADD":
         # Elementwise: output[i] is written after input1[i] and input2[i] are read; later steps read i+1 onwards.
         if op.attrs.get("broadcast") or tuple(x.shape) != tuple(y.shape):
@@ -174,12 +180,14 @@ def inplace_distance(graph: ir.Graph, op: ir.Op, tensor: str, kernels: str = "re
     return max(need, 0) * x.itemsize
 
 
-def inplace_pairs(graph: ir.Graph, kernels: str = "reference") -> dict[tuple[str, str], int]:
+def inplace_pairs(graph: ir.Graph, kernels: str = "reference", core: str | None = None) -> dict[tuple[str, str], int]:
     """(output, input) -> D for every operator input that dies at that operator and may be overlapped by its
-    output (``inplace_distance`` for ``kernels``), at least by one 16-byte aligned step. Graph inputs and outputs are
+    output (``inplace_distance`` for ``kernels`` on ``core``: CMSIS-NN's Helium read orders on ``MVE_CORES``, its
+    DSP code's on the others and for None), at least by one 16-byte aligned step. Graph inputs and outputs are
     excluded: the caller owns them. A plan for "cmsis_nn" takes the larger of the CMSIS-NN and the reference
     distance: the same model then runs bit-exact in both builds (the target's, and TFLM on the host where ``verify``
     and ``rewrite`` check it)."""
+    mve = core in MVE_CORES
     life = lifetimes(graph)
     keep = set(graph.inputs) | set(graph.outputs)
     pairs: dict[tuple[str, str], int] = {}
@@ -189,7 +197,7 @@ def inplace_pairs(graph: ir.Graph, kernels: str = "reference") -> dict[tuple[str
         for t in dict.fromkeys(op.inputs):
             if t in keep or t not in life or life[t][1] != i + 1 or t == op.outputs[0]:
                 continue
-            d = inplace_distance(graph, op, t, kernels)
+            d = inplace_distance(graph, op, t, kernels, mve)
             if kernels != "reference" and d is not None:
                 ref = inplace_distance(graph, op, t, "reference")
                 d = None if ref is None else max(d, ref)
@@ -228,44 +236,49 @@ def _random_groups(order: list[Any], overlap: dict[tuple[str, str], int], rng: r
     return units
 
 
-def inplace_overlaps(graph: ir.Graph, kernels: str = "reference") -> dict[tuple[str, str], int]:
+def inplace_overlaps(graph: ir.Graph, kernels: str = "reference",
+                     core: str | None = None) -> dict[tuple[str, str], int]:
     """``inplace_pairs`` with the distances rounded up to TFLM's 16-byte buffer alignment (a larger distance is
     always safe): what the plans use (and the profiler's ``tflm_inplace`` accounting)."""
-    return {k: align_up(d, ALIGN) for k, d in inplace_pairs(graph, kernels).items()}
+    return {k: align_up(d, ALIGN) for k, d in inplace_pairs(graph, kernels, core).items()}
 
 
-def head_buffers(graph: ir.Graph, kernels: str = "reference", stages: Any = None) -> tuple[int, list[Buffer]]:
+def head_buffers(graph: ir.Graph, kernels: str = "reference", stages: Any = None,
+                 core: str | None = None) -> tuple[int, list[Buffer]]:
     """TFLM's greedy head and planned buffers (``tfmcu.plan.arena.plan_head``) with the scratch buffers of the
-    Cortex-M build that links ``kernels`` (``tfmcu.plan.arena.mcu_build``; the reference kernels' scratch is the same
-    in every reference build). ``stages``: {TFLite operator index: PackedStage} of the TFMCU_PATCH_STAGE ops, whose
-    CMSIS-NN kernel buffer depends on their tiles (without it their scratch is left out of a CMSIS-NN plan)."""
+    Cortex-M build that links ``kernels`` on ``core`` (``tfmcu.plan.arena.mcu_build``; the reference kernels' scratch
+    is the same in every reference build). ``stages``: {TFLite operator index: PackedStage} of the TFMCU_PATCH_STAGE
+    ops, whose CMSIS-NN kernel buffer depends on their tiles (without it their scratch is left out of a CMSIS-NN
+    plan)."""
     _check_kernels(kernels)
     if kernels == "reference":
         return plan_head(graph)
-    build = mcu_build(kernels)
+    build = mcu_build(kernels, core)
     return plan_head(graph, [op_allocations(graph, op, build, stage=stages) for op in graph.ops])
 
 
-def lower_bound(graph: ir.Graph, inplace: bool = False, kernels: str = "reference", stages: Any = None) -> int:
+def lower_bound(graph: ir.Graph, inplace: bool = False, kernels: str = "reference", stages: Any = None,
+                core: str | None = None) -> int:
     """No plan of ``graph``'s head is smaller: the most bytes alive at one step (less what in-place pairs share)."""
-    _, buffers = head_buffers(graph, kernels, stages)
-    return alive_bound(buffers, inplace_overlaps(graph, kernels) if inplace else {})
+    _, buffers = head_buffers(graph, kernels, stages, core)
+    return alive_bound(buffers, inplace_overlaps(graph, kernels, core) if inplace else {})
 
 
-def inplace_lower_bound(graph: ir.Graph, kernels: str = "reference", stages: Any = None) -> int:
-    return lower_bound(graph, inplace=True, kernels=kernels, stages=stages)
+def inplace_lower_bound(graph: ir.Graph, kernels: str = "reference", stages: Any = None,
+                        core: str | None = None) -> int:
+    return lower_bound(graph, inplace=True, kernels=kernels, stages=stages, core=core)
 
 
 def plan(graph: ir.Graph, tries: int | None = None, seed: int = 0, inplace: bool = False,
-         kernels: str = "reference", stages: Any = None) -> tuple[int, dict[str, int], int]:
+         kernels: str = "reference", stages: Any = None, core: str | None = None) -> tuple[int, dict[str, int], int]:
     """(planned head bytes, tensor name -> offset, TFLM greedy head) for ``graph``'s activation tensors, around the
-    scratch buffers of the build that links ``kernels`` ("reference" or "cmsis_nn"; ``stages``: see
-    ``head_buffers``). ``inplace``: outputs may overlap dying inputs where those kernels allow it
-    (``inplace_pairs``); ``tries`` (default 400, 2000 in place) placements are searched, fewer when one reaches the
-    lower bound."""
+    scratch buffers of the build that links ``kernels`` ("reference" or "cmsis_nn") on ``core`` (None: a core
+    without Helium; ``stages``: see ``head_buffers``). ``inplace``: outputs may overlap dying inputs where those
+    kernels allow it (``inplace_pairs``); ``tries`` (default 400, 2000 in place) placements are searched, fewer when
+    one reaches the lower bound."""
     tries = tries if tries is not None else (2000 if inplace else 400)
-    greedy, buffers = head_buffers(graph, kernels, stages)
-    overlap = inplace_overlaps(graph, kernels) if inplace else {}
+    greedy, buffers = head_buffers(graph, kernels, stages, core)
+    overlap = inplace_overlaps(graph, kernels, core) if inplace else {}
     tensors = [b for b in buffers if b.name in graph.tensors]
     others = [b for b in buffers if b.name not in graph.tensors]  # kernel scratch: left to TFLM
     base = sorted(tensors + others, key=lambda b: -b.size)
@@ -287,16 +300,16 @@ def plan(graph: ir.Graph, tries: int | None = None, seed: int = 0, inplace: bool
 
 
 def with_offline_plan(data: bytes | TfliteModel, graph: ir.Graph | None = None, tries: int | None = None,
-                      inplace: bool = False, kernels: str = "reference",
-                      stages: Any = None) -> tuple[bytes | TfliteModel, int, int]:
+                      inplace: bool = False, kernels: str = "reference", stages: Any = None,
+                      core: str | None = None) -> tuple[bytes | TfliteModel, int, int]:
     """``data`` with an OfflineMemoryAllocation plan (replacing any) if it beats TFLM's greedy plan, else without
     one (a plan it had becomes all online): (model, planned head, greedy head). Associated files appended
     after the flatbuffer are kept. Bytes in, bytes out; a parsed or decided model in (``tfmcu.tflite.model``), a
     decided model out (nothing written: ``graph``, when given, is the one lowered from it).
-    ``inplace``, ``kernels``, ``stages``: see ``plan``; an in-place plan is valid only for the ``kernels`` it was
-    made for (the caller records them)."""
+    ``inplace``, ``kernels``, ``stages``, ``core``: see ``plan``; an in-place plan is valid only for the ``kernels``
+    it was made for, and with CMSIS-NN for its read orders (a core with Helium or not: the caller records them)."""
     graph = graph or _lowered(data)
-    head, offsets, greedy = plan(graph, tries, inplace=inplace, kernels=kernels, stages=stages)
+    head, offsets, greedy = plan(graph, tries, inplace=inplace, kernels=kernels, stages=stages, core=core)
     if head >= greedy:
         if offline_plan.read(data) is not None:  # a plan made before (maybe for other kernels): all online
             return write_offline_plan(data, {}, graph), greedy, greedy

@@ -39,8 +39,9 @@ from tfmcu.kernels import PatchKernelError
 from tfmcu.kernels.ops import LayerSpec, kernel_op, params_from_words
 from tfmcu.kernels.pack import PackedStage, cache_sizes, input_window_bytes, pack_stage, stage_blob
 from tfmcu.plan import regions
-from tfmcu.plan.arena import (ALIGN, DEFAULT_KERNELS, KERNEL_SETS, builtin_of, const_inputs, get_build, op_allocations,
-                              operator_tail, persistent_bytes, predict_arena, predict_model_arena, stage_op_alloc)
+from tfmcu.plan.arena import (ALIGN, DEFAULT_KERNELS, KERNEL_SETS, MVE_CORES, builtin_of, const_inputs, get_build,
+                              op_allocations, operator_tail, persistent_bytes, predict_arena, predict_model_arena,
+                              stage_op_alloc)
 from tfmcu.plan.halo import HaloCaches, HaloOptions, halo_caches, select
 from tfmcu.plan.memory_plan import with_offline_plan
 from tfmcu.plan.placer import align_up
@@ -68,27 +69,31 @@ def is_custom_model(data: bytes | ts.ModelT) -> bool:
 # read it as they read its file) and only the models kept are written.
 def rewrite_custom(data: bytes | TfliteModel, graph: ir.Graph, schedule: PatchSchedule, where: str = "model",
                    inplace: bool = False, halo: HaloCaches | None = None,
-                   streamed_input: bool = False, kernels: str = "reference") -> RewriteResult:
+                   streamed_input: bool = False, kernels: str = "reference",
+                   core: str | None = None) -> RewriteResult:
     """Replace ``schedule``'s stage of the .tflite ``data`` (bytes, or the model parsed once,
     ``tfmcu.tflite.model``) by one TFMCU_PATCH_STAGE operator. The offline memory
-    plan is made around the scratch buffers of the build that links ``kernels`` (``tfmcu.plan.memory_plan``),
-    recorded in the schedule metadata (``memory_plan_kernels``); ``inplace``: the rest of the graph planned in place
-    with the overlaps those kernels allow. ``halo``: halo caches of this schedule (``tfmcu.plan.halo``),
-    recorded too. ``streamed_input``: the stage reads the image through the application's ``TfmcuInputProvider``
-    (tflm_patch_kernels/tflm/patch_stage_op.h) row band by row band: the model's input becomes a one-element int8
-    placeholder and the arena holds no image. The model is decided, written when its bytes are asked for."""
+    plan is made around the scratch buffers of the build that links ``kernels`` on ``core`` (None: a core without
+    Helium; ``tfmcu.plan.memory_plan``), recorded in the schedule metadata (``memory_plan_kernels``, and
+    ``memory_plan_helium`` for CMSIS-NN's Helium read orders, ``plan_record``); ``inplace``: the rest of the graph
+    planned in place with the overlaps those kernels allow. ``halo``: halo caches of this schedule
+    (``tfmcu.plan.halo``), recorded too. ``streamed_input``: the stage reads the image through the application's
+    ``TfmcuInputProvider`` (tflm_patch_kernels/tflm/patch_stage_op.h) row band by row band: the model's input becomes
+    a one-element int8 placeholder and the arena holds no image. The model is decided, written when its bytes are
+    asked for."""
     ed, packed, record, ops_before = _first_stage(as_model(data, where), graph, schedule, where, inplace, halo,
-                                                  streamed_input, kernels)
+                                                  streamed_input, kernels, core)
     ed.set_metadata(SCHEDULE_METADATA, json.dumps(record).encode())
     # The whole model's offline memory plan (the stage op's input and output, the rest in place if asked), when it
     # beats TFLM's greedy planner; TFLM places the op's scratch around it.
-    planned, _, _ = with_offline_plan(ed.decided(where), inplace=inplace, kernels=kernels, stages={0: packed})
+    planned, _, _ = with_offline_plan(ed.decided(where), inplace=inplace, kernels=kernels, stages={0: packed},
+                                      core=core)
     return RewriteResult(planned, ops_before, len(ed.subgraph.operators), ed.new_tensors, record, {0: packed})
 
 
 def _first_stage(source: TfliteModel, graph: ir.Graph, schedule: PatchSchedule, where: str, inplace: bool,
-                 halo: HaloCaches | None, streamed_input: bool,
-                 kernels: str) -> tuple[ModelEditor, PackedStage, dict[str, Any], int]:
+                 halo: HaloCaches | None, streamed_input: bool, kernels: str,
+                 core: str | None = None) -> tuple[ModelEditor, PackedStage, dict[str, Any], int]:
     """``rewrite_custom``'s model before its metadata and memory plan: (the editor holding it, the stage packed, its
     schedule record, the operators before)."""
     try:
@@ -130,17 +135,26 @@ def _first_stage(source: TfliteModel, graph: ir.Graph, schedule: PatchSchedule, 
     ed.subgraph.operators = [op] + [o for k, o in enumerate(original_ops) if k not in set(stage_src)]
     ed.drop_unused_tensors()
     record = schedule_record(schedule, "custom", scratch_bytes=int(packed.scratch_bytes),
-                             memory_plan="inplace" if inplace else "disjoint", memory_plan_kernels=kernels,
-                             **stream)
+                             **plan_record(inplace, kernels, core), **stream)
     if halo is not None:
         record["halo"] = halo.to_dict()
     return ed, packed, record, len(original_ops)
 
 
+def plan_record(inplace: bool, kernels: str, core: str | None) -> dict[str, Any]:
+    """What the schedule metadata says of the memory plan: in place or disjoint, for which kernels' read orders
+    (``memory_plan_kernels``) and, in place with CMSIS-NN on a core with Helium, ``memory_plan_helium`` (CMSIS-NN's
+    MVE code reads in other orders than its DSP code: ``tfmcu.firmware.sources.check_model`` holds the two apart)."""
+    record: dict[str, Any] = {"memory_plan": "inplace" if inplace else "disjoint", "memory_plan_kernels": kernels}
+    if inplace and kernels == "cmsis_nn" and core in MVE_CORES:
+        record["memory_plan_helium"] = True
+    return record
+
+
 def rewrite_stages(data: bytes | TfliteModel, graph: ir.Graph,
                    stages: Sequence[tuple[PatchSchedule, HaloCaches | None]],
                    where: str = "model", inplace: bool = False, streamed_input: bool = False,
-                   kernels: str = "reference") -> RewriteResult:
+                   kernels: str = "reference", core: str | None = None) -> RewriteResult:
     """A plan's patch stages (``tfmcu.plan.plans.Plan.schedules``, each with its halo caches), each ONE
     TFMCU_PATCH_STAGE operator with its own grid and caches, in the place of its operators; the first may start at
     operator 0 and stream the image (``streamed_input``, as ``rewrite_custom``; a single such stage is exactly
@@ -153,13 +167,13 @@ def rewrite_stages(data: bytes | TfliteModel, graph: ir.Graph,
     source = as_model(data, where)
     order = sorted(stages, key=lambda sh: graph.ops[sh[0].stage[0]].src_index)
     if len(order) == 1 and graph.ops[order[0][0].stage[0]].src_index == 0:
-        return rewrite_custom(source, graph, order[0][0], where, inplace, order[0][1], streamed_input, kernels)
+        return rewrite_custom(source, graph, order[0][0], where, inplace, order[0][1], streamed_input, kernels, core)
     first, rest = order[0], order[1:]
     record: dict[str, Any] | None = None
     packs: dict[int, PackedStage] = {}  # by operator index in the model the loop below edits
     if graph.ops[first[0].stage[0]].src_index == 0:  # the first stage as rewrite_custom makes it (streamed or not)
         ed0, packs[0], record, _ = _first_stage(source, graph, first[0], where, inplace, first[1], streamed_input,
-                                                kernels)
+                                                kernels, core)
         source = ed0.decided(where)
         base = from_model(source, name=where)
         shift = len(first[0].stage) - 1  # operators before the later stages: the first stage's became one
@@ -201,12 +215,12 @@ def rewrite_stages(data: bytes | TfliteModel, graph: ir.Graph,
             new_ops.append(replace.get(i, o))
     ed.subgraph.operators = new_ops
     ed.drop_unused_tensors()
-    record = dict(record) if record is not None else schedule_record(
-        order[0][0], "custom", memory_plan="inplace" if inplace else "disjoint", memory_plan_kernels=kernels)
+    record = dict(record) if record is not None else schedule_record(order[0][0], "custom",
+                                                                     **plan_record(inplace, kernels, core))
     record["stage_plan"] = [{"operator": index[i], **e} for i, e in entries]
     ed.set_metadata(SCHEDULE_METADATA, json.dumps(record).encode())
     found = {index[i]: p for i, p in packs.items()}
-    planned, _, _ = with_offline_plan(ed.decided(where), inplace=inplace, kernels=kernels, stages=found)
+    planned, _, _ = with_offline_plan(ed.decided(where), inplace=inplace, kernels=kernels, stages=found, core=core)
     return RewriteResult(planned, len(graph.ops), len(ed.subgraph.operators), ed.new_tensors, record, found)
 
 
@@ -266,16 +280,18 @@ class FlashResult:
 
 
 def convs_to_flash(data: bytes | TfliteModel, where: str = "model", inplace: bool = False, build: str = "cortex-m",
-                   kernels: str = "reference", stages: dict[int, PackedStage] | None = None) -> FlashResult:
+                   kernels: str = "reference", stages: dict[int, PackedStage] | None = None,
+                   core: str | None = None) -> FlashResult:
     """Run the model's CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED operators outside a patch stage through our
     kernels too: each becomes a one-layer TFMCU_PATCH_STAGE op (one patch, no scratch; a fully connected layer as the
     1x1 convolution it computes) whose per-channel multipliers and shifts are computed offline into Flash, so TFLM's
     persistent tail no longer holds them (TFLM's Prepare allocates 2 x 4 x out channels bytes per convolution, and
     per fully connected layer with per-channel weights: a 1000-class classifier's 8,000 B). An operator is replaced
     only where that makes the tail smaller: our kernel's op data (``kernel_memory``) below TFLM's own allocations
-    for it (``tfmcu.plan.arena``, TFLM build ``build``: Cortex-M's 32-bit structs by default). Tensors, their lifetimes and the memory plan are unchanged
-    (``inplace``: the offline plan in place again); results are bit-exact as for the stage. ``data``: bytes, or a
-    model parsed or decided (``tfmcu.tflite.model``); the result's model is decided, written when asked for."""
+    for it (``tfmcu.plan.arena``, TFLM build ``build``: Cortex-M's 32-bit structs by default). Tensors, their
+    lifetimes and the memory plan are unchanged (``inplace``: the offline plan in place again, for ``kernels`` on
+    ``core``); results are bit-exact as for the stage. ``data``: bytes, or a model parsed or decided
+    (``tfmcu.tflite.model``); the result's model is decided, written when asked for."""
     source = as_model(data, where)
     graph = from_model(source, name=where)
     ed = ModelEditor(source, where)
@@ -316,7 +332,7 @@ def convs_to_flash(data: bytes | TfliteModel, where: str = "model", inplace: boo
             kept.append({**entry, "why": "our kernel's op data would not be smaller"})
     ed.subgraph.operators = [replaced.get(i, o) for i, o in enumerate(original_ops)]
     ed.drop_unused_tensors()
-    planned, _, _ = with_offline_plan(ed.decided(where), inplace=inplace, kernels=kernels, stages=packs)
+    planned, _, _ = with_offline_plan(ed.decided(where), inplace=inplace, kernels=kernels, stages=packs, core=core)
     return FlashResult(planned, done, kept, packs)
 
 
@@ -478,6 +494,7 @@ class CustomOptions:
     stream_input: bool = False
     rest_convs: str = "tflm"
     kernels: str = DEFAULT_KERNELS  # the kernels an in-place plan is derived for (tfmcu.plan.arena.KERNEL_SETS)
+    core: str | None = None  # the core whose read orders it holds for (CMSIS-NN's Helium code on MVE_CORES; None: DSP)
 
     def validate(self) -> "CustomOptions":
         """``ScheduleError`` (one line, naming the flag) for a value no custom-mode rewrite takes."""
@@ -502,7 +519,8 @@ class CustomOptions:
     def _parts(self, halo: bool) -> list[str]:
         parts = [f"halo {self.halo.mode}"] if halo else []
         if self.inplace:
-            parts.append(f"rest in place ({self.kernels})")
+            helium = self.kernels == "cmsis_nn" and self.core in MVE_CORES
+            parts.append(f"rest in place ({self.kernels}{', Helium' if helium else ''})")
         if self.stream_input:
             parts.append("input streamed")
         if self.rest_convs == "tfmcu":
@@ -667,7 +685,8 @@ class CustomArenaCost:
             key = _caches_key(caches)
             if key not in built:
                 built[key] = rewrite_stages(self.source, self.graph, list(zip(schedules, caches)), self.where,
-                                            inplace=o.inplace, streamed_input=stream, kernels=o.kernels)
+                                            inplace=o.inplace, streamed_input=stream, kernels=o.kernels,
+                                            core=o.core)
             return built[key]
 
         def predict(caches: tuple[HaloCaches | None, ...]) -> Any:
@@ -688,7 +707,7 @@ class CustomArenaCost:
                 h = self._analytic_caches(plan, k, halo, image) or select(s, halo, None, image)
             chosen.append(h)
         caches = tuple(chosen)
-        key = (id(plan), _caches_key(caches), o.inplace, stream, o.rest_convs, o.kernels)
+        key = (id(plan), _caches_key(caches), o.inplace, stream, o.rest_convs, o.kernels, o.core)
         if key not in self._built:
             result = build(caches)
             configured = {k: caches[k] for k in plan.open_stages if caches[k] is not None}
@@ -710,7 +729,7 @@ class CustomArenaCost:
         """``rest_convs=tfmcu``: the rewritten model's remaining convolutions by our kernels (``convs_to_flash``),
         and what moved."""
         flash = convs_to_flash(result.decided, self.where, inplace=o.inplace, kernels=o.kernels, stages=result.stages,
-                               build=self.build if self.build.startswith("cortex-m") else "cortex-m")
+                               build=self.build if self.build.startswith("cortex-m") else "cortex-m", core=o.core)
         moved = sum(e["tflm_persistent_bytes"] - e["tfmcu_persistent_bytes"] for e in flash.replaced)
         return (RewriteResult(flash.decided, result.ops_before, result.ops_after, result.new_tensors, result.schedule,
                               flash.stages),
