@@ -267,6 +267,15 @@ def _generated_firmware(name, tool, args, source, srcs, deps, targets, timeout_s
             tags = tags,
         )
 
+# The TFLM kernel libraries (third_party/tflite_micro.BUILD's TFLM_KERNELS names) a zoo model's firmware links, as
+# deploy links its model's: the few its ops need, not all of TFLM's (each kernel file is a compile per core; a model
+# not named here, e.g. the bench's, links them all).
+# gen_model_whole checks them against the model's ops (tfmcu.firmware.sources.kernel_libraries).
+MODEL_KERNELS = {
+    "mbv2_035_96": ["add", "conv", "depthwise_conv", "fully_connected", "reduce"],
+    "tiny_per_tensor": ["add", "conv", "depthwise_conv", "fully_connected", "reduce"],
+}
+
 def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None, inplace = False, images = None,
                         fits = True, targets = MPS2, timeout_s = 50, size = "small", tags = [], sram_budget = {},
                         model_in_psram = False, tflm_kernels = "reference", stage_of = None, reference = "tflite",
@@ -294,11 +303,17 @@ def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None,
     """
     if tflm_kernels not in ("reference", "cmsis_nn"):
         fail("tflm_kernels must be reference or cmsis_nn, not %s" % tflm_kernels)
+    # A model not in MODEL_KERNELS (the bench's) links every kernel.
+    kernel_libs = ["@tflite_micro//:kernel_%s%s" % (k, "_for_cmsis_nn" if tflm_kernels == "cmsis_nn" else "")
+                   for k in MODEL_KERNELS[model]] if model in MODEL_KERNELS else [
+        "@tflite_micro//:micro" if tflm_kernels == "reference" else "@tflite_micro//:micro_cmsis_nn",
+    ]
     _generated_firmware(
         name = name,
         tool = "//tools/gen:gen_model_whole",
-        args = "--model %s%s%s%s%s%s%s%s%s%s%s%s%s" % (
+        args = "--model %s%s%s%s%s%s%s%s%s%s%s%s%s%s" % (
             model,
+            " --kernel-libs %s" % ",".join(MODEL_KERNELS[model]) if model in MODEL_KERNELS else "",
             " --core %s" % core if core else "",
             " --stream" if streamed_input else "",
             " --halo %s" % halo if halo != "none" else "",
@@ -318,9 +333,9 @@ def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None,
             "//tflm_patch_kernels/tflm:firmware_runtime",
             "//tflm_patch_kernels/tflm:patch_stage_op" if tflm_kernels == "reference" else
             "//tflm_patch_kernels/tflm:patch_stage_op_cmsis_nn",
-            "@tflite_micro//:micro" if tflm_kernels == "reference" else "@tflite_micro//:micro_cmsis_nn",
+            "@tflite_micro//:runtime",
             "@tflite_micro//:platform_mcu",
-        ],
+        ] + kernel_libs,
         copts = ["-DTFMCU_ARENA_BYTES=%d" % arena_bytes] + (["-DTFMCU_MODEL_IN_PSRAM"] if model_in_psram else
                                                             _MODEL_IN_PSRAM),
         targets = targets,

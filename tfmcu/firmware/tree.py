@@ -326,6 +326,7 @@ class Library:
     alwayslink: bool = False
     linkopts: list[str] = field(default_factory=list)
     link_inputs: list[str] = field(default_factory=list)
+    pch: tuple[str, tuple[str, ...]] | None = None  # a cc_pch dependency: (its label, the headers it precompiles)
 
     @property
     def cmake_name(self) -> str:
@@ -482,6 +483,7 @@ class _Graph:
         if BINARY not in rules or mcu is None:
             raise TreeError(f"the folder's BUILD has no cc_binary {BINARY!r} and mcu_binary (not a deploy folder?)")
         done: dict[str, Library] = {}
+        pchs: dict[str, tuple[str, tuple[str, ...]]] = {}  # cc_pch rules: (the -include name, the headers)
         post: list[str] = []
 
         def visit(label: str, repo: str, pkg: str) -> str:
@@ -490,17 +492,25 @@ class _Graph:
                 raise TreeError(f"{label} (named in @{repo}//{pkg}): no such rule")
             r, p, n, kind, kw = found
             key = f"@{r}//{p}:{n}"
-            if key in done:
+            if key in done or key in pchs:
+                return key
+            if kind == "cc_pch":  # tools/bazel/pch.bzl: CMake precompiles the same headers (cmake_lists)
+                pchs[key] = (kw["header"], tuple(kw["includes"]))
                 return key
             if kind not in ("cc_library", "cc_binary"):
                 raise TreeError(f"{key}: a {kind}; the tree follows cc_library dependencies only")
             lib = Library(key)
             done[key] = lib
-            lib.deps = [visit(d, r, p) for d in kw.get("deps", [])]
+            lib.deps = [d for d in (visit(d, r, p) for d in kw.get("deps", [])) if d in done]
             for rr, path in self.files(list(kw.get("srcs", [])), r, p):
                 (lib.srcs if path.endswith((".c", ".cc", ".cpp", ".S")) else lib.hdrs).append(self.tree_path(rr, path))
             lib.hdrs += [self.tree_path(rr, path) for rr, path in self.files(list(kw.get("hdrs", [])), r, p)]
             lib.copts = [t for c in kw.get("copts", []) for t in shlex.split(c)]
+            for pch, (header, includes) in pchs.items():  # `-include <header>`: CMake's own precompiled header
+                at = [i for i, t in enumerate(lib.copts) if t == "-include" and lib.copts[i + 1:i + 2] == [header]]
+                if at:
+                    lib.pch = (pch, includes)
+                    lib.copts = lib.copts[:at[0]] + lib.copts[at[0] + 2:]
             lib.local_defines = [t for d in kw.get("local_defines", []) for t in shlex.split(d)]
             own_defines = [t for d in kw.get("defines", []) for t in shlex.split(d)]
             own_system = [self.tree_path(r, os.path.join(p, i)) for i in kw.get("includes", [])]
@@ -705,8 +715,18 @@ add_link_options(${{TFMCU_CPU_FLAGS}}
 {_cmake_list(flags["link"])})
 set(CMAKE_C_STANDARD_LIBRARIES "{' '.join(flags['libs'])}")
 """]
+    owners: dict[str, str] = {}  # a cc_pch: the library that precompiles its headers, the others reuse them
     for lib in compiled:
         out.append(_cmake_library(lib, "OBJECT" if lib.alwayslink else "STATIC"))
+        if lib.pch is not None:
+            label, includes = lib.pch
+            if label in owners:
+                out.append(f"target_precompile_headers({lib.cmake_name} REUSE_FROM {owners[label]})\n")
+            else:
+                owners[label] = lib.cmake_name
+                out.append(f"# {label}: parsed once, not once per file\n"
+                           f"target_precompile_headers({lib.cmake_name} PRIVATE\n"
+                           f"{_cmake_list([f'<{h}>' for h in includes])})\n")
     objects = [f"$<TARGET_OBJECTS:{lib.cmake_name}>" for lib in compiled if lib.alwayslink]
     statics = [lib.cmake_name for lib in compiled if not lib.alwayslink]
     out.append(f"""

@@ -6,7 +6,7 @@ FNV-1a hash) and top classes, and the predicted TFLM arena.
 usage: gen_model_whole.py --model NAME --out-cc OUT.cc --out-expect OUT.json
                           [--patches P [--blocks N] [--inplace] [--stream] [--halo MODE] [--rest-convs]]
                           [--seed 0] [--images fashion_mnist:N]
-                          [--expect-no-fit]
+                          [--expect-no-fit] [--kernel-libs conv,depthwise_conv,...]
 
 - Without --patches the model runs unpatched (the per-layer baseline); with it, custom mode with a P x P grid over
   the first N blocks (default: the zoo entry's stage), the rest planned in place with --inplace (with the overlaps
@@ -73,6 +73,9 @@ def main(argv=None):
                     help="the kernels the firmware links (TFLM's and the patch executor's backend)")
     ap.add_argument("--core", help="the core the firmware runs on, where its CMSIS-NN build differs (cortex-m55: "
                                    "CMSIS-NN's Helium buffers); default: a core without Helium")
+    ap.add_argument("--kernel-libs", help="the TFLM kernel libraries the firmware links (names of "
+                                         "third_party/tflite_micro.BUILD's TFLM_KERNELS, comma-separated): checked "
+                                         "against the model's ops")
     a = ap.parse_args(argv)
     if a.rest_convs and a.kernels == "cmsis_nn":
         ap.error("--rest-convs is for the reference build (the predictor models one stage's CMSIS-NN buffer)")
@@ -139,6 +142,13 @@ def main(argv=None):
     pred = predict_arena(from_tflite(model), model=model, build=build, stage=stage)
     if pred.details["unmodelled_ops"]:
         raise SystemExit("gen_model_whole: the predictor does not model %s" % pred.details["unmodelled_ops"])
+    if a.kernel_libs is not None:
+        from tfmcu.firmware.sources import kernel_libraries, resolver_ops
+        need = {lib.split(":kernel_", 1)[1].removesuffix("_cmsis_nn") for lib in kernel_libraries(resolver_ops(model))}
+        missing = sorted(need - set(a.kernel_libs.split(",")))
+        if missing:
+            raise SystemExit("gen_model_whole: %s needs the TFLM kernel libraries %s: add them to MODEL_KERNELS "
+                             "(tflm_patch_kernels/firmware/firmware.bzl)" % (a.model, ", ".join(missing)))
     src = model_source(model, xs, refs[0].nbytes, "model %s (%s); %s." % (a.model, what, inputs))
     with open(a.out_cc, "w") as f:
         f.write(src)
