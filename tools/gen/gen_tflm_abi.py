@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ARCHIVES = {  # third_party/*.BUILD: TFLM and the headers its kernels include
@@ -143,27 +144,44 @@ def extract(third_party, dest):
 
 def measure(profile, roots, items, tmp):
     """[[size, align], ...] of items [(include, type), ...]: the headers in one translation unit, each .cc (whose
-    anonymous-namespace names may clash) in its own."""
+    anonymous-namespace names may clash) in its own. FlatBuffers' TFLite schema, which every unit includes, is
+    precompiled once (GCC's .gch, as the Bazel build does: tools/bazel/pch.bzl) and the units compile in parallel."""
     micro = "tensorflow/lite/micro/"
     units = {}
     for k, (include, typ) in enumerate(items):
         unit = include if include.endswith(".cc") else "headers"
         units.setdefault(unit, []).append((k, include, typ))
     p = PROFILES[profile]
-    out = [None] * len(items)
-    for u, (unit, members) in enumerate(units.items()):
-        src = os.path.join(tmp, "probe%d.cc" % u)
+    flags = ["-std=c++17", "-O0", "-fno-rtti", "-fno-exceptions", "-DTF_LITE_STATIC_MEMORY", "-fdata-sections",
+             "-w"] + p["flags"] + ["-I" + r for r in roots.values()]
+    pch_dir = os.path.join(tmp, "pch_" + profile)
+    os.makedirs(pch_dir, exist_ok=True)
+    pch = os.path.join(pch_dir, "tfmcu_abi_pch.h")
+    with open(pch, "w") as f:
+        f.write('#include "tensorflow/lite/schema/schema_generated.h"\n')
+    r = subprocess.run([p["cxx"]] + flags + ["-x", "c++-header", pch, "-o", pch + ".gch"], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        raise SystemExit("gen_tflm_abi: %s: precompiling the schema: %s" % (profile, r.stderr[-2000:]))
+
+    def compile_unit(u, unit, members):
+        src = os.path.join(tmp, "%s_probe%d.cc" % (profile, u))
         with open(src, "w") as f:
             for inc in sorted({inc for _, inc, _ in members}):
                 f.write('#include "%s"\n' % os.path.normpath(micro + inc))
             for k, _, typ in members:
                 f.write('extern "C" const unsigned tfmcu_abi_%d[2] = {sizeof(%s), alignof(%s)};\n' % (k, typ, typ))
-        obj = os.path.join(tmp, "probe%d.o" % u)
-        cmd = [p["cxx"], "-std=c++17", "-c", "-O0", "-fno-rtti", "-fno-exceptions", "-DTF_LITE_STATIC_MEMORY",
-               "-fdata-sections", "-w"] + p["flags"] + ["-I" + r for r in roots.values()] + [src, "-o", obj]
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        obj = os.path.join(tmp, "%s_probe%d.o" % (profile, u))
+        r = subprocess.run([p["cxx"], "-c"] + flags + ["-include", pch, src, "-o", obj], capture_output=True,
+                           text=True)
         if r.returncode != 0:
             raise SystemExit("gen_tflm_abi: %s %s: %s" % (profile, unit, r.stderr[-2000:]))
+        return obj
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        objs = list(pool.map(lambda a: compile_unit(*a), [(u, unit, m) for u, (unit, m) in enumerate(units.items())]))
+    out = [None] * len(items)
+    for obj, members in zip(objs, units.values()):
         for k, _, _ in members:
             raw = os.path.join(tmp, "abi.bin")
             subprocess.run([p["objcopy"], "-O", "binary", "--only-section=.rodata.tfmcu_abi_%d" % k, obj, raw],
