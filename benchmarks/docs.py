@@ -132,13 +132,16 @@ def targets_table() -> str:
 def boards_table() -> str:
     """Every board of ``tfmcu/firmware/boards.json`` with its core, Flash, SRAM regions, QEMU board and console."""
     md = ["| `--target` | core | Flash | SRAM regions (in bold the firmware's: the stack, .data, .bss and TFLM's arena; "
-          "_persistent_: TFLM's persistent data when it fits there) | QEMU board that runs it | console UART "
+          "_persistent_: TFLM's persistent data when it fits there; _fast_: the firmware's RAM when it fits there, "
+          "the persistent data then in the bold one) | QEMU board that runs it | console UART "
           "(`--console=uart`) |", "|---|---|---|---|---|---|"]
     for name, b in board_entries().items():
         t = TARGETS.get(name)
         regions = "; ".join((f"**{r['name']} {r['size_kib']} KiB at {r['base']}**" if r["name"] == b["firmware_ram"]
                              else f"{r['name']} {r['size_kib']} KiB at {r['base']}"
-                             + (": _persistent_" if r["name"] == b.get("persistent_ram") else ""))
+                             + (": _fast_" if r["name"] == b.get("fast_ram") else "")
+                             + (", _persistent_" if r["name"] == b.get("persistent_ram") == b.get("fast_ram") else
+                                ": _persistent_" if r["name"] == b.get("persistent_ram") else ""))
                             for r in b["sram"])
         qemu = ("-" if t is None else "none: built and linked, not run (no QEMU board has its core)" if not t.machine
                 else f"`{t.machine}`" + (" (stand-in link)" if t.qemu == "stand-in" else ""))

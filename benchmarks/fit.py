@@ -68,8 +68,9 @@ def _model(name: str, cache: str) -> bytes:
     return untrained_int8(load_spec(name), 0, as_conv=False)
 
 
-def search_record() -> dict[str, Any]:
-    """What fit searched (its defaults) and what the patch kernels run, as the JSON records it."""
+def search_record(cases=CASES) -> dict[str, Any]:
+    """What fit searched (its defaults) and what the patch kernels run, as the JSON records it (the latency
+    coefficients of the cores ``cases`` run on)."""
     d = FitOptions(model="")
     return {"grids": list(d.patch_options), "max_stages": d.max_stages, "halo_modes": list(d.halo_modes),
             "rest_convs": list(d.rest_convs), "search_seconds": None, "latency_ladder": list(LATENCY_LADDER),
@@ -77,13 +78,13 @@ def search_record() -> dict[str, Any]:
             # what the patch kernels run (a fit row's instructions change with them), the latency predictor's
             # calibration (the plans a cap admits change with it) and where TFLM's persistent data goes
             "stage_abi": abi.ABI_VERSION, "conv1x1_folded_max_pixels": abi.CONV1X1_FOLDED_MAX_PIXELS,
-            "latency_coefficients": _coefficients_hash(),
+            "latency_coefficients": _coefficients_hash(cases),
             "persistent_apart": d.persistent_apart}
 
 
-def _coefficients_hash() -> str:
-    """The latency coefficients of the cores the cases run on (a fit row's plan at a cap changes with them)."""
-    cores = {get_target(t).core for _, t, _ in CASES}
+def _coefficients_hash(cases=CASES) -> str:
+    """The latency coefficients of the cores ``cases`` run on (a fit row's plan at a cap changes with them)."""
+    cores = {get_target(t).core for _, t, _ in cases}
     coef = {k: v for k, v in (load_calibration().get("coefficients") or {}).items() if k.split("/")[0] in cores}
     return hashlib.sha1(json.dumps(coef, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -100,12 +101,12 @@ def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CA
     if os.path.isfile(kept_path):  # rows an earlier run measured: fit's with the same search, per layer any
         with open(kept_path) as f:
             earlier = json.load(f)
-        same = earlier.get("search") == search_record()
+        same = earlier.get("search") == search_record(cases)
         kept = {k: r for k, r in earlier.get("rows", {}).items() if same or r.get("what") == PER_LAYER}
 
     def keep(row: dict[str, Any]) -> dict[str, Any]:
         kept[f"{row['model']}|{row['target']}|{row['what']}"] = row
-        write_outputs({kept_path: json.dumps({"search": search_record(), "rows": kept}, indent=1).encode()})
+        write_outputs({kept_path: json.dumps({"search": search_record(cases), "rows": kept}, indent=1).encode()})
         return row
 
     def earlier_row(name: str, target: str, what: str) -> dict[str, Any] | None:
@@ -120,8 +121,12 @@ def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CA
         write_outputs({path: data})
         macs = profile(from_tflite(data)).macs
         base = earlier_row(name, target, PER_LAYER)
-        if base is not None:
-            rows.append(base)
+        if base is not None:  # measured then; the prediction is the predictor's now (it takes milliseconds)
+            pred_i = predict_instructions(data, _core(target), "cmsis_nn").instructions
+            base = {**base, "predicted_instructions": pred_i,
+                    "instructions_error": (round(pred_i / base["instructions"] - 1, 4)
+                                           if base.get("instructions") else None)}
+            rows.append(keep(base))
         else:
             base = _per_layer(name, target, path, data, macs, work, log)
             rows.append(keep(base) if "error" not in base else base)
@@ -133,7 +138,7 @@ def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CA
             if row is None:  # (an error row too: "nothing fits within 1.00x" is a result)
                 row = keep(_fitted(name, target, stream, cap, what, path, base, work, log))
             rows.append(row)
-    return {"rows": rows, "search": search_record()}
+    return {"rows": rows, "search": search_record(cases)}
 
 
 def cores_section(o: Any, log: Callable[[str], None] = print) -> dict[str, Any]:

@@ -62,6 +62,7 @@ FW = "@//tflm_patch_kernels/firmware"
 
 # core -> (firmware.bzl target key, QEMU board, Bazel platform, harness board library, PSRAM origin, linker script)
 CORES = {
+    "cortex-m3": ("cortex_m3", "mps2-an385", "//tools/bazel/arm:cortex_m3", "board_cortex_m3", 0x21000000, "mps2.ld"),
     "cortex-m4": ("cortex_m4", "mps2-an386", "//tools/bazel/arm:cortex_m4", "board_cortex_m4", 0x21000000, "mps2.ld"),
     "cortex-m7": ("cortex_m7", "mps2-an500", "//tools/bazel/arm:cortex_m7", "board_cortex_m7", 0x60000000, "mps2.ld"),
     "cortex-m33": ("cortex_m33", "mps2-an505", "//tools/bazel/arm:cortex_m33", "board_cortex_m33", 0x80000000,

@@ -15,10 +15,13 @@ def _run(tmp_path, monkeypatch) -> list[tuple[str, str]]:
     monkeypatch.setattr(bench_fit, "_model", lambda name, cache: b"model")
     monkeypatch.setattr(bench_fit, "from_tflite", lambda data: None)
     monkeypatch.setattr(bench_fit, "profile", lambda graph: types.SimpleNamespace(macs=1))
+    monkeypatch.setattr(bench_fit, "predict_instructions", lambda data, core, kernels: types.SimpleNamespace(
+        instructions=90))  # (a kept per-layer row takes the predictor's figure of now)
 
     def per_layer(name, target, *args):
         measured.append((name, bench_fit.PER_LAYER))
-        return {"model": name, "target": target, "what": bench_fit.PER_LAYER, "arena": 2}
+        return {"model": name, "target": target, "what": bench_fit.PER_LAYER, "arena": 2, "instructions": 100,
+                "predicted_instructions": 80, "instructions_error": -0.2}
 
     def fitted(name, target, stream, cap, what, *args):
         measured.append((name, what))
@@ -35,6 +38,9 @@ def _run(tmp_path, monkeypatch) -> list[tuple[str, str]]:
 def test_rows_of_the_same_search_are_reused(tmp_path, monkeypatch):
     assert len(_run(tmp_path, monkeypatch)) == 3
     assert _run(tmp_path, monkeypatch) == []
+    [base] = [r for r in json.loads((tmp_path / "fit" / "rows.json").read_text())["rows"].values()
+              if r["what"] == bench_fit.PER_LAYER]  # the measurement kept, its prediction the predictor's now
+    assert (base["instructions"], base["predicted_instructions"], base["instructions_error"]) == (100, 90, -0.1)
 
 
 def test_another_search_keeps_only_the_per_layer_rows(tmp_path, monkeypatch):

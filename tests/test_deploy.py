@@ -150,8 +150,8 @@ def test_unknown_target_and_flags():
         deploy.validate(deploy.DeployOptions("m.tflite", margin=-1))
     with pytest.raises(UsageError, match="--console=usb: must be one of semihosting, uart"):
         deploy.validate(deploy.DeployOptions("m.tflite", console="usb"))
-    with pytest.raises(UsageError, match="--console=uart: nrf52840-dk's board file has no console UART yet"):
-        deploy.validate(deploy.DeployOptions("m.tflite", "nrf52840-dk", console="uart"))
+    with pytest.raises(UsageError, match="--console=uart: alif-ensemble-e7's board file has no console UART yet"):
+        deploy.validate(deploy.DeployOptions("m.tflite", "alif-ensemble-e7", console="uart"))
 
 
 def test_targets_match_firmware_bzl():
@@ -186,12 +186,21 @@ def test_every_board_resolves_with_its_memory():
     assert len(TARGETS) + len(UNSUPPORTED) >= 10
     build = open(os.path.join(ROOT, "tflm_patch_kernels", "firmware", "BUILD")).read()
     libraries = set(re.findall(r'"(board_\w+)"', build))
-    for prefix in ("board_", "board_dwt_"):  # the MPS2 boards' libraries, the DWT ones of real boards of their cores
-        per = re.search(rf'name = "{prefix}" \+ t,.*?for t in \(([^)]*)\)', build, re.S)
-        libraries |= {f"{prefix}{k}" for k in re.findall(r'"(\w+)"', per[1])}
+    per = re.search(r'name = "board_" \+ t,.*?for t in \(([^)]*)\)', build, re.S)  # the MPS2 boards' libraries
+    libraries |= {f"board_{k}" for k in re.findall(r'"(\w+)"', per[1])}
+    per = re.search(r'\("board_dwt", t\) for t in \(([^)]*)\)', build)  # the DWT ones of real boards of their cores
+    libraries |= {f"board_dwt_{k}" for k in re.findall(r'"(\w+)"', per[1])}
+    consoles = re.findall(r'^\s*\("(board_\w+)", "(\w+)", "(\w+)"\),$', build, re.M)  # BOARD_CONSOLES
+    assert len(consoles) >= 7
+    libraries |= {f"{'board_dwt_' + t if src == 'board_dwt' else src}_{c}" for src, t, c in consoles}
+    assert all(f'"{c}": ("console_' in build for _, _, c in consoles)  # each a driver of CONSOLES
     for t in TARGETS.values():
         assert t.board in libraries, t.board  # its board library exists
         assert not t.board_elf or t.board_elf in libraries, t.board_elf
+        # a console UART on every named board but the Alif's; on a chip QEMU does not emulate, its ELF's own driver
+        assert (t.console is None) == (t.name == "alif-ensemble-e7"), t.name
+        real = t.board_elf or (t.board if not t.machine else "")
+        assert not real or t.console is None or re.search(r"_(stm32|nrf|rp2040)\w+$", real), t.name
         assert t.core == BUILDS[t.key].core and t.ram in t.regions and t.sram_bytes == t.ram.bytes
         spans = sorted((r.base, r.base + r.bytes) for r in (*t.regions, t.flash))
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), t.name
@@ -222,13 +231,45 @@ def test_a_board_folder_links_with_its_memory(zoo_models, tmp_path):
         real = board != "nucleo-f446re"
         assert ('name = "firmware_qemu"' in build) == real
         assert (f":board_dwt_{TARGETS[board].key}" in build) == real and f":{TARGETS[board].board}" in build
-        if stand_in:
-            assert f"TFMCU_SRAM_BUDGET={TARGETS[board].sram_bytes}" in build
+        if stand_in:  # the model's RAM fits the DTCM (fast_ram): the arena there, the persistent data in AXI SRAM
+            assert f"TFMCU_SRAM_BUDGET={128 * 1024}" in build
             assert "-DTFMCU_PERSISTENT_BYTES=" in build and '"$(location :qemu.ld)"' in build
-            assert "PERSISTENT (rw) : ORIGIN = 0x20000000, LENGTH = 128K" in (out / "board.ld").read_text()
+            board_ld = (out / "board.ld").read_text()
+            assert "RAM (rwx)  : ORIGIN = 0x20000000, LENGTH = 128K" in board_ld
+            assert "PERSISTENT (rw) : ORIGIN = 0x24000000, LENGTH = 512K" in board_ld
             qemu_ld = (out / "qemu.ld").read_text()
-            assert "RAM (rwx)  : ORIGIN = 0x20000000, LENGTH = 3968K" in qemu_ld
-            assert "PERSISTENT (rw) : ORIGIN = 0x203E0000, LENGTH = 128K" in qemu_ld
+            assert "RAM (rwx)  : ORIGIN = 0x20000000, LENGTH = 3584K" in qemu_ld
+            assert "PERSISTENT (rw) : ORIGIN = 0x20380000, LENGTH = 512K" in qemu_ld
+
+
+def test_the_firmware_ram_goes_to_the_fastest_region_that_holds_it(zoo_models, tmp_path):
+    """The Nucleo-H743ZI (boards.json: firmware_ram AXI SRAM, fast_ram DTCM, persistent_ram DTCM): a model whose
+    RAM estimate fits the 128 KiB DTCM has its arena there and TFLM's persistent data in the AXI SRAM; one that does
+    not (MobileNetV2-0.35-96 per layer, a 205 kB arena) has its arena in the AXI SRAM and the persistent data in the
+    DTCM. deploy.json names the regions; a region that is neither is refused."""
+    from tfmcu.firmware.targets import linker_script
+
+    t = TARGETS["nucleo-h743zi"]
+    fast = t.placed("DTCM")
+    assert (fast.firmware_ram, fast.sram_bytes, fast.persistent_ram) == ("DTCM", 128 * 1024, "AXI SRAM")
+    assert t.placed("AXI SRAM") is t
+    with pytest.raises(ValueError, match="not 'SRAM4'"):
+        t.placed("SRAM4")
+    assert "RAM (rwx)  : ORIGIN = 0x20000000, LENGTH = 128K" in linker_script(fast)
+    _, small = _custom_tiny(zoo_models)
+    for name, model, ram, persistent in (("small", small, "DTCM", "AXI SRAM"),
+                                         ("large", zoo_models("mbv2_035_96"), "AXI SRAM", "DTCM")):
+        path = tmp_path / f"{name}.tflite"
+        path.write_bytes(model)
+        rep = deploy.prepare(deploy.DeployOptions(str(path), "nucleo-h743zi", str(tmp_path / name),
+                                                  kernels="reference"), log=lambda s: 0)
+        assert (rep.estimate.region, rep.arena.region, rep.arena.persistent_region) == (ram, ram, persistent), name
+        region = next(r for r in t.regions if r.name == ram)
+        assert rep.estimate.sram_bytes == region.bytes and rep.estimate.fits
+        assert (ram == "DTCM") == (rep.estimate.ram_bytes <= 128 * 1024)
+        written = json.loads((tmp_path / name / "deploy.json").read_text())
+        assert written["estimate"]["region"] == ram and written["arena"]["persistent_region"] == persistent
+        assert f"TFMCU_SRAM_BUDGET={region.bytes}" in (tmp_path / name / "BUILD").read_text()
 
 
 def test_persistent_data_apart_in_the_boards_region_for_it(zoo_models, tmp_path):

@@ -376,10 +376,21 @@ def idx_dir(tmp_path_factory) -> str:
     return fake_idx_set(tmp_path_factory.mktemp("idx") / "fm", n_train=200, n_test=50)
 
 
+def small_det_file(idx_dir: str) -> str:
+    """``small_det`` for DATASET's 10 classes as a spec file beside the data folder: the runs here train it (what
+    they check is the trainer's, not the architecture's; a MobileNetV2 detector's graph takes minutes to trace)."""
+    path = os.path.join(os.path.dirname(idx_dir), "small-det.json")
+    if not os.path.exists(path):
+        with open(path, "w") as f:
+            f.write(small_det(num_classes=10).to_json())
+    return path
+
+
 def tiny_config(idx_dir: str, **kw) -> train.TrainConfig:
     recipe = Recipe(epochs=2, qat_epochs=0, batch_size=16, lr=0.05, warmup_epochs=0.5, bn_recalibration_batches=2)
     base = dict(dataset=DATASET, data_dir=idx_dir, resolution=64, recipe=recipe, steps_per_epoch=3, seed=3,
-                verbose=0, detection=DetectionOptions(int8=False))  # (the CLI run exports int8)
+                verbose=0, detection=DetectionOptions(int8=False),  # (the CLI run exports int8)
+                model=small_det_file(idx_dir))
     base.update(kw)
     return train.default_config("detection", **base)
 
@@ -573,7 +584,8 @@ def cli(*args: str):
 def test_cli_tiny_run_and_resume(idx_dir, tmp_path):
     out = tmp_path / "cli"
     args = ["--task=detection", f"--dataset={DATASET}", f"--data_dir={idx_dir}", "--resolution=64", "--epochs=1",
-            "--batch_size=16", "--bn_recalibration_batches=2", f"--out_dir={out}", "--noprogress"]
+            "--batch_size=16", "--bn_recalibration_batches=2", f"--out_dir={out}", "--noprogress",
+            f"--model={small_det_file(idx_dir)}"]
     proc = cli(*args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "float on 16 test images" in proc.stdout
@@ -581,7 +593,7 @@ def test_cli_tiny_run_and_resume(idx_dir, tmp_path):
     assert "[train] float epoch 1: loss" in proc.stderr and "val mAP@0.5" in proc.stderr
     r = TrainReport.read(str(out / "train_report.json"))
     d = r.detection
-    assert r.model == "mbv2-det-w035" and r.steps_per_epoch == 6
+    assert r.model == "small-det" and r.steps_per_epoch == 6  # (the spec's name)
     for s in (d.map50, d.map):
         assert all(0.0 <= v <= 1.0 for v in (s.float, s.int8_tflite, s.int8_tflm)), s
         assert s.int8_tflite == s.int8_tflm  # TF Lite and TFLM give the same detections
@@ -618,10 +630,10 @@ def test_cli_user_mistakes_are_one_line_exit_2(tmp_path, args, message):
 
 MIRRORED_DETECTION = MIRRORED_PREAMBLE + """
 from tfmcu.train.config import DetectionOptions
-data_dir, dataset, out = sys.argv[1], sys.argv[2], sys.argv[3]
+data_dir, dataset, out, model = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 recipe = train.Recipe(epochs=1, qat_epochs=0, batch_size=16, lr=0.05, bn_recalibration_batches=1)
 cfg = train.default_config("detection", dataset=dataset, data_dir=data_dir, resolution=64, recipe=recipe,
-                           steps_per_epoch=2, seed=3, verbose=0, strategy="mirrored",
+                           steps_per_epoch=2, seed=3, verbose=0, strategy="mirrored", model=model,
                            detection=DetectionOptions(int8=False))
 r = train.train(cfg, out, log=lambda m: None)
 print(json.dumps({"strategy": r.strategy.name, "replicas": r.strategy.replicas,
@@ -633,7 +645,7 @@ def test_mirrored_strategy_trains_the_detector(idx_dir, tmp_path):
     """--strategy=mirrored trains a detector as it trains a classifier (two logical CPU devices)."""
     script = tmp_path / "mirrored_detection.py"
     script.write_text(MIRRORED_DETECTION)
-    proc = run_python(str(script), idx_dir, DATASET, str(tmp_path / "out"))
+    proc = run_python(str(script), idx_dir, DATASET, str(tmp_path / "out"), small_det_file(idx_dir))
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["strategy"] == "mirrored" and result["replicas"] == 2 and 0.0 <= result["map50"] <= 1.0

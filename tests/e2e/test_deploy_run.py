@@ -147,12 +147,15 @@ def test_deploy_run_on_named_boards(models, tmp_path, board):
     """A named board (tfmcu/firmware/boards.json) links with its own memory map (board.ld) and runs under QEMU: the
     STM32F446's and the nRF52840's maps lie inside netduinoplus2's / mps2-an386's, so QEMU runs the board's own ELF;
     the STM32H743's Flash is where mps2-an500 has none, so QEMU runs the same firmware linked for it, held to the
-    board's 512 KiB of AXI SRAM; so does the STM32U575's (Cortex-M33: mps2-an505), held to its 512 KiB of SRAM3, and
-    the Alif Ensemble E7's (Cortex-M55: mps3-an547; its MRAM at 0x80000000), held to its 1 MiB of DTCM. Outputs equal
-    TF Lite's, the arena the prediction. The STM32H743 keeps TFLM's persistent data in its DTCM: at 0x20000000 in
-    the board's link, in a region of the DTCM's size at the end of QEMU's RAM in the link QEMU runs."""
+    board's 128 KiB of DTCM (the model's RAM fits it: fast_ram); so does the STM32U575's (Cortex-M33: mps2-an505),
+    held to its 512 KiB of SRAM3, and the Alif Ensemble E7's (Cortex-M55: mps3-an547; its MRAM at 0x80000000), held
+    to its 1 MiB of DTCM. Outputs equal TF Lite's, the arena the prediction. The STM32H743 then keeps TFLM's
+    persistent data in its AXI SRAM: at 0x24000000 in the board's link, in a region of its size at the end of QEMU's
+    RAM in the link QEMU runs. The nRF52840, STM32H743 and STM32U575 boards report on the UART: their ELFs link
+    their chips' UART drivers, what QEMU runs the MPS board's."""
     _need_bazel()
-    r, rep = _deploy(*models["tiny"], board, str(tmp_path / "fw"))
+    uart = ["--console=uart"] if board in ("nrf52840-dk", "nucleo-h743zi", "nucleo-u575zi") else []
+    r, rep = _deploy(*models["tiny"], board, str(tmp_path / "fw"), *uart)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert f"fits {board}" in r.stdout and rep["fits"] and rep["run"]["outputs_equal_tflite"]
     assert rep["run"]["arena_used_bytes"] == rep["arena"]["predicted_bytes"]
@@ -160,8 +163,16 @@ def test_deploy_run_on_named_boards(models, tmp_path, board):
                                                                                              "nucleo-u575zi",
                                                                                              "alif-ensemble-e7"))
     assert (tmp_path / "fw" / "board.ld").is_file()
-    if board == "nucleo-h743zi":  # in the DTCM: at the end of QEMU's RAM in the run, at 0x20000000 on the board
-        _persistent_apart(rep, "DTCM", (0x203E0000, 0x20400000), (0x20000000, 0x20020000))
+    if uart:
+        from tfmcu.firmware.targets import TARGETS
+
+        build = open(tmp_path / "fw" / "BUILD").read()
+        assert '"@//tflm_patch_kernels/firmware:harness_uart"' in build
+        assert f'"@//tflm_patch_kernels/firmware:{TARGETS[board].board_elf}"' in build  # the chip's UART driver
+    if board == "nucleo-h743zi":  # the arena in the DTCM; the persistent data in the AXI SRAM: at the end of QEMU's
+        # RAM in the run, at 0x24000000 on the board
+        assert rep["estimate"]["region"] == rep["arena"]["region"] == "DTCM"
+        _persistent_apart(rep, "AXI SRAM", (0x20380000, 0x20400000), (0x24000000, 0x24080000))
 
 
 def test_deploy_run_on_a_core_no_qemu_board_runs(models, tmp_path):

@@ -29,8 +29,3 @@ void tfmcu_timer_start(void) {
 uint32_t tfmcu_ticks(void) { return DWT_CYCCNT; }
 
 const char *tfmcu_target_name(void) { return TFMCU_TARGET_NAME; }
-
-void tfmcu_board_console_write(const char *data, size_t n) {
-    (void)data;
-    (void)n;
-}

@@ -15,6 +15,7 @@ for yet).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -123,6 +124,9 @@ class Target:
     # a named board whose chip QEMU does not emulate takes board_dwt_<core> (the core's cycle counter), QEMU the MPS
     # board's library (firmware_qemu)
     board_elf: str = ""
+    # a faster region the firmware's RAM goes to instead of firmware_ram when it holds it (``placed``): the
+    # STM32H743's DTCM before its AXI SRAM; TFLM's persistent data then goes to firmware_ram
+    fast_ram: str = ""
 
     @property
     def core(self) -> str:
@@ -137,6 +141,20 @@ class Target:
     def persistent(self) -> Region | None:
         """The region of TFLM's persistent data when the board keeps it apart from the arena (None: in the arena)."""
         return next((r for r in self.regions if r.name == self.persistent_ram), None)
+
+    def placed(self, region: str) -> "Target":
+        """The board with its firmware's RAM (stack, .data, .bss: the arena) in ``region``: ``firmware_ram`` or
+        ``fast_ram``. In ``fast_ram`` TFLM's persistent data, where the board keeps it apart, goes to the region the
+        firmware's RAM leaves (the STM32H743: the arena in the DTCM, the persistent data in the AXI SRAM)."""
+        if region == self.firmware_ram:
+            return self
+        if not region or region != self.fast_ram:
+            raise ValueError(f"{self.name}: the firmware's RAM goes to {self.firmware_ram}"
+                             + (f" or {self.fast_ram}" if self.fast_ram else "") + f", not {region!r}")
+        r = next(r for r in self.regions if r.name == region)
+        persistent = self.firmware_ram if self.persistent_ram == region else self.persistent_ram
+        return dataclasses.replace(self, firmware_ram=region, sram_bytes=r.bytes, persistent_ram=persistent,
+                                   fast_ram="")
 
     @property
     def qemu_link(self) -> bool:
@@ -173,18 +191,32 @@ def _board(name: str, b: dict) -> tuple[Target | None, str]:
     persistent = str(b.get("persistent_ram") or "")
     if persistent and (persistent == ram.name or persistent not in [r.name for r in regions]):
         raise ValueError(f"{where}: persistent_ram {persistent!r} must be another of its sram regions")
+    fast = str(b.get("fast_ram") or "")
+    if fast and (fast == ram.name or fast not in [r.name for r in regions]):
+        raise ValueError(f"{where}: fast_ram {fast!r} must be another of its sram regions")
+    if fast and dict((r.name, r.bytes) for r in regions)[fast] >= ram.bytes:
+        raise ValueError(f"{where}: fast_ram {fast!r} must be smaller than firmware_ram {ram.name!r} (tried first)")
     try:
         qemu_bases = tuple((str(k), int(str(v), 16)) for k, v in (b.get("qemu_bases") or {}).items())
     except ValueError:
         raise ValueError(f"{where}: qemu_bases maps region names to hex addresses") from None
     if any(k not in [r.name for r in regions] for k, _ in qemu_bases):
         raise ValueError(f"{where}: qemu_bases names a region the board does not have")
-    t = Target(name, build.key, build.machine, build.platform, str(b.get("board_file") or build.board), build.ld,
+    # a real board's console UART (tflm_patch_kernels/firmware/BUILD: CONSOLES): its ELF's board library is the
+    # build's board file (or board_dwt) with that driver, <library>_<console_uart>
+    console_uart = str(b.get("console_uart") or "")
+    if console_uart and not b.get("console"):
+        raise ValueError(f"{where}: console_uart {console_uart!r} needs 'console': where it writes on the board")
+    dwt = name not in BUILDS_BY_NAME and build.key in DWT_BUILDS
+    if console_uart and not dwt and build.machine:
+        raise ValueError(f"{where}: console_uart is for a chip QEMU does not emulate (use board_file)")
+    board = str(b.get("board_file") or build.board) + (f"_{console_uart}" if console_uart and not dwt else "")
+    t = Target(name, build.key, build.machine, build.platform, board, build.ld,
                ram.bytes, flash.bytes, str(b["what"]), flash=flash, regions=regions, firmware_ram=ram.name,
-               qemu=str(b["qemu"]), console=b.get("console") if build.console else None,
+               qemu=str(b["qemu"]), console=b.get("console") if build.console or console_uart else None,
                console_serial=int(b.get("console_serial", 0)), own_ld=name not in BUILDS_BY_NAME,
-               persistent_ram=persistent, qemu_bases=qemu_bases,
-               board_elf=f"board_dwt_{build.key}" if name not in BUILDS_BY_NAME and build.key in DWT_BUILDS else "")
+               persistent_ram=persistent, qemu_bases=qemu_bases, fast_ram=fast,
+               board_elf=(f"board_dwt_{build.key}" + (f"_{console_uart}" if console_uart else "")) if dwt else "")
     return t, str(b["core"])
 
 

@@ -125,6 +125,7 @@ class DeployArena(Record):
     persistent_region: str | None = optional()
     predicted_head_bytes: int | None = optional()
     predicted_tail_bytes: int | None = optional()
+    region: str | None = optional()  # the board's SRAM region the arena is in (the firmware's RAM: RamEstimate)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,6 +156,8 @@ class RamEstimate(Record):
     sram_bytes: int
     fits: bool  # the RAM and the Flash
     how: str
+    # the region the firmware's RAM goes to: the board's firmware_ram, or its fast_ram where the estimate fits it
+    region: str | None = optional()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -249,13 +252,22 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> DeployRepor
         raise DeployError(f"{o.tflite}: TFLM on this host differs from TF Lite; run `verify` first")
     host_arena = None if ref.arena is None else ref.arena.total
     build = mcu_build(o.kernels, t.core)
-    pred, persistent = persistent_split(model, t, build, stages if o.kernels == "cmsis_nn" else None, o.margin,
-                                        o.persistent_apart)
-    arena = allocated_bytes(pred.head if persistent else pred.total, o.margin)
     stack = o.stack_kib * 1024
     slots = detector_slots_for(detector, info, len(samples))
     static = STATIC_ESTIMATE + detector_static_bytes(slots)
-    ram_estimate = arena + stack + static
+
+    def layout(t: Target) -> tuple[ArenaPrediction, int, int, int]:  # prediction, persistent, arena, RAM estimate
+        pred, persistent = persistent_split(model, t, build, stages if o.kernels == "cmsis_nn" else None, o.margin,
+                                            o.persistent_apart)
+        arena = allocated_bytes(pred.head if persistent else pred.total, o.margin)
+        return pred, persistent, arena, arena + stack + static
+
+    pred, persistent, arena, ram_estimate = layout(t)
+    if t.fast_ram:  # the faster region first, where the firmware's RAM fits it
+        fast = t.placed(t.fast_ram)
+        fast_layout = layout(fast)
+        if fast_layout[3] <= fast.sram_bytes:
+            t, (pred, persistent, arena, ram_estimate) = fast, fast_layout
     inputs = [s[0] for s in samples]
     xs = np.concatenate([np.asarray(x).reshape((1,) + tuple(info.inputs[0].shape[1:])) for x in inputs])
     flash = flash_estimate(t, len(model), xs.nbytes)
@@ -284,13 +296,14 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> DeployRepor
         model_bytes=len(model),
         arena=DeployArena(predicted_bytes=pred.total,
                           predicted_by=f"tfmcu.plan.arena, TFLM build {build!r} (32-bit structs, MicroAllocator)",
-                          margin=o.margin, arena_bytes=arena, host_measured_bytes=host_arena,
+                          margin=o.margin, arena_bytes=arena, host_measured_bytes=host_arena, region=t.ram.name,
                           **(dict(persistent_bytes=persistent, persistent_region=t.persistent_ram,
                                   predicted_head_bytes=pred.head, predicted_tail_bytes=pred.tail)
                              if persistent else {})),
         stack_bytes=stack, flash=flash,
         estimate=RamEstimate(
-            ram_bytes=ram_estimate, sram_bytes=t.sram_bytes, fits=ram_estimate <= t.sram_bytes and flash.fits,
+            ram_bytes=ram_estimate, sram_bytes=t.sram_bytes, region=t.ram.name,
+            fits=ram_estimate <= t.sram_bytes and flash.fits,
             how=f"arena + stack + {static} B of other .data/.bss (estimated"
                 + (f"; {detector_static_bytes(slots)} B of them for the detector: the detections kept to print, "
                    f"its kernel" if slots else "") + "); the Flash as in 'flash'"),
@@ -302,6 +315,9 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> DeployRepor
                                        "expect_within": {"arena_used_bytes": [pred.total, 0.01]}}, indent=1) + "\n"
     files["deploy.json"] = json.dumps(report.to_json(), indent=1) + "\n"
     write_folder(o.out_dir, files)
+    if t.firmware_ram != TARGETS[t.name].firmware_ram:
+        log(f"deploy: the firmware's RAM in {t.ram.name}, the fastest region that holds it ({ram_estimate:,} B of "
+            f"{t.sram_bytes:,} B)")
     if persistent:
         log(f"deploy: TFLM's persistent data apart, in {t.persistent_ram}: {persistent:,} B = predicted tail "
             f"{pred.tail:,} B + {o.margin:.0%} (the arena in {t.ram.name}: predicted head {pred.head:,} B + "
@@ -393,7 +409,7 @@ def deploy(o: DeployOptions, log: Callable[[str], None] = print) -> DeployReport
     ``run`` (the measured figures), ``fits`` and ``verdict``."""
     report = prepare(o, log)
     if o.run:
-        run, fits, verdict = run_firmware(o.out_dir, TARGETS[o.target],
+        run, fits, verdict = run_firmware(o.out_dir, TARGETS[o.target].placed(report.estimate.region),
                                           (report.arena.arena_bytes, report.arena.predicted_bytes, report.stack_bytes),
                                           o.kernels, o.timeout_s, log, console=o.console)
         if report.detector is not None and fits:

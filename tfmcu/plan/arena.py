@@ -198,6 +198,9 @@ BUILDS: dict[str, TflmBuild] = {
 
 # Cores with Helium (MVE): CMSIS-NN runs its MVE code there (tfmcu.plan.cmsis_nn's ``mve`` buffers).
 MVE_CORES = ("cortex-m55",)
+# Cores without the DSP extension (Armv6-M, and the Armv7-M Cortex-M3): CMSIS-NN runs its plain C code there, and the
+# patch executor's CMSIS-NN backend has no folded 1x1 product (cmsis_nn/conv1x1_folded.c needs ARM_MATH_DSP).
+NO_DSP_CORES = ("cortex-m0plus", "cortex-m3")
 
 
 # The kernel sets a firmware links (deploy/fit/rewrite --kernels): TFLM's CMSIS-NN kernels with the patch

@@ -35,19 +35,19 @@ import numpy as np
 
 from tfmcu import abi
 from tfmcu.errors import UsageError
-from tfmcu.plan.arena import MVE_CORES
+from tfmcu.plan.arena import MVE_CORES, NO_DSP_CORES
 from tfmcu.tflite import patch_stage_format as psf
 from tfmcu.tflite.detection_postprocess import OP_NAME as DETECTION_POSTPROCESS
 from tfmcu.tflite import schema as ts
 from tfmcu.tflite.model import TfliteModel, as_model
 
 CALIBRATION_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "latency_calibration.json")
-CORES = ("cortex-m4", "cortex-m7", "cortex-m33", "cortex-m55")  # calibrated (benchmarks/latency.py)
-# Cores without calibration rows yet, priced with a calibrated core's rows: an estimate of an estimate, which
-# ``LatencyPrediction.what`` says. The Cortex-M3 and M0+ run CMSIS-NN's plain C paths (no DSP instructions), so
-# their counts differ from the M4's; the Cortex-M55 runs CMSIS-NN's Helium paths (vector instructions: fewer, each
-# doing more); what `fit` uses are ratios between plans of one model on one core.
-STAND_INS = {"cortex-m3": "cortex-m4", "cortex-m0plus": "cortex-m4"}
+CORES = ("cortex-m3", "cortex-m4", "cortex-m7", "cortex-m33", "cortex-m55")  # calibrated (benchmarks/latency.py)
+# Cores without calibration rows (no QEMU board runs them), priced with a calibrated core's rows: an estimate of an
+# estimate, which ``LatencyPrediction.what`` says. The Cortex-M0+ runs CMSIS-NN's plain C paths (no DSP
+# instructions) as the Cortex-M3 does, on the Armv6-M instruction set (fewer instructions than Armv7-M: more of them
+# per operation); what `fit` uses are ratios between plans of one model on one core.
+STAND_INS = {"cortex-m0plus": "cortex-m3"}
 KERNELS = ("cmsis_nn", "reference")
 
 # The features of one kernel call (a builtin op, or one layer on one patch), in the coefficient rows' order.
@@ -438,13 +438,14 @@ def stage_terms(f: dict[str, Any], coef: dict[str, Any], kernels: str) -> dict[s
     """A stage op's terms (``STAGE_TERMS`` and ``FIXED_TERMS``): its layers' calls priced by the builtin rows,
     summed per kind (residual ADDs in ``cost_add``); the folded 1x1 calls (``folded`` of a layer's features) by the
     folded product's row instead, in ``cost_folded`` (DSP cores: a Helium build has no folded product, its calls run
-    CMSIS-NN's 1x1 product as the others)."""
+    CMSIS-NN's 1x1 product as the others, and so has a core without the DSP extension: ``coef["dsp"]`` False)."""
     terms = {t: 0.0 for t in STAGE_TERMS + FIXED_TERMS}
     mve = bool(coef.get("mve"))
+    folds = kernels == "cmsis_nn" and not mve and coef.get("dsp", True)
     for lf in f["layers"]:
         row = path_of(lf, kernels, mve)
         parts = [(lf, 1.0)]
-        if lf.get("folded") and kernels == "cmsis_nn" and not mve:
+        if lf.get("folded") and folds:
             parts.append((lf["folded"]["layer"], -1.0))
             terms["cost_folded"] += folded_cost(lf["folded"]["product"], coef)
         for part, sign in parts:
@@ -626,6 +627,8 @@ def fit(runs: list[dict[str, Any]]) -> dict[str, Any]:
             mve = core in MVE_CORES
             if mve:  # CMSIS-NN's Helium code: its paths (path_of), no folded product (stage_terms)
                 coef["mve"] = True
+            if core in NO_DSP_CORES:  # CMSIS-NN's plain C code: no folded product either (stage_terms)
+                coef["dsp"] = False
             rows: dict[str, list[dict]] = {}
             for r in rs:
                 for f in r["ops"]:
