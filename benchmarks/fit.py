@@ -146,6 +146,99 @@ def cores_section(o: Any, log: Callable[[str], None] = print) -> dict[str, Any]:
     return fit_section(o, log, CORE_CASES, CORE_CAPS, work_name="cores")
 
 
+# Section *boards*: the named boards of boards.json (the generic MPS boards are section *cores*'), each with the
+# zoo's MobileNetV2-0.35-96 through what a user types: ``fit --target=BOARD --run`` with fit's defaults (objective
+# latency: the fastest configuration that fits the board), every candidate priced (no time budget).
+BOARD_MODEL = "mbv2_035_96"
+
+
+def board_names() -> list[str]:
+    return [n for n in TARGETS if n not in LIFTED]
+
+
+def boards_section(o: Any, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Per named board its ``fit --run`` row (rows an earlier run of the same search measured are kept in
+    ``<out_dir>/boards/rows.json``)."""
+    work = os.path.join(o.out_dir, "boards")
+    os.makedirs(work, exist_ok=True)
+    kept_path = os.path.join(work, "rows.json")
+    cases = tuple((BOARD_MODEL, b, False) for b in board_names())
+    record = search_record(cases)
+    kept: dict[str, dict[str, Any]] = {}
+    if os.path.isfile(kept_path):
+        with open(kept_path) as f:
+            earlier = json.load(f)
+        kept = earlier.get("rows", {}) if earlier.get("search") == record else {}
+    path = os.path.join(work, f"{BOARD_MODEL}.tflite")
+    data = _model(BOARD_MODEL, o.zoo_cache)
+    write_outputs({path: data})
+    macs = profile(from_tflite(data)).macs
+    rows = []
+    for board in board_names():
+        row = kept.get(board)
+        if row is not None:
+            log(f"boards bench: {board}: measured by an earlier run ({kept_path})")
+        else:
+            row = _board_row(board, path, macs, work, log)
+            kept[board] = row
+            write_outputs({kept_path: json.dumps({"search": record, "rows": kept}, indent=1).encode()})
+        rows.append(row)
+    return {"rows": rows, "search": record, "model": BOARD_MODEL}
+
+
+def _board_row(board: str, path: str, macs: int, work: str, log: Callable[[str], None]) -> dict[str, Any]:
+    """``fit --target=board --run`` with fit's defaults, as a row."""
+    t = get_target(board)
+    log(f"boards bench: {BOARD_MODEL} on {board} ({t.core}): fit --run ...")
+    try:
+        rep = fit_run(FitOptions(model=path, target=board, out_dir=os.path.join(work, board), run=True,
+                                 verify_samples=4, search_seconds=None), log=log)
+    except Exception as e:  # noqa: BLE001 -- a row that says why, the bench goes on
+        return {"model": BOARD_MODEL, "target": board, "core": t.core, "error": str(e).splitlines()[0]}
+    ch, dep = rep.chosen, rep.deploy
+    row = measured_row(BOARD_MODEL, board, f"fit, objective {rep.objective}", ch.describe, ch.predicted_total_bytes,
+                       ch.predicted_instructions, dep, macs, dep.model_bytes)
+    run = dep.run
+    row.update(core=t.core, machine=t.machine or None, qemu=t.qemu, firmware_region=dep.estimate.region,
+               sram_bytes=dep.estimate.sram_bytes, persistent_region=dep.arena.persistent_region,
+               persistent_bytes=dep.arena.persistent_bytes, linked=None if run is None else run.linked,
+               sizes=None if run is None else run.sizes, console=t.console, fits=dep.fits,
+               measured_by=None if run is None else run.measured_by, search_seconds=rep.search_seconds)
+    return row
+
+
+def boards_table(result: dict[str, Any]) -> str:
+    """Section *boards*' table, from its JSON."""
+    md = [f"The zoo's {result.get('model', BOARD_MODEL)} on every named board through `fit --target=BOARD --run` "
+          "with fit's defaults (the fastest configuration that fits), every candidate priced. Measured under QEMU "
+          "on the board's core (TFLM arena_used_bytes, QEMU instruction count of one Invoke), or, where no QEMU "
+          "board has the core, built and linked with the board's memory; predicted by tfmcu.plan.arena (arena) and "
+          "tfmcu.plan.latency (instructions, estimated).", "",
+          "| board | core | run by | configuration | arena (B) | = predicted | firmware RAM in | TFLM persistent "
+          "data | Flash, RAM linked (B) | instructions | predicted error | outputs = TF Lite |",
+          "|---|---|---|---|---:|---|---|---|---:|---:|---:|---|"]
+    for r in result["rows"]:
+        if "error" in r:
+            error = r["error"].split(".tflite: ", 1)[-1]  # (without the bench's file name)
+            md.append(f"| {r['target']} | {r['core']} | - | {error} | | | | | | | | |")
+            continue
+        ran = r["arena_used_bytes"] is not None
+        by = ("linked only (no QEMU board has the core)" if not r.get("machine") else
+              f"`{r['machine']}`" + (" (stand-in link)" if r.get("qemu") == "stand-in" else ""))
+        equal = ("yes" if r["arena_equal"] else f"no ({_n(r['predicted_arena_bytes'])})") if ran else \
+            f"- (predicted {_n(r['predicted_arena_bytes'])})"
+        err = "-" if r["instructions_error"] is None else f"{100 * r['instructions_error']:+.1f}%"
+        persistent = (f"{_n(r['persistent_bytes'])} B in {r['persistent_region']}" if r.get("persistent_region")
+                      else "in the arena")
+        sizes = r.get("sizes") or {}
+        linked = f"{_n(sizes.get('flash'))}, {_n(sizes.get('ram'))}" if sizes else "-"
+        md.append(f"| {r['target']} | {r['core']} | {by} | {r['schedule'] or 'per layer'} | "
+                  f"{_n(r['arena_used_bytes'])} | {equal} | {r['firmware_region']} "
+                  f"({_n(r['sram_bytes'])} B) | {persistent} | {linked} | {_n(r['instructions'])} | {err} | "
+                  f"{('yes' if r['outputs_equal_tflite'] else 'NO') if ran else '-'} |")
+    return "\n".join(md) + "\n"
+
+
 def _per_layer(name: str, target: str, path: str, data: bytes, macs: int, work: str,
                log: Callable[[str], None]) -> dict[str, Any]:
     """The per-layer row: ``deploy --run`` with TFLM + CMSIS-NN."""

@@ -25,6 +25,8 @@ that JSON by the section's function in ``SECTION_TABLES``, which the docs use to
   max_latency 1.00 / 1.05 / 1.25 and the smallest, CMSIS-NN, measured under QEMU (``benchmarks.fit``).
 - cores: the zoo's MobileNetV2-0.35-96 and -0.35-144 on every core QEMU runs (Cortex-M3, M4, M7, M33, M55), each
   on its generic board: ``deploy --run`` per layer against ``fit --run`` at max_latency 1.05 (``benchmarks.fit``).
+- named_boards: the zoo's MobileNetV2-0.35-96 on every named board through ``fit --target=BOARD --run`` with fit's
+  defaults, measured under QEMU where a QEMU board has the core (``benchmarks.fit``).
 - detection: detectors and classifiers trained at several resolutions, per layer vs patched at 128 / 256 kB
   (``benchmarks.detection``; hours on 2 cores, resumable).
 - multistage: several patch stages per network, the analytic Pareto fronts of the stage-plan search against one
@@ -64,7 +66,8 @@ from tfmcu.train.config import Recipe, TrainConfig
 from tfmcu.train.trainer import train
 
 SECTIONS = ("rewrite", "custom", "firmware", "tflm_firmware", "cmsis_nn", "train", "resolution", "search", "halo",
-            "halo_firmware", "latency", "fit", "cores", "detection", "multistage")
+            "halo_firmware", "latency", "fit", "cores", "named_boards", "detection",
+            "multistage")
 
 
 @dataclass
@@ -581,7 +584,7 @@ SECTION_TABLES: dict[str, Callable[[dict[str, Any]], str]] = {
     "tflm_firmware": tflm_firmware_table, "cmsis_nn": cmsis_nn_table, "train": train_table,
     "resolution": resolution_table, "search": bench_search.table, "halo": bench_halo.table,
     "halo_firmware": bench_halo.firmware_table, "latency": bench_latency.section_table, "fit": bench_fit.table,
-    "cores": bench_fit.table, "detection": bench_detection.table, "multistage": bench_multistage.table}
+    "cores": bench_fit.table, "named_boards": bench_fit.boards_table, "detection": bench_detection.table, "multistage": bench_multistage.table}
 
 
 def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
@@ -596,6 +599,7 @@ def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
         "latency": lambda o: bench_latency.latency_section(o, log),
         "fit": lambda o: bench_fit.fit_section(o, log, **bench_fit.selection(o.fit_models, o.fit_caps)),
         "cores": lambda o: bench_fit.cores_section(o, log),
+        "named_boards": lambda o: bench_fit.boards_section(o, log),
         "detection": lambda o: bench_detection.detection_section(o, log),
         "multistage": lambda o: bench_multistage.multistage_section(o, log)}
     unknown = [s for s in o.sections if s not in sections]

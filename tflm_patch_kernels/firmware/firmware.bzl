@@ -214,6 +214,7 @@ def model_stage_firmware(name, model, patches, blocks = None, targets = MPS2, ti
     _generated_firmware(
         name = name,
         tool = "//tools/gen:gen_model_stage",
+        model = model,
         args = "--model %s --patches %d%s" % (model, patches, " --blocks %d" % blocks if blocks else ""),
         source = (name + "_stage.c", "--out-c"),
         srcs = ["//tflm_patch_kernels/firmware:model_main.c", "//tflm_patch_kernels/firmware:model_data.h"],
@@ -225,12 +226,34 @@ def model_stage_firmware(name, model, patches, blocks = None, targets = MPS2, ti
         **kwargs
     )
 
-def _generated_firmware(name, tool, args, source, srcs, deps, targets, timeout_s, size, tags, copts = [], **kwargs):
-    """Generator `tool` (writes `source` = (file, its flag) and `<name>_expect.json`), the firmware per target built
-    from `srcs` + that file, and a QEMU test per target checking the result line against the expectation."""
+# The zoo models the generators read, each converted once (zoo_tflite; tflm_patch_kernels/firmware/BUILD).
+ZOO_TFLITE = "//tflm_patch_kernels/firmware:zoo_%s.tflite"
+
+def zoo_tflite(model):
+    """`zoo_<model>.tflite`: the zoo model's int8 .tflite (tools/gen/gen_zoo_model.py), which every generator of a
+    firmware of that model reads (--tflite) instead of converting it again."""
+    native.genrule(
+        name = "zoo_" + model,
+        outs = ["zoo_%s.tflite" % model],
+        cmd = ("log=$$(mktemp); $(location //tools/gen:gen_zoo_model) --model %s --out $@ >$$log 2>&1 || " +
+               "{ cat $$log >&2; rm -f $$log; exit 1; }; rm -f $$log") % model,
+        tools = ["//tools/gen:gen_zoo_model"],
+        # Built only through the generators (platform_files: one conversion for every configuration).
+        tags = ["manual"],
+    )
+
+def _generated_firmware(name, tool, args, source, srcs, deps, targets, timeout_s, size, tags, copts = [],
+                        model = None, **kwargs):
+    """Generator `tool` (writes `source` = (file, its flag) and `<name>_expect.json`; with `model`, reads that zoo
+    model's .tflite: ZOO_TFLITE), the firmware per target built from `srcs` + that file, and a QEMU test per target
+    checking the result line against the expectation."""
     src, flag = source
+    zoo = [ZOO_TFLITE % model] if model else []
+    if model:
+        args += " --tflite $(location %s)" % zoo[0]
     native.genrule(
         name = name + "_gen",
+        srcs = zoo,
         outs = [src, name + "_expect.json"],
         # TensorFlow's start-up noise goes to a log that is shown only when the generator fails.
         cmd = ("log=$$(mktemp); $(location %s) %s %s $(location %s) --out-expect $(location %s_expect.json) " +
@@ -311,6 +334,7 @@ def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None,
     _generated_firmware(
         name = name,
         tool = "//tools/gen:gen_model_whole",
+        model = model,
         args = "--model %s%s%s%s%s%s%s%s%s%s%s%s%s%s" % (
             model,
             " --kernel-libs %s" % ",".join(MODEL_KERNELS[model]) if model in MODEL_KERNELS else "",

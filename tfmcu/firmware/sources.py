@@ -144,6 +144,9 @@ def stream_rows(model: TfliteModel | bytes) -> int:
 # mps2.ld's .model_psram): the MPS2 boards' 16 MiB PSRAM (QEMU's `info mtree`; firmware.bzl TARGETS psram, which
 # tests/test_deploy.py checks this against); on a real part, external (QSPI / OSPI) Flash. The STM32F405 board has
 # none.
+# The builds whose QEMU board's code memory holds only the code (the Cortex-M55's 512 KiB ITCM, firmware.bzl's
+# models_in_psram): the link QEMU runs for a stand-in board of such a build has the model in EXTERNAL_MEMORY.
+QEMU_MODEL_IN_PSRAM = ("cortex_m55",)
 EXTERNAL_MEMORY: dict[str, tuple[int, int]] = {  # target key: (origin, bytes)
     "cortex_m3": (0x21000000, 16 * 1024 * 1024),
     "cortex_m4": (0x21000000, 16 * 1024 * 1024),
@@ -319,12 +322,18 @@ def build_file(t: Target, arena: int, stack: int, ops: list[str], kernels: str, 
     own = t.board_elf or t.board
     binaries = [("firmware", ld, own, "The ELF for the board (its memory map), through the platform transition"
                                       + (" (the core's DWT cycle counter as its timer)." if t.board_elf else "."))]
+    qemu_extra: dict[str, list[str]] = {}  # a binary's own copts and linkopts beside the folder's
     if t.qemu == "stand-in":  # QEMU runs the same sources linked to its board's memory, held to the board's SRAM
         # (with a persistent buffer: qemu.ld, its region past that RAM, targets.stand_in_script)
+        psram = t.key in QEMU_MODEL_IN_PSRAM and not external
+        if psram:  # the QEMU board's code memory holds the code only: the model in its external memory there
+            qemu_extra = {"copts": ['"-DTFMCU_MODEL_IN_PSRAM"'],
+                          "linkopts": [f'"-Wl,--defsym=TFMCU_PSRAM_ORIGIN={EXTERNAL_MEMORY[t.key][0]}"']}
         binaries.append(("firmware_qemu", ":qemu.ld" if persistent else f"{fw}:{t.ld}", t.board,
                          f"The same firmware linked for QEMU {t.machine} (its memory, the board's SRAM as the limit"
                          + (f", TFLM's persistent data in a region of {t.persistent_ram}'s size" if persistent else "")
-                         + "): what --run runs."))
+                         + (", the model in its external memory: its code memory holds the code only" if psram
+                            else "") + "): what --run runs."))
     elif persistent and t.qemu_bases:  # the persistent buffer's region where the QEMU board maps it (qemu.ld)
         binaries.append(("firmware_qemu", ":qemu.ld", t.board, f"The same firmware linked for QEMU {t.machine}, its "
                                                                f"{t.persistent_ram} where QEMU maps it: what --run "
@@ -338,8 +347,10 @@ def build_file(t: Target, arena: int, stack: int, ops: list[str], kernels: str, 
 load("@//tools/bazel/arm:transition.bzl", "mcu_binary")
 """]
     for name, script, board, what in binaries:
+        extra = qemu_extra if name == "firmware_qemu" else {}
         linkopts = ", ".join(['"-T"', f'"$(location {script})"', f'"-Wl,--defsym=TFMCU_STACK_SIZE={stack}"']
-                             + budget)
+                             + budget + extra.get("linkopts", []))
+        bin_copts = copts + extra.get("copts", [])
         out.append(f"""
 cc_binary(
     name = "{name}_bin",
@@ -348,7 +359,7 @@ cc_binary(
         "model_data.cc",
     ],
     additional_linker_inputs = ["{script}"],
-    copts = [{", ".join(copts)}],
+    copts = [{", ".join(bin_copts)}],
     linkopts = [{linkopts}],
     target_compatible_with = ["@platforms//os:none"],
     deps = [

@@ -2,11 +2,11 @@
 layer by layer), a test input, RAM buffers, and the stage output the host expects; plus the expectation JSON.
 
 usage: gen_model_stage.py --model NAME --out-c OUT.c --out-expect OUT.json
-                          [--patches 2] [--blocks N | --ops K] [--seed 0] [--cache-dir DIR]
+                          [--patches 2] [--blocks N | --ops K] [--seed 0] [--cache-dir DIR | --tflite FILE]
 
 - The model comes from tfmcu.nets.zoo, converted with TF here (5-20 s), or taken from --cache-dir (zoo.build's cache,
-  keyed by zoo.py only: fine by hand, but Bazel's genrule converts every time, so that a change anywhere in
-  tfmcu is seen). The stage defaults to the zoo entry's patch_blocks / patch_ops.
+  keyed by zoo.py only: fine by hand), or from --tflite (the Bazel build converts each zoo model once, with
+  tools/gen/gen_zoo_model.py, for every generator that reads it: a change anywhere in tfmcu is still seen). The stage defaults to the zoo entry's patch_blocks / patch_ops.
 - Both schedules are packed with tfmcu.kernels.pack.pack_stage and written with stage_to_c (weights as const
   arrays, i.e. in Flash).
 - The expected stage output is TF Lite's (tf.lite.Interpreter, reference kernels, all tensors preserved: the
@@ -46,6 +46,7 @@ def main(argv=None):
     ap.add_argument("--ops", type=int, help="patch stage = the first K ops")
     ap.add_argument("--seed", type=int, default=0, help="seed of the test input")
     ap.add_argument("--cache-dir", help="cache of converted zoo models (default: none)")
+    ap.add_argument("--tflite", help="the zoo model's .tflite, converted already (gen_zoo_model.py)")
     a = ap.parse_args(argv)
     if a.patches < 2:
         ap.error("--patches must be at least 2 (1 x 1 is always generated as the per-layer run)")
@@ -62,7 +63,11 @@ def main(argv=None):
     from tfmcu.runtime.tflite import tflite_all_tensors
 
     entry = zoo.ZOO[a.model]
-    model = zoo.build(a.model, a.cache_dir)
+    if a.tflite:  # the zoo model converted once for every generator (tools/gen/gen_zoo_model.py)
+        with open(a.tflite, "rb") as f:
+            model = f.read()
+    else:
+        model = zoo.build(a.model, a.cache_dir)
     graph = from_tflite(model, name=a.model)
     if a.blocks is None and a.ops is None:
         blocks, ops = entry.patch_blocks, entry.patch_ops

@@ -3,11 +3,13 @@ rewritten in custom mode (one TFMCU_PATCH_STAGE op), as a C++ array in Flash wit
 (tfmcu/firmware/sources.py, as `deploy` writes them), and what the host expects: TF Lite's output bytes (their
 FNV-1a hash) and top classes, and the predicted TFLM arena.
 
-usage: gen_model_whole.py --model NAME --out-cc OUT.cc --out-expect OUT.json
+usage: gen_model_whole.py --model NAME [--tflite FILE] --out-cc OUT.cc --out-expect OUT.json
                           [--patches P [--blocks N] [--inplace] [--stream] [--halo MODE] [--rest-convs]]
                           [--seed 0] [--images fashion_mnist:N]
                           [--expect-no-fit] [--kernel-libs conv,depthwise_conv,...]
 
+- --tflite: the zoo model's .tflite as tools/gen/gen_zoo_model.py converted it (the Bazel build converts each zoo
+  model once for every generator); without it the model is converted here.
 - Without --patches the model runs unpatched (the per-layer baseline); with it, custom mode with a P x P grid over
   the first N blocks (default: the zoo entry's stage), the rest planned in place with --inplace (with the overlaps
   the --kernels allow: tfmcu.plan.memory_plan, recorded as memory_plan_kernels); --stream: the stage
@@ -50,6 +52,7 @@ def real_images(spec, model):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="a tfmcu.nets.zoo model name")
+    ap.add_argument("--tflite", help="the zoo model's .tflite, converted already (gen_zoo_model.py)")
     ap.add_argument("--out-cc", required=True)
     ap.add_argument("--out-expect", required=True)
     ap.add_argument("--patches", type=int, help="custom mode with a P x P grid (default: the unpatched model)")
@@ -91,7 +94,11 @@ def main(argv=None):
     from tfmcu.stage.custom import load_custom, rewrite_custom
 
     entry = zoo.ZOO[a.model]
-    original = zoo.build(a.model, None)
+    if a.tflite:  # the zoo model converted once for every generator (tools/gen/gen_zoo_model.py)
+        with open(a.tflite, "rb") as f:
+            original = f.read()
+    else:
+        original = zoo.build(a.model, None)
     model = original
     what = "unpatched"
     stage_ops = 0  # the leading ops measured as the cost region "stage" (firmware_main.cc)
