@@ -212,6 +212,78 @@ def detection_section(o: Any, log: Callable[[str], None] = print, measure_m4: bo
     return {"rows": result, "plot": "detection.png"}
 
 
+# ============================================================================= section detection_recipe
+# The recipe on a task a detector should all but solve: flat shapes on noise (tfmcu.data.shapes_det; 96 px, 1,000
+# training images), trained by `train --task=detection` with its defaults within a 10-minute budget, int8 in TFLM.
+# "previous options": the same run with the options the detector trained with before (one positive anchor per box,
+# smooth-L1 of the encodings, batch 32, the one-scale mbv2-det-w035; both start with the objectness prior).
+RECIPE_DATASET = "shapes-det"
+RECIPE_RESOLUTION = 96
+RECIPE_EPOCHS = 20
+RECIPE_RUNS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "previous options": {"model": "mbv2-det-w035", "recipe": {"optimizer": "sgd", "lr": 0.05, "batch_size": 32},
+                         "detection": {"positives": "best", "box_loss": "smooth_l1"}},
+}
+
+
+def recipe_config(changes: dict[str, Any]) -> TrainConfig:
+    """The section's run: ``train --task=detection`` with its defaults on ``RECIPE_DATASET`` at
+    ``RECIPE_RESOLUTION`` for ``RECIPE_EPOCHS``, with ``changes`` (a run of ``RECIPE_RUNS``)."""
+    base = default_config("detection")
+    recipe = dataclasses.replace(base.recipe, epochs=RECIPE_EPOCHS, **changes.get("recipe", {}))
+    detection = dataclasses.replace(base.detection, **changes.get("detection", {}))
+    rest = {k: v for k, v in changes.items() if k not in ("recipe", "detection")}
+    return default_config("detection", dataset=RECIPE_DATASET, resolution=RECIPE_RESOLUTION, recipe=recipe,
+                          detection=detection, resume=True, **rest)
+
+
+def recipe_section(o: Any, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Section *detection_recipe*: each run of ``RECIPE_RUNS`` trained (cached in ``out_dir/detection_recipe/<run>``),
+    its int8 TFLM mAP@0.5 on the test split with its bootstrap interval, its float mAP, and its training time."""
+    work = os.path.join(o.out_dir, "detection_recipe")
+    rows = []
+    for name, changes in RECIPE_RUNS.items():
+        folder = os.path.join(work, name.replace(" ", "_"))
+        rep = _cached(folder)
+        if rep is None:
+            log(f"[detection_recipe] {name}: training on {RECIPE_DATASET} @ {RECIPE_RESOLUTION} -> {folder}")
+            rep = train(recipe_config(changes), folder, log=log)
+        d = rep.detection
+        per_epoch = [e.get("val_map50") for e in rep.history.float]
+        rows.append({"run": name, "model": rep.model, "changes": changes,
+                     "optimizer": rep.recipe.optimizer, "lr": rep.recipe.lr, "epochs": rep.recipe.epochs,
+                     "steps": rep.steps_per_epoch * rep.recipe.epochs, "batch_size": rep.recipe.batch_size,
+                     "positives": d.options.positives, "box_loss": d.options.box_loss,
+                     "map50_int8_tflm": d.map50.int8_tflm, "map_int8_tflm": d.map.int8_tflm,
+                     "map50_interval": [d.int8.tflm.bootstrap.low, d.int8.tflm.bootstrap.high],
+                     "map50_float": d.map50.float, "tflite_vs_tflm": d.int8.tflite_vs_tflm.describe("images"),
+                     "training_seconds": rep.timing_s["float_training"], "total_seconds": rep.timing_s["total"],
+                     "val_map50_per_epoch": per_epoch})
+    return {"rows": {"runs": rows, "setup": {"dataset": RECIPE_DATASET, "resolution": RECIPE_RESOLUTION,
+                                             "budget_seconds": 600, "seeds": 1,
+                                             "spread": "bootstrap 95% interval over the test images"}}}
+
+
+def recipe_table(result: dict[str, Any]) -> str:
+    """Section *detection_recipe*'s table, from its JSON."""
+    res = result["rows"]
+    s = res["setup"]
+    md = [f"`train --task=detection` on `{s['dataset']}` ({s['resolution']} px, one seed), int8 mAP@0.5 in TFLM on "
+          f"the test split [{s['spread']}]; training time measured on this run's machine (the float phase: training "
+          f"and the per-epoch validation):", "",
+          "| run | model | optimizer, lr | positives | box loss | epochs (steps) | training | mAP@0.5 float "
+          "| mAP@0.5 int8 TFLM [95%] | mAP@[.5:.95] int8 |",
+          "|---|---|---|---|---|---:|---:|---:|---:|---:|"]
+    for r in res["runs"]:
+        iv = r["map50_interval"]
+        md.append(f"| {r['run']} | {r['model']} | {r['optimizer']}, {r['lr']:g} | {r['positives']} | "
+                  f"{r['box_loss']} | {r['epochs']} ({r['steps']}) | {r['training_seconds'] / 60:.1f} min | "
+                  f"{_pct(r['map50_float'])} | {_pct(r['map50_int8_tflm'])} [{_pct(iv[0])}, {_pct(iv[1])}] | "
+                  f"{_pct(r['map_int8_tflm'])} |")
+    return "\n".join(md) + "\n"
+
+
 def _setup() -> dict[str, Any]:
     return {"detector": DET_MODEL, "detection_data": DET_DATASET, "classifier": f"{CLS_MODEL} width {CLS_WIDTH}",
             "classification_data": CLS_DATASET, "epochs": EPOCHS, "seeds": 1,

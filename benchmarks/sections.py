@@ -29,6 +29,9 @@ that JSON by the section's function in ``SECTION_TABLES``, which the docs use to
   defaults, measured under QEMU where a QEMU board has the core (``benchmarks.fit``).
 - detection: detectors and classifiers trained at several resolutions, per layer vs patched at 128 / 256 kB
   (``benchmarks.detection``; hours on 2 cores, resumable).
+- detection_recipe: the detector's recipe on flat shapes on noise (96 px, 1,000 training images), its defaults
+  against the options it trained with before: int8 TFLM mAP@0.5 and training time (``benchmarks.detection``; about
+  25 min).
 - multistage: several patch stages per network, the analytic Pareto fronts of the stage-plan search against one
   stage and msf-CNN's quoted figures, and the chosen plans measured on the Cortex-M4 (``benchmarks.multistage``;
   about 25 min).
@@ -66,7 +69,7 @@ from tfmcu.train.config import Recipe, TrainConfig
 from tfmcu.train.trainer import train
 
 SECTIONS = ("rewrite", "custom", "firmware", "tflm_firmware", "cmsis_nn", "train", "resolution", "search", "halo",
-            "halo_firmware", "latency", "fit", "cores", "named_boards", "detection",
+            "halo_firmware", "latency", "fit", "cores", "named_boards", "detection", "detection_recipe",
             "multistage")
 
 
@@ -584,7 +587,8 @@ SECTION_TABLES: dict[str, Callable[[dict[str, Any]], str]] = {
     "tflm_firmware": tflm_firmware_table, "cmsis_nn": cmsis_nn_table, "train": train_table,
     "resolution": resolution_table, "search": bench_search.table, "halo": bench_halo.table,
     "halo_firmware": bench_halo.firmware_table, "latency": bench_latency.section_table, "fit": bench_fit.table,
-    "cores": bench_fit.table, "named_boards": bench_fit.boards_table, "detection": bench_detection.table, "multistage": bench_multistage.table}
+    "cores": bench_fit.table, "named_boards": bench_fit.boards_table, "detection": bench_detection.table,
+    "detection_recipe": bench_detection.recipe_table, "multistage": bench_multistage.table}
 
 
 def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
@@ -601,6 +605,7 @@ def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
         "cores": lambda o: bench_fit.cores_section(o, log),
         "named_boards": lambda o: bench_fit.boards_section(o, log),
         "detection": lambda o: bench_detection.detection_section(o, log),
+        "detection_recipe": lambda o: bench_detection.recipe_section(o, log),
         "multistage": lambda o: bench_multistage.multistage_section(o, log)}
     unknown = [s for s in o.sections if s not in sections]
     if unknown:

@@ -39,7 +39,7 @@ from tfmcu.flows.deploy import DeployOptions  # noqa: E402
 from tfmcu.plan.arena import DEFAULT_KERNELS, KERNEL_SETS  # noqa: E402
 from tfmcu.plan.plans import MAC_METRICS, OBJECTIVES, SEARCH_SECONDS, UNITS, SearchOptions  # noqa: E402
 from tfmcu.stage.custom import CustomOptions  # noqa: E402
-from tfmcu.train.config import STRATEGIES, TASKS, TrainConfig, default_config  # noqa: E402
+from tfmcu.train.config import OPTIMIZERS, STRATEGIES, TASKS, TrainConfig, default_config  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -191,15 +191,17 @@ def define_seed_flag() -> None:
 _TRAINING: dict[str, tuple[str, str, dict[str, Any], str]] = {
     "dataset": ("string", "dataset", {},
                 "classify: fashion_mnist, mnist, scenes[:key=value,...] (small objects on cluttered canvases: "
-                "tfmcu.data.scenes), or a folder <root>/<class>/*.png|jpg; detection: scenes-det[:key=value,...] or a "
-                "COCO folder"),
+                "tfmcu.data.scenes), or a folder <root>/<class>/*.png|jpg; detection: scenes-det[:key=value,...], "
+                "shapes-det[:key=value,...] (flat shapes on noise), or a COCO or VOC folder"),
     "data_dir": ("string", "data_dir", {},
                  "Folder with the IDX files of fashion_mnist / mnist (scenes: those of its objects)"),
+    "optimizer": ("enum", "recipe.optimizer", {"enum_values": list(OPTIMIZERS)},
+                  "sgd (with momentum) or adam (weight decay decoupled, as AdamW)"),
     "epochs": ("integer", "recipe.epochs", {"lower_bound": 0}, "Float training epochs"),
     "qat_epochs": ("integer", "recipe.qat_epochs", {"lower_bound": 0},
                    "Quantization-aware training epochs (0: post-training quantization)"),
     "batch_size": ("integer", "recipe.batch_size", {"lower_bound": 1}, "Global batch size"),
-    "lr": ("float", "recipe.lr", {"lower_bound": 0}, "Peak learning rate (SGD, cosine decay to 0)"),
+    "lr": ("float", "recipe.lr", {"lower_bound": 0}, "Peak learning rate (cosine decay to 0)"),
     "qat_lr": ("float", "recipe.qat_lr", {"lower_bound": 0}, "QAT learning rate (lr / 10 if not set)"),
     "momentum": ("float", "recipe.momentum", {"lower_bound": 0, "upper_bound": 0.999}, "SGD momentum"),
     "nesterov": ("bool", "recipe.nesterov", {}, "Nesterov momentum"),

@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tfmcu.data import catalog, coco, scenes, scenes_det
+from tfmcu.data import catalog, coco, scenes, scenes_det, shapes_det
 from tfmcu.data.images import resize_for_model
 from tfmcu.data.split import DataError
 from tfmcu.errors import TfmcuError
@@ -330,3 +330,55 @@ def test_broken_voc_folders_are_one_line_errors(tmp_path, edit, what):
     assert "\n" not in str(e.value)
     with pytest.raises(DataError, match="no class dog .*its classes: car, person"):
         catalog.load_detection(write_voc(tmp_path / "ok") + ":classes=dog")
+
+
+# ============================================================================= shapes-det
+def test_shapes_are_deterministic_exact_and_apart():
+    """shapes-det: a split is the same on every load; every box is the tight box of pixels of its shape's one flat
+    colour that reaches all four sides, shapes do not overlap, labels are the first `classes` shapes."""
+    name = "shapes-det:classes=5,train=40,val=8,test=8,objects=2-4,noise=20"
+    assert catalog.kind(name) == catalog.DETECTION
+    ds = catalog.load_detection(name)
+    again = catalog.load_detection(name)
+    assert ds.class_names == list(shapes_det.SHAPES) and ds.channels == 3 and ds.flip
+    assert (len(ds.train), len(ds.val), len(ds.test)) == (40, 8, 8)
+    assert np.array_equal(ds.train.images, again.train.images)
+    assert all(np.array_equal(a, b) for a, b in zip(ds.train.boxes, again.train.boxes))
+    assert not np.array_equal(ds.train.images[:8], ds.val.images)  # the splits are their own draws
+    seen = set()
+    for img, boxes, labels in zip(ds.train.images, ds.train.boxes, ds.train.labels):
+        assert img.shape == (96, 96, 3) and img.dtype == np.uint8 and len(boxes) == len(labels)
+        for i, (box, label) in enumerate(zip(boxes.astype(int), labels)):
+            seen.add(int(label))
+            x0, y0, x1, y1 = box
+            assert 0 <= x0 < x1 <= 96 and 0 <= y0 < y1 <= 96
+            crop = img[y0:y1, x0:x1].reshape(-1, 3)
+            colours, counts = np.unique(crop, axis=0, return_counts=True)
+            colour = colours[np.argmax(counts)]  # the shape's flat colour (noise pixels are all different)
+            inside = np.all(img[y0:y1, x0:x1] == colour, axis=-1)
+            # tight: the shape reaches every side of its box
+            assert inside[0].any() and inside[-1].any() and inside[:, 0].any() and inside[:, -1].any()
+            for other in boxes[i + 1:]:
+                assert scenes_det.iou(box, other) == 0.0
+    assert seen == set(range(5))
+
+
+def test_shape_masks():
+    for shape in shapes_det.SHAPES:
+        m = shapes_det.shape_mask(shape, 20, 16)
+        assert m.shape == (20, 16) and m.any(axis=1)[2:-2].all() and m.any(axis=0)[2:-2].all(), shape
+    assert shapes_det.shape_mask("square", 5, 7).all()
+    m = shapes_det.shape_mask("triangle", 20, 20)
+    assert m[-1].sum() > m[1].sum()  # wider at the base
+
+
+@pytest.mark.parametrize("name, what", [
+    ("shapes-det:classes=6", "classes=6: expected 1..5"),
+    ("shapes-det:object_px=4-10", "object_px=4-10"),
+    ("shapes-det:object_px=10-60", "object_px=10-60"),
+    ("shapes-det:colour=red", "'colour=red' is not key=value with a key among"),
+    ("shapes-det:objects=3-1", "objects=3-1"),
+])
+def test_shapes_names_are_one_line_errors(name, what):
+    with pytest.raises(DataError, match=re.escape(what)):
+        catalog.load_detection(name)

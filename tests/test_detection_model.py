@@ -151,6 +151,17 @@ def test_keras_outputs_and_ir_equal_from_spec(key):
     y = model(np.random.default_rng(0).normal(size=(2, spec.resolution, spec.resolution, 3)).astype("float32"))
     y = y if isinstance(y, list) else [y]
     assert [tuple(t.shape) for t in y] == [(2, s.grid, s.grid, s.channels) for s in scales]
+    # the objectness biases start at the prior (logit(OBJ_PRIOR)), the box and class biases at 0
+    from tfmcu.nets.keras_builder import OBJ_PRIOR
+    from tfmcu.nets.spec import YOLO_FIELDS
+
+    fields = len(YOLO_FIELDS) + spec.head.num_classes
+    for i, s in enumerate(scales):
+        bias = model.get_layer(f"head_scale{i}_pred").get_weights()[1].reshape(-1, fields)
+        assert bias.shape[0] == len(s.anchors)
+        obj = YOLO_FIELDS.index("obj")
+        np.testing.assert_allclose(1 / (1 + np.exp(-bias[:, obj])), OBJ_PRIOR, rtol=1e-5)
+        assert not np.delete(bias, obj, axis=1).any()
 
 
 @pytest.mark.parametrize("key", ["1scale", "2scales"])

@@ -2,7 +2,8 @@
 
 Classification (``load``): ``fashion_mnist`` | ``mnist`` (installed IDX files, ``tfmcu.data.classify``),
 ``scenes[:key=value,...]`` (``tfmcu.data.scenes``), or a folder of class folders. Detection (``load_detection``):
-``scenes-det[:key=value,...]`` (``tfmcu.data.scenes_det``), a COCO folder (``tfmcu.data.coco``) or a Pascal VOC
+``scenes-det[:key=value,...]`` (``tfmcu.data.scenes_det``), ``shapes-det[:key=value,...]``
+(``tfmcu.data.shapes_det``), a COCO folder (``tfmcu.data.coco``) or a Pascal VOC
 folder (``tfmcu.data.voc``); a folder followed by ``:classes=a,b`` keeps the boxes of those classes only, in that
 order (e.g. ``coco2017:classes=person``). ``data_dir`` overrides where the IDX files are (for scenes: those of their
 object source).
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from tfmcu.data import classify, coco, scenes, scenes_det, voc
+from tfmcu.data import classify, coco, scenes, scenes_det, shapes_det, voc
 from tfmcu.data.split import DataError, Dataset, only_classes
 
 CLASSIFY, DETECTION = "classify", "detection"
@@ -36,7 +37,7 @@ def kind(name: str) -> str | None:
     """``CLASSIFY`` or ``DETECTION`` when the name alone says which task a data set is for (None: a folder of either
     kind that does not exist, or cannot be told apart without reading it)."""
     folder = name.rsplit(CLASSES, 1)[0]
-    if scenes_det.is_name(name) or coco.is_coco_folder(folder) or voc.is_voc_folder(folder):
+    if scenes_det.is_name(name) or shapes_det.is_name(name) or coco.is_coco_folder(folder) or voc.is_voc_folder(folder):
         return DETECTION
     if classify.canonical_name(name) or name.lower().split(":")[0] == scenes.SceneConfig.NAME:
         return CLASSIFY
@@ -59,12 +60,16 @@ def load(name: str, data_dir: str | None = None, test_fraction: float = 0.2, see
 
 def load_detection(name: str, data_dir: str | None = None, seed: int = 0, val_fraction: float = 0.1,
                    test_fraction: float = 0.1) -> Dataset:
-    """A detection data set: ``scenes-det[:key=value,...]`` (rendered), a COCO-format or a VOC folder, with
+    """A detection data set: ``scenes-det[:...]`` or ``shapes-det[:...]`` (rendered), a COCO-format or a VOC folder, with
     ``:classes=...`` (``seed``, ``val_fraction`` and ``test_fraction`` make the splits a folder has no file for)."""
     if scenes_det.is_name(name):
         config = scenes_det.parse_name(name)
         assert config is not None
         return scenes.load_scenes(config, classify.load_builtin(config.source, data_dir))
+    if shapes_det.is_name(name):
+        shapes = shapes_det.parse_name(name)
+        assert shapes is not None
+        return shapes_det.load_shapes(shapes)
     folder, classes = _folder(name)
     if voc.is_voc_folder(folder) and not coco.is_coco_folder(folder):
         ds = voc.load_voc(folder, seed, val_fraction, test_fraction)

@@ -21,13 +21,16 @@ Channel counts come from ``NetSpec.resolve`` only, so the builder and the IR agr
 
 from __future__ import annotations
 
+import math
 import os
+
+import numpy as np
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import tf_keras  # noqa: E402
 
-from tfmcu.nets.spec import NetSpec, ResolvedBlock  # noqa: E402
+from tfmcu.nets.spec import YOLO_FIELDS, NetSpec, ResolvedBlock  # noqa: E402
 
 layers = tf_keras.layers
 
@@ -131,17 +134,26 @@ def head(x, spec: NetSpec, seeds: _Seeds):
     return x
 
 
+OBJ_PRIOR = 0.01  # a yolo head's objectness starts at this probability (its bias at logit(OBJ_PRIOR))
+
+
 def yolo_head(features: list, spec: NetSpec, seeds: _Seeds) -> list:
     """Per scale (coarsest first): [1x1 conv + activation] -> linear 1x1 conv with bias to A * (5 + K) logits.
 
-    ``features[b]`` is the output of block ``b`` (0 = the stem)."""
+    ``features[b]`` is the output of block ``b`` (0 = the stem). The objectness biases start at logit(``OBJ_PRIOR``)
+    (RetinaNet's prior, YOLOv5's bias init): an untrained head says "nothing here" everywhere, so the many background
+    anchors do not swamp the first steps' gradients; the other biases start at 0."""
     h = spec.head
     outputs = []
+    fields = len(YOLO_FIELDS) + h.num_classes
     for sc in spec.detection_scales():
         x = features[sc.block]
         if h.head_channels:
             x = conv_bn(x, spec, seeds, f"{sc.name}_conv", h.head_channels, 1, 1, h.activation)
+        bias = np.zeros(sc.channels, np.float32)
+        bias[YOLO_FIELDS.index("obj")::fields] = math.log(OBJ_PRIOR / (1 - OBJ_PRIOR))
         outputs.append(layers.Conv2D(sc.channels, 1, use_bias=True, kernel_initializer=seeds.conv(),
+                                     bias_initializer=tf_keras.initializers.Constant(bias),
                                      name=f"{sc.name}_pred")(x))
     return outputs
 

@@ -17,6 +17,7 @@ from tfmcu.nets.spec import NetSpec
 STRATEGIES = ("default", "mirrored", "multi_worker")
 TASKS = ("classify", "detection")
 ANCHOR_SOURCES = ("kmeans", "spec")
+OPTIMIZERS = ("sgd", "adam")
 
 
 class TrainError(TfmcuError):
@@ -28,6 +29,7 @@ class Recipe:
     """Training hyper-parameters: the MCUNetV2 recipe (SGD 0.9, lr 0.2 at batch 1024, cosine, wd 4e-5, QAT 10
     epochs; the paper fine-tunes at 1/10 of the learning rate) scaled down to small data sets and 2 CPU cores."""
 
+    optimizer: str = "sgd"  # sgd: SGD with momentum | adam: Adam (weight decay decoupled, as AdamW)
     epochs: int = 15
     qat_epochs: int = 3
     batch_size: int = 128
@@ -45,6 +47,7 @@ class Recipe:
 
     def validate(self) -> "Recipe":
         checks = [
+            (self.optimizer in OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}"),
             (self.epochs >= 0, "epochs must be >= 0"),
             (self.qat_epochs >= 0, "qat_epochs must be >= 0"),
             (self.epochs + self.qat_epochs > 0, "nothing to train: epochs and qat_epochs are both 0"),
@@ -71,9 +74,9 @@ class DetectionOptions:
 
     anchors: str = "kmeans"  # kmeans: fit to the training boxes (k = the spec's anchor count) | spec: keep the spec's
     ignore_iou: float = 0.5  # an unassigned anchor whose box overlaps a true box more than this: no no-object loss
-    positives: str = "best"  # best: one anchor per box (YOLOv3) | multi: several anchors and cells per box (YOLOv5)
+    positives: str = "multi"  # multi: several anchors and cells per box (YOLOv5) | best: one anchor per box (YOLOv3)
     box_weight: float = 1.0  # the box loss on assigned anchors
-    box_loss: str = "smooth_l1"  # smooth_l1: of the encodings | giou: 1 - GIoU of the decoded boxes
+    box_loss: str = "giou"  # giou: 1 - GIoU of the decoded boxes | smooth_l1: of the encodings
     noobj_weight: float = 0.5  # objectness BCE of the unassigned, not-ignored anchors (assigned ones weigh 1)
     class_weight: float = 1.0  # class BCE, on assigned anchors
     scale: float = 0.25  # augmentation: random zoom in [1 - scale, 1 + scale]
@@ -155,7 +158,8 @@ class TrainConfig:
 
     def fingerprint(self, spec: NetSpec) -> str:
         """What a checkpoint depends on: resuming with other settings would silently train something else."""
-        keep = {"spec": spec.to_dict(), "dataset": self.dataset, "recipe": dataclasses.asdict(self.recipe),
+        recipe = {k: v for k, v in dataclasses.asdict(self.recipe).items() if _RECIPE_ADDED_LATER.get(k, object()) != v}
+        keep = {"spec": spec.to_dict(), "dataset": self.dataset, "recipe": recipe,
                 "val_split": self.val_split, "train_subset": self.train_subset,
                 "steps_per_epoch": self.steps_per_epoch, "qat_steps_per_epoch": self.qat_steps_per_epoch,
                 "seed": self.seed, "init_weights": _file_digest(self.init_weights, "--init_weights")}
@@ -173,18 +177,19 @@ _EVALUATION_ONLY = ("score_threshold", "iou_threshold", "max_detections", "plot_
 # Detection options added after runs were checkpointed, and their values then: left out of the fingerprint when they
 # have them, so those runs still resume.
 _ADDED_LATER = {"positives": "best", "box_loss": "smooth_l1"}
+_RECIPE_ADDED_LATER = {"optimizer": "sgd"}
 
 
 def default_config(task: str = "classify", **changes) -> TrainConfig:
     """A task's default run, with ``changes``: classification's are ``TrainConfig()``'s; detection trains
-    ``mbv2-det-w035`` on ``scenes-det`` with a shorter, warmed-up SGD recipe and no QAT by default (``qat_epochs`` > 0
+    ``mbv2-det2-w035`` on ``scenes-det`` with a shorter, warmed-up SGD recipe and no QAT by default (``qat_epochs`` > 0
     adds it), and holds a tenth of a COCO folder's training images out for validation and test when it has no files
     for them."""
     if task == "classify":
         return dataclasses.replace(TrainConfig(), **changes)
     if task == "detection":
-        recipe = Recipe(epochs=30, qat_epochs=0, batch_size=32, lr=0.05, warmup_epochs=1.0)
-        return TrainConfig(**{"model": "mbv2-det-w035", "dataset": "scenes-det", "recipe": recipe, "task": task,
+        recipe = Recipe(epochs=30, qat_epochs=0, batch_size=16, lr=0.05, warmup_epochs=1.0)
+        return TrainConfig(**{"model": "mbv2-det2-w035", "dataset": "scenes-det", "recipe": recipe, "task": task,
                               "val_split": 0.1, "test_fraction": 0.1, **changes})
     raise TrainError(f"unknown task '{task}'; known: {', '.join(TASKS)}")
 

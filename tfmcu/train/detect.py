@@ -136,7 +136,11 @@ class DetectTask:
             yield from det.epoch_batches(inputs.train_arrays, spec, b, seed, epoch, steps, augment, inputs.flip,
                                          opts.scale, opts.translate, opts.ignore_iou, positives=opts.positives)
 
-        return tf.data.Dataset.from_generator(generate, output_signature=signature).prefetch(2)
+        n_batches = len(inputs.train_arrays) // b
+        n_batches = min(n_batches, steps) if steps is not None else n_batches
+        # (the cardinality gives Keras' progress bar its total)
+        return (tf.data.Dataset.from_generator(generate, output_signature=signature)
+                .apply(tf.data.experimental.assert_cardinality(n_batches)).prefetch(2))
 
     def validate(self, model: Any, inputs: DetectInputs, cfg: TrainConfig) -> dict[str, float]:
         import tensorflow as tf

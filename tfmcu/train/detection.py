@@ -312,21 +312,29 @@ def training_model(model, spec: NetSpec):
 
 
 # ============================================================================= augmentation
-def _resample_matrix(n: int, zoom: float, shift: float, mirror: bool) -> np.ndarray:
-    """[n, n] bilinear weights along one axis of the map f -> (f - 0.5) * zoom + 0.5 + shift (then f -> 1 - f if
-    ``mirror``), f a fraction of the side; rows of output pixels that sample outside the image sum to less than 1."""
+def _resample_taps(n: int, zoom: float, shift: float, mirror: bool) -> tuple[np.ndarray, ...]:
+    """The bilinear taps along one axis of the map f -> (f - 0.5) * zoom + 0.5 + shift (then f -> 1 - f if
+    ``mirror``), f a fraction of the side: per output pixel the two source pixels (clipped into the image) and their
+    weights (0 for a source pixel outside it, so an output pixel that samples outside has weights summing to less
+    than 1)."""
     out = (np.arange(n) + 0.5) / n
     if mirror:
         out = 1.0 - out
     src = ((out - 0.5 - shift) / zoom + 0.5) * n - 0.5  # the source pixel coordinate (pixel centres at integers)
     p0 = np.floor(src).astype(np.int64)
     w1 = src - p0
-    m = np.zeros((n, n), np.float64)
-    rows = np.arange(n)
-    for p, w in ((p0, 1.0 - w1), (p0 + 1, w1)):
-        inside = (p >= 0) & (p < n)
-        np.add.at(m, (rows[inside], p[inside]), w[inside])
-    return m
+    w0 = 1.0 - w1
+    p1 = p0 + 1
+    w0 = np.where((p0 >= 0) & (p0 < n), w0, 0.0)
+    w1 = np.where((p1 >= 0) & (p1 < n), w1, 0.0)
+    return np.clip(p0, 0, n - 1), w0, np.clip(p1, 0, n - 1), w1
+
+
+def _resample(image: np.ndarray, taps: tuple[np.ndarray, ...], axis: int) -> np.ndarray:
+    """``image`` resampled along ``axis`` (0: rows, 1: columns) with ``_resample_taps``' taps."""
+    p0, w0, p1, w1 = taps
+    shape = (-1, 1, 1) if axis == 0 else (1, -1, 1)
+    return (np.take(image, p0, axis=axis) * w0.reshape(shape) + np.take(image, p1, axis=axis) * w1.reshape(shape))
 
 
 def augment(image: np.ndarray, boxes: np.ndarray, labels: np.ndarray, rng: np.random.Generator, flip: bool = True,
@@ -338,10 +346,9 @@ def augment(image: np.ndarray, boxes: np.ndarray, labels: np.ndarray, rng: np.ra
     ty, tx = rng.uniform(-translate, translate, 2)
     mirror = bool(flip) and bool(rng.random() < 0.5)
     h, w = image.shape[:2]
-    my, mx = _resample_matrix(h, zoom, ty, False), _resample_matrix(w, zoom, tx, mirror)
-    # (two einsums rather than BLAS: OpenBLAS threads contend on a busy 2-core host and were 100x slower)
-    img = np.einsum("owc,pw->opc", np.einsum("oh,hwc->owc", my, image.astype(np.float64)), mx)
-    img += FILL * (1.0 - np.outer(my.sum(1), mx.sum(1)))[..., None]
+    ty_taps, tx_taps = _resample_taps(h, zoom, ty, False), _resample_taps(w, zoom, tx, mirror)
+    img = _resample(_resample(image.astype(np.float64), ty_taps, 0), tx_taps, 1)  # (separable: two taps per axis)
+    img += FILL * (1.0 - np.outer(ty_taps[1] + ty_taps[3], tx_taps[1] + tx_taps[3]))[..., None]
     b = np.asarray(boxes, np.float64).reshape(-1, 4)
     moved = np.empty_like(b)
     moved[:, [0, 2]] = (b[:, [0, 2]] - 0.5) * zoom + 0.5 + tx

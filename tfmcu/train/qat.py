@@ -89,7 +89,7 @@ def quantize(model) -> tuple[Any, list[str]]:
 
 
 def make_optimizer(lr: float, momentum: float, nesterov: bool, weight_decay: float, total_steps: int,
-                   warmup_steps: int = 0):
+                   warmup_steps: int = 0, kind: str = "sgd"):
     import tf_keras
 
     total_steps = max(1, int(total_steps))
@@ -101,8 +101,11 @@ def make_optimizer(lr: float, momentum: float, nesterov: bool, weight_decay: flo
     else:
         schedule = tf_keras.optimizers.schedules.CosineDecay(initial_learning_rate=lr, decay_steps=total_steps,
                                                              alpha=0.0)
-    opt = tf_keras.optimizers.SGD(learning_rate=schedule, momentum=momentum, nesterov=nesterov,
-                                  weight_decay=weight_decay or None)
+    if kind == "adam":  # (Keras' weight decay is decoupled, AdamW's: w -= lr * wd * w)
+        opt = tf_keras.optimizers.Adam(learning_rate=schedule, weight_decay=weight_decay or None)
+    else:
+        opt = tf_keras.optimizers.SGD(learning_rate=schedule, momentum=momentum, nesterov=nesterov,
+                                      weight_decay=weight_decay or None)
     if weight_decay:
         # Decay conv / depthwise / dense kernels only: not batch-norm scales and shifts, biases or quantizer ranges.
         opt.exclude_from_weight_decay(var_names=["gamma", "beta", "bias", "_min", "_max", "min_var", "max_var"])

@@ -225,7 +225,8 @@ def float_phase(run: Run) -> Trained:
                     f"layers with weights loaded from {loaded.source}"
                     + (f"; not loaded: {', '.join(loaded.not_loaded)}" if loaded.not_loaded else ""))
         opt = make_optimizer(recipe.lr, recipe.momentum, recipe.nesterov, recipe.weight_decay,
-                             run.steps * max(recipe.epochs, 1), int(round(recipe.warmup_epochs * run.steps)))
+                             run.steps * max(recipe.epochs, 1), int(round(recipe.warmup_epochs * run.steps)),
+                             recipe.optimizer)
         opt.build(model.trainable_variables)
         run.task.compile(model, opt, cfg, run.inputs)
         ckpt = tf.train.Checkpoint(model=model, optimizer=opt)
@@ -254,7 +255,7 @@ def qat_phase(run: Run, floated: Trained) -> tuple[Trained, list[str]]:
         spec_model, notes = quantize(floated.spec_model)
         model = run.task.training_model(spec_model, run.inputs.spec)
         opt = make_optimizer(qat_lr(recipe), recipe.momentum, recipe.nesterov, recipe.weight_decay,
-                             run.qat_steps * recipe.qat_epochs)
+                             run.qat_steps * recipe.qat_epochs, kind=recipe.optimizer)
         opt.build(model.trainable_variables)
         run.task.compile(model, opt, cfg, run.inputs)
         ckpt = tf.train.Checkpoint(model=model, optimizer=opt)
