@@ -272,13 +272,13 @@ def recipe_table(result: dict[str, Any]) -> str:
     md = [f"`train --task=detection` on `{s['dataset']}` ({s['resolution']} px, one seed), int8 mAP@0.5 in TFLM on "
           f"the test split [{s['spread']}]; training time measured on this run's machine (the float phase: training "
           f"and the per-epoch validation):", "",
-          "| run | model | optimizer, lr | positives | box loss | epochs (steps) | training | mAP@0.5 float "
+          "| run | model | optimizer, lr | positives | box loss | epochs x batch (steps) | training | mAP@0.5 float "
           "| mAP@0.5 int8 TFLM [95%] | mAP@[.5:.95] int8 |",
           "|---|---|---|---|---|---:|---:|---:|---:|---:|"]
     for r in res["runs"]:
         iv = r["map50_interval"]
         md.append(f"| {r['run']} | {r['model']} | {r['optimizer']}, {r['lr']:g} | {r['positives']} | "
-                  f"{r['box_loss']} | {r['epochs']} ({r['steps']}) | {r['training_seconds'] / 60:.1f} min | "
+                  f"{r['box_loss']} | {r['epochs']} x {r['batch_size']} ({r['steps']}) | {r['training_seconds'] / 60:.1f} min | "
                   f"{_pct(r['map50_float'])} | {_pct(r['map50_int8_tflm'])} [{_pct(iv[0])}, {_pct(iv[1])}] | "
                   f"{_pct(r['map_int8_tflm'])} |")
     return "\n".join(md) + "\n"

@@ -20,12 +20,12 @@ Names, parsed strictly as the scenes' (``tfmcu.data.scenes.parse_options``)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-from tfmcu.data.scenes import SPLIT_IDS, parse_options
+from tfmcu.data.scenes import SPLIT_IDS, SceneConfig, parse_options
 from tfmcu.data.split import DataError, Dataset, Split
 
 SHAPES = ("circle", "square", "triangle", "diamond", "cross")
@@ -70,8 +70,7 @@ class ShapesConfig:
                 f"({self.object_px[0]}-{self.object_px[1]} px) on {self.canvas}x{self.canvas} noise "
                 f"(amplitude {self.noise:g}), seed {self.seed}")
 
-    def as_dict(self) -> dict[str, Any]:
-        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in fields(self)}
+    as_dict = SceneConfig.as_dict  # the fields as JSON holds them (ranges as lists)
 
 
 def parse_name(name: str) -> ShapesConfig | None:
