@@ -278,7 +278,8 @@ def recipe_table(result: dict[str, Any]) -> str:
     for r in res["runs"]:
         iv = r["map50_interval"]
         md.append(f"| {r['run']} | {r['model']} | {r['optimizer']}, {r['lr']:g} | {r['positives']} | "
-                  f"{r['box_loss']} | {r['epochs']} x {r['batch_size']} ({r['steps']}) | {r['training_seconds'] / 60:.1f} min | "
+                  f"{r['box_loss']} | {r['epochs']} x {r['batch_size']} ({r['steps']}) | "
+                  f"{r['training_seconds'] / 60:.1f} min | "
                   f"{_pct(r['map50_float'])} | {_pct(r['map50_int8_tflm'])} [{_pct(iv[0])}, {_pct(iv[1])}] | "
                   f"{_pct(r['map_int8_tflm'])} |")
     return "\n".join(md) + "\n"

@@ -60,8 +60,9 @@ def load(name: str, data_dir: str | None = None, test_fraction: float = 0.2, see
 
 def load_detection(name: str, data_dir: str | None = None, seed: int = 0, val_fraction: float = 0.1,
                    test_fraction: float = 0.1) -> Dataset:
-    """A detection data set: ``scenes-det[:...]`` or ``shapes-det[:...]`` (rendered), a COCO-format or a VOC folder, with
-    ``:classes=...`` (``seed``, ``val_fraction`` and ``test_fraction`` make the splits a folder has no file for)."""
+    """A detection data set: ``scenes-det[:...]`` or ``shapes-det[:...]`` (rendered), a COCO-format or a VOC folder,
+    with ``:classes=...`` (``seed``, ``val_fraction`` and ``test_fraction`` make the splits a folder has no file
+    for)."""
     if scenes_det.is_name(name):
         config = scenes_det.parse_name(name)
         assert config is not None
