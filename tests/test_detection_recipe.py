@@ -25,4 +25,4 @@ def test_the_default_recipe_finds_shapes(tmp_path):
     report = train.train(cfg, str(tmp_path / "run"), log=lambda m: None)
     curve = [round(e["val_map50"], 3) for e in report.history.float]
     print(f"defaults: val mAP@0.5 per epoch {curve}; test mAP@0.5 {report.detection.map50.float:.3f}")
-    assert report.detection.map50.float >= 0.3  # (an untrained detector: about 0.01)
+    assert report.detection.map50.float >= 0.25  # (an untrained detector: about 0.01; 0.378 measured)

@@ -8,26 +8,24 @@ them, ``[x0, y0, x1, y1]``, and come out of ``decode`` as ``DETECTION_POSTPROCES
 
 * **Anchors from data** (``fit_anchors``): ``kmeans_anchors`` on the training boxes' (w, h) fractions with k = the
   spec's anchor count, ``split_anchors`` into its scales; the spec the run trains (and writes) carries them.
-* **Targets** (``assign_targets``), YOLOv3-style: a true box goes to the anchor, over all scales, with the best (w, h)
-  IoU (``wh_iou``), at the cell of that scale holding the box's centre: objectness 1, its class one-hot, box target
-  ``encode_boxes(box, that anchor)``. When two boxes want the same slot, the second takes its next-best anchor (a
-  box is dropped only when every slot it could take is taken). ``positives="multi"`` (YOLOv5's): every anchor shape
-  within ``ANCHOR_RATIO`` of the box's width and height, at its cell and the two neighbouring cells nearest its
-  centre (an offset of up to a cell and a half, which the encoding represents as any other). An unassigned anchor whose box (placed at its cell,
+* **Targets** (``assign_targets``): with ``positives="multi"`` (the default, YOLOv5's) a true box goes to every
+  anchor shape within ``ANCHOR_RATIO`` of its width and height (the best one if none is), at the cell of that scale
+  holding its centre and the two neighbouring cells nearest the centre (an offset of up to a cell and a half, which
+  the encoding represents as any other); with ``positives="best"`` (YOLOv3's) only to the anchor, over all scales,
+  with the best (w, h) IoU (``wh_iou``) at the centre's cell, and when two boxes want the same slot the second
+  takes its next-best anchor. A slot gets objectness 1, the box's class one-hot and ``encode_boxes(box, that
+  anchor)``; a slot an earlier box took stays that box's. An unassigned anchor whose box (placed at its cell,
   ``anchor_grid``) overlaps a true box with IoU > ``ignore_iou`` is *ignored*: it gets no no-object loss. Targets
   are ``[B, N, 5 + K]`` in the output's layout (``ty, tx, th, tw, obj, classes``) with obj 1 (assigned), 0
   (background) or -1 (ignored).
 * **Loss** (``detection_loss``): on the concatenated outputs ``[B, N, 5 + K]``, summed over the batch and divided by
-  its number of assigned anchors (SSD's normalisation): ``box_weight`` x smooth-L1 of the four encodings on assigned
-  anchors + objectness BCE on assigned anchors + ``noobj_weight`` x objectness BCE on background anchors +
-  ``class_weight`` x per-class BCE (sigmoid, as the score is ``sigmoid(obj) * sigmoid(class)``) on assigned anchors.
-  Why smooth-L1 on the encodings rather than GIoU on decoded boxes: the head's box outputs *are* the encodings
-  ``DETECTION_POSTPROCESS`` decodes, so the target is exact and cheap (no exp, no decoding inside the loss, no
-  anchors in the graph); the encoding divides offsets by the anchor's size and takes logs of size ratios, so it is
-  already scale-invariant (GIoU's main advantage over an L2 on pixels); and smooth-L1 keeps the gradient bounded
-  while the encodings of an untrained head are far off (offsets of half a cell are ~10 units at scale 10).
-  ``DetectionOptions(box_loss="giou")``: the box term is 1 - GIoU of the boxes the predicted and the target
-  encodings decode to (``decode_boxes`` in the graph, on ``anchor_grid``), per assigned anchor.
+  its number of assigned anchors (SSD's normalisation): ``box_weight`` x the box loss on assigned anchors +
+  objectness BCE on assigned anchors + ``noobj_weight`` x objectness BCE on background anchors + ``class_weight`` x
+  per-class BCE (sigmoid, as the score is ``sigmoid(obj) * sigmoid(class)``) on assigned anchors. The box loss is
+  1 - GIoU of the boxes the predicted and the target encodings decode to (``box_loss="giou"``, the default:
+  ``decode_boxes`` in the graph, on ``anchor_grid``), which scores the box that comes out whatever anchor encodes
+  it; or (``box_loss="smooth_l1"``) smooth-L1 of the four encodings: exact and cheap (the head's box outputs *are*
+  the encodings ``DETECTION_POSTPROCESS`` decodes, and the encoding is scale-invariant).
 * **Augmentation** (``augment``, ``epoch_batches``): on the resized float images and their fractional boxes, before
   batching: horizontal flip, zoom in [1 - scale, 1 + scale] about the centre and a shift of up to ``translate`` per
   axis, one bilinear resampling (pixels that come from outside the image are black, as ``tfmcu.data``'s shifts);
