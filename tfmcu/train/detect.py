@@ -136,8 +136,7 @@ class DetectTask:
             yield from det.epoch_batches(inputs.train_arrays, spec, b, seed, epoch, steps, augment, inputs.flip,
                                          opts.scale, opts.translate, opts.ignore_iou, positives=opts.positives)
 
-        n_batches = len(inputs.train_arrays) // b
-        n_batches = min(n_batches, steps) if steps is not None else n_batches
+        n_batches = det.batches_per_epoch(len(inputs.train_arrays), b, steps)
         # (the cardinality gives Keras' progress bar its total)
         return (tf.data.Dataset.from_generator(generate, output_signature=signature)
                 .apply(tf.data.experimental.assert_cardinality(n_batches)).prefetch(2))

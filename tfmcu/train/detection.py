@@ -386,6 +386,11 @@ def batch_images(x: np.ndarray, channels: int) -> np.ndarray:
     return np.repeat(x, channels, axis=-1) if x.shape[-1] == 1 and channels != 1 else x
 
 
+def batches_per_epoch(n: int, batch_size: int, steps: int | None = None) -> int:
+    """The batches ``epoch_batches`` yields for ``n`` images: full batches only, at most ``steps``."""
+    return min(n // batch_size, steps) if steps is not None else n // batch_size
+
+
 def epoch_batches(arrays: DetArrays, spec: NetSpec, batch_size: int, seed: int, epoch: int,
                   steps: int | None = None, augment_images: bool = True, flip: bool = True, scale: float = 0.25,
                   translate: float = 0.125, ignore_iou: float = 0.5, shuffle: bool = True, positives: str = "best"
@@ -395,9 +400,7 @@ def epoch_batches(arrays: DetArrays, spec: NetSpec, batch_size: int, seed: int, 
     ``steps`` caps the batches. Deterministic for (seed, epoch)."""
     lay = _Layout(spec)
     order = np.random.default_rng([seed, epoch]).permutation(len(arrays)) if shuffle else np.arange(len(arrays))
-    n_batches = len(order) // batch_size
-    if steps is not None:
-        n_batches = min(n_batches, steps)
+    n_batches = batches_per_epoch(len(arrays), batch_size, steps)
     for s in range(n_batches):
         idx = order[s * batch_size:(s + 1) * batch_size]
         xs, bs, ls = [], [], []
