@@ -215,6 +215,7 @@ def detection_section(o: Any, log: Callable[[str], None] = print, measure_m4: bo
 # ============================================================================= section detection_recipe
 # The recipe on a task a detector should all but solve: flat shapes on noise (tfmcu.data.shapes_det; 96 px, 1,000
 # training images), trained by `train --task=detection` with its defaults within a 10-minute budget, int8 in TFLM.
+# "objectness target 1": the defaults but the assigned anchors' objectness target (no IoU mixed in).
 # "previous options": the same run with the options the detector trained with before (one positive anchor per box,
 # smooth-L1 of the encodings, batch 32, the one-scale mbv2-det-w035; both start with the objectness prior).
 RECIPE_DATASET = "shapes-det"
@@ -222,67 +223,167 @@ RECIPE_RESOLUTION = 96
 RECIPE_EPOCHS = 20
 RECIPE_RUNS: dict[str, dict[str, Any]] = {
     "defaults": {},
+    "objectness target 1": {"detection": {"obj_iou": 0.0}},
     "previous options": {"model": "mbv2-det-w035", "recipe": {"optimizer": "sgd", "lr": 0.05, "batch_size": 32},
-                         "detection": {"positives": "best", "box_loss": "smooth_l1"}},
+                         "detection": {"positives": "best", "box_loss": "smooth_l1", "obj_iou": 0.0}},
 }
 
 
-def recipe_config(changes: dict[str, Any]) -> TrainConfig:
-    """The section's run: ``train --task=detection`` with its defaults on ``RECIPE_DATASET`` at
-    ``RECIPE_RESOLUTION`` for ``RECIPE_EPOCHS``, with ``changes`` (a run of ``RECIPE_RUNS``)."""
+# --init_backbone: a classifier of the detector's family (MobileNetV2-0.35) trained on the classification scenes, then
+# the detector on the detection scenes of the same canvas, objects and clutter from scratch and from the
+# classifier's backbone, the same recipe (the defaults) and steps; each epoch's validation mAP says how many steps
+# the second needs to reach the first's final figure.
+TRANSFER_RESOLUTION = 96
+TRANSFER_CLS_DATASET = "scenes:canvas=96,object_px=16-40,train=4000,val=500,test=1000,seed=0"
+TRANSFER_CLS_RECIPE = Recipe(epochs=10, qat_epochs=0, batch_size=32, lr=0.01, warmup_epochs=1.0)
+TRANSFER_DET_DATASET = "scenes-det:canvas=96,object_px=16-40,objects=1-3,train=1000,val=200,test=300,seed=0"
+TRANSFER_EPOCHS = 20
+
+
+def recipe_config(changes: dict[str, Any], dataset: str = RECIPE_DATASET, resolution: int = RECIPE_RESOLUTION,
+                  epochs: int = RECIPE_EPOCHS) -> TrainConfig:
+    """The section's run: ``train --task=detection`` with its defaults on ``dataset`` at ``resolution`` for
+    ``epochs`` (default: ``RECIPE_*``), with ``changes`` (a run of ``RECIPE_RUNS``)."""
     base = default_config("detection")
-    recipe = dataclasses.replace(base.recipe, epochs=RECIPE_EPOCHS, **changes.get("recipe", {}))
+    recipe = dataclasses.replace(base.recipe, epochs=epochs, **changes.get("recipe", {}))
     detection = dataclasses.replace(base.detection, **changes.get("detection", {}))
     rest = {k: v for k, v in changes.items() if k not in ("recipe", "detection")}
-    return default_config("detection", dataset=RECIPE_DATASET, resolution=RECIPE_RESOLUTION, recipe=recipe,
+    return default_config("detection", dataset=dataset, resolution=resolution, recipe=recipe,
                           detection=detection, resume=True, **rest)
+
+
+def _recipe_row(name: str, changes: dict[str, Any], rep: TrainReport) -> dict[str, Any]:
+    d = rep.detection
+    per_epoch = [e.get("val_map50") for e in rep.history.float]
+    return {"run": name, "model": rep.model, "changes": changes,
+            "optimizer": rep.recipe.optimizer, "lr": rep.recipe.lr, "epochs": rep.recipe.epochs,
+            "steps": rep.steps_per_epoch * rep.recipe.epochs, "steps_per_epoch": rep.steps_per_epoch,
+            "batch_size": rep.recipe.batch_size, "positives": d.options.positives, "box_loss": d.options.box_loss,
+            "obj_iou": d.options.obj_iou,
+            "map50_int8_tflm": d.map50.int8_tflm, "map_int8_tflm": d.map.int8_tflm,
+            "map50_interval": [d.int8.tflm.bootstrap.low, d.int8.tflm.bootstrap.high],
+            "map50_float": d.map50.float, "map_float": d.map.float,
+            "tflite_vs_tflm": d.int8.tflite_vs_tflm.describe("images"),
+            "training_seconds": rep.timing_s["float_training"], "total_seconds": rep.timing_s["total"],
+            "val_map50_per_epoch": per_epoch}
+
+
+def _train_cached(folder: str, cfg: TrainConfig, what: str, log: Callable[[str], None]) -> TrainReport:
+    rep = _cached(folder)
+    if rep is None:
+        log(f"[detection_recipe] {what} -> {folder}")
+        rep = train(cfg, folder, log=log)
+    return rep
+
+
+def transfer_runs(work: str, log: Callable[[str], None]) -> dict[str, Any]:
+    """The ``--init_backbone`` rows (``TRANSFER_*``): the classifier's figures, the detector from scratch and from the
+    classifier's backbone, and the steps the latter takes to reach the former's final validation mAP@0.5."""
+    cls_folder = os.path.join(work, "transfer_classifier")
+    cls_cfg = TrainConfig(model=CLS_MODEL, width=CLS_WIDTH, dataset=TRANSFER_CLS_DATASET,
+                          resolution=TRANSFER_RESOLUTION, recipe=TRANSFER_CLS_RECIPE, resume=True)
+    cls = _train_cached(cls_folder, cls_cfg, f"classifier {CLS_MODEL}-{CLS_WIDTH} on {TRANSFER_CLS_DATASET}", log)
+    rows = []
+    for name, changes in (("from scratch", {}), ("--init_backbone", {"init_backbone": cls_folder})):
+        folder = os.path.join(work, "transfer_" + name.strip("-").replace(" ", "_"))
+        cfg = recipe_config(changes, TRANSFER_DET_DATASET, TRANSFER_RESOLUTION, TRANSFER_EPOCHS)
+        rep = _train_cached(folder, cfg, f"{name}: detector on {TRANSFER_DET_DATASET}", log)
+        row = _recipe_row(name, {k: v for k, v in changes.items() if k != "init_backbone"}, rep)
+        if rep.backbone is not None:
+            row["backbone_layers"] = {"loaded": len(rep.backbone.loaded), "not_loaded": len(rep.backbone.not_loaded)}
+        rows.append(row)
+    scratch, init = rows
+    target = scratch["val_map50_per_epoch"][-1]
+    reach = next((i + 1 for i, v in enumerate(init["val_map50_per_epoch"]) if v is not None and v >= target), None)
+    acc = cls.classification.accuracy
+    return {"classifier": {"model": f"{CLS_MODEL} width {CLS_WIDTH}", "dataset": TRANSFER_CLS_DATASET,
+                           "resolution": TRANSFER_RESOLUTION, "epochs": cls.recipe.epochs,
+                           "steps": cls.steps_per_epoch * cls.recipe.epochs, "accuracy_float": acc.float,
+                           "training_seconds": cls.timing_s["float_training"]},
+            "dataset": TRANSFER_DET_DATASET, "resolution": TRANSFER_RESOLUTION, "runs": rows,
+            "scratch_final_val_map50": target,
+            "init_epochs_to_reach": reach,
+            "init_steps_to_reach": reach and reach * init["steps_per_epoch"],
+            "steps_ratio": reach and reach * init["steps_per_epoch"] / scratch["steps"]}
 
 
 def recipe_section(o: Any, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Section *detection_recipe*: each run of ``RECIPE_RUNS`` trained (cached in ``out_dir/detection_recipe/<run>``),
-    its int8 TFLM mAP@0.5 on the test split with its bootstrap interval, its float mAP, and its training time."""
+    its int8 TFLM mAP@0.5 on the test split with its bootstrap interval, its float mAP, and its training time; then
+    the ``--init_backbone`` rows (``transfer_runs``) and a plot of every run's validation mAP per step."""
     work = os.path.join(o.out_dir, "detection_recipe")
     rows = []
     for name, changes in RECIPE_RUNS.items():
         folder = os.path.join(work, name.replace(" ", "_"))
-        rep = _cached(folder)
-        if rep is None:
-            log(f"[detection_recipe] {name}: training on {RECIPE_DATASET} @ {RECIPE_RESOLUTION} -> {folder}")
-            rep = train(recipe_config(changes), folder, log=log)
-        d = rep.detection
-        per_epoch = [e.get("val_map50") for e in rep.history.float]
-        rows.append({"run": name, "model": rep.model, "changes": changes,
-                     "optimizer": rep.recipe.optimizer, "lr": rep.recipe.lr, "epochs": rep.recipe.epochs,
-                     "steps": rep.steps_per_epoch * rep.recipe.epochs, "batch_size": rep.recipe.batch_size,
-                     "positives": d.options.positives, "box_loss": d.options.box_loss,
-                     "map50_int8_tflm": d.map50.int8_tflm, "map_int8_tflm": d.map.int8_tflm,
-                     "map50_interval": [d.int8.tflm.bootstrap.low, d.int8.tflm.bootstrap.high],
-                     "map50_float": d.map50.float, "tflite_vs_tflm": d.int8.tflite_vs_tflm.describe("images"),
-                     "training_seconds": rep.timing_s["float_training"], "total_seconds": rep.timing_s["total"],
-                     "val_map50_per_epoch": per_epoch})
-    return {"rows": {"runs": rows, "setup": {"dataset": RECIPE_DATASET, "resolution": RECIPE_RESOLUTION,
-                                             "budget_seconds": 600, "seeds": 1,
-                                             "spread": "bootstrap 95% interval over the test images"}}}
+        rep = _train_cached(folder, recipe_config(changes), f"{name}: training on {RECIPE_DATASET} @ "
+                            f"{RECIPE_RESOLUTION}", log)
+        rows.append(_recipe_row(name, changes, rep))
+    transfer = transfer_runs(work, log)
+    write_outputs({os.path.join(o.out_dir, "detection_recipe.png"): _recipe_plot(rows, transfer)})
+    return {"rows": {"runs": rows, "transfer": transfer,
+                     "setup": {"dataset": RECIPE_DATASET, "resolution": RECIPE_RESOLUTION,
+                               "budget_seconds": 600, "seeds": 1,
+                               "spread": "bootstrap 95% interval over the test images"}},
+            "plot": "detection_recipe.png"}
+
+
+def _recipe_plot(rows: list[dict[str, Any]], transfer: dict[str, Any]) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, runs, title in ((axes[0], rows, f"{RECIPE_DATASET} @ {RECIPE_RESOLUTION} px"),
+                            (axes[1], transfer["runs"], f"scenes-det @ {transfer['resolution']} px")):
+        for r in runs:
+            steps = [(i + 1) * r["steps_per_epoch"] for i in range(len(r["val_map50_per_epoch"]))]
+            ax.plot(steps, [100 * (v or 0.0) for v in r["val_map50_per_epoch"]], "o-", ms=3, label=r["run"])
+        ax.set_xlabel("training steps")
+        ax.set_ylabel("validation mAP@0.5 (%), float")
+        ax.set_title(f"{title} (measured)", fontsize=10)
+        ax.legend(fontsize=8)
+    return figure_png(fig)
 
 
 def recipe_table(result: dict[str, Any]) -> str:
-    """Section *detection_recipe*'s table, from its JSON."""
+    """Section *detection_recipe*'s tables, from its JSON."""
     res = result["rows"]
     s = res["setup"]
     md = [f"`train --task=detection` on `{s['dataset']}` ({s['resolution']} px, one seed), int8 mAP@0.5 in TFLM on "
           f"the test split [{s['spread']}]; training time measured on this run's machine (the float phase: training "
           f"and the per-epoch validation):", "",
-          "| run | model | optimizer, lr | positives | box loss | epochs x batch (steps) | training | mAP@0.5 float "
-          "| mAP@0.5 int8 TFLM [95%] | mAP@[.5:.95] int8 |",
-          "|---|---|---|---|---|---:|---:|---:|---:|---:|"]
+          "| run | model | optimizer, lr | positives | box loss | objectness target | epochs x batch (steps) | "
+          "training | mAP@0.5 float | mAP@0.5 int8 TFLM [95%] | mAP@[.5:.95] float / int8 |",
+          "|---|---|---|---|---|---|---:|---:|---:|---:|---:|"]
     for r in res["runs"]:
-        iv = r["map50_interval"]
-        md.append(f"| {r['run']} | {r['model']} | {r['optimizer']}, {r['lr']:g} | {r['positives']} | "
-                  f"{r['box_loss']} | {r['epochs']} x {r['batch_size']} ({r['steps']}) | "
-                  f"{r['training_seconds'] / 60:.1f} min | "
-                  f"{_pct(r['map50_float'])} | {_pct(r['map50_int8_tflm'])} [{_pct(iv[0])}, {_pct(iv[1])}] | "
-                  f"{_pct(r['map_int8_tflm'])} |")
+        md.append(_recipe_line(r))
+    t = res.get("transfer")
+    if t:
+        c = t["classifier"]
+        md += ["", f"`--init_backbone`: the classifier ({c['model']}, `{c['dataset']}` at {c['resolution']} px, "
+               f"{c['epochs']} epochs = {c['steps']} steps, {c['training_seconds'] / 60:.1f} min; float test accuracy "
+               f"{_pct(c['accuracy_float'])}), then the detector on `{t['dataset']}` at {t['resolution']} px with the "
+               f"defaults, from scratch and from the classifier's backbone:", "",
+               "| run | model | optimizer, lr | positives | box loss | objectness target | epochs x batch (steps) | "
+               "training | mAP@0.5 float | mAP@0.5 int8 TFLM [95%] | mAP@[.5:.95] float / int8 |",
+               "|---|---|---|---|---|---|---:|---:|---:|---:|---:|"]
+        md += [_recipe_line(r) for r in t["runs"]]
+        reach = (f"after {t['init_steps_to_reach']} steps ({t['init_epochs_to_reach']} epochs), "
+                 f"{t['steps_ratio']:.2f} x the steps" if t["init_steps_to_reach"] else "not within its steps")
+        md += ["", f"From the backbone, the detector reaches the from-scratch run's final validation mAP@0.5 "
+               f"({_pct(t['scratch_final_val_map50'])}) {reach}."]
     return "\n".join(md) + "\n"
+
+
+def _recipe_line(r: dict[str, Any]) -> str:
+    iv = r["map50_interval"]
+    target = "IoU share " + f"{r['obj_iou']:g}" if r.get("obj_iou") else "1"
+    float_map = _pct(r["map_float"]) if r.get("map_float") is not None else "-"
+    return (f"| {r['run']} | {r['model']} | {r['optimizer']}, {r['lr']:g} | {r['positives']} | {r['box_loss']} | "
+            f"{target} | {r['epochs']} x {r['batch_size']} ({r['steps']}) | {r['training_seconds'] / 60:.1f} min | "
+            f"{_pct(r['map50_float'])} | {_pct(r['map50_int8_tflm'])} [{_pct(iv[0])}, {_pct(iv[1])}] | "
+            f"{float_map} / {_pct(r['map_int8_tflm'])} |")
 
 
 def _setup() -> dict[str, Any]:

@@ -58,6 +58,19 @@ def run_python(*args: str, env: dict[str, str] | None = None, timeout: float = 6
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` TCP ports free on localhost now (a multi_worker cluster's addresses)."""
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    for sk in socks:
+        sk.bind(("localhost", 0))
+    ports = [sk.getsockname()[1] for sk in socks]
+    for sk in socks:
+        sk.close()
+    return ports
+
+
 def interrupted(monkeypatch: pytest.MonkeyPatch, run: Callable[[], Any]) -> None:
     """Call ``run`` (a training run) and stop it right after it writes its first checkpoint, as if it were killed
     there."""

@@ -23,7 +23,8 @@ from tfmcu.train import detection as det  # noqa: E402
 from tfmcu.train import trainer  # noqa: E402
 from tfmcu.train.config import DetectionOptions, Recipe  # noqa: E402
 from tfmcu.train.report import TrainReport  # noqa: E402
-from tests.support import MIRRORED_PREAMBLE, fake_idx_set, interrupted, run_python, without_seconds  # noqa: E402
+from tests.support import MIRRORED_PREAMBLE, ROOT, fake_idx_set, free_ports, interrupted, run_python, \
+    without_seconds  # noqa: E402
 TWO = [[[0.4, 0.4], [0.6, 0.3]], [[0.1, 0.1], [0.2, 0.2]]]  # coarse scale (4x4 at 64 px) first, then 8x8
 ONE = [[[0.25, 0.25]]]  # one anchor per cell, 4x4
 
@@ -119,6 +120,42 @@ def test_giou_box_loss_is_one_minus_giou_of_the_decoded_boxes():
     assert f(out) == pytest.approx(np.mean(want), rel=1e-4) and 0 < f(out) < f(good) + 1
     with pytest.raises(train.TrainError, match="box_loss"):
         DetectionOptions(box_loss="l2").validate()
+
+
+def test_iou_objectness_target_mixes_in_the_predicted_boxes_iou():
+    """``obj_iou=g`` (YOLOv5's gr): an assigned anchor's objectness BCE has label 1 - g + g * IoU of its decoded box
+    with the true box, so with logits l the loss exceeds the binary target's (g = 0) by the sum of
+    g * (1 - IoU) * l over the assigned anchors (BCE(t, l) = softplus(l) - t * l), divided by their count; equal for
+    perfect boxes."""
+    import tensorflow as tf
+
+    spec = small_det()
+    grid = anchor_grid(spec)
+    boxes = [np.array([[0.2, 0.6, 0.4, 0.8], [0.375, 0.195, 0.875, 0.555]]), np.array([[0.6, 0.6, 0.7, 0.7]])]
+    y = det.assign_targets(boxes, [np.array([2, 0]), np.array([1])], spec)
+    pos = y[..., 4] == 1
+    good = perfect_logits(y)
+    out = good.copy()
+    out[pos, 0] += 1.5
+    out[pos, 2] -= 0.5
+    out[pos, 4] = np.linspace(-2.0, 3.0, int(pos.sum()))
+    ious = np.array([det.box_iou(decode_boxes(p[None], a[None]), decode_boxes(t[None], a[None]))[0, 0]
+                     for p, t, a in zip(out[pos, :4], y[pos, :4], grid[np.argwhere(pos)[:, 1]])])
+    assert 0.1 < ious.min() and ious.max() < 0.95
+
+    def f(o, g):
+        return float(np.mean(det.detection_loss(anchors=grid, obj_iou=g)(tf.constant(y), tf.constant(o))))
+    for g in (1.0, 0.5):
+        want = np.sum(g * (1 - ious) * out[pos, 4]) / pos.sum()
+        assert f(out, g) - f(out, 0.0) == pytest.approx(want, rel=1e-4, abs=1e-6)
+        assert f(good, g) == pytest.approx(f(good, 0.0), abs=1e-6)
+    with pytest.raises(ValueError, match="obj_iou"):
+        det.detection_loss(obj_iou=0.5)  # (no anchors to decode the boxes on)
+    with pytest.raises(train.TrainError, match="obj_iou > 0 needs box_loss giou"):
+        DetectionOptions(box_loss="smooth_l1").validate()
+    with pytest.raises(train.TrainError, match=r"obj_iou must be in \[0, 1\]"):
+        DetectionOptions(obj_iou=1.5).validate()
+    DetectionOptions(box_loss="smooth_l1", obj_iou=0.0).validate()
 
 
 def test_multi_positives_take_every_near_anchor_at_three_cells_and_decode_back():
@@ -422,6 +459,10 @@ def test_library_run_writes_everything(run_a):
     assert on_disk["map50"]["float"] == d.map50.float and on_disk["detection"]["int8"] is False
     assert TrainReport.from_json(on_disk) == r  # the JSON holds the whole typed report
     assert r.to_json() == on_disk and TrainReport.from_json(r.to_json()) == r  # what the run wrote, read back
+    # a report written before an option existed reads with the value runs trained with then
+    earlier = {**on_disk, "detection": {k: v for k, v in on_disk["detection"].items() if k != "obj_iou"}}
+    assert d.options.obj_iou == DetectionOptions().obj_iou > 0
+    assert TrainReport.from_json(earlier).detection.options.obj_iou == 0.0
     assert "int8: not exported" in r.summary()
     for key in ("curves", "detections"):
         assert open(r.files[key], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
@@ -649,3 +690,32 @@ def test_mirrored_strategy_trains_the_detector(idx_dir, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["strategy"] == "mirrored" and result["replicas"] == 2 and 0.0 <= result["map50"] <= 1.0
+
+
+def test_multi_worker_strategy_trains_the_detector(idx_dir, tmp_path):
+    """--strategy=multi_worker trains a detector as it trains a classifier: two processes with TF_CONFIG (one
+    machine standing in for two), the gradients all-reduced; only the chief exports, evaluates the int8 model and
+    writes the run's outputs, from copies of the models every worker made (reading a batch norm's moving statistics
+    is a collective: the chief alone could not)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "mw"
+    args = ["-m", "pipelines.train", "--task=detection", f"--dataset={DATASET}", f"--data_dir={idx_dir}",
+            "--resolution=64", "--epochs=1", "--batch_size=16", "--steps_per_epoch=2", "--noprogress",
+            f"--model={small_det_file(idx_dir)}", "--strategy=multi_worker", f"--out_dir={out}"]
+    cluster = [f"localhost:{p}" for p in free_ports(2)]
+    procs = []
+    for index in range(2):
+        config = json.dumps({"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}})
+        env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, TF_CONFIG=config)
+        procs.append(subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, cwd=ROOT, env=env))
+    results = [p.communicate(timeout=600) for p in procs]
+    for p, (_, stderr) in zip(procs, results):
+        assert p.returncode == 0, stderr[-3000:]
+        assert "strategy multi_worker (2 replicas)" in stderr and "[train] float epoch 1: loss" in stderr
+    assert "not the chief worker" in results[1][1] and "[eval] int8 test mAP@0.5" in results[0][1]
+    r = TrainReport.read(str(out / "train_report.json"))
+    assert r.strategy.name == "multi_worker" and r.strategy.replicas == 2 and 0.0 <= r.detection.map50.float <= 1.0
+    assert r.agree and os.path.isfile(r.files["tflite"]) and os.path.isfile(r.files["weights"])

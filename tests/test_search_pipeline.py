@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from tfmcu.train.report import TrainReport
-from tests.support import fake_idx_set
+from tests.support import fake_idx_set, free_ports
 from tests.support import tiny_spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,18 +77,6 @@ def test_search_then_finetune_rewrite_verify(tmp_path):
         in errors[0] and "Traceback" not in r.stderr, r.stderr[-2000:]
 
 
-def _free_ports(n: int) -> list[int]:
-    import socket
-
-    socks = [socket.socket() for _ in range(n)]
-    for sk in socks:
-        sk.bind(("localhost", 0))
-    ports = [sk.getsockname()[1] for sk in socks]
-    for sk in socks:
-        sk.close()
-    return ports
-
-
 def test_multi_worker_search(tmp_path):
     """docs/search.md's several-machines recipe on one machine: two processes, --strategy=multi_worker with TF_CONFIG;
     the supernet trains on both (gradients all-reduced), only the chief searches and writes; the outputs then
@@ -102,7 +90,7 @@ def test_multi_worker_search(tmp_path):
             "--batch_size=16", "--steps_per_epoch=2", "--calibration_batches=1", "--calibration_batch_size=16",
             "--population=2", "--parents=1", "--mutations=0", "--crossovers=0", "--iterations=0",
             "--nocompare_per_layer", "--sram_kb=64", f"--out_dir={out}"]
-    cluster = [f"localhost:{p}" for p in _free_ports(2)]
+    cluster = [f"localhost:{p}" for p in free_ports(2)]
     procs = []
     for index in range(2):
         config = json.dumps({"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}})

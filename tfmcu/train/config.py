@@ -77,6 +77,7 @@ class DetectionOptions:
     positives: str = "multi"  # multi: several anchors and cells per box (YOLOv5) | best: one anchor per box (YOLOv3)
     box_weight: float = 1.0  # the box loss on assigned anchors
     box_loss: str = "giou"  # giou: 1 - GIoU of the decoded boxes | smooth_l1: of the encodings
+    obj_iou: float = 0.5  # an assigned anchor's objectness target: 1 - obj_iou + obj_iou x its box's IoU (YOLOv5's gr)
     noobj_weight: float = 0.5  # objectness BCE of the unassigned, not-ignored anchors (assigned ones weigh 1)
     class_weight: float = 1.0  # class BCE, on assigned anchors
     scale: float = 0.25  # augmentation: random zoom in [1 - scale, 1 + scale]
@@ -93,6 +94,9 @@ class DetectionOptions:
             (0 < self.ignore_iou <= 1, "ignore_iou must be in (0, 1]"),
             (self.positives in ("best", "multi"), "positives must be best or multi"),
             (self.box_loss in ("smooth_l1", "giou"), "box_loss must be smooth_l1 or giou"),
+            (0 <= self.obj_iou <= 1, "obj_iou must be in [0, 1]"),
+            (self.obj_iou == 0 or self.box_loss == "giou",
+             "obj_iou > 0 needs box_loss giou (the loss decodes the boxes to measure their IoU)"),
             (self.box_weight >= 0 and self.noobj_weight >= 0 and self.class_weight >= 0,
              "the loss weights must be >= 0"),
             (0 <= self.scale < 1, "scale must be in [0, 1)"),
@@ -158,7 +162,7 @@ class TrainConfig:
 
     def fingerprint(self, spec: NetSpec) -> str:
         """What a checkpoint depends on: resuming with other settings would silently train something else."""
-        recipe = {k: v for k, v in dataclasses.asdict(self.recipe).items() if _RECIPE_ADDED_LATER.get(k, object()) != v}
+        recipe = {k: v for k, v in dataclasses.asdict(self.recipe).items() if RECIPE_ADDED_LATER.get(k, object()) != v}
         keep = {"spec": spec.to_dict(), "dataset": self.dataset, "recipe": recipe,
                 "val_split": self.val_split, "train_subset": self.train_subset,
                 "steps_per_epoch": self.steps_per_epoch, "qat_steps_per_epoch": self.qat_steps_per_epoch,
@@ -168,7 +172,7 @@ class TrainConfig:
         if self.task != "classify":  # (a classification fingerprint stays what it was before detection)
             keep["task"] = self.task
             keep["detection"] = {k: v for k, v in dataclasses.asdict(self.detection).items()
-                                 if k not in _EVALUATION_ONLY and _ADDED_LATER.get(k, object()) != v}
+                                 if k not in _EVALUATION_ONLY and DETECTION_ADDED_LATER.get(k, object()) != v}
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -176,8 +180,8 @@ class TrainConfig:
 _EVALUATION_ONLY = ("score_threshold", "iou_threshold", "max_detections", "plot_images", "int8")
 # Detection options added after runs were checkpointed, and their values then: left out of the fingerprint when they
 # have them, so those runs still resume.
-_ADDED_LATER = {"positives": "best", "box_loss": "smooth_l1"}
-_RECIPE_ADDED_LATER = {"optimizer": "sgd"}
+DETECTION_ADDED_LATER = {"positives": "best", "box_loss": "smooth_l1", "obj_iou": 0.0}
+RECIPE_ADDED_LATER = {"optimizer": "sgd"}
 
 
 def default_config(task: str = "classify", **changes) -> TrainConfig:

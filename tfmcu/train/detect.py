@@ -119,8 +119,9 @@ class DetectTask:
     def compile(self, model: Any, opt: Any, cfg: TrainConfig, inputs: Inputs) -> None:
         o = cfg.detection
         anchors = _loss_anchors(inputs.spec, o)
-        model.compile(optimizer=opt, loss=det.detection_loss(o.box_weight, o.noobj_weight, o.class_weight, anchors),
-                      metrics=det.loss_metrics(o.noobj_weight, anchors))
+        model.compile(optimizer=opt, loss=det.detection_loss(o.box_weight, o.noobj_weight, o.class_weight, anchors,
+                                                             o.obj_iou),
+                      metrics=det.loss_metrics(o.noobj_weight, anchors, o.obj_iou))
 
     def batches(self, inputs: DetectInputs, cfg: TrainConfig, seed: int, epoch: int, steps: int,
                 augment: bool) -> Any:
@@ -149,7 +150,7 @@ class DetectTask:
         o, spec, arrays = cfg.detection, inputs.spec, inputs.val_arrays
         outputs = _predict(model, arrays.images, spec.in_channels)
         y = det.assign_targets(arrays.boxes, arrays.labels, spec, o.ignore_iou, positives=o.positives)
-        loss = det.detection_loss(o.box_weight, o.noobj_weight, o.class_weight, _loss_anchors(spec, o))
+        loss = det.detection_loss(o.box_weight, o.noobj_weight, o.class_weight, _loss_anchors(spec, o), o.obj_iou)
         val_loss = float(np.mean(loss(tf.constant(y), tf.constant(outputs)).numpy()))
         dets = det.decode(outputs, spec, o.score_threshold, o.iou_threshold, o.max_detections)
         m = det.coco_map(inputs.val, dets, spec.head.num_classes)

@@ -20,8 +20,10 @@ them, ``[x0, y0, x1, y1]``, and come out of ``decode`` as ``DETECTION_POSTPROCES
   (background) or -1 (ignored).
 * **Loss** (``detection_loss``): on the concatenated outputs ``[B, N, 5 + K]``, summed over the batch and divided by
   its number of assigned anchors (SSD's normalisation): ``box_weight`` x the box loss on assigned anchors +
-  objectness BCE on assigned anchors + ``noobj_weight`` x objectness BCE on background anchors + ``class_weight`` x
-  per-class BCE (sigmoid, as the score is ``sigmoid(obj) * sigmoid(class)``) on assigned anchors. The box loss is
+  objectness BCE on assigned anchors (target ``1 - obj_iou + obj_iou * IoU`` of the anchor's predicted box with its
+  true box, YOLOv5's: the best-placed of a box's several positives scores highest, by a margin int8 keeps) +
+  ``noobj_weight`` x objectness BCE on background anchors + ``class_weight`` x per-class BCE (sigmoid, as the score
+  is ``sigmoid(obj) * sigmoid(class)``) on assigned anchors. The box loss is
   1 - GIoU of the boxes the predicted and the target encodings decode to (``box_loss="giou"``, the default:
   ``decode_boxes`` in the graph, on ``anchor_grid``), which scores the box that comes out whatever anchor encodes
   it; or (``box_loss="smooth_l1"``) smooth-L1 of the four encodings: exact and cheap (the head's box outputs *are*
@@ -220,8 +222,8 @@ def assign_targets(boxes: Sequence[np.ndarray], labels: Sequence[np.ndarray], sp
 
 
 # ============================================================================= loss
-def _giou(a, b):
-    """GIoU of boxes ``a`` and ``b`` [..., 4] (ymin, xmin, ymax, xmax), TensorFlow tensors."""
+def _iou_giou(a, b):
+    """(IoU, GIoU) of boxes ``a`` and ``b`` [..., 4] (ymin, xmin, ymax, xmax), TensorFlow tensors."""
     import tensorflow as tf
 
     area = lambda t: tf.maximum(t[..., 2] - t[..., 0], 0.0) * tf.maximum(t[..., 3] - t[..., 1], 0.0)  # noqa: E731
@@ -229,53 +231,65 @@ def _giou(a, b):
     inter = tf.reduce_prod(tf.maximum(hi - lo, 0.0), axis=-1)
     union = area(a) + area(b) - inter
     hull = tf.reduce_prod(tf.maximum(a[..., 2:], b[..., 2:]) - tf.minimum(a[..., :2], b[..., :2]), axis=-1)
-    return inter / tf.maximum(union, 1e-9) - (hull - union) / tf.maximum(hull, 1e-9)
+    iou = inter / tf.maximum(union, 1e-9)
+    return iou, iou - (hull - union) / tf.maximum(hull, 1e-9)
 
 
-def _loss_terms(y_true, y_pred, anchors=None):
+def _loss_terms(y_true, y_pred, anchors=None, obj_iou=0.0):
     """Per image: the box loss (smooth-L1 of the encodings; with ``anchors`` [N, 4], 1 - GIoU of the boxes both
     encodings decode to on them), objectness BCE (assigned), objectness BCE (background), class BCE, as [B] sums; and
-    the batch's number of assigned anchors (at least 1)."""
+    the batch's number of assigned anchors (at least 1). ``obj_iou`` > 0 (needs ``anchors``): an assigned anchor's
+    objectness target is ``1 - obj_iou + obj_iou * IoU`` of its predicted box with the true box (no gradient through
+    the IoU), not 1."""
     import tensorflow as tf
 
     y_true = tf.cast(y_true, y_pred.dtype)
     obj = y_true[..., OBJ]
     pos = tf.cast(tf.equal(obj, 1.0), y_pred.dtype)
     neg = tf.cast(tf.equal(obj, 0.0), y_pred.dtype)
+    obj_true = pos
     if anchors is not None:
         grid = tf.constant(np.asarray(anchors, np.float32), dtype=y_pred.dtype)
         # (the encodings clipped where exp would overflow: an untrained head's sizes are far off)
         t_pred = tf.concat([y_pred[..., :2], tf.clip_by_value(y_pred[..., 2:4], -50.0, 50.0)], axis=-1)
-        smooth_l1 = 1.0 - _giou(decode_boxes(t_pred, grid, tf), decode_boxes(y_true[..., :4], grid, tf))
+        iou, giou = _iou_giou(decode_boxes(t_pred, grid, tf), decode_boxes(y_true[..., :4], grid, tf))
+        box_term = 1.0 - giou
+        if obj_iou:
+            obj_true = pos * (1.0 - obj_iou + obj_iou * tf.stop_gradient(tf.clip_by_value(iou, 0.0, 1.0)))
     else:
         d = tf.abs(y_pred[..., :4] - y_true[..., :4])
-        smooth_l1 = tf.reduce_sum(tf.where(d < 1.0, 0.5 * tf.square(d), d - 0.5), axis=-1)
-    obj_bce = tf.nn.sigmoid_cross_entropy_with_logits(labels=pos, logits=y_pred[..., OBJ])
+        box_term = tf.reduce_sum(tf.where(d < 1.0, 0.5 * tf.square(d), d - 0.5), axis=-1)
+    obj_bce = tf.nn.sigmoid_cross_entropy_with_logits(labels=obj_true, logits=y_pred[..., OBJ])
     cls_bce = tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(labels=y_true[..., NUM_FIELDS:],
                                                                     logits=y_pred[..., NUM_FIELDS:]), axis=-1)
-    terms = [tf.reduce_sum(smooth_l1 * pos, axis=1), tf.reduce_sum(obj_bce * pos, axis=1),
+    terms = [tf.reduce_sum(box_term * pos, axis=1), tf.reduce_sum(obj_bce * pos, axis=1),
              tf.reduce_sum(obj_bce * neg, axis=1), tf.reduce_sum(cls_bce * pos, axis=1)]
     n_pos = tf.maximum(tf.reduce_sum(pos), 1.0)
     return terms, n_pos
 
 
 def detection_loss(box_weight: float = 1.0, noobj_weight: float = 0.5, class_weight: float = 1.0,
-                   anchors: np.ndarray | None = None) -> Callable:
+                   anchors: np.ndarray | None = None, obj_iou: float = 0.0) -> Callable:
     """The loss ``fn(y_true, y_pred)`` for ``model.compile``: y_true from ``assign_targets``, y_pred the raw outputs
     concatenated ``[B, N, 5 + K]`` (``training_model``). Per-image values whose batch mean (Keras' reduction) is the
     batch's weighted sum divided by its assigned anchors (module docstring). ``anchors`` (``anchor_grid(spec)``):
-    the box loss is 1 - GIoU of the decoded boxes instead of smooth-L1 of the encodings."""
+    the box loss is 1 - GIoU of the decoded boxes instead of smooth-L1 of the encodings; with them, ``obj_iou``
+    mixes the boxes' IoU into the assigned anchors' objectness target (``_loss_terms``)."""
     import tensorflow as tf
 
+    if not 0 <= obj_iou <= 1 or (obj_iou and anchors is None):
+        raise ValueError("obj_iou must be in [0, 1] (and 0 without anchors to decode the boxes on)")
+
     def detection_loss(y_true, y_pred):
-        (box, obj_pos, obj_neg, cls), n_pos = _loss_terms(y_true, y_pred, anchors)
+        (box, obj_pos, obj_neg, cls), n_pos = _loss_terms(y_true, y_pred, anchors, obj_iou)
         total = box_weight * box + obj_pos + noobj_weight * obj_neg + class_weight * cls
         return total * tf.cast(tf.shape(total)[0], total.dtype) / n_pos
 
     return detection_loss
 
 
-def loss_metrics(noobj_weight: float = 0.5, anchors: np.ndarray | None = None) -> list[Callable]:
+def loss_metrics(noobj_weight: float = 0.5, anchors: np.ndarray | None = None, obj_iou: float = 0.0
+                 ) -> list[Callable]:
     """Keras metrics logging the loss's parts (unweighted, per assigned anchor): ``box_loss``, ``obj_loss``
     (assigned + ``noobj_weight`` x background) and ``class_loss``."""
     import tensorflow as tf
@@ -284,8 +298,10 @@ def loss_metrics(noobj_weight: float = 0.5, anchors: np.ndarray | None = None) -
         (box, _, _, _), n = _loss_terms(y_true, y_pred, anchors)
         return tf.reduce_sum(box) / n
 
+    obj_anchors = anchors if obj_iou else None  # (decided here: autograph loses closures in conditionals)
+
     def obj_loss(y_true, y_pred):
-        (_, pos, neg, _), n = _loss_terms(y_true, y_pred)
+        (_, pos, neg, _), n = _loss_terms(y_true, y_pred, obj_anchors, obj_iou)
         return (tf.reduce_sum(pos) + noobj_weight * tf.reduce_sum(neg)) / n
 
     def class_loss(y_true, y_pred):

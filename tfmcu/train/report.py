@@ -20,7 +20,7 @@ from typing import Any
 from tfmcu.nets.spec import NetSpec
 from tfmcu.records import Record, coded, extra, flat, named, optional
 from tfmcu.runtime.agreement import Agreement
-from tfmcu.train.config import DetectionOptions, Recipe
+from tfmcu.train.config import DETECTION_ADDED_LATER, DetectionOptions, Recipe
 
 KB = 1024
 
@@ -218,6 +218,13 @@ class DetectResult(Record):
     map: Scores
     evaluation: Evaluation
     int8: DetectionInt8 | None = None  # None: not exported (DetectionOptions.int8 off)
+
+    @classmethod
+    def from_earlier(cls, d: dict[str, Any]) -> dict[str, Any]:
+        """A report written before an option existed trained with the option's value then."""
+        if isinstance(d.get("detection"), dict):
+            d = {**d, "detection": {**DETECTION_ADDED_LATER, **d["detection"]}}
+        return d
 
     def summary_lines(self, r: "TrainReport") -> list[str]:
         e, q, i8 = self.evaluation, self.map50.qat is not None or r.recipe.qat_epochs, self.int8

@@ -27,7 +27,8 @@ machine.
 
 Distribution (``strategy``): ``default`` (one device), ``mirrored`` (all local GPUs, synchronous) or
 ``multi_worker`` (``MultiWorkerMirroredStrategy``, cluster from ``TF_CONFIG``); ``batch_size`` is the global batch.
-Only the chief exports, evaluates the int8 model and writes the outputs (``train`` returns None on the others);
+Only the chief exports, evaluates the int8 model and writes the outputs (``train`` returns None on the others), from
+copies of the trained models outside the strategy (``local_copy``, made by every worker);
 the other workers checkpoint into a temporary folder (Keras' rule) and every worker resumes from the chief's
 ``out_dir/checkpoints`` (put ``out_dir`` on a shared filesystem).
 
@@ -124,6 +125,8 @@ def train(cfg: TrainConfig, out_dir: str, log: Callable[[str], None] = log_stder
         phases["qat"], qat_notes = qat_phase(run, phases["float"])
         timing["qat_training"] = time.time() - t
         evals["qat"] = task.evaluate(phases["qat"], inputs, cfg, "QAT", log)
+    if cfg.strategy == "multi_worker":
+        phases = {phase: local_copy(run, trained, phase) for phase, trained in phases.items()}  # (every worker)
     if not run.chief:
         log("[train] not the chief worker: the chief exports, evaluates and writes the outputs")
         return None
@@ -304,6 +307,18 @@ def resume(run: Run, ckpt: Any, phase: str) -> int:
     run.log(f"[train] resumed after {label} epoch {begin} from "
             f"{os.path.join(run.checkpoints.folder, run.state['checkpoint'])}")
     return begin
+
+
+def local_copy(run: Run, trained: Trained, phase: str) -> Trained:
+    """A phase's models rebuilt outside the distribution strategy with the trained weights. Every worker calls it at
+    the same point: under multi_worker, reading a batch norm's moving statistics is a collective across the workers,
+    so the chief alone could not read them (to export or save) after the others have left."""
+    spec = run.inputs.spec
+    spec_model = build_model(spec, run.cfg.seed, run.cfg.recipe.bn_momentum)
+    if phase == "qat":
+        spec_model, _ = quantize(spec_model)
+    spec_model.set_weights(trained.spec_model.get_weights())
+    return Trained(spec_model, run.task.training_model(spec_model, spec))
 
 
 def _keras_weights(model: Any) -> bytes:
