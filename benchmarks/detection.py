@@ -82,26 +82,26 @@ def _cached(folder: str) -> TrainReport | None:
 
 
 def train_detector_at(resolution: int, work: str, log: Callable[[str], None]) -> TrainReport:
-    folder = os.path.join(work, f"det_{resolution}")
-    r = _cached(folder)
-    if r is None:
-        log(f"[detection] training {DET_MODEL} @ {resolution} on {DET_DATASET}, {EPOCHS} epochs -> {folder}")
-        cfg = default_config("detection", model=DET_MODEL, dataset=DET_DATASET, resolution=resolution,
-                             recipe=DET_RECIPE, detection=DET_OPTIONS, resume=True)
-        r = train(cfg, folder, log=log)
-    return r
+    cfg = default_config("detection", model=DET_MODEL, dataset=DET_DATASET, resolution=resolution,
+                         recipe=DET_RECIPE, detection=DET_OPTIONS, resume=True)
+    return _train_cached(os.path.join(work, f"det_{resolution}"), cfg, f"[detection] training {DET_MODEL} @ "
+                         f"{resolution} on {DET_DATASET}, {EPOCHS} epochs", log)
 
 
 def train_classifier_at(resolution: int, work: str, log: Callable[[str], None]) -> TrainReport:
-    folder = os.path.join(work, f"cls_{resolution}")
-    r = _cached(folder)
-    if r is None:
-        log(f"[detection] training {CLS_MODEL}-{CLS_WIDTH} @ {resolution} on {CLS_DATASET}, {EPOCHS} epochs -> "
-            f"{folder}")
-        cfg = TrainConfig(model=CLS_MODEL, width=CLS_WIDTH, dataset=CLS_DATASET, resolution=resolution,
-                          recipe=CLS_RECIPE, resume=True)
-        r = train(cfg, folder, log=log)
-    return r
+    cfg = TrainConfig(model=CLS_MODEL, width=CLS_WIDTH, dataset=CLS_DATASET, resolution=resolution,
+                      recipe=CLS_RECIPE, resume=True)
+    return _train_cached(os.path.join(work, f"cls_{resolution}"), cfg, f"[detection] training {CLS_MODEL}-"
+                         f"{CLS_WIDTH} @ {resolution} on {CLS_DATASET}, {EPOCHS} epochs", log)
+
+
+def _train_cached(folder: str, cfg: TrainConfig, what: str, log: Callable[[str], None]) -> TrainReport:
+    """The run cached in ``folder`` (its ``train_report.json``), or ``cfg`` trained there (logging ``what``)."""
+    rep = _cached(folder)
+    if rep is None:
+        log(f"{what} -> {folder}")
+        rep = train(cfg, folder, log=log)
+    return rep
 
 
 def arenas(resolution: int, budget: int, log: Callable[[str], None]) -> dict[str, Any]:
@@ -268,26 +268,19 @@ def _recipe_row(name: str, changes: dict[str, Any], rep: TrainReport) -> dict[st
             "val_map50_per_epoch": per_epoch}
 
 
-def _train_cached(folder: str, cfg: TrainConfig, what: str, log: Callable[[str], None]) -> TrainReport:
-    rep = _cached(folder)
-    if rep is None:
-        log(f"[detection_recipe] {what} -> {folder}")
-        rep = train(cfg, folder, log=log)
-    return rep
-
-
 def transfer_runs(work: str, log: Callable[[str], None]) -> dict[str, Any]:
     """The ``--init_backbone`` rows (``TRANSFER_*``): the classifier's figures, the detector from scratch and from the
     classifier's backbone, and the steps the latter takes to reach the former's final validation mAP@0.5."""
     cls_folder = os.path.join(work, "transfer_classifier")
     cls_cfg = TrainConfig(model=CLS_MODEL, width=CLS_WIDTH, dataset=TRANSFER_CLS_DATASET,
                           resolution=TRANSFER_RESOLUTION, recipe=TRANSFER_CLS_RECIPE, resume=True)
-    cls = _train_cached(cls_folder, cls_cfg, f"classifier {CLS_MODEL}-{CLS_WIDTH} on {TRANSFER_CLS_DATASET}", log)
+    cls = _train_cached(cls_folder, cls_cfg, f"[detection_recipe] classifier {CLS_MODEL}-{CLS_WIDTH} on "
+                        f"{TRANSFER_CLS_DATASET}", log)
     rows = []
     for name, changes in (("from scratch", {}), ("--init_backbone", {"init_backbone": cls_folder})):
         folder = os.path.join(work, "transfer_" + name.strip("-").replace(" ", "_"))
         cfg = recipe_config(changes, TRANSFER_DET_DATASET, TRANSFER_RESOLUTION, TRANSFER_EPOCHS)
-        rep = _train_cached(folder, cfg, f"{name}: detector on {TRANSFER_DET_DATASET}", log)
+        rep = _train_cached(folder, cfg, f"[detection_recipe] {name}: detector on {TRANSFER_DET_DATASET}", log)
         row = _recipe_row(name, {k: v for k, v in changes.items() if k != "init_backbone"}, rep)
         if rep.backbone is not None:
             row["backbone_layers"] = {"loaded": len(rep.backbone.loaded), "not_loaded": len(rep.backbone.not_loaded)}
@@ -315,8 +308,8 @@ def recipe_section(o: Any, log: Callable[[str], None] = print) -> dict[str, Any]
     rows = []
     for name, changes in RECIPE_RUNS.items():
         folder = os.path.join(work, name.replace(" ", "_"))
-        rep = _train_cached(folder, recipe_config(changes), f"{name}: training on {RECIPE_DATASET} @ "
-                            f"{RECIPE_RESOLUTION}", log)
+        rep = _train_cached(folder, recipe_config(changes), f"[detection_recipe] {name}: training on "
+                            f"{RECIPE_DATASET} @ {RECIPE_RESOLUTION}", log)
         rows.append(_recipe_row(name, changes, rep))
     transfer = transfer_runs(work, log)
     write_outputs({os.path.join(o.out_dir, "detection_recipe.png"): _recipe_plot(rows, transfer)})
