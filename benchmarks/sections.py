@@ -30,8 +30,9 @@ that JSON by the section's function in ``SECTION_TABLES``, which the docs use to
 - detection: detectors and classifiers trained at several resolutions, per layer vs patched at 128 / 256 kB
   (``benchmarks.detection``; hours on 2 cores, resumable).
 - detection_recipe: the detector's recipe on flat shapes on noise (96 px, 1,000 training images), its defaults
-  against the options it trained with before: int8 TFLM mAP@0.5 and training time; and ``--init_backbone`` from a
-  classifier against training from scratch on the scenes (``benchmarks.detection``; about an hour).
+  against the options it trained with before: int8 TFLM mAP@0.5 and training time; ``--init_backbone`` from a
+  Fashion-MNIST classifier against training from scratch on the scenes; and the 128 px scenes within an hour of
+  training (``benchmarks.detection``; about two hours).
 - multistage: several patch stages per network, the analytic Pareto fronts of the stage-plan search against one
   stage and msf-CNN's quoted figures, and the chosen plans measured on the Cortex-M4 (``benchmarks.multistage``;
   about 25 min).
