@@ -324,7 +324,7 @@ def test_readme_tables_render_from_results_shaped_as_the_sections_write_them():
                            {"run": "defaults", "map50_int8_tflm": 0.385, "with_classifier_seconds": 3015.3},
                            {"run": "lr 0.1", "map50_int8_tflm": 0.42, "with_classifier_seconds": 2935.5}]}}}
     head = docs.headline_table(custom, fit, detection, search, train, demo, recipe)
-    for want in ("shapes-det @ 96 px: 94.3% after 9.2 min of training", "scenes-det @ 128 px: 42.0% after 48.9 min",
+    for want in ("shapes-det @ 96 px, defaults: 94.3% after 9.2 min", "scenes-det @ 128 px: 42.0% after 48.9 min",
                  "1,665,168 -> 473,424 B (3.52x)", "218,628 B (7.59x below 1,659,716 B per layer) at 1.047x",
                  "128 kB: 48 px 0.8% vs 128 px 12.9% (+12.1 points)", "27.9% (80 px, patched) against 21.6%",
                  "int8 93.40% against float 93.34%", "92,964 B measured, top-1 = TF Lite on 8 images: yes"):
