@@ -293,15 +293,18 @@ def transfer_runs(work: str, log: Callable[[str], None]) -> dict[str, Any]:
     classifier's backbone, and the steps the latter takes to reach the former's final validation mAP@0.5."""
     cls_folder, cls = transfer_classifier(work, log)
     rows = []
-    for name, changes in (("from scratch", {}), ("--init_backbone", {"init_backbone": cls_folder})):
-        folder = os.path.join(work, "transfer_" + name.strip("-").replace(" ", "_"))
-        cfg = recipe_config(changes, TRANSFER_DET_DATASET, TRANSFER_RESOLUTION, TRANSFER_EPOCHS)
+    half = TRANSFER_EPOCHS // 2
+    for name, changes, epochs in (("from scratch", {}, TRANSFER_EPOCHS),
+                                  ("--init_backbone", {"init_backbone": cls_folder}, TRANSFER_EPOCHS),
+                                  (f"--init_backbone, {half} epochs", {"init_backbone": cls_folder}, half)):
+        folder = os.path.join(work, "transfer_" + name.strip("-").replace(", ", "_").replace(" ", "_"))
+        cfg = recipe_config(changes, TRANSFER_DET_DATASET, TRANSFER_RESOLUTION, epochs)
         rep = _train_cached(folder, cfg, f"[detection_recipe] {name}: detector on {TRANSFER_DET_DATASET}", log)
         row = _recipe_row(name, {k: v for k, v in changes.items() if k != "init_backbone"}, rep)
         if rep.backbone is not None:
             row["backbone_layers"] = {"loaded": len(rep.backbone.loaded), "not_loaded": len(rep.backbone.not_loaded)}
         rows.append(row)
-    scratch, init = rows
+    scratch, init, short = rows
     target = scratch["val_map50_per_epoch"][-1]
     reach = next((i + 1 for i, v in enumerate(init["val_map50_per_epoch"]) if v is not None and v >= target), None)
     acc = cls.classification.accuracy
@@ -314,7 +317,11 @@ def transfer_runs(work: str, log: Callable[[str], None]) -> dict[str, Any]:
             "scratch_final_val_map50": target,
             "init_epochs_to_reach": reach,
             "init_steps_to_reach": reach and reach * init["steps_per_epoch"],
-            "steps_ratio": reach and reach * init["steps_per_epoch"] / scratch["steps"]}
+            "steps_ratio": reach and reach * init["steps_per_epoch"] / scratch["steps"],
+            # the same mAP in half the steps: the run with half the epochs (its own schedule) against from scratch's
+            "half_steps": {"steps": short["steps"], "map50_int8_tflm": short["map50_int8_tflm"],
+                           "scratch_map50_int8_tflm": scratch["map50_int8_tflm"],
+                           "reaches": short["map50_int8_tflm"] >= scratch["map50_int8_tflm"]}}
 
 
 def transfer_classifier(work: str, log: Callable[[str], None]) -> tuple[str, TrainReport]:
@@ -418,6 +425,11 @@ def recipe_table(result: dict[str, Any]) -> str:
                  f"{t['steps_ratio']:.2f} x the steps" if t["init_steps_to_reach"] else "not within its steps")
         md += ["", f"From the backbone, the detector reaches the from-scratch run's final validation mAP@0.5 "
                f"({_pct(t['scratch_final_val_map50'])}) {reach}."]
+        hs = t.get("half_steps")
+        if hs:
+            md[-1] += (f" Trained for half the steps ({hs['steps']}, its learning-rate schedule complete), it has "
+                       f"{_pct(hs['map50_int8_tflm'])} int8 mAP@0.5 against {_pct(hs['scratch_map50_int8_tflm'])} "
+                       f"from scratch in all of them.")
     h = res.get("hour")
     if h:
         md += ["", f"Within the hour: the detector on `{h['dataset']}` at {h['resolution']} px from that classifier's "
