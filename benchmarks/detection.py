@@ -58,7 +58,7 @@ DET_MODEL = "mbv2-det2-w035"
 DET_DATASET = "scenes-det:canvas=160,object_px=8-40,train=2000,val=200,test=300,seed=0"
 CLS_MODEL, CLS_WIDTH = "mbv2", 0.35
 CLS_DATASET = "scenes:canvas=160,object_px=8-40,train=2000,val=200,test=1000,seed=0"
-# (five detector resolutions: one run takes from 7 min at 48 px to about 1.5 h at 192 px on 2 cores)
+# (five detector resolutions: one run trains for about 10 min at 48 px and 80 min at 192 px on 2 cores)
 DET_RESOLUTIONS = (48, 64, 96, 128, 192)
 CLS_RESOLUTIONS = (48, 64, 96, 128)
 EPOCHS = 20  # the classifiers'
