@@ -279,7 +279,7 @@ def _recipe_row(name: str, changes: dict[str, Any], rep: TrainReport) -> dict[st
             "optimizer": rep.recipe.optimizer, "lr": rep.recipe.lr, "epochs": rep.recipe.epochs,
             "steps": rep.steps_per_epoch * rep.recipe.epochs, "steps_per_epoch": rep.steps_per_epoch,
             "batch_size": rep.recipe.batch_size, "positives": d.options.positives, "box_loss": d.options.box_loss,
-            "obj_iou": d.options.obj_iou,
+            "box_l1": d.options.box_l1 if d.options.box_loss != "smooth_l1" else 0.0, "obj_iou": d.options.obj_iou,
             "map50_int8_tflm": d.map50.int8_tflm, "map_int8_tflm": d.map.int8_tflm,
             "map50_interval": [d.int8.tflm.bootstrap.low, d.int8.tflm.bootstrap.high],
             "map50_float": d.map50.float, "map_float": d.map.float,
@@ -444,7 +444,8 @@ def _recipe_line(r: dict[str, Any]) -> str:
     iv = r["map50_interval"]
     target = "IoU share " + f"{r['obj_iou']:g}" if r.get("obj_iou") else "1"
     float_map = _pct(r["map_float"]) if r.get("map_float") is not None else "-"
-    return (f"| {r['run']} | {r['model']} | {r['optimizer']}, {r['lr']:g} | {r['positives']} | {r['box_loss']} | "
+    box = r["box_loss"] + (f" + {r['box_l1']:g} x L1" if r.get("box_l1") else "")
+    return (f"| {r['run']} | {r['model']} | {r['optimizer']}, {r['lr']:g} | {r['positives']} | {box} | "
             f"{target} | {r['epochs']} x {r['batch_size']} ({r['steps']}) | {r['training_seconds'] / 60:.1f} min | "
             f"{_pct(r['map50_float'])} | {_pct(r['map50_int8_tflm'])} [{_pct(iv[0])}, {_pct(iv[1])}] | "
             f"{float_map} / {_pct(r['map_int8_tflm'])} |")

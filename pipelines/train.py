@@ -28,7 +28,7 @@ checkpoints/ (one per epoch; --resume continues from the last).
 --task=detection trains a yolo spec (default mbv2-det2-w035) on detection data (default scenes-det; or
 scenes-det:key=value,..., shapes-det[:...] or a COCO / VOC folder), --qat_epochs of QAT after the float phase:
 anchors k-means'd from the training boxes (--anchors=spec keeps the spec's), YOLOv5-style targets (several anchors and
-cells per box), objectness / class BCE + 1 - GIoU box loss,
+cells per box), objectness / class BCE + 1 - GIoU box loss (+ 0.05 x smooth-L1 of the box encodings),
 flip / zoom / shift augmentation, val mAP@0.5 per epoch; then COCO mAP@0.5 and mAP@[.5:.95] on the test split of the
 float model and (--int8, the default) of the full-int8 .tflite with TFLM's DETECTION_POSTPROCESS, in TF Lite and
 TFLM. Writes model_int8.tflite, spec.json, labels.txt, model_float_weights.h5, train_report.json,

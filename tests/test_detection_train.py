@@ -122,6 +122,56 @@ def test_giou_box_loss_is_one_minus_giou_of_the_decoded_boxes():
         DetectionOptions(box_loss="l2").validate()
 
 
+def test_ciou_box_loss_and_the_l1_term():
+    """``box_loss="ciou"``: the mean over the assigned anchors of 1 - CIoU (IoU - centre distance^2 / hull
+    diagonal^2 - alpha v, computed here with NumPy); ``box_l1=w`` adds w x smooth-L1 of the encodings. A predicted
+    box far larger than its true box, off-centre but containing it, gets no gradient on its centre from GIoU (both
+    terms are flat there: the way an untrained head's boxes grow and stay), some from CIoU and from the L1 term."""
+    import tensorflow as tf
+
+    spec = small_det()
+    grid = anchor_grid(spec)
+    boxes = [np.array([[0.2, 0.6, 0.4, 0.8], [0.375, 0.195, 0.875, 0.555]]), np.array([[0.6, 0.6, 0.7, 0.7]])]
+    y = det.assign_targets(boxes, [np.array([2, 0]), np.array([1])], spec)
+    pos = y[..., 4] == 1
+    good = perfect_logits(y)
+    out = good.copy()
+    out[pos, 0] += 2.0
+    out[pos, 3] -= 1.0
+
+    def f(o, **kw):
+        return float(np.mean(det.detection_loss(anchors=grid, **kw)(tf.constant(y), tf.constant(o)).numpy()))
+    want = []
+    for p, t, a in zip(out[pos, :4], y[pos, :4], grid[np.argwhere(pos)[:, 1]]):
+        bp, bt = decode_boxes(p[None], a[None])[0], decode_boxes(t[None], a[None])[0]
+        iou = det.box_iou(bp[None], bt[None])[0, 0]
+        rho2 = np.sum(((bp[:2] + bp[2:]) / 2 - (bt[:2] + bt[2:]) / 2) ** 2)
+        c2 = np.sum((np.maximum(bp[2:], bt[2:]) - np.minimum(bp[:2], bt[:2])) ** 2)
+        aspect = lambda b: np.arctan((b[3] - b[1]) / (b[2] - b[0]))  # noqa: E731
+        v = 4 / np.pi ** 2 * (aspect(bt) - aspect(bp)) ** 2
+        want.append(1 - (iou - rho2 / c2 - v / (1 - iou + v) * v))
+    assert f(good, iou_kind="ciou") < 1e-5
+    assert f(out, iou_kind="ciou") == pytest.approx(np.mean(want), rel=1e-4)
+    d = np.abs(out[pos, :4] - y[pos, :4])
+    l1 = np.sum(np.where(d < 1, 0.5 * d ** 2, d - 0.5)) / pos.sum()
+    assert f(out, box_l1=0.25) - f(out) == pytest.approx(0.25 * l1, rel=1e-4)
+    big = good.copy()
+    big[pos, 0] += 1.0  # a tenth of an anchor off-centre
+    big[pos, 2:4] += 15.0  # e^3 times the true size
+    centre = {}
+    for name, kw in {"giou": {}, "ciou": {"iou_kind": "ciou"}, "giou + l1": {"box_l1": 0.05}}.items():
+        t = tf.Variable(big)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(det.detection_loss(anchors=grid, **kw)(tf.constant(y), t))
+        centre[name] = float(np.abs(tape.gradient(loss, t).numpy()[pos, :2]).max())
+    assert centre["giou"] < 1e-6 < centre["ciou"] and centre["giou + l1"] > 1e-3, centre
+    with pytest.raises(ValueError, match="box_l1 need anchors"):
+        det.detection_loss(box_l1=0.1)
+    with pytest.raises(train.TrainError, match="box_l1 must be >= 0"):
+        DetectionOptions(box_l1=-0.1).validate()
+    DetectionOptions(box_loss="ciou", box_l1=0.1).validate()
+
+
 def test_iou_objectness_target_mixes_in_the_predicted_boxes_iou():
     """``obj_iou=g`` (YOLOv5's gr): an assigned anchor's objectness BCE has label 1 - g + g * IoU of its decoded box
     with the true box, so with logits l the loss exceeds the binary target's (g = 0) by the sum of
@@ -149,9 +199,9 @@ def test_iou_objectness_target_mixes_in_the_predicted_boxes_iou():
         want = np.sum(g * (1 - ious) * out[pos, 4]) / pos.sum()
         assert f(out, g) - f(out, 0.0) == pytest.approx(want, rel=1e-4, abs=1e-6)
         assert f(good, g) == pytest.approx(f(good, 0.0), abs=1e-6)
-    with pytest.raises(ValueError, match="obj_iou"):
+    with pytest.raises(ValueError, match="obj_iou and box_l1 need anchors"):
         det.detection_loss(obj_iou=0.5)  # (no anchors to decode the boxes on)
-    with pytest.raises(train.TrainError, match="obj_iou > 0 needs box_loss giou"):
+    with pytest.raises(train.TrainError, match="obj_iou > 0 needs box_loss giou or ciou"):
         DetectionOptions(box_loss="smooth_l1").validate()
     with pytest.raises(train.TrainError, match=r"obj_iou must be in \[0, 1\]"):
         DetectionOptions(obj_iou=1.5).validate()

@@ -26,7 +26,8 @@ def _file_layers(path: str) -> dict[str, list[Any]]:
             group = f["model_weights"] if "model_weights" in f else f  # (a whole saved model keeps them below)
             if "layer_names" not in group.attrs:
                 raise TrainError(f"--init_backbone={path}: weights in Keras' newer layout, which names no layers "
-                                 f"(give a training run's folder, or weights saved to a name ending .h5 but not .weights.h5)")
+                                 "(give a training run's folder, or weights saved to a name ending .h5 but not "
+                                 ".weights.h5)")
             names = [n.decode() if isinstance(n, bytes) else str(n) for n in group.attrs["layer_names"]]
             out = {}
             for name in names:

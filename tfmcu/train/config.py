@@ -68,6 +68,9 @@ class Recipe:
         return self
 
 
+BOX_LOSSES = ("giou", "ciou", "smooth_l1")
+
+
 @dataclass(frozen=True, kw_only=True)
 class DetectionOptions:
     """What detection training adds to the recipe (``tfmcu.train.detection`` documents each part)."""
@@ -76,7 +79,8 @@ class DetectionOptions:
     ignore_iou: float = 0.5  # an unassigned anchor whose box overlaps a true box more than this: no no-object loss
     positives: str = "multi"  # multi: several anchors and cells per box (YOLOv5) | best: one anchor per box (YOLOv3)
     box_weight: float = 1.0  # the box loss on assigned anchors
-    box_loss: str = "giou"  # giou: 1 - GIoU of the decoded boxes | smooth_l1: of the encodings
+    box_loss: str = "giou"  # giou / ciou: 1 - GIoU / CIoU of the decoded boxes | smooth_l1: of the encodings
+    box_l1: float = 0.05  # giou / ciou: plus this x smooth-L1 of the encodings (keeps far-off boxes learning)
     obj_iou: float = 0.5  # an assigned anchor's objectness target: 1 - obj_iou + obj_iou x its box's IoU (YOLOv5's gr)
     noobj_weight: float = 0.5  # objectness BCE of the unassigned, not-ignored anchors (assigned ones weigh 1)
     class_weight: float = 1.0  # class BCE, on assigned anchors
@@ -93,10 +97,11 @@ class DetectionOptions:
             (self.anchors in ANCHOR_SOURCES, f"anchors must be one of {', '.join(ANCHOR_SOURCES)}"),
             (0 < self.ignore_iou <= 1, "ignore_iou must be in (0, 1]"),
             (self.positives in ("best", "multi"), "positives must be best or multi"),
-            (self.box_loss in ("smooth_l1", "giou"), "box_loss must be smooth_l1 or giou"),
+            (self.box_loss in BOX_LOSSES, f"box_loss must be one of {', '.join(BOX_LOSSES)}"),
             (0 <= self.obj_iou <= 1, "obj_iou must be in [0, 1]"),
-            (self.obj_iou == 0 or self.box_loss == "giou",
-             "obj_iou > 0 needs box_loss giou (the loss decodes the boxes to measure their IoU)"),
+            (self.box_l1 >= 0, "box_l1 must be >= 0"),
+            (self.obj_iou == 0 or self.box_loss != "smooth_l1",
+             "obj_iou > 0 needs box_loss giou or ciou (the loss decodes the boxes to measure their IoU)"),
             (self.box_weight >= 0 and self.noobj_weight >= 0 and self.class_weight >= 0,
              "the loss weights must be >= 0"),
             (0 <= self.scale < 1, "scale must be in [0, 1)"),
@@ -180,7 +185,7 @@ class TrainConfig:
 _EVALUATION_ONLY = ("score_threshold", "iou_threshold", "max_detections", "plot_images", "int8")
 # Detection options added after runs were checkpointed, and their values then: left out of the fingerprint when they
 # have them, so those runs still resume.
-DETECTION_ADDED_LATER = {"positives": "best", "box_loss": "smooth_l1", "obj_iou": 0.0}
+DETECTION_ADDED_LATER = {"positives": "best", "box_loss": "smooth_l1", "obj_iou": 0.0, "box_l1": 0.0}
 RECIPE_ADDED_LATER = {"optimizer": "sgd"}
 
 
