@@ -92,21 +92,25 @@ def test_a_taken_slot_sends_the_box_to_its_next_best_anchor():
     assert not det.assign_targets([np.array([[0.3, 0.3, 0.3, 0.5]])], [np.array([0])], spec)[..., 4].any()
 
 
+def two_images() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The anchor grid of ``small_det()``, the targets of two images with three boxes of three classes, which of
+    them are assigned, and the outputs that match them (``perfect_logits``)."""
+    spec = small_det()
+    boxes = [np.array([[0.2, 0.6, 0.4, 0.8], [0.375, 0.195, 0.875, 0.555]]), np.array([[0.6, 0.6, 0.7, 0.7]])]
+    y = det.assign_targets(boxes, [np.array([2, 0]), np.array([1])], spec)
+    return anchor_grid(spec), y, y[..., 4] == 1, perfect_logits(y)
+
+
 def test_giou_box_loss_is_one_minus_giou_of_the_decoded_boxes():
     """``box_loss="giou"``: 0 for perfect outputs; for boxes off by some units, the mean over the assigned anchors of
     1 - GIoU of the boxes both encodings decode to (computed here with NumPy)."""
     import tensorflow as tf
 
-    spec = small_det()
-    grid = anchor_grid(spec)
-    boxes = [np.array([[0.2, 0.6, 0.4, 0.8], [0.375, 0.195, 0.875, 0.555]]), np.array([[0.6, 0.6, 0.7, 0.7]])]
-    y = det.assign_targets(boxes, [np.array([2, 0]), np.array([1])], spec)
+    grid, y, pos, good = two_images()
     loss = det.detection_loss(anchors=grid)
     f = lambda out: float(np.mean(loss(tf.constant(y), tf.constant(out)).numpy()))  # noqa: E731
-    good = perfect_logits(y)
     assert f(good) < 1e-5
     out = good.copy()
-    pos = y[..., 4] == 1
     out[pos, 0] += 2.0  # 0.2 anchor heights down
     out[pos, 3] -= 1.0  # narrower
     want = []
@@ -129,12 +133,7 @@ def test_ciou_box_loss_and_the_l1_term():
     terms are flat there: the way an untrained head's boxes grow and stay), some from CIoU and from the L1 term."""
     import tensorflow as tf
 
-    spec = small_det()
-    grid = anchor_grid(spec)
-    boxes = [np.array([[0.2, 0.6, 0.4, 0.8], [0.375, 0.195, 0.875, 0.555]]), np.array([[0.6, 0.6, 0.7, 0.7]])]
-    y = det.assign_targets(boxes, [np.array([2, 0]), np.array([1])], spec)
-    pos = y[..., 4] == 1
-    good = perfect_logits(y)
+    grid, y, pos, good = two_images()
     out = good.copy()
     out[pos, 0] += 2.0
     out[pos, 3] -= 1.0
@@ -179,12 +178,7 @@ def test_iou_objectness_target_mixes_in_the_predicted_boxes_iou():
     perfect boxes."""
     import tensorflow as tf
 
-    spec = small_det()
-    grid = anchor_grid(spec)
-    boxes = [np.array([[0.2, 0.6, 0.4, 0.8], [0.375, 0.195, 0.875, 0.555]]), np.array([[0.6, 0.6, 0.7, 0.7]])]
-    y = det.assign_targets(boxes, [np.array([2, 0]), np.array([1])], spec)
-    pos = y[..., 4] == 1
-    good = perfect_logits(y)
+    grid, y, pos, good = two_images()
     out = good.copy()
     out[pos, 0] += 1.5
     out[pos, 2] -= 0.5
