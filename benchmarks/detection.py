@@ -172,8 +172,7 @@ def detection_section(o: Any, log: Callable[[str], None] = print, measure_m4: bo
                      "map50_interval": d and [d.int8.tflm.bootstrap.low, d.int8.tflm.bootstrap.high],
                      "detection_relative": None if m is None else m / m_top,
                      "accuracy_int8_tflm": a, "classification_relative": None if a is None else a / a_top,
-                     "detector_training_seconds": r in det_runs and det_runs[r].timing_s["float_training"] or None,
-                     "classifier_training_seconds": r in cls_runs and cls_runs[r].timing_s["float_training"] or None})
+                     "detector_training_seconds": det_runs[r].timing_s["float_training"] if r in det_runs else None})
     # 2. the claim: arenas of every trained detector, then per budget the best per-layer and patched ones
     sizes = {}
     for r in DET_RESOLUTIONS:

@@ -239,6 +239,8 @@ def _iou_terms(a, b, kind: str = "giou"):
     union = area(a) + area(b) - inter
     iou = inter / tf.maximum(union, 1e-9)
     hull_hw = tf.maximum(a[..., 2:], b[..., 2:]) - tf.minimum(a[..., :2], b[..., :2])
+    if kind not in ("giou", "ciou"):
+        raise ValueError(f"IoU loss {kind!r}: expected giou or ciou")
     if kind == "giou":
         hull = tf.reduce_prod(hull_hw, axis=-1)
         return iou, iou - (hull - union) / tf.maximum(hull, 1e-9)
