@@ -282,7 +282,7 @@ def _recipe_row(name: str, changes: dict[str, Any], rep: TrainReport) -> dict[st
             "optimizer": rep.recipe.optimizer, "lr": rep.recipe.lr, "epochs": rep.recipe.epochs,
             "steps": rep.steps_per_epoch * rep.recipe.epochs, "steps_per_epoch": rep.steps_per_epoch,
             "batch_size": rep.recipe.batch_size, "positives": d.options.positives, "box_loss": d.options.box_loss,
-            "box_l1": d.options.box_l1 if d.options.box_loss != "smooth_l1" else 0.0, "obj_iou": d.options.obj_iou,
+            "box_l1": d.options.l1_term, "obj_iou": d.options.obj_iou,
             "map50_int8_tflm": d.map50.int8_tflm, "map_int8_tflm": d.map.int8_tflm,
             "map50_interval": [d.int8.tflm.bootstrap.low, d.int8.tflm.bootstrap.high],
             "map50_float": d.map50.float, "map_float": d.map.float,

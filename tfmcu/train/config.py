@@ -92,6 +92,12 @@ class DetectionOptions:
     plot_images: int = 8  # test images drawn in detections.png
     int8: bool = True  # export the full-int8 .tflite with DETECTION_POSTPROCESS; its mAP in TF Lite and TFLM
 
+    @property
+    def l1_term(self) -> float:
+        """The weight of the smooth-L1 term the IoU box loss adds (none with ``box_loss="smooth_l1"``: it is all
+        smooth-L1 already)."""
+        return 0.0 if self.box_loss == "smooth_l1" else self.box_l1
+
     def validate(self) -> "DetectionOptions":
         checks = [
             (self.anchors in ANCHOR_SOURCES, f"anchors must be one of {', '.join(ANCHOR_SOURCES)}"),

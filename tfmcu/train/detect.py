@@ -69,11 +69,6 @@ def _loss_anchors(spec: NetSpec, o: Any) -> np.ndarray | None:
     return None if o.box_loss == "smooth_l1" else anchor_grid(spec)
 
 
-def _box_l1(o: Any) -> float:
-    """The weight of the smooth-L1 term added to an IoU box loss (none to add to smooth-L1 itself)."""
-    return 0.0 if o.box_loss == "smooth_l1" else o.box_l1
-
-
 class DetectTask:
     """The detection task (module docstring)."""
 
@@ -125,8 +120,8 @@ class DetectTask:
         o = cfg.detection
         anchors = _loss_anchors(inputs.spec, o)
         model.compile(optimizer=opt, loss=det.detection_loss(o.box_weight, o.noobj_weight, o.class_weight, anchors,
-                                                             o.obj_iou, o.box_loss, _box_l1(o)),
-                      metrics=det.loss_metrics(o.noobj_weight, anchors, o.obj_iou, o.box_loss, _box_l1(o)))
+                                                             o.obj_iou, o.box_loss, o.l1_term),
+                      metrics=det.loss_metrics(o.noobj_weight, anchors, o.obj_iou, o.box_loss, o.l1_term))
 
     def batches(self, inputs: DetectInputs, cfg: TrainConfig, seed: int, epoch: int, steps: int,
                 augment: bool) -> Any:
@@ -156,7 +151,7 @@ class DetectTask:
         outputs = _predict(model, arrays.images, spec.in_channels)
         y = det.assign_targets(arrays.boxes, arrays.labels, spec, o.ignore_iou, positives=o.positives)
         loss = det.detection_loss(o.box_weight, o.noobj_weight, o.class_weight, _loss_anchors(spec, o), o.obj_iou,
-                                  o.box_loss, _box_l1(o))
+                                  o.box_loss, o.l1_term)
         val_loss = float(np.mean(loss(tf.constant(y), tf.constant(outputs)).numpy()))
         dets = det.decode(outputs, spec, o.score_threshold, o.iou_threshold, o.max_detections)
         m = det.coco_map(inputs.val, dets, spec.head.num_classes)
