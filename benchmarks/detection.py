@@ -316,19 +316,18 @@ def transfer_runs(work: str, log: Callable[[str], None]) -> dict[str, Any]:
         cls_folder, cls = transfer_classifier(work, log, key)
         dataset, resolution, _ = TRANSFER_CLASSIFIERS[key]
         tag = "" if key == "fashion_mnist" else "_" + key  # (the folder names the first runs were cached under)
-        full, short = [], []
-        for name, epochs, out in ((f"--init_backbone {key}", TRANSFER_EPOCHS, full),
-                                  (f"--init_backbone {key}, {half} epochs", half, short)):
-            folder = os.path.join(work, "transfer_init_backbone" + tag + ("" if epochs == TRANSFER_EPOCHS
-                                                                           else f"_{half}_epochs"))
+        runs = {}
+        for epochs in (TRANSFER_EPOCHS, half):
+            cut = epochs < TRANSFER_EPOCHS
+            name = f"--init_backbone {key}" + (f", {epochs} epochs" if cut else "")
+            folder = os.path.join(work, "transfer_init_backbone" + tag + (f"_{epochs}_epochs" if cut else ""))
             cfg = recipe_config({"init_backbone": cls_folder}, TRANSFER_DET_DATASET, TRANSFER_RESOLUTION, epochs)
             rep = _train_cached(folder, cfg, f"[detection_recipe] {name}: detector on {TRANSFER_DET_DATASET}", log)
-            row = _recipe_row(name, {}, rep)
+            row = runs[epochs] = _recipe_row(name, {}, rep)
             row["init"] = key
             row["backbone_layers"] = {"loaded": len(rep.backbone.loaded), "not_loaded": len(rep.backbone.not_loaded)}
-            out.append(row)
-            rows.append(row)
-        init, shorter = full[0], short[0]
+        rows += runs.values()
+        init, shorter = runs[TRANSFER_EPOCHS], runs[half]
         reach = next((i + 1 for i, v in enumerate(init["val_map50_per_epoch"]) if v is not None and v >= target),
                      None)
         acc = cls.classification.accuracy
