@@ -233,14 +233,14 @@ def _iou_terms(a, b, kind: str = "giou"):
     (1 - IoU + v) (no gradient through alpha), Zheng et al.'s Complete IoU."""
     import tensorflow as tf
 
+    if kind not in ("giou", "ciou"):
+        raise ValueError(f"IoU loss {kind!r}: expected giou or ciou")
     area = lambda t: tf.maximum(t[..., 2] - t[..., 0], 0.0) * tf.maximum(t[..., 3] - t[..., 1], 0.0)  # noqa: E731
     lo, hi = tf.maximum(a[..., :2], b[..., :2]), tf.minimum(a[..., 2:], b[..., 2:])
     inter = tf.reduce_prod(tf.maximum(hi - lo, 0.0), axis=-1)
     union = area(a) + area(b) - inter
     iou = inter / tf.maximum(union, 1e-9)
     hull_hw = tf.maximum(a[..., 2:], b[..., 2:]) - tf.minimum(a[..., :2], b[..., :2])
-    if kind not in ("giou", "ciou"):
-        raise ValueError(f"IoU loss {kind!r}: expected giou or ciou")
     if kind == "giou":
         hull = tf.reduce_prod(hull_hw, axis=-1)
         return iou, iou - (hull - union) / tf.maximum(hull, 1e-9)
@@ -256,10 +256,10 @@ def _iou_terms(a, b, kind: str = "giou"):
 def _loss_terms(y_true, y_pred, anchors=None, obj_iou=0.0, iou_kind="giou", box_l1=0.0):
     """Per image: the box loss (smooth-L1 of the encodings; with ``anchors`` [N, 4], 1 - GIoU (``iou_kind``
     "giou") or 1 - CIoU ("ciou") of the boxes both encodings decode to on them), objectness BCE (assigned),
-    objectness BCE (background), class BCE, as [B] sums; and
-    the batch's number of assigned anchors (at least 1). ``obj_iou`` > 0 (needs ``anchors``): an assigned anchor's
-    objectness target is ``1 - obj_iou + obj_iou * IoU`` of its predicted box with the true box (no gradient through
-    the IoU), not 1. ``box_l1`` > 0 (with ``anchors``): plus ``box_l1`` x smooth-L1 of the encodings."""
+    objectness BCE (background), class BCE, as [B] sums; and the batch's number of assigned anchors (at least 1).
+    ``obj_iou`` > 0 (needs ``anchors``): an assigned anchor's objectness target is ``1 - obj_iou + obj_iou * IoU`` of
+    its predicted box with the true box (no gradient through the IoU), not 1. ``box_l1`` > 0 (with ``anchors``): plus
+    ``box_l1`` x smooth-L1 of the encodings."""
     import tensorflow as tf
 
     y_true = tf.cast(y_true, y_pred.dtype)
@@ -304,8 +304,8 @@ def detection_loss(box_weight: float = 1.0, noobj_weight: float = 0.5, class_wei
     concatenated ``[B, N, 5 + K]`` (``training_model``). Per-image values whose batch mean (Keras' reduction) is the
     batch's weighted sum divided by its assigned anchors (module docstring). ``anchors`` (``anchor_grid(spec)``):
     the box loss is 1 - GIoU (or, ``iou_kind="ciou"``, 1 - CIoU) of the decoded boxes instead of smooth-L1 of the
-    encodings (plus ``box_l1`` x that smooth-L1); with them, ``obj_iou``
-    mixes the boxes' IoU into the assigned anchors' objectness target (``_loss_terms``)."""
+    encodings (plus ``box_l1`` x that smooth-L1); with them, ``obj_iou`` mixes the boxes' IoU into the assigned
+    anchors' objectness target (``_loss_terms``)."""
     import tensorflow as tf
 
     if not 0 <= obj_iou <= 1 or ((obj_iou or box_l1) and anchors is None):
