@@ -208,10 +208,10 @@ def _edited(file: str, old: str, new: str, tflm: bool = False) -> list[str]:
     ("conv2d.h", "int32_t groups;", "int32_t groups;\n  int32_t extra;", False, "struct TfmcuConvParams"),
     ("quantize.h", "float scale;", "int32_t scale;", False, "struct TfmcuQuantizeParams"),
     ("patch_stage_types.h", "uint32_t scratch_bytes;", "int32_t scratch_bytes;", False, "struct TfmcuStage"),
-    ("patch_stage.h", "#define TFMCU_PATCH_STAGE_ABI_VERSION 7", "#define TFMCU_PATCH_STAGE_ABI_VERSION 8", False,
+    ("patch_stage.h", "#define TFMCU_PATCH_STAGE_ABI_VERSION 8", "#define TFMCU_PATCH_STAGE_ABI_VERSION 9", False,
      "TFMCU_PATCH_STAGE_ABI_VERSION"),
     ("op_table.c", "sizeof(TfmcuPadParams), 0, 1,", "sizeof(TfmcuPadParams), 0, 2,", False, "op_table.c rows"),
-    ("<format>", "kPatchStageFormatVersion = 4", "kPatchStageFormatVersion = 5", True, "kPatchStageFormatVersion"),
+    ("<format>", "kPatchStageFormatVersion = 5", "kPatchStageFormatVersion = 6", True, "kPatchStageFormatVersion"),
     ("<parser>", '"streamed_input"', '"streamed"', True, "option keys"),
     ("<format>", "kPatchStageBlobInput = 1", "kPatchStageBlobInput = 2", True, "kPatchStageBlobInput"),
     ("patch_stage_types.h", "int32_t constants;", "int32_t constants;\n  int32_t extra;", False, "struct TfmcuStageBlob"),
@@ -228,7 +228,7 @@ def test_the_check_sees_a_change_of_the_c_side_alone(file, old, new, tflm, what)
 def test_the_check_sees_a_change_of_the_python_side_alone(monkeypatch):
     c = c_side(kernel_sources(), tflm_sources())
     monkeypatch.setitem(abi.STRUCTS, "TfmcuCache", abi.STRUCTS["TfmcuCache"][::-1])
-    monkeypatch.setattr(abi, "FORMAT_VERSION", 5)
+    monkeypatch.setattr(abi, "FORMAT_VERSION", 6)
     monkeypatch.setitem(abi.OPTION_KEYS, "halo", 3)
     problems = mismatches(c)
     assert [p.split(":")[0] for p in problems] == ["struct TfmcuCache", "kPatchStageFormatVersion", "option keys"]
@@ -243,14 +243,14 @@ def test_ctypes_mirrors_and_c_sizes_agree():
             assert ctypes.sizeof(abi.structure(name)) == abi.sizeof(name, 8), name
     assert [abi.sizeof(n, 4) for n in ("TfmcuStage", "TfmcuPreparedStage", "TfmcuLayer", "TfmcuTensor",
                                        "TfmcuConvParams", "TfmcuQuantizeParams", "TfmcuPatchStageOpData",
-                                       "TfmcuStageBlob")] == [80, 36, 24, 20, 60, 8, 48, 84]
-    assert abi.sizeof("TfmcuStage", 8) == 144 and abi.sizeof("TfmcuPatchStageOpData", 8) == 56
+                                       "TfmcuStageBlob")] == [84, 36, 32, 24, 60, 8, 48, 88]
+    assert abi.sizeof("TfmcuStage", 8) == 152 and abi.sizeof("TfmcuPatchStageOpData", 8) == 56
 
 
 def test_table_rows_and_op_words():
     assert abi.word_offsets("TfmcuSpan") == {"out_start": 0, "out_stop": 1, "in_start": 2, "in_stop": 4,
                                              "pad_before": 6, "pad_after": 8}
-    assert (abi.SPAN_WORDS, abi.TENSOR_WORDS, abi.CACHE_WORDS) == (10, 5, 3)
+    assert (abi.SPAN_WORDS, abi.TENSOR_WORDS, abi.CACHE_WORDS) == (10, 6, 3)
     assert abi.ARRAY_NAMES == abi.OPS[abi.OP_CONV].arrays == abi.OPS[abi.OP_DEPTHWISE].arrays
     conv = dict(kernel_h=3, kernel_w=1, stride_h=2, stride_w=1, dilation_h=1, dilation_w=2, groups=1, input_offset=5,
                 output_offset=-3, act_min=-128, act_max=127)

@@ -185,13 +185,37 @@ def test_stage_by_ops_and_errors():
         scheduler.schedule(g, 13, n_blocks=5)
 
 
-def test_se_block_is_not_patchable():
+def test_se_block_runs_in_two_passes():
+    """A squeeze-excite inside a stage: its MEAN sums each patch's own tile in a first pass, its 1x1 layers run once
+    on the 1 x 1 result, and a second pass recomputes the layers before it and scales the map: the MACs count every
+    op as often as the passes it runs in, the ops on whole tensors once."""
     spec = NetSpec(name="se", resolution=64, stages=[StageSpec([BlockSpec(16, se=0.25)]),
                                                      StageSpec([BlockSpec(24, stride=2)])])
     g = from_spec(spec)
-    with pytest.raises(scheduler.ScheduleError, match="block1_se_squeeze"):
-        scheduler.schedule(g, 2, n_blocks=2)
-    assert scheduler.max_stage_blocks(g) == 1
+    names = [op.name for op in g.ops]
+    squeeze, reduce_, expand, excite = (names.index(f"block1_se_{n}") for n in ("squeeze", "reduce", "expand", "excite"))
+    s = scheduler.schedule(g, 2, n_blocks=2)
+    p = s.passes
+    assert p.count == 2 and p.inner == (squeeze,) and p.after == {reduce_: 0, expand: 0}
+    assert p.masks[squeeze] == 1 and p.masks[excite] == 2 and p.masks[names.index("block1_project")] == 2
+    assert all(p.masks[i] == 3 for i in range(squeeze))  # the stem, expand and depthwise: in both passes
+    # each band's tile of the squeezed map: a partition of its rows (and columns)
+    assert [r for r in s.row_owns[squeeze]] == [(0, 16), (16, 32)] == s.col_owns[squeeze]
+    # exact MACs: per op on tiles, its computed boxes times its passes; the whole ops once
+    exact = 0
+    for i in s.stage:
+        op = g.ops[i]
+        if i in p.after:
+            exact += ir.op_macs(g, op)
+        elif ir.macs_per_output_pixel(op):
+            t = op.outputs[0]
+            box = sum(w.need[t][1] - w.need[t][0] for w in s.rows) * sum(w.need[t][1] - w.need[t][0] for w in s.cols)
+            exact += p.runs(i) * ir.macs_per_output_pixel(op) * box
+    assert s.stage_macs_patched_exact == exact > 2 * sum(ir.op_macs(g, g.ops[i]) for i in range(squeeze))
+    assert scheduler.max_stage_blocks(g) == g.num_blocks - 1
+    # the statistic may not leave the stage: a stage ending inside the squeeze-excite is refused in one line
+    with pytest.raises(scheduler.ScheduleError, match="must end after the squeeze-excite"):
+        scheduler.schedule(g, 2, n_ops=reduce_ + 1)
 
 
 # ----------------------------------------------------------------------------- auto mode

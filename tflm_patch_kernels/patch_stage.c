@@ -35,8 +35,12 @@ static void tfmcu_input_rows(const TfmcuStage* s, int32_t i, int32_t after, int3
 }
 
 /* The input row window of a streamed run: the most rows a band reads x row bytes; 0 when the bands' rows do not
- * move forward (a band reading rows above those of the band before), which streaming does not support. */
+ * move forward (a band reading rows above those of the band before) or the stage sweeps its grid more than once,
+ * which streaming does not support. */
 static int64_t tfmcu_input_window_bytes(const TfmcuStage* s) {
+  if (s->num_passes != 1) {
+    return 0;  /* every pass reads the input again */
+  }
   int32_t most = 0, prev_start = 0, prev_stop = 0;
   for (int32_t i = 0; i < s->grid_rows; ++i) {
     int32_t start, stop;
@@ -125,6 +129,12 @@ static TfmcuBuffer tfmcu_buffer(const TfmcuStage* s, int32_t i, int32_t j, int32
   } else if (t == s->output_tensor) {
     buf.read = output;
     buf.write = output;
+    buf.row0 = 0;
+    buf.col0 = 0;
+    buf.row_stride = tensor->width * tensor->channels;
+  } else if (tensor->constant >= 0) {
+    buf.read = s->constants + tensor->constant;
+    buf.write = NULL;
     buf.row0 = 0;
     buf.col0 = 0;
     buf.row_stride = tensor->width * tensor->channels;
@@ -326,9 +336,17 @@ static void tfmcu_restore_caches(const TfmcuStage* s, int32_t i, int32_t j, int3
   }
 }
 
-/* Whether no layer after l reads tensor t. */
-static int tfmcu_unread_after(const TfmcuStage* s, int32_t t, int32_t l) {
+/* Whether layer l runs on the patches of pass p. */
+static int tfmcu_runs_in(const TfmcuLayer* layer, int32_t pass) {
+  return (layer->passes >> pass) & 1;
+}
+
+/* Whether no layer after l that runs in pass p reads tensor t. */
+static int tfmcu_unread_after(const TfmcuStage* s, int32_t t, int32_t l, int32_t pass) {
   for (int32_t later = l + 1; later < s->num_layers; ++later) {
+    if (!tfmcu_runs_in(&s->layers[later], pass)) {
+      continue;
+    }
     for (int32_t k = 0; k < s->layers[later].num_inputs; ++k) {
       if (s->layers[later].inputs[k] == t) {
         return 0;
@@ -371,9 +389,10 @@ static void tfmcu_save_cache(const TfmcuStage* s, const TfmcuCache* c, int32_t i
   }
 }
 
-/* After layer l of patch (i, j): saves the caches of every tensor whose last use is l (l produces or reads it and
- * no later layer reads it): only the tensors l touches are looked up, not every cache for every layer. */
-static void tfmcu_save_caches(const TfmcuStage* s, int32_t i, int32_t j, int32_t l, int8_t* scratch) {
+/* After layer l of patch (i, j) in pass p: saves the caches of every tensor whose last use in the pass is l (l
+ * produces or reads it and no later layer of the pass reads it): only the tensors l touches are looked up, not every
+ * cache for every layer. */
+static void tfmcu_save_caches(const TfmcuStage* s, int32_t i, int32_t j, int32_t l, int32_t pass, int8_t* scratch) {
   const TfmcuLayer* layer = &s->layers[l];
   for (int32_t k = -1; k < layer->num_inputs; ++k) {
     const int32_t t = k < 0 ? layer->output : layer->inputs[k];
@@ -381,7 +400,7 @@ static void tfmcu_save_caches(const TfmcuStage* s, int32_t i, int32_t j, int32_t
     for (int32_t before = 0; before < k; ++before) {
       seen |= layer->inputs[before] == t;
     }
-    if (seen || !tfmcu_unread_after(s, t, l)) {
+    if (seen || !tfmcu_unread_after(s, t, l, pass)) {
       continue;
     }
     const TfmcuCache *rows, *cols;
@@ -395,19 +414,37 @@ static void tfmcu_save_caches(const TfmcuStage* s, int32_t i, int32_t j, int32_t
   }
 }
 
-/* Every patch of row band i (input: the stage input from row input_row0 on). */
-static TfmcuStatus tfmcu_run_row_band(const TfmcuPreparedStage* prepared, int32_t i, const void* input,
-                                      int32_t input_row0, int8_t* output, int8_t* scratch) {
+/* Every patch of row band i in pass p (input: the stage input from row input_row0 on). */
+static TfmcuStatus tfmcu_run_row_band(const TfmcuPreparedStage* prepared, int32_t pass, int32_t i,
+                                      const void* input, int32_t input_row0, int8_t* output, int8_t* scratch) {
   const TfmcuStage* stage = prepared->stage;
   for (int32_t j = 0; j < stage->grid_cols; ++j) {
     for (int32_t l = 0; l < stage->num_layers; ++l) {
+      if (!tfmcu_runs_in(&stage->layers[l], pass)) {
+        continue;
+      }
       const TfmcuStatus status = tfmcu_run_layer(prepared, i, j, l, input, input_row0, output, scratch);
       if (status != kTfmcuOk) {
         return status;
       }
       if (stage->num_caches > 0) {
         tfmcu_restore_caches(stage, i, j, l, scratch);
-        tfmcu_save_caches(stage, i, j, l, scratch);
+        tfmcu_save_caches(stage, i, j, l, pass, scratch);
+      }
+    }
+  }
+  return kTfmcuOk;
+}
+
+/* The layers on whole tensors that run after pass p, in order (their views: span 0..1 in every band). */
+static TfmcuStatus tfmcu_run_whole_layers(const TfmcuPreparedStage* prepared, int32_t pass, int8_t* output,
+                                          int8_t* scratch) {
+  const TfmcuStage* stage = prepared->stage;
+  for (int32_t l = 0; l < stage->num_layers; ++l) {
+    if (stage->layers[l].passes == 0 && stage->layers[l].after_pass == pass) {
+      const TfmcuStatus status = tfmcu_run_layer(prepared, 0, 0, l, NULL, 0, output, scratch);
+      if (status != kTfmcuOk) {
+        return status;
       }
     }
   }
@@ -429,8 +466,14 @@ TfmcuStatus tfmcu_stage_run(const TfmcuPreparedStage* prepared, const void* inpu
   if (scratch_size < (size_t)prepared->scratch_bytes) {
     return kTfmcuErrorScratchTooSmall;
   }
-  for (int32_t i = 0; i < stage->grid_rows; ++i) {
-    const TfmcuStatus status = tfmcu_run_row_band(prepared, i, input, 0, output, (int8_t*)scratch);
+  for (int32_t pass = 0; pass < stage->num_passes; ++pass) {
+    for (int32_t i = 0; i < stage->grid_rows; ++i) {
+      const TfmcuStatus status = tfmcu_run_row_band(prepared, pass, i, input, 0, output, (int8_t*)scratch);
+      if (status != kTfmcuOk) {
+        return status;
+      }
+    }
+    const TfmcuStatus status = tfmcu_run_whole_layers(prepared, pass, output, (int8_t*)scratch);
     if (status != kTfmcuOk) {
       return status;
     }
@@ -473,7 +516,7 @@ TfmcuStatus tfmcu_stage_run_streamed(const TfmcuPreparedStage* prepared, const T
     }
     held_start = start;
     held_stop = stop;
-    const TfmcuStatus status = tfmcu_run_row_band(prepared, i, window, start, output, (int8_t*)scratch);
+    const TfmcuStatus status = tfmcu_run_row_band(prepared, 0, i, window, start, output, (int8_t*)scratch);
     if (status != kTfmcuOk) {
       return status;
     }

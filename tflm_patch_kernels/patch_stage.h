@@ -80,8 +80,10 @@ extern "C" {
  * 6: MEAN (kTfmcuOpMean, TfmcuMeanParams) as a stage's last layer, its accumulator a TfmcuCache with axis 2.
  * 7: no pointer in the tables: TfmcuLayer.params is a params record in TfmcuStage.params whose arrays are offsets
  *    into TfmcuStage.constants (bound by tfmcu_op_params when the layer runs); the stage blob (TfmcuStageBlob,
- *    tfmcu_stage_view). */
-#define TFMCU_PATCH_STAGE_ABI_VERSION 7
+ *    tfmcu_stage_view).
+ * 8: passes (TfmcuStage.num_passes, TfmcuLayer.passes / after_pass: reductions inside a stage, layers on whole
+ *    tensors), constant tensors (TfmcuTensor.constant), broadcast operands. */
+#define TFMCU_PATCH_STAGE_ABI_VERSION 8
 
 /* A stage validated by tfmcu_stage_prepare (fill it only with tfmcu_stage_prepare). */
 typedef struct {

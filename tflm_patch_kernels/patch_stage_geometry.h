@@ -37,8 +37,9 @@ static const void* tfmcu_layer_params(const TfmcuStage* s, int32_t l, TfmcuParam
   return tfmcu_op_params(tfmcu_op_info(layer->type), s->params + layer->params, s->constants, storage);
 }
 
+/* The stage input, the stage output and the constants: read (written) at their full-tensor coordinates, in place. */
 static int tfmcu_in_memory_tensor(const TfmcuStage* s, int32_t t) {
-  return t == s->input_tensor || t == s->output_tensor;
+  return t == s->input_tensor || t == s->output_tensor || s->tensors[t].constant >= 0;
 }
 
 /* The held range of layer l's output along one axis in one band: the held table's pair, else the computed span. */

@@ -78,6 +78,23 @@
  * disjoint from every other cache and patch buffer, zeroed by the first patch; each patch adds its tile, the last
  * one writes the output (mean.h). Integer sums do not depend on the order: bit-exact with the whole op.
  *
+ * Passes, whole tensors and constants (ABI 8): a reduction may also sit inside the stage (squeeze-excite: a MEAN
+ * whose 1 x 1 x C result, after a few layers on whole 1 x 1 tensors, scales the feature map it was taken from). Its
+ * result depends on every patch, so the stage sweeps the grid several times: `num_passes` passes, each running
+ * every patch in raster order. A layer on tiles runs in the passes its `passes` bits name (the planner sets the bits
+ * of the layers each pass needs: the layers before a reduction run again in the passes after it, the recompute a
+ * two-pass squeeze-excite costs); an inner reduction runs in exactly one pass, reading the band's tile of its input
+ * as the last-layer reduction does (the tiles of the bands partition its input), and finishes into a whole tensor
+ * after the last patch of that pass. A layer on whole tensors (`passes` 0) runs once, after the last patch of
+ * `after_pass`, on 1 x 1 views (span 0..1 in every band): the squeeze-excite's convolutions and activations. Such a
+ * whole tensor lives in scratch at one offset for every patch (`buffer_offsets` equal in every row), disjoint from
+ * every other buffer, from its producer to the end of the run. A layer reads a whole tensor only in passes after the
+ * one that finished it; a tiled input only in passes its producer runs in. A constant tensor (`constant` >= 0: a
+ * per-channel operand of an ADD or MUL, e.g. the Keras preprocessing at a model's input) is read in place from
+ * `constants`, h x w x channels int8. A pointwise layer's input of size 1 along an axis where its output is larger
+ * is broadcast: its span reads 0..1 there. A stage of one pass whose layers all have `passes` 1 and `after_pass` -1
+ * runs exactly as in ABI 7. Several passes read the stage input several times, so such a stage does not stream.
+ *
  * Stage blob (ABI 7): the whole description as one constant byte array, little-endian, 4-byte aligned, with no
  * pointer in it (the TFMCU_PATCH_STAGE op's constant input; tfmcu/tflite/patch_stage_format.py writes it): a
  * `TfmcuStageBlob` header at byte 0 (the TfmcuStage's counts and scalars, and the byte offset in the blob of each
@@ -100,20 +117,26 @@ extern "C" {
 
 /* TfmcuOpType (layer types) and TfmcuDataType (tensor data types): see op_table.h. */
 
+/* The most passes a stage may sweep (TfmcuStage.num_passes; TfmcuLayer.passes is a bit mask of them). */
+#define TFMCU_MAX_PASSES 16
+
 typedef struct {
   int32_t height;   /* full feature-map size (batch 1) */
   int32_t width;
   int32_t channels;
   int32_t dtype;    /* TfmcuDataType */
-  int32_t producer; /* index of the layer that writes it; -1 for the stage input */
+  int32_t producer; /* index of the layer that writes it; -1 for the stage input and for a constant */
+  int32_t constant; /* a constant tensor (ABI 8): the byte offset of its int8 data in `constants`; else -1 */
 } TfmcuTensor;
 
 typedef struct {
   int32_t type;          /* TfmcuOpType */
   int32_t params;        /* the first word of its params record in TfmcuStage.params */
-  int32_t num_inputs;    /* 2 for ADD, else 1 */
+  int32_t num_inputs;    /* 2 for ADD and MUL, else 1 */
   int32_t inputs[TFMCU_MAX_LAYER_INPUTS];  /* tensor ids (unused entries: -1) */
   int32_t output;        /* tensor id */
+  int32_t passes;        /* ABI 8: bit p set: the layer runs on every patch of pass p (0: a layer on whole tensors) */
+  int32_t after_pass;    /* ABI 8: a layer on whole tensors runs once after the last patch of this pass; else -1 */
 } TfmcuLayer;
 
 /* One layer's work along one axis for one band of the grid (see the file comment). */
@@ -143,6 +166,7 @@ typedef struct {
   int32_t output_tensor;            /* id of the stage output */
   int32_t grid_rows;                /* patches along the height */
   int32_t grid_cols;                /* patches along the width */
+  int32_t num_passes;               /* ABI 8: sweeps over the grid (1 + the reductions before the last pass) */
   const TfmcuSpan* row_spans;       /* [grid_rows][num_layers] */
   const TfmcuSpan* col_spans;       /* [grid_cols][num_layers] */
   const int32_t* buffer_offsets;    /* [grid_rows * grid_cols][num_tensors], bytes; -1 for input/output */
@@ -168,6 +192,7 @@ typedef struct {
   int32_t output_tensor;
   int32_t grid_rows;
   int32_t grid_cols;
+  int32_t num_passes;
   int32_t scratch_bytes;
   int32_t num_caches;
   int32_t params_words;

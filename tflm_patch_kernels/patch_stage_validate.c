@@ -9,6 +9,16 @@
 
 /* ------------------------------------------------------------------------------------------ scratch geometry */
 
+/* A whole tensor (patch_stage_types.h: passes): the output of a layer on whole tensors or of an inner reduction. */
+static int tfmcu_whole_tensor(const TfmcuStage* s, int32_t t) {
+  if (tfmcu_in_memory_tensor(s, t) || s->tensors[t].producer < 0) {
+    return 0;
+  }
+  const TfmcuLayer* producer = &s->layers[s->tensors[t].producer];
+  return producer->passes == 0 || tfmcu_op_info(producer->type)->accumulate != NULL;
+}
+
+
 /* Last layer reading tensor t (its producer if none does). */
 static int32_t tfmcu_last_use(const TfmcuStage* s, int32_t t) {
   int32_t last = s->tensors[t].producer;
@@ -117,17 +127,17 @@ static TfmcuStatus tfmcu_check_caches(const TfmcuStage* s, int32_t* failed_layer
         tfmcu_find_cache(s, c->tensor, c->axis) != c) {
       TFMCU_STAGE_FAIL(-1);
     }
-    /* a halo cache belongs to an intermediate tensor, an accumulator to the output of the stage's reduction */
-    const int reduced = c->tensor == s->output_tensor &&
-                        tfmcu_op_info(s->layers[s->tensors[c->tensor].producer].type)->accumulate != NULL;
-    if (c->axis == 2 ? !reduced : tfmcu_in_memory_tensor(s, c->tensor)) {
+    /* a halo cache belongs to an intermediate tensor on tiles, an accumulator to the output of a reduction */
+    const int32_t producer = s->tensors[c->tensor].producer;
+    const int reduced = producer >= 0 && tfmcu_op_info(s->layers[producer].type)->accumulate != NULL;
+    if (c->axis == 2 ? !reduced : (tfmcu_in_memory_tensor(s, c->tensor) || tfmcu_whole_tensor(s, c->tensor))) {
       TFMCU_STAGE_FAIL(-1);
     }
   }
-  const int32_t last = s->num_layers - 1;
-  if (tfmcu_op_info(s->layers[last].type)->accumulate != NULL &&
-      tfmcu_find_cache(s, s->layers[last].output, 2) == NULL) {
-    TFMCU_STAGE_FAIL(last);  /* a reduction without its accumulator */
+  for (int32_t l = 0; l < s->num_layers; ++l) {
+    if (tfmcu_op_info(s->layers[l].type)->accumulate != NULL && tfmcu_find_cache(s, s->layers[l].output, 2) == NULL) {
+      TFMCU_STAGE_FAIL(l);  /* a reduction without its accumulator */
+    }
   }
   for (int32_t l = 0; l < s->num_layers; ++l) {
     const int32_t t = s->layers[l].output;
@@ -154,6 +164,87 @@ static TfmcuStatus tfmcu_check_caches(const TfmcuStage* s, int32_t* failed_layer
   return kTfmcuOk;
 }
 
+/* The pass that finishes a whole tensor's producer: its after_pass, or an inner reduction's one pass. */
+static int32_t tfmcu_finished_in(const TfmcuLayer* producer) {
+  if (producer->passes == 0) {
+    return producer->after_pass;
+  }
+  int32_t p = 0;
+  while (((producer->passes >> p) & 1) == 0) {
+    ++p;
+  }
+  return p;
+}
+
+/* Layer l's passes (patch_stage_types.h): a layer on whole tensors runs after a pass before the last and writes a
+ * 1 x 1 tensor that is not the stage output; a layer on tiles runs in passes of the stage; a reduction in exactly
+ * one, the last if it writes the stage output (then it is the last layer), an earlier one otherwise; the stage
+ * output is written in the last pass. */
+static TfmcuStatus tfmcu_check_passes(const TfmcuStage* s, int32_t l) {
+  const TfmcuLayer* layer = &s->layers[l];
+  const TfmcuOpInfo* op = tfmcu_op_info(layer->type);
+  const TfmcuTensor* out = &s->tensors[layer->output];
+  const int32_t last = s->num_passes - 1;
+  const int32_t all = (int32_t)((1u << s->num_passes) - 1u);
+  if (layer->passes == 0) {
+    if (op->accumulate != NULL || layer->after_pass < 0 || layer->after_pass >= last || out->height != 1 ||
+        out->width != 1 || layer->output == s->output_tensor) {
+      return kTfmcuErrorInvalidStage;
+    }
+    return kTfmcuOk;
+  }
+  if (layer->after_pass != -1 || (layer->passes & ~all) != 0) {
+    return kTfmcuErrorInvalidStage;
+  }
+  if (op->accumulate != NULL) {
+    const int one_pass = (layer->passes & (layer->passes - 1)) == 0;
+    const int in_last = layer->passes == (int32_t)(1u << last);
+    const int ends_stage = layer->output == s->output_tensor;
+    if (out->height != 1 || out->width != 1 || !one_pass || in_last != ends_stage ||
+        (ends_stage && l != s->num_layers - 1)) {
+      return kTfmcuErrorInvalidStage;
+    }
+  }
+  if (layer->output == s->output_tensor && ((layer->passes >> last) & 1) == 0) {
+    return kTfmcuErrorInvalidStage;
+  }
+  return kTfmcuOk;
+}
+
+/* Layer l's inputs against the passes: a layer on whole tensors reads whole tensors finished by its pass (or
+ * constants); a layer on tiles reads a whole tensor only in passes after the one that finished it, a tiled tensor
+ * only in passes its producer runs in; a reduction reads a tiled tensor. The inputs' ids were checked. */
+static TfmcuStatus tfmcu_check_pass_inputs(const TfmcuStage* s, int32_t l) {
+  const TfmcuLayer* layer = &s->layers[l];
+  const int reduction = tfmcu_op_info(layer->type)->accumulate != NULL;
+  for (int32_t k = 0; k < layer->num_inputs; ++k) {
+    const int32_t t = layer->inputs[k];
+    if (s->tensors[t].constant >= 0 && !reduction) {
+      continue;
+    }
+    if (t == s->input_tensor) {
+      if (layer->passes == 0) {
+        return kTfmcuErrorInvalidStage;
+      }
+      continue;
+    }
+    const TfmcuLayer* producer = &s->layers[s->tensors[t].producer];
+    const int whole = tfmcu_whole_tensor(s, t);
+    if (layer->passes == 0) {
+      if (!whole || tfmcu_finished_in(producer) > layer->after_pass) {
+        return kTfmcuErrorInvalidStage;
+      }
+    } else if (whole) {
+      if (reduction || (layer->passes & (int32_t)((2u << tfmcu_finished_in(producer)) - 1u)) != 0) {
+        return kTfmcuErrorInvalidStage;
+      }
+    } else if ((layer->passes & ~producer->passes) != 0) {
+      return kTfmcuErrorInvalidStage;
+    }
+  }
+  return kTfmcuOk;
+}
+
 /* Tensors, layers and spans (everything but the scratch plan). */
 static TfmcuStatus tfmcu_check_structure(const TfmcuStage* s, int32_t* failed_layer) {
   if (failed_layer != NULL) {
@@ -165,7 +256,7 @@ static TfmcuStatus tfmcu_check_structure(const TfmcuStage* s, int32_t* failed_la
   }
   if (s->num_tensors < 2 || s->num_layers < 1 || s->grid_rows < 1 || s->grid_cols < 1 || s->input_tensor < 0 ||
       s->input_tensor >= s->num_tensors || s->output_tensor < 0 || s->output_tensor >= s->num_tensors ||
-      s->input_tensor == s->output_tensor) {
+      s->input_tensor == s->output_tensor || s->num_passes < 1 || s->num_passes > TFMCU_MAX_PASSES) {
     TFMCU_STAGE_FAIL(-1);
   }
   for (int32_t t = 0; t < s->num_tensors; ++t) {
@@ -176,9 +267,16 @@ static TfmcuStatus tfmcu_check_structure(const TfmcuStage* s, int32_t* failed_la
     if (tensor->dtype != kTfmcuInt8 && !(tensor->dtype == kTfmcuFloat32 && t == s->input_tensor)) {
       return kTfmcuErrorUnsupportedOp;
     }
-    if (t == s->input_tensor ? tensor->producer != -1
-                             : (tensor->producer < 0 || tensor->producer >= s->num_layers ||
-                                s->layers[tensor->producer].output != t)) {
+    const int constant = tensor->constant >= 0;
+    if (tensor->constant < -1 ||
+        (constant && (t == s->input_tensor || t == s->output_tensor || s->constants == NULL ||
+                      (int64_t)tensor->constant + (int64_t)tensor->height * tensor->width * tensor->channels >
+                          (int64_t)s->constants_bytes))) {
+      TFMCU_STAGE_FAIL(-1);  /* a constant's data inside the constants; the input and output are not constants */
+    }
+    if (t == s->input_tensor || constant ? tensor->producer != -1
+                                         : (tensor->producer < 0 || tensor->producer >= s->num_layers ||
+                                            s->layers[tensor->producer].output != t)) {
       TFMCU_STAGE_FAIL(-1);
     }
   }
@@ -195,10 +293,8 @@ static TfmcuStatus tfmcu_check_structure(const TfmcuStage* s, int32_t* failed_la
         layer->output >= s->num_tensors || s->tensors[layer->output].producer != l) {
       TFMCU_STAGE_FAIL(l);
     }
-    if (op->accumulate != NULL &&
-        (l != s->num_layers - 1 || layer->output != s->output_tensor || s->tensors[layer->output].height != 1 ||
-         s->tensors[layer->output].width != 1)) {
-      TFMCU_STAGE_FAIL(l);  /* a reduction is the last layer and writes the 1 x 1 stage output */
+    if (tfmcu_check_passes(s, l) != kTfmcuOk) {
+      TFMCU_STAGE_FAIL(l);
     }
     for (int32_t k = 0; k < layer->num_inputs; ++k) {
       const int32_t t = layer->inputs[k];
@@ -208,6 +304,9 @@ static TfmcuStatus tfmcu_check_structure(const TfmcuStage* s, int32_t* failed_la
       if (s->tensors[t].dtype != op->input_dtype) {
         TFMCU_STAGE_FAIL(l);
       }
+    }
+    if (tfmcu_check_pass_inputs(s, l) != kTfmcuOk) {
+      TFMCU_STAGE_FAIL(l);
     }
     const TfmcuStatus params_ok = tfmcu_check_layer_params(s, l);
     if (params_ok != kTfmcuOk) {
@@ -227,8 +326,9 @@ static TfmcuStatus tfmcu_check_structure(const TfmcuStage* s, int32_t* failed_la
         const int32_t out_dim = tfmcu_dim(&s->tensors[layer->output], axis);
         const int empty = span->out_stop == span->out_start;  /* all of it from a halo cache in this band */
         if (span->out_start < 0 || span->out_stop < span->out_start || span->out_stop > out_dim ||
-            (empty && layer->output == s->output_tensor)) {
-          TFMCU_STAGE_FAIL(l);
+            (empty && layer->output == s->output_tensor) ||
+            (layer->passes == 0 && (span->out_start != 0 || span->out_stop != 1))) {
+          TFMCU_STAGE_FAIL(l);  /* (a layer on whole tensors computes its whole 1 x 1 output in every band) */
         }
         int32_t held_start, held_stop;
         tfmcu_layer_held(s, axis, b, l, &held_start, &held_stop);
@@ -272,6 +372,10 @@ static TfmcuStatus tfmcu_check_structure(const TfmcuStage* s, int32_t* failed_la
             if ((int64_t)before + (stop - start) + after != reach) {
               TFMCU_STAGE_FAIL(l);
             }
+          } else if (in_dim == 1 && out_dim > 1) {
+            if (start != 0 || stop != 1 || before != 0 || after != 0) {
+              TFMCU_STAGE_FAIL(l);  /* an operand broadcast along this axis */
+            }
           } else if (start != span->out_start || stop != span->out_stop || before != 0 || after != 0) {
             TFMCU_STAGE_FAIL(l);
           }
@@ -302,10 +406,65 @@ static TfmcuStatus tfmcu_check_structure(const TfmcuStage* s, int32_t* failed_la
   return tfmcu_check_caches(s, failed_layer);
 }
 
+/* Whether [start, stop) overlaps a patch buffer of any patch (whole tensors and in-memory ones apart). */
+static int tfmcu_overlaps_patch_buffer(const TfmcuStage* s, int64_t start, int64_t stop) {
+  for (int32_t p = 0; p < s->grid_rows * s->grid_cols; ++p) {
+    const int32_t* offsets = s->buffer_offsets + (ptrdiff_t)p * s->num_tensors;
+    for (int32_t t = 0; t < s->num_tensors; ++t) {
+      if (tfmcu_in_memory_tensor(s, t) || tfmcu_whole_tensor(s, t)) {
+        continue;
+      }
+      const int64_t size = tfmcu_buffer_bytes(s, p / s->grid_cols, p % s->grid_cols, t);
+      if (size > 0 && offsets[t] >= 0 && start < (int64_t)offsets[t] + size && offsets[t] < stop) {
+        return 1;
+      }
+    }
+  }
+  return 0;
+}
+
+/* The whole tensors (patch_stage_types.h: passes): one offset >= 0 in every patch, disjoint from each other, from
+ * every cache and from every patch buffer; *end raised to the highest byte they reach. */
+static TfmcuStatus tfmcu_check_whole_buffers(const TfmcuStage* s, int64_t* end) {
+  for (int32_t t = 0; t < s->num_tensors; ++t) {
+    if (!tfmcu_whole_tensor(s, t)) {
+      continue;
+    }
+    const int64_t start = s->buffer_offsets[t];
+    const int64_t stop = start + s->tensors[t].channels;
+    for (int32_t p = 1; p < s->grid_rows * s->grid_cols; ++p) {
+      if (s->buffer_offsets[(ptrdiff_t)p * s->num_tensors + t] != start) {
+        return kTfmcuErrorInvalidStage;
+      }
+    }
+    if (start < 0 || tfmcu_overlaps_patch_buffer(s, start, stop)) {
+      return kTfmcuErrorInvalidStage;
+    }
+    for (int32_t k = 0; k < s->num_caches; ++k) {
+      const int64_t c_start = s->caches[k].offset;
+      const int64_t c_stop = c_start + tfmcu_cache_bytes(s, &s->caches[k]);
+      if (c_stop > c_start && start < c_stop && c_start < stop) {
+        return kTfmcuErrorInvalidStage;
+      }
+    }
+    for (int32_t u = 0; u < t; ++u) {
+      if (tfmcu_whole_tensor(s, u) && start < (int64_t)s->buffer_offsets[u] + s->tensors[u].channels &&
+          s->buffer_offsets[u] < stop) {
+        return kTfmcuErrorInvalidStage;
+      }
+    }
+    *end = stop > *end ? stop : *end;
+  }
+  return kTfmcuOk;
+}
+
 /* The scratch plan: offsets >= 0, live buffers disjoint, caches disjoint from each other and from every patch
- * buffer; *end = highest byte reached. */
+ * buffer, whole tensors apart from everything; *end = highest byte reached. */
 static TfmcuStatus tfmcu_check_buffers(const TfmcuStage* s, int64_t* end) {
   *end = 0;
+  if (tfmcu_check_whole_buffers(s, end) != kTfmcuOk) {
+    return kTfmcuErrorInvalidStage;
+  }
   for (int32_t k = 0; k < s->num_caches; ++k) {
     const int64_t start = s->caches[k].offset;
     const int64_t stop = start + tfmcu_cache_bytes(s, &s->caches[k]);
@@ -320,17 +479,8 @@ static TfmcuStatus tfmcu_check_buffers(const TfmcuStage* s, int64_t* end) {
         return kTfmcuErrorInvalidStage;
       }
     }
-    for (int32_t p = 0; p < s->grid_rows * s->grid_cols; ++p) {
-      const int32_t* offsets = s->buffer_offsets + (ptrdiff_t)p * s->num_tensors;
-      for (int32_t t = 0; t < s->num_tensors; ++t) {
-        if (tfmcu_in_memory_tensor(s, t)) {
-          continue;
-        }
-        const int64_t size = tfmcu_buffer_bytes(s, p / s->grid_cols, p % s->grid_cols, t);
-        if (size > 0 && offsets[t] >= 0 && start < (int64_t)offsets[t] + size && offsets[t] < stop) {
-          return kTfmcuErrorInvalidStage;
-        }
-      }
+    if (tfmcu_overlaps_patch_buffer(s, start, stop)) {
+      return kTfmcuErrorInvalidStage;
     }
   }
   for (int32_t i = 0; i < s->grid_rows; ++i) {
@@ -343,6 +493,9 @@ static TfmcuStatus tfmcu_check_buffers(const TfmcuStage* s, int64_t* end) {
           }
           continue;
         }
+        if (tfmcu_whole_tensor(s, t)) {
+          continue;  /* (tfmcu_check_whole_buffers) */
+        }
         if (offsets[t] < 0) {
           return kTfmcuErrorInvalidStage;
         }
@@ -354,7 +507,7 @@ static TfmcuStatus tfmcu_check_buffers(const TfmcuStage* s, int64_t* end) {
         const int32_t first = s->tensors[t].producer;
         const int32_t last = tfmcu_last_use(s, t);
         for (int32_t u = 0; u < t; ++u) {
-          if (tfmcu_in_memory_tensor(s, u)) {
+          if (tfmcu_in_memory_tensor(s, u) || tfmcu_whole_tensor(s, u)) {
             continue;
           }
           const int32_t u_first = s->tensors[u].producer;
@@ -451,6 +604,7 @@ TfmcuStatus tfmcu_stage_view(const void* blob, size_t bytes, TfmcuStage* stage) 
   stage->output_tensor = h->output_tensor;
   stage->grid_rows = h->grid_rows;
   stage->grid_cols = h->grid_cols;
+  stage->num_passes = h->num_passes;
   stage->scratch_bytes = (uint32_t)h->scratch_bytes;
   stage->num_caches = h->num_caches;
   stage->params_words = h->params_words;

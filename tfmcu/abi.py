@@ -26,7 +26,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-ABI_VERSION = 7  # TFMCU_PATCH_STAGE_ABI_VERSION (patch_stage.h)
+ABI_VERSION = 8  # TFMCU_PATCH_STAGE_ABI_VERSION (patch_stage.h)
+MAX_PASSES = 16  # TFMCU_MAX_PASSES (patch_stage_types.h)
 MAX_LAYER_INPUTS = 2  # TFMCU_MAX_LAYER_INPUTS (op_table.h)
 MAX_PARAM_ARRAYS = 4  # TFMCU_MAX_PARAM_ARRAYS (tfmcu_common.h)
 # TFMCU_CONV1X1_FOLDED(pixels, in_channels) and TFMCU_CONV1X1_FOLDED_MAX_PIXELS (cmsis_nn/cmsis_nn_backend.h): the
@@ -98,21 +99,23 @@ STRUCTS: dict[str, tuple[tuple[str, str], ...]] = {
     "TfmcuQuantizeParams": (("scale", "float"), ("zero_point", "int32_t")),
     "TfmcuMeanParams": _i32("input_offset", "output_offset", "output_multiplier", "output_shift"),
     # patch_stage_types.h
-    "TfmcuTensor": _i32("height", "width", "channels", "dtype", "producer"),
+    "TfmcuTensor": _i32("height", "width", "channels", "dtype", "producer", "constant"),
     "TfmcuLayer": (("type", "int32_t"), ("params", "int32_t"), ("num_inputs", "int32_t"),
-                   ("inputs", f"int32_t[{MAX_LAYER_INPUTS}]"), ("output", "int32_t")),
+                   ("inputs", f"int32_t[{MAX_LAYER_INPUTS}]"), ("output", "int32_t"), ("passes", "int32_t"),
+                   ("after_pass", "int32_t")),
     "TfmcuSpan": _i32("out_start", "out_stop") + tuple(
         (n, f"int32_t[{MAX_LAYER_INPUTS}]") for n in ("in_start", "in_stop", "pad_before", "pad_after")),
     "TfmcuCache": _i32("tensor", "axis", "offset"),
     "TfmcuStage": (("num_tensors", "int32_t"), ("tensors", "const TfmcuTensor*"), ("num_layers", "int32_t"),
-                   ("layers", "const TfmcuLayer*")) + _i32("input_tensor", "output_tensor", "grid_rows", "grid_cols")
+                   ("layers", "const TfmcuLayer*")) + _i32("input_tensor", "output_tensor", "grid_rows", "grid_cols",
+                                                           "num_passes")
                   + (("row_spans", "const TfmcuSpan*"), ("col_spans", "const TfmcuSpan*"),
                      ("buffer_offsets", "const int32_t*"), ("scratch_bytes", "uint32_t"),
                      ("row_held", "const int32_t*"), ("col_held", "const int32_t*"), ("num_caches", "int32_t"),
                      ("caches", "const TfmcuCache*"), ("params", "const int32_t*"), ("params_words", "int32_t"),
                      ("constants", "const uint8_t*"), ("constants_bytes", "uint32_t")),
     "TfmcuStageBlob": _i32("bytes", "num_tensors", "num_layers", "input_tensor", "output_tensor", "grid_rows",
-                           "grid_cols", "scratch_bytes", "num_caches", "params_words", "constants_bytes", "tensors",
+                           "grid_cols", "num_passes", "scratch_bytes", "num_caches", "params_words", "constants_bytes", "tensors",
                            "layers", "params", "row_spans", "col_spans", "buffer_offsets", "row_held", "col_held",
                            "caches", "constants"),
     # patch_stage.h
@@ -339,8 +342,8 @@ def params_record(code: int, offsets: Sequence[int], words: Sequence[int]) -> li
 
 # ============================================================================= the TFMCU_PATCH_STAGE custom options
 PATCH_STAGE_OP = "TFMCU_PATCH_STAGE"  # kPatchStageOpName
-FORMAT_VERSION = 4  # kPatchStageFormatVersion: the stage as a stage blob, the op's constant input BLOB_INPUT
-OLDEST_FORMAT_VERSION = 4  # kPatchStageOldestFormatVersion (2, 3: the stage in the options; rewrite such models)
+FORMAT_VERSION = 5  # kPatchStageFormatVersion: the stage as a stage blob of this ABI, the op's constant input BLOB_INPUT
+OLDEST_FORMAT_VERSION = 5  # kPatchStageOldestFormatVersion (an older blob: rewrite the model from its original)
 BLOB_INPUT = 1  # kPatchStageBlobInput: the op's inputs are [stage input, stage blob]
 
 # The keys of the options map the kernel reads, with the format version that introduced each. The writer adds what

@@ -25,8 +25,8 @@
 namespace tfmcu {
 
 // The custom options format this kernel reads (tfmcu.abi.FORMAT_VERSION / OLDEST_FORMAT_VERSION).
-inline constexpr int kPatchStageFormatVersion = 4;  // 4: the stage as a stage blob (the op's constant input)
-inline constexpr int kPatchStageOldestFormatVersion = 4;
+inline constexpr int kPatchStageFormatVersion = 5;  // the stage as a stage blob of ABI 8 (the op's constant input)
+inline constexpr int kPatchStageOldestFormatVersion = 5;
 
 // The op's input holding the stage blob (tfmcu.abi.BLOB_INPUT); input 0 is the stage input.
 inline constexpr int kPatchStageBlobInput = 1;

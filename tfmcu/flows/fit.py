@@ -56,6 +56,7 @@ from tfmcu.plan.regions import ScheduleError
 from tfmcu.plan.search import SEARCH_SECONDS, WIDE_GRIDS, Evaluation, Progress, SearchOptions, SearchResult, search
 from tfmcu.records import Record, optional
 from tfmcu.stage.custom import CustomArenaCost, CustomOptions
+from tfmcu.tflite.editor import fold_static_reshapes
 from tfmcu.tflite.model import TfliteModel
 from tfmcu.tflite.schema import has_identifier
 
@@ -325,7 +326,11 @@ def _holds(ev: Evaluation) -> str:
 def run(o: FitOptions, log: Callable[[str], None] = print, progress: Progress | None = None) -> FitReport:
     """Fit ``o.model`` to ``o.target`` (see the module docstring); returns fit.json's content."""
     t = validate(o)
-    data, origin = model_bytes(o, log)
+    source, origin = model_bytes(o, log)
+    data, folded = fold_static_reshapes(source, o.model)
+    if folded:
+        log(f"fit: {folded} reshapes whose shape the model computes at run time (SHAPE -> STRIDED_SLICE -> PACK) "
+            f"given their static shape; the operators that computed it removed (the same outputs)")
     where = o.model
     name = os.path.splitext(os.path.basename(where))[0]
     if len(data) > t.flash_bytes and flash_estimate(t, len(data), 0).model_in != "external":
@@ -353,7 +358,7 @@ def run(o: FitOptions, log: Callable[[str], None] = print, progress: Progress | 
     assert chosen is not None
     log("fit: " + res.message)
     with assembled_folder(o.out_dir, "--out_dir") as stage:
-        report = _finish(o, t, data, origin, res, chosen, stage, log)
+        report = _finish(o, t, data, origin, res, chosen, stage, log, source)
     if o.tree:
         report = dataclasses.replace(report, tree=export_tree(os.path.join(o.out_dir, "firmware"), o.tree, log=log))
     log(format_summary(report))
@@ -420,17 +425,19 @@ def cost_function(o: FitOptions, t: Target, data: bytes, graph: ir.Graph, budget
 
 
 def _finish(o: FitOptions, t: Target, data: bytes, origin: str, res: SearchResult, chosen: Evaluation, stage: str,
-            log: Callable[[str], None]) -> FitReport:
-    """Verify and deploy the chosen model into the staging folder; fit.json and fit.png there."""
+            log: Callable[[str], None], source: bytes | None = None) -> FitReport:
+    """Verify and deploy the chosen model into the staging folder; fit.json and fit.png there. ``source``: the
+    user's model when ``data`` is its folded form (``fold_static_reshapes``): the chosen model is verified against
+    it."""
     original = os.path.join(stage, "original.tflite")
     chosen_path = os.path.join(stage, "model.tflite")
     patched = chosen.candidate.patched
     with open(original, "wb") as f:
-        f.write(data)
+        f.write(source if source is not None else data)
     with open(chosen_path, "wb") as f:
         f.write(chosen.result.model if patched else data)
     ver = None
-    if patched:
+    if patched or (source is not None and source != data):
         log(f"fit: verify: the chosen model against the original on {o.verify_samples} random inputs ...")
         ver = verify(VerifyOptions(original=original, rewritten=chosen_path, samples=o.verify_samples, seed=o.seed,
                                    quiet=True))

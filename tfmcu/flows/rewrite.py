@@ -38,6 +38,7 @@ from tfmcu.runtime.tflm import measure_arena
 from tfmcu.runtime.tflm_host import MEASURED_BY, run_whole
 from tfmcu.stage.builtin import BORDERS, BuiltinArenaCost
 from tfmcu.stage.custom import PATCH_STAGE_OP, CustomArenaCost, CustomOptions, memory_report
+from tfmcu.tflite.editor import fold_static_reshapes
 from tfmcu.tflite.schema import has_identifier
 
 MODES = ("builtin", "custom")
@@ -144,6 +145,10 @@ def run(o: RewriteOptions, log: Callable[[str], None] = print, progress: Progres
     """Rewrite ``o.tflite`` into ``o.out`` (see the module docstring); returns the report."""
     data = validate(o)
     path = o.tflite
+    data, folded = fold_static_reshapes(data, path)
+    if folded:
+        log(f"rewrite: {folded} reshapes whose shape the model computes at run time given their static shape (the "
+            f"same outputs)")
     graph = from_tflite(data, name=os.path.splitext(os.path.basename(path))[0])
     req = o.schedule
     opts = req.search

@@ -33,6 +33,10 @@ _NAME_RULES: list[tuple[re.Pattern[str], Any]] = [
     (re.compile(r"^block_(\d+)(?=_|$)"), lambda m: (int(m.group(1)) + 1, f"block_{int(m.group(1))}")),
     (re.compile(r"^(?:Conv_\d+(?:_|$)|out_relu$|global_average_pooling2d(?:_\d+)?$|predictions(?:_|$)|"
                 r"Predictions$|Logits$)"), lambda m: (None, HEAD)),
+    # tf_keras.applications EfficientNet: block{stage}{letter}_*, top_* (the stem is stem_*)
+    (re.compile(r"^block(\d+)([a-z])(?=_|$)"),
+     lambda m: (int(m.group(1)) * 26 + ord(m.group(2)) - ord("a") + 1, f"block{m.group(1)}{m.group(2)}")),
+    (re.compile(r"^(?:top_|avg_pool$)"), lambda m: (None, HEAD)),
 ]
 
 
@@ -49,7 +53,8 @@ def block_of_name(name: str, prefix: str = "") -> tuple[int | None, str]:
 
     * ``(i, label)`` for the stem (``i = 0``) and numbered blocks: tfmcu names ``stem*`` -> 0, ``block{i}_*`` -> i;
       Keras MobileNetV2 names ``Conv1*`` / ``bn_Conv1`` -> 0, ``expanded_conv_*`` -> 1, ``block_{i}_*`` -> i + 1
-      (MobileNetV3: ``Conv`` -> 0, ``expanded_conv_{i}/...`` -> i + 1).
+      (MobileNetV3: ``Conv`` -> 0, ``expanded_conv_{i}/...`` -> i + 1); EfficientNet's ``block{s}{x}_*`` in the
+      order of stage and letter.
     * ``(None, "head")`` for the head: ``head*``, ``classifier``, ``Conv_1*``, ``out_relu``,
       ``global_average_pooling2d*``, ``predictions``, ``Logits``. Its index is one past the last numbered block.
     * ``(None, "")`` when the name says nothing.

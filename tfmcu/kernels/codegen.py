@@ -88,6 +88,7 @@ def stage_to_c(packed: PackedStage, name: str | None = None, static: bool = Fals
                f"  .num_layers = {h['num_layers']},\n  .layers = {table('layers', 'TfmcuLayer')},\n"
                f"  .input_tensor = {h['input_tensor']},\n  .output_tensor = {h['output_tensor']},\n"
                f"  .grid_rows = {h['grid_rows']},\n  .grid_cols = {h['grid_cols']},\n"
+               f"  .num_passes = {h['num_passes']},\n"
                f"  .row_spans = {table('row_spans', 'TfmcuSpan')},\n  .col_spans = {table('col_spans', 'TfmcuSpan')},\n"
                f"  .buffer_offsets = {table('buffer_offsets', 'int32_t')},\n  .scratch_bytes = {up}_SCRATCH_BYTES,\n"
                f"  .row_held = {table('row_held', 'int32_t')},\n  .col_held = {table('col_held', 'int32_t')},\n"

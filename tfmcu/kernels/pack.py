@@ -88,6 +88,10 @@ class PackedStage:
     col_held: np.ndarray | None = None
     caches: list[tuple[int, int, int]] = field(default_factory=list)
     cache_bytes: list[int] = field(default_factory=list)  # per cache, as the C library computes them
+    # Passes (patch_stage_types.h): per layer (passes bit mask, after_pass); None: one pass, every layer in it.
+    layer_passes: list[tuple[int, int]] | None = None
+    num_passes: int = 1
+    tensor_data: dict[int, np.ndarray] = field(default_factory=dict)  # the constant tensors' int8 data by id
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -103,6 +107,18 @@ class PackedStage:
 
 
 SPAN_FIELDS = abi.SPAN_WORDS  # int32 words of a TfmcuSpan
+_SWAPPABLE = (abi.OP_ADD,) + ((abi.OP_MUL,) if hasattr(abi, "OP_MUL") else ())  # commutative two-input ops
+
+
+def swap_operands(spec: LayerSpec) -> LayerSpec:
+    """``spec`` of a commutative op (ADD, MUL) with its two operands' params exchanged (the same results with the
+    inputs swapped)."""
+    p = dict(spec.params)
+    for a, b in (("input1_offset", "input2_offset"), ("input1_multiplier", "input2_multiplier"),
+                 ("input1_shift", "input2_shift")):
+        if a in p:
+            p[a], p[b] = p[b], p[a]
+    return LayerSpec(spec.type, p, spec.arrays, spec.name, spec.src_index, spec.padding)
 SPAN = abi.word_offsets("TfmcuSpan")  # where each TfmcuSpan field starts in a row of SPAN_FIELDS
 _NO_READ = Read(0, 0, 0, 0)  # what a layer that computes nothing in a band reads
 _READ_FIELDS = (("in_start", "start"), ("in_stop", "stop"), ("pad_before", "pad_before"), ("pad_after", "pad_after"))
@@ -119,7 +135,10 @@ def _span_row(out: tuple[int, int], reads: list[Any]) -> list[int]:
 
 def input_window_bytes(packed: "PackedStage") -> int:
     """Bytes of a streamed run's input row window: the most stage-input rows a row band reads x whole rows
-    (``tfmcu_input_window_bytes`` of patch_stage.c); 0 when the bands' input rows do not move forward."""
+    (``tfmcu_input_window_bytes`` of patch_stage.c); 0 when the bands' input rows do not move forward or the stage
+    sweeps its grid more than once (it reads its input in every pass)."""
+    if packed.num_passes != 1:
+        return 0
     t = packed.input_tensor
     h, w, c = packed.tensor_shapes[t]
     row_bytes = w * c * (4 if packed.tensor_dtypes[t] == FLOAT32 else 1)
@@ -172,8 +191,19 @@ def pack_stage(model_bytes: bytes | ts.ModelT | TfliteModel, graph: ir.Graph, sc
         raise PatchKernelError(f"the C executor runs stages with one input and one output; this one has inputs "
                                f"{s.stage_inputs} and outputs {s.stage_outputs}")
     t_in, t_out = s.stage_inputs[0], s.stage_outputs[0]
+    passes = s.passes
+    # A reshape of a whole tensor (a squeeze-excite's [1, C] -> [1, 1, 1, C]) moves no byte: its output is its input.
+    alias = {graph.ops[k].outputs[0]: graph.ops[k].inputs[0] for k in s.stage
+             if k in passes.after and graph.ops[k].type == ir.RESHAPE}
+
+    def real(t: str) -> str:
+        while t in alias:
+            t = alias[t]
+        return t
+
+    layer_ops = [k for k in s.stage if graph.ops[k].outputs[0] not in alias]
     tensor_names = [t_in]
-    for k in s.stage:
+    for k in layer_ops:
         for t in graph.ops[k].outputs:
             if t not in tensor_names:
                 tensor_names.append(t)
@@ -181,13 +211,27 @@ def pack_stage(model_bytes: bytes | ts.ModelT | TfliteModel, graph: ir.Graph, sc
     layers, layer_inputs, layer_outputs = [], [], []
     producers = [-1] * len(tensor_names)
     tfl_index = [-1] * len(tensor_names)
-    for pos, k in enumerate(s.stage):
+    tensor_data: dict[int, np.ndarray] = {}
+    swapped: set[int] = set()  # layers whose two operands run swapped (the whole tensor second)
+    for pos, k in enumerate(layer_ops):
         op = graph.ops[k]
         if len(op.outputs) != 1:
             raise PatchKernelError(f"{op.describe(k)}: ops with {len(op.outputs)} outputs are not supported")
         spec = layer_spec(model, op, k)
+        ins = [tid[real(t)] for t in op.inputs]
+        operand = getattr(spec, "operand", None)
+        if operand is not None:  # a constant second operand: a constant tensor of the stage, 1 x 1 x C
+            tid[f"{op.name}/operand"] = len(tensor_names)
+            tensor_names.append(f"{op.name}/operand")
+            producers.append(-1)
+            tfl_index.append(-1)
+            tensor_data[len(tensor_names) - 1] = np.ascontiguousarray(operand, np.int8).reshape(-1)
+            ins.append(len(tensor_names) - 1)
+        if len(ins) == 2 and real(op.inputs[0]) in passes.whole and spec.type in _SWAPPABLE:
+            ins, spec = ins[::-1], swap_operands(spec)  # the broadcast whole tensor as the second operand
+            swapped.add(pos)
         layers.append(spec)
-        layer_inputs.append([tid[t] for t in op.inputs])
+        layer_inputs.append(ins)
         layer_outputs.append(tid[op.outputs[0]])
         producers[tid[op.outputs[0]]] = pos
         for t, idx in op.attrs.get("tflite_tensor_index", {}).items():
@@ -195,8 +239,12 @@ def pack_stage(model_bytes: bytes | ts.ModelT | TfliteModel, graph: ir.Graph, sc
                 tfl_index[tid[t]] = int(idx)
     shapes, dtypes = [], []
     for t in tensor_names:
+        if tid[t] in tensor_data:
+            shapes.append((1, 1, int(tensor_data[tid[t]].size)))
+            dtypes.append(INT8)
+            continue
         tensor = graph.tensors[t]
-        if t == t_out and s.pool is not None:  # the global pool's output: 1 x 1 x C
+        if (t == t_out and s.pool is not None) or t in passes.whole:  # 1 x 1 x C: a pool's output, a whole tensor
             shapes.append((1, 1, int(tensor.shape[-1])))
             dtypes.append(INT8)
             continue
@@ -211,15 +259,23 @@ def pack_stage(model_bytes: bytes | ts.ModelT | TfliteModel, graph: ir.Graph, sc
     # Spans per axis band (the schedule's walks are separable); with halo caches a layer computes w.comp and its
     # patch buffer holds w.need.
     def spans(walks: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-        arr = np.zeros((len(walks), len(s.stage), SPAN_FIELDS), np.int32)
-        held = np.zeros((len(walks), len(s.stage), 2), np.int32)
+        arr = np.zeros((len(walks), len(layer_ops), SPAN_FIELDS), np.int32)
+        held = np.zeros((len(walks), len(layer_ops), 2), np.int32)
         for b, w in enumerate(walks):
             computed = w.comp if halo is not None else w.need
-            for pos, k in enumerate(s.stage):
+            for pos, k in enumerate(layer_ops):
                 op = graph.ops[k]
                 t = op.outputs[0]
                 if k == s.pool:  # the band's tile of its input into the 1 x 1 sums (patch_stage.h: reductions)
                     arr[b, pos] = _span_row((0, 1), [Read(w.band[0], w.band[1], 0, 0)])
+                    held[b, pos] = (0, 1)
+                    continue
+                if k in passes.inner:  # the band's own tile of its input into the sums
+                    arr[b, pos] = _span_row((0, 1), [w.reads[(k, 0)]])
+                    held[b, pos] = (0, 1)
+                    continue
+                if k in passes.after:  # once per run on 1 x 1 tensors (a constant operand: its one pixel too)
+                    arr[b, pos] = _span_row((0, 1), [Read(0, 1, 0, 0)] * len(layer_inputs[pos]))
                     held[b, pos] = (0, 1)
                     continue
                 if t not in computed:
@@ -231,6 +287,10 @@ def pack_stage(model_bytes: bytes | ts.ModelT | TfliteModel, graph: ir.Graph, sc
                          for p in range(len(op.inputs))]
                 if comp[1] > comp[0] and any((k, p) not in w.reads for p in range(len(op.inputs))):
                     raise PatchKernelError(f"{op.describe(k)}: its output is not needed by the stage output")
+                if len(layer_inputs[pos]) > len(reads):  # a constant operand: broadcast, its one pixel
+                    reads.append(Read(0, 1, 0, 0) if comp[1] > comp[0] else _NO_READ)
+                if pos in swapped:
+                    reads = reads[::-1]
                 arr[b, pos] = _span_row(comp, reads)
                 held[b, pos] = need
         return arr, held
@@ -239,6 +299,7 @@ def pack_stage(model_bytes: bytes | ts.ModelT | TfliteModel, graph: ir.Graph, sc
     caches: list[tuple[int, int]] = []
     if halo is not None:
         caches = [(tid[t], 0) for t in sorted(halo.cache_rows)] + [(tid[t], 1) for t in sorted(halo.cache_cols)]
+    caches += [(tid[graph.ops[r].outputs[0]], 2) for r in passes.inner]  # the inner reductions' int32 sums
     if s.pool is not None:  # the global pool's int32 sums: a cache of the output tensor along "axis" 2
         caches.append((tid[t_out], 2))
     sizes_c = cache_sizes(row_held, col_held, caches, producers, [sh[2] for sh in shapes])
@@ -246,6 +307,11 @@ def pack_stage(model_bytes: bytes | ts.ModelT | TfliteModel, graph: ir.Graph, sc
     for n in sizes_c:
         cache_offsets.append(base)
         base = align_up(base + n, align)
+    whole_ids = [tid[t] for t in tensor_names if t in passes.whole]  # at one offset for the whole run, after the caches
+    whole_offsets = {}
+    for t in whole_ids:
+        whole_offsets[t] = base
+        base = align_up(base + shapes[t][2], align)
 
     # Scratch plan, patch by patch.
     n_t = len(tensor_names)
@@ -253,7 +319,8 @@ def pack_stage(model_bytes: bytes | ts.ModelT | TfliteModel, graph: ir.Graph, sc
     for t in range(n_t):
         readers = [pos for pos, ins in enumerate(layer_inputs) if t in ins]
         lifetimes.append((producers[t], max(readers + [producers[t]])))
-    scratch_ids = [t for t in range(n_t) if t not in (tid[t_in], tid[t_out])]
+    scratch_ids = [t for t in range(n_t) if t not in (tid[t_in], tid[t_out]) and t not in tensor_data
+                   and t not in whole_offsets]
     patches = s.grid[0] * s.grid[1]
     offsets = np.full((patches, n_t), -1, np.int32)
     sizes = np.zeros((patches, n_t), np.int64)
@@ -274,6 +341,8 @@ def pack_stage(model_bytes: bytes | ts.ModelT | TfliteModel, graph: ir.Graph, sc
             plan = plans[key]
             for t, off in zip(scratch_ids, plan.offsets):
                 offsets[p, t] = base + off
+            for t, off in whole_offsets.items():
+                offsets[p, t], sizes[p, t] = off, shapes[t][2]
             end, bound = max(end, base + plan.end), max(bound, sum(sizes_c) + plan.lower_bound)
             strategies.append(plan.strategy)
     if end >= 2 ** 31:
@@ -283,11 +352,15 @@ def pack_stage(model_bytes: bytes | ts.ModelT | TfliteModel, graph: ir.Graph, sc
         tensor_names=tensor_names, tensor_shapes=shapes, tensor_dtypes=dtypes, tensor_producers=producers,
         tensor_tflite_index=tfl_index, input_tensor=tid[t_in], output_tensor=tid[t_out], grid=tuple(s.grid),
         row_spans=row_spans, col_spans=col_spans, buffer_offsets=offsets, buffer_sizes=sizes,
-        scratch_bytes=int(max([end] + [o + n for o, n in zip(cache_offsets, sizes_c) if n])),
+        scratch_bytes=int(max([end, base if whole_offsets else 0] + [o + n for o, n in zip(cache_offsets, sizes_c)
+                                                                     if n])),
         lower_bound_bytes=int(bound),
         plan_strategies=strategies,
         row_held=row_held if caches else None, col_held=col_held if caches else None,
-        caches=[(t, a, o) for (t, a), o in zip(caches, cache_offsets)], cache_bytes=sizes_c)
+        caches=[(t, a, o) for (t, a), o in zip(caches, cache_offsets)], cache_bytes=sizes_c,
+        layer_passes=None if passes.count == 1 else [
+            (0, passes.after[k]) if k in passes.after else (passes.masks[k], -1) for k in layer_ops],
+        num_passes=passes.count, tensor_data=tensor_data)
     return packed
 
 
@@ -305,4 +378,5 @@ def stage_blob(packed: PackedStage) -> bytes:
         layers=[(int(spec.type), spec.words()) for spec in packed.layers],
         arrays=[spec.arrays for spec in packed.layers], layer_inputs=packed.layer_inputs,
         layer_outputs=packed.layer_outputs, input_tensor=packed.input_tensor, output_tensor=packed.output_tensor,
-        grid=packed.grid, scratch_bytes=packed.scratch_bytes, tables=tables)
+        grid=packed.grid, scratch_bytes=packed.scratch_bytes, tables=tables, passes=packed.layer_passes,
+        num_passes=packed.num_passes, tensor_data=packed.tensor_data)

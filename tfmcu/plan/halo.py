@@ -36,7 +36,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from tfmcu.graph import ir
-from tfmcu.plan.regions import PatchSchedule, Range, Read, ScheduleError, held_bytes, read_range
+from tfmcu.plan.regions import Passes, PatchSchedule, Range, Read, ScheduleError, held_bytes, read_range
 
 _EMPTY: Range = (0, 0)
 HALO_MODES = ("none", "all", "auto", "smallest")
@@ -101,8 +101,11 @@ class BandNeeds:
 
 
 def walk_cached(graph: ir.Graph, idx: Sequence[int], outputs: Sequence[str], inputs: Sequence[str], axis: int,
-                bands: Sequence[Range], cached: Iterable[str]) -> list[BandNeeds]:
-    """The bands in order along ``axis``; tensors in ``cached`` keep what the next band needs."""
+                bands: Sequence[Range], cached: Iterable[str], passes: Passes = Passes(),
+                owns: dict[int, list[Range]] | None = None) -> list[BandNeeds]:
+    """The bands in order along ``axis``; tensors in ``cached`` keep what the next band needs. With reductions inside
+    the stage (``passes``): an inner reduction reads its own tile of each band (``owns``: the schedule's,
+    ``regions.walk_bands``), a whole tensor is read whole (its one pixel)."""
     keep = set(cached) - set(outputs) - set(inputs)
     cover: dict[str, int] = {}  # end of what earlier bands made available (needs grow monotonically)
     ops = [(i, graph.ops[i]) for i in reversed(idx)]
@@ -114,6 +117,11 @@ def walk_cached(graph: ir.Graph, idx: Sequence[int], outputs: Sequence[str], inp
         from_cache: dict[str, int] = {}
         reads: dict[tuple[int, int], Read] = {}
         for i, op in ops:
+            if i in passes.inner:
+                x, own = op.inputs[0], (owns or {})[i][len(walks)]
+                reads[(i, 0)] = Read(own[0], own[1], 0, 0)
+                need[x] = _union(need.get(x), own)
+                continue
             o: Range | None = None
             for t in op.outputs:
                 if t not in comp:
@@ -127,6 +135,9 @@ def walk_cached(graph: ir.Graph, idx: Sequence[int], outputs: Sequence[str], inp
             if o is None or o[1] <= o[0]:
                 continue
             for pos, t in enumerate(op.inputs):
+                if t in passes.whole:
+                    reads[(i, pos)] = Read(0, 1, 0, 0)
+                    continue
                 a, b = read_range(graph, op, t, axis, o)
                 ca, cb = max(a, 0), min(b, size[t])
                 reads[(i, pos)] = Read(ca, cb, ca - a, b - cb)
@@ -208,7 +219,7 @@ class HaloCaches:
 def intermediates(schedule: PatchSchedule) -> list[str]:
     """The stage's tensors that can be cached: produced in the stage, not a stage output."""
     g = schedule.graph
-    outs = set(schedule.stage_outputs) | set(schedule.tiles)
+    outs = set(schedule.stage_outputs) | set(schedule.tiles) | schedule.passes.whole
     return [t for i in schedule.tiled for t in g.ops[i].outputs if t not in outs]
 
 
@@ -248,18 +259,21 @@ class _Stage:
         self.cacheable = set(intermediates(schedule))
         ins, outs = schedule.stage_inputs, schedule.stage_outputs
         self.bands = ([w.band for w in schedule.rows], [w.band for w in schedule.cols])
-        self.mac_terms = [(g.ops[i].outputs[0], mpp) for i in schedule.tiled
+        # (an op on tiles as often as the passes it runs in; the ops on whole tensors once: ``whole_macs``)
+        self.mac_terms = [(g.ops[i].outputs[0], mpp * schedule.passes.runs(i)) for i in schedule.tiled
                           if (mpp := ir.macs_per_output_pixel(g.ops[i]))]
+        self.whole_macs = sum(ir.op_macs(g, g.ops[i]) for i in schedule.passes.after)
         life = g.lifetimes()
         produced = {t for i in idx for t in g.ops[i].outputs}
         held = held_bytes(g, idx, ins, produced, life)
-        self.out_bytes = sum(g.tensors[t].nbytes for t in outs) + schedule.accumulator_bytes + held.nbytes
+        self.out_bytes = (sum(g.tensors[t].nbytes for t in outs) + schedule.accumulator_bytes + schedule.whole_bytes
+                          + held.nbytes)
         self.in_bytes = sum(g.tensors[t].nbytes for t in ins if t in g.inputs)
         self.streamed_ins = [t for t in ins if t not in held.whole]
         # per step, the patch's own tensors and its input window (the profiler's alive-tensor rule)
         alive = [[t for t, (a, b) in life.items()
-                  if a <= i <= b and (t in produced or t in ins) and t not in outs and t not in held.whole]
-                 for i in idx]
+                  if a <= i <= b and (t in produced or t in ins) and t not in outs and t not in held.whole
+                  and t not in schedule.passes.whole] for i in idx]
         self.names = sorted({t for ts in alive for t in ts})
         self.per_pixel = {t: g.tensors[t].shape[3] * g.tensors[t].itemsize
                           for t in set(self.names) | set(self.streamed_ins) | self.cacheable}
@@ -273,7 +287,8 @@ class _Stage:
 
     def _axis(self, axis: int, cached: frozenset[str]) -> _AxisNeeds:
         s = self.schedule
-        walks = walk_cached(s.graph, s.tiled, s.tiles, s.stage_inputs, axis, self.bands[axis], cached)
+        walks = walk_cached(s.graph, s.tiled, s.tiles, s.stage_inputs, axis, self.bands[axis], cached, s.passes,
+                            s.row_owns if axis == 0 else s.col_owns)
         need = np.array([w.need.get(t, _EMPTY) for t in self.names for w in walks], np.int64)
         need = need.reshape(len(self.names), len(walks), 2)
         lengths = np.maximum(need[:, :, 1] - need[:, :, 0], 0)
@@ -297,7 +312,7 @@ class _Stage:
         rows, cols = frozenset(rows), frozenset(cols)
         g, pp = self.schedule.graph, self.per_pixel
         r, c = self.axis(0, rows), self.axis(1, cols)
-        macs = sum(mpp * r.comp[t] * c.comp[t] for t, mpp in self.mac_terms)
+        macs = sum(mpp * r.comp[t] * c.comp[t] for t, mpp in self.mac_terms) + self.whole_macs
         # a row cache: the rows the next band needs over the columns any patch of the band needs; a column cache:
         # the columns the right neighbour needs over the patch's rows
         row_bytes = {t: r.cached[t] * c.extent.get(t, 0) * pp[t] for t in sorted(rows)}
@@ -314,6 +329,8 @@ class _Stage:
         # the largest patch working set.
         row_window = sum(r.longest.get(t, 0) * g.tensors[t].shape[2] * pp[t] for t in self.streamed_ins)
         peak_s = self.out_bytes + caches + own_most + row_window
+        if self.schedule.passes.count > 1:  # each pass reads the input again: a stage of passes holds it whole
+            peak_s = peak_in
         return HaloCaches(self.schedule, rows, cols, r.walks, c.walks, macs, row_bytes, col_bytes, peak_in, peak_x,
                           peak_s)
 

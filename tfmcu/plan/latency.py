@@ -273,6 +273,11 @@ def _stage(o: dict[str, Any]) -> dict[str, Any]:
         c_in = col_spans[:, li, offs["in_stop"]] - col_spans[:, li, offs["in_start"]]
         boxes = np.outer(np.maximum(r_out, 0), np.maximum(c_out, 0))  # output pixels per patch
         live = boxes > 0
+        passes = int(layer.get("passes", 1))
+        if passes == 0:  # a layer on whole tensors runs once per run (its spans are 0..1 in every band)
+            live = np.zeros_like(live)
+            live[0, 0] = True
+            boxes = boxes * live
         name = abi.op(code).name
         kh = int(p.get("kernel_h", p.get("filter_h", 1)))
         kw = int(p.get("kernel_w", p.get("filter_w", 1)))
@@ -365,6 +370,9 @@ def _stage(o: dict[str, Any]) -> dict[str, Any]:
                             "chan_pixels": float((n * px).sum()) * k_odd,
                             "tail": float((n * px).sum()) * cout * c_rest, "channel_pairs": float(n.sum()) * kp,
                             "calls": float(n.sum())}}
+        runs = bin(passes).count("1")  # a layer on tiles runs in every pass its bits name (recomputed)
+        if runs > 1:
+            feats = _scaled(feats, runs)
         layer_feats.append(feats)
         calls += feats["calls"]
         rows_total += feats["rows"]
@@ -379,6 +387,12 @@ def _stage(o: dict[str, Any]) -> dict[str, Any]:
     return {"type": f"custom:{abi.PATCH_STAGE_OP}", "layers": layer_feats, "grid": [grid_r, grid_c],
             "calls": calls, "rows": rows_total, "patches": float(grid_r * grid_c), "cache_bytes": cache_bytes,
             "stream_bytes": stream, "single_layer": psf.single_layer(o) is not None}
+
+
+def _scaled(feats: dict[str, Any], k: int) -> dict[str, Any]:
+    """A layer's features for ``k`` runs of it (its numbers times ``k``; its type and geometry as they are)."""
+    return {n: (v * k if isinstance(v, float) and n != "type" else _scaled(v, k) if isinstance(v, dict) and
+                n != "geometry" else v) for n, v in feats.items()}
 
 
 def op_features(model: bytes | TfliteModel, where: str = "model") -> list[dict[str, Any]]:

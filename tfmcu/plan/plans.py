@@ -56,6 +56,8 @@ class SearchOptions:
     max_stages: int | None = 1
     search_seconds: float | None = None  # stop evaluating after this long: the best found so far, cut_short said
     workers: int = 1  # processes pricing candidates ahead of the search (0: one per core; 1: this process only)
+    # a squeeze-excite inside a patch stage, run in passes (its recompute priced); False: stages end at them
+    se_in_stages: bool = True
 
     def validate(self) -> "SearchOptions":
         if not self.patch_options or any(not isinstance(p, int) or p < 1 for p in self.patch_options):
@@ -118,6 +120,7 @@ class Segment:
     tail: int = 0
     n_blocks: int | None = None
     n_ops: int | None = None
+    passes: int = 1  # a stage holding squeeze-excites sweeps its grid once per squeeze-excite, then once more
 
     @property
     def patched(self) -> bool:
@@ -136,12 +139,14 @@ class Segment:
     def describe(self, graph: ir.Graph) -> str:
         assert self.grid is not None
         grid = f"{self.grid[0]}x{self.grid[1]}"
+        passes = f", {self.passes} passes" if self.passes > 1 else ""
         if self.prefix:
             return f"{grid} patches over the first " + (f"{self.n_blocks} blocks" if self.n_blocks is not None
-                                                         else f"{self.n_ops} ops")
+                                                         else f"{self.n_ops} ops") + passes
         first, last = graph.ops[self.start], graph.ops[self.stop - 1]
         span = f"block {first.block}" if first.block == last.block else f"blocks {first.block}-{last.block}"
-        return (f"{grid} over {span}" + ("" if self.halo is None else f" ({_halo_label(self.halo)})")
+        notes = ([] if self.halo is None else [_halo_label(self.halo)]) + ([passes[2:]] if passes else [])
+        return (f"{grid} over {span}" + (f" ({', '.join(notes)})" if notes else "")
                 + (" into the pool" if self.pooled else ""))
 
 
@@ -238,7 +243,7 @@ class Plan:
                 "instructions_estimate": int(round(self.instructions)),
                 "segments": [{"ops": [s.start, s.stop], "grid": list(s.grid) if s.grid else None,
                               "variant": None if s.halo is None else _halo_label(s.halo), "pooled": s.pooled,
-                              "peak_bytes": s.peak, "macs": s.macs} for s in self.stages]}
+                              "peak_bytes": s.peak, "macs": s.macs, "passes": s.passes} for s in self.stages]}
 
     def stage_plan_field(self) -> dict[str, Any]:
         """What a report adds for the plan's stages: ``{"stage_plan": ...}`` when they are named by their op ranges;
@@ -270,7 +275,7 @@ def single_stage(graph: ir.Graph, grid: tuple[int, int], n_blocks: int | None = 
     macs = s.macs_patched_exact if exact else s.macs_patched_padded
     stage = Segment(start=s.stage[0], stop=s.stage[-1] + 1, grid=s.grid, peak=s.stage_peak_bytes,
                     macs=s.stage_macs_patched_exact if exact else s.stage_macs_patched_padded,
-                    pooled=s.pool is not None, n_blocks=n_blocks, n_ops=n_ops)
+                    pooled=s.pool is not None, n_blocks=n_blocks, n_ops=n_ops, passes=s.passes.count)
     in_stage = set(s.stage)
     rest = [Segment(start=i, stop=i + 1, peak=s.step_memory[i], macs=ir.op_macs(graph, op))
             for i, op in enumerate(graph.ops) if i not in in_stage]

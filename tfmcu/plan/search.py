@@ -91,6 +91,8 @@ def candidates(graph: ir.Graph, options: SearchOptions = SearchOptions(), progre
             p = single_stage(graph, grid, n, k, options.mac_metric, options.accounting)
         except ScheduleError:
             continue
+        if p.stages[0].passes > 1 and not options.se_in_stages:
+            continue
         if options.max_mac_overhead is not None and p.mac_overhead > options.max_mac_overhead + 1e-12:
             continue
         out.append(p)

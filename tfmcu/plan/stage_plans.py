@@ -41,6 +41,9 @@ MAX_PLANS_UNDER_CAP = 48
 PLAN_ESTIMATE_SLACK = 1.03
 # With a latency cap, the smallest plan of each front within each of these caps up to it is a candidate too: what a
 # tighter cap would price, a looser one prices as well (so a looser cap never ends with a larger arena for want of it)
+# The most (start, end) pairs the stage-plan search schedules: beyond it, stages reach fewer cut points ahead (the
+# MobileNetV2s have about 170 pairs, all scheduled; EfficientNet-B0 with its squeeze-excites about 850)
+MAX_STAGE_PAIRS = 300
 LATENCY_LADDER = (1.0, 1.01, 1.02, 1.03, 1.05, 1.075, 1.1, 1.15, 1.2, 1.25, 1.35, 1.5, 1.75, 2.0, 3.0, 5.0)
 
 
@@ -102,15 +105,17 @@ def _global_pool_after(graph: ir.Graph, outputs: list[str]) -> int | None:
 
 
 def segment_instructions(graph: ir.Graph, ops: list[int], walks: tuple[list[Any], list[Any]] | None,
-                         costs: dict[str, float]) -> float:
+                         costs: dict[str, float], passes: regions.Passes | None = None) -> float:
     """A coarse estimate of a segment's instructions for the stage-plan search (``tfmcu.plan.latency.stage_overheads``'
     calibrated costs): its convolutions' MACs, and for a patch stage (``walks``: its row and column band walks,
     ``need`` or, with halo caches, ``comp``) per patch, per kernel call (a layer on a patch that computes something)
     and per filter element each call of a 1x1 convolution re-reads. Not the latency predictor (which needs the
-    rewritten model): only how the search orders plans of equal peak."""
+    rewritten model): only how the search orders plans of equal peak. ``passes``: a stage's passes (an op on tiles
+    costs as often as it runs)."""
     total = 0.0
     for i in ops:
         op = graph.ops[i]
+        before = total
         macs = ir.op_macs(graph, op)
         out = graph.tensors[op.outputs[0]]
         pixels = out.shape[1] * out.shape[2] if out.is_feature_map else 1
@@ -131,6 +136,8 @@ def segment_instructions(graph: ir.Graph, ops: list[int], walks: tuple[list[Any]
             total += pixels * costs["dw_pixel"]
         elif op.type == ir.ADD:
             total += pixels * costs["add_element"] * channels
+        if passes is not None and passes.count > 1 and i in passes.masks:
+            total = before + (total - before) * passes.runs(i)
     if walks is not None:
         total += len(walks[0]) * len(walks[1]) * costs["patch"]
     return total
@@ -163,7 +170,8 @@ def segments_by_image(graph: ir.Graph, options: SearchOptions, images: tuple[str
     blocks = [op.block for op in graph.ops]
     if blocks != sorted(blocks):
         raise ScheduleError("the graph's blocks are not in op order: stage plans need a chain of blocks")
-    life = graph.lifetimes()
+    facts = regions.GraphFacts(graph)
+    life = facts.life
     costs = stage_overheads()
     segs: dict[str, list[Segment]] = {}
     for image in images:
@@ -171,12 +179,23 @@ def segments_by_image(graph: ir.Graph, options: SearchOptions, images: tuple[str
         segs[image] = [Segment(start=i, stop=i + 1, peak=mem[i], macs=ir.op_macs(graph, op),
                                instructions=segment_instructions(graph, [i], None, costs))
                        for i, op in enumerate(graph.ops)]
-    starts = [i for i, op in enumerate(graph.ops) if i == 0 or op.block != graph.ops[i - 1].block]
+    # a stage starts where a block starts, or after a squeeze-excite's scaling (a broadcast MUL: the stage before may
+    # end at its input, the MEAN and its layers run per layer)
+    starts = sorted({i for i, op in enumerate(graph.ops) if i == 0 or op.block != graph.ops[i - 1].block}
+                    | {i + 1 for i, op in enumerate(graph.ops[:-1]) if op.type == ir.MUL and op.attrs.get("broadcast")
+                       and len(op.inputs) == 2})
     halos = STAGE_HALOS if options.accounting == "separate" else (RECOMPUTE,)
     # a stage ends where a block starts, at the end, or before a global average pool (it may end into the pool)
     pools = [i for i, op in enumerate(graph.ops) if op.type == ir.MEAN and i not in starts]
-    pairs = [(a, b) for n, a in enumerate(starts) for b in sorted(set(starts[n + 1:] + pools + [len(graph.ops)]))
-             if b > a]
+    ends = sorted(set(starts[1:] + pools + [len(graph.ops)]))
+    # every (start, end) pair, the shortest first when there are too many (a network of many blocks and
+    # squeeze-excites): each stage then reaches at most the k-th cut point after its start, k as large as the cap on
+    # pairs allows (a longer stage's peak and MACs are met by a chain of shorter ones where it matters)
+    spans = [(k, a, b) for a in starts for k, b in enumerate([e for e in ends if e > a])]
+    reach = max((k for k, _, _ in spans), default=0) + 1
+    while reach > 1 and sum(1 for k, _, _ in spans if k < reach) > MAX_STAGE_PAIRS:
+        reach -= 1
+    pairs = sorted((a, b) for k, a, b in spans if k < reach)
 
     def stage(s: regions.PatchSchedule, start: int, stop: int, grid: tuple[int, int], halo: HaloOptions,
               into_pool: bool) -> None:
@@ -189,17 +208,17 @@ def segments_by_image(graph: ir.Graph, options: SearchOptions, images: tuple[str
             inter = intermediates(s) if halo.caches else []
             h = halo_caches(s, inter, inter)
             peaks, macs, walks = {im: h.stage_peak(im) for im in images}, h.stage_macs_exact, (h.rows, h.cols)
-        estimate = segment_instructions(graph, s.stage, walks, costs)
+        estimate = segment_instructions(graph, s.stage, walks, costs, s.passes)
         for im in images:
             segs[im].append(Segment(start=start, stop=stop, grid=grid, halo=halo, peak=peaks[im], macs=macs,
-                                    pooled=into_pool, instructions=estimate))
+                                    pooled=into_pool, instructions=estimate, passes=s.passes.count))
 
     for n, (a, b) in enumerate(pairs):
         if progress:
             progress(n + 1, len(pairs), f"stage plans: the stages over ops {a}-{b - 1}")
         idx = list(range(a, b))
         try:
-            _, outs = check_stage(graph, idx)
+            _, outs = check_stage(graph, idx, facts)
         except ScheduleError:
             continue
         if not graph.tensors[outs[0]].is_feature_map:  # (after the global pool: nothing to cut into patches)
@@ -211,14 +230,16 @@ def segments_by_image(graph: ir.Graph, options: SearchOptions, images: tuple[str
                        | {(p, 1) for p in options.patch_options if 1 < p <= height})
         for p in grids:
             try:
-                s = regions.schedule(graph, p, ops=idx, accounting=options.accounting)
+                s = regions.schedule(graph, p, ops=idx, accounting=options.accounting, facts=facts)
             except ScheduleError:
+                continue
+            if s.passes.count > 1 and not options.se_in_stages:
                 continue
             for v in halos:
                 stage(s, a, b, p, v, False)
             if pool is not None and pooled:  # the same ops and the pool: the output summed into C int32
                 try:
-                    sp = regions.schedule(graph, p, ops=idx + [pool], accounting=options.accounting)
+                    sp = regions.schedule(graph, p, ops=idx + [pool], accounting=options.accounting, facts=facts)
                 except ScheduleError:
                     continue
                 for v in halos:

@@ -68,6 +68,10 @@ def rewrite_builtin(data: bytes | TfliteModel, graph: ir.Graph, schedule: PatchS
     if schedule.pool is not None:
         raise RewriteError(f"{where}: {graph.ops[schedule.pool].describe(schedule.pool)} ends the patch stage: builtin "
                            f"ops cannot sum a global pool patch by patch (--mode=custom can)")
+    if schedule.passes.count > 1:
+        r = schedule.passes.inner[0]
+        raise RewriteError(f"{where}: {graph.ops[r].describe(r)} (a squeeze-excite) is inside the patch stage: builtin "
+                           f"ops cannot sum it patch by patch before the rest of the stage runs (--mode=custom can)")
     if max(schedule.grid) > MAX_CONCAT_INPUTS:
         raise RewriteError(f"{where}: {schedule.grid[0]}x{schedule.grid[1]} patches: TFLM concatenates at most "
                            f"{MAX_CONCAT_INPUTS} tensors, use at most {MAX_CONCAT_INPUTS} patches per side")

@@ -412,7 +412,12 @@ def _packed_from_stage(desc: dict[str, Any]) -> PackedStage:
                     caches=[tuple(int(v) for v in c) for c in desc["caches"]])
         halo["cache_bytes"] = cache_sizes(halo["row_held"], halo["col_held"], [c[:2] for c in halo["caches"]],
                                           [t[4] for t in tensors], [t[2] for t in tensors])
+    num_passes = int(desc.get("num_passes", 1) or 1)
+    tensor_data = {k: np.frombuffer(constants[t[5]:t[5] + t[0] * t[1] * t[2]].tobytes(), np.int8).copy()
+                   for k, t in enumerate(tensors) if len(t) > 5 and t[5] >= 0}
     return PackedStage(
+        layer_passes=None if num_passes == 1 else [(int(la["passes"]), int(la["after_pass"])) for la in desc["layers"]],
+        num_passes=num_passes, tensor_data=tensor_data,
         name=desc["name"], layers=layers, layer_inputs=[list(x) for x in desc["layer_inputs"]],
         layer_outputs=list(desc["layer_outputs"]), tensor_names=[f"t{k}" for k in range(len(tensors))],
         tensor_shapes=[tuple(t[:3]) for t in tensors], tensor_dtypes=[t[3] for t in tensors],
@@ -677,7 +682,8 @@ class CustomArenaCost:
                                                         persistent_apart=apart))
             return Evaluation(plan, None, self._cost(p, o), None, _details(p), self._instructions(self.data))
         schedules = plan.schedules()
-        stream = o.stream_input and plan.stages[0].start == 0
+        # (a first stage of several passes reads its input in each: it holds it whole, never streams it)
+        stream = o.stream_input and plan.stages[0].start == 0 and plan.schedules()[0].passes.count == 1
         built: dict[Any, RewriteResult] = {}  # halo caches -> the model: each (plan, caches) rewritten once
         predicted: dict[Any, Any] = {}  # and predicted at most once
 

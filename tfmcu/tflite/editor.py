@@ -283,3 +283,49 @@ class ModelEditor:
     def to_bytes(self, keep_files: bool = True) -> bytes:
         """The edited model, with the associated files appended again unless ``keep_files`` is False."""
         return write(self.model, self.members if keep_files else [], self.decided_options())
+
+
+# ----------------------------------------------------------------------------- static shapes
+SHAPE_OPS = ("SHAPE", "STRIDED_SLICE", "PACK", "CONCATENATION", "GATHER")  # what computes a RESHAPE's shape
+
+
+def fold_static_reshapes(data: bytes | TfliteModel, where: str = "model") -> tuple[bytes, int]:
+    """The model with every RESHAPE whose shape an int32 computation makes at run time (Keras' ``Reshape`` on a
+    dynamic batch: SHAPE -> STRIDED_SLICE -> PACK, as the converter writes a squeeze-excite's reshape) given its
+    output's static shape as a constant instead, and the operators left computing nothing anybody reads removed:
+    (the model bytes, how many reshapes were folded). A reshape moves no byte: the outputs are the same. The model as
+    it is when no reshape is folded."""
+    ed = ModelEditor(data, where)
+    sg = ed.subgraph
+    ops = sg.operators
+    producer = {int(t): i for i, op in enumerate(ops) for t in (op.outputs if op.outputs is not None else [])}
+    folded = 0
+    for op in ops:
+        if ed.op_name(op) != "RESHAPE" or op.inputs is None or len(op.inputs) < 2 or int(op.inputs[1]) < 0:
+            continue
+        shape_t, out_t = int(op.inputs[1]), int(op.outputs[0])
+        if ed.is_constant(shape_t) or producer.get(shape_t) is None:
+            continue
+        src = ops[producer[shape_t]]
+        if ed.op_name(src) not in SHAPE_OPS or ed.tensor(shape_t).type != ts.TensorType.INT32:
+            continue
+        out = ed.tensor(out_t)
+        shape = [int(d) for d in (out.shape if out.shape is not None else [])]
+        signature = [int(d) for d in (out.shapeSignature if out.shapeSignature is not None else shape)]
+        if not shape or any(d < 0 for d in shape) or any(d < 0 for d in signature[1:]):
+            continue  # (only the batch may be dynamic: it runs as 1)
+        op.inputs = np.asarray([int(op.inputs[0]), ed.constant(np.asarray(shape, np.int32), ts.TensorType.INT32,
+                                                                f"tfmcu/static_shape_{folded}")], np.int32)
+        folded += 1
+    if not folded:
+        return (data if isinstance(data, bytes) else data.data), 0
+    outputs = {int(t) for t in (sg.outputs if sg.outputs is not None else [])}
+    while True:  # drop the shape arithmetic nobody reads any more (a chain: repeat until none is left)
+        read = outputs | {int(t) for op in sg.operators for t in (op.inputs if op.inputs is not None else [])}
+        dead = [op for op in sg.operators if ed.op_name(op) in SHAPE_OPS
+                and not any(int(t) in read for t in (op.outputs if op.outputs is not None else []))]
+        if not dead:
+            break
+        sg.operators = [op for op in sg.operators if all(op is not d for d in dead)]
+    ed.drop_unused_tensors()
+    return ed.to_bytes(), folded

@@ -55,15 +55,25 @@ def _align(n: int, a: int) -> int:
 def write_blob(*, tensors: Sequence[Sequence[int]], layers: Sequence[tuple[int, Sequence[int]]],
                arrays: Sequence[dict[str, np.ndarray | None]], layer_inputs: Sequence[Sequence[int]],
                layer_outputs: Sequence[int], input_tensor: int, output_tensor: int, grid: tuple[int, int],
-               scratch_bytes: int, tables: dict[str, np.ndarray | None]) -> bytes:
+               scratch_bytes: int, tables: dict[str, np.ndarray | None],
+               passes: Sequence[tuple[int, int]] | None = None, num_passes: int = 1,
+               tensor_data: dict[int, np.ndarray] | None = None) -> bytes:
     """The stage blob of a stage: ``tensors`` [height, width, channels, dtype, producer] rows, ``layers`` (op code,
     scalar words) with their constant ``arrays`` by name (filters int8, the others int32; None: absent), every layer's
     input tensor ids and output tensor id, and the int32 ``tables`` row_spans, col_spans, buffer_offsets and, for a
-    stage with halo caches or an accumulator, row_held, col_held and caches (None: absent)."""
+    stage with halo caches or an accumulator, row_held, col_held and caches (None: absent). ``passes``: each layer's
+    (passes bit mask, after_pass) of a stage of ``num_passes`` passes (None: one pass, every layer in it);
+    ``tensor_data``: the int8 data of the constant tensors by tensor id (the constants hold it)."""
     constants = bytearray()
+    tensor_rows = [[int(v) for v in row[:abi.TENSOR_WORDS - 1]] + [-1] for row in tensors]
+    for t, data in sorted((tensor_data or {}).items()):
+        constants += bytes(_align(len(constants), abi.BLOB_ALIGN) - len(constants))
+        tensor_rows[t][-1] = len(constants)
+        constants += np.ascontiguousarray(data, np.int8).tobytes()
     params: list[int] = []
     layer_rows = []
-    for (code, words), named, ins, out in zip(layers, arrays, layer_inputs, layer_outputs):
+    passes = list(passes) if passes is not None else [(1, -1)] * len(layers)
+    for (code, words), named, ins, out, (mask, after) in zip(layers, arrays, layer_inputs, layer_outputs, passes):
         offsets = []
         for name in abi.op(code).arrays:
             a = named.get(name)
@@ -76,10 +86,10 @@ def write_blob(*, tensors: Sequence[Sequence[int]], layers: Sequence[tuple[int, 
             constants += a.tobytes()
         ins = [int(t) for t in ins]
         layer_rows.append([int(code), len(params), len(ins), *(ins + [-1] * (abi.MAX_LAYER_INPUTS - len(ins))),
-                           int(out)])
+                           int(out), int(mask), int(after)])
         params += abi.params_record(code, offsets, words)
     parts: dict[str, bytes] = {
-        "tensors": np.asarray(tensors, "<i4").reshape(-1).tobytes(),
+        "tensors": np.asarray(tensor_rows, "<i4").reshape(-1).tobytes(),
         "layers": np.asarray(layer_rows, "<i4").reshape(-1).tobytes(),
         "params": np.asarray(params, "<i4").tobytes(),
         **{name: np.ascontiguousarray(a, "<i4").reshape(-1).tobytes() for name, a in tables.items() if a is not None},
@@ -95,7 +105,7 @@ def write_blob(*, tensors: Sequence[Sequence[int]], layers: Sequence[tuple[int, 
     body += bytes(_align(len(body), abi.BLOB_ALIGN) - len(body))
     header.update(bytes=_HEADER_BYTES + len(body), num_tensors=len(tensors), num_layers=len(layers),
                   input_tensor=int(input_tensor), output_tensor=int(output_tensor), grid_rows=int(grid[0]),
-                  grid_cols=int(grid[1]), scratch_bytes=int(scratch_bytes),
+                  grid_cols=int(grid[1]), num_passes=int(num_passes), scratch_bytes=int(scratch_bytes),
                   num_caches=len(parts.get("caches", b"")) // (4 * abi.CACHE_WORDS), params_words=len(params),
                   constants_bytes=len(constants))
     if header["bytes"] >= 2 ** 31:
@@ -168,13 +178,14 @@ def read_blob(blob: bytes | np.ndarray, tables: bool = True) -> dict[str, Any]:
         if at < 0 or len(record) != len(o.arrays) + len(o.words):
             raise ValueError(f"the stage blob's params record of a {o.name} layer lies outside its params")
         layers.append({"type": code, "words": record[len(o.arrays):],
-                       "arrays": {n: v for n, v in zip(o.arrays, record) if v != abi.NO_ARRAY}})
+                       "arrays": {n: v for n, v in zip(o.arrays, record) if v != abi.NO_ARRAY},
+                       "passes": int(row[fields["passes"]]), "after_pass": int(row[fields["after_pass"]])})
         n_in = int(row[fields["num_inputs"]])
         layer_inputs.append([int(v) for v in row[fields["inputs"]:fields["inputs"] + n_in]])
         layer_outputs.append(int(row[fields["output"]]))
     out: dict[str, Any] = {
         "grid": [rows, cols], "input_tensor": h["input_tensor"], "output_tensor": h["output_tensor"],
-        "scratch_bytes": h["scratch_bytes"], "num_caches": h["num_caches"],
+        "scratch_bytes": h["scratch_bytes"], "num_caches": h["num_caches"], "num_passes": h["num_passes"],
         "tensors": [[int(v) for v in r] for r in t_rows.reshape(nt, abi.TENSOR_WORDS)],
         "layers": layers, "layer_inputs": layer_inputs, "layer_outputs": layer_outputs}
     if tables:
