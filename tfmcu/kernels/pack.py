@@ -186,6 +186,9 @@ def pack_stage(model_bytes: bytes | ts.ModelT | TfliteModel, graph: ir.Graph, sc
         if len(op.outputs) != 1:
             raise PatchKernelError(f"{op.describe(k)}: ops with {len(op.outputs)} outputs are not supported")
         spec = layer_spec(model, op, k)
+        if spec.operand is not None:
+            raise PatchKernelError(f"{op.describe(k)}: {spec.op.name} with a constant operand does not run in a patch "
+                                   f"stage yet")
         layers.append(spec)
         layer_inputs.append([tid[t] for t in op.inputs])
         layer_outputs.append(tid[op.outputs[0]])
