@@ -219,6 +219,17 @@ static inline int32_t tfmcu_operand2_pixel_step(const TfmcuConstView* input1, co
   return input2->height == 1 && input2->width == 1 ? 0 : -1;
 }
 
+/* The product of factors[0..n), saturated to INT32_MAX (a constant array's element count from params that may be
+ * anything in a model file: INT32_MAX is too large for any model); a negative factor counts as 0. */
+static inline int32_t tfmcu_elements_product(const int32_t* factors, int32_t n) {
+  int64_t product = 1;
+  for (int32_t i = 0; i < n; ++i) {
+    const int64_t f = factors[i] > 0 ? factors[i] : 0;
+    product = f != 0 && product > INT32_MAX / f ? INT32_MAX : product * f;
+  }
+  return (int32_t)product;
+}
+
 static inline int32_t tfmcu_max_i32(int32_t a, int32_t b) { return a > b ? a : b; }
 static inline int32_t tfmcu_min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
 
