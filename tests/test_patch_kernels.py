@@ -477,12 +477,12 @@ def test_unsupported_ops_are_named(stage_models):
 
     i = tf_keras.Input((12, 12, 3))
     x = layers.Conv2D(4, 3, padding="same")(i)
-    x = layers.Multiply()([x, x])
+    x = layers.Concatenate()([x, layers.Conv2D(4, 1)(i)])
     x = layers.Conv2D(4, 3, padding="same")(x)
     data = convert(tf_keras.Model(i, layers.Dense(2)(layers.GlobalAveragePooling2D()(x))))
     g = from_tflite(data)
-    s = scheduler.schedule(g, 2, n_ops=3)
-    with pytest.raises(kernels.PatchKernelError, match=r"MUL has no C patch kernel"):
+    s = scheduler.schedule(g, 2, n_ops=4)
+    with pytest.raises(kernels.PatchKernelError, match=r"CONCATENATION has no C patch kernel"):
         pack.pack_stage(data, g, s)
 
 

@@ -181,9 +181,12 @@ def test_wrong_fields_name_the_problem(zoo_models, part, field, value, message):
     assert "\n" not in text and message in text, text
 
 
-def _one_op_stage_model() -> bytes:
-    """A small custom-mode model whose whole graph is one TFMCU_PATCH_STAGE op (conv, depthwise, residual ADD,
-    average pool), so that a mutation can only reach our kernel."""
+def _one_op_stage_model(kind: str) -> bytes:
+    """A small custom-mode model whose whole graph is one TFMCU_PATCH_STAGE op, so that a mutation can only reach our
+    kernel: "windows" (conv, depthwise, residual ADD) or "eltwise" (convs and the element-wise ops: HARD_SWISH,
+    LOGISTIC and MUL (swish), LEAKY_RELU, SUB and MUL of two activations, TANH). (The model's last op, after the
+    stage, is dropped.)"""
+    import tensorflow as tf
     import tf_keras
     from tf_keras import layers as L
 
@@ -192,9 +195,15 @@ def _one_op_stage_model() -> bytes:
     tf_keras.utils.set_random_seed(3)
     i = tf_keras.Input((16, 12, 3))
     x = L.Conv2D(8, 3, 2, padding="same", activation="relu6")(i)
-    y = L.DepthwiseConv2D(3, 1, padding="same", activation="relu6")(x)
-    x = L.Add()([x, L.Conv2D(8, 1)(y)])
-    x = L.AveragePooling2D(2, 1, padding="same")(x)
+    if kind == "windows":
+        y = L.DepthwiseConv2D(3, 1, padding="same", activation="relu6")(x)
+        x = L.Add()([x, L.Conv2D(8, 1)(y)])
+        x = L.AveragePooling2D(2, 1, padding="same")(x)
+    else:
+        h = L.Lambda(lambda t: t * tf.nn.relu6(t + 3.0) / 6.0)(L.Conv2D(8, 1)(x))
+        y = L.LeakyReLU(0.2)(L.Multiply()([h, L.Activation("sigmoid")(h)]))
+        x = L.Activation("tanh")(L.Multiply()([L.Subtract()([y, x]), h]))
+        x = L.Conv2D(4, 1)(x)  # (the stage ends before the model's last op)
     data = to_int8_tflite(tf_keras.Model(i, x), random_representative((16, 12, 3), samples=3))
     g = from_tflite(data)
     res = custom.rewrite_custom(data, g, regions.schedule(g, (2, 2), n_ops=len(g.ops) - 1))
@@ -207,16 +216,21 @@ def _one_op_stage_model() -> bytes:
     return ed.to_bytes()
 
 
-def test_fuzzed_options_and_shapes_never_crash_under_sanitizers(tmp_path):
-    """100,000 seeded mutations of the options, their length, the op's tensor shapes and its INT32 tables, each
-    through MicroInterpreter (AllocateTensors, then Invoke when it succeeds), our code built with ASan + UBSan: only
-    kTfLiteError or a run, never a sanitizer report or a crash (the run stops at the first one)."""
+@pytest.mark.parametrize("kind", ["windows", "eltwise"])
+def test_fuzzed_options_and_shapes_never_crash_under_sanitizers(tmp_path, kind):
+    """100,000 seeded mutations of the options, their length, the op's tensor shapes, its stage blob and (a region
+    of their own) its params records, each through MicroInterpreter (AllocateTensors, then Invoke when it
+    succeeds), our code built with ASan + UBSan: only kTfLiteError or a run, never a sanitizer report or a crash
+    (the run stops at the first one). Two stages: the window ops, and the element-wise ops' params records."""
     model = tmp_path / "stage.tflite"
-    model.write_bytes(_one_op_stage_model())
+    model.write_bytes(_one_op_stage_model(kind))
+    layers = {abi.OPS[int(layer["type"])].name for layer in _stage(model.read_bytes())["layers"]}
+    assert layers >= ({"CONV_2D", "DEPTHWISE_CONV_2D", "ADD"} if kind == "windows" else
+                      {"HARD_SWISH", "LOGISTIC", "MUL", "LEAKY_RELU", "SUB", "TANH"}), layers
     exe = runner_path(name="tfmcu_fuzz_options")
     r = subprocess.run([str(exe), str(model), "100000", "20261123"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "100000 iterations" in r.stdout
+    assert "100000 iterations" in r.stdout and "5 regions mutated" in r.stdout, r.stdout
     rejected, ran = [int(w) for w in r.stdout.replace(",", " ").split() if w.isdigit()][1:3]
     assert rejected > 1000 and ran > 1000, r.stdout  # both paths exercised
 

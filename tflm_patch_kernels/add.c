@@ -20,19 +20,19 @@ TfmcuStatus tfmcu_add_s8(const TfmcuAddParams* params, const TfmcuConstView* inp
   if (params == NULL || input1 == NULL || input2 == NULL || output == NULL) {
     return kTfmcuErrorNullPointer;
   }
-  if (input1->height != output->height || input1->width != output->width ||
-      input1->channels != output->channels || input2->height != output->height ||
-      input2->width != output->width || input2->channels != output->channels ||
-      params->left_shift < 0 || params->left_shift > TFMCU_ADD_MAX_LEFT_SHIFT) {
+  const int32_t step = tfmcu_operand2_pixel_step(input1, input2, output);
+  if (step < 0 || params->left_shift < 0 || params->left_shift > TFMCU_ADD_MAX_LEFT_SHIFT) {
     return kTfmcuErrorShapeMismatch;
   }
-  const int32_t row_elements = output->width * output->channels;
+  const int32_t channels = output->channels;
   for (int32_t y = 0; y < output->height; ++y) {
     const int8_t* a = input1->data + (ptrdiff_t)y * input1->row_stride;
-    const int8_t* b = input2->data + (ptrdiff_t)y * input2->row_stride;
+    const int8_t* b = input2->data + (step != 0 ? (ptrdiff_t)y * input2->row_stride : 0);
     int8_t* out = output->data + (ptrdiff_t)y * output->row_stride;
-    for (int32_t i = 0; i < row_elements; ++i) {
-      out[i] = tfmcu_add_element(params, a[i], b[i]);
+    for (int32_t x = 0; x < output->width; ++x) {
+      for (int32_t c = 0; c < channels; ++c) {
+        out[x * channels + c] = tfmcu_add_element(params, a[x * channels + c], b[x * step + c]);
+      }
     }
   }
   return kTfmcuOk;

@@ -1,4 +1,5 @@
-/* ADD, int8, same-shape operands (TFLite's reference integer Add with general rescaling).
+/* ADD, int8 (TFLite's reference integer Add with general rescaling), input 2 of the output's size or a 1 x 1 x C box
+ * broadcast over space (tfmcu_operand2_pixel_step: TFLite's broadcast of a [1, 1, 1, C] or per-channel operand).
  *
  * Both inputs are brought to a common scale with 20 bits of headroom (left_shift = 20), scaled by their own
  * multipliers, summed, and requantized to the output scale; the multipliers/shifts are TFLite's
@@ -32,7 +33,8 @@ typedef struct {
   int32_t act_max;
 } TfmcuAddParams;
 
-/* output = input1 + input2 pixel by pixel; the three boxes must have the same height, width and channels. */
+/* output = input1 + input2 element by element: input 1 and the output have the same height, width and channels;
+ * input 2 the same, or 1 x 1 x C (broadcast to every pixel). */
 TfmcuStatus tfmcu_add_s8(const TfmcuAddParams* params, const TfmcuConstView* input1, const TfmcuConstView* input2,
                          const TfmcuView* output);
 

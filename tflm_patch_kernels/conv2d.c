@@ -90,8 +90,8 @@ TfmcuStatus tfmcu_conv2d_op_run(const void* params, const TfmcuConstView* inputs
 void tfmcu_conv2d_op_array_sizes(const void* params, const int32_t* in_channels, int32_t out_channels,
                                  int32_t* elements) {
   const TfmcuConvParams* p = (const TfmcuConvParams*)params;
-  const int64_t filter = (int64_t)out_channels * p->kernel_h * p->kernel_w * (in_channels[0] / p->groups);
-  elements[0] = filter > INT32_MAX ? INT32_MAX : (int32_t)filter;  /* filter (INT32_MAX: too large for any model) */
+  const int32_t filter[4] = {out_channels, p->kernel_h, p->kernel_w, in_channels[0] / p->groups};
+  elements[0] = tfmcu_elements_product(filter, 4);  /* filter */
   elements[1] = out_channels;  /* bias */
   elements[2] = out_channels;  /* output_multiplier */
   elements[3] = out_channels;  /* output_shift */

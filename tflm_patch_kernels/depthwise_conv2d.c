@@ -87,8 +87,8 @@ void tfmcu_depthwise_conv2d_op_array_sizes(const void* params, const int32_t* in
                                            int32_t* elements) {
   (void)in_channels;  /* the filter holds out_channels = in_channels * depth_multiplier columns */
   const TfmcuDepthwiseConvParams* p = (const TfmcuDepthwiseConvParams*)params;
-  const int64_t filter = (int64_t)p->kernel_h * p->kernel_w * out_channels;
-  elements[0] = filter > INT32_MAX ? INT32_MAX : (int32_t)filter;  /* filter (INT32_MAX: too large for any model) */
+  const int32_t filter[3] = {p->kernel_h, p->kernel_w, out_channels};
+  elements[0] = tfmcu_elements_product(filter, 3);  /* filter */
   elements[1] = out_channels;  /* bias */
   elements[2] = out_channels;  /* output_multiplier */
   elements[3] = out_channels;  /* output_shift */

@@ -16,15 +16,21 @@ TFMCU_LAYOUT(TfmcuPadParams, 0, value, value, 1);
 TFMCU_LAYOUT(TfmcuPoolParams, 0, filter_h, act_max, 6);
 TFMCU_LAYOUT(TfmcuQuantizeParams, 0, scale, zero_point, 2);
 TFMCU_LAYOUT(TfmcuMeanParams, 0, input_offset, output_shift, 4);
+TFMCU_LAYOUT(TfmcuMulParams, 0, input1_offset, act_max, 7);
+TFMCU_LAYOUT(TfmcuHardSwishParams, 0, input_zero_point, output_multiplier_exponent, 6);
+TFMCU_LAYOUT(TfmcuLogisticParams, 0, input_zero_point, input_left_shift, 4);
+TFMCU_LAYOUT(TfmcuTanhParams, 0, input_zero_point, input_left_shift, 4);
+TFMCU_LAYOUT(TfmcuLeakyReluParams, 0, input_zero_point, output_shift_identity, 6);
 
-/* The optimised backend compiled in (tfmcu_common.h): CONV_2D, DEPTHWISE_CONV_2D, ADD and the two poolings through
- * CMSIS-NN with -DTFMCU_CMSIS_NN (cmsis_nn/), none otherwise. */
+/* The optimised backend compiled in (tfmcu_common.h): CONV_2D, DEPTHWISE_CONV_2D, ADD, MUL and the two poolings
+ * through CMSIS-NN with -DTFMCU_CMSIS_NN (cmsis_nn/), none otherwise. */
 #ifdef TFMCU_CMSIS_NN
 #include "cmsis_nn/cmsis_nn_backend.h"
 #define TFMCU_BACKEND_NAME "cmsis_nn"
 #define TFMCU_CONV2D_BACKEND tfmcu_conv2d_cmsis_nn_run, tfmcu_conv2d_cmsis_nn_scratch
 #define TFMCU_DEPTHWISE_CONV2D_BACKEND tfmcu_depthwise_conv2d_cmsis_nn_run, tfmcu_depthwise_conv2d_cmsis_nn_scratch
 #define TFMCU_ADD_BACKEND tfmcu_add_cmsis_nn_run, NULL
+#define TFMCU_MUL_BACKEND tfmcu_mul_cmsis_nn_run, NULL
 #define TFMCU_AVG_POOL2D_BACKEND tfmcu_avg_pool2d_cmsis_nn_run, tfmcu_avg_pool2d_cmsis_nn_scratch
 #define TFMCU_MAX_POOL2D_BACKEND tfmcu_max_pool2d_cmsis_nn_run, tfmcu_max_pool2d_cmsis_nn_scratch
 #else
@@ -32,6 +38,7 @@ TFMCU_LAYOUT(TfmcuMeanParams, 0, input_offset, output_shift, 4);
 #define TFMCU_CONV2D_BACKEND NULL, NULL
 #define TFMCU_DEPTHWISE_CONV2D_BACKEND NULL, NULL
 #define TFMCU_ADD_BACKEND NULL, NULL
+#define TFMCU_MUL_BACKEND NULL, NULL
 #define TFMCU_AVG_POOL2D_BACKEND NULL, NULL
 #define TFMCU_MAX_POOL2D_BACKEND NULL, NULL
 #endif
@@ -57,6 +64,18 @@ static const TfmcuOpInfo kTfmcuOps[] = {
                           tfmcu_quantize_op_run, NULL, NULL},
     [kTfmcuOpMean] = {1, kTfmcuInt8, sizeof(TfmcuMeanParams), 0, 4, NULL, NULL, tfmcu_mean_op_check, tfmcu_mean_op_run,
                       NULL, NULL, tfmcu_mean_op_accumulate, tfmcu_mean_op_finish},
+    [kTfmcuOpMul] = {2, kTfmcuInt8, sizeof(TfmcuMulParams), 0, 7, NULL, NULL, tfmcu_mul_op_check, tfmcu_mul_op_run,
+                     TFMCU_MUL_BACKEND},
+    [kTfmcuOpHardSwish] = {1, kTfmcuInt8, sizeof(TfmcuHardSwishParams), 0, 6, NULL, NULL, tfmcu_hard_swish_op_check,
+                           tfmcu_hard_swish_op_run, NULL, NULL},
+    [kTfmcuOpLogistic] = {1, kTfmcuInt8, sizeof(TfmcuLogisticParams), 0, 4, NULL, NULL, tfmcu_logistic_op_check,
+                          tfmcu_logistic_op_run, NULL, NULL},
+    [kTfmcuOpTanh] = {1, kTfmcuInt8, sizeof(TfmcuTanhParams), 0, 4, NULL, NULL, tfmcu_tanh_op_check, tfmcu_tanh_op_run,
+                      NULL, NULL},
+    [kTfmcuOpLeakyRelu] = {1, kTfmcuInt8, sizeof(TfmcuLeakyReluParams), 0, 6, NULL, NULL, tfmcu_leaky_relu_op_check,
+                           tfmcu_leaky_relu_op_run, NULL, NULL},
+    [kTfmcuOpSub] = {2, kTfmcuInt8, sizeof(TfmcuAddParams), 0, 12, NULL, NULL, tfmcu_sub_op_check, tfmcu_sub_op_run,
+                     NULL, NULL},
 };
 
 const char* tfmcu_backend_name(void) { return TFMCU_BACKEND_NAME; }

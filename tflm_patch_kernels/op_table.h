@@ -12,10 +12,16 @@
 #include "avg_pool2d.h"
 #include "conv2d.h"
 #include "depthwise_conv2d.h"
+#include "hard_swish.h"
+#include "leaky_relu.h"
+#include "logistic.h"
 #include "max_pool2d.h"
 #include "mean.h"
+#include "mul.h"
 #include "pad.h"
 #include "quantize.h"
+#include "sub.h"
+#include "tanh.h"
 #include "tfmcu_common.h"
 
 #ifdef __cplusplus
@@ -28,12 +34,18 @@ extern "C" {
 typedef enum {
   kTfmcuOpConv2D = 1,           /* TfmcuConvParams */
   kTfmcuOpDepthwiseConv2D = 2,  /* TfmcuDepthwiseConvParams */
-  kTfmcuOpAdd = 3,              /* TfmcuAddParams (2 inputs) */
+  kTfmcuOpAdd = 3,              /* TfmcuAddParams (2 inputs; input 2 may be 1 x 1 x C, broadcast) */
   kTfmcuOpPad = 4,              /* TfmcuPadParams */
   kTfmcuOpAveragePool2D = 5,    /* TfmcuPoolParams */
   kTfmcuOpMaxPool2D = 6,        /* TfmcuPoolParams */
   kTfmcuOpQuantize = 7,         /* TfmcuQuantizeParams (float32 input, the stage input) */
-  kTfmcuOpMean = 8              /* TfmcuMeanParams (a reduction: the last layer of a stage, patch_stage.h) */
+  kTfmcuOpMean = 8,             /* TfmcuMeanParams (a reduction: the last layer of a stage, patch_stage.h) */
+  kTfmcuOpMul = 9,              /* TfmcuMulParams (2 inputs; input 2 may be 1 x 1 x C, broadcast) */
+  kTfmcuOpHardSwish = 10,       /* TfmcuHardSwishParams */
+  kTfmcuOpLogistic = 11,        /* TfmcuLogisticParams */
+  kTfmcuOpTanh = 12,            /* TfmcuTanhParams */
+  kTfmcuOpLeakyRelu = 13,       /* TfmcuLeakyReluParams */
+  kTfmcuOpSub = 14              /* TfmcuAddParams (2 inputs; input 2 may be 1 x 1 x C, broadcast) */
 } TfmcuOpType;
 
 typedef enum {
@@ -79,6 +91,11 @@ typedef union {
   TfmcuPoolParams pool;
   TfmcuQuantizeParams quantize;
   TfmcuMeanParams mean;
+  TfmcuMulParams mul;
+  TfmcuHardSwishParams hard_swish;
+  TfmcuLogisticParams logistic;
+  TfmcuTanhParams tanh;
+  TfmcuLeakyReluParams leaky_relu;
 } TfmcuParams;
 
 /* Op `op`'s params struct from a params record (patch_stage_types.h: op->num_arrays byte offsets into `constants`,

@@ -202,6 +202,34 @@ static inline int32_t tfmcu_clamp(int32_t x, int32_t lo, int32_t hi) {
   return x < lo ? lo : (x > hi ? hi : x);
 }
 
+/* The operands of a binary element-wise op (ADD, SUB, MUL): input 1 is a box of the output's size; input 2 is
+ * either a box of the output's size too, or a 1 x 1 x C box broadcast over space (per channel: one value per output
+ * channel for every pixel, e.g. a squeeze-excite scale or a constant operand). Returns the elements input 2 advances
+ * from one output pixel to the next (channels for a box of the output's size, 0 for a broadcast one), or -1 when
+ * the boxes do not fit together. A 1 x 1 output takes a 1 x 1 input 2 as a box of its size (the same thing). */
+static inline int32_t tfmcu_operand2_pixel_step(const TfmcuConstView* input1, const TfmcuConstView* input2,
+                                                const TfmcuView* output) {
+  if (input1->height != output->height || input1->width != output->width ||
+      input1->channels != output->channels || input2->channels != output->channels) {
+    return -1;
+  }
+  if (input2->height == output->height && input2->width == output->width) {
+    return output->channels;
+  }
+  return input2->height == 1 && input2->width == 1 ? 0 : -1;
+}
+
+/* The product of factors[0..n), saturated to INT32_MAX (a constant array's element count from params that may be
+ * anything in a model file: INT32_MAX is too large for any model); a negative factor counts as 0. */
+static inline int32_t tfmcu_elements_product(const int32_t* factors, int32_t n) {
+  int64_t product = 1;
+  for (int32_t i = 0; i < n; ++i) {
+    const int64_t f = factors[i] > 0 ? factors[i] : 0;
+    product = f != 0 && product > INT32_MAX / f ? INT32_MAX : product * f;
+  }
+  return (int32_t)product;
+}
+
 static inline int32_t tfmcu_max_i32(int32_t a, int32_t b) { return a > b ? a : b; }
 static inline int32_t tfmcu_min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
 

@@ -3,7 +3,7 @@ options agree on. Every Python user reads it from here; ``tests/test_abi.py`` ch
 (``tfmcu_common.h``, ``op_table.h``, ``patch_stage_types.h``, ``patch_stage.h``, the params headers), ``op_table.c``
 and the TFLM kernel.
 
-* Codes: ``STATUS`` (``TfmcuStatus``), ``INT8`` / ``FLOAT32`` (``TfmcuDataType``), ``OP_CONV`` .. ``OP_MEAN``
+* Codes: ``STATUS`` (``TfmcuStatus``), ``INT8`` / ``FLOAT32`` (``TfmcuDataType``), ``OP_CONV`` .. ``OP_SUB``
   (``TfmcuOpType``), ``ABI_VERSION`` (``TFMCU_PATCH_STAGE_ABI_VERSION``).
 * Structs: ``STRUCTS``, every C struct Python builds or reads as its field list ``(name, C type)`` in declaration
   order. ``structure(name)`` derives the ctypes mirror, ``sizeof(name, pointer_bytes)`` the C size on a 64-bit host
@@ -65,6 +65,7 @@ DATA_TYPES = (("kTfmcuInt8", INT8), ("kTfmcuFloat32", FLOAT32))
 
 # TfmcuOpType (op_table.h).
 OP_CONV, OP_DEPTHWISE, OP_ADD, OP_PAD, OP_AVG_POOL, OP_MAX_POOL, OP_QUANTIZE, OP_MEAN = range(1, 9)
+OP_MUL, OP_HARD_SWISH, OP_LOGISTIC, OP_TANH, OP_LEAKY_RELU, OP_SUB = range(9, 15)
 
 
 # ============================================================================= structs
@@ -81,6 +82,8 @@ _CONV_ARRAYS = (("filter", "const int8_t*"), ("bias", "const int32_t*"), ("outpu
                 ("output_shift", "const int32_t*"))
 _GEOMETRY = _i32("kernel_h", "kernel_w", "stride_h", "stride_w", "dilation_h", "dilation_w")
 _QUANT = _i32("input_offset", "output_offset", "act_min", "act_max")
+# LOGISTIC's and TANH's params (TFLM's int8 OpData of both)
+_FIXEDPOINT_ACTIVATION = _i32("input_zero_point", "input_range_radius", "input_multiplier", "input_left_shift")
 
 # (field, C type) in declaration order; "T[n]" is an array field, "T*" a pointer, a struct name a nested struct.
 STRUCTS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -98,6 +101,15 @@ STRUCTS: dict[str, tuple[tuple[str, str], ...]] = {
     "TfmcuPadParams": _i32("value"),
     "TfmcuQuantizeParams": (("scale", "float"), ("zero_point", "int32_t")),
     "TfmcuMeanParams": _i32("input_offset", "output_offset", "output_multiplier", "output_shift"),
+    "TfmcuMulParams": _i32("input1_offset", "input2_offset", "output_offset", "output_multiplier", "output_shift",
+                           "act_min", "act_max"),
+    "TfmcuHardSwishParams": _i32("input_zero_point", "output_zero_point", "reluish_multiplier_fixedpoint_int16",
+                                 "reluish_multiplier_exponent", "output_multiplier_fixedpoint_int16",
+                                 "output_multiplier_exponent"),
+    "TfmcuLogisticParams": _FIXEDPOINT_ACTIVATION,
+    "TfmcuTanhParams": _FIXEDPOINT_ACTIVATION,
+    "TfmcuLeakyReluParams": _i32("input_zero_point", "output_zero_point", "output_multiplier_alpha",
+                                 "output_shift_alpha", "output_multiplier_identity", "output_shift_identity"),
     # patch_stage_types.h
     "TfmcuTensor": _i32("height", "width", "channels", "dtype", "producer", "constant"),
     "TfmcuLayer": (("type", "int32_t"), ("params", "int32_t"), ("num_inputs", "int32_t"),
@@ -288,6 +300,12 @@ OPS: dict[int, Op] = {op.code: op for op in (
     Op(OP_MAX_POOL, "kTfmcuOpMaxPool2D", "MAX_POOL_2D", "TfmcuPoolParams"),
     Op(OP_QUANTIZE, "kTfmcuOpQuantize", "QUANTIZE", "TfmcuQuantizeParams", input_dtype=FLOAT32),
     Op(OP_MEAN, "kTfmcuOpMean", "MEAN", "TfmcuMeanParams"),
+    Op(OP_MUL, "kTfmcuOpMul", "MUL", "TfmcuMulParams", num_inputs=2),
+    Op(OP_HARD_SWISH, "kTfmcuOpHardSwish", "HARD_SWISH", "TfmcuHardSwishParams"),
+    Op(OP_LOGISTIC, "kTfmcuOpLogistic", "LOGISTIC", "TfmcuLogisticParams"),
+    Op(OP_TANH, "kTfmcuOpTanh", "TANH", "TfmcuTanhParams"),
+    Op(OP_LEAKY_RELU, "kTfmcuOpLeakyRelu", "LEAKY_RELU", "TfmcuLeakyReluParams"),
+    Op(OP_SUB, "kTfmcuOpSub", "SUB", "TfmcuAddParams", num_inputs=2),
 )}
 
 

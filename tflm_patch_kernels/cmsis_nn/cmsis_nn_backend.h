@@ -1,9 +1,9 @@
 /* The CMSIS-NN backend of the patch kernels (built with -DTFMCU_CMSIS_NN for Cortex-M; see tfmcu_common.h for the
  * backend seam and op_table.c for where it plugs in).
  *
- * CONV_2D, DEPTHWISE_CONV_2D, ADD, AVERAGE_POOL_2D and MAX_POOL_2D run through CMSIS-NN's s8 kernels
- * (arm_convolve_wrapper_s8, arm_depthwise_conv_wrapper_s8, arm_elementwise_add_s8, arm_avgpool_s8, arm_max_pool_s8)
- * on the patch buffers, with each tile's own top / left
+ * CONV_2D, DEPTHWISE_CONV_2D, ADD, MUL, AVERAGE_POOL_2D and MAX_POOL_2D run through CMSIS-NN's s8 kernels
+ * (arm_convolve_wrapper_s8, arm_depthwise_conv_wrapper_s8, arm_elementwise_add_s8, arm_elementwise_mul_s8,
+ * arm_avgpool_s8, arm_max_pool_s8) on the patch buffers, with each tile's own top / left
  * padding (bottom / right padding is where the box ends, as in CMSIS-NN). CMSIS-NN reads and writes dense boxes
  * (row stride = width x channels); a patch buffer is dense, but the stage input (read in place) and the stage output
  * (written in place) are boxes inside whole tensors. Such a layer runs one output row per call: the output row is
@@ -13,8 +13,10 @@
  *
  * Configurations CMSIS-NN does not cover the same way run the portable kernel: grouped or dilated convolutions,
  * depth multipliers other than 1, offsets outside CMSIS-NN's documented ranges (input offset [-127, 128], output
- * offset [-128, 127]), pooling tiles with a window that holds no input pixel (the portable kernel reports it). PAD
- * and QUANTIZE are portable in every build.
+ * offset [-128, 127]), pooling tiles with a window that holds no input pixel (the portable kernel reports it), an
+ * ADD or MUL whose input 2 is broadcast (1 x 1 x C). PAD, QUANTIZE, SUB, MEAN and the activations (HARD_SWISH,
+ * LOGISTIC, TANH, LEAKY_RELU) are portable in every build (TFLM's CMSIS-NN build runs them with its reference
+ * kernels too).
  *
  * Kernel buffer of a layer (the *_scratch functions; the stage's is their maximum, placed after the patch buffers at
  * prepare): CMSIS-NN's own *_get_buffer_size for the call's dimensions, rounded up to 4, plus kernel_h x input width
@@ -58,6 +60,9 @@ TfmcuStatus tfmcu_depthwise_conv2d_cmsis_nn_run(const void* params, const TfmcuC
 int32_t tfmcu_depthwise_conv2d_cmsis_nn_scratch(const void* params, const TfmcuConstView* inputs,
                                                 int32_t pad_top, int32_t pad_left, const TfmcuView* output);
 TfmcuStatus tfmcu_add_cmsis_nn_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
+                                   int32_t pad_left, const TfmcuView* output,
+                                   const TfmcuKernelScratch* kernel_scratch);
+TfmcuStatus tfmcu_mul_cmsis_nn_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top,
                                    int32_t pad_left, const TfmcuView* output,
                                    const TfmcuKernelScratch* kernel_scratch);
 TfmcuStatus tfmcu_avg_pool2d_cmsis_nn_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top,

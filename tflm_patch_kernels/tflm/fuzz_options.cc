@@ -5,7 +5,9 @@
 // MODEL is a custom-mode model whose whole graph is one TFMCU_PATCH_STAGE op (so a mutation can only reach our
 // kernel, never another kernel's checks). Each iteration copies the model, mutates it in place — bytes of the
 // flexbuffer options, the options' length (truncation), the op's input / output tensor shapes, and int32 words of
-// its stage blob (header, tables, params records, weights and multipliers) — then runs the options parser alone on the
+// its stage blob (header, tables, params records, weights and multipliers; the params records, a small part of a
+// blob holding weights, are also a region of their own, so every op's params check and kernel see as many
+// mutations as the rest of the blob) — then runs the options parser alone on the
 // mutated options (patch_stage_options.h: it must accept them or reject them with a message), builds a
 // MicroInterpreter, allocates tensors and, when that succeeds, invokes. The kernel must answer kTfLiteError or run;
 // a sanitizer report or a crash fails the run. Prints counts of rejected / accepted mutations. Exit 0 on success,
@@ -22,6 +24,7 @@
 #include "tensorflow/lite/micro/micro_log.h"
 #include "tensorflow/lite/micro/micro_mutable_op_resolver.h"
 #include "tensorflow/lite/schema/schema_generated.h"
+#include "tflm_patch_kernels/patch_stage_types.h"
 #include "tflm_patch_kernels/tflm/patch_stage_op.h"
 #include "tflm_patch_kernels/tflm/patch_stage_options.h"
 
@@ -115,7 +118,16 @@ int main(int argc, char** argv) {
     const auto* buffer = model->buffers()->Get(t->buffer());
     const bool table = t->type() == tflite::TensorType_INT32 || t->type() == tflite::TensorType_UINT8;
     if (table && buffer->data() != nullptr && buffer->data()->size() >= 4) {  // the stage blob: int32 words
-      regions.push_back({static_cast<size_t>(buffer->data()->data() - base), buffer->data()->size(), 2});
+      const size_t blob_at = static_cast<size_t>(buffer->data()->data() - base);
+      regions.push_back({blob_at, buffer->data()->size(), 2});
+      TfmcuStageBlob header;
+      if (buffer->data()->size() >= sizeof(header)) {  // its params records (the layers' params words)
+        memcpy(&header, buffer->data()->data(), sizeof(header));
+        const size_t at = static_cast<size_t>(header.params), words = static_cast<size_t>(header.params_words);
+        if (header.params > 0 && header.params_words > 0 && at + 4 * words <= buffer->data()->size()) {
+          regions.push_back({blob_at + at, 4 * words, 2});
+        }
+      }
     }
   }
 
@@ -167,6 +179,7 @@ int main(int argc, char** argv) {
   }
   printf("tfmcu_fuzz_options: %ld iterations, %ld rejected at AllocateTensors, %ld ran\n", iterations, rejected,
          accepted);
+  printf("tfmcu_fuzz_options: %zu regions mutated\n", regions.size());
   printf("tfmcu_fuzz_options: the options parser alone accepted %ld of them\n", parsed);
   return 0;
 }

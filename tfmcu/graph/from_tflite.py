@@ -11,12 +11,13 @@
 * Window ops (CONV_2D, DEPTHWISE_CONV_2D, AVERAGE_POOL_2D, MAX_POOL_2D, and PAD/PADV2 as a 1x1 window) carry kernel,
   stride, dilation and explicit per-side padding (SAME resolved with ``ir.same_padding``); the output size implied
   by that padding is checked against the model's output shape.
-* ADD, MUL, CONCATENATION, QUANTIZE, DEQUANTIZE, standalone activations, MEAN, FULLY_CONNECTED, RESHAPE, SOFTMAX
-  map to their IR types; any other op keeps its builtin name in lower case (``"custom:NAME"`` for custom ops) and is
-  not patchable.
+* ADD, SUB, MUL, CONCATENATION, QUANTIZE, DEQUANTIZE, standalone activations, MEAN, FULLY_CONNECTED, RESHAPE,
+  SOFTMAX map to their IR types; any other op keeps its builtin name in lower case (``"custom:NAME"`` for custom ops)
+  and is not patchable. ADD / SUB / MUL record ``attrs["broadcast"]`` (their activation operands differ in shape) and
+  ``attrs["constant_operands"]``; a constant operand that is a scalar or one value per channel keeps them patchable.
 * Ops a patch executor must not run patch by patch although their IR type is patchable get
   ``attrs["patchable"] = False``: PAD of batch/channel dims or with a non-zero pad value, CONCATENATION along a
-  non-channel axis or with a constant operand, ADD/MUL with a constant that varies over space, PRELU with a spatial
+  non-channel axis or with a constant operand, ADD/SUB/MUL with a constant that varies over space, PRELU with a spatial
   alpha, convs whose weights are computed at run time.
 * Op names: the layer part of the output tensor name (TFLite joins fused TF op names with ';', e.g.
   ``m/block_1_expand_relu/Relu6;m/block_1_expand/Conv2D`` -> ``block_1_expand``: for convs the component of the conv
@@ -50,6 +51,7 @@ _ACTIVATION_OPS = {
 }
 _ELEMENTWISE = set(_ACTIVATION_OPS) | {"ADD", "MUL", "SUB", "DIV", "QUANTIZE", "DEQUANTIZE", "MAXIMUM", "MINIMUM",
                                         "SQUARED_DIFFERENCE", "ABS", "NEG", "EXP", "SQRT", "RSQRT", "LOG"}
+_BINARY = {"ADD": ir.ADD, "SUB": ir.SUB, "MUL": ir.MUL}
 _SIMPLE = {
     "QUANTIZE": ir.QUANTIZE, "DEQUANTIZE": ir.DEQUANTIZE, "RESHAPE": ir.RESHAPE, "SOFTMAX": ir.SOFTMAX,
 }
@@ -299,16 +301,16 @@ class _Lowering:
         in_shape = self.shape(act_in[0]) if act_in else out_shape
         ch = dict(in_channels=in_shape[-1] if in_shape else 1, out_channels=out_shape[-1] if out_shape else 1)
         act = ts.activation_name(getattr(opts, "fusedActivationFunction", 0))
-        if typ in ("ADD", "MUL"):
-            shapes = {self.shape(t) for t in in_idx if t >= 0}
-            n_const = sum(1 for t in in_idx if t >= 0 and t not in act_in)
-            attrs: dict[str, Any] = {"broadcast": len(shapes) > 1}
-            if n_const:
-                attrs["constant_operands"] = n_const
-                consts = [self.shape(t) for t in in_idx if t >= 0 and t not in act_in]
-                if any(len(c) >= 3 and (c[-2] > 1 or c[-3] > 1) for c in consts):
+        if typ in _BINARY:
+            # "broadcast": the activation operands differ in shape (a squeeze-excite's [1, 1, 1, C] scale); a
+            # constant operand that is a scalar or one value per channel reads the same for every pixel
+            attrs: dict[str, Any] = {"broadcast": len({self.shape(t) for t in act_in}) > 1}
+            consts = [self.shape(t) for t in in_idx if t >= 0 and t not in act_in]
+            if consts:
+                attrs["constant_operands"] = len(consts)
+                if not all(int(np.prod(c[:-1], dtype=np.int64)) == 1 for c in consts):
                     attrs["patchable"] = False  # a constant that varies over space would need slicing per patch
-            return ir.Op(type=ir.ADD if typ == "ADD" else ir.MUL, activation=act, attrs=attrs, **ch, **base)
+            return ir.Op(type=_BINARY[typ], activation=act, attrs=attrs, **ch, **base)
         if typ == "CONCATENATION":
             rank = len(out_shape)
             axis = int(getattr(opts, "axis", 0) or 0)

@@ -31,6 +31,7 @@ AVG_POOL = "avg_pool2d"
 MAX_POOL = "max_pool2d"
 PAD = "pad"
 ADD = "add"
+SUB = "sub"
 MUL = "mul"
 CONCAT = "concatenation"
 QUANTIZE = "quantize"
@@ -42,7 +43,7 @@ RESHAPE = "reshape"
 SOFTMAX = "softmax"
 
 WINDOW_OPS = (CONV, DEPTHWISE, AVG_POOL, MAX_POOL, PAD)
-POINTWISE_OPS = (ADD, MUL, CONCAT, QUANTIZE, DEQUANTIZE, ACTIVATION)
+POINTWISE_OPS = (ADD, SUB, MUL, CONCAT, QUANTIZE, DEQUANTIZE, ACTIVATION)
 PATCHABLE_OPS = WINDOW_OPS + POINTWISE_OPS
 
 
@@ -112,8 +113,9 @@ class Op:
             return False
         if self.type in WINDOW_OPS or self.type in (QUANTIZE, DEQUANTIZE, ACTIVATION):
             return True
-        if self.type in (ADD, MUL, CONCAT):
-            # Elementwise only when no operand is broadcast over space (SE's channel scaling is not local).
+        if self.type in (ADD, SUB, MUL, CONCAT):
+            # Elementwise only when no activation operand is broadcast over space (SE's channel scaling is not
+            # local); a constant operand that varies over space is marked by the lowering.
             return not self.attrs.get("broadcast", False)
         return False
 

@@ -10,9 +10,9 @@
   validated once by ``tfmcu_stage_prepare`` (``prepare``), then run by ``tfmcu_stage_run`` (``run_stage``);
   ``check_stage``, ``c_scratch_bytes``, ``touched_scratch`` (the highest scratch byte a run writes, on poisoned
   scratch).
-* ``call_kernel(spec, inputs, out)``: one layer on whole arrays through ``tfmcu_op_run`` (the C op table);
-  ``run_op(model_bytes, inputs, op_index)``: one TFLite op of a model through its C kernel -- the per-kernel test
-  entry.
+* ``call_kernel(spec, inputs, out)``: one layer on whole arrays through ``tfmcu_op_run`` (the C op table), a spec's
+  constant operand (``LayerSpec.operand``) fed as input 2, a 1 x 1 x C box; ``run_op(model_bytes, inputs,
+  op_index)``: one TFLite op of a model through its C kernel -- the per-kernel test entry.
 
 Semantics are TFLite's reference integer kernels, bit for bit (see the C headers). Errors are ``PatchKernelError``
 (a ``TfmcuError``) with one line naming the op.
@@ -306,8 +306,11 @@ def _view(a: np.ndarray) -> ConstView:
 
 def call_kernel(spec: LayerSpec, inputs: Sequence[np.ndarray], out: np.ndarray, pad_top: int = 0,
                 pad_left: int = 0) -> None:
-    """Run ``spec``'s C kernel on whole arrays ([1, H, W, C]); ``out`` (int8) is written in place."""
+    """Run ``spec``'s C kernel on whole arrays ([1, H, W, C]); ``out`` (int8) is written in place. ``inputs``: the
+    op's activation inputs; a constant operand (``spec.operand``) follows them as input 2, a [1, 1, 1, C] box."""
     kop = kernel_op(spec.type)
+    if spec.operand is not None:
+        inputs = list(inputs) + [np.ascontiguousarray(spec.operand, dtype=np.int8).reshape(1, 1, 1, -1)]
     want = np.float32 if kop.input_dtype == FLOAT32 else np.int8
     if len(inputs) != kop.inputs:
         raise PatchKernelError(f"{spec.name}: {kop.name} takes {kop.inputs} inputs")
@@ -328,7 +331,8 @@ def call_kernel(spec: LayerSpec, inputs: Sequence[np.ndarray], out: np.ndarray, 
 def run_op(model_bytes: bytes, inputs: Sequence[np.ndarray], op_index: int = 0,
            graph: ir.Graph | None = None) -> np.ndarray:
     """TFLite operator ``op_index`` of the model run alone through its C kernel on whole tensors (TFLite's own
-    padding as border padding). ``inputs``: its activation inputs in TFLite order, each [1, H, W, C]."""
+    padding as border padding). ``inputs``: its activation inputs in TFLite order, each [1, H, W, C] (a constant
+    operand is the spec's, ``call_kernel``)."""
     graph = graph or from_tflite(bytes(model_bytes))
     model = load(model_bytes)
     ops = [o for o in graph.ops if o.src_index == op_index]

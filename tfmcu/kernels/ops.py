@@ -8,7 +8,15 @@ flatbuffer, quantized multipliers computed offline by ``tfmcu.kernels.quant``). 
 its row here with its builder function.
 
 ``LayerSpec``: one layer as the C kernels see it (op code, scalar params, constant arrays, name, source op index,
-the op's own padding). ``layer_spec(model, op)``: the LayerSpec of an IR op lowered from ``model``.
+the op's own padding, and the constant second operand of an ADD / SUB / MUL). ``layer_spec(model, op)``: the
+LayerSpec of an IR op lowered from ``model``.
+
+Element-wise ops with two operands (ADD, SUB, MUL): input 1 is an activation of the output's shape; input 2 is an
+activation of the same shape, an activation ``[1, 1, 1, C]`` broadcast over space (a squeeze-excite scale), or a
+constant: a scalar, ``[C]`` or ``[1, 1, 1, C]`` (any shape whose dims are 1 but the last). A constant operand is not
+an input of the IR op; its int8 values, repeated to the C channels, are the spec's ``operand`` and the kernel reads
+them as input 2, a 1 x 1 x C box. An ADD or MUL whose constant is TFLite's input 1 takes it as input 2 (both
+commute exactly); a SUB whose constant is input 1 (constant - activation) is refused.
 """
 
 from __future__ import annotations
@@ -21,10 +29,13 @@ import numpy as np
 
 from tfmcu import abi
 from tfmcu.abi import FLOAT32  # noqa: F401 (re-exported for tfmcu.stage.custom)
-from tfmcu.abi import OP_ADD, OP_AVG_POOL, OP_CONV, OP_DEPTHWISE, OP_MAX_POOL, OP_MEAN, OP_PAD, OP_QUANTIZE
+from tfmcu.abi import (OP_ADD, OP_AVG_POOL, OP_CONV, OP_DEPTHWISE, OP_HARD_SWISH, OP_LEAKY_RELU, OP_LOGISTIC,
+                       OP_MAX_POOL, OP_MEAN, OP_MUL, OP_PAD, OP_QUANTIZE, OP_SUB, OP_TANH)
 from tfmcu.graph import ir
 from tfmcu.kernels import PatchKernelError
-from tfmcu.kernels.quant import activation_range, add_params, conv_multipliers, quantize_multiplier
+from tfmcu.kernels.quant import (activation_range, add_params, conv_multipliers, hard_swish_params,
+                                 leaky_relu_params, logistic_params, mul_params, quantize_multiplier, sub_params,
+                                 tanh_params)
 from tfmcu.tflite import schema as ts
 
 # ============================================================================= layers
@@ -39,6 +50,9 @@ class LayerSpec:
     name: str
     src_index: int
     padding: tuple[int, int, int, int] = (0, 0, 0, 0)  # the op's own padding (top, bottom, left, right)
+    # ADD / SUB / MUL with a constant operand: its int8 values, one per output channel (shape [C], a scalar
+    # repeated), which the kernel reads as input 2, a 1 x 1 x C box; None when both operands are activations.
+    operand: np.ndarray | None = None
 
     @property
     def op(self) -> "KernelOp":
@@ -100,6 +114,12 @@ class _Source:
         zp = int(np.ravel(q.zeroPoint)[0]) if q.zeroPoint is not None and len(q.zeroPoint) else 0
         return float(np.float32(np.ravel(q.scale)[0])), zp
 
+    def is_const(self, index: int) -> bool:
+        return ts.is_constant(self.model, self.model.subgraphs[0].tensors[index])
+
+    def shape(self, index: int) -> tuple[int, ...]:
+        return ts.tensor_shape(self.model.subgraphs[0].tensors[index])
+
     def const(self, index: int, what: str) -> np.ndarray:
         arr = ts.buffer_array(self.model, self.model.subgraphs[0].tensors[index])
         if arr is None:
@@ -107,8 +127,8 @@ class _Source:
         return arr
 
     def spec(self, code: int, params: dict[str, Any], arrays: dict[str, Any] | None = None,
-             padding: tuple[int, int, int, int] = (0, 0, 0, 0)) -> LayerSpec:
-        return LayerSpec(code, params, arrays or {}, self.op.name, self.op.src_index, padding)
+             padding: tuple[int, int, int, int] = (0, 0, 0, 0), operand: np.ndarray | None = None) -> LayerSpec:
+        return LayerSpec(code, params, arrays or {}, self.op.name, self.op.src_index, padding, operand)
 
 
 def _conv_like(src: _Source, code: int) -> LayerSpec:
@@ -199,14 +219,104 @@ def _depthwise_arrays(params: dict[str, Any], in_channels: int, out_channels: in
             "output_multiplier": out_channels, "output_shift": out_channels}
 
 
-def _build_add(src: _Source) -> LayerSpec:
-    op = src.op
-    if len(op.inputs) != 2 or op.attrs.get("broadcast") or op.attrs.get("constant_operands"):
-        raise PatchKernelError(f"{src.where}: only ADD of two same-shape activations is supported")
-    for i in src.ins[:2] + src.outs[:1]:
+_BINARY_CODES = {"ADD": OP_ADD, "SUB": OP_SUB, "MUL": OP_MUL}
+
+
+def _per_channel(shape: tuple[int, ...], channels: int) -> bool:
+    """A shape TFLite broadcasts to every pixel of a [1, H, W, C] tensor, one value per channel (or one for all)."""
+    return int(np.prod(shape[:-1], dtype=np.int64)) == 1 and (len(shape) == 0 or shape[-1] in (1, channels))
+
+
+def _build_binary(src: _Source) -> LayerSpec:
+    """ADD, SUB and MUL (module docstring): two activations of the output's shape, input 2 a per-channel
+    activation broadcast over space, or a constant operand (``LayerSpec.operand``)."""
+    code = _BINARY_CODES[src.name]
+    ins = [t for t in src.ins if t >= 0]
+    if len(ins) != 2:
+        raise PatchKernelError(f"{src.where}: {src.name} takes two operands, not {len(ins)}")
+    out = src.outs[0]
+    for i in ins + [out]:
         src.int8(i, f"tensor {i}")
-    (s1, z1), (s2, z2), (so, zo) = (src.quant(i) for i in (src.ins[0], src.ins[1], src.outs[0]))
-    return src.spec(OP_ADD, add_params(s1, z1, s2, z2, so, zo, src.activation))
+    out_shape = src.shape(out)
+    if len(out_shape) != 4 or out_shape[0] != 1:
+        raise PatchKernelError(f"{src.where}: the output has shape {list(out_shape)}, not [1, H, W, C]")
+    channels = int(out_shape[-1])
+    constant = [src.is_const(t) for t in ins]
+    if all(constant):
+        raise PatchKernelError(f"{src.where}: both operands are constants (fold them before conversion)")
+    operand = None
+    if any(constant):
+        k = constant.index(True)
+        const, act = ins[k], ins[1 - k]
+        if k == 0 and code == OP_SUB:
+            raise PatchKernelError(f"{src.where}: SUB of a constant minus an activation is not supported (only "
+                                   f"activation - constant)")
+        if src.shape(act) != out_shape:
+            raise PatchKernelError(f"{src.where}: the activation operand {list(src.shape(act))} is not the output's "
+                                   f"shape {list(out_shape)}")
+        if not _per_channel(src.shape(const), channels):
+            raise PatchKernelError(f"{src.where}: constant operand of shape {list(src.shape(const))}: only a scalar "
+                                   f"or one value per channel is supported")
+        q = src.model.subgraphs[0].tensors[const].quantization
+        if q is not None and q.scale is not None and len(q.scale) > 1:
+            raise PatchKernelError(f"{src.where}: the constant operand has per-channel quantization")
+        values = np.ravel(src.const(const, "the constant operand")).astype(np.int8)
+        operand = np.ascontiguousarray(np.broadcast_to(values, (channels,)) if values.size == 1 else values)
+        first, second = act, const  # ADD and MUL commute: the constant is input 2 either way
+    else:
+        first, second = ins
+        if src.shape(first) != out_shape:
+            raise PatchKernelError(f"{src.where}: input 1 {list(src.shape(first))} is not the output's shape "
+                                   f"{list(out_shape)} (only input 2 may be broadcast)")
+        shape2 = src.shape(second)
+        if shape2 != out_shape and not (len(shape2) == 4 and shape2[:3] == (1, 1, 1) and shape2[3] == channels):
+            raise PatchKernelError(f"{src.where}: input 2 {list(shape2)} is broadcast other than per channel "
+                                   f"(only [1, 1, 1, C] or the output's shape {list(out_shape)})")
+    (s1, z1), (s2, z2), (so, zo) = src.quant(first), src.quant(second), src.quant(out)
+    prepare = {OP_ADD: add_params, OP_SUB: sub_params, OP_MUL: mul_params}[code]
+    return src.spec(code, prepare(s1, z1, s2, z2, so, zo, src.activation), operand=operand)
+
+
+def _unary_quant(src: _Source) -> tuple[tuple[float, int], tuple[float, int]]:
+    """The input's and the output's (scale, zero point) of a one-input int8 op of the same shape."""
+    src.int8(src.ins[0], "the input")
+    src.int8(src.outs[0], "the output")
+    if src.shape(src.ins[0]) != src.shape(src.outs[0]):
+        raise PatchKernelError(f"{src.where}: input {list(src.shape(src.ins[0]))} and output "
+                               f"{list(src.shape(src.outs[0]))} differ")
+    return src.quant(src.ins[0]), src.quant(src.outs[0])
+
+
+def _build_hard_swish(src: _Source) -> LayerSpec:
+    (si, zi), (so, zo) = _unary_quant(src)
+    return src.spec(OP_HARD_SWISH, hard_swish_params(si, zi, so, zo))
+
+
+def _fixed_output(src: _Source, want: tuple[float, int]) -> None:
+    """LOGISTIC and TANH compute a fixed output scale and zero point (TFLM's int8 kernels)."""
+    scale, zp = src.quant(src.outs[0])
+    if (np.float32(scale), zp) != (np.float32(want[0]), want[1]):
+        raise PatchKernelError(f"{src.where}: output scale {scale!r} zero point {zp}; the int8 kernel writes scale "
+                               f"{want[0]!r} zero point {want[1]}")
+
+
+def _build_logistic(src: _Source) -> LayerSpec:
+    (si, zi), _ = _unary_quant(src)
+    _fixed_output(src, (1.0 / 256.0, -128))
+    return src.spec(OP_LOGISTIC, logistic_params(si, zi))
+
+
+def _build_tanh(src: _Source) -> LayerSpec:
+    (si, zi), _ = _unary_quant(src)
+    _fixed_output(src, (1.0 / 128.0, 0))
+    return src.spec(OP_TANH, tanh_params(si, zi))
+
+
+def _build_leaky_relu(src: _Source) -> LayerSpec:
+    (si, zi), (so, zo) = _unary_quant(src)
+    opts = src.model.subgraphs[0].operators[src.op.src_index].builtinOptions
+    alpha = float(getattr(opts, "alpha", 0.0) or 0.0) if opts is not None else 0.0
+    return src.spec(OP_LEAKY_RELU, leaky_relu_params(si, zi, so, zo, alpha))
 
 
 def _build_pad(src: _Source) -> LayerSpec:
@@ -297,12 +407,18 @@ class KernelOp:
 KERNEL_OPS: dict[int, KernelOp] = {k.code: k for k in [
     KernelOp(abi.OPS[OP_CONV], ("CONV_2D", "FULLY_CONNECTED"), _build_conv, _conv_arrays),
     KernelOp(abi.OPS[OP_DEPTHWISE], ("DEPTHWISE_CONV_2D",), _build_depthwise, _depthwise_arrays),
-    KernelOp(abi.OPS[OP_ADD], ("ADD",), _build_add),
+    KernelOp(abi.OPS[OP_ADD], ("ADD",), _build_binary),
     KernelOp(abi.OPS[OP_PAD], ("PAD", "PADV2"), _build_pad),
     KernelOp(abi.OPS[OP_AVG_POOL], ("AVERAGE_POOL_2D",), _build_pool),
     KernelOp(abi.OPS[OP_MAX_POOL], ("MAX_POOL_2D",), _build_pool),
     KernelOp(abi.OPS[OP_QUANTIZE], ("QUANTIZE",), _build_quantize),
     KernelOp(abi.OPS[OP_MEAN], ("MEAN",), _build_mean),
+    KernelOp(abi.OPS[OP_MUL], ("MUL",), _build_binary),
+    KernelOp(abi.OPS[OP_SUB], ("SUB",), _build_binary),
+    KernelOp(abi.OPS[OP_HARD_SWISH], ("HARD_SWISH",), _build_hard_swish),
+    KernelOp(abi.OPS[OP_LOGISTIC], ("LOGISTIC",), _build_logistic),
+    KernelOp(abi.OPS[OP_TANH], ("TANH",), _build_tanh),
+    KernelOp(abi.OPS[OP_LEAKY_RELU], ("LEAKY_RELU",), _build_leaky_relu),
 ]}
 OP_NAMES = {code: k.name for code, k in KERNEL_OPS.items()}
 _BY_TFLITE = {name: k for k in KERNEL_OPS.values() for name in k.tflite}
@@ -331,5 +447,9 @@ def layer_spec(model: ts.ModelT, op: ir.Op, index: int | None = None) -> LayerSp
     kop = _BY_TFLITE.get(name)
     if kop is None:
         raise PatchKernelError(f"{where}: {name} has no C patch kernel (supported: {', '.join(SUPPORTED_TFLITE)})")
-    return kop.build(_Source(model, op, name, where, [int(t) for t in t_op.inputs], [int(t) for t in t_op.outputs],
-                             act))
+    try:
+        return kop.build(_Source(model, op, name, where, [int(t) for t in t_op.inputs],
+                                 [int(t) for t in t_op.outputs], act))
+    except PatchKernelError as e:  # the quantization math's own messages name no op
+        text = str(e)
+        raise PatchKernelError(text if text.startswith(where) else f"{where}: {text}") from None

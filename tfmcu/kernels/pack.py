@@ -219,7 +219,7 @@ def pack_stage(model_bytes: bytes | ts.ModelT | TfliteModel, graph: ir.Graph, sc
             raise PatchKernelError(f"{op.describe(k)}: ops with {len(op.outputs)} outputs are not supported")
         spec = layer_spec(model, op, k)
         ins = [tid[real(t)] for t in op.inputs]
-        operand = getattr(spec, "operand", None)
+        operand = spec.operand
         if operand is not None:  # a constant second operand: a constant tensor of the stage, 1 x 1 x C
             tid[f"{op.name}/operand"] = len(tensor_names)
             tensor_names.append(f"{op.name}/operand")

@@ -1,9 +1,11 @@
 """Quantization math computed offline, bit for bit as TFLite's kernels compute it at Prepare time.
 
 ``quantize_multiplier`` (TFLite's QuantizeMultiplier), ``activation_range`` (CalculateActivationRangeQuantized),
-``conv_multipliers`` (PopulateConvolutionQuantizationParams), ``add_params`` (the int8 ADD preparation). The C
-kernels take the results as plain integers (per-channel arrays in Flash), so they need no floating point at run time
-and no persistent memory.
+``conv_multipliers`` (PopulateConvolutionQuantizationParams), and the int8 Prepare of the element-wise ops as TFLite
+Micro computes it: ``add_params``, ``sub_params`` (ADD's params computed as SUB's Prepare does, in float32),
+``mul_params``, ``hard_swish_params``, ``logistic_params`` / ``tanh_params``, ``leaky_relu_params``. The C kernels
+take the results as plain integers (per-channel arrays in Flash), so they need no floating point at run time and no
+persistent memory.
 
 And the two ways an int32 sum is requantized at run time, recomputed exactly (``tfmcu.runtime.agreement`` proves a
 rounding tie with them): ``multiply_by_quantized_multiplier`` (TFLite's MultiplyByQuantizedMultiplier, the
@@ -155,3 +157,118 @@ def add_params(s1: float, zp1: int, s2: float, zp2: int, s_out: float, zp_out: i
     return dict(input1_offset=-int(zp1), input2_offset=-int(zp2), output_offset=int(zp_out), left_shift=left_shift,
                 input1_multiplier=m1, input1_shift=sh1, input2_multiplier=m2, input2_shift=sh2,
                 output_multiplier=mo, output_shift=sho, act_min=lo, act_max=hi)
+
+
+def sub_params(s1: float, zp1: int, s2: float, zp2: int, s_out: float, zp_out: int,
+               activation: str) -> dict[str, int]:
+    """TFLM's int8 SUB preparation (CalculateOpDataSub at the pinned commit, what the firmware builds): ADD's params
+    (left shift 20), but the rescaling multipliers come from float32 quotients: twice_max = 2 max(s1, s2),
+    s1 / twice_max, s2 / twice_max and twice_max / (2^20 s_out), each a float32 then
+    QuantizeMultiplierSmallerThanOneExp. (The tflite-micro wheel and TF Lite take ADD's double quotients.)"""
+    left_shift = 20
+    f1, f2, fo = _f32(s1), _f32(s2), _f32(s_out)
+    with np.errstate(all="ignore"):
+        twice_max = np.float32(2.0) * max(f1, f2)
+        reals = (f1 / twice_max, f2 / twice_max, twice_max / (np.float32(1 << left_shift) * fo))
+    if not all(np.isfinite(r) and 0.0 < float(r) < 1.0 for r in reals):
+        raise PatchKernelError("SUB rescaling multipliers must be between 0 and 1")
+    (m1, sh1), (m2, sh2), (mo, sho) = (quantize_multiplier(float(r)) for r in reals)
+    lo, hi = activation_range(activation, s_out, zp_out)
+    return dict(input1_offset=-int(zp1), input2_offset=-int(zp2), output_offset=int(zp_out), left_shift=left_shift,
+                input1_multiplier=m1, input1_shift=sh1, input2_multiplier=m2, input2_shift=sh2,
+                output_multiplier=mo, output_shift=sho, act_min=lo, act_max=hi)
+
+
+def mul_params(s1: float, zp1: int, s2: float, zp2: int, s_out: float, zp_out: int,
+               activation: str) -> dict[str, int]:
+    """TFLM's int8 MUL preparation (CalculateOpDataMul): QuantizeMultiplier(double(s1) * double(s2) /
+    double(s_out)) (the shift may be positive), the offsets, the fused activation's clamp range. (TF Lite takes the
+    float32 product and quotient.)"""
+    real = float(_f32(s1)) * float(_f32(s2)) / float(_f32(s_out))
+    m, shift = quantize_multiplier(real)
+    if not -31 <= shift <= 31:
+        raise PatchKernelError(f"MUL multiplier {real!r} is out of range")
+    lo, hi = activation_range(activation, s_out, zp_out)
+    return dict(input1_offset=-int(zp1), input2_offset=-int(zp2), output_offset=int(zp_out), output_multiplier=m,
+                output_shift=shift, act_min=lo, act_max=hi)
+
+
+def downscale_multiplier_int16(multiplier: int) -> int:
+    """TFLite's DownScaleInt32ToInt16Multiplier: a Q31 multiplier rounded to Q15 (saturating at 32767)."""
+    if multiplier >= INT32_MAX - (1 << 15):
+        return (1 << 15) - 1
+    return (int(multiplier) + (1 << 15)) >> 16
+
+
+def hard_swish_params(s_in: float, zp_in: int, s_out: float, zp_out: int) -> dict[str, int]:
+    """TFLM's int8 HARD_SWISH preparation (HardSwishPrepare), in its float32 arithmetic: hires = s_in / 128, the
+    output multiplier hires / s_out and the "relu-ish" multiplier hires / (3 / 32768), each a float32 quotient,
+    QuantizeMultiplier, then rounded to Q15. TFLM fails a model whose output multiplier is 1 or more."""
+    f_in, f_out = _f32(s_in), _f32(s_out)
+    with np.errstate(all="ignore"):
+        hires = np.float32(1.0 / 128.0) * f_in
+        output_real = hires / f_out
+        reluish_real = hires / (np.float32(3.0) / np.float32(32768.0))
+    if not (np.isfinite(output_real) and np.isfinite(reluish_real)):
+        raise PatchKernelError(f"HARD_SWISH scales {s_in!r} -> {s_out!r} give no finite multiplier")
+    mo, eo = quantize_multiplier(float(output_real))
+    mr, er = quantize_multiplier(float(reluish_real))
+    if eo > 0:
+        raise PatchKernelError(f"HARD_SWISH output multiplier {float(output_real)!r} is 1 or more (input scale "
+                               f"{float(f_in)!r} > 128 x output scale {float(f_out)!r}): TFLM refuses it")
+    if not -31 <= er <= 31:
+        raise PatchKernelError(f"HARD_SWISH input scale {float(f_in)!r} is out of range")
+    return dict(input_zero_point=int(zp_in), output_zero_point=int(zp_out),
+                reluish_multiplier_fixedpoint_int16=downscale_multiplier_int16(mr), reluish_multiplier_exponent=er,
+                output_multiplier_fixedpoint_int16=downscale_multiplier_int16(mo), output_multiplier_exponent=eo)
+
+
+# The input of TFLM's int8 LOGISTIC / TANH in fixed point: 4 integer bits (kInputIntegerBits).
+_ACTIVATION_INPUT_INTEGER_BITS = 4
+
+
+def _fixedpoint_activation_params(what: str, s_in: float, zp_in: int) -> dict[str, int]:
+    """The int8 LOGISTIC / TANH preparation of TFLM (CalculateArithmeticOpDataLogistic, TanhPrepare): frexp of
+    double(s_in) * 2^27 as a Q31 multiplier (TfLiteRound) and a left shift, and CalculateInputRadius(4, shift, 31) =
+    floor(15 * 2^27 / 2^shift), 0 from a shift of 31 on (input scales of 8 and more: every input saturates)."""
+    real = float(_f32(s_in)) * float(1 << (31 - _ACTIVATION_INPUT_INTEGER_BITS))
+    if not (real > 0.0 and math.isfinite(real)):
+        raise PatchKernelError(f"{what} input scale {s_in!r} is not positive")
+    q, shift = math.frexp(real)
+    if not 0 <= shift <= 62:
+        raise PatchKernelError(f"{what} input scale {float(_f32(s_in))!r} is out of range (TFLM's input shift "
+                               f"{shift})")
+    multiplier = _round_half_away(q * float(1 << 31))
+    if multiplier >= (1 << 31):
+        raise PatchKernelError(f"{what} input scale {float(_f32(s_in))!r} cannot be quantized")
+    radius = math.floor(Fraction(((1 << _ACTIVATION_INPUT_INTEGER_BITS) - 1) << (31 - _ACTIVATION_INPUT_INTEGER_BITS),
+                                 1 << shift))
+    return dict(input_zero_point=int(zp_in), input_range_radius=int(radius), input_multiplier=int(multiplier),
+                input_left_shift=int(shift))
+
+
+def logistic_params(s_in: float, zp_in: int) -> dict[str, int]:
+    """TFLM's int8 LOGISTIC preparation (output scale 1/256, zero point -128)."""
+    return _fixedpoint_activation_params("LOGISTIC", s_in, zp_in)
+
+
+def tanh_params(s_in: float, zp_in: int) -> dict[str, int]:
+    """TFLM's int8 TANH preparation (output scale 1/128, zero point 0): LOGISTIC's."""
+    return _fixedpoint_activation_params("TANH", s_in, zp_in)
+
+
+def leaky_relu_params(s_in: float, zp_in: int, s_out: float, zp_out: int, alpha: float) -> dict[str, int]:
+    """TFLM's int8 LEAKY_RELU preparation (CalculateOpDataLeakyRelu), in its float32 arithmetic:
+    QuantizeMultiplier(s_in * alpha / s_out) (negative for a negative alpha) and QuantizeMultiplier(s_in / s_out)."""
+    f_in, f_out, f_alpha = _f32(s_in), _f32(s_out), _f32(alpha)
+    with np.errstate(all="ignore"):
+        alpha_real, identity_real = f_in * f_alpha / f_out, f_in / f_out
+    if not (np.isfinite(alpha_real) and np.isfinite(identity_real)):
+        raise PatchKernelError(f"LEAKY_RELU scales {s_in!r} -> {s_out!r} give no finite multiplier")
+    ma, sa = quantize_multiplier(float(alpha_real))
+    mi, si = quantize_multiplier(float(identity_real))
+    if not (-31 <= sa <= 31 and -31 <= si <= 31) or ma == INT32_MIN:
+        raise PatchKernelError(f"LEAKY_RELU multipliers {float(alpha_real)!r}, {float(identity_real)!r} are out of "
+                               f"range")
+    return dict(input_zero_point=int(zp_in), output_zero_point=int(zp_out), output_multiplier_alpha=ma,
+                output_shift_alpha=sa, output_multiplier_identity=mi, output_shift_identity=si)

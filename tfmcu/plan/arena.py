@@ -239,9 +239,9 @@ CONST_INPUTS: dict[str, int] = {
 # IR op type -> TFLite builtin operator (when the op has no attrs["tflite_op"]).
 _IR_TO_BUILTIN = {
     ir.CONV: "CONV_2D", ir.DEPTHWISE: "DEPTHWISE_CONV_2D", ir.AVG_POOL: "AVERAGE_POOL_2D",
-    ir.MAX_POOL: "MAX_POOL_2D", ir.PAD: "PAD", ir.ADD: "ADD", ir.MUL: "MUL", ir.CONCAT: "CONCATENATION",
-    ir.QUANTIZE: "QUANTIZE", ir.DEQUANTIZE: "DEQUANTIZE", ir.MEAN: "MEAN", ir.FULLY_CONNECTED: "FULLY_CONNECTED",
-    ir.RESHAPE: "RESHAPE", ir.SOFTMAX: "SOFTMAX",
+    ir.MAX_POOL: "MAX_POOL_2D", ir.PAD: "PAD", ir.ADD: "ADD", ir.SUB: "SUB", ir.MUL: "MUL",
+    ir.CONCAT: "CONCATENATION", ir.QUANTIZE: "QUANTIZE", ir.DEQUANTIZE: "DEQUANTIZE", ir.MEAN: "MEAN",
+    ir.FULLY_CONNECTED: "FULLY_CONNECTED", ir.RESHAPE: "RESHAPE", ir.SOFTMAX: "SOFTMAX",
 }
 _ACTIVATION_TO_BUILTIN = {"relu": "RELU", "relu6": "RELU6", "sigmoid": "LOGISTIC", "tanh": "TANH",
                           "hard_swish": "HARD_SWISH", "leaky_relu": "LEAKY_RELU", "prelu": "PRELU", "elu": "ELU"}

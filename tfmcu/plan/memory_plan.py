@@ -140,7 +140,8 @@ def inplace_distance(graph: ir.Graph, op: ir.Op, tensor: str, kernels: str = "re
     if x.dtype != "int8" or y.dtype != "int8":  # the int8 reference kernels are the ones modelled (and tested)
         return None
     if kernels == "cmsis_nn":
-        if b == "ADD" and (op.attrs.get("broadcast") or tuple(x.shape) != tuple(y.shape)):
+        if b == "ADD" and (op.attrs.get("broadcast") or op.attrs.get("constant_operands") or
+                           tuple(x.shape) != tuple(y.shape)):
             return None  # TFLM's CMSIS-NN ADD broadcasts with the reference kernel: not modelled here
         if b != "ADD" and (tensor != op.inputs[0] or len(x.shape) != 4 or len(y.shape) != 4 or x.shape[0] != 1
                            or y.shape[0] != 1 or tuple(op.dilation) != (1, 1)):
@@ -148,7 +149,7 @@ def inplace_distance(graph: ir.Graph, op: ir.Op, tensor: str, kernels: str = "re
         return _cmsis_nn_distance(b, op, x, y, mve)
     if b == "ADD":
         # Elementwise: output[i] is written after input1[i] and input2[i] are read; later steps read i+1 onwards.
-        if op.attrs.get("broadcast") or tuple(x.shape) != tuple(y.shape):
+        if op.attrs.get("broadcast") or op.attrs.get("constant_operands") or tuple(x.shape) != tuple(y.shape):
             return None
         return 0
     if tensor != op.inputs[0] or len(x.shape) != 4 or len(y.shape) != 4 or x.shape[0] != 1 or y.shape[0] != 1:

@@ -84,7 +84,7 @@ def stage_pool(graph: ir.Graph, idx: Sequence[int]) -> int | None:
 
 
 # Ops that may run on whole 1 x 1 tensors inside a stage, once per run (a squeeze-excite's layers after its MEAN).
-WHOLE_OPS = (ir.CONV, ir.ACTIVATION, ir.ADD, ir.MUL, ir.RESHAPE)
+WHOLE_OPS = (ir.CONV, ir.ACTIVATION, ir.ADD, ir.SUB, ir.MUL, ir.RESHAPE)
 
 
 def _vector(graph: ir.Graph, t: str) -> bool:

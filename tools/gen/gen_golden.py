@@ -76,6 +76,15 @@ def kernel_cases() -> list[tuple[str, Any, dict[str, Any], str]]:
     def add_scales(x: Any) -> Any:
         return L.ReLU()(L.Add()([L.Conv2D(6, 1)(x), L.Conv2D(6, 3, padding="same")(L.Lambda(lambda t: 3 * t)(x))]))
 
+    def channel_scale(x: Any, layer: Any) -> Any:  # a squeeze-excite style [1, 1, 1, C] input 2
+        return layer()([L.Conv2D(6, 1)(x), L.GlobalAveragePooling2D(keepdims=True)(L.Conv2D(6, 3)(x))])
+
+    def after_conv(f: Callable[[Any], Any], activation: Any = None) -> Callable[[Any], Any]:
+        # (a ReLU in between keeps the converter from folding a constant operand into the convolution)
+        return lambda x: f(L.Conv2D(6, 1, activation=activation)(x))
+
+    per_channel = np.linspace(-1.5, 2.0, 6).astype(np.float32)  # a constant per-channel operand
+
     # (name, model, convert kwargs, TFLite op checked)
     return [
         ("conv_k3_s2_same_relu6", model("c1", (7, 6, 4), lambda x: L.Conv2D(8, 3, 2, "same", activation="relu6")(x)),
@@ -101,6 +110,25 @@ def kernel_cases() -> list[tuple[str, Any, dict[str, Any], str]]:
         ("max_pool_k3_s2_same", model("mp", (7, 6, 4), lambda x: L.MaxPooling2D(3, 2, "same")(L.Conv2D(4, 1)(x))),
          {}, "MAX_POOL_2D"),
         ("quantize", model("q", (5, 4, 3), lambda x: L.Conv2D(4, 1)(x)), {"float_io": True}, "QUANTIZE"),
+        # element-wise ops: two activations, a broadcast [1, 1, 1, C] input 2, constant operands (as input 2)
+        ("add_broadcast", model("ab", (5, 6, 4), lambda x: channel_scale(x, L.Add)), {}, "ADD"),
+        ("mul_relu", model("m1", (5, 6, 4), lambda x: L.ReLU()(L.Multiply()([L.Conv2D(6, 1)(x), L.Conv2D(
+            6, 3, padding="same")(x)]))), {}, "MUL"),
+        ("mul_broadcast", model("m2", (5, 6, 4), lambda x: channel_scale(x, L.Multiply)), {}, "MUL"),
+        ("mul_constant_per_channel", model("m3", (5, 6, 4), after_conv(lambda t: L.Lambda(
+            lambda u: u * per_channel)(t), "relu")), {}, "MUL"),
+        ("mul_constant_scalar", model("m4", (5, 6, 4), after_conv(lambda t: L.Rescaling(0.37)(t), "relu")), {},
+         "MUL"),
+        ("sub", model("s1", (5, 6, 4), lambda x: L.Subtract()([L.Conv2D(6, 1)(x), L.Conv2D(
+            6, 3, padding="same")(x)])), {}, "SUB"),
+        ("sub_broadcast", model("s2", (5, 6, 4), lambda x: channel_scale(x, L.Subtract)), {}, "SUB"),
+        ("sub_constant_per_channel", model("s3", (5, 6, 4), after_conv(lambda t: L.Lambda(
+            lambda u: u - per_channel)(t), "relu")), {}, "SUB"),
+        ("hard_swish", model("h", (5, 6, 4), after_conv(lambda t: L.Lambda(
+            lambda u: u * tf.nn.relu6(u + 3.0) / 6.0)(t))), {}, "HARD_SWISH"),
+        ("logistic", model("l", (5, 6, 4), after_conv(lambda t: L.Activation("sigmoid")(t))), {}, "LOGISTIC"),
+        ("tanh", model("t", (5, 6, 4), after_conv(lambda t: L.Activation("tanh")(t))), {}, "TANH"),
+        ("leaky_relu", model("lr", (5, 6, 4), after_conv(lambda t: L.LeakyReLU(0.3)(t))), {}, "LEAKY_RELU"),
     ]
 
 
@@ -109,7 +137,8 @@ def golden_kernels() -> str:
            '#include "tflm_patch_kernels/patch_stage.h"\n\n',
            "typedef struct {\n  const char* name;\n  int32_t type;          /* TfmcuOpType */\n"
            "  const void* params;\n  const void* input;     /* int8_t, or float for QUANTIZE */\n"
-           "  const int8_t* input2;  /* ADD only */\n  int32_t in_h, in_w, in_c;\n  int32_t out_h, out_w, out_c;\n"
+           "  const int8_t* input2;  /* ADD, SUB, MUL: in2_h x in2_w x in_c (1 x 1 x in_c: broadcast; a constant "
+           "operand) */\n  int32_t in_h, in_w, in_c;\n  int32_t in2_h, in2_w;\n  int32_t out_h, out_w, out_c;\n"
            "  int32_t pad_top, pad_left;\n  const int8_t* expected;\n} TfmcuGoldenKernelCase;\n\n"]
     table = []
     for name, model, kw, op_name in kernel_cases():
@@ -118,7 +147,9 @@ def golden_kernels() -> str:
             data = dilate_convs(data, "")
         g = from_tflite(data)
         m = ts.load_model(data)
-        op = next(o for o in g.ops if o.attrs["tflite_op"] == op_name)
+        found = [o for o in g.ops if o.attrs["tflite_op"] == op_name]
+        assert found, f"{name}: the converter produced {[o.attrs['tflite_op'] for o in g.ops]}, no {op_name}"
+        op = found[0]
         spec = layer_spec(m, op)
         sample = random_inputs(data, 1, seed=3)[0]
         if op_name == "QUANTIZE":  # add exact rounding ties
@@ -133,6 +164,9 @@ def golden_kernels() -> str:
         got = np.zeros_like(ref)
         call_kernel(spec, ins, got, op.padding[0], op.padding[2])
         assert np.array_equal(got, ref), f"{name}: the C kernel disagrees with TFLite"
+        if spec.operand is not None:  # a constant operand: the kernel's input 2, 1 x 1 x C
+            ins.append(spec.operand.reshape(1, 1, 1, -1))
+        assert (spec.operand is not None) == ("constant" in name), name
         pre = f"k_{name}"
         out.append(f"/* {name}: {op_name} {op.kernel} stride {op.stride} dilation {op.dilation} padding "
                    f"{op.padding} activation {op.activation} */\n")
@@ -142,10 +176,11 @@ def golden_kernels() -> str:
             out.append(c_array("int8_t", f"{pre}_input2", ins[1]))
         out.append(c_array("int8_t", f"{pre}_expected", ref) + "\n")
         _, ih, iw, ic = ins[0].shape
+        _, ih2, iw2, _ = ins[-1].shape if len(ins) > 1 else (0, 0, 0, 0)
         _, oh, ow, oc = ref.shape
         table.append(f'  {{"{name}", {spec.type}, &{pre}_params, {pre}_input, '
-                     f'{pre + "_input2" if len(ins) > 1 else "NULL"}, {ih}, {iw}, {ic}, {oh}, {ow}, {oc}, '
-                     f'{op.padding[0]}, {op.padding[2]}, {pre}_expected}},\n')
+                     f'{pre + "_input2" if len(ins) > 1 else "NULL"}, {ih}, {iw}, {ic}, {ih2}, {iw2}, {oh}, {ow}, '
+                     f'{oc}, {op.padding[0]}, {op.padding[2]}, {pre}_expected}},\n')
     out.append(f"static const TfmcuGoldenKernelCase kGoldenKernelCases[{len(table)}] = {{\n" + "".join(table)
                + "};\n\n#endif  /* TFMCU_GOLDEN_KERNELS_H_ */\n")
     return "".join(out)

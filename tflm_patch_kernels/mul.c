@@ -1,0 +1,59 @@
+/* MUL int8: see mul.h. */
+#include "mul.h"
+
+static int8_t tfmcu_mul_element(const TfmcuMulParams* params, int8_t a, int8_t b) {
+  /* |product| <= 383 * 383 with valid offsets: no overflow */
+  const int32_t product = ((int32_t)a + params->input1_offset) * ((int32_t)b + params->input2_offset);
+  const int32_t raw = tfmcu_wrap_add(
+      tfmcu_multiply_by_quantized_multiplier(product, params->output_multiplier, params->output_shift),
+      params->output_offset);
+  return (int8_t)tfmcu_clamp(raw, params->act_min, params->act_max);
+}
+
+TfmcuStatus tfmcu_mul_s8(const TfmcuMulParams* params, const TfmcuConstView* input1, const TfmcuConstView* input2,
+                         const TfmcuView* output) {
+  if (params == NULL || input1 == NULL || input2 == NULL || output == NULL) {
+    return kTfmcuErrorNullPointer;
+  }
+  const int32_t step = tfmcu_operand2_pixel_step(input1, input2, output);
+  if (step < 0) {
+    return kTfmcuErrorShapeMismatch;
+  }
+  const int32_t channels = output->channels;
+  for (int32_t y = 0; y < output->height; ++y) {
+    const int8_t* a = input1->data + (ptrdiff_t)y * input1->row_stride;
+    const int8_t* b = input2->data + (step != 0 ? (ptrdiff_t)y * input2->row_stride : 0);
+    int8_t* out = output->data + (ptrdiff_t)y * output->row_stride;
+    for (int32_t x = 0; x < output->width; ++x) {
+      for (int32_t c = 0; c < channels; ++c) {
+        out[x * channels + c] = tfmcu_mul_element(params, a[x * channels + c], b[x * step + c]);
+      }
+    }
+  }
+  return kTfmcuOk;
+}
+
+/* ------------------------------------------------------------------------------ op interface (op_table.c) */
+
+TfmcuStatus tfmcu_mul_op_check(const void* params, const int32_t* in_channels, int32_t out_channels) {
+  const TfmcuMulParams* p = (const TfmcuMulParams*)params;
+  if (p == NULL || in_channels == NULL) {
+    return kTfmcuErrorNullPointer;
+  }
+  if (in_channels[0] != out_channels || in_channels[1] != out_channels || p->act_min > p->act_max ||
+      !tfmcu_offset_valid(p->input1_offset) || !tfmcu_offset_valid(p->input2_offset) ||
+      !tfmcu_offset_valid(p->output_offset) || !tfmcu_shifts_valid(&p->output_shift, 1)) {
+    return kTfmcuErrorInvalidStage;
+  }
+  return kTfmcuOk;
+}
+
+TfmcuStatus tfmcu_mul_op_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top, int32_t pad_left,
+                             const TfmcuView* output) {
+  (void)pad_top;
+  (void)pad_left;
+  if (inputs == NULL) {
+    return kTfmcuErrorNullPointer;
+  }
+  return tfmcu_mul_s8((const TfmcuMulParams*)params, &inputs[0], &inputs[1], output);
+}

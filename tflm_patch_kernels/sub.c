@@ -1,0 +1,55 @@
+/* SUB int8: see sub.h. */
+#include "sub.h"
+
+static int8_t tfmcu_sub_element(const TfmcuAddParams* params, int8_t a, int8_t b) {
+  const int32_t shifted1 = ((int32_t)a + params->input1_offset) * ((int32_t)1 << params->left_shift);
+  const int32_t shifted2 = ((int32_t)b + params->input2_offset) * ((int32_t)1 << params->left_shift);
+  const int32_t scaled1 =
+      tfmcu_multiply_by_quantized_multiplier(shifted1, params->input1_multiplier, params->input1_shift);
+  const int32_t scaled2 =
+      tfmcu_multiply_by_quantized_multiplier(shifted2, params->input2_multiplier, params->input2_shift);
+  const int32_t difference = (int32_t)((uint32_t)scaled1 - (uint32_t)scaled2);
+  const int32_t raw = tfmcu_wrap_add(
+      tfmcu_multiply_by_quantized_multiplier(difference, params->output_multiplier, params->output_shift),
+      params->output_offset);
+  return (int8_t)tfmcu_clamp(raw, params->act_min, params->act_max);
+}
+
+TfmcuStatus tfmcu_sub_s8(const TfmcuAddParams* params, const TfmcuConstView* input1, const TfmcuConstView* input2,
+                         const TfmcuView* output) {
+  if (params == NULL || input1 == NULL || input2 == NULL || output == NULL) {
+    return kTfmcuErrorNullPointer;
+  }
+  const int32_t step = tfmcu_operand2_pixel_step(input1, input2, output);
+  if (step < 0 || params->left_shift < 0 || params->left_shift > TFMCU_ADD_MAX_LEFT_SHIFT) {
+    return kTfmcuErrorShapeMismatch;
+  }
+  const int32_t channels = output->channels;
+  for (int32_t y = 0; y < output->height; ++y) {
+    const int8_t* a = input1->data + (ptrdiff_t)y * input1->row_stride;
+    const int8_t* b = input2->data + (step != 0 ? (ptrdiff_t)y * input2->row_stride : 0);
+    int8_t* out = output->data + (ptrdiff_t)y * output->row_stride;
+    for (int32_t x = 0; x < output->width; ++x) {
+      for (int32_t c = 0; c < channels; ++c) {
+        out[x * channels + c] = tfmcu_sub_element(params, a[x * channels + c], b[x * step + c]);
+      }
+    }
+  }
+  return kTfmcuOk;
+}
+
+/* ------------------------------------------------------------------------------ op interface (op_table.c) */
+
+TfmcuStatus tfmcu_sub_op_check(const void* params, const int32_t* in_channels, int32_t out_channels) {
+  return tfmcu_add_op_check(params, in_channels, out_channels);  /* the same params, the same ranges */
+}
+
+TfmcuStatus tfmcu_sub_op_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top, int32_t pad_left,
+                             const TfmcuView* output) {
+  (void)pad_top;
+  (void)pad_left;
+  if (inputs == NULL) {
+    return kTfmcuErrorNullPointer;
+  }
+  return tfmcu_sub_s8((const TfmcuAddParams*)params, &inputs[0], &inputs[1], output);
+}
