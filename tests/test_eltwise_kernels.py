@@ -20,7 +20,7 @@ tanh.c, leaky_relu.c) bit-exact with TFLite's reference kernels and with TFLM.
 * Builders refuse with one line what the kernels do not run (int16, a broadcast other than per channel, constant
   minus activation, a fused activation the op cannot have, LOGISTIC / TANH output quantization, ...).
 * The stage executor runs the one-input ops and MUL / SUB of two activations patch by patch (any grid: bit-exact,
-  scratch exact).
+  scratch exact), and so does the TFMCU_PATCH_STAGE op of a custom-mode model in TFLM.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from tfmcu.runtime.model_io import random_inputs  # noqa: E402
 from tfmcu.runtime.tflite import run_tflite, tflite_all_tensors  # noqa: E402
 from tfmcu.runtime.tflm import run_tflm  # noqa: E402
 from tfmcu.runtime.tflm_host import run_whole  # noqa: E402
+from tfmcu.stage import custom  # noqa: E402
 from tfmcu.tflite import schema as ts  # noqa: E402
 
 SHAPE = (16, 16, 8)  # one-input ops and constant operands: every int8 value in each channel (16 x 16 pixels)
@@ -615,6 +616,12 @@ def test_stage_runs_the_eltwise_ops_patch_by_patch(grid, lib):
         assert np.array_equal(binding.run_stage(p, x), ref), f"sample {n}"
     touched, _ = binding.touched_scratch(p, x)
     assert touched == p.scratch_bytes == binding.c_scratch_bytes(p)
+    # ... and as the TFMCU_PATCH_STAGE op of a custom-mode model (the rest planned in place) in TFLM built from the
+    # pinned sources: the original model's outputs
+    model = custom.rewrite_custom(data, g, s, "eltwise", inplace=True).model
+    inputs = random_inputs(data, 2, seed=4)
+    got, want = run_whole(model, inputs).outputs, run_whole(data, inputs).outputs
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(got, want))
 
 
 def test_constant_operands_do_not_enter_a_stage_yet(models):

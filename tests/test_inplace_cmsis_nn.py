@@ -41,13 +41,13 @@ def mbv2(zoo_models):
 
 def _graph(kind: str, in_shape, out_c: int, kernel=(1, 1), stride=(1, 1), padding=(0, 0, 0, 0)):
     builtin, typ = {"conv": ("CONV_2D", ir.CONV), "dw": ("DEPTHWISE_CONV_2D", ir.DEPTHWISE),
-                    "add": ("ADD", ir.ADD)}[kind]
+                    "add": ("ADD", ir.ADD), "mul": ("MUL", ir.MUL)}[kind]
     h, w, c = in_shape
     ho = ir.window_out_size(h, kernel[0], stride[0], 1, padding[0], padding[1])
     wo = ir.window_out_size(w, kernel[1], stride[1], 1, padding[2], padding[3])
     t = {"x": ir.Tensor("x", (1, h, w, c)), "x2": ir.Tensor("x2", (1, h, w, c)),
          "y": ir.Tensor("y", (1, ho, wo, out_c))}
-    inputs = ["x", "x2"] if kind == "add" else ["x"]
+    inputs = ["x", "x2"] if kind in ("add", "mul") else ["x"]
     op = ir.Op("op", typ, inputs, ["y"], kernel=kernel, stride=stride, padding=padding, in_channels=c,
                out_channels=out_c, groups=c if kind == "dw" else 1, attrs={"tflite_op": builtin})
     return ir.Graph("g", t, [op], inputs, ["y"]), op
@@ -140,10 +140,12 @@ def test_cmsis_nn_distances_by_hand():
     # Strided 1x1 (arm_convolve_1x1_s8): the same per output row. 8x8x8 -> 4x4x6, stride 2: output row r (24 B)
     # must not reach input row 2r + 2 after its first pass... row 0's first-pass bytes end at 3 x 6 + 1.
     assert memory_plan.inplace_distance(*_graph("conv", (8, 8, 8), 6, (1, 1), (2, 2)), "x", kernels="cmsis_nn") == 22
-    # ADD (arm_elementwise_add_s8): four elements read, then written: exactly in place.
-    g, op = _graph("add", (6, 6, 7), 7)
-    assert memory_plan.inplace_distance(g, op, "x", kernels="cmsis_nn") == 0
-    assert memory_plan.inplace_distance(g, op, "x2", kernels="cmsis_nn") == 0
+    # ADD and MUL (arm_elementwise_add_s8, arm_elementwise_mul_s8): four elements read, then written: exactly in
+    # place.
+    for kind in ("add", "mul"):
+        g, op = _graph(kind, (6, 6, 7), 7)
+        assert memory_plan.inplace_distance(g, op, "x", kernels="cmsis_nn") == 0
+        assert memory_plan.inplace_distance(g, op, "x2", kernels="cmsis_nn") == 0
 
 
 def test_stage_ops_take_their_builtins_distance(mbv2):
@@ -183,7 +185,7 @@ def test_probe_cases_cover_every_cmsis_nn_path():
     paths = {c["path"] for c in cases}
     assert paths == {"arm_convolve_s8", "arm_convolve_1x1_s8_fast", "arm_convolve_1x1_s8",
                      "arm_depthwise_conv_3x3_s8", "arm_depthwise_conv_s8_opt", "arm_depthwise_conv_s8",
-                     "arm_avgpool_s8", "arm_max_pool_s8", "arm_elementwise_add_s8"}
+                     "arm_avgpool_s8", "arm_max_pool_s8", "arm_elementwise_add_s8", "arm_elementwise_mul_s8"}
     assert {c["path"] for c in cases if c["via"] == "backend"} == {
         "arm_convolve_s8", "arm_convolve_1x1_s8_fast", "arm_convolve_1x1_s8", "arm_depthwise_conv_3x3_s8",
         "arm_depthwise_conv_s8_opt"}
@@ -232,7 +234,8 @@ _DSP_DISTANCES = {
     "conv1x1_project": 142, "conv1x1_odd": 124, "conv1x1_s2": 22, "conv1x1_s2_odd": 11, "dw3x3_s1": 144,
     "dw3x3_s1_leftover": 70, "dw3x3_s2_leftover": 0, "dw3x3_s2_same_even": 0, "dw5x5_opt": 144, "dw5x5_opt_s2": 36,
     "dw3x3_mult2": 172, "dw3x3_mult4": 342, "avgpool2x2_s2": 0, "avgpool3x3_s1": 35, "maxpool2x2_s2": 0,
-    "maxpool3x3_s1": 35, "add_in1": 0, "add_in2": 0, "stage_conv3x3": 86, "stage_conv1x1": 142,
+    "maxpool3x3_s1": 35, "add_in1": 0, "add_in2": 0, "mul_in1": 0, "mul_in2": 0, "stage_conv3x3": 86,
+    "stage_conv1x1": 142,
     "stage_conv1x1_s2": 11, "stage_conv1x1_folded": 34, "stage_conv1x1_folded_odd": 74,
     "stage_conv1x1_folded_steps": 58, "stage_dw3x3": 0, "stage_dw5x5_opt": 144}
 
@@ -302,14 +305,14 @@ def test_probe_mve_cases_cover_every_mve_path():
     assert {c["path"] for c in cases} == {
         "arm_convolve_s8", "arm_convolve_1_x_n_s8", "arm_convolve_1x1_s8_fast", "arm_convolve_1x1_s8",
         "arm_depthwise_conv_s8_opt", "arm_depthwise_conv_s8", "arm_avgpool_s8", "arm_max_pool_s8",
-        "arm_elementwise_add_s8"}
+        "arm_elementwise_add_s8", "arm_elementwise_mul_s8"}
     assert {c["path"] for c in cases if c["via"] == "backend"} == {
         "arm_convolve_s8", "arm_convolve_1_x_n_s8", "arm_convolve_1x1_s8_fast", "arm_convolve_1x1_s8",
         "arm_depthwise_conv_s8_opt"}
     for c in cases:
         assert c["distance"] is not None and 0 <= c["distance"] < int(np.prod(c["out"])), c["name"]
         # a kernel that reads input after writing output (every window op but a strided one) needs D > 0
-        if c["kind"] != "add" and c["stride"] == (1, 1) and int(np.prod(c["out"][:2])) > 4:
+        if c["kind"] not in ("add", "mul") and c["stride"] == (1, 1) and int(np.prod(c["out"][:2])) > 4:
             assert c["distance"] > 0, c["name"]
     assert sum(c["distance"] > 0 for c in cases) > 35
 
@@ -469,13 +472,14 @@ def _simulate_mve(c: dict, mem: _Memory, weights: np.ndarray, bias: np.ndarray) 
                     src = mem.read((iy * w + ix) * cin + ch0, n)
                     mem.write(p * co + ch0, src if first else np.maximum(mem.read_out(p * co + ch0, n), src))
                 first = False
-    elif path == "arm_elementwise_add_s8":  # four elements (the tail predicated) of each input, then written
+    elif path in ("arm_elementwise_add_s8", "arm_elementwise_mul_s8"):
+        # four elements (the tail predicated) of each input, then written
         for j in range(0, ho * wo * co, 4):
             n = min(4, ho * wo * co - j)
             a, b = mem.read(j, n), mem.x2[j:j + n]
             if c["overlapped"] == 2:
                 a, b = b, a
-            mem.write(j, a + 3 * b)
+            mem.write(j, a + 3 * b if path == "arm_elementwise_add_s8" else (a + 5) * (b - 4))
     else:
         raise AssertionError(path)
 

@@ -123,6 +123,59 @@ def test_inplace_distance_is_tight_in_tflm(mbv2):
     assert not problems, problems
 
 
+def _eltwise_model() -> bytes:
+    """conv -> HARD_SWISH -> swish (LOGISTIC, MUL) -> LEAKY_RELU -> TANH -> LOGISTIC -> SUB of a 1x1 conv of it and
+    it -> conv: every element-wise op but swish's LOGISTIC has an input that dies at it (an in-place pair)."""
+    import tensorflow as tf
+    import tf_keras
+    from tf_keras import layers as L
+
+    from tfmcu.nets.convert import random_representative, to_int8_tflite
+
+    tf_keras.utils.set_random_seed(4)
+    i = tf_keras.Input((12, 10, 3))
+    h = L.Lambda(lambda t: t * tf.nn.relu6(t + 3.0) / 6.0)(L.Conv2D(8, 3, padding="same")(i))
+    t = L.Activation("tanh")(L.LeakyReLU(0.2)(L.Multiply()([h, L.Activation("sigmoid")(h)])))
+    t = L.Activation("sigmoid")(t)
+    d = L.Subtract()([L.Conv2D(8, 1)(t), t])
+    return to_int8_tflite(tf_keras.Model(i, L.Conv2D(4, 3, padding="same")(d)),
+                          random_representative((12, 10, 3), samples=3))
+
+
+def test_eltwise_ops_run_in_place_in_tflm():
+    """The element-wise ops' output may start at their input (D = 0) with both kernel sets: the in-place plan is
+    bit-exact in TFLM (the wheel and the pinned sources), and one byte closer (the output one byte after the input's
+    start) corrupts every pair: TFLM reads element i + 1 after writing element i."""
+    from tfmcu.plan.arena import builtin_of
+
+    data = _eltwise_model()
+    g = lower_tflite.from_tflite(data, name="eltwise")
+    producer = g.producer()
+    pairs = memory_plan.inplace_pairs(g)
+    kinds = {builtin_of(g.ops[producer[y]]): d for (y, _), d in pairs.items()}
+    eltwise = ("HARD_SWISH", "MUL", "LEAKY_RELU", "TANH", "LOGISTIC", "SUB")
+    assert {k: kinds.get(k) for k in eltwise} == dict.fromkeys(eltwise, 0), kinds
+    assert memory_plan.inplace_pairs(g, kernels="cmsis_nn") == pairs
+    assert memory_plan.inplace_pairs(g, kernels="cmsis_nn", core="cortex-m55") == pairs
+    inputs = random_inputs(data, 3, seed=5)
+    ref = run_tflm(data, inputs)
+    inplace, _, _ = memory_plan.with_offline_plan(data, g, inplace=True)
+    assert _same(ref, run_tflm(inplace, inputs))
+    assert _same(ref, run_whole(inplace, inputs).outputs)
+    head, offsets, _ = memory_plan.plan(g)
+    top = (head + 1024) // 16 * 16 + 1024
+
+    def exact_at(y: str, x: str, dist: int) -> bool:
+        plan = dict(offsets)
+        plan[y], plan[x] = top, top + dist
+        return _same(ref, run_tflm(memory_plan.write_offline_plan(data, plan, g), inputs))
+
+    for (y, x), d in pairs.items():
+        if builtin_of(g.ops[producer[y]]) in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+            continue
+        assert exact_at(y, x, d) and not exact_at(y, x, d - 1), (builtin_of(g.ops[producer[y]]), y, x)
+
+
 def test_custom_mode_inplace_rest(zoo_models):
     """Custom mode with an in-place rest: recorded in the schedule, a smaller head for the rest, a measured TFLM arena
     no larger (the whole model in TFLM built from source with the kernel; the predictor agrees), still bit-exact."""

@@ -29,7 +29,8 @@ from tfmcu.plan import cmsis_nn  # noqa: E402
 from tfmcu.plan.memory_plan import inplace_distance  # noqa: E402
 
 # The probe's operator kinds (inplace_probe.c: ProbeKind) and how each one is called.
-KINDS = {"conv": 0, "depthwise": 1, "avg_pool": 2, "max_pool": 3, "add": 4}
+KINDS = {"conv": 0, "depthwise": 1, "avg_pool": 2, "max_pool": 3, "add": 4, "mul": 5}
+BINARY = ("add", "mul")  # the kinds with two inputs (a case named *_in2 overlaps input 2)
 # the call TFLM's kernels/cmsis_nn makes, the patch backend's *_cmsis_nn_run, or that run of a 1x1 convolution whose
 # input offset the packer folded into its bias (input offset 0; a call abi.conv1x1_folded chooses: our product
 # without per-call filter sums, in CMSIS-NN's order)
@@ -69,6 +70,9 @@ CASES = [
     # arm_elementwise_add_s8: four at a time, then the leftovers (output over either input)
     ("add_in1", "add", "tflm", (6, 6, 7), 7, (1, 1), (1, 1), (0, 0, 0, 0)),
     ("add_in2", "add", "tflm", (4, 4, 9), 9, (1, 1), (1, 1), (0, 0, 0, 0)),
+    # arm_elementwise_mul_s8: the same order
+    ("mul_in1", "mul", "tflm", (5, 6, 7), 7, (1, 1), (1, 1), (0, 0, 0, 0)),
+    ("mul_in2", "mul", "tflm", (4, 4, 9), 9, (1, 1), (1, 1), (0, 0, 0, 0)),
     # The patch backend's run on whole tensors (a one-layer TFMCU_PATCH_STAGE op, rewrite --rest_convs=tfmcu)
     ("stage_conv3x3", "conv", "backend", (7, 5, 3), 5, (3, 3), (1, 1), (1, 1, 1, 1)),
     ("stage_conv1x1", "conv", "backend", (6, 6, 16), 4, (1, 1), (1, 1), (0, 0, 0, 0)),
@@ -82,7 +86,8 @@ CASES = [
 # Helium only (cases(mve=True)): arm_convolve_1_x_n_s8 (sections, asymmetric padding, stride 2, its fallback to
 # arm_convolve_s8; arm_convolve_s8 for stride x channels not a multiple of 4), arm_nn_mat_mult_nt_t_s8's
 # blocks of four pixels with leftover pixels, channels and a 16-byte tail, arm_depthwise_conv_s8_opt's channel blocks
-# of 124, one input channel into several run as a convolution, 16-channel blocks of the pooling kernels, ADD's tail.
+# of 124, one input channel into several run as a convolution, 16-channel blocks of the pooling kernels, ADD's and
+# MUL's tails.
 MVE_CASES = [
     ("mve_conv1x5_height1", "conv", "tflm", (1, 12, 4), 6, (1, 5), (1, 1), (0, 0, 2, 2)),
     ("mve_conv1x3_height1_leftover", "conv", "tflm", (1, 11, 8), 5, (1, 3), (1, 1), (0, 0, 1, 1)),
@@ -102,13 +107,14 @@ MVE_CASES = [
     ("mve_avgpool3x3_c20", "avg_pool", "tflm", (5, 5, 20), 20, (3, 3), (1, 1), (1, 1, 1, 1)),
     ("mve_maxpool3x3_c33", "max_pool", "tflm", (4, 4, 33), 33, (3, 3), (1, 1), (1, 1, 1, 1)),
     ("mve_add_tail", "add", "tflm", (3, 3, 5), 5, (1, 1), (1, 1), (0, 0, 0, 0)),
+    ("mve_mul_tail", "mul", "tflm", (3, 3, 5), 5, (1, 1), (1, 1), (0, 0, 0, 0)),
     ("mve_stage_conv1x1_one_pixel", "conv", "backend", (1, 1, 16), 8, (1, 1), (1, 1), (0, 0, 0, 0)),
     ("mve_stage_conv1x5_height1", "conv", "backend", (1, 12, 4), 6, (1, 5), (1, 1), (0, 0, 2, 2)),
     ("mve_stage_dw3x3_channel_blocks", "depthwise", "backend", (2, 3, 130), 130, (3, 3), (1, 1), (1, 1, 1, 1)),
 ]
 _BUILTIN = {"conv": ("CONV_2D", ir.CONV), "depthwise": ("DEPTHWISE_CONV_2D", ir.DEPTHWISE),
             "avg_pool": ("AVERAGE_POOL_2D", ir.AVG_POOL), "max_pool": ("MAX_POOL_2D", ir.MAX_POOL),
-            "add": ("ADD", ir.ADD)}
+            "add": ("ADD", ir.ADD), "mul": ("MUL", ir.MUL)}
 
 
 def out_shape(in_shape, out_c, kernel, stride, padding):
@@ -122,7 +128,7 @@ def case_graph(kind, in_shape, out_c, kernel, stride, padding):
     y_shape = out_shape(in_shape, out_c, kernel, stride, padding)
     tensors = {"x": ir.Tensor("x", (1,) + tuple(in_shape)), "y": ir.Tensor("y", (1,) + y_shape)}
     inputs = ["x"]
-    if kind == "add":
+    if kind in BINARY:
         tensors["x2"] = ir.Tensor("x2", (1,) + tuple(in_shape))
         inputs = ["x", "x2"]
     builtin, typ = _BUILTIN[kind]
@@ -145,7 +151,7 @@ def cases(mve: bool = False):
         if via == "backend_folded" and not abi.conv1x1_folded(in_shape[0] * in_shape[1], in_shape[2]):
             raise SystemExit(f"gen_inplace_probe: case {name} does not run the folded product (abi.conv1x1_folded)")
         g, op = case_graph(kind, in_shape, out_c, kernel, stride, padding)
-        overlapped = "x2" if name == "add_in2" else "x"
+        overlapped = "x2" if kind in BINARY and name.endswith("_in2") else "x"
         d = inplace_distance(g, op, overlapped, kernels="cmsis_nn", mve=mve)
         ref = inplace_distance(g, op, overlapped, kernels="reference")
         order = cmsis_nn.processing_order(kind, in_shape, g.tensors["y"].shape[1:], kernel, stride,
@@ -175,7 +181,7 @@ def source(all_cases, seed=0):
         h, w, ci = c["in"]
         ho, wo, co = c["out"]
         x = rng.integers(-128, 128, h * w * ci)
-        x2 = rng.integers(-128, 128, h * w * ci) if c["kind"] == "add" else np.zeros(1)
+        x2 = rng.integers(-128, 128, h * w * ci) if c["kind"] in BINARY else np.zeros(1)
         lines.append(_c_array("int8_t", f"k_in{k}", x))
         lines.append(_c_array("int8_t", f"k_in2_{k}", x2))
         taps = c["kernel"][0] * c["kernel"][1] * (ci if c["kind"] == "conv" else 1)

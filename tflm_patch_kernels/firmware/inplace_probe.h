@@ -4,7 +4,14 @@
 
 #include <stdint.h>
 
-typedef enum { kProbeConv = 0, kProbeDepthwise = 1, kProbeAvgPool = 2, kProbeMaxPool = 3, kProbeAdd = 4 } ProbeKind;
+typedef enum {
+  kProbeConv = 0,
+  kProbeDepthwise = 1,
+  kProbeAvgPool = 2,
+  kProbeMaxPool = 3,
+  kProbeAdd = 4,
+  kProbeMul = 5
+} ProbeKind;
 
 /* The call under test: TFLM's kernels/cmsis_nn call (arm_*_s8 / *_wrapper_s8 as TFLM makes it), or the patch
  * backend's run on whole, dense tensors (a one-layer TFMCU_PATCH_STAGE op). */
@@ -21,7 +28,7 @@ typedef struct {
   int32_t kernel_h, kernel_w;
   int32_t stride_h, stride_w;
   int32_t pad_top, pad_left;
-  int32_t overlapped;  /* ADD: which input the output overlaps (1 or 2); 1 otherwise */
+  int32_t overlapped;  /* ADD, MUL: which input the output overlaps (1 or 2); 1 otherwise */
   int32_t distance;    /* bytes the output starts before the overlapped input: tfmcu.plan.memory_plan's D */
   int32_t slack;       /* one of distance - 1 ... distance - slack must change the output (when >= 0) */
   int32_t reference_distance; /* what TFLM's reference kernels allow (-1: none) */

@@ -34,7 +34,8 @@ in a CMSIS-NN build, in which step every output byte is written and in which ste
 * ``arm_avgpool_s8``: per output pixel, the window summed into the int32 buffer, then every channel written.
   ``arm_max_pool_s8`` uses the output as its accumulator: a pixel's output is copied from its first in-image tap
   (memcpy) and updated at every later tap, channel by channel (one step per tap and channel).
-* ``arm_elementwise_add_s8``: four elements of each input read, then those four written; then one by one.
+* ``arm_elementwise_add_s8``, ``arm_elementwise_mul_s8``: four elements of each input read, then those four
+  written; then one by one.
 
 With ``mve`` (Helium, ``ARM_MATH_MVEI``: Cortex-M55) the dispatch and the orders are those of CMSIS-NN 4ab83cc's MVE
 code. The wrappers differ: ``arm_convolve_wrapper_s8`` takes ``arm_convolve_1_x_n_s8`` for an input of height 1 with a
@@ -69,7 +70,8 @@ output channel) and every other depth-multiplier-1 kernel, 3x3 too, as ``arm_dep
 * ``arm_avgpool_s8``: per output pixel, per block of 16 channels (the last one tail-predicated), the block's window
   summed, then those channels written. ``arm_max_pool_s8``: as on DSP cores, with ``arm_memcpy_s8`` and
   ``compare_and_replace_if_larger_q7`` working 16 channels at a time (one step per pixel, tap and block of 16).
-* ``arm_elementwise_add_s8``: four elements of each input read, then those four written; the tail (1 to 3) likewise.
+* ``arm_elementwise_add_s8``, ``arm_elementwise_mul_s8``: four elements of each input read, then those four written;
+  the tail (1 to 3) likewise.
 
 The MVE loads of the input are tail-predicated or exact (no read past a window or a row that feeds a result); the
 kernels read the input again after writing only where a step above says so (the product's rows per channel, the
@@ -328,16 +330,17 @@ def processing_order(kind: str, in_shape: tuple[int, int, int], out_shape: tuple
     """(kernel path, step in which each output byte is written, step in which each input byte is read for the last
     time or -1 if never) for one int8 operator of batch 1 as CMSIS-NN runs it on a DSP core, or with ``mve`` on a
     Helium core (see the module docstring); within a step every read comes before every write. ``kind``: "conv"
-    (groups 1, dilation 1), "depthwise" (dilation 1), "avg_pool", "max_pool" or "add" (same shapes, one input: the
-    other is alike); shapes (height, width, channels); ``padding`` (top, left). None for what is not modelled (and
-    for what CMSIS-NN refuses: arm_convolve_1_x_n_s8's padding check)."""
+    (groups 1, dilation 1), "depthwise" (dilation 1), "avg_pool", "max_pool", "add" or "mul" (same shapes, one
+    input: the other is alike; four elements of each input read, then four written, then the leftovers one by one);
+    shapes (height, width, channels); ``padding`` (top, left). None for what is not modelled (and for what CMSIS-NN
+    refuses: arm_convolve_1_x_n_s8's padding check)."""
     h, w, c = (int(v) for v in in_shape)
     ho, wo, co = (int(v) for v in out_shape)
-    if kind == "add":
+    if kind in ("add", "mul"):
         if (h, w, c) != (ho, wo, co):
             return None
         step = np.arange(h * w * c, dtype=np.int64) // 4 if mve else _chunk_step(h * w * c, 4)
-        return "arm_elementwise_add_s8", step, step
+        return f"arm_elementwise_{kind}_s8", step, step
     kh, kw = kernel
     sh, sw = stride
     pt, pl = padding

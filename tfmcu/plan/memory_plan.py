@@ -57,7 +57,17 @@ from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP, single_layer, stage_
 
 
 # Reference kernels whose read/write order ``inplace_distance`` models (TFLite builtin names).
-INPLACE_BUILTINS = ("CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D", "ADD")
+INPLACE_BUILTINS = ("CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D", "ADD", "SUB", "MUL",
+                    "HARD_SWISH", "LOGISTIC", "TANH", "LEAKY_RELU")
+# Element-wise operators: element i of the output is written after element i of every input is read, and later
+# steps read elements i + 1 onwards, so the output may start at its input (D = 0), in the reference kernels and in
+# CMSIS-NN's ADD / MUL (four elements read, then written). Two operands of the same shape only (a broadcast or
+# constant operand is read again for every pixel: not modelled).
+_ELEMENTWISE_BINARY = ("ADD", "SUB", "MUL")
+_ELEMENTWISE = _ELEMENTWISE_BINARY + ("HARD_SWISH", "LOGISTIC", "TANH", "LEAKY_RELU")
+# ... those TFLM's CMSIS-NN build runs through CMSIS-NN (kernels/cmsis_nn/add.cc, mul.cc); it runs the others with
+# the reference kernels.
+_CMSIS_NN_ELEMENTWISE = {"ADD": "add", "MUL": "mul"}
 
 
 def _window_read_base(op: ir.Op, in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> np.ndarray:
@@ -95,7 +105,7 @@ def _cmsis_nn_distance(b: str, op: ir.Op, x: ir.Tensor, y: ir.Tensor, mve: bool 
     """``inplace_distance`` for what TFLM's CMSIS-NN kernels (and the CMSIS-NN backend's one CMSIS-NN call on whole
     tensors) run: ``tfmcu.plan.cmsis_nn.processing_order`` (``mve``: CMSIS-NN's Helium code)."""
     kind = {"CONV_2D": "conv", "DEPTHWISE_CONV_2D": "depthwise", "AVERAGE_POOL_2D": "avg_pool",
-            "MAX_POOL_2D": "max_pool", "ADD": "add"}[b]
+            "MAX_POOL_2D": "max_pool", **_CMSIS_NN_ELEMENTWISE}[b]
     if kind == "conv" and (op.attrs.get("weights_dtype", "int8") != "int8" or op.groups not in (0, 1)):
         return None  # int4 weights: arm_convolve_wrapper_s4; grouped: not modelled
     order = cmsis_nn.processing_order(kind, tuple(x.shape[1:]), tuple(y.shape[1:]), tuple(op.kernel),
@@ -139,19 +149,19 @@ def inplace_distance(graph: ir.Graph, op: ir.Op, tensor: str, kernels: str = "re
     x, y = graph.tensors[tensor], graph.tensors[op.outputs[0]]
     if x.dtype != "int8" or y.dtype != "int8":  # the int8 reference kernels are the ones modelled (and tested)
         return None
+    if b in _ELEMENTWISE:
+        # same-shape operands only (TFLM's CMSIS-NN ADD / MUL broadcast with the reference kernel: not modelled)
+        if (op.attrs.get("broadcast") or op.attrs.get("constant_operands") or tuple(x.shape) != tuple(y.shape)
+                or (b not in _ELEMENTWISE_BINARY and tensor != op.inputs[0])):
+            return None
+        if kernels == "cmsis_nn" and b in _CMSIS_NN_ELEMENTWISE:
+            return _cmsis_nn_distance(b, op, x, y, mve)
+        return 0  # output[i] is written after every input's element i is read; later steps read i + 1 onwards
     if kernels == "cmsis_nn":
-        if b == "ADD" and (op.attrs.get("broadcast") or op.attrs.get("constant_operands") or
-                           tuple(x.shape) != tuple(y.shape)):
-            return None  # TFLM's CMSIS-NN ADD broadcasts with the reference kernel: not modelled here
-        if b != "ADD" and (tensor != op.inputs[0] or len(x.shape) != 4 or len(y.shape) != 4 or x.shape[0] != 1
-                           or y.shape[0] != 1 or tuple(op.dilation) != (1, 1)):
+        if (tensor != op.inputs[0] or len(x.shape) != 4 or len(y.shape) != 4 or x.shape[0] != 1 or y.shape[0] != 1
+                or tuple(op.dilation) != (1, 1)):
             return None
         return _cmsis_nn_distance(b, op, x, y, mve)
-    if b == "ADD":
-        # Elementwise: output[i] is written after input1[i] and input2[i] are read; later steps read i+1 onwards.
-        if op.attrs.get("broadcast") or op.attrs.get("constant_operands") or tuple(x.shape) != tuple(y.shape):
-            return None
-        return 0
     if tensor != op.inputs[0] or len(x.shape) != 4 or len(y.shape) != 4 or x.shape[0] != 1 or y.shape[0] != 1:
         return None
     if tuple(op.dilation) != (1, 1):
