@@ -218,10 +218,12 @@ def segments_by_image(graph: ir.Graph, options: SearchOptions, images: tuple[str
             progress(n + 1, len(pairs), f"stage plans: the stages over ops {a}-{b - 1}")
         idx = list(range(a, b))
         try:
-            _, outs = check_stage(graph, idx, facts)
+            ins, outs = check_stage(graph, idx, facts)
         except ScheduleError:
             continue
         if not graph.tensors[outs[0]].is_feature_map:  # (after the global pool: nothing to cut into patches)
+            continue
+        if len(ins) != 1 or len(outs) != 1:  # (a stage op takes one input and makes one output)
             continue
         height, width = graph.tensors[outs[0]].hw
         pool = _global_pool_after(graph, outs)
