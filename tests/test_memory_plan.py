@@ -176,6 +176,59 @@ def test_eltwise_ops_run_in_place_in_tflm():
         assert exact_at(y, x, d) and not exact_at(y, x, d - 1), (builtin_of(g.ops[producer[y]]), y, x)
 
 
+def _broadcast_model() -> bytes:
+    """conv -> depthwise -> a squeeze-excite (its MUL broadcasts the 1 x 1 x C scale over the map) -> a MUL and an ADD
+    by per-channel constants -> conv: the broadcast ops' map operand dies at them (in-place pairs)."""
+    import tensorflow as tf
+    import tf_keras
+    from tf_keras import layers as L
+
+    from tfmcu.nets.convert import random_representative, to_int8_tflite
+
+    tf_keras.utils.set_random_seed(6)
+    i = tf_keras.Input((12, 10, 3))
+    x = L.DepthwiseConv2D(3, padding="same", activation="relu")(L.Conv2D(8, 3, padding="same")(i))
+    s = L.Conv2D(8, 1, activation="sigmoid")(L.GlobalAveragePooling2D(keepdims=True)(x))
+    x = L.Multiply()([x, s])
+    x = L.Lambda(lambda t: t * tf.constant(np.linspace(0.5, 2.0, 8), tf.float32)
+                 + tf.constant(np.linspace(-1.0, 1.0, 8), tf.float32))(x)
+    return to_int8_tflite(tf_keras.Model(i, L.Conv2D(4, 3, padding="same")(x)),
+                          random_representative((12, 10, 3), samples=3))
+
+
+def test_broadcast_ops_run_in_place_over_their_map_operand():
+    """A MUL or ADD whose other operand is broadcast (a squeeze-excite's scale, a per-channel constant) runs TFLM's
+    reference broadcast loop in both builds: its output may start at its full-size operand (D = 0), bit-exact in
+    TFLM (the wheel and the pinned sources), and one byte closer corrupts it; the broadcast operand never overlaps."""
+    from tfmcu.plan.arena import builtin_of
+
+    data = _broadcast_model()
+    g = lower_tflite.from_tflite(data, name="broadcast")
+    producer = g.producer()
+    pairs = memory_plan.inplace_pairs(g)
+    broadcast = {(y, x): d for (y, x), d in pairs.items()
+                 if g.ops[producer[y]].attrs.get("broadcast") or g.ops[producer[y]].attrs.get("constant_operands")}
+    assert len(broadcast) == 3 and set(broadcast.values()) == {0}, pairs  # the SE's MUL, the constants' MUL, ADD
+    assert all(g.tensors[x].shape == g.tensors[y].shape for y, x in broadcast)
+    assert memory_plan.inplace_pairs(g, kernels="cmsis_nn") == pairs
+    assert memory_plan.inplace_pairs(g, kernels="cmsis_nn", core="cortex-m55") == pairs
+    inputs = random_inputs(data, 3, seed=5)
+    ref = run_tflm(data, inputs)
+    inplace, _, _ = memory_plan.with_offline_plan(data, g, inplace=True)
+    assert _same(ref, run_tflm(inplace, inputs))
+    assert _same(ref, run_whole(inplace, inputs).outputs)
+    head, offsets, _ = memory_plan.plan(g)
+    top = (head + 1024) // 16 * 16 + 1024
+
+    def exact_at(y: str, x: str, dist: int) -> bool:
+        plan = dict(offsets)
+        plan[y], plan[x] = top, top + dist
+        return _same(ref, run_tflm(memory_plan.write_offline_plan(data, plan, g), inputs))
+
+    for (y, x), d in broadcast.items():
+        assert exact_at(y, x, d) and not exact_at(y, x, d - 1), (builtin_of(g.ops[producer[y]]), y, x)
+
+
 def test_custom_mode_inplace_rest(zoo_models):
     """Custom mode with an in-place rest: recorded in the schedule, a smaller head for the rest, a measured TFLM arena
     no larger (the whole model in TFLM built from source with the kernel; the predictor agrees), still bit-exact."""

@@ -61,8 +61,8 @@ INPLACE_BUILTINS = ("CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL
                     "HARD_SWISH", "LOGISTIC", "TANH", "LEAKY_RELU")
 # Element-wise operators: element i of the output is written after element i of every input is read, and later
 # steps read elements i + 1 onwards, so the output may start at its input (D = 0), in the reference kernels and in
-# CMSIS-NN's ADD / MUL (four elements read, then written). Two operands of the same shape only (a broadcast or
-# constant operand is read again for every pixel: not modelled).
+# CMSIS-NN's ADD / MUL (four elements read, then written). Over the operand of the output's shape (a broadcast or
+# constant second operand, read again for every pixel, never overlaps).
 _ELEMENTWISE_BINARY = ("ADD", "SUB", "MUL")
 _ELEMENTWISE = _ELEMENTWISE_BINARY + ("HARD_SWISH", "LOGISTIC", "TANH", "LEAKY_RELU")
 # ... those TFLM's CMSIS-NN build runs through CMSIS-NN (kernels/cmsis_nn/add.cc, mul.cc); it runs the others with
@@ -150,11 +150,13 @@ def inplace_distance(graph: ir.Graph, op: ir.Op, tensor: str, kernels: str = "re
     if x.dtype != "int8" or y.dtype != "int8":  # the int8 reference kernels are the ones modelled (and tested)
         return None
     if b in _ELEMENTWISE:
-        # same-shape operands only (TFLM's CMSIS-NN ADD / MUL broadcast with the reference kernel: not modelled)
-        if (op.attrs.get("broadcast") or op.attrs.get("constant_operands") or tuple(x.shape) != tuple(y.shape)
-                or (b not in _ELEMENTWISE_BINARY and tensor != op.inputs[0])):
+        # over an operand of the output's shape; the other operand may be broadcast (a squeeze-excite's 1 x 1 x C
+        # scale, a per-channel constant): TFLM then runs the reference broadcast loop (BroadcastBinaryOpSimple) in
+        # both builds, which writes output element i after reading element i of the full-size operand, in order
+        if tuple(x.shape) != tuple(y.shape) or (b not in _ELEMENTWISE_BINARY and tensor != op.inputs[0]):
             return None
-        if kernels == "cmsis_nn" and b in _CMSIS_NN_ELEMENTWISE:
+        if kernels == "cmsis_nn" and b in _CMSIS_NN_ELEMENTWISE and not (op.attrs.get("broadcast")
+                                                                      or op.attrs.get("constant_operands")):
             return _cmsis_nn_distance(b, op, x, y, mve)
         return 0  # output[i] is written after every input's element i is read; later steps read i + 1 onwards
     if kernels == "cmsis_nn":
