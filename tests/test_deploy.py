@@ -200,7 +200,8 @@ def test_a_rounding_tie_takes_tflms_output_on_this_host(tied, tmp_path, mode):
 
 def test_a_difference_that_is_no_tie_is_one_line(tied, tmp_path):
     """TFLM on this host giving an output that TF Lite does not, other than by a proven rounding tie (planted: TFLM's
-    output on input 2 moved by 64: its bit 6 flipped), stops deploy with one line naming the input, exit status 2, nothing written."""
+    output on input 2 moved by 64, its bit 6 flipped), stops deploy with one line naming the input, exit status 2,
+    and nothing is written."""
     from tests.support import run_python
 
     paths, _ = tied

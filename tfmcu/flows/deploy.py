@@ -219,7 +219,7 @@ class DeployReport(Record):
     estimate: RamEstimate
     detector: DeployDetector | None = optional()
     streamed_input: StreamedRows | None = optional()
-    reference: DeployReference | None = optional()  # what the outputs must equal (None: a deploy.json of before)
+    reference: DeployReference | None = optional()  # what the outputs must equal (None: read from a file without it)
     run: FirmwareRun | None = optional()  # with ``run``: built and run under QEMU
     fits: bool | None = optional()  # with ``run``: the verdict's
     verdict: str | None = optional()

@@ -18,11 +18,11 @@ Then the chosen model is verified (bit-exact against the original in TF Lite and
 written as a firmware folder (``tfmcu.flows.deploy``); with ``run`` it is built and run under QEMU and the measured
 arena and instructions are compared with the predictions. The firmware's outputs must equal TF Lite's, but on an
 input where TFLM on this host gives another output by a rounding tie in the FULLY_CONNECTED head, proven on the model:
-TFLM's there (deploy's ``DeployReference``: fit.json's ``deploy.reference``). ``run`` returns a ``FitReport``. ``out_dir`` gets
-``model.tflite`` (the chosen model), ``fit.json`` (the report: every candidate evaluated, the chosen one, the
-per-layer model, verify and deploy reports),
-``fit.png`` (predicted arena against predicted instructions for every candidate) and ``firmware/``; it is assembled
-beside ``out_dir`` and renamed into place, so a failure leaves nothing behind.
+TFLM's there (deploy's ``DeployReference``: fit.json's ``deploy.reference``). ``run`` returns a ``FitReport``.
+``out_dir`` gets ``model.tflite`` (the chosen model), ``fit.json`` (the report: every candidate evaluated, the chosen
+one, the per-layer model, verify and deploy reports), ``fit.png`` (predicted arena against predicted instructions for
+every candidate) and ``firmware/``; it is assembled beside ``out_dir`` and renamed into place, so a failure leaves
+nothing behind.
 
 A model that cannot fit at any configuration is a one-line ``UsageError`` naming the smallest achievable arena and
 what it holds (or that the model's weights alone exceed the target's Flash); when it would fit with the input
