@@ -11,9 +11,14 @@ the target's QEMU board, and prints the measured figures and a "fits / does not 
 are the images, fed row by row from Flash), an in-place plan (--inplace) with the --kernels it was planned for. A
 model beyond the target's Flash goes to the board's external memory (MPS2: PSRAM), noted in deploy.json.
 
-Exit status: 0 written (and with --run: fits, outputs equal TF Lite's), 1 does not fit the target (--run), 2 bad
-input (missing file, not a TFLite model, an op the firmware cannot register, a malformed custom-mode model, an
-in-place plan for other --kernels): one line on stderr and no output folder.
+The firmware's outputs must equal TF Lite's, but TFLM's on this host on an input where the two differ by a rounding
+tie in the model's FULLY_CONNECTED head, proven on the model (the firmware runs TFLM): one line says so, and
+deploy.json's "reference" lists those inputs.
+
+Exit status: 0 written (and with --run: fits, outputs as expected), 1 does not fit the target (--run), 2 bad input
+(missing file, not a TFLite model, an op the firmware cannot register, a malformed custom-mode model, an in-place
+plan for other --kernels, TFLM on this host differing from TF Lite other than by a rounding tie): one line on stderr
+and no output folder.
 """
 
 from __future__ import annotations

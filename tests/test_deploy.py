@@ -133,6 +133,104 @@ def test_a_model_that_aborts_the_interpreters_is_one_line(aborting_tflite, tmp_p
     assert "\n" not in str(e.value) and str(path) in str(e.value) and not out.exists()
 
 
+def _dense_head(int8_tflite) -> bytes:
+    """A small int8 model whose classifier is a FULLY_CONNECTED head (where TF Lite and TFLM can round apart)."""
+    import tf_keras as keras
+
+    keras.utils.set_random_seed(0)
+    L = keras.layers
+    i = keras.Input((16, 16, 3))
+    x = L.Conv2D(8, 3, strides=2, padding="same", activation="relu")(i)
+    x = L.DepthwiseConv2D(3, padding="same", activation="relu")(x)
+    return int8_tflite(keras.Model(i, L.Dense(6)(L.GlobalAveragePooling2D()(x)), name="dense_head"))
+
+
+@pytest.fixture(scope="module")
+def tied(int8_tflite, tmp_path_factory):
+    """The dense-head model with a rounding tie built into its head on input 1 of three (tests/support.py:
+    tie_in_the_head: TF Lite rounds that output down, TFLM up, whatever the host that converted the model), the
+    same model in custom mode (a 2x2 patch stage over its first block), and the three inputs (.npy)."""
+    from tests.support import tie_in_the_head
+    from tfmcu.runtime.model_io import random_inputs
+
+    root = tmp_path_factory.mktemp("tied")
+    data = _dense_head(int8_tflite)
+    xs = random_inputs(data, 3, seed=5)
+    model = tie_in_the_head(data, xs[1])
+    g = from_tflite(model, name="tied")
+    paths = {"builtin": root / "tied.tflite", "custom": root / "tied_custom.tflite", "inputs": root / "x.npy"}
+    paths["builtin"].write_bytes(model)
+    paths["custom"].write_bytes(custom.rewrite_custom(model, g, regions.schedule(g, 2, n_blocks=1), "tied").model)
+    np.save(paths["inputs"], np.concatenate([x[0] for x in xs]))
+    return {k: str(v) for k, v in paths.items()}, xs
+
+
+@pytest.mark.parametrize("mode", ["builtin", "custom"])
+def test_a_rounding_tie_takes_tflms_output_on_this_host(tied, tmp_path, mode):
+    """TF Lite and TFLM round the tied model's head 1 apart on input 1: deploy proves it a tie on the model (its
+    head recomputed; a custom-mode model's stage in our C kernels on one side, TFLM built from source with our
+    kernel on the other), takes TFLM's output on this host as that input's expectation (what the firmware computes),
+    says so in one line and records it in deploy.json; TF Lite's elsewhere (equal to TFLM's)."""
+    from tfmcu.runtime.tflm import run_tflm
+
+    paths, xs = tied
+    out = tmp_path / "fw"
+    lines: list[str] = []
+    rep = deploy.prepare(deploy.DeployOptions(paths[mode], "cortex-m4", str(out), inputs=paths["inputs"],
+                                              kernels="reference"), log=lines.append)
+    original = open(paths["builtin"], "rb").read()
+    tfl, tflm = run_tflite(original, xs), run_tflm(original, xs)
+    apart = [k for k, (a, b) in enumerate(zip(tfl, tflm)) if not np.array_equal(a[0], b[0])]
+    assert 1 in apart  # the tie built in; other inputs meet one only by the converter's floats on this host
+    ref = rep.reference
+    assert ref.tflm_inputs == apart and ref.tflite_vs_tflm.agree and ref.tflite_vs_tflm.tie_samples == len(apart)
+    assert any(t.sample == 1 and t.tflm == t.tflite + 1 for t in ref.tflite_vs_tflm.ties)
+    assert ("built from source" in ref.tflm_on_host) == (mode == "custom")
+    # the firmware's expectation is TFLM's outputs on every input (TF Lite's where they agree), not TF Lite's
+    want = json.loads((out / "expect.json").read_text())
+    assert want["expect"] == sources.expectation([o[0] for o in tflm])
+    assert want["expect"]["output_fnv1a32"] != sources.expectation([o[0] for o in tfl])["output_fnv1a32"]
+    assert want["reference"]["tflm_inputs"] == apart
+    said = [s for s in lines if "rounding tie" in s]
+    assert len(said) == 1 and f"{len(apart)} of 3 inputs meet a rounding tie in the FULLY_CONNECTED head" in said[0]
+    assert "checked against TFLM on this host" in said[0]
+    written = json.loads((out / "deploy.json").read_text())
+    assert deploy.DeployReport.from_json(written) == rep and written["reference"]["tflm_inputs"] == apart
+
+
+def test_a_difference_that_is_no_tie_is_one_line(tied, tmp_path):
+    """TFLM on this host giving an output that TF Lite does not, other than by a proven rounding tie (planted: TFLM's
+    output on input 2 moved by 64, its bit 6 flipped), stops deploy with one line naming the input, exit status 2,
+    and nothing is written."""
+    from tests.support import run_python
+
+    paths, _ = tied
+    out = tmp_path / "fw"
+    script = (
+        "import sys\n"
+        "import numpy as np\n"
+        "from tfmcu.flows import deploy\n"
+        "real = deploy.evaluate\n"
+        "def planted(*args, **kwargs):\n"
+        "    run = real(*args, **kwargs)\n"
+        "    y = run.tflm[2][0].copy()\n"
+        "    y.view(np.uint8).flat[0] ^= 0x40\n"
+        "    run.tflm[2][0] = y\n"
+        "    return run\n"
+        "deploy.evaluate = planted\n"
+        "from pipelines import _cli, deploy as cli\n"
+        f"sys.argv = ['deploy', '--tflite={paths['builtin']}', '--inputs={paths['inputs']}', '--target=cortex-m4', "
+        f"'--out_dir={out}']\n"
+        "_cli.run(cli.main)\n")
+    r = run_python("-c", script)
+    assert r.returncode == 2, r.stdout + r.stderr
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("deploy: error: ")
+    assert "TFLM on this host differs from TF Lite on input 2 (output 0, largest difference 64)" in err[0]
+    assert "not by a rounding tie in the FULLY_CONNECTED head" in err[0]
+    assert not out.exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".tmp")]
+
+
 def test_measured_by_names_the_kernels():
     """deploy.json's ``run.measured_by`` names the kernels the firmware ran (--kernels), CMSIS-NN or reference."""
     from tfmcu.firmware.run import measured_by

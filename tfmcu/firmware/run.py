@@ -57,7 +57,9 @@ def _allocated(r: "FirmwareRun") -> bool:
 @dataclass(frozen=True, kw_only=True)
 class FirmwareRun(Record):
     """What a firmware's build and run measured (deploy.json's ``run``). Not linked: only ``overflow``; linked: the
-    QEMU run's figures; ``outputs_equal_tflite`` once TFLM allocated the arena and the outputs were checked."""
+    QEMU run's figures; ``outputs_equal_tflite`` once TFLM allocated the arena and the outputs were checked: they
+    equal expect.json's, TF Lite's outputs but on an input that meets a rounding tie in the FULLY_CONNECTED head,
+    TFLM's on this host there (deploy.json's ``reference``)."""
 
     linked: bool
     overflow: Overflow | None = optional()
@@ -94,10 +96,13 @@ def measured_by(t: Target, kernels: str) -> str:
 
 
 def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: str, timeout_s: int = 300,
-                 log: Callable[[str], None] = print, console: str = "semihosting") -> tuple[FirmwareRun, bool, str]:
+                 log: Callable[[str], None] = print, console: str = "semihosting",
+                 tflm_inputs: int = 0) -> tuple[FirmwareRun, bool, str]:
     """Build the folder's firmware and run it under QEMU (see the module docstring): ``(run, fits, verdict)``.
     ``arena``: the folder's arena, its predicted arena and its stack in bytes (they go into the verdict);
-    ``console``: the firmware's (deploy --console: "uart" runs QEMU with semihosting off, the report on the UART)."""
+    ``console``: the firmware's (deploy --console: "uart" runs QEMU with semihosting off, the report on the UART);
+    ``tflm_inputs``: on how many inputs expect.json has TFLM's outputs on this host (rounding ties: deploy's
+    ``DeployReference``), for the verdict."""
     arena_bytes, predicted_bytes, stack_bytes = arena
     out = os.path.abspath(out_dir)
     log(f"deploy: bazel build @{REPO}//:firmware for {t.name} (TFLM is compiled the first time: minutes) ...")
@@ -176,7 +181,9 @@ def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: 
                f" B){apart}, RAM {res['ram_static'] + res['stack_size']:,} of {t.sram_bytes:,} B, Flash "
                f"{rep['sizes']['flash']:,} of {t.flash_bytes:,} B"
                + (f" + the model's {psram:,} B in external memory (PSRAM)" if psram else "")
-               + f"; outputs equal TF Lite's on {len(regions)} inputs"
+               + (f"; outputs equal TF Lite's on {len(regions) - tflm_inputs} of {len(regions)} inputs and TFLM's "
+                  f"on this host on {tflm_inputs} (rounding ties in the FULLY_CONNECTED head)" if tflm_inputs else
+                  f"; outputs equal TF Lite's on {len(regions)} inputs")
                + (f", image rows streamed from Flash ({'/'.join(map(str, sorted(set(res['streamed_rows_read']))))} "
                   f"per input)" if res.get("streamed_rows_read") else ""))
     return run, True, verdict

@@ -16,8 +16,8 @@ The folder (``out_dir``) holds:
 * ``BUILD`` + ``WORKSPACE``: a Bazel repository that builds ``:firmware`` (the ELF) for the target with this
   project's toolchain, linking TFLM's runtime and only the kernels of the model's ops (``@tflite_micro//:kernel_*``,
   third_party/tflite_micro.BUILD), our kernel and harness from ``@tfmcu_ws``;
-* ``expect.json``: TF Lite's outputs for the inputs (their hash, top classes; for a streamed input the rows each
-  Invoke reads), the predicted arena;
+* ``expect.json``: the expected outputs for the inputs (their hash, top classes: TF Lite's, TFLM's on this host on an
+  input that meets a rounding tie, below; for a streamed input the rows each Invoke reads), the predicted arena;
 * ``deploy.json`` (``DeployReport``, which ``deploy`` returns): what was decided: the target, the kernels, the
   predicted TFLM arena on Cortex-M (tfmcu.plan.arena, build "cortex-m-cmsis-nn" or "cortex-m" after ``kernels``:
   32-bit structs), the arena = prediction x (1 + margin) rounded up to 16 bytes, the estimated fit in RAM and in
@@ -29,14 +29,20 @@ A detector (its outputs those of TFLite_Detection_PostProcess, ``tfmcu.tflite.de
 firmware built with ``-DTFMCU_DETECTOR_SLOTS``: the output check hashes all four outputs (the op's unwritten entries
 zeroed on both sides), ``top_class`` is each input's top detection, and the result line lists each input's
 detections (class, score, box); deploy.json's ``detector`` has TF Lite's, and with ``run`` ``run.detections`` the
-firmware's, which must agree to the printed millionth.
+firmware's, which must agree to the printed millionth (the expected detections, TF Lite's but at a tie).
 
-TF Lite's outputs are the expectation: for a custom-mode model, every TFMCU_PATCH_STAGE op in the C kernels
-(ctypes) and the builtin ops in TF Lite (``tfmcu.runtime.host``), on the same images for a streamed input. Without
-``run`` the model also runs in TFLM on this host (its outputs must equal TF Lite's; its arena goes to deploy.json);
-with ``run`` the target's run is that check, and no host build of TFLM is needed.
+The expectation (deploy.json's ``reference``, ``DeployReference``) is TF Lite's outputs, input by input: for a
+custom-mode model, every TFMCU_PATCH_STAGE op in the C kernels (ctypes) and the builtin ops in TF Lite
+(``tfmcu.runtime.host``), on the same images for a streamed input. The model also runs in TFLM on this host (its arena
+goes to deploy.json): a builtin-only model always (the tflite-micro wheel, next to TF Lite in the same child
+process), a custom-mode model (TFLM built from source with our kernel) without ``run``, or with ``run`` when it has a
+FULLY_CONNECTED op (``tfmcu.runtime.agreement.may_round_apart``: the one op TF Lite's reference kernels requantize
+otherwise than TFLM's). Where TFLM on this host differs from TF Lite on an input by a rounding tie in the model's
+FULLY_CONNECTED head, proven on the model (``tfmcu.runtime.agreement.head_ties``), the expectation for that input is
+TFLM's output on this host, which is what TFLM on the target computes, and the log says so in one line; any other
+difference is a one-line ``DeployError`` naming the input.
 ``run`` builds ``@tfmcu_fw//:firmware`` from this checkout (``bazel build --override_repository=tfmcu_fw=OUT_DIR``)
-and runs it on the target's QEMU board (tfmcu/firmware/run.py): the output bytes must equal TF Lite's and the
+and runs it on the target's QEMU board (tfmcu/firmware/run.py): the output bytes must equal the expectation and the
 verdict is "fits" when it links into the target's memory and AllocateTensors succeeds; a link that overflows the
 target's RAM or Flash, or an arena TFLM finds too small, is "does not fit", with the figure; ``run.measured_by``
 names the kernels the firmware ran (``kernels``).
@@ -68,7 +74,8 @@ from tfmcu.firmware.targets import TARGETS, Target, get_target
 from tfmcu.firmware.tree import check_dest, export_tree
 from tfmcu.plan.arena import DEFAULT_KERNELS, ArenaPrediction, mcu_build, predict_model_arena
 from tfmcu.records import Record, optional
-from tfmcu.runtime.host import evaluate
+from tfmcu.runtime.agreement import Agreement, compare, expected, head_ties, may_round_apart
+from tfmcu.runtime.host import ModelRun, evaluate
 from tfmcu.runtime.model_io import TFLMError, load_inputs, random_inputs, read_model
 from tfmcu.tflite.detection_postprocess import postprocess_outputs, read_detector
 from tfmcu.tflite.model import TfliteModel
@@ -118,7 +125,7 @@ class DeployArena(Record):
     predicted_by: str
     margin: float
     arena_bytes: int
-    host_measured_bytes: int | None  # TFLM on this host; None with ``run`` (measured on the target instead)
+    host_measured_bytes: int | None  # TFLM on this host; None when it did not run here (``DeployReference``)
     # A board with a region for TFLM's persistent data (``Target.persistent_ram``, the STM32F405's CCM) where it fits
     # there: the arena holds only the predicted head (x (1 + margin)), the persistent buffer the tail (x (1 + margin))
     persistent_bytes: int | None = optional()
@@ -182,6 +189,18 @@ class StreamedRows(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class DeployReference(Record):
+    """What the firmware's outputs must equal, input by input (expect.json): TF Lite's (reference kernels), except on
+    an input where TFLM on this host differs from them by a rounding tie in the FULLY_CONNECTED head, proven on the
+    model (``tfmcu.runtime.agreement``): TFLM's there, what TFLM on the target computes too."""
+
+    tflm_inputs: list[int]  # the inputs whose expectation is TFLM's on this host (proven ties)
+    tflm_on_host: str | None  # the TFLM that ran on this host; None: not run (``how`` says why)
+    tflite_vs_tflm: Agreement | None  # TF Lite against TFLM on this host (every tie listed); None: not run
+    how: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class DeployReport(Record):
     """What ``deploy`` wrote and, with ``run``, measured (deploy.json)."""
 
@@ -200,6 +219,7 @@ class DeployReport(Record):
     estimate: RamEstimate
     detector: DeployDetector | None = optional()
     streamed_input: StreamedRows | None = optional()
+    reference: DeployReference | None = optional()  # what the outputs must equal (None: read from a file without it)
     run: FirmwareRun | None = optional()  # with ``run``: built and run under QEMU
     fits: bool | None = optional()  # with ``run``: the verdict's
     verdict: str | None = optional()
@@ -235,21 +255,26 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> DeployRepor
     rows = stream_rows(model)
     samples = (load_inputs(o.inputs, info)[:16] if o.inputs else
                random_inputs(model, o.num_inputs, o.seed, signature=info))
-    # TF Lite's outputs are the reference. With ``run`` the run on the target compares the firmware's outputs with
-    # them; TFLM on this host would add nothing to that check but a host build of TFLM (minutes on a fresh machine,
-    # for custom-mode models). Without it, TFLM on this host must agree with TF Lite.
+    # The expectation is TF Lite's outputs, but TF Lite's reference FULLY_CONNECTED requantizes otherwise than
+    # TFLM's (an output within rounding of a half comes out 1 apart: a tie) and the firmware runs TFLM, so TFLM runs
+    # on this host too and its output is taken on an input where the two differ by a proven tie
+    # (``choose_reference``). A builtin-only model: always, in the tflite-micro wheel in the child process that runs
+    # TF Lite, at next to no cost (measured, 8 inputs: ResNet-8 3.4 s and VWW 3.4-3.9 s with or without it, most of
+    # it the child's TensorFlow import). A custom-mode model runs whole in TFLM built from source with our kernel: a
+    # Bazel build of minutes the first time on a machine (4 min here), then under a second a run (0.1-1 s on a small
+    # model); with ``run`` only when it has a FULLY_CONNECTED op (``may_round_apart``), so that deploying one without
+    # never waits for that build: TF Lite's bytes are then TFLM's, and the run on the target checks them.
+    custom = stages is not None
+    host_tflm = not o.run or not custom or may_round_apart(model)
     log(f"deploy: {o.tflite}: {len(ops)} op types, {len(samples)} inputs; TF Lite reference outputs"
-        + (" ..." if o.run else " and TFLM on this host ..."))
+        + (" and TFLM on this host ..." if host_tflm else " ..."))
     try:
-        ref = evaluate(model, samples, "reference", o.tflite, tflm=not o.run, isolate=True)
+        ref = evaluate(model, samples, "reference", o.tflite, tflm=host_tflm, isolate=True)
+        detector = postprocess_outputs(model.flatbuffer)  # a detector: all four outputs are checked
+        reference, chosen = choose_reference(o, model, samples, ref, detector is not None, custom, log)
     except TFLMError as e:
         raise UsageError(str(e)) from None
-    outs = [r[0] for r in ref.tflite]
-    detector = postprocess_outputs(model.flatbuffer)  # a detector: all four outputs are checked
-    checked = (lambda r: r) if detector else (lambda r: r[:1])
-    if ref.tflm is not None and any(not all(np.array_equal(x, y) for x, y in zip(checked(a), checked(b)))
-                                    for a, b in zip(ref.tflite, ref.tflm)):
-        raise DeployError(f"{o.tflite}: TFLM on this host differs from TF Lite; run `verify` first")
+    outs = [r[0] for r in chosen]
     host_arena = None if ref.arena is None else ref.arena.total
     build = mcu_build(o.kernels, t.core)
     stack = o.stack_kib * 1024
@@ -272,16 +297,17 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> DeployRepor
     xs = np.concatenate([np.asarray(x).reshape((1,) + tuple(info.inputs[0].shape[1:])) for x in inputs])
     flash = flash_estimate(t, len(model), xs.nbytes)
     comment = f"{os.path.basename(o.tflite)} for {t.name}; {len(xs)} inputs ({o.inputs or f'random, seed {o.seed}'})"
-    want = detector_expectation(ref.tflite, detector) if detector else expectation(outs)
+    want = detector_expectation(chosen, detector) if detector else expectation(outs)
     det = None
     if detector:
         record = read_detector(model.flatbuffer) or {}
         det = DeployDetector(
             max_detections=int(np.prod(info.outputs[2].shape)),
             score_threshold=record.get("score_threshold"), labels=record.get("labels"),
-            detections=printed_detections(ref.tflite, detector),
-            how="TF Lite's detections per input (the first 16): [class, score, ymin, xmin, ymax, xmax], score "
-                "and box in millionths; the firmware prints the same list and hashes all four outputs")
+            detections=printed_detections(chosen, detector),
+            how="the expected detections per input (the first 16; TF Lite's, TFLM's on this host at a rounding "
+                "tie: 'reference'): [class, score, ymin, xmin, ymax, xmax], score and box in millionths; the "
+                "firmware prints the same list and hashes all four outputs")
     streamed = None
     if rows:  # the kernel reads each image's rows from Flash through the firmware's provider
         read = (ref.streamed_rows_read or {}).get("tflite", [])
@@ -307,12 +333,14 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> DeployRepor
             how=f"arena + stack + {static} B of other .data/.bss (estimated"
                 + (f"; {detector_static_bytes(slots)} B of them for the detector: the detections kept to print, "
                    f"its kernel" if slots else "") + "); the Flash as in 'flash'"),
-        detector=det, streamed_input=streamed)
+        detector=det, streamed_input=streamed, reference=reference)
     files = folder_files(model, ops, xs, outs[0].nbytes, comment, t, arena, stack, o.kernels, o.tflite, stream=rows,
                          external=flash.model_in == "external",
                          detector_slots=slots, console=o.console, persistent=persistent)
     files["expect.json"] = json.dumps({"expect": want,
-                                       "expect_within": {"arena_used_bytes": [pred.total, 0.01]}}, indent=1) + "\n"
+                                       "expect_within": {"arena_used_bytes": [pred.total, 0.01]},
+                                       "reference": {"tflm_inputs": reference.tflm_inputs, "how": reference.how}},
+                                      indent=1) + "\n"
     files["deploy.json"] = json.dumps(report.to_json(), indent=1) + "\n"
     write_folder(o.out_dir, files)
     if t.firmware_ram != TARGETS[t.name].firmware_ram:
@@ -329,6 +357,50 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> DeployRepor
     if flash.note:
         log(f"deploy: {flash.note}")
     return report
+
+
+def choose_reference(o: DeployOptions, model: TfliteModel, samples: list[Any], ref: ModelRun, detector: bool,
+                     custom: bool, log: Callable[[str], None]) -> tuple[DeployReference, list[list[np.ndarray]]]:
+    """The firmware's expectation, input by input (``DeployReference``), and the expected outputs: TF Lite's (``ref``:
+    ``evaluate``'s run), TFLM's on this host on an input where the two differ by a rounding tie in the
+    FULLY_CONNECTED head, proven on the model (``head_ties``, in a child process). The outputs the firmware checks
+    (output 0; a detector's four) differing otherwise on any input is a one-line ``DeployError`` naming the first."""
+    if ref.tflm is None:
+        return DeployReference(
+            tflm_inputs=[], tflm_on_host=None, tflite_vs_tflm=None,
+            how="TF Lite's outputs (reference kernels); TFLM did not run on this host: the model has no "
+                "FULLY_CONNECTED op, the one op TF Lite's reference kernels requantize otherwise than TFLM's, so "
+                "TF Lite's bytes are TFLM's (the run on the target checks them)"), ref.tflite
+    checked = (lambda r: list(r)) if detector else (lambda r: list(r[:1]))  # what the firmware hashes
+    differences = compare([checked(r) for r in ref.tflite], [checked(r) for r in ref.tflm])
+    differing = {m.sample for m in differences}
+    ties = {k: t for k, t in (head_ties(model, samples, ref.tflite, ref.tflm, "reference", where=o.tflite,
+                                        isolate=True) if differences else {}).items() if k in differing}
+    real = [m for m in differences if m.sample not in ties]
+    if real:
+        m = real[0]
+        what = (f"output {m.output}, largest difference {m.max_abs_diff:g}" if m.max_abs_diff is not None
+                else f"output {m.output}: {m.note}")
+        raise DeployError(f"{o.tflite}: TFLM on this host differs from TF Lite on input {m.sample} ({what}), and "
+                          f"not by a rounding tie in the FULLY_CONNECTED head"
+                          + (f" ({len(real)} of {len(samples)} inputs differ)" if len(real) > 1 else ""))
+    tied = sorted(ties)
+    if tied:
+        log(f"deploy: {len(tied)} of {len(samples)} inputs meet a rounding tie in the FULLY_CONNECTED head (TF Lite "
+            f"rounds once, TFLM twice): the firmware is checked against TFLM on this host for them (input"
+            f"{'s' if len(tied) > 1 else ''} {', '.join(map(str, tied))}; docs/pipelines.md#rounding-ties)")
+    host = ("TFLM built from source (the pinned archive, reference kernels + the TFMCU_PATCH_STAGE kernel), whole "
+            "model" if custom else "the tflite-micro wheel (TFLM's reference kernels)")
+    how = ("TF Lite's outputs (reference kernels)"
+           + (f", but TFLM's on this host on input{'s' if len(tied) > 1 else ''} {', '.join(map(str, tied))}: there "
+              f"an output of the FULLY_CONNECTED head lies within rounding of a half, which TF Lite's reference "
+              f"kernel rounds once with the float scales and TFLM's twice with a fixed-point multiplier, 1 apart "
+              f"(proven on the model: tfmcu.runtime.agreement.head_ties); the firmware runs TFLM"
+              if tied else "; TFLM on this host gives the same bytes"))
+    return (DeployReference(tflm_inputs=tied, tflm_on_host=host,
+                            tflite_vs_tflm=Agreement.of(len(samples), differences, ties, "reference", max_details=64),
+                            how=how),
+            expected(ref.tflite, ref.tflm, ties))
 
 
 def allocated_bytes(predicted: int, margin: float) -> int:
@@ -386,7 +458,8 @@ def flash_estimate(t: Target, model_bytes: int, inputs_bytes: int) -> FlashEstim
 
 
 def firmware_detections(out_dir: str, expected: list[list[list[int]]]) -> list[list[list[int]]]:
-    """The detections a detector's firmware printed (its run.json), checked against TF Lite's (``expected``): the same
+    """The detections a detector's firmware printed (its run.json), checked against the expected ones (``expected``:
+    TF Lite's, TFLM's on this host at a rounding tie): the same
     detections, classes equal, scores and boxes within 1 millionth (the printed rounding). The output hash has
     already proved the four outputs bit-exact; this checks what the firmware prints from them."""
     try:
@@ -400,7 +473,8 @@ def firmware_detections(out_dir: str, expected: list[list[list[int]]]) -> list[l
         len(g) == len(e) and all(len(a) == 6 and a[0] == b[0] and all(abs(x - y) <= 1 for x, y in zip(a[1:], b[1:]))
                                  for a, b in zip(g, e)) for g, e in zip(got, expected))
     if not same:
-        raise DeployError(f"{out_dir}: the firmware's detections differ from TF Lite's: {json.dumps(got)[:200]}")
+        raise DeployError(f"{out_dir}: the firmware's detections differ from the expected ones (TF Lite's): "
+                          f"{json.dumps(got)[:200]}")
     return got
 
 
@@ -411,7 +485,8 @@ def deploy(o: DeployOptions, log: Callable[[str], None] = print) -> DeployReport
     if o.run:
         run, fits, verdict = run_firmware(o.out_dir, TARGETS[o.target].placed(report.estimate.region),
                                           (report.arena.arena_bytes, report.arena.predicted_bytes, report.stack_bytes),
-                                          o.kernels, o.timeout_s, log, console=o.console)
+                                          o.kernels, o.timeout_s, log, console=o.console,
+                                          tflm_inputs=len(report.reference.tflm_inputs) if report.reference else 0)
         if report.detector is not None and fits:
             run = dataclasses.replace(run, detections=firmware_detections(o.out_dir, report.detector.detections))
         report = dataclasses.replace(report, run=run, fits=fits, verdict=verdict)

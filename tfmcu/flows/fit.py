@@ -16,11 +16,13 @@ are at most ``max_latency`` x the per-layer model's (default 1.05).
 
 Then the chosen model is verified (bit-exact against the original in TF Lite and TFLM, ``tfmcu.flows.verify``) and
 written as a firmware folder (``tfmcu.flows.deploy``); with ``run`` it is built and run under QEMU and the measured
-arena and instructions are compared with the predictions. ``run`` returns a ``FitReport``. ``out_dir`` gets
-``model.tflite`` (the chosen model), ``fit.json`` (the report: every candidate evaluated, the chosen one, the
-per-layer model, verify and deploy reports),
-``fit.png`` (predicted arena against predicted instructions for every candidate) and ``firmware/``; it is assembled
-beside ``out_dir`` and renamed into place, so a failure leaves nothing behind.
+arena and instructions are compared with the predictions. The firmware's outputs must equal TF Lite's, but on an
+input where TFLM on this host gives another output by a rounding tie in the FULLY_CONNECTED head, proven on the model:
+TFLM's there (deploy's ``DeployReference``: fit.json's ``deploy.reference``). ``run`` returns a ``FitReport``.
+``out_dir`` gets ``model.tflite`` (the chosen model), ``fit.json`` (the report: every candidate evaluated, the chosen
+one, the per-layer model, verify and deploy reports), ``fit.png`` (predicted arena against predicted instructions for
+every candidate) and ``firmware/``; it is assembled beside ``out_dir`` and renamed into place, so a failure leaves
+nothing behind.
 
 A model that cannot fit at any configuration is a one-line ``UsageError`` naming the smallest achievable arena and
 what it holds (or that the model's weights alone exceed the target's Flash); when it would fit with the input
@@ -172,7 +174,7 @@ class FitMeasured(Record):
     invoke_instructions: int | None  # the fewest over the test inputs
     predicted_instructions: int | None
     instructions_error: float | None  # predicted / measured - 1
-    outputs_equal_tflite: bool
+    outputs_equal_tflite: bool  # the expected outputs: TF Lite's, TFLM's on this host at a tie (deploy.reference)
     fits: bool
     measured_by: str | None
     verdict: str | None
@@ -444,10 +446,13 @@ def _finish(o: FitOptions, t: Target, data: bytes, origin: str, res: SearchResul
         if not ver.bit_exact:
             raise TfmcuError(f"{o.model}: the chosen model is not bit-exact against the original (a tfmcu bug: please "
                              f"report it); nothing written")
-    dep = deploy(DeployOptions(tflite=chosen_path, target=o.target, out_dir=os.path.join(stage, "firmware"),
-                               run=o.run, inputs=o.inputs, num_inputs=o.num_inputs, seed=o.seed, margin=o.margin,
-                               stack_kib=o.stack_kib, timeout_s=o.timeout_s, kernels=o.kernels,
-                               console=o.console, persistent_apart=o.persistent_apart), log=log)
+    try:
+        dep = deploy(DeployOptions(tflite=chosen_path, target=o.target, out_dir=os.path.join(stage, "firmware"),
+                                   run=o.run, inputs=o.inputs, num_inputs=o.num_inputs, seed=o.seed, margin=o.margin,
+                                   stack_kib=o.stack_kib, timeout_s=o.timeout_s, kernels=o.kernels,
+                                   console=o.console, persistent_apart=o.persistent_apart), log=log)
+    except TfmcuError as e:  # named after the user's model, not its copy in the staging folder (removed)
+        raise type(e)(str(e).replace(chosen_path, f"{o.model} as fit rewrote it" if patched else o.model)) from None
     ch = ChosenCandidate(**dataclasses.asdict(FitCandidate.of(chosen)), patched=patched)
     report = FitReport(
         model=o.model, model_origin=origin, out_dir=o.out_dir, target=t.name, core=t.core, kernels=o.kernels,

@@ -25,11 +25,17 @@ given inputs: it classifies the differences.
   3. the tail, run in TF Lite on TFLM's head output, gives TFLM's outputs (the tail is bit-exact), and the outputs
      that do not depend on the head are equal.
 
-  A sample with any difference not so explained is a real mismatch.
+  A sample with any difference not so explained is a real mismatch. A custom-mode model (``TFMCU_PATCH_STAGE`` ops)
+  runs as ``tfmcu.runtime.host.evaluate`` runs it: its stages in our C kernels on the TF Lite side, whole in TFLM
+  built from source with our kernel on the other; its head is a builtin FULLY_CONNECTED after them.
 * ``Agreement``: what a report holds (``agree``: no difference but rounding ties), ``Agreement.of`` builds it.
+* ``may_round_apart(model)``: whether the model has an op TF Lite's reference kernels requantize otherwise than
+  TFLM's (``ROUNDS_APART``); a model without one gives TFLM's bytes in TF Lite. ``expected(tflite, tflm, ties)``: per
+  sample, what a TFLM deployment must give: TF Lite's outputs, TFLM's on a proven tie.
 
-``train`` (its int8 model), ``verify`` (each model, and the ``tflm_semantics`` of a rewritten model) and the demo
-read TF Lite against TFLM through these; ``docs/pipelines.md#rounding-ties`` explains the tie to users.
+``train`` (its int8 model), ``verify`` (each model, and the ``tflm_semantics`` of a rewritten model), ``deploy`` (the
+firmware's expectation, input by input) and the demo read TF Lite against TFLM through these;
+``docs/pipelines.md#rounding-ties`` explains the tie to users.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ import numpy as np
 from tfmcu.kernels.quant import (activation_range, conv_multipliers, multiply_by_quantized_multiplier, real_scales,
                                  requantize_float)
 from tfmcu.records import Record, optional
-from tfmcu.runtime.host import segment_model
+from tfmcu.runtime.host import evaluate, segment_model
 from tfmcu.runtime.isolate import isolatable
 from tfmcu.runtime.model_io import parsed
 from tfmcu.runtime.tflite import run_tflite
@@ -50,9 +56,12 @@ from tfmcu.runtime.tflm import run_tflm
 from tfmcu.tflite import schema as ts
 from tfmcu.tflite.editor import OFFLINE_PLAN_METADATA, ModelEditor
 from tfmcu.tflite.model import TfliteModel
+from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP
 
 HOW = ("TF Lite's reference FULLY_CONNECTED rounds once with the float scales, TFLM's twice with a fixed-point "
        "multiplier: an output within rounding of a half comes out 1 apart (docs/pipelines.md#rounding-ties)")
+# The ops whose TF Lite reference kernel requantizes otherwise than TFLM's (module docstring).
+ROUNDS_APART = ("FULLY_CONNECTED",)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,6 +138,20 @@ class Agreement(Record):
             parts.append(f"DISAGREE on {n(self.mismatching_samples)}")
         same = self.samples - self.tie_samples - self.mismatching_samples
         return f"identical on {same} of {n(self.samples)}; " + "; ".join(parts)
+
+
+def may_round_apart(model: TfliteModel) -> bool:
+    """Whether TF Lite's reference kernels may give ``model`` other bytes than TFLM: it has an op of ``ROUNDS_APART``
+    (outside a ``TFMCU_PATCH_STAGE``, whose ops run in our C kernels on both sides). Without one, every op requantizes
+    alike in both, and TF Lite's outputs are TFLM's."""
+    return any(name in ROUNDS_APART for name in model.op_names)
+
+
+def expected(tflite: Sequence[Sequence[np.ndarray]], tflm: Sequence[Sequence[np.ndarray]],
+             ties: dict[int, list[Tie]]) -> list[list[np.ndarray]]:
+    """Per sample, what TFLM must give: TF Lite's outputs, except on a sample whose difference is a proven rounding
+    tie (``ties``: ``head_ties``' samples, numbered from 0), TFLM's there."""
+    return [list(b) if k in ties else list(a) for k, (a, b) in enumerate(zip(tflite, tflm))]
 
 
 def same_outputs(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> bool:
@@ -255,15 +278,19 @@ def head_ties(model: TfliteModel | bytes, samples: Sequence[Any], tflite: Sequen
         return {}
     model = parsed(model, where)
     head = Head.find(model)
-    if head is None:
-        return {}
+    if head is None or any(model.op_names[j] == f"custom:{PATCH_STAGE_OP}" for j in head.tail):
+        return {}  # no head, or a tail TF Lite cannot run alone
     sg = model.flatbuffer.subgraphs[0]
     outputs = [int(t) for t in sg.outputs]
     n = len(outputs)
     downstream = {head.output} | {int(t) for j in head.tail for t in sg.operators[j].outputs}
     probe = probe_model(model, [head.input, head.output])
     picked = [samples[k] for k in differing]
-    p_tfl, p_tflm = run_tflite(probe, picked, resolver, where), run_tflm(probe, picked, where=where)
+    if f"custom:{PATCH_STAGE_OP}" in model.op_names:  # the stages in our C kernels / whole in TFLM with our kernel
+        run = evaluate(probe, picked, resolver, where)
+        p_tfl, p_tflm = run.tflite, run.tflm
+    else:
+        p_tfl, p_tflm = run_tflite(probe, picked, resolver, where), run_tflm(probe, picked, where=where)
     candidates: dict[int, tuple[np.ndarray, list[Tie]]] = {}
     for k, a, b in zip(differing, p_tfl, p_tflm):
         if not (same_outputs(a[:n], tflite[k]) and same_outputs(b[:n], tflm[k]) and np.array_equal(a[n], b[n])):
