@@ -49,6 +49,9 @@ flags.DEFINE_float("max_latency", _D.max_latency,
 _cli.define_grids_flag(_D.patch_options, "Patches per side to try, each up to a stage output's side (square grids, "
                                          "and row bands in plans of several stages; 1: none).")
 _cli.define_max_stages_flag(_D.max_stages)
+flags.DEFINE_boolean("se_passes", _D.se_passes,
+                     "Squeeze-excites inside patch stages: the stage sweeps its grid once per squeeze-excite to sum "
+                     "its statistic, then again (the recompute is priced); --nose_passes: stages end at them.")
 _cli.define_max_mac_overhead_flag(_D.max_mac_overhead)
 _cli.define_search_seconds_flag(_D.search_seconds)
 flags.DEFINE_integer("search_workers", _D.search_workers, "Processes pricing the search's candidates (0: one per "
@@ -77,7 +80,7 @@ def main(argv: Sequence[str]) -> int:
                        inputs=FLAGS.inputs, num_inputs=FLAGS.num_inputs, seed=FLAGS.seed, margin=FLAGS.margin,
                        stack_kib=FLAGS.stack_kib, persistent_apart=FLAGS.persistent_apart, patch_options=_cli.grids(),
                        max_mac_overhead=FLAGS.max_mac_overhead,
-                       max_stages=FLAGS.max_stages, search_seconds=FLAGS.search_seconds,
+                       max_stages=FLAGS.max_stages, se_passes=FLAGS.se_passes, search_seconds=FLAGS.search_seconds,
                        search_workers=FLAGS.search_workers,
                        verify_samples=FLAGS.verify_samples, tree=FLAGS.tree)
     rep = fit.run(o, progress=_cli.progress)

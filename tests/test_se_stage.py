@@ -197,3 +197,27 @@ def test_asan_ubsan_build_runs_an_emitted_stage_of_passes(se, tmp_path):
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, ASAN_OPTIONS="detect_leaks=0", UBSAN_OPTIONS="print_stacktrace=1"))
     assert r.returncode == 0 and r.stdout.strip() == "ok", (r.stdout + r.stderr)[-3000:]
+
+
+@pytest.mark.parametrize("border", ["pad", "strips"])
+def test_builtin_mode_unrolls_the_preprocessing_and_activations(se, border):
+    """Builtin mode copies the element-wise ops per patch (the Rescaling's MUL / ADD by constants, hard-swish, swish),
+    bit-exact in TF Lite and in the tflite-micro wheel; a stage holding a squeeze-excite is refused in one line."""
+    from tfmcu.runtime.host import evaluate
+    from tfmcu.stage.builtin import rewrite_builtin
+    from tfmcu.stage.common import RewriteError
+
+    data, g, ends = se
+    names = [op.name for op in g.ops]
+    before_se = names.index("se1_squeeze")
+    s = regions.schedule(g, (2, 2), ops=list(range(before_se)))
+    assert {g.ops[i].attrs.get("tflite_op") for i in s.stage} >= {"MUL", "ADD", "HARD_SWISH", "LOGISTIC"}
+    model = rewrite_builtin(data, g, s, border=border).model
+    xs = random_inputs(data, 3, seed=3)
+    original = evaluate(data, xs, tflm=False)
+    patched = evaluate(model, xs)
+    for a, b, c in zip(original.tflite, patched.tflite, patched.tflm):
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[0], c[0])
+    with pytest.raises(RewriteError, match="squeeze-excite.*--mode=custom") as e:
+        rewrite_builtin(data, g, regions.schedule(g, (2, 2), ops=list(range(ends["one"]))), border=border)
+    assert "\n" not in str(e.value)

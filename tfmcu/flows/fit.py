@@ -89,6 +89,7 @@ class FitOptions:
     patch_options: tuple[int, ...] = WIDE_GRIDS  # patches per side (square grids; row bands in stage plans)
     max_mac_overhead: float | None = None
     max_stages: int | None = None  # patch stages anywhere (stage plans), at most this many (None: any number)
+    se_passes: bool = True  # squeeze-excites inside patch stages, in passes (False: stages end at them)
     search_seconds: float | None = SEARCH_SECONDS  # the search's time budget (None: none)
     search_workers: int = 0  # processes pricing candidates (0: one per core)
     verify_samples: int = 20
@@ -405,7 +406,7 @@ def _search(o: FitOptions, t: Target, data: bytes, name: str, budget: int,
     cost = cost_function(o, t, data, graph, budget)
     opts = SearchOptions(patch_options=o.patch_options, rectangular=False, max_mac_overhead=o.max_mac_overhead,
                          max_stages=o.max_stages, search_seconds=o.search_seconds, workers=o.search_workers,
-                         count_input=True, objective=o.objective,
+                         count_input=True, objective=o.objective, se_in_stages=o.se_passes,
                          max_latency=o.max_latency if o.objective == "memory" else None)
     try:
         return search(graph, cost, budget, opts, progress)

@@ -37,7 +37,8 @@ from tfmcu.tflite.model import TfliteModel, as_model
 MAX_CONCAT_INPUTS = 10  # TFLM's CONCATENATION kernel takes at most 10 inputs
 BORDERS = ("strips", "pad")
 _WINDOW_TFLITE_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D")
-_POINTWISE_TFLITE_OPS = ("ADD", "MUL", "QUANTIZE", "DEQUANTIZE", "RELU", "RELU6", "LOGISTIC", "CONCATENATION")
+_POINTWISE_TFLITE_OPS = ("ADD", "SUB", "MUL", "QUANTIZE", "DEQUANTIZE", "RELU", "RELU6", "LOGISTIC", "TANH",
+                         "HARD_SWISH", "LEAKY_RELU", "CONCATENATION")
 
 
 def rewrite_builtin(data: bytes | TfliteModel, graph: ir.Graph, schedule: PatchSchedule, where: str = "model",
