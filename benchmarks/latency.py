@@ -8,7 +8,8 @@
 Runs already in ``--out`` are kept unless measured again (a partial run adds to the file).
 
 For every variant of ``VARIANTS`` (a zoo model per layer, or rewritten in custom mode: recompute, halo caches,
-streamed input, the rest's convolutions as one-layer TFMCU_PATCH_STAGE ops) and every core and kernel set asked for:
+streamed input, the rest's convolutions as one-layer TFMCU_PATCH_STAGE ops, squeeze-excites inside stages) and every
+core and kernel set asked for:
 
 1. the model is built (``tfmcu.nets.zoo``, cached), rewritten as ``tools/gen/gen_model_whole.py`` does, and written
    as the firmware's model source (``tfmcu.firmware.sources.model_source``, one seeded random input) into one
@@ -16,7 +17,9 @@ streamed input, the rest's convolutions as one-layer TFMCU_PATCH_STAGE ops) and 
    one firmware per (variant, core, kernels): ``tflm_patch_kernels/tflm/firmware_main.cc`` compiled with
    ``-DTFMCU_PROFILE_OPS``;
 2. ``bazel build`` builds them all; each runs on its QEMU board with the instruction-count plugin
-   (``tools/qemu/insn_count.c``): the plugin's regions are the Invoke and, nested in it, each of its ops;
+   (``tools/qemu/insn_count.c``): the plugin's regions are the Invoke and, nested in it, each of its ops; a firmware
+   with a TFMCU_PATCH_STAGE op also counts every instruction address (the plugin's profile), summed over each of
+   the portable element-wise kernels' functions (``portable_insns``: ``tfmcu.plan.latency.PORTABLE``);
 3. the per-op counts, each op's features (``tfmcu.plan.latency.op_features``) and the Invoke's count go into the
    calibration file with the coefficients ``tfmcu.plan.latency.fit`` derives from them.
 
@@ -53,6 +56,7 @@ from tfmcu.plan.regions import schedule
 from tfmcu.runtime.model_io import model_info, random_inputs
 from tfmcu.runtime.tflm_host import input_signature
 from tfmcu.stage.custom import convs_to_flash, rewrite_custom
+from tfmcu.tflite.editor import fold_static_reshapes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "out", "latency")
@@ -93,6 +97,7 @@ class Variant:
     kernels: tuple[str, ...] = KERNELS  # the kernel sets this variant is measured with
     arena_kib: int = 1024
     psram: bool = False
+    passes: int = 1  # the stage's sweeps of its grid (1 + its squeeze-excites), checked when it is made
 
 
 _SMALL = ["mbv2_035_96", "kernels_symmetric", "keras_mobilenet_v2", "keras_mobilenet_v1", "resnet_like",
@@ -136,7 +141,22 @@ VARIANTS: list[Variant] = (
        Variant(name="mbv2_100_224", model="mbv2_100_224", arena_kib=1800, psram=True),
        Variant(name="mbv2_100_224_p", model="mbv2_100_224", patches=4, arena_kib=1800, psram=True),
        Variant(name="mbv2_rd_224", model="mbv2_rd_224", arena_kib=1800, psram=True),
-       Variant(name="mbv2_rd_224_p", model="mbv2_rd_224", patches=4, arena_kib=1800, psram=True)])
+       Variant(name="mbv2_rd_224_p", model="mbv2_rd_224", patches=4, arena_kib=1800, psram=True)]
+    # the element-wise ops (HARD_SWISH, LOGISTIC, TANH, LEAKY_RELU, MUL, SUB; broadcast and constant operands) per
+    # layer and in stages, squeeze-excites inside stages (their passes: the layers before one run again)
+    + [Variant(name=m, model=m) for m in ("mbv3_small_100_128", "efficientnet_like", "eltwise_mix")]
+    + [Variant(name="mbv3_small_100_128_p", model="mbv3_small_100_128", patches=4, passes=2),
+       Variant(name="mbv3_small_100_128_p4_b5_all", model="mbv3_small_100_128", patches=4, blocks=5, halo="all",
+               passes=3),
+       Variant(name="mbv3_small_100_128_r8_b1_auto_stream", model="mbv3_small_100_128", patches=(8, 1), blocks=1,
+               halo="auto", stream=True),
+       Variant(name="efficientnet_like_p", model="efficientnet_like", patches=4, passes=3),
+       Variant(name="efficientnet_like_p3_b4_all", model="efficientnet_like", patches=3, blocks=4, halo="all",
+               passes=4),
+       Variant(name="efficientnet_like_r7_b1_stream", model="efficientnet_like", patches=(7, 1), blocks=1,
+               halo="auto", stream=True),
+       Variant(name="eltwise_mix_p", model="eltwise_mix", patches=2),
+       Variant(name="eltwise_mix_p3_all", model="eltwise_mix", patches=3, halo="all")])
 
 
 def _log(msg: str) -> None:
@@ -149,10 +169,13 @@ def make_model(v: Variant, zoo_cache: str | None) -> bytes:
     if v.patches is None:
         return original
     entry = zoo.ZOO[v.model]
+    original = fold_static_reshapes(original, v.model)[0]  # a squeeze-excite's computed reshape, as fit and rewrite
     graph = from_tflite(original, name=v.model)
     blocks = v.blocks if v.blocks is not None else entry.patch_blocks
     ops = None if blocks is not None else entry.patch_ops
     s = schedule(graph, v.patches, n_blocks=blocks, n_ops=ops)
+    if s.passes.count != v.passes:
+        raise ValueError(f"{v.name}: the stage sweeps its grid {s.passes.count} times, not {v.passes}")
     caches = select(s, HaloOptions(mode=v.halo), None, "streamed" if v.stream else "counted")
     # in place: planned for the CMSIS-NN build when it is measured (such a plan holds for both kernel sets)
     plan_kernels = "cmsis_nn" if "cmsis_nn" in v.kernels else "reference"
@@ -234,7 +257,8 @@ def generate(variants: list[Variant], cores: list[str], kernels: list[str], zoo_
                 name = f"{v.name}__{CORES[core][0]}__{k}"
                 rules.append(build_rules(name, core, k, ops, v))
                 firmwares.append({"name": name, "variant": v.name, "core": core, "kernels": k, "model": path,
-                                  "zoo": v.model, "profile": True})
+                                  "zoo": v.model, "profile": True,
+                                  "stage": any(op.startswith("custom:") for op in ops)})
                 if v.name in PLAIN:  # the same firmware without the per-op mode: the mode's overhead
                     rules.append(build_rules(name + "__plain", core, k, ops, v, profile=False))
                     firmwares.append({"name": name + "__plain", "variant": v.name, "core": core, "kernels": k,
@@ -288,6 +312,8 @@ def run_one(fw: dict, timeout: int = 3000) -> dict | None:
     if FOLDED_SYMBOL in sizes:  # the folded 1x1 product's own count per op (its row: tfmcu.plan.latency.fit)
         lo = syms[FOLDED_SYMBOL] & ~1
         opts += f",range=0x{lo:x}:0x{lo + sizes[FOLDED_SYMBOL]:x}"
+    if fw.get("stage"):  # every instruction address's count: the portable kernels' own counts over the run
+        opts += f",profile={out}.profile"
     cmd = ["qemu-system-arm", "-M", machine, "-nographic", "-monitor", "none", "-serial", "none",
            "-semihosting-config", "enable=on,target=native", "-icount", "shift=0",
            "-plugin", f"{plugin},{opts}", "-kernel", elf]
@@ -314,7 +340,29 @@ def run_one(fw: dict, timeout: int = 3000) -> dict | None:
     _log(f"{fw['name']}: invoke {regions[0]:,} insns, {n_ops} ops ({time.time() - t0:.0f} s)")
     return {"invoke_profiled": regions[0], "op_insns": regions[1:], "op_tags": r["op_tags"],
             "op_folded": ([c.get("range_insns", 0) for c in counts["regions"][1:]] if FOLDED_SYMBOL in sizes
-                          else None)}
+                          else None),
+            "portable": portable_counts(f"{out}.profile", syms, sizes) if fw.get("stage") else None}
+
+
+def portable_counts(profile: str, syms: dict[str, int], sizes: dict[str, int]) -> dict[str, int]:
+    """Per portable kernel (``tfmcu.plan.latency.PORTABLE``) the instructions its function ran (tfmcu_<op>_s8 and
+    the parts GCC split off it, ``.part.N``), from the plugin's per-address counts of a run of one Invoke."""
+    spans = []
+    for name, size in sizes.items():
+        base = name.split(".")[0]
+        for k in latency.PORTABLE:
+            if base == f"tfmcu_{k.lower()}_s8":
+                spans.append((syms[name] & ~1, (syms[name] & ~1) + size, k))
+    totals = dict.fromkeys(sorted({k for _, _, k in spans}), 0)
+    with open(profile) as f:
+        for line in f:
+            pc, n = line.split()
+            pc = int(pc, 16)
+            for lo, hi, k in spans:
+                if lo <= pc < hi:
+                    totals[k] += int(n)
+                    break
+    return totals
 
 
 def finish(data: dict, plain: dict, runs: dict, no_fit: bool = False) -> None:
@@ -394,6 +442,8 @@ def measure(variants: list[Variant], cores: list[str], kernels: list[str], zoo_c
                 "variant": fw["variant"], "zoo_model": fw["zoo"], "core": fw["core"], "kernels": fw["kernels"],
                 "model_sha1": hashlib.sha1(model).hexdigest()[:12],
                 "invoke_profiled": res["invoke_profiled"], "ops": ops}
+            if res["portable"]:
+                runs[(fw["variant"], fw["core"], fw["kernels"])]["portable_insns"] = res["portable"]
             data["runs"] = sorted(runs.values(), key=lambda r: (r["core"], r["kernels"], r["variant"]))
             latency.save_calibration(data, out)
     finish(data, plain, runs, no_fit)

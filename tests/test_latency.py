@@ -50,6 +50,55 @@ def test_1x1_convolutions_within_1_percent_each(data):
     assert not bad, "\n".join(bad)
 
 
+def test_1x1_convolutions_of_one_pixel_within_5_percent_each(data):
+    """A squeeze-excite's 1x1 convolutions (one pixel, 2 to 1,024 input channels) run only the product's odd-pixel
+    loop: a row of their own, CONV_2D:conv_1x1_pixel. The smallest are a thousand instructions, where the
+    requantization's branches on the data weigh a few percent."""
+    bad, seen = [], 0
+    for r in data["runs"]:
+        if r["kernels"] != "cmsis_nn":
+            continue
+        coef = data["coefficients"][f"{r['core']}/cmsis_nn"]
+        for f in r["ops"]:
+            if f["type"] == "CONV_2D" and latency.path_of(f, "cmsis_nn", bool(coef.get("mve"))) == \
+                    "CONV_2D:conv_1x1_pixel":
+                seen += 1
+                err = latency.op_cost(f, coef, "cmsis_nn") / f["insns"] - 1
+                if abs(err) > TOLERANCE:
+                    bad.append(f"{r['variant']} {r['core']} op {f['op']} (cin {f['geometry']['cin']}): "
+                               f"{100 * err:+.2f}%")
+    assert seen > 50
+    assert not bad, "\n".join(bad)
+
+
+def test_element_wise_rows_on_every_core(data):
+    """The element-wise ops of MobileNetV3 and EfficientNet have rows of their own on every core with both kernel
+    sets, TFLM's broadcast loops apart ("<TYPE>:broadcast", "<TYPE>:scalar"), and the portable kernels of the patch
+    executor rows fitted on their own counts, which every run that counted them agrees with within 2%."""
+    rows = ("HARD_SWISH", "LOGISTIC", "TANH", "LEAKY_RELU", "SUB", "MUL", "MUL:broadcast", "MUL:scalar",
+            "ADD:scalar", "ADD:broadcast", "SUB:broadcast", "CONV_2D:conv_1x1_pixel")
+    for core in latency.CORES:
+        for kernels in latency.KERNELS:
+            coef = data["coefficients"][f"{core}/{kernels}"]
+            missing = [r for r in rows if r not in coef["ops"] and not (kernels == "reference" and "conv_1x1" in r)]
+            assert not missing, (core, kernels, missing)
+            assert set(coef["portable"]) == set(latency.PORTABLE), (core, kernels)
+    scalar = [f for r in data["runs"] for f in r["ops"] if f.get("broadcast") == "scalar"]
+    assert scalar and all(f["loops"] == 1 for f in scalar)  # a scalar operand: one loop over every element
+    bad, seen = [], 0
+    for r in data["runs"]:
+        coef = data["coefficients"][f"{r['core']}/{r['kernels']}"]
+        feats = latency.portable_features(r)
+        for k, n in r.get("portable_insns", {}).items():
+            if k in feats and n:
+                seen += 1
+                pred = sum(coef["portable"][k].get(f, 0.0) * v for f, v in feats[k].items())
+                if abs(pred / n - 1) > 0.02:
+                    bad.append(f"{r['variant']} {r['core']} {r['kernels']} {k}: {100 * (pred / n - 1):+.2f}%")
+    assert seen > 100
+    assert not bad, "\n".join(bad)
+
+
 def test_a_wrong_model_misses(data):
     """The comparison is real: a model twice as large (every op's features doubled) is predicted far off."""
     r = next(r for r in data["runs"] if r["variant"] == "mbv2_035_96")
@@ -72,6 +121,16 @@ def test_stored_runs_cover_what_the_predictor_promises(data):
         kinds |= {"halo" for f in stages if f["cache_bytes"]} | {"stream" for f in stages if f["stream_bytes"]}
         kinds |= {"several_stages" for _ in [0] if len(stages) > 1}
     assert {"builtin", "custom", "halo", "stream", "several_stages"} <= kinds
+    # squeeze-excites inside stages (a stage sweeping its grid in passes: more patches than its grid has), with and
+    # without halo caches, and the element-wise ops, per layer and in stages: on every core with both kernel sets
+    for core in latency.CORES:
+        for kernels in latency.KERNELS:
+            runs = [r for r in data["runs"] if (r["core"], r["kernels"]) == (core, kernels)]
+            passes = [f for r in runs for f in r["ops"] if f["type"] == stage and f["patches"] > np.prod(f["grid"])]
+            assert any(f["cache_bytes"] for f in passes) and any(not f["cache_bytes"] for f in passes), (core, kernels)
+            have = {latency.path_of(lf, kernels) for r in runs for f in r["ops"] if f["type"] == stage
+                    for lf in f["layers"]}
+            assert {"HARD_SWISH", "LOGISTIC", "TANH", "LEAKY_RELU", "SUB", "MUL", "MUL:broadcast"} <= have
     # the folded 1x1 product's own counts, and its row, on both cores
     for core in ("cortex-m4", "cortex-m7"):
         assert any(f.get("folded_insns") for r in data["runs"] if (r["core"], r["kernels"]) == (core, "cmsis_nn")
@@ -79,15 +138,20 @@ def test_stored_runs_cover_what_the_predictor_promises(data):
         assert data["coefficients"][f"{core}/cmsis_nn"].get("folded"), core
 
 
-def test_features_of_a_stored_model_are_the_stored_ones(data, zoo_tiny_per_tensor):
+@pytest.mark.parametrize("name", ["tiny_per_tensor", "eltwise_mix"])
+def test_features_of_a_stored_model_are_the_stored_ones(data, zoo_models, name):
     """op_features of the zoo model as built now equals what the calibration stored for it (else the stored
-    measurements no longer describe the models the predictor sees)."""
-    runs = [r for r in data["runs"] if r["variant"] == "tiny_per_tensor"]
+    measurements no longer describe the models the predictor sees); eltwise_mix: the element-wise ops, TFLM's
+    broadcast loops among them."""
+    runs = [r for r in data["runs"] if r["variant"] == name]
     if not runs:
-        pytest.skip("tiny_per_tensor not in the calibration")
-    got = latency.op_features(zoo_tiny_per_tensor)
+        pytest.skip(f"{name} not in the calibration")
+    got = latency.op_features(zoo_models(name))
     want = [{k: v for k, v in f.items() if k not in ("insns", "folded_insns")} for f in runs[0]["ops"]]
     assert got == want
+    if name == "eltwise_mix":  # SUB of a per-channel constant: TFLM's innermost loop per pixel, a row of its own
+        sub = next(f for f in got if f["type"] == "SUB" and f.get("broadcast"))
+        assert latency.path_of(sub, "cmsis_nn") == "SUB:broadcast" and sub["loops"] == sub["pix"] > 1
 
 
 def test_folded_1x1_calls_are_priced_by_their_own_product(zoo_models, monkeypatch):

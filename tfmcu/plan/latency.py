@@ -11,11 +11,14 @@ calibrated on QEMU instruction counts.
   computes per patch; with halo caches, only what the caches do not hold), plus what the executor copies (cache
   bytes, the streamed input's rows) and its call counts. One-layer stages (``rewrite --rest_convs=tfmcu``) are
   the same with one call.
-* A builtin op's cost is a linear function of its features, one row of coefficients per (core, kernels, op path).
+* A builtin op's cost is a linear function of its features, one row of coefficients per (core, kernels, op path);
+  an element-wise op of two operands with one broadcast has rows of its own (TFLM's broadcast loops).
   A stage's cost with CMSIS-NN is linear in its calls' costs summed per kind (conv, depthwise, other: priced by the
   builtin rows of the same path, since the backend calls the CMSIS-NN functions TFLM's kernels call) and in the
   executor's terms (calls, output rows, patches, cache and streamed bytes); with the portable C kernels (not TFLM's
-  reference kernels) its calls have rows of their own (``stage_rows``), fitted on the stage ops.
+  reference kernels) its calls have rows of their own (``stage_rows``), fitted on the stage ops. In both, the calls of
+  the portable element-wise kernels (``PORTABLE``) are priced by those kernels' rows, fitted on their own counts.
+  A stage of squeeze-excites sweeps its grid in passes: a layer counts in every pass it runs in.
   The Invoke adds a constant and a per-op cost (TFLM's interpreter loop and the profiler hook).
 * The coefficients and the measurements they were fitted on are in ``latency_calibration.json`` beside this file;
   ``python -m benchmarks.latency`` measures and fits them again (``fit`` here), see docs/latency.md.
@@ -64,18 +67,41 @@ KERNELS = ("cmsis_nn", "reference")
 # channel passes (mve_blocks4, mve_blocks1) and the leftover pixels (mve_rows1), summed over its calls. They are
 # fitted on Helium cores only (DSP rows leave them out: MVE_FEATURES).
 MVE_FEATURES = ("mve_steps4", "mve_steps1", "mve_blocks4", "mve_blocks1", "mve_rows1")
+# loops: a builtin element-wise op with a broadcast operand runs TFLM's BroadcastBinaryOpSimple, which fuses the
+# dimensions it can into one innermost loop and recurses over the others: its innermost loops (one for a scalar
+# operand, one per pixel for a 1 x 1 x C one). tail: a 1x1 convolution over input channels that are not a multiple
+# of 4 (a squeeze-excite's): its outputs times the product's one-by-one steps after the 4-wide ones. Only such ops
+# have these two.
 FEATURES = ("macs", "vmacs", "col", "inner", "vinner", "out", "pix", "rows", "inp", "calls", "wts", "rmacs",
-            "wide", "omacs", "chans") + MVE_FEATURES
+            "wide", "omacs", "chans", "loops", "tail") + MVE_FEATURES
 # The stage's own terms: per kind of layer the summed predicted cost of its calls, and the executor's overheads.
 STAGE_KINDS = ("conv", "dw", "other")
-# Ops whose cost is arithmetic over windows (their own rows only); the rest also price ops never measured.
-HEAVY = ("FULLY_CONNECTED", "AVERAGE_POOL_2D", "MAX_POOL_2D", "MEAN", "SOFTMAX")
+# Element-wise ops of two operands: with one broadcast (a 1 x 1 x C or constant operand) they take other code paths,
+# rows of their own: "<TYPE>:broadcast", or "<TYPE>:scalar" where TFLM's innermost loop reads one value of an operand.
+BINARY = ("ADD", "SUB", "MUL")
+# TFLM's element-wise kernels run one flat loop over the elements (with an operand broadcast, BroadcastBinaryOpSimple's
+# loops): their rows are fitted on the elements, the innermost loops and the calls only (ADD's row as it was).
+ELEMENTWISE = ("SUB", "MUL", "HARD_SWISH", "LOGISTIC", "TANH", "LEAKY_RELU")
+ELEMENTWISE_FEATURES = ("out", "loops", "calls")
+# Ops whose cost is arithmetic over windows or a fixed-point function per element (their own rows only); the rest
+# also price ops never measured.
+HEAVY = ("FULLY_CONNECTED", "AVERAGE_POOL_2D", "MAX_POOL_2D", "MEAN", "SOFTMAX", "HARD_SWISH", "LOGISTIC", "TANH")
 STAGE_TERMS = tuple(f"cost_{k}" for k in STAGE_KINDS) + ("calls", "rows", "patches", "cache_bytes", "stream_bytes")
-# Terms at coefficient 1, not fitted: the folded 1x1 product's calls (its own row, fitted on its own counts), and a
+# Terms at coefficient 1, not fitted: the folded 1x1 product's calls (its own row, fitted on its own counts), a
 # residual ADD's calls, which run the very function TFLM's ADD runs (CMSIS-NN's arm_elementwise_add_s8, priced by
-# ADD's row). A free ADD term would trade against the executor's per-call and per-patch terms, which the ADDs of
-# MobileNets correlate with, and misprice a stage whose ADDs are larger.
-FIXED_TERMS = ("cost_folded", "cost_add")
+# ADD's row), a MUL's of same-shape operands likewise (arm_elementwise_mul_s8, MUL's row), and the portable kernels'
+# calls (their rows, ``PORTABLE``). A free ADD term would trade against the executor's per-call and per-patch terms,
+# which the ADDs of MobileNets correlate with, and misprice a stage whose ADDs are larger.
+FIXED_TERMS = ("cost_folded", "cost_add", "cost_mul", "cost_portable")
+# The patch executor's portable element-wise kernels (tflm_patch_kernels/<op>.c, the function tfmcu_<op>_s8): the
+# same code in both builds (the CMSIS-NN build runs ADD and MUL through CMSIS-NN's functions unless an operand is
+# broadcast). The calibration counts each one's instructions over a run (the plugin's per-address counts summed over
+# its function, ``portable_insns`` of a run) and ``fit`` gives each a row over these features of the stage layers
+# that ran it ("portable" of a core's coefficients, the same for both kernel sets). The stage calls of the element-wise
+# ops are priced by those rows (``cost_portable``, at coefficient 1), a residual ADD as before (``cost_add``; with
+# the portable kernels the stage's own ADD terms).
+PORTABLE = ("ADD", "SUB", "MUL", "HARD_SWISH", "LOGISTIC", "TANH", "LEAKY_RELU")
+PORTABLE_FEATURES = ("out", "pix", "rows", "calls")
 # The folded 1x1 product's features (cmsis_nn/conv1x1_folded.c), summed over its calls of p pixels, c input and k
 # output channels: inner-loop iterations (4 input channels each) over pairs of pixels and over an odd last pixel,
 # per pair of output channels; of the pairs' iterations those past a multiple of 16 (steps of their own after the
@@ -201,6 +227,8 @@ def _builtin(m: ts.ModelT, op: ts.OperatorT, name: str) -> dict[str, Any]:
                        mve=mve))
         f["geometry"] = {"kernel": [kh, kw], "stride": [sh, sw], "pad": list(pad), "dilation": [dh, dwl],
                          "in_h": i0[1], "depthwise": dw, "mult": mult, "cin": cin}
+        if not dw and (kh, kw) == (1, 1) and cin % 4:
+            f["tail"] = out * (cin % 4)  # the product's one-by-one steps after its 4-wide ones, per output
         return f
     if name == "FULLY_CONNECTED":
         w = shape(ins[1])
@@ -214,7 +242,34 @@ def _builtin(m: ts.ModelT, op: ts.OperatorT, name: str) -> dict[str, Any]:
         f.update(_call(0.0, inp, out, pix, rows, inp))
         return f
     f.update(_call(0.0, 0.0, out, pix, rows, inp))
+    if name in BINARY and len(ins) == 2 and any(float(np.prod(shape(t))) != out for t in ins):
+        # an operand broadcast (1 x 1 x C, a constant): TFLM's Broadcast*Slow loops, whose innermost loop reads one
+        # value of an operand ("scalar") or runs over both
+        f["loops"], one_value = _broadcast_loops(shape(ins[0]), shape(ins[1]), o)
+        f["broadcast"] = "scalar" if one_value else True
     return f
+
+
+def _broadcast_loops(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...]) -> tuple[float, bool]:
+    """How often TFLM's BroadcastBinaryOpSimple (broadcast_loop.h) runs its innermost loop for operands of shapes
+    ``a`` and ``b`` (from the last dimension on, a dimension joins the loop before it where every stride continues
+    that loop's, or is 0 in both, or the dimension is 1; else it opens a loop of its own), and whether that loop
+    reads one value of an operand (stride 0: its own loop body)."""
+    n = max(len(a), len(b), len(out))
+    a, b, out = ((1,) * (n - len(s)) + tuple(s) for s in (a, b, out))
+    loops: list[list[int]] = []  # per loop: [a stride, b stride, output stride, extent]
+    acc = [1, 1, 1]
+    for i in range(n - 1, -1, -1):
+        strides = [0 if d == 1 and out[i] != 1 else acc[k] for k, d in enumerate((a[i], b[i], out[i]))]
+        if loops and (out[i] == 1 or all((s == 0) if loops[-1][k] == 0 else (s == acc[k])
+                                         for k, s in enumerate(strides))):
+            loops[-1][3] *= out[i]
+        else:
+            loops.append(strides + [out[i]])
+        acc = [acc[0] * a[i], acc[1] * b[i], acc[2] * out[i]]
+    if not loops:
+        return 1.0, False
+    return float(np.prod([lp[3] for lp in loops[1:]])), loops[0][0] == 0 or loops[0][1] == 0
 
 
 def _postprocess(m: ts.ModelT, op: ts.OperatorT, name: str) -> dict[str, Any]:
@@ -354,6 +409,8 @@ def _stage(o: dict[str, Any]) -> dict[str, Any]:
                     "wide": wide, "omacs": omacs, "chans": chans, **mve}
 
         feats = {"type": name, "geometry": geometry, **features(live)}
+        if name in BINARY and any(t[0] * t[1] * t[2] != out_t[0] * out_t[1] * out_t[2] for t in in_ts):
+            feats["broadcast"] = True  # a 1 x 1 x C operand: the portable kernel's loop in every build
         if code == abi.OP_MEAN:  # our sums, not TFLM's MEAN (its row is TFLM's generic Reduce): the light row
             feats["type"] = "MEAN_SUMS"
         if fold.any():  # the folded calls: the layer's features over them, and their product's own
@@ -376,16 +433,18 @@ def _stage(o: dict[str, Any]) -> dict[str, Any]:
         layer_feats.append(feats)
         calls += feats["calls"]
         rows_total += feats["rows"]
-        if held is not None:  # the part of the held box a cache restores (then saves for the next patch)
+        if held is not None:  # the part of the held box a cache restores (then saves for the next patch), per run
             h_r = held[0][:, li, 1] - held[0][:, li, 0]
             h_c = held[1][:, li, 1] - held[1][:, li, 0]
-            cache_bytes += float((np.outer(h_r, h_c) - boxes).clip(min=0).sum()) * cout
+            cache_bytes += float((np.outer(h_r, h_c) - boxes).clip(min=0).sum()) * cout * (runs if passes else 0)
     stream = 0.0
     if int(o.get("streamed_input", 0) or 0):
         t = tensors[int(o["input_tensor"])]
         stream = float(t[0] * t[1] * t[2])
+    # each pass sweeps the whole grid (a stage of squeeze-excites runs 1 + their number)
+    sweeps = int(o.get("num_passes", 1) or 1)
     return {"type": f"custom:{abi.PATCH_STAGE_OP}", "layers": layer_feats, "grid": [grid_r, grid_c],
-            "calls": calls, "rows": rows_total, "patches": float(grid_r * grid_c), "cache_bytes": cache_bytes,
+            "calls": calls, "rows": rows_total, "patches": float(grid_r * grid_c * sweeps), "cache_bytes": cache_bytes,
             "stream_bytes": stream, "single_layer": psf.single_layer(o) is not None}
 
 
@@ -422,16 +481,48 @@ def path_of(f: dict[str, Any], kernels: str, mve: bool = False) -> str:
     a Helium core's (``coefficients["mve"]``), where the backend has no vector-matrix shortcut for one pixel."""
     g = f.get("geometry")
     if g is None:
-        return f["type"]
+        b = f.get("broadcast")
+        return f"{f['type']}:{'scalar' if b == 'scalar' else 'broadcast'}" if b else f["type"]
     if kernels == "cmsis_nn" and g.get("vector") and not mve:
         return "FULLY_CONNECTED"
     p = _conv_path(kernels, g["kernel"][0], g["kernel"][1], g["stride"][0], g["stride"][1], tuple(g["pad"]),
                    tuple(g["dilation"]), g["depthwise"], g["mult"], mve)
+    if p == "conv_1x1" and "vector" not in g and f.get("pix") == 1.0:
+        # a builtin 1x1 convolution of one pixel (a squeeze-excite's, a classifier's): the product's odd-pixel loop
+        # alone, a row of its own
+        p = "conv_1x1_pixel"
     return f"{f['type']}:{p}"
 
 
+def _elementwise_row(row: str) -> bool:
+    """Whether a row is an element-wise kernel's (``ELEMENTWISE``, or a broadcast one of ``BINARY``)."""
+    return row.split(":")[0] in ELEMENTWISE or row.endswith((":broadcast", ":scalar"))
+
+
 def _kind(f: dict[str, Any]) -> str:
-    return {"CONV_2D": "conv", "DEPTHWISE_CONV_2D": "dw", "ADD": "add"}.get(f["type"], "other")
+    return {"CONV_2D": "conv", "DEPTHWISE_CONV_2D": "dw", "ADD": "add", "MUL": "mul"}.get(f["type"], "other")
+
+
+def portable_kernel(lf: dict[str, Any], kernels: str) -> str | None:
+    """The portable kernel (``PORTABLE``) a stage layer's calls run with ``kernels``, or None."""
+    t = lf["type"]
+    if t not in PORTABLE or (kernels == "cmsis_nn" and t in ("ADD", "MUL") and not lf.get("broadcast")):
+        return None
+    return t
+
+
+def _priced_portable(lf: dict[str, Any], kernels: str) -> bool:
+    """Whether a stage layer is priced by its portable kernel's row (a residual ADD is not: see PORTABLE)."""
+    return portable_kernel(lf, kernels) is not None and not (lf["type"] == "ADD" and not lf.get("broadcast"))
+
+
+def portable_cost(lf: dict[str, Any], coef: dict[str, Any], kernels: str) -> float:
+    """A stage layer's instructions in its portable kernel: that kernel's row, or where the calibration has none,
+    the builtin row of the layer's path (TFLM's reference kernels compute the same arithmetic)."""
+    c = coef.get("portable", {}).get(portable_kernel(lf, kernels) or "")
+    if c is None:
+        return _row_cost(coef, path_of(lf, kernels), lf)
+    return float(sum(c.get(k, 0.0) * float(lf.get(k, 0.0)) for k in PORTABLE_FEATURES))
 
 
 def _row_cost(coef: dict[str, Any], row: str, f: dict[str, Any]) -> float:
@@ -458,6 +549,9 @@ def stage_terms(f: dict[str, Any], coef: dict[str, Any], kernels: str) -> dict[s
     folds = kernels == "cmsis_nn" and not mve and coef.get("dsp", True)
     for lf in f["layers"]:
         row = path_of(lf, kernels, mve)
+        if _priced_portable(lf, kernels):
+            terms["cost_portable"] += portable_cost(lf, coef, kernels)
+            continue
         parts = [(lf, 1.0)]
         if lf.get("folded") and folds:
             parts.append((lf["folded"]["layer"], -1.0))
@@ -474,9 +568,11 @@ def stage_terms(f: dict[str, Any], coef: dict[str, Any], kernels: str) -> dict[s
 def stage_row_terms(f: dict[str, Any], kernels: str, mve: bool = False) -> dict[str, float]:
     """A stage op's terms when its kernels have rows of their own (``stage_rows``: the portable C kernels, which
     are not TFLM's reference kernels): per row and feature the sum over its calls ("<row>.<feature>"), and the
-    executor's terms."""
+    executor's terms; the element-wise layers priced by their kernels' rows are left out (``portable_cost``)."""
     terms: dict[str, float] = {}
     for lf in f["layers"]:
+        if _priced_portable(lf, kernels):
+            continue
         row = path_of(lf, kernels)
         for k in FEATURES:
             if lf.get(k) and (mve or k not in MVE_FEATURES):
@@ -491,11 +587,48 @@ def op_cost(f: dict[str, Any], coef: dict[str, Any], kernels: str) -> float:
         s = coef["stage"]
         if coef.get("stage_rows"):
             terms = stage_row_terms(f, kernels, bool(coef.get("mve")))
-            return float(sum(s.get(t, 0.0) * v for t, v in terms.items()))
+            return float(sum(s.get(t, 0.0) * v for t, v in terms.items()) + _stage_portable(f, coef, kernels))
         terms = stage_terms(f, coef, kernels)
         return float(sum(terms[t] for t in FIXED_TERMS)
                      + sum(s.get(t, 0.0) * v for t, v in terms.items() if t not in FIXED_TERMS))
     return _row_cost(coef, path_of(f, kernels, bool(coef.get("mve"))), f)
+
+
+def _stage_portable(f: dict[str, Any], coef: dict[str, Any], kernels: str) -> float:
+    """A stage op's instructions in the portable kernels that price its element-wise layers."""
+    return float(sum(portable_cost(lf, coef, kernels) for lf in f["layers"] if _priced_portable(lf, kernels)))
+
+
+def portable_features(run: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per portable kernel the ``PORTABLE_FEATURES`` summed over the stage layers of a run that ran it."""
+    out: dict[str, dict[str, float]] = {}
+    for f in run["ops"]:
+        for lf in f.get("layers", []) if f["type"] == f"custom:{abi.PATCH_STAGE_OP}" else []:
+            k = portable_kernel(lf, run["kernels"])
+            if k is not None:
+                acc = out.setdefault(k, dict.fromkeys(PORTABLE_FEATURES, 0.0))
+                for n in PORTABLE_FEATURES:
+                    acc[n] += float(lf.get(n, 0.0))
+    return out
+
+
+def _fit_portable(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """The portable kernels' rows of one core, from its runs of both kernel sets that counted them."""
+    pts: dict[str, tuple[list[list[float]], list[float]]] = {}
+    for r in runs:
+        measured = r.get("portable_insns")
+        if not measured:
+            continue
+        feats = portable_features(r)
+        for k, n in measured.items():
+            if k in feats:
+                pts.setdefault(k, ([], []))[0].append([feats[k][n_] for n_ in PORTABLE_FEATURES])
+                pts[k][1].append(float(n))
+    rows = {}
+    for k, (a, b) in sorted(pts.items()):
+        x = _nnls(np.array(a, dtype=float), np.array(b, dtype=float))
+        rows[k] = {n: float(v) for n, v in zip(PORTABLE_FEATURES, x) if v}
+    return rows
 
 
 @functools.lru_cache(maxsize=4)
@@ -619,9 +752,10 @@ def nnls(a: np.ndarray, b: np.ndarray, iterations: int = 200) -> np.ndarray:
     return x
 
 
-def _nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Non-negative least squares, relative errors weighted equally (each row scaled by 1 / b)."""
-    w = 1.0 / np.maximum(np.abs(b), 1.0)
+def _nnls(a: np.ndarray, b: np.ndarray, total: np.ndarray | None = None) -> np.ndarray:
+    """Non-negative least squares, relative errors weighted equally (each row scaled by 1 / b, or by 1 / ``total``:
+    the whole count of which ``b`` is the part left to fit)."""
+    w = 1.0 / np.maximum(np.abs(b if total is None else total), 1.0)
     aw, bw = a * w[:, None], b * w
     scale = np.maximum(np.abs(aw).max(axis=0), 1e-12)
     return nnls(aw / scale, bw) / scale
@@ -633,11 +767,14 @@ def fit(runs: list[dict[str, Any]]) -> dict[str, Any]:
     per-op cost on what the ops' counts leave of the Invoke."""
     out: dict[str, Any] = {}
     for core in CORES:
+        portable = _fit_portable([r for r in runs if r["core"] == core])
         for kernels in KERNELS:
             rs = [r for r in runs if r["core"] == core and r["kernels"] == kernels]
             if not rs:
                 continue
             coef: dict[str, Any] = {"ops": {}, "stage": {}, "invoke": {"const": 0.0, "per_op": 0.0}, "light": {}}
+            if portable:
+                coef["portable"] = portable
             mve = core in MVE_CORES
             if mve:  # CMSIS-NN's Helium code: its paths (path_of), no folded product (stage_terms)
                 coef["mve"] = True
@@ -649,8 +786,9 @@ def fit(runs: list[dict[str, Any]]) -> dict[str, Any]:
                     if f["type"] != f"custom:{abi.PATCH_STAGE_OP}":
                         rows.setdefault(path_of(f, kernels, mve), []).append(f)
             for row, fs in sorted(rows.items()):
-                used = [k for k in FEATURES if any(f[k] for f in fs) and (mve or k not in MVE_FEATURES)]
-                a = np.array([[f[k] for k in used] for f in fs], dtype=float)
+                used = [k for k in FEATURES if any(f.get(k) for f in fs) and (mve or k not in MVE_FEATURES)
+                        and (k in ELEMENTWISE_FEATURES or not _elementwise_row(row))]
+                a = np.array([[f.get(k, 0.0) for k in used] for f in fs], dtype=float)
                 b = np.array([f["insns"] for f in fs], dtype=float)
                 x = _nnls(a, b)
                 coef["ops"][row] = {k: float(v) for k, v in zip(used, x) if v}
@@ -669,8 +807,9 @@ def fit(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 terms = [stage_row_terms(f, kernels, mve) for f in stages]
                 used = sorted({t for tm in terms for t in tm})
                 a = np.array([[tm.get(t, 0.0) for t in used] for tm in terms], dtype=float)
-                b = np.array([f["insns"] for f in stages], dtype=float)
-                coef["stage"] = {t: float(v) for t, v in zip(used, _nnls(a, b)) if v}
+                b = np.array([f["insns"] - _stage_portable(f, coef, kernels) for f in stages], dtype=float)
+                total = np.array([f["insns"] for f in stages], dtype=float)
+                coef["stage"] = {t: float(v) for t, v in zip(used, _nnls(a, b, total)) if v}
             elif stages:
                 # the folded 1x1 product's row, on its own counts (the instructions run inside it, per stage op)
                 counted = [f for f in stages if f.get("folded_insns") and any(lf.get("folded") for lf in f["layers"])]
@@ -688,7 +827,8 @@ def fit(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 b = np.array([f["insns"] - (f["folded_insns"] if "folded_insns" in f else tm["cost_folded"])
                               - sum(tm[t] for t in FIXED_TERMS if t != "cost_folded")
                               for f, tm in zip(stages, terms)], dtype=float)
-                coef["stage"] = {t: float(v) for t, v in zip(used, _nnls(a, b))}
+                total = np.array([f["insns"] for f in stages], dtype=float)
+                coef["stage"] = {t: float(v) for t, v in zip(used, _nnls(a, b, total))}
             # the Invoke beyond its ops: TFLM's loop over the ops and the profiler hook
             n = np.array([[1.0, len(r["ops"])] for r in rs])
             left = np.array([r["invoke"] - sum(f["insns"] for f in r["ops"]) for r in rs], dtype=float)
