@@ -227,7 +227,7 @@ def test_a_difference_that_is_no_tie_is_one_line(tied, tmp_path):
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("deploy: error: ")
     assert "TFLM on this host differs from TF Lite on input 2 (output 0, largest difference 64)" in err[0]
-    assert "not by a rounding tie in the FULLY_CONNECTED head" in err[0]
+    assert "not by a rounding tie (in the FULLY_CONNECTED head" in err[0]
     assert not out.exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".tmp")]
 
 

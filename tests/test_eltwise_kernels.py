@@ -624,11 +624,17 @@ def test_stage_runs_the_eltwise_ops_patch_by_patch(grid, lib):
     assert all(np.array_equal(a[0], b[0]) for a, b in zip(got, want))
 
 
-def test_constant_operands_do_not_enter_a_stage_yet(models):
-    """A stage with a constant-operand op is refused by the packer with one line (the stage blob has no place for
-    the operand yet)."""
+def test_constant_operands_run_in_a_stage(models):
+    """A stage with constant-operand ops (a Rescaling's MUL and ADD by constants) holds each operand as a constant
+    tensor of the stage blob, read as a 1 x 1 x C input 2: bit-exact with TF Lite patch by patch."""
     data = models(CASES[[c.name for c in CASES].index("rescaling_127_5")])
     g = from_tflite(data)
     assert scheduler.largest_prefix(g) == len(g.ops)  # patchable in the IR
-    with pytest.raises(kernels.PatchKernelError, match="constant operand does not run in a patch stage"):
-        pack.pack_stage(data, g, scheduler.schedule(g, 2, n_ops=1))
+    for grid in (2, (3, 1)):
+        s = scheduler.schedule(g, grid, n_ops=len(g.ops) - 1)
+        p = pack.pack_stage(data, g, s)
+        assert p.tensor_data  # the operands, in the blob's constants
+        for x in random_inputs(data, 2, seed=8):
+            want = tflite_all_tensors(data, x)(p.tensor_tflite_index[p.output_tensor])
+            got = binding.run_stage(p, x[0])
+            assert np.array_equal(got, want.reshape(got.shape))

@@ -35,10 +35,11 @@ The expectation (deploy.json's ``reference``, ``DeployReference``) is TF Lite's 
 custom-mode model, every TFMCU_PATCH_STAGE op in the C kernels (ctypes) and the builtin ops in TF Lite
 (``tfmcu.runtime.host``), on the same images for a streamed input. The model also runs in TFLM on this host (its arena
 goes to deploy.json): a builtin-only model always (the tflite-micro wheel, next to TF Lite in the same child
-process), a custom-mode model (TFLM built from source with our kernel) without ``run``, or with ``run`` when it has a
-FULLY_CONNECTED op (``tfmcu.runtime.agreement.may_round_apart``: the one op TF Lite's reference kernels requantize
-otherwise than TFLM's). Where TFLM on this host differs from TF Lite on an input by a rounding tie in the model's
-FULLY_CONNECTED head, proven on the model (``tfmcu.runtime.agreement.head_ties``), the expectation for that input is
+process), a custom-mode model (TFLM built from source with our kernel) without ``run``, or with ``run`` when it has an
+op TF Lite's reference kernels requantize otherwise than TFLM's outside its stages
+(``tfmcu.runtime.agreement.may_round_apart``: FULLY_CONNECTED, MUL, SUB, LOGISTIC, TANH). Where TFLM on this host
+differs from TF Lite on an input by rounding ties, proven on the model (``tfmcu.runtime.agreement.rounding_ties``: in
+the FULLY_CONNECTED head, or of such an op anywhere, replayed op by op), the expectation for that input is
 TFLM's output on this host, which is what TFLM on the target computes, and the log says so in one line; any other
 difference is a one-line ``DeployError`` naming the input.
 ``run`` builds ``@tfmcu_fw//:firmware`` from this checkout (``bazel build --override_repository=tfmcu_fw=OUT_DIR``)
@@ -74,7 +75,7 @@ from tfmcu.firmware.targets import TARGETS, Target, get_target
 from tfmcu.firmware.tree import check_dest, export_tree
 from tfmcu.plan.arena import DEFAULT_KERNELS, ArenaPrediction, mcu_build, predict_model_arena
 from tfmcu.records import Record, optional
-from tfmcu.runtime.agreement import Agreement, compare, expected, head_ties, may_round_apart
+from tfmcu.runtime.agreement import Agreement, ROUNDS_APART, compare, expected, may_round_apart, rounding_ties
 from tfmcu.runtime.host import ModelRun, evaluate
 from tfmcu.runtime.model_io import TFLMError, load_inputs, random_inputs, read_model
 from tfmcu.tflite.detection_postprocess import postprocess_outputs, read_detector
@@ -255,14 +256,15 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> DeployRepor
     rows = stream_rows(model)
     samples = (load_inputs(o.inputs, info)[:16] if o.inputs else
                random_inputs(model, o.num_inputs, o.seed, signature=info))
-    # The expectation is TF Lite's outputs, but TF Lite's reference FULLY_CONNECTED requantizes otherwise than
-    # TFLM's (an output within rounding of a half comes out 1 apart: a tie) and the firmware runs TFLM, so TFLM runs
+    # The expectation is TF Lite's outputs, but TF Lite's reference FULLY_CONNECTED (and MUL, SUB, LOGISTIC, TANH)
+    # requantizes otherwise than TFLM's (an output within rounding of a half comes out 1 apart: a tie) and the
+    # firmware runs TFLM, so TFLM runs
     # on this host too and its output is taken on an input where the two differ by a proven tie
     # (``choose_reference``). A builtin-only model: always, in the tflite-micro wheel in the child process that runs
     # TF Lite, at next to no cost (measured, 8 inputs: ResNet-8 3.4 s and VWW 3.4-3.9 s with or without it, most of
     # it the child's TensorFlow import). A custom-mode model runs whole in TFLM built from source with our kernel: a
     # Bazel build of minutes the first time on a machine (4 min here), then under a second a run (0.1-1 s on a small
-    # model); with ``run`` only when it has a FULLY_CONNECTED op (``may_round_apart``), so that deploying one without
+    # model); with ``run`` only when it has such an op outside its stages (``may_round_apart``), so that deploying one without
     # never waits for that build: TF Lite's bytes are then TFLM's, and the run on the target checks them.
     custom = stages is not None
     host_tflm = not o.run or not custom or may_round_apart(model)
@@ -362,41 +364,48 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> DeployRepor
 def choose_reference(o: DeployOptions, model: TfliteModel, samples: list[Any], ref: ModelRun, detector: bool,
                      custom: bool, log: Callable[[str], None]) -> tuple[DeployReference, list[list[np.ndarray]]]:
     """The firmware's expectation, input by input (``DeployReference``), and the expected outputs: TF Lite's (``ref``:
-    ``evaluate``'s run), TFLM's on this host on an input where the two differ by a rounding tie in the
-    FULLY_CONNECTED head, proven on the model (``head_ties``, in a child process). The outputs the firmware checks
+    ``evaluate``'s run), TFLM's on this host on an input where the two differ by rounding ties, proven on the model
+    (``rounding_ties``, in a child process). The outputs the firmware checks
     (output 0; a detector's four) differing otherwise on any input is a one-line ``DeployError`` naming the first."""
     if ref.tflm is None:
         return DeployReference(
             tflm_inputs=[], tflm_on_host=None, tflite_vs_tflm=None,
-            how="TF Lite's outputs (reference kernels); TFLM did not run on this host: the model has no "
-                "FULLY_CONNECTED op, the one op TF Lite's reference kernels requantize otherwise than TFLM's, so "
+            how="TF Lite's outputs (reference kernels); TFLM did not run on this host: the model has no op TF "
+                "Lite's reference kernels requantize otherwise than TFLM's outside its stages, so "
                 "TF Lite's bytes are TFLM's (the run on the target checks them)"), ref.tflite
     checked = (lambda r: list(r)) if detector else (lambda r: list(r[:1]))  # what the firmware hashes
     differences = compare([checked(r) for r in ref.tflite], [checked(r) for r in ref.tflm])
     differing = {m.sample for m in differences}
-    ties = {k: t for k, t in (head_ties(model, samples, ref.tflite, ref.tflm, "reference", where=o.tflite,
-                                        isolate=True) if differences else {}).items() if k in differing}
+    ties = {k: t for k, t in (rounding_ties(model, samples, ref.tflite, ref.tflm, "reference", where=o.tflite,
+                                            isolate=True) if differences else {}).items() if k in differing}
     real = [m for m in differences if m.sample not in ties]
     if real:
         m = real[0]
         what = (f"output {m.output}, largest difference {m.max_abs_diff:g}" if m.max_abs_diff is not None
                 else f"output {m.output}: {m.note}")
         raise DeployError(f"{o.tflite}: TFLM on this host differs from TF Lite on input {m.sample} ({what}), and "
-                          f"not by a rounding tie in the FULLY_CONNECTED head"
+                          f"not by a rounding tie (in the FULLY_CONNECTED head, or of an op TF Lite and TFLM "
+                          f"requantize apart: {', '.join(ROUNDS_APART)})"
                           + (f" ({len(real)} of {len(samples)} inputs differ)" if len(real) > 1 else ""))
     tied = sorted(ties)
+    # ties of other ops than the head (op_ties: MUL, SUB, LOGISTIC, TANH anywhere), by their builtin
+    elsewhere = sorted({t.op_type for k in tied for t in ties[k] if t.op_type is not None})
+    where = ("in the FULLY_CONNECTED head (TF Lite rounds once, TFLM twice)" if not elsewhere else
+             f"of {', '.join(elsewhere)} ops (TF Lite and TFLM requantize them apart, 1 apart on such an input)")
     if tied:
-        log(f"deploy: {len(tied)} of {len(samples)} inputs meet a rounding tie in the FULLY_CONNECTED head (TF Lite "
-            f"rounds once, TFLM twice): the firmware is checked against TFLM on this host for them (input"
-            f"{'s' if len(tied) > 1 else ''} {', '.join(map(str, tied))}; docs/pipelines.md#rounding-ties)")
+        log(f"deploy: {len(tied)} of {len(samples)} inputs meet a rounding tie {where}: the firmware is checked "
+            f"against TFLM on this host for them (input{'s' if len(tied) > 1 else ''} {', '.join(map(str, tied))}; "
+            f"docs/pipelines.md#rounding-ties)")
     host = ("TFLM built from source (the pinned archive, reference kernels + the TFMCU_PATCH_STAGE kernel), whole "
             "model" if custom else "the tflite-micro wheel (TFLM's reference kernels)")
     how = ("TF Lite's outputs (reference kernels)"
            + (f", but TFLM's on this host on input{'s' if len(tied) > 1 else ''} {', '.join(map(str, tied))}: there "
-              f"an output of the FULLY_CONNECTED head lies within rounding of a half, which TF Lite's reference "
-              f"kernel rounds once with the float scales and TFLM's twice with a fixed-point multiplier, 1 apart "
-              f"(proven on the model: tfmcu.runtime.agreement.head_ties); the firmware runs TFLM"
-              if tied else "; TFLM on this host gives the same bytes"))
+              + (f"an output of the FULLY_CONNECTED head lies within rounding of a half, which TF Lite's reference "
+                 f"kernel rounds once with the float scales and TFLM's twice with a fixed-point multiplier, 1 apart "
+                 f"(proven on the model: tfmcu.runtime.agreement.head_ties)" if not elsewhere else
+                 f"outputs of {', '.join(elsewhere)} ops come out 1 apart, TF Lite's and TFLM's arithmetic of them "
+                 f"differing in their rounding (proven op by op: tfmcu.runtime.agreement.op_ties)")
+              + "; the firmware runs TFLM" if tied else "; TFLM on this host gives the same bytes"))
     return (DeployReference(tflm_inputs=tied, tflm_on_host=host,
                             tflite_vs_tflm=Agreement.of(len(samples), differences, ties, "reference", max_details=64),
                             how=how),

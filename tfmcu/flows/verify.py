@@ -53,8 +53,8 @@ from tfmcu.flows.common import ArenaFigures
 from tfmcu.graph.ir import GraphError
 from tfmcu.plan.arena import predict_model_arena
 from tfmcu.records import Pair, Record
-from tfmcu.runtime.agreement import (HOW as TIES, Agreement, Mismatch, Tie, compare, head_ties,
-                                     same_outputs)
+from tfmcu.runtime.agreement import HOW as TIES, Agreement, Mismatch, Tie, compare, same_outputs
+from tfmcu.runtime.agreement import rounding_ties as proven_ties
 from tfmcu.runtime.host import evaluate, host_model
 from tfmcu.runtime.model_io import TFLMError, load_inputs, random_inputs, read_model
 from tfmcu.runtime.tflite import RESOLVERS
@@ -159,13 +159,13 @@ def _as_tflm(results: dict[str, Any], sample: int) -> bool:
 
 def rounding_ties(results: dict[str, Any], data: dict[str, Any], samples: list[Any], o: "VerifyOptions",
                   paths: dict[str, str]) -> dict[str, dict[int, list[Tie]]]:
-    """Per model, the samples whose TF Lite / TFLM difference is a rounding tie in the head (``tfmcu.runtime.
-    agreement``): the original's proven on the original (its head recomputed, in a child process); the rewritten
+    """Per model, the samples whose TF Lite / TFLM difference is rounding ties (``tfmcu.runtime.agreement``: in the
+    head, or of an op the two requantize apart): the original's proven on the original (in a child process); the rewritten
     model's, the original's tie on a sample where it gives the original's outputs in both interpreters."""
     orig, new = results["original"], results["rewritten"]
     differ = any(not same_outputs(a, b) for a, b in zip(orig.tflite, orig.tflm))
-    ties = (head_ties(data["original"], samples, orig.tflite, orig.tflm, o.resolver, where=paths["original"],
-                      isolate=True) if differ else {})
+    ties = (proven_ties(data["original"], samples, orig.tflite, orig.tflm, o.resolver, where=paths["original"],
+                        isolate=True) if differ else {})
     kept = {s: t for s, t in ties.items()
             if same_outputs(new.tflite[s], orig.tflite[s]) and same_outputs(new.tflm[s], orig.tflm[s])}
     return {"original": ties, "rewritten": kept}

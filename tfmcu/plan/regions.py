@@ -118,7 +118,7 @@ def _classify(graph: ir.Graph, idx: Sequence[int], pool: int | None) -> tuple[se
     """(whole tensors, inner reductions, whole ops) of the stage ``idx`` (``Passes``); ScheduleError naming the op
     for an op on whole tensors a stage cannot run."""
     tiled: set[str] = set()
-    whole: set[str] = set()
+    whole: dict[str, int] = {}  # whole tensor -> the inner reduction it comes from
     inner: list[int] = []
     whole_ops: set[int] = set()
     for i in idx:
@@ -128,17 +128,20 @@ def _classify(graph: ir.Graph, idx: Sequence[int], pool: int | None) -> tuple[se
         if op.inputs and all(t in whole for t in op.inputs):
             if op.type not in WHOLE_OPS or len(op.outputs) != 1 or not all(
                     _vector(graph, t) for t in op.inputs + op.outputs) or op.kernel != (1, 1):
-                raise ScheduleError(f"{op.describe(i)} reads a whole-map statistic inside the patch stage; only "
-                                    f"1x1 convolutions, element-wise ops and reshapes of one value per channel run "
-                                    f"there (a squeeze-excite's)")
+                r = whole[op.inputs[0]]
+                raise ScheduleError(f"{op.describe(i)} reads the statistic of {graph.ops[r].describe(r)} inside the "
+                                    f"patch stage, where only 1x1 convolutions, element-wise ops and reshapes of one "
+                                    f"value per channel run on it (a squeeze-excite's); a global average pool may "
+                                    f"end a stage as its last op; largest stage that works: {largest_prefix(graph)} "
+                                    f"ops")
             whole_ops.add(i)
-            whole.update(op.outputs)
+            whole.update(dict.fromkeys(op.outputs, whole[op.inputs[0]]))
         elif is_global_pool(graph, op) and op.inputs[0] in tiled and _vector(graph, op.outputs[0]):
             inner.append(i)
-            whole.update(op.outputs)
+            whole.update(dict.fromkeys(op.outputs, i))
         else:
             tiled.update(op.outputs)
-    return whole, inner, whole_ops
+    return set(whole), inner, whole_ops
 
 
 def stage_passes(graph: ir.Graph, idx: Sequence[int], outputs: Sequence[str] | None = None) -> Passes:

@@ -28,6 +28,11 @@ given inputs: it classifies the differences.
   A sample with any difference not so explained is a real mismatch. A custom-mode model (``TFMCU_PATCH_STAGE`` ops)
   runs as ``tfmcu.runtime.host.evaluate`` runs it: its stages in our C kernels on the TF Lite side, whole in TFLM
   built from source with our kernel on the other; its head is a builtin FULLY_CONNECTED after them.
+* ``op_ties(model, samples, tflite, tflm)``: the differing samples that rounding ties of ops of ``ROUNDS_APART``
+  anywhere explain (TF Lite takes MUL's multiplier from a float32 product, SUB's from other quotients, LOGISTIC and
+  TANH from a float table: each 1 apart from TFLM on rare inputs), proven op by op: every operator's output of the
+  TFLM run, from the first that differs on, equals its own op run alone in TF Lite on TFLM's inputs, or is 1 apart
+  from it for such an op. ``rounding_ties`` is both (the head first).
 * ``Agreement``: what a report holds (``agree``: no difference but rounding ties), ``Agreement.of`` builds it.
 * ``may_round_apart(model)``: whether the model has an op TF Lite's reference kernels requantize otherwise than
   TFLM's (``ROUNDS_APART``); a model without one gives TFLM's bytes in TF Lite. ``expected(tflite, tflm, ties)``: per
@@ -53,15 +58,19 @@ from tfmcu.runtime.isolate import isolatable
 from tfmcu.runtime.model_io import parsed
 from tfmcu.runtime.tflite import run_tflite
 from tfmcu.runtime.tflm import run_tflm
+from tfmcu.runtime.tflm_host import streamed_image
 from tfmcu.tflite import schema as ts
-from tfmcu.tflite.editor import OFFLINE_PLAN_METADATA, ModelEditor
+from tfmcu.tflite.editor import OFFLINE_PLAN_METADATA, ModelEditor, fold_static_reshapes
 from tfmcu.tflite.model import TfliteModel
 from tfmcu.tflite.patch_stage_format import PATCH_STAGE_OP
 
 HOW = ("TF Lite's reference FULLY_CONNECTED rounds once with the float scales, TFLM's twice with a fixed-point "
        "multiplier: an output within rounding of a half comes out 1 apart (docs/pipelines.md#rounding-ties)")
-# The ops whose TF Lite reference kernel requantizes otherwise than TFLM's (module docstring).
-ROUNDS_APART = ("FULLY_CONNECTED",)
+# The ops whose TF Lite reference kernel requantizes otherwise than TFLM's (module docstring): FULLY_CONNECTED rounds
+# once with float scales; MUL takes its multiplier from a float32 product, SUB its rescaling multipliers from other
+# quotients; LOGISTIC and TANH look up a float table where TFLM computes gemmlowp's fixed point. Each comes out 1
+# apart on rare inputs (tests/test_eltwise_kernels.py measures where).
+ROUNDS_APART = ("FULLY_CONNECTED", "MUL", "SUB", "LOGISTIC", "TANH")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,14 +88,17 @@ class Mismatch(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class Tie(Record):
-    """An output of the FULLY_CONNECTED head that TF Lite and TFLM round 1 apart, proven (module docstring)."""
+    """An output element that TF Lite and TFLM round 1 apart, proven (module docstring): of the FULLY_CONNECTED head
+    (``head_ties``), or of an op of ``ROUNDS_APART`` anywhere (``op_ties``: ``op_type`` names it)."""
 
     sample: int
-    op: int  # the head (operator index)
+    op: int  # the operator index
     channel: int  # its output element
-    value: float  # before rounding: the int32 sum x the real scale + the output zero point (within rounding of .5)
+    # before rounding: the int32 sum x the real scale + the output zero point (within rounding of .5; the head's)
+    value: float | None = optional()
     tflite: int
     tflm: int
+    op_type: str | None = optional()  # an op_ties tie: the operator's builtin
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,7 +144,9 @@ class Agreement(Record):
             return f"identical outputs on all {n(self.samples)}"
         parts = []
         if self.tie_samples:
-            parts.append(f"{n(self.tie_samples)} 1 apart by a rounding tie in the FULLY_CONNECTED head (expected: "
+            others = sorted({t.op_type for t in self.ties if t.op_type is not None})
+            where = "in the FULLY_CONNECTED head" if not others else f"of {', '.join(others)} ops"
+            parts.append(f"{n(self.tie_samples)} 1 apart by a rounding tie {where} (expected: "
                          f"docs/pipelines.md#rounding-ties)")
         if self.mismatching_samples:
             parts.append(f"DISAGREE on {n(self.mismatching_samples)}")
@@ -313,3 +327,107 @@ def head_ties(model: TfliteModel | bytes, samples: Sequence[Any], tflite: Sequen
             if not same_outputs(got, [tflm[k][j] for j in later]):
                 del candidates[k]
     return {k + offset: ties for k, (_, ties) in candidates.items() if ties}
+
+
+# the most ties an op_ties sample lists (its count of differing elements is in the record's length otherwise)
+MAX_OP_TIES = 64
+
+
+@isolatable
+def op_ties(model: TfliteModel | bytes, samples: Sequence[Any], tflite: Sequence[Sequence[np.ndarray]],
+            tflm: Sequence[Sequence[np.ndarray]], resolver: str = "reference", offset: int = 0,
+            where: str = "model") -> dict[int, list[Tie]]:
+    """The samples on which ``tflite`` and ``tflm`` differ only by rounding ties of ops of ``ROUNDS_APART`` anywhere
+    in the model, proven op by op: the model runs again in both interpreters with every operator's output as an
+    extra output; from the first operator whose output differs on, each builtin operator runs alone in TF Lite on
+    TFLM's inputs (``segment_model``), and its output must be TFLM's, or, for an op of ``ROUNDS_APART`` with int8
+    outputs, at most 1 apart from it (the two arithmetics' rounding). Every op then computes in TFLM what TF Lite's
+    arithmetic computes up to those ties, so TFLM's outputs are the model's outputs with TFLM's rounding. A
+    ``TFMCU_PATCH_STAGE`` op runs our C kernels on both sides (its outputs follow its inputs). A model that streams
+    its input is not replayed (no differing sample is explained). ``isolate=True``: in a child process."""
+    differing = [k for k, (a, b) in enumerate(zip(tflite, tflm)) if not same_outputs(a, b)]
+    if not differing:
+        return {}
+    # (a reshape's shape computed at run time given as a constant first: the same outputs, no int32 arithmetic to
+    # replay)
+    model = parsed(fold_static_reshapes(parsed(model, where), where)[0], where)
+    m = model.flatbuffer
+    sg = m.subgraphs[0]
+    ops = list(sg.operators or [])
+    names = model.op_names
+    stage = f"custom:{PATCH_STAGE_OP}"
+    if streamed_image(model) is not None:
+        return {}
+    inputs = [int(t) for t in sg.inputs]
+    outputs = [int(t) for t in sg.outputs]
+    n = len(outputs)
+    made = [t for op in ops for t in (int(v) for v in (op.outputs if op.outputs is not None else [])) if t >= 0]
+    probe = probe_model(model, made)
+    picked = [samples[k] for k in differing]
+    if stage in names:
+        run = evaluate(probe, picked, resolver, where)
+        p_tfl, p_tflm = run.tflite, run.tflm
+    else:
+        p_tfl, p_tflm = run_tflite(probe, picked, resolver, where), run_tflm(probe, picked, where=where)
+    found: dict[int, list[Tie]] = {}
+    for k, x, a, b in zip(differing, picked, p_tfl, p_tflm):
+        if not (same_outputs(a[:n], tflite[k]) and same_outputs(b[:n], tflm[k])):
+            continue  # not the outputs compared
+        values = dict(zip(inputs, [np.asarray(v) for v in (x if isinstance(x, (list, tuple)) else [x])]))
+        tfl = dict(zip(made, a[n:]))
+        tm = {**values, **dict(zip(made, b[n:]))}
+        first = next((i for i, op in enumerate(ops) for t in (op.outputs if op.outputs is not None else [])
+                      if int(t) >= 0 and not np.array_equal(tfl[int(t)], tm[int(t)])), None)
+        ties: list[Tie] = []
+        explained = first is not None
+        for i in range(first if first is not None else len(ops), len(ops)):
+            if names[i] == stage:
+                continue
+            op = ops[i]
+            ins = [int(t) for t in op.inputs if t >= 0 and not ts.is_constant(m, sg.tensors[int(t)])]
+            outs = [int(t) for t in op.outputs if t >= 0]
+            if any(t not in tm for t in ins):
+                explained = False
+                break
+            feed = tuple(_as_declared(tm[t], sg.tensors[t]) for t in ins)
+            got = run_tflite(segment_model(m, [i], ins, outs), [feed], resolver, where)[0]
+            for t, g in zip(outs, got):
+                want = tm[t]
+                g = np.asarray(g).reshape(want.shape)
+                if np.array_equal(g, want):
+                    continue
+                diff = np.abs(g.astype(np.int64) - want.astype(np.int64)).reshape(-1)
+                if names[i] not in ROUNDS_APART or want.dtype != np.int8 or int(diff.max()) > 1:
+                    explained = False
+                    break
+                ties += [Tie(sample=k + offset, op=i, channel=int(c), tflite=int(g.reshape(-1)[c]),
+                             tflm=int(want.reshape(-1)[c]), op_type=names[i]) for c in np.flatnonzero(diff)]
+            if not explained:
+                break
+        if explained and ties:
+            found[k + offset] = ties[:MAX_OP_TIES]
+    return found
+
+
+def _as_declared(value: np.ndarray, tensor: Any) -> np.ndarray:
+    """``value`` in its tensor's declared shape (an interpreter may hand a scalar back as [1]), where the sizes agree."""
+    shape = tuple(int(d) for d in (tensor.shape if tensor.shape is not None else []))
+    v = np.asarray(value)
+    return v.reshape(shape) if int(np.prod(shape, dtype=np.int64)) == v.size else v
+
+
+@isolatable
+def rounding_ties(model: TfliteModel | bytes, samples: Sequence[Any], tflite: Sequence[Sequence[np.ndarray]],
+                  tflm: Sequence[Sequence[np.ndarray]], resolver: str = "reference", offset: int = 0,
+                  where: str = "model") -> dict[int, list[Tie]]:
+    """Every differing sample that rounding ties explain, proven: ``head_ties`` (the FULLY_CONNECTED head), then
+    ``op_ties`` (any op of ``ROUNDS_APART``) for the samples the head does not explain. ``isolate=True``: in a child
+    process."""
+    model = parsed(model, where)
+    ties = head_ties(model, samples, tflite, tflm, resolver, offset, where)
+    left = [k for k, (a, b) in enumerate(zip(tflite, tflm)) if not same_outputs(a, b) and k + offset not in ties]
+    if left and may_round_apart(model):
+        more = op_ties(model, [samples[k] for k in left], [tflite[k] for k in left], [tflm[k] for k in left],
+                       resolver, 0, where)
+        ties.update({left[j] + offset: t for j, t in more.items()})
+    return ties
