@@ -86,8 +86,8 @@ class BenchOptions:
     samples: int = 8  # random inputs for the bit-exactness checks
     fit_models: tuple[str, ...] = ()  # section fit: only these models (default: all of benchmarks.fit.CASES)
     fit_caps: tuple[str, ...] = ()  # section fit: only these --max_latency caps ("none": no cap; default: CAPS)
-    foreign_models: tuple[str, ...] = ()  # section foreign: only these models (default: all of benchmarks.foreign.MODELS)
-    foreign_targets: tuple[str, ...] = ()  # section foreign: only these targets (default: benchmarks.foreign.TARGETS)
+    foreign_models: tuple[str, ...] = ()  # section foreign: only these models (default: all of its MODELS)
+    foreign_targets: tuple[str, ...] = ()  # section foreign: only these targets (default: all of its TARGETS)
 
 
 # model -> (auto-mode budget as a fraction of the original's measured arena, fixed schedules)

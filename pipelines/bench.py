@@ -26,7 +26,7 @@ flags.DEFINE_list("fit_caps", list(_D.fit_caps), "Section fit: only these --max_
                                  "1.00,1.05,1.25,none).")
 
 flags.DEFINE_list("foreign_models", list(_D.foreign_models),
-                  "Section foreign: only these models (default: all of benchmarks.foreign.MODELS).")
+                  "Section foreign: only these models (default: all of benchmarks.foreign_models.MODELS).")
 flags.DEFINE_list("foreign_targets", list(_D.foreign_targets),
                   "Section foreign: only these targets (default: cortex-m4,cortex-m7,cortex-m55).")
 
