@@ -134,8 +134,8 @@ BY_NAME = {m.name: m for m in MODELS}
 
 def random_batchnorm(model: Any, samples: int = BATCHNORM_SAMPLES, seed: int = 0) -> Any:
     """Random batch-norm scales and offsets (as ``tfmcu.nets.zoo.random_batchnorm`` gives them), then every batch
-    norm's moving statistics set on random images in ``INPUT_RANGE`` (``tfmcu.nets.convert.calibrate_batchnorm``:
-    the zoo's calibrate on [-1, 1], what these models' own preprocessing layers make of [0, 255])."""
+    norm's moving statistics set on random images in ``INPUT_RANGE`` (``tfmcu.nets.convert.calibrate_batchnorm``).
+    The zoo's models read [-1, 1]; these read [0, 255] and preprocess it in their own first layers."""
     from tfmcu.nets.convert import batchnorm_layers, calibrate_batchnorm
 
     rng = np.random.default_rng(seed)
