@@ -296,6 +296,7 @@ def _generated_firmware(name, tool, args, source, srcs, deps, targets, timeout_s
 # gen_model_whole checks them against the model's ops (tfmcu.firmware.sources.kernel_libraries).
 MODEL_KERNELS = {
     "mbv2_035_96": ["add", "conv", "depthwise_conv", "fully_connected", "reduce"],
+    "mbv3_small_100_128": ["add", "conv", "depthwise_conv", "hard_swish", "mul", "reduce", "reshape"],
     "tiny_per_tensor": ["add", "conv", "depthwise_conv", "fully_connected", "reduce"],
 }
 

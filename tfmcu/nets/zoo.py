@@ -35,18 +35,20 @@ class ZooModel:
     patch_blocks: int | None = None  # a sensible patch stage for tests (None: use patch_ops)
     patch_ops: int | None = None
     tags: list[str] = field(default_factory=list)
+    # the range of the float inputs its batch norms and its int8 conversion see ([0, 255] for Keras' preprocessing)
+    input_range: tuple[float, float] = (-1.0, 1.0)
 
 
-def random_batchnorm(model: Any, samples: int = 8, seed: int = 0) -> Any:
+def random_batchnorm(model: Any, samples: int = 8, seed: int = 0, low: float = -1.0, high: float = 1.0) -> Any:
     """Random batch-norm scales and offsets, then every BN layer's moving statistics set to the batch statistics of
-    random inputs (``tfmcu.nets.convert.calibrate_batchnorm``)."""
+    random inputs uniform in [low, high] (``tfmcu.nets.convert.calibrate_batchnorm``)."""
     import tf_keras  # lazy: imports TensorFlow
 
     bns = [layer for layer in model.layers if isinstance(layer, tf_keras.layers.BatchNormalization)]
     if not bns:
         return model
     rng = np.random.default_rng(seed)
-    x = rng.uniform(-1, 1, (samples, *model.input_shape[1:])).astype(np.float32)
+    x = rng.uniform(low, high, (samples, *model.input_shape[1:])).astype(np.float32)
     for bn in bns:
         gamma, beta = bn.gamma, bn.beta
         if gamma is not None:
@@ -195,6 +197,99 @@ def _mbv2_035_144() -> Any:
     return random_batchnorm(m, samples=4)
 
 
+def _mbv3_small_100_128() -> Any:
+    """MobileNetV3-Small with its preprocessing (Rescaling: MUL and ADD by constants), hard-swish, squeeze-excites
+    (a MEAN kept 4-D, hard-sigmoid: relu6 folded into the expanding 1x1 convolution, MUL by a constant) scaling the
+    map (a broadcast MUL), inputs in [0, 255]."""
+    import tf_keras
+    m = tf_keras.applications.MobileNetV3Small(alpha=1.0, input_shape=(128, 128, 3), weights=None, classes=10,
+                                               include_preprocessing=True, classifier_activation=None)
+    return random_batchnorm(m, samples=4, low=0.0, high=255.0)
+
+
+def efficientnet_like(resolution: int = 112, width: float = 0.5, classes: int = 10,
+                      blocks: tuple[tuple[int, int, int, int, int], ...] = (
+                          (1, 3, 1, 1, 16), (2, 3, 2, 6, 24), (2, 5, 2, 6, 40), (2, 3, 2, 6, 80), (1, 5, 1, 6, 112)),
+                      stem: int = 32, top: int = 640, name: str = "efficientnet_like") -> Any:
+    """EfficientNet's structure at a small size, with its layer names (``stem_*``, ``block{stage}{letter}_*``,
+    ``top_*``): Rescaling and Normalization at the input (MUL / ADD by constants), swish (LOGISTIC x MUL), per stage
+    of ``blocks`` (repeats, kernel, stride, expansion, output channels at width 1) MBConv blocks with a 3x3 or 5x5
+    depthwise convolution (a stride 2 one after a ZeroPadding2D, VALID, which the converter makes one SAME
+    convolution), a squeeze-excite (MEAN, a Reshape of a computed shape: SHAPE, STRIDED_SLICE, PACK; 1x1 convolutions
+    with swish and sigmoid, a broadcast MUL) and a residual ADD where the shapes allow. Random weights, batch norms
+    calibrated on inputs in [0, 255]."""
+    import tf_keras
+    from tf_keras import layers as L
+
+    def ch(c: int) -> int:
+        return max(8, int(c * width + 4) // 8 * 8)
+
+    def block(x: Any, p: str, cin: int, cout: int, kernel: int, stride: int, expand: int) -> Any:
+        inputs, filters = x, cin * expand
+        if expand != 1:
+            x = L.Conv2D(filters, 1, padding="same", use_bias=False, name=p + "expand_conv")(x)
+            x = L.BatchNormalization(name=p + "expand_bn")(x)
+            x = L.Activation("swish", name=p + "expand_activation")(x)
+        if stride == 2:
+            before, after = (kernel - 1) // 2 - 1, (kernel - 1) // 2  # imagenet_utils.correct_pad, even sizes
+            x = L.ZeroPadding2D(((before, after), (before, after)), name=p + "dwconv_pad")(x)
+        x = L.DepthwiseConv2D(kernel, stride, padding="valid" if stride == 2 else "same", use_bias=False,
+                              name=p + "dwconv")(x)
+        x = L.Activation("swish", name=p + "activation")(L.BatchNormalization(name=p + "bn")(x))
+        se = L.GlobalAveragePooling2D(name=p + "se_squeeze")(x)
+        se = L.Reshape((1, 1, filters), name=p + "se_reshape")(se)
+        se = L.Conv2D(max(1, cin // 4), 1, padding="same", activation="swish", name=p + "se_reduce")(se)
+        se = L.Conv2D(filters, 1, padding="same", activation="sigmoid", name=p + "se_expand")(se)
+        x = L.multiply([x, se], name=p + "se_excite")
+        x = L.Conv2D(cout, 1, padding="same", use_bias=False, name=p + "project_conv")(x)
+        x = L.BatchNormalization(name=p + "project_bn")(x)
+        return L.add([x, inputs], name=p + "add") if stride == 1 and cin == cout else x
+
+    inp = tf_keras.Input((resolution, resolution, 3), name="input")
+    x = L.Rescaling(1.0 / 255.0, name="rescaling")(inp)
+    x = L.Normalization(mean=[0.485, 0.456, 0.406], variance=[0.229 ** 2, 0.224 ** 2, 0.225 ** 2],
+                        name="normalization")(x)
+    x = L.ZeroPadding2D(((0, 1), (0, 1)), name="stem_conv_pad")(x)
+    x = L.Conv2D(ch(stem), 3, 2, padding="valid", use_bias=False, name="stem_conv")(x)
+    x = L.Activation("swish", name="stem_activation")(L.BatchNormalization(name="stem_bn")(x))
+    cin = ch(stem)
+    for stage, (repeats, kernel, stride, expand, cout) in enumerate(blocks):
+        for i in range(repeats):
+            x = block(x, f"block{stage + 1}{chr(ord('a') + i)}_", cin, ch(cout), kernel, stride if i == 0 else 1,
+                      expand)
+            cin = ch(cout)
+    x = L.Conv2D(ch(top), 1, padding="same", use_bias=False, name="top_conv")(x)
+    x = L.Activation("swish", name="top_activation")(L.BatchNormalization(name="top_bn")(x))
+    x = L.GlobalAveragePooling2D(name="avg_pool")(x)
+    x = L.Dense(classes, name="predictions")(x)
+    return random_batchnorm(tf_keras.Model(inp, x, name=name), samples=4, low=0.0, high=255.0)
+
+
+def _eltwise_mix() -> Any:
+    """The element-wise ops the other models lack, a few layers: TANH, LEAKY_RELU, SUB of two maps and of a
+    per-channel constant, ADD of a per-channel constant, MUL of two maps, LOGISTIC alone."""
+    import tf_keras
+    from tf_keras import layers as L
+
+    inp = tf_keras.Input((48, 48, 3), name="input")
+    x = L.BatchNormalization(name="stem_bn")(L.Conv2D(16, 3, 2, padding="same", name="stem_conv")(inp))
+    x = L.Activation("tanh", name="stem_tanh")(x)
+    y = L.BatchNormalization(name="block1_bn")(L.DepthwiseConv2D(3, padding="same", name="block1_dw")(x))
+    y = L.LeakyReLU(0.1, name="block1_leaky")(y)
+    offsets = np.linspace(-0.5, 0.5, 16).astype(np.float32)
+    y = L.Lambda(lambda v: v - offsets, name="block1_sub_const")(y)
+    x = L.Subtract(name="block1_sub")([y, x])
+    z = L.BatchNormalization(name="block2_bn")(L.Conv2D(24, 1, name="block2_expand")(x))
+    g = L.Activation("sigmoid", name="block2_gate")(z)
+    z = L.Multiply(name="block2_mul")([L.Activation("tanh", name="block2_tanh")(z), g])
+    z = L.Lambda(lambda v: v + np.linspace(0.0, 1.0, 24).astype(np.float32), name="block2_add_const")(z)
+    z = L.BatchNormalization(name="block3_dw_bn")(L.DepthwiseConv2D(3, 2, padding="same", name="block3_dw")(z))
+    z = L.BatchNormalization(name="block3_bn")(L.Conv2D(32, 1, name="block3_project")(z))
+    z = L.LeakyReLU(0.2, name="block3_leaky")(z)
+    x = L.GlobalAveragePooling2D(name="head_pool")(z)
+    return random_batchnorm(tf_keras.Model(inp, L.Dense(10, name="classifier")(x), name="eltwise_mix"))
+
+
 ZOO: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("mbv2_035_96", ["spec preset", "residual ADD", "ReLU6", "SAME", "k3", "s1/s2", "per-channel"],
              _spec_model(_mbv2_035_96), patch_blocks=5),
@@ -218,6 +313,14 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
              _spec_model(_kernels_same), patch_blocks=3, tags=["calibration"]),
     ZooModel("mbv2_rd_224", ["MbV2-RD 224 (spec preset: receptive field redistributed, MCUNetV2)"],
              _spec_model(_mbv2_rd_224), patch_blocks=3, tags=["large"]),
+    ZooModel("mbv3_small_100_128", ["MobileNetV3-Small 1.0 128 (tf_keras.applications, include_preprocessing)",
+                                    "HARD_SWISH", "squeeze-excite: MEAN, broadcast MUL", "MUL / ADD by constants"],
+             _mbv3_small_100_128, patch_blocks=3, tags=["calibration"], input_range=(0.0, 255.0)),
+    ZooModel("efficientnet_like", ["EfficientNet's blocks (names, swish, squeeze-excite with a computed reshape, "
+                                   "k3/k5 depthwise)", "LOGISTIC", "MUL / SUB by constants"],
+             efficientnet_like, patch_blocks=3, tags=["calibration"], input_range=(0.0, 255.0)),
+    ZooModel("eltwise_mix", ["TANH", "LEAKY_RELU", "SUB", "ADD / SUB by per-channel constants", "LOGISTIC x MUL"],
+             _eltwise_mix, patch_blocks=4, tags=["calibration"]),
 ]}
 
 
@@ -236,7 +339,8 @@ def build(name: str, cache_dir: str | None = None) -> bytes:
 
     tf_keras.utils.set_random_seed(0)
     model = entry.make()
-    data = to_int8_tflite(model, random_representative(tuple(model.input_shape[1:]), samples=8),
+    low, high = entry.input_range
+    data = to_int8_tflite(model, random_representative(tuple(model.input_shape[1:]), samples=8, low=low, high=high),
                           float_io=entry.float_io, per_tensor=entry.per_tensor)
     if path:
         os.makedirs(cache_dir, exist_ok=True)
