@@ -3,22 +3,22 @@
 ResNets start at ResNet50, far beyond any MCU).
 
 Random weights; the batch norms get random scales and offsets and their moving statistics from random images in
-``INPUT_RANGE`` (``random_batchnorm``); then full int8 (int8 input and output, ``tfmcu.nets.convert.to_int8_tflite``)
-on a representative set of random images in the same range. The classifier's softmax is left out (as the zoo does,
-``tfmcu.nets.zoo``), so that the int8 outputs compared bit for bit vary from input to input. ``convert`` caches the
-.tflite by the content of what made it (this file, the converter, TensorFlow's version): the converter's float
-calibration is not bit-reproducible from run to run, so the cached bytes are the model a run measures.
+``INPUT_RANGE`` (``tfmcu.nets.zoo.random_batchnorm``, as for the zoo's models with Keras' preprocessing); then full
+int8 (int8 input and output, ``tfmcu.nets.convert.to_int8_tflite``) on a representative set of random images in the
+same range. The classifier's softmax is left out (as the zoo does), so that the int8 outputs compared bit for bit
+vary from input to input. ``convert`` caches the .tflite by the content of what made it (this file, the converter,
+``random_batchnorm``, TensorFlow's version): the converter's float calibration is not bit-reproducible from run to
+run, so the cached bytes are the model a run measures.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable
-
-import numpy as np
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
@@ -57,30 +57,28 @@ def _efficientnet_b0(resolution: int) -> Callable[[], Any]:
     return make
 
 
-def _with_rescaling(body: Callable[[Any], Any], resolution: int, name: str) -> Any:
-    """``body`` behind the preprocessing a user puts into the model: [0, 255] to [-1, 1] (a Rescaling layer)."""
+def _rescaled(resolution: int) -> tuple[Any, Any]:
+    """An image input and the preprocessing a user puts into the model in front of a model without its own: [0, 255]
+    to [-1, 1] (a Rescaling layer, what ``preprocess_input`` does outside those models)."""
     import tf_keras
     from tf_keras import layers
 
     inp = tf_keras.Input((resolution, resolution, 3), name="image")
-    x = layers.Rescaling(1.0 / 127.5, offset=-1.0, name="rescaling")(inp)
-    return tf_keras.Model(inp, body(x), name=name)
+    return inp, layers.Rescaling(1.0 / 127.5, offset=-1.0, name="rescaling")(inp)
 
 
 def _mobilenet_v1(alpha: float, resolution: int) -> Callable[[], Any]:
-    """tf_keras' MobileNet (V1) has no preprocessing layer (``preprocess_input`` maps [0, 255] to [-1, 1] outside
-    it): the model behind a Rescaling layer that does the same, as a user who keeps the preprocessing in the model
-    builds it."""
+    """tf_keras' MobileNet (V1) behind the Rescaling layer (``input_tensor``: one flat model)."""
     def make() -> Any:
-        inner = _apps().MobileNet(input_shape=(resolution, resolution, 3), alpha=alpha, weights=None,
-                                  classes=CLASSES, classifier_activation=None, dropout=0.0)
-        return _with_rescaling(inner, resolution, f"mobilenet_{alpha}_{resolution}")
+        _, x = _rescaled(resolution)
+        return _apps().MobileNet(input_tensor=x, alpha=alpha, weights=None, classes=CLASSES,
+                                 classifier_activation=None, dropout=0.0)
     return make
 
 
 def _resnet(resolution: int, widths: tuple[int, ...], blocks: tuple[int, ...]) -> Callable[[], Any]:
     """A small ResNet of basic blocks (ResNet-18's layout: 7x7/2 stem, 3x3/2 max pool, two 3x3 convs per block,
-    projection shortcuts where the shape changes), behind a Rescaling layer. tf_keras.applications' ResNets start at
+    projection shortcuts where the shape changes), behind the Rescaling layer. tf_keras.applications' ResNets start at
     ResNet50 (25M parameters, 4 GMACs at 224 px), far beyond any MCU, so the bench builds this one."""
     def body(x: Any) -> Any:
         from tf_keras import layers
@@ -105,14 +103,19 @@ def _resnet(resolution: int, widths: tuple[int, ...], blocks: tuple[int, ...]) -
         x = layers.GlobalAveragePooling2D(name="avg_pool")(x)
         return layers.Dense(CLASSES, name="predictions")(x)
 
-    return lambda: _with_rescaling(body, resolution, f"resnet18_{widths[0]}_{resolution}")
+    def make() -> Any:
+        import tf_keras
+
+        inp, x = _rescaled(resolution)
+        return tf_keras.Model(inp, body(x), name=f"resnet18_{widths[0]}_{resolution}")
+    return make
 
 
 def _nasnet_mobile(resolution: int) -> Callable[[], Any]:
+    """tf_keras' NASNet-Mobile behind the Rescaling layer (``input_tensor``: one flat model)."""
     def make() -> Any:
-        inner = _apps().NASNetMobile(input_shape=(resolution, resolution, 3), weights=None, classes=CLASSES,
-                                     classifier_activation=None)
-        return _with_rescaling(inner, resolution, f"nasnet_mobile_{resolution}")
+        _, x = _rescaled(resolution)
+        return _apps().NASNetMobile(input_tensor=x, weights=None, classes=CLASSES, classifier_activation=None)
     return make
 
 
@@ -132,33 +135,19 @@ MODELS: tuple[ForeignModel, ...] = (
 BY_NAME = {m.name: m for m in MODELS}
 
 
-def random_batchnorm(model: Any, samples: int = BATCHNORM_SAMPLES, seed: int = 0) -> Any:
-    """Random batch-norm scales and offsets (as ``tfmcu.nets.zoo.random_batchnorm`` gives them), then every batch
-    norm's moving statistics set on random images in ``INPUT_RANGE`` (``tfmcu.nets.convert.calibrate_batchnorm``).
-    The zoo's models read [-1, 1]; these read [0, 255] and preprocess it in their own first layers."""
-    from tfmcu.nets.convert import batchnorm_layers, calibrate_batchnorm
-
-    rng = np.random.default_rng(seed)
-    for bn in batchnorm_layers(model):
-        if bn.gamma is not None:
-            bn.gamma.assign(rng.uniform(0.6, 1.4, bn.gamma.shape).astype(np.float32))
-        if bn.beta is not None:
-            bn.beta.assign(rng.normal(0.2, 0.3, bn.beta.shape).astype(np.float32))
-    x = rng.uniform(*INPUT_RANGE, (samples, *model.input_shape[1:])).astype(np.float32)
-    return calibrate_batchnorm(model, x)
-
-
 def _digest() -> str:
-    """What a conversion depends on: this file, the converter and TensorFlow's version (the section's code is not
-    part of it: ``benchmarks.foreign`` may change without converting again)."""
+    """What a conversion depends on: this file, the converter, ``random_batchnorm`` and TensorFlow's version (not the
+    section's code, nor the rest of the zoo: they may change without converting again)."""
     import tensorflow as tf
 
     from tfmcu.nets import convert
+    from tfmcu.nets.zoo import random_batchnorm
 
     h = hashlib.sha1(tf.__version__.encode())
     for path in (__file__, convert.__file__):
         with open(path, "rb") as f:
             h.update(f.read())
+    h.update(inspect.getsource(random_batchnorm).encode())
     return h.hexdigest()[:12]
 
 
@@ -173,11 +162,13 @@ def convert(m: ForeignModel, cache_dir: str | None) -> bytes:
     import tf_keras
 
     from tfmcu.nets.convert import random_representative, to_int8_tflite
+    from tfmcu.nets.zoo import random_batchnorm
 
     tf_keras.utils.set_random_seed(0)
-    model = random_batchnorm(m.make())
+    low, high = INPUT_RANGE
+    model = random_batchnorm(m.make(), samples=BATCHNORM_SAMPLES, low=low, high=high)
     shape = tuple(model.input_shape[1:])
-    data = to_int8_tflite(model, random_representative(shape, REPRESENTATIVE_SAMPLES, 0, *INPUT_RANGE))
+    data = to_int8_tflite(model, random_representative(shape, REPRESENTATIVE_SAMPLES, 0, low, high))
     if path:
         os.makedirs(cache_dir, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=cache_dir)
