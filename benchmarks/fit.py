@@ -18,6 +18,9 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
+import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from tfmcu import abi
@@ -89,38 +92,60 @@ def _coefficients_hash(cases=CASES) -> str:
     return hashlib.sha1(json.dumps(coef, sort_keys=True).encode()).hexdigest()[:12]
 
 
+@dataclass(frozen=True)
+class FitRow:
+    """A fit row besides the caps' (``fit_section``'s ``extra``): its label, its cap (None: the smallest) and the
+    ``FitOptions`` fields it sets apart from the bench's (e.g. ``(("se_passes", False),)``)."""
+    what: str
+    cap: float | None
+    options: tuple[tuple[str, Any], ...] = ()
+
+
 def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CAPS,
-                work_name: str = "fit") -> dict[str, Any]:
-    """Per case its per-layer row and a fit row per cap, each measured under QEMU (rows an earlier run of the same
-    search measured are kept in ``<out_dir>/<work_name>/rows.json`` and not measured again)."""
+                work_name: str = "fit", model: Callable[[str, str], bytes] | None = None,
+                extra: Callable[[str], tuple[FitRow, ...]] = lambda name: (), record_cases=None) -> dict[str, Any]:
+    """Per case its per-layer row and a fit row per cap (and per ``extra(name)``), each measured under QEMU (rows an
+    earlier run of the same search measured on the same model bytes are kept in ``<out_dir>/<work_name>/rows.json``
+    and not measured again). ``model(name, zoo_cache)``: a case's int8 .tflite (default: the zoo model or preset);
+    ``record_cases``: the cases whose search the rows record (default ``cases``; a run of some of a section's cases
+    records the section's, so a later run of all of them keeps its rows)."""
     rows: list[dict[str, Any]] = []
     work = os.path.join(o.out_dir, work_name)
     os.makedirs(work, exist_ok=True)
     kept_path = os.path.join(work, "rows.json")
+    record = search_record(record_cases or cases)
     kept: dict[str, dict[str, Any]] = {}
     if os.path.isfile(kept_path):  # rows an earlier run measured: fit's with the same search, per layer any
         with open(kept_path) as f:
             earlier = json.load(f)
-        same = earlier.get("search") == search_record(cases)
+        same = earlier.get("search") == record
         kept = {k: r for k, r in earlier.get("rows", {}).items() if same or r.get("what") == PER_LAYER}
 
     def keep(row: dict[str, Any]) -> dict[str, Any]:
         kept[f"{row['model']}|{row['target']}|{row['what']}"] = row
-        write_outputs({kept_path: json.dumps({"search": search_record(cases), "rows": kept}, indent=1).encode()})
+        write_outputs({kept_path: json.dumps({"search": record, "rows": kept}, indent=1).encode()})
         return row
 
-    def earlier_row(name: str, target: str, what: str) -> dict[str, Any] | None:
+    def earlier_row(name: str, target: str, what: str, sha: str) -> dict[str, Any] | None:
         row = kept.get(f"{name}|{target}|{what}")
+        if row is not None and row.get("model_sha1", sha) != sha:  # measured on other bytes of the model
+            return None
         if row is not None:
             log(f"fit bench: {name} on {target}: {what}: measured by an earlier run ({kept_path})")
         return row
 
+    def timed(measure: Callable[[], dict[str, Any]], sha: str) -> dict[str, Any]:
+        t0 = time.time()
+        row = measure()
+        return {**row, "model_sha1": sha, "wall_seconds": round(time.time() - t0)}
+
     for name, target, stream in cases:
         path = os.path.join(work, f"{name}.tflite")
-        data = _model(name, o.zoo_cache)
+        data = (model or _model)(name, o.zoo_cache)
+        sha = hashlib.sha1(data).hexdigest()[:12]
         write_outputs({path: data})
         macs = profile(from_tflite(data)).macs
-        base = earlier_row(name, target, PER_LAYER)
+        base = earlier_row(name, target, PER_LAYER, sha)
         if base is not None:  # measured then; the prediction is the predictor's now (it takes milliseconds)
             pred_i = predict_instructions(data, _core(target), "cmsis_nn").instructions
             base = {**base, "predicted_instructions": pred_i,
@@ -128,17 +153,18 @@ def fit_section(o: Any, log: Callable[[str], None] = print, cases=CASES, caps=CA
                                            if base.get("instructions") else None)}
             rows.append(keep(base))
         else:
-            base = _per_layer(name, target, path, data, macs, work, log)
+            base = timed(lambda: _per_layer(name, target, path, data, macs, work, log), sha)
             rows.append(keep(base) if "error" not in base else base)
             if "error" in base:
                 continue
-        for cap in caps:
-            what = "fit, smallest" if cap is None else f"fit, max_latency {cap:.2f}"
-            row = earlier_row(name, target, what)
+        fits = [FitRow("fit, smallest" if cap is None else f"fit, max_latency {cap:.2f}", cap) for cap in caps]
+        for f in fits + list(extra(name)):
+            row = earlier_row(name, target, f.what, sha)
             if row is None:  # (an error row too: "nothing fits within 1.00x" is a result)
-                row = keep(_fitted(name, target, stream, cap, what, path, base, work, log))
+                row = keep(timed(lambda: _fitted(name, target, stream, f.cap, f.what, path, base, work, log,
+                                                 **dict(f.options)), sha))
             rows.append(row)
-    return {"rows": rows, "search": search_record(cases)}
+    return {"rows": rows, "search": record}
 
 
 def cores_section(o: Any, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -286,15 +312,17 @@ def _lifted_invoke(name: str, path: str, target: str, work: str, log: Callable[[
 
 
 def _fitted(name: str, target: str, stream: bool, cap: float | None, what: str, path: str, base: dict[str, Any],
-            work: str, log: Callable[[str], None]) -> dict[str, Any]:
-    """A fit row: ``fit --run`` at ``cap`` (None: the smallest), against the per-layer row ``base``."""
+            work: str, log: Callable[[str], None], **options: Any) -> dict[str, Any]:
+    """A fit row: ``fit --run`` at ``cap`` (None: the smallest), against the per-layer row ``base``; ``options``:
+    ``FitOptions`` fields apart from the bench's."""
     log(f"fit bench: {name} on {target}: {what} ...")
+    folder = f"{name}_{target}_{cap or 'smallest'}" + "".join(f"_{k}-{v}" for k, v in sorted(options.items()))
     try:
-        rep = fit_run(FitOptions(model=path, target=target, out_dir=os.path.join(work, f"{name}_{target}_"
-                                                                                      f"{cap or 'smallest'}"),
+        rep = fit_run(FitOptions(model=path, target=target, out_dir=os.path.join(work, folder),
                                  objective="memory", max_latency=cap if cap is not None else 100.0,
                                  stream_input=stream, run=True, verify_samples=4,
-                                 search_seconds=None),  # every candidate: rows not the machine's speed
+                                 search_seconds=None,  # every candidate: rows not the machine's speed
+                                 **options),
                      log=log)
     except Exception as e:  # noqa: BLE001 -- a row that says why, the bench goes on
         return {"model": name, "target": target, "what": what, "error": str(e).splitlines()[0]}
@@ -314,6 +342,12 @@ def _fitted(name: str, target: str, stream: bool, cap: float | None, what: str, 
     row["stream_input"] = stream
     row["search_seconds"] = rep.search_seconds  # on the bench's machine, every candidate priced
     row["candidates"] = len(rep.candidates)
+    # squeeze-excites run inside stages: each such stage's passes (its description says "N passes"), and how many
+    # of the candidates priced had such a stage
+    row["stage_passes"] = [int(n) for n in re.findall(r"(\d+) passes", ch.describe)]
+    row["candidates_with_passes"] = sum("passes" in c.describe for c in rep.candidates)
+    if options:
+        row["options"] = dict(options)
     return row
 
 
@@ -333,7 +367,10 @@ def measured_row(name: str, target: str, what: str, schedule: str | None, pred_a
             "instructions": measured_i, "predicted_instructions": pred_insns,
             "instructions_error": round(pred_insns / measured_i - 1, 4) if measured_i and pred_insns else None,
             "macs": macs, "flash_model_bytes": flash,
-            "outputs_equal_tflite": run is not None and run.outputs_equal_tflite, "verdict": dep.verdict}
+            "outputs_equal_tflite": run is not None and run.outputs_equal_tflite, "verdict": dep.verdict,
+            # the inputs the firmware ran, and those whose expected outputs are TFLM's on this host (proven rounding
+            # ties: ``outputs_equal_tflite`` compares with those there)
+            "inputs": dep.inputs, "tflm_reference_inputs": len(dep.reference.tflm_inputs) if dep.reference else 0}
 
 
 def table(result: dict[str, Any]) -> str:

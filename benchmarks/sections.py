@@ -36,6 +36,10 @@ that JSON by the section's function in ``SECTION_TABLES``, which the docs use to
 - multistage: several patch stages per network, the analytic Pareto fronts of the stage-plan search against one
   stage and msf-CNN's quoted figures, and the chosen plans measured on the Cortex-M4 (``benchmarks.multistage``;
   about 25 min).
+- foreign: models users bring (tf_keras.applications MobileNetV3, EfficientNet-B0, MobileNet, a small ResNet, a DAG),
+  converted here, through ``fit --run`` on the Cortex-M4, M7 and M55 at max_latency 1.00 / 1.10 and the smallest
+  against ``deploy --run`` per layer, squeeze-excite models also with squeeze-excites out of stages
+  (``benchmarks.foreign``; hours on 2 cores, resumable).
 """
 
 from __future__ import annotations
@@ -49,8 +53,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from benchmarks import (detection as bench_detection, fit as bench_fit, halo as bench_halo, latency as bench_latency,
-                        multistage as bench_multistage, search as bench_search)
+from benchmarks import (detection as bench_detection, fit as bench_fit, foreign as bench_foreign, halo as bench_halo,
+                        latency as bench_latency, multistage as bench_multistage, search as bench_search)
 from benchmarks.firmware_runs import PKG, firmware_reports, generator_record, label
 from benchmarks.results import run_record
 from tfmcu.errors import UsageError
@@ -71,7 +75,7 @@ from tfmcu.train.trainer import train
 
 SECTIONS = ("rewrite", "custom", "firmware", "tflm_firmware", "cmsis_nn", "train", "resolution", "search", "halo",
             "halo_firmware", "latency", "fit", "cores", "named_boards", "detection", "detection_recipe",
-            "multistage")
+            "multistage", "foreign")
 
 
 @dataclass
@@ -82,6 +86,8 @@ class BenchOptions:
     samples: int = 8  # random inputs for the bit-exactness checks
     fit_models: tuple[str, ...] = ()  # section fit: only these models (default: all of benchmarks.fit.CASES)
     fit_caps: tuple[str, ...] = ()  # section fit: only these --max_latency caps ("none": no cap; default: CAPS)
+    foreign_models: tuple[str, ...] = ()  # section foreign: only these models (default: all of its MODELS)
+    foreign_targets: tuple[str, ...] = ()  # section foreign: only these targets (default: all of its TARGETS)
 
 
 # model -> (auto-mode budget as a fraction of the original's measured arena, fixed schedules)
@@ -589,7 +595,8 @@ SECTION_TABLES: dict[str, Callable[[dict[str, Any]], str]] = {
     "resolution": resolution_table, "search": bench_search.table, "halo": bench_halo.table,
     "halo_firmware": bench_halo.firmware_table, "latency": bench_latency.section_table, "fit": bench_fit.table,
     "cores": bench_fit.table, "named_boards": bench_fit.boards_table, "detection": bench_detection.table,
-    "detection_recipe": bench_detection.recipe_table, "multistage": bench_multistage.table}
+    "detection_recipe": bench_detection.recipe_table, "multistage": bench_multistage.table,
+    "foreign": bench_foreign.table}
 
 
 def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
@@ -607,7 +614,8 @@ def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
         "named_boards": lambda o: bench_fit.boards_section(o, log),
         "detection": lambda o: bench_detection.detection_section(o, log),
         "detection_recipe": lambda o: bench_detection.recipe_section(o, log),
-        "multistage": lambda o: bench_multistage.multistage_section(o, log)}
+        "multistage": lambda o: bench_multistage.multistage_section(o, log),
+        "foreign": lambda o: bench_foreign.foreign_section(o, log)}
     unknown = [s for s in o.sections if s not in sections]
     if unknown:
         raise UsageError(f"unknown bench section(s) {', '.join(unknown)}; known: {', '.join(sections)}")

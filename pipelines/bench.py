@@ -25,12 +25,18 @@ flags.DEFINE_list("fit_models", list(_D.fit_models),
 flags.DEFINE_list("fit_caps", list(_D.fit_caps), "Section fit: only these --max_latency caps, 'none' for no cap (default: "
                                  "1.00,1.05,1.25,none).")
 
+flags.DEFINE_list("foreign_models", list(_D.foreign_models),
+                  "Section foreign: only these models (default: all of benchmarks.foreign_models.MODELS).")
+flags.DEFINE_list("foreign_targets", list(_D.foreign_targets),
+                  "Section foreign: only these targets (default: cortex-m4,cortex-m7,cortex-m55).")
+
 flags.adopt_module_key_flags(_cli)  # the shared flags this pipeline defined show in --help
 
 def main(argv: Sequence[str]) -> None:
     bench.run(bench.BenchOptions(out_dir=FLAGS.out_dir, sections=tuple(FLAGS.sections), zoo_cache=FLAGS.zoo_cache,
                                  samples=FLAGS.check_samples, fit_models=tuple(FLAGS.fit_models),
-                                 fit_caps=tuple(FLAGS.fit_caps)))
+                                 fit_caps=tuple(FLAGS.fit_caps), foreign_models=tuple(FLAGS.foreign_models),
+                                 foreign_targets=tuple(FLAGS.foreign_targets)))
 
 
 if __name__ == "__main__":
