@@ -156,7 +156,11 @@ VARIANTS: list[Variant] = (
        Variant(name="efficientnet_like_r7_b1_stream", model="efficientnet_like", patches=(7, 1), blocks=1,
                halo="auto", stream=True),
        Variant(name="eltwise_mix_p", model="eltwise_mix", patches=2),
-       Variant(name="eltwise_mix_p3_all", model="eltwise_mix", patches=3, halo="all")])
+       Variant(name="eltwise_mix_p3_all", model="eltwise_mix", patches=3, halo="all"),
+       # calls of fewer elements than abi.LUT_MIN_ELEMENTS (element by element) beside calls through a table
+       Variant(name="eltwise_mix_p4_all", model="eltwise_mix", patches=4, halo="all"),
+       Variant(name="eltwise_mix_p6", model="eltwise_mix", patches=6),
+       Variant(name="mbv3_small_100_128_p12_b2", model="mbv3_small_100_128", patches=12, blocks=2, passes=2)])
 
 
 def _log(msg: str) -> None:
@@ -346,12 +350,14 @@ def run_one(fw: dict, timeout: int = 3000) -> dict | None:
 
 def portable_counts(profile: str, syms: dict[str, int], sizes: dict[str, int]) -> dict[str, int]:
     """Per portable kernel (``tfmcu.plan.latency.PORTABLE``) the instructions its function ran (tfmcu_<op>_s8 and
-    the parts GCC split off it, ``.part.N``), from the plugin's per-address counts of a run of one Invoke."""
+    the parts GCC split off it, ``.part.N``, and its element function where GCC kept it apart: the kernels of
+    ``abi.LUT_OPS`` call it from two places, per element and to build a call's table), from the plugin's
+    per-address counts of a run of one Invoke."""
     spans = []
     for name, size in sizes.items():
         base = name.split(".")[0]
         for k in latency.PORTABLE:
-            if base == f"tfmcu_{k.lower()}_s8":
+            if base in (f"tfmcu_{k.lower()}_s8", f"tfmcu_{k.lower()}_element"):
                 spans.append((syms[name] & ~1, (syms[name] & ~1) + size, k))
     totals = dict.fromkeys(sorted({k for _, _, k in spans}), 0)
     with open(profile) as f:

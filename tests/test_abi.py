@@ -161,6 +161,7 @@ def mismatches(c: dict) -> list[str]:
     check("TFMCU_CONV1X1_FOLDED_MAX_PIXELS", d.get("TFMCU_CONV1X1_FOLDED_MAX_PIXELS"),
           abi.CONV1X1_FOLDED_MAX_PIXELS)
     check("TFMCU_CONV1X1_FOLDED(pixels, in_channels)", c["folded_rule"], abi.CONV1X1_FOLDED_RULE)
+    check("TFMCU_LUT_MIN_ELEMENTS", d.get("TFMCU_LUT_MIN_ELEMENTS"), abi.LUT_MIN_ELEMENTS)
     check(f"function {abi.CONV1X1_FOLDED_SYMBOL} declared", abi.CONV1X1_FOLDED_SYMBOL in c["functions"], True)
     check("TfmcuStatus", enums.get("TfmcuStatus"), {name: value for name, value, _ in abi.STATUSES})
     check("TfmcuDataType", enums.get("TfmcuDataType"), dict(abi.DATA_TYPES))

@@ -451,6 +451,38 @@ def test_logistic_and_tanh_every_input_against_tflm_and_tflite(builtin, models, 
     assert quant.logistic_params(1.0 / 16, 0)["input_range_radius"] == 15 * 2 ** 27 >> 24
 
 
+# ============================================================================= calls through a table
+@pytest.mark.parametrize("name", ["sigmoid", "tanh", "hard_swish", "leaky_relu"])
+def test_calls_through_a_table_equal_calls_element_by_element(name, models, lib):
+    """A call of at least abi.LUT_MIN_ELEMENTS elements maps them through a table of the op's 256 values (tfmcu_lut.h):
+    on every int8 input, over the parameter grid, it equals calls too small for a table (one pixel row each), and a
+    call run in place (the output over its input) equals both; rows of a multiple of 4 elements and not."""
+    case = CASES[[c.name for c in CASES].index(name)]
+    h, w, c = SHAPE
+    assert h * w * c >= abi.LUT_MIN_ELEMENTS > w * c  # the whole map through a table, a row element by element
+    seen = set()
+    for where, variant in variants(models(case), case, case.grid):
+        g = from_tflite(variant, name=case.name)
+        [op] = _checked(g, case)
+        spec = ops.layer_spec(ts.load_model(variant), op)
+        full = exhaustive_inputs(variant)[0]
+        for x in (full, np.ascontiguousarray(full[:, :, :15, :7]), np.ascontiguousarray(full[:, :, :13, :5])):
+            assert x.size >= abi.LUT_MIN_ELEMENTS > x.shape[2] * x.shape[3]
+            whole = np.zeros(x.shape, np.int8)
+            binding.call_kernel(spec, [x], whole)
+            rows = np.zeros(x.shape, np.int8)
+            for y in range(x.shape[1]):
+                out = np.zeros((1, 1) + x.shape[2:], np.int8)
+                binding.call_kernel(spec, [np.ascontiguousarray(x[:, y:y + 1])], out)
+                rows[:, y:y + 1] = out
+            assert np.array_equal(whole, rows), (name, where, x.shape, int(np.count_nonzero(whole != rows)))
+            buf = x.copy()
+            binding.call_kernel(spec, [buf], buf)  # (the same contiguous array: the views alias)
+            assert np.array_equal(buf, whole), (name, where, x.shape, "in place")
+            seen.add(whole.tobytes())
+    assert len(seen) > 3, "the grid changed nothing"
+
+
 # ============================================================================= SUB is not ADD with a negated multiplier
 def _pairs() -> tuple[np.ndarray, np.ndarray]:
     """Two PAIRS-shaped int8 operands holding every pair of values (operand 1 by pixel, operand 2 by channel)."""

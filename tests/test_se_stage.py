@@ -49,6 +49,7 @@ def _se_model() -> bytes:
     def hard_swish(x):
         return L.Activation(lambda v: v * tf_keras.activations.relu(v + 3.0, max_value=6.0) / 6.0)(x)
 
+    tf_keras.backend.clear_session()  # the layers' default names (the fixture finds ops by them) from _1 on
     tf_keras.utils.set_random_seed(1)
     i = tf_keras.Input((24, 24, 3))
     x = L.Rescaling(1 / 127.5, -1)(i)
@@ -221,3 +222,31 @@ def test_builtin_mode_unrolls_the_preprocessing_and_activations(se, border):
     with pytest.raises(RewriteError, match="squeeze-excite.*--mode=custom") as e:
         rewrite_builtin(data, g, regions.schedule(g, (2, 2), ops=list(range(ends["one"]))), border=border)
     assert "\n" not in str(e.value)
+
+
+def test_the_search_estimate_prices_the_element_wise_ops(se):
+    """The stage-plan search's estimate (``stage_plans.segment_instructions``) prices HARD_SWISH, LOGISTIC and MUL
+    per layer by TFLM's rows, and in a stage by the portable kernels' rows: a call of ``abi.LUT_MIN_ELEMENTS``
+    elements or more through a table (per call and per element), a smaller one element by element."""
+    from tfmcu import abi
+    from tfmcu.plan import stage_plans
+    from tfmcu.plan.latency import stage_overheads
+
+    _, g, _ = se
+    costs = stage_overheads("cortex-m7", "cmsis_nn")
+    logistic = next(op for op in g.ops if op.attrs.get("tflite_op") == "LOGISTIC" and op.patchable)
+    i = g.ops.index(logistic)
+    elements = g.tensors[logistic.outputs[0]].nbytes
+    per_layer = stage_plans.segment_instructions(g, [i], None, costs)
+    assert per_layer == pytest.approx(elements * costs["layer_element"]["LOGISTIC"]) and per_layer > 100 * elements
+    c = costs["stage_element"]["LOGISTIC"]
+    small, large = abi.LUT_MIN_ELEMENTS - 1, abi.LUT_MIN_ELEMENTS
+    assert stage_plans._elementwise(g, logistic, [small], small, costs) == pytest.approx(small * c["out"])
+    assert stage_plans._elementwise(g, logistic, [large], large, costs) == pytest.approx(
+        c["lut_calls"] + large * c["lut_out"])
+    assert c["lut_out"] < c["out"] / 10  # a few instructions per element against the fixed-point function's
+    for name in ("HARD_SWISH", "MUL"):
+        op = next(op for op in g.ops if op.attrs.get("tflite_op") == name and op.patchable)
+        n = g.tensors[op.outputs[0]].nbytes
+        got = stage_plans.segment_instructions(g, [g.ops.index(op)], None, costs)
+        assert got == pytest.approx(n * costs["layer_element"][name]) and got > 0

@@ -2,6 +2,8 @@
  * functions; every value is kept in int32 and wrapped or saturated to int16 exactly where the C++ stores an int16. */
 #include "hard_swish.h"
 
+#include "tfmcu_lut.h"
+
 /* An int32 as the C++ stores it into an int16_t (modulo 2^16, as GCC and Clang convert). */
 static int32_t tfmcu_wrap_int16(int32_t x) {
   return (int32_t)(((uint32_t)x + 32768u) & 0xFFFFu) - 32768;
@@ -73,6 +75,14 @@ TfmcuStatus tfmcu_hard_swish_s8(const TfmcuHardSwishParams* params, const TfmcuC
   }
   if (input->height != output->height || input->width != output->width || input->channels != output->channels) {
     return kTfmcuErrorShapeMismatch;
+  }
+  if (tfmcu_lut_call(output)) {
+    int8_t table[256];
+    for (int32_t v = INT8_MIN; v <= INT8_MAX; ++v) {
+      table[v + 128] = tfmcu_hard_swish_element(params, (int8_t)v);
+    }
+    tfmcu_lut_map(table, input, output);
+    return kTfmcuOk;
   }
   const int32_t row_elements = output->width * output->channels;
   for (int32_t y = 0; y < output->height; ++y) {

@@ -1,6 +1,8 @@
 /* LEAKY_RELU int8: see leaky_relu.h. */
 #include "leaky_relu.h"
 
+#include "tfmcu_lut.h"
+
 static int8_t tfmcu_leaky_relu_element(const TfmcuLeakyReluParams* p, int8_t x) {
   const int32_t input_value = (int32_t)x - p->input_zero_point;
   int32_t scaled;
@@ -23,6 +25,14 @@ TfmcuStatus tfmcu_leaky_relu_s8(const TfmcuLeakyReluParams* params, const TfmcuC
   }
   if (input->height != output->height || input->width != output->width || input->channels != output->channels) {
     return kTfmcuErrorShapeMismatch;
+  }
+  if (tfmcu_lut_call(output)) {
+    int8_t table[256];
+    for (int32_t v = INT8_MIN; v <= INT8_MAX; ++v) {
+      table[v + 128] = tfmcu_leaky_relu_element(params, (int8_t)v);
+    }
+    tfmcu_lut_map(table, input, output);
+    return kTfmcuOk;
   }
   const int32_t row_elements = output->width * output->channels;
   for (int32_t y = 0; y < output->height; ++y) {

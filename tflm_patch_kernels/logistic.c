@@ -1,6 +1,8 @@
 /* LOGISTIC int8: see logistic.h. */
 #include "logistic.h"
 
+#include "tfmcu_lut.h"
+
 #include "tfmcu_fixedpoint.h"
 
 static int8_t tfmcu_logistic_element(const TfmcuLogisticParams* params, int8_t x) {
@@ -24,6 +26,14 @@ TfmcuStatus tfmcu_logistic_s8(const TfmcuLogisticParams* params, const TfmcuCons
   }
   if (input->height != output->height || input->width != output->width || input->channels != output->channels) {
     return kTfmcuErrorShapeMismatch;
+  }
+  if (tfmcu_lut_call(output)) {
+    int8_t table[256];
+    for (int32_t v = INT8_MIN; v <= INT8_MAX; ++v) {
+      table[v + 128] = tfmcu_logistic_element(params, (int8_t)v);
+    }
+    tfmcu_lut_map(table, input, output);
+    return kTfmcuOk;
   }
   const int32_t row_elements = output->width * output->channels;
   for (int32_t y = 0; y < output->height; ++y) {

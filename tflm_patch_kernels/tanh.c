@@ -1,6 +1,8 @@
 /* TANH int8: see tanh.h. */
 #include "tanh.h"
 
+#include "tfmcu_lut.h"
+
 #include "tfmcu_fixedpoint.h"
 
 static int8_t tfmcu_tanh_element(const TfmcuTanhParams* params, int8_t x) {
@@ -23,6 +25,14 @@ TfmcuStatus tfmcu_tanh_s8(const TfmcuTanhParams* params, const TfmcuConstView* i
   }
   if (input->height != output->height || input->width != output->width || input->channels != output->channels) {
     return kTfmcuErrorShapeMismatch;
+  }
+  if (tfmcu_lut_call(output)) {
+    int8_t table[256];
+    for (int32_t v = INT8_MIN; v <= INT8_MAX; ++v) {
+      table[v + 128] = tfmcu_tanh_element(params, (int8_t)v);
+    }
+    tfmcu_lut_map(table, input, output);
+    return kTfmcuOk;
   }
   const int32_t row_elements = output->width * output->channels;
   for (int32_t y = 0; y < output->height; ++y) {

@@ -40,6 +40,11 @@ CONV1X1_FOLDED_RULE = ("((pixels) > 1 && (pixels) < TFMCU_CONV1X1_FOLDED_MAX_PIX
 # That product's function (cmsis_nn/conv1x1_folded.c, declared in cmsis_nn_backend.h): the latency calibration
 # counts the instructions run inside it (benchmarks/latency.py)
 CONV1X1_FOLDED_SYMBOL = "tfmcu_conv1x1_folded_s8"
+# TFMCU_LUT_MIN_ELEMENTS (tfmcu_lut.h): a call of HARD_SWISH, LOGISTIC, TANH or LEAKY_RELU over at least this many
+# elements maps them through a table of the op's 256 values built for the call (the latency predictor prices such
+# calls apart: ``LUT_OPS``)
+LUT_MIN_ELEMENTS = 512
+LUT_OPS = ("HARD_SWISH", "LOGISTIC", "TANH", "LEAKY_RELU")
 
 
 def conv1x1_folded(pixels: Any, in_channels: Any) -> Any:

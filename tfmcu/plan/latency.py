@@ -101,7 +101,11 @@ FIXED_TERMS = ("cost_folded", "cost_add", "cost_mul", "cost_portable")
 # ops are priced by those rows (``cost_portable``, at coefficient 1), a residual ADD as before (``cost_add``; with
 # the portable kernels the stage's own ADD terms).
 PORTABLE = ("ADD", "SUB", "MUL", "HARD_SWISH", "LOGISTIC", "TANH", "LEAKY_RELU")
-PORTABLE_FEATURES = ("out", "pix", "rows", "calls")
+# A portable kernel's row: per output element it computes element by element ("out"), per pixel, output row and call,
+# and for the kernels of ``abi.LUT_OPS`` per call that maps its elements through a table of the op's 256 values
+# (``abi.LUT_MIN_ELEMENTS`` elements or more: "lut_calls", the table built) and per element so mapped ("lut_out";
+# "out" then counts the other calls' elements only: ``portable_terms``)
+PORTABLE_FEATURES = ("out", "pix", "rows", "calls", "lut_calls", "lut_out")
 # The folded 1x1 product's features (cmsis_nn/conv1x1_folded.c), summed over its calls of p pixels, c input and k
 # output channels: inner-loop iterations (4 input channels each) over pairs of pixels and over an odd last pixel,
 # per pair of output channels; of the pairs' iterations those past a multiple of 16 (steps of their own after the
@@ -403,7 +407,12 @@ def _stage(o: dict[str, Any]) -> dict[str, Any]:
             chans = float(kernel_calls[mask].sum()) * cout if code == abi.OP_CONV else 0.0
             mve = (_mve_terms(call_pixels[mask], kernel_calls[mask], cout, reduction) if code == abi.OP_CONV
                    else _mve_terms(np.zeros(0), np.zeros(0), 0, 0))
-            return {"macs": macs, "vmacs": macs if vmacs is None else vmacs, "col": col, "inner": inner,
+            lut = {}
+            if name in abi.LUT_OPS:  # one call per patch (the portable kernel): its elements decide the table
+                elements = boxes * cout
+                on = mask & (elements >= abi.LUT_MIN_ELEMENTS)
+                lut = {"lut_calls": float(on.sum()), "lut_out": float(elements[on].sum())}
+            return {**lut, "macs": macs, "vmacs": macs if vmacs is None else vmacs, "col": col, "inner": inner,
                     "vinner": inner if vinner is None else vinner, "out": out, "pix": pix, "rows": rows,
                     "inp": inp, "calls": n_calls, "wts": weights * float(kernel_calls[mask].sum()), "rmacs": rmacs,
                     "wide": wide, "omacs": omacs, "chans": chans, **mve}
@@ -522,7 +531,16 @@ def portable_cost(lf: dict[str, Any], coef: dict[str, Any], kernels: str) -> flo
     c = coef.get("portable", {}).get(portable_kernel(lf, kernels) or "")
     if c is None:
         return _row_cost(coef, path_of(lf, kernels), lf)
-    return float(sum(c.get(k, 0.0) * float(lf.get(k, 0.0)) for k in PORTABLE_FEATURES))
+    terms = portable_terms(lf)
+    return float(sum(c.get(k, 0.0) * terms[k] for k in PORTABLE_FEATURES))
+
+
+def portable_terms(lf: dict[str, Any]) -> dict[str, float]:
+    """A stage layer's ``PORTABLE_FEATURES``: its features, "out" without the elements its calls map through a table
+    ("lut_out")."""
+    terms = {k: float(lf.get(k, 0.0)) for k in PORTABLE_FEATURES}
+    terms["out"] -= terms["lut_out"]
+    return terms
 
 
 def _row_cost(coef: dict[str, Any], row: str, f: dict[str, Any]) -> float:
@@ -607,8 +625,8 @@ def portable_features(run: dict[str, Any]) -> dict[str, dict[str, float]]:
             k = portable_kernel(lf, run["kernels"])
             if k is not None:
                 acc = out.setdefault(k, dict.fromkeys(PORTABLE_FEATURES, 0.0))
-                for n in PORTABLE_FEATURES:
-                    acc[n] += float(lf.get(n, 0.0))
+                for n, v in portable_terms(lf).items():
+                    acc[n] += v
     return out
 
 
@@ -695,10 +713,17 @@ def stage_overheads(core: str = "cortex-m4", kernels: str = "cmsis_nn",
     ops, stage = coef["ops"], coef["stage"]
     conv = ops.get("CONV_2D:conv_1x1", {})
     dw = next((ops[r] for r in sorted(ops) if r.startswith("DEPTHWISE_CONV_2D")), {})
+    portable = coef.get("portable", {})
+    # the element-wise ops (ELEMENTWISE): per output element per layer (TFLM's kernels; a broadcast operand its own
+    # row) and in a stage (the portable kernels: element by element, or per call and element through a table)
+    layer = {row: float(ops[row].get("out", 0.0)) for row in ops if row.split(":")[0] in ELEMENTWISE}
+    in_stage = {k: {n: float(portable.get(k, {}).get(n, 0.0)) for n in ("out", "lut_out", "lut_calls")}
+                for k in ELEMENTWISE}
     return {"patch": float(stage.get("patches", 0.0)), "call": float(stage.get("calls", 0.0)),
             "weight_call": float(conv.get("wts", 0.0)), "conv_mac": float(conv.get("macs", 1.0)),
             "dw_mac": float(dw.get("macs", 1.0)), "conv_element": float(conv.get("inner", 0.0)),
-            "dw_pixel": float(dw.get("pix", 0.0)), "add_element": float(ops.get("ADD", {}).get("out", 0.0))}
+            "dw_pixel": float(dw.get("pix", 0.0)), "add_element": float(ops.get("ADD", {}).get("out", 0.0)),
+            "layer_element": layer, "stage_element": in_stage}
 
 
 def predict_instructions(model: bytes | TfliteModel, core: str, kernels: str, where: str = "model",

@@ -18,6 +18,7 @@ import operator
 from dataclasses import replace
 from typing import Any, Callable
 
+from tfmcu.abi import LUT_MIN_ELEMENTS, LUT_OPS
 from tfmcu.graph import ir
 from tfmcu.plan import regions
 from tfmcu.plan.halo import HaloOptions, halo_caches, intermediates
@@ -104,8 +105,25 @@ def _global_pool_after(graph: ir.Graph, outputs: list[str]) -> int | None:
     return cons[0] if is_global_pool(graph, graph.ops[cons[0]]) else None
 
 
+def _elementwise(graph: ir.Graph, op: ir.Op, calls: list[int] | None, elements: int, costs: dict[str, Any]) -> float:
+    """An element-wise op's instructions (``stage_overheads``' element costs): per layer, ``elements`` in TFLM's
+    kernel; in a stage (``calls``: the elements of each of its calls), its portable kernel's, a call through a table
+    where it has ``abi.LUT_MIN_ELEMENTS`` elements or more."""
+    name = op.attrs.get("tflite_op")
+    if name not in costs["stage_element"]:
+        return 0.0
+    if calls is None:
+        layer = costs["layer_element"]
+        row = f"{name}:broadcast" if op.attrs.get("broadcast") and f"{name}:broadcast" in layer else name
+        return elements * layer.get(row, 0.0)
+    c = costs["stage_element"][name]
+    if name not in LUT_OPS:
+        return elements * c["out"]
+    return float(sum(c["lut_calls"] + n * c["lut_out"] if n >= LUT_MIN_ELEMENTS else n * c["out"] for n in calls))
+
+
 def segment_instructions(graph: ir.Graph, ops: list[int], walks: tuple[list[Any], list[Any]] | None,
-                         costs: dict[str, float], passes: regions.Passes | None = None) -> float:
+                         costs: dict[str, Any], passes: regions.Passes | None = None) -> float:
     """A coarse estimate of a segment's instructions for the stage-plan search (``tfmcu.plan.latency.stage_overheads``'
     calibrated costs): its convolutions' MACs, and for a patch stage (``walks``: its row and column band walks,
     ``need`` or, with halo caches, ``comp``) per patch, per kernel call (a layer on a patch that computes something)
@@ -128,6 +146,10 @@ def segment_instructions(graph: ir.Graph, ops: list[int], walks: tuple[list[Any]
             weights = op.out_channels * op.in_channels // max(op.groups, 1) if (
                 op.type == ir.CONV and tuple(op.kernel) == (1, 1)) else 0
             total += calls * (costs["call"] + weights * costs["weight_call"])
+            sizes = [r * c * (out.shape[-1] if out.shape else 1) for r in got[0] if r for c in got[1] if c]
+            total += _elementwise(graph, op, sizes, sum(sizes), costs)
+        else:
+            total += _elementwise(graph, op, None, out.nbytes, costs)
         total += macs * (costs["dw_mac"] if op.type == ir.DEPTHWISE else costs["conv_mac"])
         channels = out.shape[-1] if out.shape else 1  # (a scalar: a reshape's shape arithmetic)
         if op.type == ir.CONV:

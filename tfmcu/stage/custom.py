@@ -518,16 +518,18 @@ class CustomOptions:
     def phrase(self, plan: Plan) -> str:
         """How this configuration reads after ``plan``'s description: its halo mode only where the plan leaves a
         stage's caches to it."""
-        parts = self._parts(halo=bool(plan.open_stages))
+        first = next((st for st in plan.stages if st.start == 0), None)
+        held = first is not None and first.passes > 1  # a first stage in passes reads its input in every pass
+        parts = self._parts(halo=bool(plan.open_stages), streamed=not held)
         return f" ({', '.join(parts)})" if parts else ""
 
-    def _parts(self, halo: bool) -> list[str]:
+    def _parts(self, halo: bool, streamed: bool = True) -> list[str]:
         parts = [f"halo {self.halo.mode}"] if halo else []
         if self.inplace:
             helium = self.kernels == "cmsis_nn" and self.core in MVE_CORES
             parts.append(f"rest in place ({self.kernels}{', Helium' if helium else ''})")
         if self.stream_input:
-            parts.append("input streamed")
+            parts.append("input streamed" if streamed else "input held whole: the first stage runs in passes")
         if self.rest_convs == "tfmcu":
             parts.append("rest convs by tfmcu")
         return parts
