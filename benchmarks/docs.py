@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from benchmarks import results
+from benchmarks.fit import PER_LAYER
 from benchmarks.sections import SECTION_TABLES, SECTIONS, equal_up_to_ties, inplace_line
 from tfmcu.errors import UsageError
 from tfmcu.firmware.targets import TARGETS, board_entries
@@ -261,7 +262,7 @@ def story_table(fit: dict[str, Any], halo_firmware: dict[str, Any], multistage: 
 
 def headline_table(custom: dict[str, Any] | None, fit: dict[str, Any] | None, detection: dict[str, Any] | None,
                    search: dict[str, Any] | None, train: dict[str, Any] | None, demo: dict[str, Any] | None,
-                   recipe: dict[str, Any] | None) -> str:
+                   recipe: dict[str, Any] | None, foreign: dict[str, Any] | None = None) -> str:
     """README's other headline results, one row per result file; a result not published yet is a row saying which
     run it awaits (never an old figure)."""
 
@@ -333,6 +334,28 @@ def headline_table(custom: dict[str, Any] | None, fit: dict[str, Any] | None, de
         md.append(f"| training recipe, {t['model']} @ {t['resolution']} on {t['dataset']} | int8 "
                   f"{100 * t['int8_tflm']:.2f}% against float {100 * t['float']:.2f}%; TF Lite = TFLM: "
                   f"{equal_up_to_ties(t)} | [train](docs/benchmarks.md#train) |")
+    what = ("models users bring (tf_keras.applications with their preprocessing) on the Cortex-M7, `fit "
+            "--objective=memory --max_latency=1.10 --stream_input --run`")
+    if foreign is None:
+        md.append(awaiting(what, "make bench: foreign", "docs/foreign.md#results"))
+    else:
+        cells = []
+        for m in ("mbv3_small_100_224", "efficientnet_b0_160"):
+            base = next((r for r in foreign["rows"] if r["model"] == m and r["target"] == "cortex-m7"
+                         and r["what"] == PER_LAYER and "error" not in r), None)
+            f = next((r for r in foreign["rows"] if r["model"] == m and r["target"] == "cortex-m7"
+                      and r["what"] == "fit, max_latency 1.10"), None)
+            title = next((x["title"] for x in foreign.get("models", []) if x["model"] == m), m)
+            if base is None or f is None:
+                continue
+            if "error" in f or not f.get("arena_used_bytes"):
+                cells.append(f"{title}: does not fit")
+                continue
+            per_layer = base.get("arena_used_bytes") or base["predicted_arena_bytes"]
+            cells.append(f"{title}: {f['arena_used_bytes']:,} B ({f['arena_ratio']:.2f}x below {per_layer:,} B per "
+                         f"layer) at {f['instructions_ratio']:.3f}x the instructions, outputs = TF Lite: "
+                         f"{'yes' if f['outputs_equal_tflite'] else 'NO'}")
+        md.append(f"| {what} | {'; '.join(cells) or '-'} | [foreign](docs/foreign.md#results) |")
     if demo is None:
         md.append(awaiting("`make demo`", "make demo", "docs/getting-started.md#what-make-demo-does"))
     else:
@@ -360,7 +383,7 @@ TABLES: dict[str, Table] = {
 # Tables that render whatever is published (a missing result is a row saying so, not an awaited result), and
 # tables whose one source is the code itself (no result).
 OPTIONAL = {"runs": Table(tuple(SECTIONS), runs_table), "targets": Table((), targets_list),
-            "headline": Table(("custom", "fit", "detection", "search", "train", "demo", "detection_recipe"),
+            "headline": Table(("custom", "fit", "detection", "search", "train", "demo", "detection_recipe", "foreign"),
                               headline_table),
             "targets:table": Table((), targets_table), "boards": Table((), boards_table)}
 # Values a page quotes that no single JSON entry holds.

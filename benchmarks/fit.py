@@ -379,7 +379,7 @@ def table(result: dict[str, Any]) -> str:
     md = ["Measured on the target under QEMU (TFLM arena_used_bytes, QEMU instruction counts of one Invoke), "
           "TFLM's CMSIS-NN kernels and the patch executor's CMSIS-NN backend, the image counted unless the "
           "configuration streams it; predicted by "
-          "tfmcu.plan.arena (arena) and tfmcu.plan.latency (instructions, estimated)." + _searched(result), "",
+          "tfmcu.plan.arena (arena) and tfmcu.plan.latency (instructions, estimated)." + searched(result), "",
           "| model | target | configuration | schedule | arena (B) | vs per layer | = predicted | instructions | "
           "vs per layer | predicted error | MACs | model Flash (B) | outputs = TF Lite | search |",
           "|---|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|---:|"]
@@ -406,7 +406,7 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(md) + "\n"
 
 
-def _searched(result: dict[str, Any]) -> str:
+def searched(result: dict[str, Any]) -> str:
     """What fit searched, for the table's header (runs that recorded it)."""
     search = result.get("search")
     if search is None:

@@ -18,7 +18,11 @@ from typing import Any, Callable
 
 from benchmarks import fit as bench_fit
 from benchmarks.foreign_models import BY_NAME, CLASSES, INPUT_RANGE, MODELS, ForeignModel, convert
+from tfmcu.errors import UsageError
 from tfmcu.files import figure_png, write_outputs
+from tfmcu.firmware.targets import get_target
+from tfmcu.graph.from_tflite import from_tflite
+from tfmcu.plan.profiler import profile
 
 TARGETS = ("cortex-m4", "cortex-m7", "cortex-m55")
 CAPS = (1.00, 1.10, None)  # None: the smallest arena, whatever its instructions
@@ -28,8 +32,6 @@ NO_SE_PASSES = f"fit, max_latency {SE_CAP:.2f}, squeeze-excites out of stages"
 
 def selection(models: tuple[str, ...] = (), targets: tuple[str, ...] = ()) -> tuple[list[ForeignModel], list[str]]:
     """The models and targets ``pipelines.bench --foreign_models --foreign_targets`` name (empty: all)."""
-    from tfmcu.errors import UsageError
-
     bad = [m for m in models if m not in BY_NAME]
     if bad:
         raise UsageError(f"--foreign_models: unknown {', '.join(bad)}; known: {', '.join(BY_NAME)}")
@@ -47,9 +49,6 @@ def foreign_section(o: Any, log: Callable[[str], None] = print) -> dict[str, Any
     """Every model of ``MODELS`` converted (or the reason it does not convert), then per target its per-layer row and
     its fit rows (``benchmarks.fit.fit_section``: kept in ``<out_dir>/foreign/rows.json`` as they are measured), and
     the plot."""
-    from tfmcu.graph.from_tflite import from_tflite
-    from tfmcu.plan.profiler import profile
-
     t0 = time.time()
     chosen, targets = selection(getattr(o, "foreign_models", ()), getattr(o, "foreign_targets", ()))
     converted: dict[str, bytes] = {}
@@ -182,7 +181,7 @@ def table(result: dict[str, Any]) -> str:
                       f"{saved} | {insns} |")
     md += ["", "Every row: measured on the target under QEMU (TFLM + CMSIS-NN, the patch executor's CMSIS-NN backend; "
            "fit's rows with the image streamed), predicted by tfmcu.plan.arena and tfmcu.plan.latency."
-           + bench_fit._searched(result), "",
+           + bench_fit.searched(result), "",
            "| model | target | configuration | schedule | arena (B) | vs per layer | predicted arena (error) | "
            "instructions | vs per layer | predicted instructions (error) | outputs = TF Lite | squeeze-excites in "
            "passes | search |", "|---|---|---|---|---:|---:|---|---:|---:|---|---|---|---:|"]
@@ -216,8 +215,6 @@ def _plot(rows: list[dict[str, Any]], models: list[dict[str, Any]]) -> bytes:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from tfmcu.firmware.targets import get_target
 
     names = [m["model"] for m in models if "error" not in m]
     series = [bench_fit.PER_LAYER] + [_fit_what(c) for c in CAPS] + [NO_SE_PASSES]

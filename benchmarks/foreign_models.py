@@ -140,8 +140,8 @@ def _digest() -> str:
     section's code, nor the rest of the zoo: they may change without converting again)."""
     import tensorflow as tf
 
-    from tfmcu.nets import convert
-    from tfmcu.nets.zoo import random_batchnorm
+    from tfmcu.nets import convert  # lazy: imports TensorFlow
+    from tfmcu.nets.zoo import random_batchnorm  # lazy: imports TensorFlow
 
     h = hashlib.sha1(tf.__version__.encode())
     for path in (__file__, convert.__file__):
@@ -161,8 +161,8 @@ def convert(m: ForeignModel, cache_dir: str | None) -> bytes:
                 return f.read()
     import tf_keras
 
-    from tfmcu.nets.convert import random_representative, to_int8_tflite
-    from tfmcu.nets.zoo import random_batchnorm
+    from tfmcu.nets.convert import random_representative, to_int8_tflite  # lazy: imports TensorFlow
+    from tfmcu.nets.zoo import random_batchnorm  # lazy: imports TensorFlow
 
     tf_keras.utils.set_random_seed(0)
     low, high = INPUT_RANGE

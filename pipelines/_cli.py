@@ -118,6 +118,11 @@ def define_firmware_flags() -> None:
             "data in a buffer of its own there when it fits, the arena in the firmware's RAM then holding only the "
             "rest. --nopersistent_apart: all of it in the one arena.")
     define_kernels_flag()
+    _define("bool", "profile", d.profile,
+            "With --run: build the firmware in per-op mode and profile one Invoke on the target: per operator its "
+            "MACs, instructions (QEMU), the latency predictor's, its share, instructions per MAC, the functions it "
+            "ran and, where the core's timings are known, estimated cycles and ms at the board's clock (a table, "
+            "profile.json and profile.png).")
     _define("enum", "console", d.console, list(CONSOLES),
             "Where the firmware writes its report: semihosting (QEMU's stdout, or a debugger's console; a board "
             "without a debugger halts) or uart (the board's console UART, 115200 8N1: a board on its own; "

@@ -47,7 +47,7 @@ def main(argv: Sequence[str]) -> int:
                                              run=FLAGS.run, inputs=FLAGS.inputs, num_inputs=FLAGS.num_inputs,
                                              seed=FLAGS.seed, margin=FLAGS.margin, stack_kib=FLAGS.stack_kib,
                                              kernels=FLAGS.kernels, tree=FLAGS.tree, console=FLAGS.console,
-                                             persistent_apart=FLAGS.persistent_apart))
+                                             persistent_apart=FLAGS.persistent_apart, profile=FLAGS.profile))
     return 1 if rep.fits is False else 0
 
 

@@ -82,7 +82,7 @@ def main(argv: Sequence[str]) -> int:
                        max_mac_overhead=FLAGS.max_mac_overhead,
                        max_stages=FLAGS.max_stages, se_passes=FLAGS.se_passes, search_seconds=FLAGS.search_seconds,
                        search_workers=FLAGS.search_workers,
-                       verify_samples=FLAGS.verify_samples, tree=FLAGS.tree)
+                       verify_samples=FLAGS.verify_samples, tree=FLAGS.tree, profile=FLAGS.profile)
     rep = fit.run(o, progress=_cli.progress)
     measured = rep.measured
     if measured is None:

@@ -112,6 +112,36 @@ def _persistent_apart(rep, region, in_qemu, on_board):
     assert on_board[0] <= at < on_board[1]
 
 
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m55"])
+def test_deploy_run_profile_per_op(models, tmp_path, target):
+    """``--profile``: the per-op firmware's ops each measured by the plugin, their instructions summing to the
+    profiled Invoke's less the interpreter's between them (a few dozen per op), the patch stage's own kernels named,
+    MACs and the predictor's figures beside; the outputs still checked; profile.json and profile.png written."""
+    _need_bazel()
+    out = tmp_path / "fw"
+    r, rep = _deploy(*models["tiny"], target, str(out), "--profile",
+                     *(["--console=uart"] if target == "cortex-m55" else []))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert '"-DTFMCU_PROFILE_OPS"' in open(out / "BUILD").read()
+    assert rep["fits"] and rep["run"]["outputs_equal_tflite"]
+    prof = json.load(open(out / "profile.json"))
+    assert prof == rep["profile"] and (out / "profile.png").stat().st_size > 10_000
+    assert not (out / "segments.txt").exists()
+    ops = prof["ops"]
+    tags = rep["run"]["op_tags"]
+    assert [o["type"] for o in ops] == tags and tags[0] == "TFMCU_PATCH_STAGE" and set(tags) == set(rep["ops"])
+    total = sum(o["instructions"] for o in ops)
+    assert total == sum(rep["run"]["op_insns"])
+    assert 0 < prof["invoke_instructions"] - total == prof["between_ops"] < 100 * len(ops)
+    assert prof["invoke_instructions"] == rep["run"]["invoke_insns"][0]
+    stage = ops[0]
+    assert stage["macs"] > 0 and any(f["function"].startswith(("tfmcu_", "arm_")) for f in stage["functions"])
+    for o in ops:  # each op's instructions as the latency predictor has them (within its calibration's error)
+        assert abs(o["predicted_instructions"] / o["instructions"] - 1) < 0.25, o
+    assert abs(sum(o["share"] for o in ops) - 1) < 1e-9
+    assert "per-op profile of the first Invoke" in r.stdout
+
+
 def test_deploy_run_helium_inplace_plan(models, tmp_path):
     """A model whose rest is planned in place for CMSIS-NN's Helium code (rewrite --inplace --core=cortex-m55)
     runs on the Cortex-M55 with outputs equal to TF Lite's and the predicted arena; a DSP core refuses it."""

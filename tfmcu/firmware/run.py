@@ -78,6 +78,9 @@ class FirmwareRun(Record):
     detections: list[list[list[int]]] | None = optional()  # a detector's, as the firmware printed them
     persistent_bytes: int | None = optional()  # TFLM's persistent buffer apart from the arena (its size)
     persistent_at: str | None = optional()  # and its address, "0x..." (in the board's persistent_ram region)
+    # a per-op firmware (deploy --profile): the first Invoke's ops as TFLM tags them, and each one's instructions
+    op_tags: list[str] | None = optional()
+    op_insns: list[int] | None = optional()
 
     @property
     def instructions(self) -> int | None:
@@ -95,21 +98,29 @@ def measured_by(t: Target, kernels: str) -> str:
     return f"{how}, TFLM built from source (the pinned archive; {KERNELS_WHAT[kernels]})"
 
 
+def firmware_elf(t: Target, out_dir: str | None = None) -> str:
+    """The ELF QEMU runs for ``t`` (``run_firmware``'s last build): the board's own, or its QEMU link
+    (``firmware_qemu``) where the board needs one (``out_dir``: the folder, whose qemu.ld asks for one too)."""
+    own = t.qemu == "stand-in" or t.board_elf or (out_dir is not None and os.path.exists(os.path.join(out_dir,
+                                                                                                          "qemu.ld")))
+    return os.path.join(ROOT, "bazel-bin", "external", REPO, f"{'firmware_qemu' if own else 'firmware'}.elf")
+
+
 def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: str, timeout_s: int = 300,
                  log: Callable[[str], None] = print, console: str = "semihosting",
-                 tflm_inputs: int = 0) -> tuple[FirmwareRun, bool, str]:
+                 tflm_inputs: int = 0, segments: str | None = None) -> tuple[FirmwareRun, bool, str]:
     """Build the folder's firmware and run it under QEMU (see the module docstring): ``(run, fits, verdict)``.
     ``arena``: the folder's arena, its predicted arena and its stack in bytes (they go into the verdict);
     ``console``: the firmware's (deploy --console: "uart" runs QEMU with semihosting off, the report on the UART);
     ``tflm_inputs``: on how many inputs expect.json has TFLM's outputs on this host (rounding ties: deploy's
-    ``DeployReference``), for the verdict."""
+    ``DeployReference``), for the verdict; ``segments``: where the plugin writes its per-address counts split at
+    every marker (a per-op firmware's profile: ``tfmcu.firmware.profile``)."""
     arena_bytes, predicted_bytes, stack_bytes = arena
     out = os.path.abspath(out_dir)
     log(f"deploy: bazel build @{REPO}//:firmware for {t.name} (TFLM is compiled the first time: minutes) ...")
     # a board QEMU runs through a link or a board library of its own (targets.Target.qemu_link): both binaries, the
     # board's decides what fits
-    run_name = ("firmware_qemu" if t.qemu == "stand-in" or t.board_elf or os.path.exists(os.path.join(out, "qemu.ld"))
-                else "firmware")
+    run_name = os.path.basename(firmware_elf(t, out))[:-len(".elf")]
     cmd = ["bazel", "build", "--noshow_progress", f"--override_repository={REPO}={out}", f"@{REPO}//:firmware",
            *([f"@{REPO}//:{run_name}"] if run_name != "firmware" else []),
            "//tools/qemu:libinsn_count.so"]
@@ -131,7 +142,7 @@ def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: 
                    f"{t.sram_bytes:,} B of SRAM)" if region == "RAM" else
                    f"does not fit {t.name}: the link overflows {region} by {missing:,} bytes")
         return FirmwareRun(linked=False, overflow=Overflow(region=region, bytes=missing)), False, verdict
-    elf = os.path.join(ROOT, "bazel-bin", "external", REPO, f"{run_name}.elf")
+    elf = firmware_elf(t, out)
     plugin = os.path.join(ROOT, "bazel-bin", "tools", "qemu", "libinsn_count.so")
     run_json = os.path.join(out, "run.json")
     if not t.machine:  # no QEMU board has the core: the link is the check
@@ -151,7 +162,8 @@ def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: 
     q = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "qemu", "run_firmware.py"), "--elf", elf,
                         "--machine", t.machine, "--plugin", plugin, "--timeout", str(timeout_s),
                         "--expect", os.path.join(out, "expect.json"), "--report", run_json, "--quiet",
-                        "--console", console, "--console-serial", str(t.console_serial)],
+                        "--console", console, "--console-serial", str(t.console_serial),
+                        *(["--segments", segments] if segments else [])],
                        capture_output=True, text=True)
     try:
         with open(run_json) as f:
@@ -173,7 +185,8 @@ def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: 
     if rep["problems"]:
         raise DeployError(f"firmware on {t.machine}: {'; '.join(rep['problems'])}")
     run = FirmwareRun(**figures, outputs_equal_tflite=True, streamed_rows_read=res.get("streamed_rows_read"),
-                      persistent_bytes=res.get("persistent_bytes"), persistent_at=res.get("persistent_at"))
+                      persistent_bytes=res.get("persistent_bytes"), persistent_at=res.get("persistent_at"),
+                      op_tags=res.get("op_tags"), op_insns=res.get("op_insns"))
     psram = rep["sizes"].get("psram", 0)
     apart = (f" ({arena_bytes:,} B in {t.ram.name}, TFLM's persistent data in a {res['persistent_bytes']:,} B buffer in "
              f"{t.persistent_ram} at {res['persistent_at']})" if res.get("persistent_bytes") else "")

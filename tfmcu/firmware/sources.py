@@ -289,13 +289,15 @@ def model_source(model: TfliteModel | bytes, inputs: np.ndarray, output_len: int
 
 
 def build_file(t: Target, arena: int, stack: int, ops: list[str], kernels: str, external: bool = False,
-               detector_slots: int = 0, console: str = "semihosting", persistent: int = 0) -> str:
+               detector_slots: int = 0, console: str = "semihosting", persistent: int = 0,
+               profile: bool = False) -> str:
     """The folder's BUILD: ``:firmware`` (the ELF for ``t``'s core) with the arena, the stack, TFLM's runtime and the
     kernel libraries of ``ops`` (``kernels``: "cmsis_nn" or "reference"); ``external``: the model array in the
     board's external memory (``EXTERNAL_MEMORY``) instead of the Flash; ``detector_slots``: a detector's firmware
     (``-DTFMCU_DETECTOR_SLOTS``: the detections it keeps to print, ``detector_slots_for``); ``console``: the harness
     that writes its report (``CONSOLE_HARNESS``); ``persistent``: the bytes of TFLM's persistent buffer in the board's
-    ``persistent_ram`` region (``-DTFMCU_PERSISTENT_BYTES``; 0: none, the arena holds it all)."""
+    ``persistent_ram`` region (``-DTFMCU_PERSISTENT_BYTES``; 0: none, the arena holds it all); ``profile``: the
+    per-op mode (``-DTFMCU_PROFILE_OPS``: the first Invoke's ops each between the plugin's markers, firmware_main.cc)."""
     fw = "@//tflm_patch_kernels/firmware"
     # TFLM's runtime and only the kernels of the model's ops (a cross-build compiles these, not all of TFLM)
     libs = ["@//tflm_patch_kernels/tflm:firmware_runtime", "@tflite_micro//:runtime", "@tflite_micro//:platform_mcu"]
@@ -311,6 +313,8 @@ def build_file(t: Target, arena: int, stack: int, ops: list[str], kernels: str, 
         copts.append(f'"-DTFMCU_PERSISTENT_BYTES={persistent}"')
     if detector_slots:
         copts.append(f'"-DTFMCU_DETECTOR_SLOTS={int(detector_slots)}"')
+    if profile:
+        copts.append('"-DTFMCU_PROFILE_OPS"')
     if external:
         if t.key not in EXTERNAL_MEMORY or t.own_ld:
             raise UsageError(f"--target={t.name}: the board has no external memory for the model")
@@ -382,11 +386,12 @@ mcu_binary(
 def folder_files(model: TfliteModel | bytes, ops: Sequence[str], inputs: np.ndarray, output_len: int, comment: str,
                  target: Target, arena: int, stack: int, kernels: str, where: str = "model", stream: int = 0,
                  external: bool = False, detector_slots: int = 0, console: str = "semihosting",
-                 persistent: int = 0) -> dict[str, str]:
+                 persistent: int = 0, profile: bool = False) -> dict[str, str]:
     """The firmware folder's sources {name: text}: ``model_data.cc`` (``model_source``, ``stream``: the streamed
     images' rows), ``main.cc`` (a copy of tflm_patch_kernels/tflm/firmware_main.cc), ``BUILD`` (``build_file``,
     ``external``: the model in the board's external memory; ``detector_slots``: a detector's; ``console``: where it
-    reports; ``persistent``: TFLM's persistent buffer apart, ``build_file``), ``WORKSPACE`` and, for a board with its
+    reports; ``persistent``: TFLM's persistent buffer apart; ``profile``: the per-op mode, ``build_file``),
+    ``WORKSPACE`` and, for a board with its
     own memory map, ``board.ld`` (``targets.linker_script``); ``qemu.ld`` when QEMU runs a link of its own (the
     persistent buffer's region mapped elsewhere there)."""
     with open(MAIN_SOURCE) as f:
@@ -394,7 +399,8 @@ def folder_files(model: TfliteModel | bytes, ops: Sequence[str], inputs: np.ndar
     return {
         "model_data.cc": model_source(model, inputs, output_len, comment, where, ops=ops, stream=stream),
         "main.cc": main,
-        "BUILD": build_file(target, arena, stack, list(ops), kernels, external, detector_slots, console, persistent),
+        "BUILD": build_file(target, arena, stack, list(ops), kernels, external, detector_slots, console, persistent,
+                            profile),
         "WORKSPACE": f'workspace(name = "{REPO}")\n',
         **({"board.ld": linker_script(target)} if target.own_ld else {}),
         **({"qemu.ld": linker_script(target, qemu=True)} if persistent and target.qemu_link else {}),

@@ -127,6 +127,7 @@ class Target:
     # a faster region the firmware's RAM goes to instead of firmware_ram when it holds it (``placed``): the
     # STM32H743's DTCM before its AXI SRAM; TFLM's persistent data then goes to firmware_ram
     fast_ram: str = ""
+    clock_hz: int | None = None  # the core clock the board runs at (boards.json clock_mhz): ms from cycles
 
     @property
     def core(self) -> str:
@@ -216,7 +217,8 @@ def _board(name: str, b: dict) -> tuple[Target | None, str]:
                qemu=str(b["qemu"]), console=b.get("console") if build.console or console_uart else None,
                console_serial=int(b.get("console_serial", 0)), own_ld=name not in BUILDS_BY_NAME,
                persistent_ram=persistent, qemu_bases=qemu_bases, fast_ram=fast,
-               board_elf=(f"board_dwt_{build.key}" + (f"_{console_uart}" if console_uart else "")) if dwt else "")
+               board_elf=(f"board_dwt_{build.key}" + (f"_{console_uart}" if console_uart else "")) if dwt else "",
+               clock_hz=int(b["clock_mhz"]) * 1_000_000 if b.get("clock_mhz") else None)
     return t, str(b["core"])
 
 

@@ -68,7 +68,8 @@ import numpy as np
 
 from tfmcu.errors import UsageError
 from tfmcu.files import write_folder, write_outputs
-from tfmcu.firmware.run import DeployError, FirmwareRun, run_firmware
+from tfmcu.firmware.profile import OpProfile, op_profile, plot as profile_plot, table as profile_table
+from tfmcu.firmware.run import DeployError, FirmwareRun, firmware_elf, run_firmware
 from tfmcu.firmware.sources import (CONSOLES, EXTERNAL_MEMORY, KERNELS, check_model, detector_expectation, detector_slots_for,
                                     expectation, folder_files, printed_detections, stream_rows)
 from tfmcu.firmware.targets import TARGETS, Target, get_target
@@ -116,6 +117,9 @@ class DeployOptions:
     # TFLM's persistent data in a buffer of its own in the board's region for it (Target.persistent_ram, the STM32F405's
     # CCM) where it fits there; False: all of it in the one arena
     persistent_apart: bool = True
+    # with ``run``: the firmware in per-op mode, and each op of its first Invoke profiled (tfmcu.firmware.profile):
+    # profile.json, profile.png and a table
+    profile: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -222,6 +226,7 @@ class DeployReport(Record):
     streamed_input: StreamedRows | None = optional()
     reference: DeployReference | None = optional()  # what the outputs must equal (None: read from a file without it)
     run: FirmwareRun | None = optional()  # with ``run``: built and run under QEMU
+    profile: OpProfile | None = optional()  # with ``run`` and ``profile``: per op of the first Invoke
     fits: bool | None = optional()  # with ``run``: the verdict's
     verdict: str | None = optional()
 
@@ -338,7 +343,7 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> DeployRepor
         detector=det, streamed_input=streamed, reference=reference)
     files = folder_files(model, ops, xs, outs[0].nbytes, comment, t, arena, stack, o.kernels, o.tflite, stream=rows,
                          external=flash.model_in == "external",
-                         detector_slots=slots, console=o.console, persistent=persistent)
+                         detector_slots=slots, console=o.console, persistent=persistent, profile=o.profile)
     files["expect.json"] = json.dumps({"expect": want,
                                        "expect_within": {"arena_used_bytes": [pred.total, 0.01]},
                                        "reference": {"tflm_inputs": reference.tflm_inputs, "how": reference.how}},
@@ -487,18 +492,40 @@ def firmware_detections(out_dir: str, expected: list[list[list[int]]]) -> list[l
     return got
 
 
+def _profile(o: DeployOptions, report: "DeployReport", t: Target, segments: str,
+             log: Callable[[str], None]) -> OpProfile:
+    """The per-op profile of the run (``tfmcu.firmware.profile``): printed, and written as profile.json and
+    profile.png beside deploy.json; the segments file it was read from removed."""
+    with open(o.tflite, "rb") as f:
+        model = f.read()
+    elf = firmware_elf(t, os.path.abspath(o.out_dir))
+    prof = op_profile(model, report.run, segments, elf, t, o.kernels, report.run.measured_by)
+    os.remove(segments)
+    title = (f"{os.path.basename(o.tflite)} on {t.name}: instructions per op, one Invoke (QEMU)"
+             + (", cycles estimated" if prof.cycles_by else ""))
+    write_outputs({os.path.join(o.out_dir, "profile.json"): json.dumps(prof.to_json(), indent=1) + "\n",
+                   os.path.join(o.out_dir, "profile.png"): profile_plot(prof, title)})
+    log("deploy: per-op profile of the first Invoke (profile.json, profile.png):\n" + profile_table(prof).rstrip())
+    return prof
+
+
 def deploy(o: DeployOptions, log: Callable[[str], None] = print) -> DeployReport:
     """``prepare``; with ``run``, the firmware built and run under QEMU (tfmcu/firmware/run.py): deploy.json gets
     ``run`` (the measured figures), ``fits`` and ``verdict``."""
     report = prepare(o, log)
     if o.run:
-        run, fits, verdict = run_firmware(o.out_dir, TARGETS[o.target].placed(report.estimate.region),
+        placed = TARGETS[o.target].placed(report.estimate.region)
+        segments = os.path.join(os.path.abspath(o.out_dir), "segments.txt") if o.profile else None
+        run, fits, verdict = run_firmware(o.out_dir, placed,
                                           (report.arena.arena_bytes, report.arena.predicted_bytes, report.stack_bytes),
                                           o.kernels, o.timeout_s, log, console=o.console,
-                                          tflm_inputs=len(report.reference.tflm_inputs) if report.reference else 0)
+                                          tflm_inputs=len(report.reference.tflm_inputs) if report.reference else 0,
+                                          segments=segments)
         if report.detector is not None and fits:
             run = dataclasses.replace(run, detections=firmware_detections(o.out_dir, report.detector.detections))
         report = dataclasses.replace(report, run=run, fits=fits, verdict=verdict)
+        if o.profile and fits:
+            report = dataclasses.replace(report, profile=_profile(o, report, placed, segments, log))
         write_outputs({os.path.join(o.out_dir, "deploy.json"): json.dumps(report.to_json(), indent=1) + "\n"})
         log(f"deploy: {verdict}")
     if o.tree:

@@ -95,6 +95,7 @@ class FitOptions:
     verify_samples: int = 20
     timeout_s: int = _DEPLOY.timeout_s
     console: str = _DEPLOY.console  # where the firmware reports (deploy --console)
+    profile: bool = _DEPLOY.profile  # with ``run``: the chosen firmware's per-op profile (deploy --profile)
     halo_modes: tuple[str, ...] = ()  # () : by objective (``configurations``); else these modes
     rest_convs: tuple[str, ...] = ("tflm", "tfmcu")
     tree: str | None = None  # also the firmware as a plain CMake source tree (docs/tree.md)
@@ -451,7 +452,8 @@ def _finish(o: FitOptions, t: Target, data: bytes, origin: str, res: SearchResul
         dep = deploy(DeployOptions(tflite=chosen_path, target=o.target, out_dir=os.path.join(stage, "firmware"),
                                    run=o.run, inputs=o.inputs, num_inputs=o.num_inputs, seed=o.seed, margin=o.margin,
                                    stack_kib=o.stack_kib, timeout_s=o.timeout_s, kernels=o.kernels,
-                                   console=o.console, persistent_apart=o.persistent_apart), log=log)
+                                   console=o.console, persistent_apart=o.persistent_apart,
+                                   profile=o.profile), log=log)
     except TfmcuError as e:  # named after the user's model, not its copy in the staging folder (removed)
         raise type(e)(str(e).replace(chosen_path, f"{o.model} as fit rewrote it" if patched else o.model)) from None
     ch = ChosenCandidate(**dataclasses.asdict(FitCandidate.of(chosen)), patched=patched)

@@ -700,6 +700,26 @@ def predict_from_features(ops: list[dict[str, Any]], coef: dict[str, Any], kerne
     return float(sum(per_op) + inv["const"] + inv["per_op"] * len(ops)), per_op
 
 
+def stage_split(f: dict[str, Any], coef: dict[str, Any], kernels: str) -> tuple[list[float], float]:
+    """A patch stage op's predicted instructions split: per layer (its row's cost, with its own kernel calls and
+    output rows of the executor's terms) and the rest of the executor (per patch, halo caches, streamed rows); the
+    parts sum to ``op_cost(f, ...)``. An estimate: what ``tfmcu.firmware.profile`` splits a measured stage by."""
+    bare = {**f, "calls": 0.0, "rows": 0.0, "patches": 0.0, "cache_bytes": 0.0, "stream_bytes": 0.0}
+    layers = [op_cost({**bare, "layers": [lf], "calls": float(lf.get("calls", 0.0)),
+                       "rows": float(lf.get("rows", 0.0))}, coef, kernels) for lf in f["layers"]]
+    return layers, op_cost(f, coef, kernels) - sum(layers)
+
+
+def coefficients(core: str, kernels: str, calibration: str = CALIBRATION_FILE) -> dict[str, Any]:
+    """The calibrated coefficients of ``core`` (or the core whose rows price it) with ``kernels``."""
+    data = _load(os.path.abspath(calibration))
+    coef = data.get("coefficients", {}).get(f"{STAND_INS.get(core, core)}/{kernels}")
+    if coef is None:
+        raise UsageError(f"{os.path.basename(calibration)} has no calibration for {core} with {kernels} "
+                         "(python -m benchmarks.latency)")
+    return coef
+
+
 def stage_overheads(core: str = "cortex-m4", kernels: str = "cmsis_nn",
                     calibration: str = CALIBRATION_FILE) -> dict[str, float]:
     """The calibrated instructions (estimated) a patch stage adds to its MACs, for the stage-plan search's

@@ -17,6 +17,12 @@
  *
  * With `profile=PATH` the plugin also counts every instruction address's executions and writes one line
  * "0xADDR COUNT" per executed address to PATH at exit (tools/qemu/profile.py sums them per function).
+ *
+ * With `segments=PATH` (and `profile=`) it also splits those counts at every marker: each time a marker executes
+ * it writes "S <marker number> <B|E> <depth>" (the marker's kind, and the depth of open regions before it) and then
+ * "0xADDR COUNT" for every address executed since the marker before (the instructions before marker 0 in the first
+ * block); at exit a last block "S <n> X <depth>" holds the rest. A region without regions inside it is the block its
+ * end marker closes: exactly its instructions, per address (tfmcu/firmware/profile.py reads them per op).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -52,6 +58,12 @@ static ProfileSlot *g_profile;
 static const char *g_profile_path;
 static size_t g_profile_full; /* addresses that found no free slot (not profiled) */
 
+/* segments=PATH: the counts at the last marker, per slot (the next block writes what was added since). */
+static const char *g_segments_path;
+static FILE *g_segments;
+static uint64_t *g_segment_last;
+static size_t g_markers;
+
 static uint64_t *profile_counter(uint64_t pc) {
     uint64_t key = pc | 1; /* never 0 */
     size_t h = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 40) & (PROFILE_SLOTS - 1);
@@ -73,12 +85,27 @@ static struct {
     size_t index; /* into g_regions, or SIZE_MAX when not recorded */
     uint64_t total0, range0;
 } g_stack[MAX_DEPTH];
-static size_t g_depth;
 static size_t g_bad_nesting; /* end without begin, or nesting deeper than MAX_DEPTH */
+
+static size_t g_depth;
+
+/* One block of the segments file: what every address ran since the marker before, closed by a marker of `kind`. */
+static void write_segment(char kind) {
+    if (g_segments == NULL) return;
+    fprintf(g_segments, "S %zu %c %zu\n", g_markers++, kind, g_depth);
+    for (size_t i = 0; i < PROFILE_SLOTS; i++) {
+        if (g_profile[i].pc != 0 && g_profile[i].count != g_segment_last[i]) {
+            fprintf(g_segments, "0x%" PRIx64 " %" PRIu64 "\n", g_profile[i].pc & ~(uint64_t)1,
+                    g_profile[i].count - g_segment_last[i]);
+            g_segment_last[i] = g_profile[i].count;
+        }
+    }
+}
 
 static void on_begin(unsigned int vcpu, void *udata) {
     (void)vcpu;
     (void)udata;
+    write_segment('B');
     if (g_depth == MAX_DEPTH) {
         g_bad_nesting++;
         return;
@@ -98,6 +125,7 @@ static void on_begin(unsigned int vcpu, void *udata) {
 static void on_end(unsigned int vcpu, void *udata) {
     (void)vcpu;
     (void)udata;
+    write_segment('E');
     if (g_depth == 0) {
         g_bad_nesting++;
         return;
@@ -164,6 +192,11 @@ static void on_exit(qemu_plugin_id_t id, void *udata) {
         qemu_plugin_outs(buf);
     }
     free(buf);
+    if (g_segments != NULL) {
+        write_segment('X');
+        fclose(g_segments);
+        g_segments = NULL;
+    }
     if (g_profile != NULL) {
         FILE *f = fopen(g_profile_path, "w");
         if (f == NULL) {
@@ -208,12 +241,14 @@ TFMCU_QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu
             g_out_path = a + 4;
         } else if (strncmp(a, "profile=", 8) == 0) {
             g_profile_path = a + 8;
+        } else if (strncmp(a, "segments=", 9) == 0) {
+            g_segments_path = a + 9;
         } else {
             goto bad;
         }
         continue;
     bad:
-        fprintf(stderr, "insn_count: bad argument '%s' (want begin=ADDR end=ADDR range=LO:HI out=PATH profile=PATH)\n", a);
+        fprintf(stderr, "insn_count: bad argument '%s' (want begin=ADDR end=ADDR range=LO:HI out=PATH profile=PATH segments=PATH)\n", a);
         return -1;
     }
     if (g_begin == g_end && g_begin != UINT64_MAX) {
@@ -224,6 +259,18 @@ TFMCU_QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu
         g_profile = calloc(PROFILE_SLOTS, sizeof(ProfileSlot));
         if (g_profile == NULL) {
             fprintf(stderr, "insn_count: no memory for the profile table\n");
+            return -1;
+        }
+    }
+    if (g_segments_path != NULL) {
+        if (g_profile == NULL) {
+            fprintf(stderr, "insn_count: segments= needs profile=\n");
+            return -1;
+        }
+        g_segment_last = calloc(PROFILE_SLOTS, sizeof(uint64_t));
+        g_segments = fopen(g_segments_path, "w");
+        if (g_segment_last == NULL || g_segments == NULL) {
+            fprintf(stderr, "insn_count: cannot write %s\n", g_segments_path);
             return -1;
         }
     }

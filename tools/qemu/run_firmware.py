@@ -19,6 +19,11 @@ usage: run_firmware.py --elf FW.elf --machine mps2-an386 [--plugin libinsn_count
 - --profile N (with --plugin): instructions per function over the whole run (the plugin's per-address counts
   summed over `nm -S` symbols), the N largest in the report's "profile" and printed; for finding where a
   kernel's instructions go, not a measure of one Invoke.
+- --segments PATH (with --plugin): the plugin's per-address counts split at every cost marker, written to PATH
+  (insn_count.c's segments=: tfmcu/firmware/profile.py reads each op's addresses from it).
+- A firmware built in per-op mode (-DTFMCU_PROFILE_OPS: its result has "profiled_ops" N) opens one plugin region per
+  op of its first Invoke, inside that Invoke's: the plugin's regions are then the first named region, the N ops and
+  the other named regions; the ops' counts go into the result's "op_insns", in the order of its "op_tags".
 - Parses the firmware's one `TFMCU_RESULT {json}` line (tflm_patch_kernels/firmware/harness.h).
 - --expect: a JSON file {"expect": {key: value, ...}} (e.g. a checksum computed on the host); every key
   must be in the result with exactly that value. With "expect_failure": "TEXT" next to "expect", the run must
@@ -142,8 +147,10 @@ def run_qemu(args, plugin_out):
             args.range = symbol_range(args.elf, _tool("arm-none-eabi-nm", args.nm), args.range_symbol)
         if args.range:
             popts.append("range=" + args.range)
-        if args.profile:
+        if args.profile or args.segments:
             popts.append("profile=" + plugin_out + ".profile")
+        if args.segments:
+            popts.append("segments=" + os.path.abspath(args.segments))
         cmd += ["-plugin", ",".join([os.path.abspath(args.plugin)] + popts)]
     cmd += ["-kernel", args.elf]
     if args.console == "uart":
@@ -209,6 +216,7 @@ def main(argv=None):
     ap.add_argument("--range", help="LO:HI addresses whose instructions the plugin counts separately")
     ap.add_argument("--range-symbol", help="the same for one function, e.g. tfmcu_conv2d_s8")
     ap.add_argument("--profile", type=int, default=0, help="with --plugin: the N functions that ran most instructions")
+    ap.add_argument("--segments", help="with --plugin: write the per-address counts split at every marker here")
     ap.add_argument("--expect", help='JSON file {"expect": {key: value}}')
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds (wall clock)")
     ap.add_argument("--report", help="write the report JSON here")
@@ -289,6 +297,11 @@ def main(argv=None):
         if counts is not None:
             if counts["open"] or counts["bad_nesting"] or counts["dropped"]:
                 problems.append("plugin: unbalanced cost regions %s" % counts)
+            n_ops = int(result.get("profiled_ops") or 0)
+            if n_ops and regions and len(counts["regions"]) >= 1 + n_ops:  # per-op mode: the ops inside region 0
+                ops = counts["regions"][1:1 + n_ops]
+                result["op_insns"] = [c["insns"] for c in ops]
+                counts = dict(counts, regions=counts["regions"][:1] + counts["regions"][1 + n_ops:])
             if len(counts["regions"]) != len(regions):
                 problems.append("plugin counted %d regions, firmware named %d" % (len(counts["regions"]), len(regions)))
             else:
