@@ -2,7 +2,8 @@
 """Runs a firmware ELF under qemu-system-arm and reports what it measured.
 
 usage: run_firmware.py --elf FW.elf --machine mps2-an386 [--plugin libinsn_count.so] [--expect EXPECT.json]
-                       [--range LO:HI | --range-symbol FUNC] [--profile TOP] [--timeout 120] [--report OUT.json]
+                       [--range LO:HI | --range-symbol FUNC] [--profile TOP] [--profile-out PROFILE.txt]
+                       [--timeout 120] [--report OUT.json]
                        [--console semihosting|uart [--console-serial N]] [--quiet]
 
 - Sizes: .text/.rodata/.data/.bss/.stack of the ELF (arm-none-eabi-size -A).
@@ -18,7 +19,8 @@ usage: run_firmware.py --elf FW.elf --machine mps2-an386 [--plugin libinsn_count
   --range-symbol). The timer must agree (insns ~ TICK_INSNS x ticks).
 - --profile N (with --plugin): instructions per function over the whole run (the plugin's per-address counts
   summed over `nm -S` symbols), the N largest in the report's "profile" and printed; for finding where a
-  kernel's instructions go, not a measure of one Invoke.
+  kernel's instructions go, not a measure of one Invoke. --profile-out PATH keeps the plugin's per-address counts
+  ("0xADDR COUNT" lines: what tfmcu.firmware.cycles estimates cycles from).
 - --segments PATH (with --plugin): the plugin's per-address counts split at every cost marker, written to PATH
   (insn_count.c's segments=: tfmcu/firmware/profile.py reads each op's addresses from it).
 - A firmware built in per-op mode (-DTFMCU_PROFILE_OPS: its result has "profiled_ops" N) opens one plugin region per
@@ -147,7 +149,7 @@ def run_qemu(args, plugin_out):
             args.range = symbol_range(args.elf, _tool("arm-none-eabi-nm", args.nm), args.range_symbol)
         if args.range:
             popts.append("range=" + args.range)
-        if args.profile or args.segments:
+        if args.profile or args.profile_out or args.segments:
             popts.append("profile=" + plugin_out + ".profile")
         if args.segments:
             popts.append("segments=" + os.path.abspath(args.segments))
@@ -216,6 +218,7 @@ def main(argv=None):
     ap.add_argument("--range", help="LO:HI addresses whose instructions the plugin counts separately")
     ap.add_argument("--range-symbol", help="the same for one function, e.g. tfmcu_conv2d_s8")
     ap.add_argument("--profile", type=int, default=0, help="with --plugin: the N functions that ran most instructions")
+    ap.add_argument("--profile-out", help="with --plugin: write the per-address counts (0xADDR COUNT) here")
     ap.add_argument("--segments", help="with --plugin: write the per-address counts split at every marker here")
     ap.add_argument("--expect", help='JSON file {"expect": {key: value}}')
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds (wall clock)")
@@ -256,6 +259,8 @@ def main(argv=None):
         if args.plugin and args.profile and os.path.exists(plugin_out + ".profile"):
             with open(plugin_out + ".profile") as f:
                 profile = function_profile(args.elf, _tool("arm-none-eabi-nm", args.nm), f.read(), args.profile)
+        if args.plugin and args.profile_out and os.path.exists(plugin_out + ".profile"):
+            shutil.copyfile(plugin_out + ".profile", args.profile_out)
 
     if not args.quiet:
         sys.stdout.write(output if output.endswith("\n") or not output else output + "\n")
