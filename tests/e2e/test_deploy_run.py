@@ -140,6 +140,14 @@ def test_deploy_run_profile_per_op(models, tmp_path, target):
         assert abs(o["predicted_instructions"] / o["instructions"] - 1) < 0.25, o
     assert abs(sum(o["share"] for o in ops) - 1) < 1e-9
     assert "per-op profile of the first Invoke" in r.stdout
+    # estimated cycles per op (tfmcu.firmware.cycles) and ms at the board's clock (boards.json)
+    assert prof["cycles_by"] and target in prof["cycles_by"] and prof["clock_hz"] > 0
+    for o in ops:
+        assert o["cycles"] > 0 and o["ms"] == pytest.approx(1000 * o["cycles"] / prof["clock_hz"])
+        if target == "cortex-m4":  # one cycle or more per instruction on the M4 (its TRM's table)
+            assert o["cycles"] >= o["instructions"]
+    layers = stage["layers"]  # the stage's layers, its measured count split as estimated
+    assert layers and sum(x["instructions"] for x in layers) + stage["executor_instructions"] == stage["instructions"]
 
 
 def test_deploy_run_helium_inplace_plan(models, tmp_path):

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 from tfmcu.errors import TfmcuError
 from tfmcu.files import figure_png
+from tfmcu.firmware import cycles
 from tfmcu.plan import latency
 from tfmcu.records import Record, optional
 
@@ -195,10 +196,26 @@ def _split(f: dict[str, Any], coef: dict[str, Any], kernels: str, measured: int)
     return layers, measured - sum(x.instructions for x in layers)
 
 
-def _cycles_estimator(elf: str, core: str) -> Any:
-    """A function {address: count} -> estimated cycles for ``core`` (with ``what``: how), or None when no timing
-    table covers the core (none yet: the profile then has instructions only)."""
-    return None
+@dataclass(frozen=True)
+class _Cycles:
+    """{address: count} -> estimated cycles on one core (``tfmcu.firmware.cycles``), the ELF's code read once."""
+
+    code: list[tuple[int, bytes]]
+    core: str
+    what: str
+
+    def __call__(self, counts: dict[int, int]) -> int:
+        return int(round(cycles.estimate_code_cycles(self.code, counts, self.core).cycles))
+
+
+def _cycles_estimator(elf: str, core: str) -> _Cycles | None:
+    """The cycle estimator of ``core`` for ``elf`` (None when no timing table covers the core)."""
+    if core not in cycles.TIMINGS:
+        return None
+    timing = cycles.core_timing(core)
+    what = ("tfmcu.firmware.cycles: each executed instruction decoded and priced by the "
+            + ("estimated " if timing.estimate else "") + f"{core} timing table ({timing.source})")
+    return _Cycles(cycles.code_sections(elf), core, what)
 
 
 # --------------------------------------------------------------------------------------------- reports
