@@ -108,22 +108,20 @@ def op_stretches(segments: list[tuple[str, int, dict[int, int]]], n_ops: int) ->
     return ops
 
 
-def symbols(elf: str, nm: str = "arm-none-eabi-nm") -> tuple[list[int], list[tuple[int, int, str]]]:
-    """The ELF's sized code symbols as (their starts, [(start, end, short name)]) sorted by address: C++ names
-    demangled and cut to the function's own name (``short_name``)."""
+def symbols(elf: str, cxxfilt: str = "arm-none-eabi-c++filt") -> tuple[list[int], list[tuple[int, int, str]]]:
+    """The ELF's sized code symbols (``tfmcu.firmware.cycles.function_symbols``) as (their starts, [(start, end,
+    short name)]) sorted by address: C++ names demangled (``c++filt``) and cut to the function's own name
+    (``short_name``)."""
+    syms = cycles.function_symbols(elf)
     try:
-        text = subprocess.run([nm, "-S", "-C", "--defined-only", elf], check=True, capture_output=True,
-                              text=True).stdout
-    except (OSError, subprocess.CalledProcessError) as e:
-        raise ProfileError(f"{elf}: no symbols ({type(e).__name__})") from None
-    spans = []
-    for line in text.splitlines():
-        parts = line.split(maxsplit=3)
-        if len(parts) == 4 and parts[2] in "tTwW":
-            lo = int(parts[0], 16) & ~1
-            spans.append((lo, lo + int(parts[1], 16), short_name(parts[3])))
-    spans.sort()
-    return [s[0] for s in spans], spans
+        names = subprocess.run([cxxfilt], input="\n".join(s.name for s in syms), check=True, capture_output=True,
+                               text=True).stdout.splitlines()
+    except (OSError, subprocess.CalledProcessError):
+        names = [s.name for s in syms]  # (mangled names: still one per function)
+    if len(names) != len(syms):
+        names = [s.name for s in syms]
+    spans = sorted((s.address, s.address + s.size, short_name(n)) for s, n in zip(syms, names))
+    return [sp[0] for sp in spans], spans
 
 
 def short_name(name: str) -> str:
