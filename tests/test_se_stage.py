@@ -110,9 +110,11 @@ def test_the_planner_runs_each_op_in_the_passes_that_need_it(se):
 
 
 @pytest.mark.parametrize("end", ["one", "two", "pool"])
-@pytest.mark.parametrize("grid", [(2, 2), (3, 2), (4, 4), (1, 3)])
+@pytest.mark.parametrize("grid", [(2, 2), (3, 2), (4, 4), (1, 3), (6, 1), (6, 6)])
 @pytest.mark.parametrize("caches", [False, True])
 def test_stages_of_passes_are_bit_exact(se, end, grid, caches):
+    """(6, 1) and (6, 6) with caches: the last bands compute nothing new of a cached map whose squeeze still reads
+    its own tile there (the cache keeps what earlier bands computed, its held range never shrinks)."""
     data, g, ends = se
     s = regions.schedule(g, grid, ops=list(range(ends[end])))
     h = None
@@ -250,3 +252,42 @@ def test_the_search_estimate_prices_the_element_wise_ops(se):
         n = g.tensors[op.outputs[0]].nbytes
         got = stage_plans.segment_instructions(g, [g.ops.index(op)], None, costs)
         assert got == pytest.approx(n * costs["layer_element"][name]) and got > 0
+
+
+def _se_then_wide_model() -> bytes:
+    """A squeeze-excite followed by two 5 x 5 depthwise convolutions: row bands of one row with halo caches run ahead
+    of the squeeze's own tiles, so the last bands compute nothing new of the squeezed map and read only cached rows."""
+    import tf_keras
+    from tf_keras import layers as L
+
+    from tfmcu.nets.convert import random_representative, to_int8_tflite
+    from tfmcu.nets.zoo import random_batchnorm
+
+    tf_keras.utils.set_random_seed(3)
+    i = tf_keras.Input((12, 12, 3))
+    x = L.Activation("swish")(L.BatchNormalization()(L.Conv2D(8, 3, padding="same")(i)))
+    s = L.GlobalAveragePooling2D(keepdims=True)(x)
+    s = L.Conv2D(8, 1, activation="sigmoid")(L.Conv2D(4, 1, activation="relu")(s))
+    x = L.Multiply()([x, s])
+    x = L.DepthwiseConv2D(5, padding="same", activation="relu")(x)
+    x = L.DepthwiseConv2D(5, padding="same", activation="relu")(x)
+    x = L.Conv2D(8, 1)(x)
+    m = random_batchnorm(tf_keras.Model(i, L.Dense(3)(L.Flatten()(x))), samples=4)
+    return to_int8_tflite(m, random_representative((12, 12, 3), samples=8, low=-1, high=1))
+
+
+@pytest.mark.parametrize("grid", [(12, 1), (6, 1), (12, 12)])
+def test_a_cached_map_whose_squeeze_lags_behind_keeps_its_rows(grid):
+    data = _se_then_wide_model()
+    g = from_tflite(data)
+    end = next(i for i, op in enumerate(g.ops) if op.type == ir.RESHAPE or op.type == ir.FULLY_CONNECTED)
+    s = regions.schedule(g, grid, ops=list(range(end)))
+    inter = halo.intermediates(s)
+    h = halo.halo_caches(s, inter, inter)
+    p = pack.pack_stage(data, g, s, halo=h)
+    assert p.num_passes == 2
+    assert binding.check_stage(p) == (0, -1)
+    for x in random_inputs(data, 2, seed=4):
+        want = tflite_all_tensors(data, x)(p.tensor_tflite_index[p.output_tensor])
+        got = binding.run_stage(p, x[0])
+        assert np.array_equal(got, want.reshape(got.shape))

@@ -127,6 +127,8 @@ def walk_cached(graph: ir.Graph, idx: Sequence[int], outputs: Sequence[str], inp
                 if t not in comp:
                     n = need.get(t, _EMPTY)
                     if t in keep and t in cover and n[1] > n[0]:
+                        if n[1] < cover[t]:  # (an inner reduction's own tile behind what earlier bands made: the
+                            n = need[t] = (n[0], cover[t])  # cache keeps those rows, its held range never shrinks)
                         start = min(max(n[0], cover[t]), n[1])
                         comp[t], from_cache[t] = (start, n[1]), start - n[0]
                     else:
