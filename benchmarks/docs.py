@@ -631,8 +631,8 @@ def publish(path: str, name: str | None = None, command: str | None = None, root
             date = datetime.date.fromtimestamp(os.path.getmtime(src))
             data = results.with_run(data, {**results.run_record([], date), "command": cmd})
         data = _relative_paths(data, os.path.dirname(os.path.abspath(src)))
-        if isinstance(data["run"].get("command"), str):  # a machine's cache folder is not part of what ran
-            data["run"]["command"] = re.sub(r" --zoo_cache=\S+", "", data["run"]["command"])
+        if isinstance(data["run"].get("command"), str):  # a machine's folders are not part of what ran
+            data["run"]["command"] = re.sub(r" --(zoo_cache|out_dir)=\S+", "", data["run"]["command"])
         out = results.path_of(result, root)
         os.makedirs(os.path.dirname(out), exist_ok=True)
         with open(out, "w") as f:
