@@ -162,6 +162,7 @@ def mismatches(c: dict) -> list[str]:
           abi.CONV1X1_FOLDED_MAX_PIXELS)
     check("TFMCU_CONV1X1_FOLDED(pixels, in_channels)", c["folded_rule"], abi.CONV1X1_FOLDED_RULE)
     check("TFMCU_LUT_MIN_ELEMENTS", d.get("TFMCU_LUT_MIN_ELEMENTS"), abi.LUT_MIN_ELEMENTS)
+    check("TFMCU_LUT_MAX_CHANNELS", d.get("TFMCU_LUT_MAX_CHANNELS"), abi.LUT_MAX_CHANNELS)
     check(f"function {abi.CONV1X1_FOLDED_SYMBOL} declared", abi.CONV1X1_FOLDED_SYMBOL in c["functions"], True)
     check("TfmcuStatus", enums.get("TfmcuStatus"), {name: value for name, value, _ in abi.STATUSES})
     check("TfmcuDataType", enums.get("TfmcuDataType"), dict(abi.DATA_TYPES))

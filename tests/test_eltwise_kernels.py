@@ -483,6 +483,38 @@ def test_calls_through_a_table_equal_calls_element_by_element(name, models, lib)
     assert len(seen) > 3, "the grid changed nothing"
 
 
+@pytest.mark.parametrize("name", ["rescaling_127_5", "rescaling_255", "normalization", "hard_sigmoid"])
+def test_constant_operand_calls_through_tables_equal_calls_element_by_element(name, models, lib):
+    """ADD, SUB and MUL with a one-pixel operand 2 map a call through one table (every channel's value the same: a
+    scalar constant) or one per channel (at most TFMCU_LUT_MAX_CHANNELS channels) when it is large enough
+    (tfmcu_lut.h): over the parameter grid, on every int8 input, equal to calls one pixel row each (too small for a
+    table); with all the channels, and with 3 of them (their constants), in place too."""
+    import dataclasses
+
+    case = CASES[[c.name for c in CASES].index(name)]
+    for where, variant in variants(models(case), case, 3):
+        g = from_tflite(variant, name=case.name)
+        model = ts.load_model(variant)
+        for op in _checked(g, case):
+            spec = ops.layer_spec(model, op)
+            full = np.ascontiguousarray(np.concatenate([exhaustive_inputs(variant)[0]] * 3, axis=1))
+            for c in (full.shape[3], 3):
+                x = np.ascontiguousarray(full[..., :c])
+                s = dataclasses.replace(spec, operand=np.ascontiguousarray(spec.operand[:c]))
+                whole = np.zeros(x.shape, np.int8)
+                binding.call_kernel(s, [x], whole)
+                rows = np.zeros(x.shape, np.int8)
+                for y in range(x.shape[1]):
+                    out = np.zeros((1, 1) + x.shape[2:], np.int8)
+                    binding.call_kernel(s, [np.ascontiguousarray(x[:, y:y + 1])], out)
+                    rows[:, y:y + 1] = out
+                assert x.shape[2] * c < abi.LUT_MIN_ELEMENTS and x.size >= 3 * abi.LUT_MIN_ELEMENTS
+                assert np.array_equal(whole, rows), (name, where, op.describe(), c)
+                buf = x.copy()
+                binding.call_kernel(s, [buf], buf)
+                assert np.array_equal(buf, whole), (name, where, op.describe(), c, "in place")
+
+
 # ============================================================================= SUB is not ADD with a negated multiplier
 def _pairs() -> tuple[np.ndarray, np.ndarray]:
     """Two PAIRS-shaped int8 operands holding every pair of values (operand 1 by pixel, operand 2 by channel)."""

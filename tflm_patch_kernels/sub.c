@@ -1,6 +1,8 @@
 /* SUB int8: see sub.h. */
 #include "sub.h"
 
+#include "tfmcu_lut.h"
+
 static int8_t tfmcu_sub_element(const TfmcuAddParams* params, int8_t a, int8_t b) {
   const int32_t shifted1 = ((int32_t)a + params->input1_offset) * ((int32_t)1 << params->left_shift);
   const int32_t shifted2 = ((int32_t)b + params->input2_offset) * ((int32_t)1 << params->left_shift);
@@ -25,6 +27,17 @@ TfmcuStatus tfmcu_sub_s8(const TfmcuAddParams* params, const TfmcuConstView* inp
     return kTfmcuErrorShapeMismatch;
   }
   const int32_t channels = output->channels;
+  const int32_t lanes = step == 0 ? tfmcu_lut_lanes(input2->data, output) : 0;
+  if (lanes > 0) {
+    int8_t tables[TFMCU_LUT_MAX_CHANNELS][256];
+    for (int32_t l = 0; l < lanes; ++l) {
+      for (int32_t v = INT8_MIN; v <= INT8_MAX; ++v) {
+        tables[l][v + 128] = tfmcu_sub_element(params, (int8_t)v, input2->data[l]);
+      }
+    }
+    tfmcu_lut_map_lanes((const int8_t(*)[256])tables, lanes, input1, output);
+    return kTfmcuOk;
+  }
   for (int32_t y = 0; y < output->height; ++y) {
     const int8_t* a = input1->data + (ptrdiff_t)y * input1->row_stride;
     const int8_t* b = input2->data + (step != 0 ? (ptrdiff_t)y * input2->row_stride : 0);

@@ -45,6 +45,18 @@ CONV1X1_FOLDED_SYMBOL = "tfmcu_conv1x1_folded_s8"
 # calls apart: ``LUT_OPS``)
 LUT_MIN_ELEMENTS = 512
 LUT_OPS = ("HARD_SWISH", "LOGISTIC", "TANH", "LEAKY_RELU")
+# TFMCU_LUT_MAX_CHANNELS (tfmcu_lut.h): ADD, SUB and MUL with a one-pixel operand 2 map a call through one table
+# (every channel of the operand the same value) or one per channel (at most this many), ``lut_lanes``
+LUT_MAX_CHANNELS = 4
+
+
+def lut_lanes(operand: Sequence[int] | None, channels: int) -> int:
+    """tfmcu_lut_lanes' tables for a one-pixel operand 2 of ``channels`` channels (``operand``: its values, a
+    constant's; None: computed at run time, taken as differing): 1, ``channels`` or 0 (element by element). The
+    elements a call needs for them (``lanes x LUT_MIN_ELEMENTS``) are the caller's to check."""
+    same = operand is not None and len(set(int(v) for v in operand)) == 1
+    lanes = 1 if same or channels == 1 else channels
+    return lanes if lanes <= LUT_MAX_CHANNELS else 0
 
 
 def conv1x1_folded(pixels: Any, in_channels: Any) -> Any:

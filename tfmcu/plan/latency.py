@@ -102,10 +102,11 @@ FIXED_TERMS = ("cost_folded", "cost_add", "cost_mul", "cost_portable")
 # the portable kernels the stage's own ADD terms).
 PORTABLE = ("ADD", "SUB", "MUL", "HARD_SWISH", "LOGISTIC", "TANH", "LEAKY_RELU")
 # A portable kernel's row: per output element it computes element by element ("out"), per pixel, output row and call,
-# and for the kernels of ``abi.LUT_OPS`` per call that maps its elements through a table of the op's 256 values
-# (``abi.LUT_MIN_ELEMENTS`` elements or more: "lut_calls", the table built) and per element so mapped ("lut_out";
-# "out" then counts the other calls' elements only: ``portable_terms``)
-PORTABLE_FEATURES = ("out", "pix", "rows", "calls", "lut_calls", "lut_out")
+# and for the kernels of ``abi.LUT_OPS`` (and ADD, SUB, MUL with a one-pixel operand 2: ``abi.lut_lanes``) per table
+# a call builds of the op's 256 values ("lut_calls": a call of ``abi.LUT_MIN_ELEMENTS`` elements or more per table)
+# and per element so mapped ("lut_out" through one table, "lut_lanes_out" through one per channel; "out" then counts
+# the other calls' elements only: ``portable_terms``)
+PORTABLE_FEATURES = ("out", "pix", "rows", "calls", "lut_calls", "lut_out", "lut_lanes_out")
 # The folded 1x1 product's features (cmsis_nn/conv1x1_folded.c), summed over its calls of p pixels, c input and k
 # output channels: inner-loop iterations (4 input channels each) over pairs of pixels and over an odd last pixel,
 # per pair of output channels; of the pairs' iterations those past a multiple of 16 (steps of their own after the
@@ -372,6 +373,16 @@ def _stage(o: dict[str, Any]) -> dict[str, Any]:
             geometry["vector"] = (code == abi.OP_CONV and (kh, kw) == (1, 1) and max(pad) == 0 and live.any()
                                   and bool((boxes[live] == 1).all()))
 
+        # calls through tables (tfmcu_lut.h): the activations' one table, a binary op's per distinct channel of a
+        # one-pixel operand 2 (a constant's values read from the blob; a computed one's taken as differing)
+        lanes = 1 if name in abi.LUT_OPS else 0
+        if name in BINARY and len(in_ts) == 2 and in_ts[1][0] * in_ts[1][1] == 1 and out_t[0] * out_t[1] > 1:
+            at = tensors[int(o["layer_inputs"][li][1])][abi.word_offsets("TfmcuTensor")["constant"]]
+            consts = o.get("constants")
+            values = (np.asarray(consts[at:at + cout]).view(np.int8).tolist() if at >= 0 and consts is not None
+                      else None)
+            lanes = abi.lut_lanes(values, cout)
+
         def features(mask: np.ndarray) -> dict[str, float]:
             """The layer's features over the patches of ``mask``."""
             pix = float(boxes[mask].sum())
@@ -408,10 +419,11 @@ def _stage(o: dict[str, Any]) -> dict[str, Any]:
             mve = (_mve_terms(call_pixels[mask], kernel_calls[mask], cout, reduction) if code == abi.OP_CONV
                    else _mve_terms(np.zeros(0), np.zeros(0), 0, 0))
             lut = {}
-            if name in abi.LUT_OPS:  # one call per patch (the portable kernel): its elements decide the table
+            if lanes:  # one call per patch (the portable kernel): its elements decide the tables
                 elements = boxes * cout
-                on = mask & (elements >= abi.LUT_MIN_ELEMENTS)
-                lut = {"lut_calls": float(on.sum()), "lut_out": float(elements[on].sum())}
+                on = mask & (elements >= lanes * abi.LUT_MIN_ELEMENTS)
+                lut = {"lut_calls": float(on.sum()) * lanes,
+                       "lut_out" if lanes == 1 else "lut_lanes_out": float(elements[on].sum())}
             return {**lut, "macs": macs, "vmacs": macs if vmacs is None else vmacs, "col": col, "inner": inner,
                     "vinner": inner if vinner is None else vinner, "out": out, "pix": pix, "rows": rows,
                     "inp": inp, "calls": n_calls, "wts": weights * float(kernel_calls[mask].sum()), "rmacs": rmacs,
@@ -536,10 +548,10 @@ def portable_cost(lf: dict[str, Any], coef: dict[str, Any], kernels: str) -> flo
 
 
 def portable_terms(lf: dict[str, Any]) -> dict[str, float]:
-    """A stage layer's ``PORTABLE_FEATURES``: its features, "out" without the elements its calls map through a table
+    """A stage layer's ``PORTABLE_FEATURES``: its features, "out" without the elements its calls map through tables
     ("lut_out")."""
     terms = {k: float(lf.get(k, 0.0)) for k in PORTABLE_FEATURES}
-    terms["out"] -= terms["lut_out"]
+    terms["out"] -= terms["lut_out"] + terms["lut_lanes_out"]
     return terms
 
 
@@ -737,7 +749,7 @@ def stage_overheads(core: str = "cortex-m4", kernels: str = "cmsis_nn",
     # the element-wise ops (ELEMENTWISE): per output element per layer (TFLM's kernels; a broadcast operand its own
     # row) and in a stage (the portable kernels: element by element, or per call and element through a table)
     layer = {row: float(ops[row].get("out", 0.0)) for row in ops if row.split(":")[0] in ELEMENTWISE}
-    in_stage = {k: {n: float(portable.get(k, {}).get(n, 0.0)) for n in ("out", "lut_out", "lut_calls")}
+    in_stage = {k: {n: float(portable.get(k, {}).get(n, 0.0)) for n in ("out", "lut_out", "lut_lanes_out", "lut_calls")}
                 for k in ELEMENTWISE}
     return {"patch": float(stage.get("patches", 0.0)), "call": float(stage.get("calls", 0.0)),
             "weight_call": float(conv.get("wts", 0.0)), "conv_mac": float(conv.get("macs", 1.0)),

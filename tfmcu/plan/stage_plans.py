@@ -18,7 +18,7 @@ import operator
 from dataclasses import replace
 from typing import Any, Callable
 
-from tfmcu.abi import LUT_MIN_ELEMENTS, LUT_OPS
+from tfmcu.abi import LUT_MAX_CHANNELS, LUT_MIN_ELEMENTS, LUT_OPS
 from tfmcu.graph import ir
 from tfmcu.plan import regions
 from tfmcu.plan.halo import HaloOptions, halo_caches, intermediates
@@ -107,8 +107,8 @@ def _global_pool_after(graph: ir.Graph, outputs: list[str]) -> int | None:
 
 def _elementwise(graph: ir.Graph, op: ir.Op, calls: list[int] | None, elements: int, costs: dict[str, Any]) -> float:
     """An element-wise op's instructions (``stage_overheads``' element costs): per layer, ``elements`` in TFLM's
-    kernel; in a stage (``calls``: the elements of each of its calls), its portable kernel's, a call through a table
-    where it has ``abi.LUT_MIN_ELEMENTS`` elements or more."""
+    kernel; in a stage (``calls``: the elements of each of its calls), its portable kernel's, a call through tables
+    where it has ``abi.LUT_MIN_ELEMENTS`` elements or more per table (``abi.lut_lanes``)."""
     name = op.attrs.get("tflite_op")
     if name not in costs["stage_element"]:
         return 0.0
@@ -117,9 +117,15 @@ def _elementwise(graph: ir.Graph, op: ir.Op, calls: list[int] | None, elements: 
         row = f"{name}:broadcast" if op.attrs.get("broadcast") and f"{name}:broadcast" in layer else name
         return elements * layer.get(row, 0.0)
     c = costs["stage_element"][name]
-    if name not in LUT_OPS:
+    lanes = 1 if name in LUT_OPS else 0
+    if op.attrs.get("constant_operands"):  # a one-pixel constant operand: its values are not in the graph (a scalar
+        channels = op.out_channels            # taken beyond LUT_MAX_CHANNELS channels: Keras' Rescaling)
+        lanes = channels if channels <= LUT_MAX_CHANNELS else 1
+    if not lanes:
         return elements * c["out"]
-    return float(sum(c["lut_calls"] + n * c["lut_out"] if n >= LUT_MIN_ELEMENTS else n * c["out"] for n in calls))
+    per = c["lut_out"] if lanes == 1 else c["lut_lanes_out"]
+    return float(sum(lanes * c["lut_calls"] + n * per if n >= lanes * LUT_MIN_ELEMENTS else n * c["out"]
+                     for n in calls))
 
 
 def segment_instructions(graph: ir.Graph, ops: list[int], walks: tuple[list[Any], list[Any]] | None,
