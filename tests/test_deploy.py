@@ -94,6 +94,10 @@ def test_cmsis_nn_kernels_link_cmsis_variants_and_refuse_inplace_plans(zoo_model
     assert not out2.exists()
     with pytest.raises(UsageError, match="--kernels=fast"):
         deploy.validate(deploy.DeployOptions("m.tflite", kernels="fast"))
+    with pytest.raises(UsageError, match="--profile measures the firmware under QEMU: give --run too"):
+        deploy.validate(deploy.DeployOptions("m.tflite", target="cortex-m4", profile=True))
+    with pytest.raises(UsageError, match="--profile: no QEMU board runs the cortex-m0plus of rpi-pico"):
+        deploy.validate(deploy.DeployOptions("m.tflite", target="rpi-pico", run=True, profile=True))
 
 
 @pytest.mark.parametrize("case", ["missing", "garbage", "malformed_options", "unsupported_op"])

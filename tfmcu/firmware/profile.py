@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import subprocess
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from tfmcu.errors import TfmcuError
 from tfmcu.files import figure_png
@@ -273,7 +273,3 @@ def plot(p: OpProfile, title: str) -> bytes:
     ax.legend(fontsize=8)
     return figure_png(fig)
 
-
-def top(ops: Sequence[OpCost], n: int = 3) -> list[OpCost]:
-    """The ``n`` ops with the most instructions."""
-    return sorted(ops, key=lambda o: -o.instructions)[:n]

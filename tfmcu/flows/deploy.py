@@ -243,6 +243,10 @@ def validate(o: DeployOptions) -> Target:
         raise UsageError(f"--kernels={o.kernels}: must be one of {', '.join(KERNELS)}")
     if o.console not in CONSOLES:
         raise UsageError(f"--console={o.console}: must be one of {', '.join(CONSOLES)}")
+    if o.profile and not o.run:
+        raise UsageError("--profile measures the firmware under QEMU: give --run too")
+    if o.profile and not t.machine:
+        raise UsageError(f"--profile: no QEMU board runs the {t.core} of {t.name} (its firmware is linked, not run)")
     if o.console == "uart" and t.console is None:
         raise UsageError(f"--console=uart: {t.name}'s board file has no console UART yet (boards with one: "
                          f"{', '.join(n for n, b in TARGETS.items() if b.console)}); use --console=semihosting")

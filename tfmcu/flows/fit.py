@@ -226,7 +226,8 @@ def validate(o: FitOptions) -> Target:
         raise UsageError(f"--calibration_data applies to a Keras model (--model={'|'.join(KERAS_SUFFIXES)}), not "
                          f"{o.model}: a .tflite is already calibrated, a spec or preset has no trained weights")
     validate_deploy(DeployOptions(tflite=o.model, target=o.target, margin=o.margin, stack_kib=o.stack_kib,
-                                  num_inputs=o.num_inputs, kernels=o.kernels, console=o.console))
+                                  num_inputs=o.num_inputs, kernels=o.kernels, console=o.console, run=o.run,
+                                  profile=o.profile))
     if o.tree:
         if os.path.abspath(o.tree).startswith(os.path.abspath(o.out_dir) + os.sep):
             raise UsageError(f"--tree={o.tree}: must lie outside --out_dir={o.out_dir} (which fit replaces)")
