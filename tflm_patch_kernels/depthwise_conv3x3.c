@@ -13,8 +13,8 @@ typedef struct {
 #define TFMCU_DW3X3_TAP(x, w)                                                    \
   do {                                                                           \
     const uint32_t xv_ = tfmcu_read_s8x4(x), wv_ = tfmcu_read_s8x4(w);           \
-    const uint32_t xo_ = tfmcu_sxtab16(off2, tfmcu_ror8(xv_));                  \
-    const uint32_t wo_ = tfmcu_sxtb16(tfmcu_ror8(wv_));                         \
+    const uint32_t xo_ = tfmcu_sxtab16_ror8(off2, xv_);                         \
+    const uint32_t wo_ = tfmcu_sxtb16_ror8(wv_);                                \
     a1 = tfmcu_smlabb(xo_, wo_, a1);                                            \
     a3 = tfmcu_smlatt(xo_, wo_, a3);                                            \
     const uint32_t xe_ = tfmcu_sxtab16(off2, xv_), we_ = tfmcu_sxtb16(wv_);     \
@@ -22,37 +22,123 @@ typedef struct {
     a2 = tfmcu_smlatt(xe_, we_, a2);                                            \
   } while (0)
 
-static inline int8_t tfmcu_dw3x3_output(int32_t acc, int32_t multiplier, int32_t shift, TfmcuDw3x3Out q) {
-  return (int8_t)tfmcu_clamp(tfmcu_wrap_add(tfmcu_requantize(acc, multiplier, shift), q.offset), q.act_min,
-                             q.act_max);
-}
+/* The same without the input offset (an inner pixel's: the offset's products are in its bias table), stepping x and w
+ * to the next tap. */
+#define TFMCU_DW3X3_TAP0(x, w, step)                                             \
+  do {                                                                           \
+    const uint32_t xv_ = tfmcu_read_s8x4(x), wv_ = tfmcu_read_s8x4(w);           \
+    const uint32_t xo_ = tfmcu_sxtb16_ror8(xv_), wo_ = tfmcu_sxtb16_ror8(wv_);   \
+    a1 = tfmcu_smlabb(xo_, wo_, a1);                                            \
+    a3 = tfmcu_smlatt(xo_, wo_, a3);                                            \
+    const uint32_t xe_ = tfmcu_sxtb16(xv_), we_ = tfmcu_sxtb16(wv_);            \
+    a0 = tfmcu_smlabb(xe_, we_, a0);                                            \
+    a2 = tfmcu_smlatt(xe_, we_, a2);                                            \
+    (x) += (step);                                                               \
+    (w) += C;                                                                    \
+  } while (0)
 
-/* Channels of an inner pixel per pass: the accumulators of a pass, then their requantization (two loops, each with
- * the registers to itself). */
+/* Channels of a pixel whose accumulators wait for their requantization (on the stack): the products keep every
+ * register busy; the requantization runs afterwards with its own. */
 #define TFMCU_DW3X3_PASS 16
 
-/* The requantized outputs of `n` accumulators of channels c0.. into o[c0..]. */
-static void tfmcu_dw3x3_store(const TfmcuDepthwiseConvParams* p, TfmcuDw3x3Out q, const int32_t* acc, int32_t c0,
-                              int32_t n, int8_t* o) {
-  const int32_t* m = p->output_multiplier + c0;
-  const int32_t* s = p->output_shift + c0;
-  o += c0;
-  for (int32_t k = 0; k < n; ++k) {
-    o[k] = tfmcu_dw3x3_output(acc[k], m[k], s[k], q);
+/* The requantization of the channels: each one's short constants (tfmcu_short_quant) made once per call for up to
+ * TFMCU_DW3X3_TABLE channels (on the stack), right = -1 where the short path does not apply (and beyond the table). */
+#define TFMCU_DW3X3_TABLE 128
+
+typedef struct {
+  int32_t round[TFMCU_DW3X3_TABLE];
+  int32_t inner_bias[TFMCU_DW3X3_TABLE]; /* bias + input offset x the channel's nine filter values */
+  int8_t right[TFMCU_DW3X3_TABLE];
+  int all_short; /* every channel in the table, and the table holds them all */
+} TfmcuDw3x3Quant;
+
+static void tfmcu_dw3x3_quant(const TfmcuDepthwiseConvParams* p, int32_t C, int32_t output_offset,
+                              TfmcuDw3x3Quant* t) {
+  t->all_short = C <= TFMCU_DW3X3_TABLE;
+  for (int32_t c = 0; c < C && c < TFMCU_DW3X3_TABLE; ++c) {
+    int32_t b = p->bias != NULL ? p->bias[c] : 0;
+    for (int32_t k = 0; k < 9; ++k) {
+      b = tfmcu_wrap_add(b, p->input_offset * p->filter[k * C + c]);
+    }
+    t->inner_bias[c] = b;
+    const int32_t m = p->output_multiplier[c], s = p->output_shift[c];
+    if (tfmcu_short_quant_ok(m, s)) {
+      const TfmcuShortQuant f = tfmcu_short_quant(m, s, output_offset);
+      t->round[c] = f.round;
+      t->right[c] = (int8_t)f.right;
+    } else {
+      t->round[c] = 0;
+      t->right[c] = -1;
+      t->all_short = 0;
+    }
   }
 }
 
-/* One output pixel `o` whose window lies inside the input box: x is the input pixel under its top-left tap. Its
- * channels four at a time (nine taps, no bounds), then a tail one at a time. */
-static void tfmcu_dw3x3_inner(const TfmcuDepthwiseConvParams* p, TfmcuDw3x3Out q, uint32_t off2, const int8_t* x,
-                              int32_t row_stride, int32_t C, int8_t* o) {
-  int32_t acc[TFMCU_DW3X3_PASS];
+/* n accumulators of channels c0.. requantized into o[c0..]. */
+static void tfmcu_dw3x3_store(const TfmcuDepthwiseConvParams* p, TfmcuDw3x3Out q, const TfmcuDw3x3Quant* t,
+                              const int32_t* acc, int32_t c0, int32_t n, int8_t* o) {
+  const int32_t* m = p->output_multiplier;
+  if (t->all_short) {
+    tfmcu_requantize_short_channels(acc, m + c0, t->round + c0, t->right + c0, n, q.act_min, q.act_max, o + c0);
+    return;
+  }
+  for (int32_t c = c0; c < c0 + n; ++c) {
+    int32_t v;
+    if (c < TFMCU_DW3X3_TABLE && t->right[c] >= 0) {
+      const TfmcuShortQuant f = {m[c], t->round[c], t->right[c]};
+      v = tfmcu_requantize_short(acc[c - c0], f);
+    } else {
+      v = tfmcu_wrap_add(tfmcu_multiply_by_quantized_multiplier(acc[c - c0], m[c], p->output_shift[c]), q.offset);
+    }
+    o[c] = (int8_t)tfmcu_clamp(v, q.act_min, q.act_max);
+  }
+}
+
+/* One output pixel `o` from the window rows ky0..ky1 and columns kx0..kx1 of the filter that lie inside the input box
+ * (none when ky0 >= ky1 or kx0 >= kx1: the bias alone, as the reference); x: the input pixel under tap (ky0, kx0),
+ * or any pixel when there is none. An inner pixel (the whole window) runs its nine taps without bounds. Channels
+ * four at a time, TFMCU_DW3X3_PASS per requantization pass, then a tail one at a time. */
+static inline void tfmcu_dw3x3_pixel(const TfmcuDepthwiseConvParams* p, TfmcuDw3x3Out q, const TfmcuDw3x3Quant* t,
+                                     uint32_t off2,
+                                     const int8_t* x, int32_t row_stride, int32_t C, int32_t ky0, int32_t ky1,
+                                     int32_t kx0, int32_t kx1, int8_t* o) {
+  const int full = ky0 == 0 && ky1 == 3 && kx0 == 0 && kx1 == 3;
+  const int8_t* w0 = p->filter + (ptrdiff_t)(ky0 * 3 + kx0) * C;
   const int32_t* bias = p->bias;
+  int32_t acc[TFMCU_DW3X3_PASS];
   int32_t c = 0;
+  if (full && C <= TFMCU_DW3X3_TABLE) { /* an inner pixel: nine taps straight, the offset in the bias table */
+    const int32_t next_row = row_stride - 3 * C;
+    while (c + 4 <= C) {
+      const int32_t c0 = c;
+      for (; c + 4 <= C && c - c0 < TFMCU_DW3X3_PASS; c += 4) {
+        int32_t a0 = t->inner_bias[c], a1 = t->inner_bias[c + 1], a2 = t->inner_bias[c + 2];
+        int32_t a3 = t->inner_bias[c + 3];
+        const int8_t* xr = x + c;
+        const int8_t* wr = p->filter + c;
+        TFMCU_DW3X3_TAP0(xr, wr, C);
+        TFMCU_DW3X3_TAP0(xr, wr, C);
+        TFMCU_DW3X3_TAP0(xr, wr, C);
+        xr += next_row;
+        TFMCU_DW3X3_TAP0(xr, wr, C);
+        TFMCU_DW3X3_TAP0(xr, wr, C);
+        TFMCU_DW3X3_TAP0(xr, wr, C);
+        xr += next_row;
+        TFMCU_DW3X3_TAP0(xr, wr, C);
+        TFMCU_DW3X3_TAP0(xr, wr, C);
+        TFMCU_DW3X3_TAP0(xr, wr, C);
+        int32_t* a = acc + (c - c0);
+        a[0] = a0;
+        a[1] = a1;
+        a[2] = a2;
+        a[3] = a3;
+      }
+      tfmcu_dw3x3_store(p, q, t, acc, c0, c - c0, o);
+    }
+  }
   while (c + 4 <= C) {
     const int32_t c0 = c;
-    int32_t* a = acc;
-    for (; c + 4 <= C && c - c0 < TFMCU_DW3X3_PASS; c += 4, a += 4) {
+    for (; c + 4 <= C && c - c0 < TFMCU_DW3X3_PASS; c += 4) {
       int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
       if (bias != NULL) {
         a0 = bias[c];
@@ -60,73 +146,47 @@ static void tfmcu_dw3x3_inner(const TfmcuDepthwiseConvParams* p, TfmcuDw3x3Out q
         a2 = bias[c + 2];
         a3 = bias[c + 3];
       }
-      const int8_t* xp = x + c;
-      const int8_t* w = p->filter + c;
-      for (int32_t ky = 0; ky < 3; ++ky) {
-        TFMCU_DW3X3_TAP(xp, w);
-        TFMCU_DW3X3_TAP(xp + C, w + C);
-        TFMCU_DW3X3_TAP(xp + 2 * C, w + 2 * C);
-        xp += row_stride;
-        w += 3 * C;
+      const int8_t* xr = x + c;
+      const int8_t* wr = w0 + c;
+      if (full) {
+        TFMCU_DW3X3_TAP(xr, wr);
+        TFMCU_DW3X3_TAP(xr + C, wr + C);
+        TFMCU_DW3X3_TAP(xr + 2 * C, wr + 2 * C);
+        xr += row_stride;
+        wr += 3 * C;
+        TFMCU_DW3X3_TAP(xr, wr);
+        TFMCU_DW3X3_TAP(xr + C, wr + C);
+        TFMCU_DW3X3_TAP(xr + 2 * C, wr + 2 * C);
+        xr += row_stride;
+        wr += 3 * C;
+        TFMCU_DW3X3_TAP(xr, wr);
+        TFMCU_DW3X3_TAP(xr + C, wr + C);
+        TFMCU_DW3X3_TAP(xr + 2 * C, wr + 2 * C);
+      } else {
+        for (int32_t ky = ky0; ky < ky1; ++ky, xr += row_stride, wr += 3 * C) {
+          for (int32_t kx = 0; kx < kx1 - kx0; ++kx) {
+            TFMCU_DW3X3_TAP(xr + kx * C, wr + kx * C);
+          }
+        }
       }
+      int32_t* a = acc + (c - c0);
       a[0] = a0;
       a[1] = a1;
       a[2] = a2;
       a[3] = a3;
     }
-    tfmcu_dw3x3_store(p, q, acc, c0, c - c0, o);
+    tfmcu_dw3x3_store(p, q, t, acc, c0, c - c0, o);
   }
   for (; c < C; ++c) {
     int32_t sum = bias != NULL ? bias[c] : 0;
     const int8_t* xr = x + c;
-    const int8_t* wr = p->filter + c;
-    for (int32_t ky = 0; ky < 3; ++ky, xr += row_stride, wr += 3 * C) {
-      for (int32_t kx = 0; kx < 3; ++kx) {
+    const int8_t* wr = w0 + c;
+    for (int32_t ky = ky0; ky < ky1; ++ky, xr += row_stride, wr += 3 * C) {
+      for (int32_t kx = 0; kx < kx1 - kx0; ++kx) {
         sum = tfmcu_wrap_add(sum, wr[kx * C] * (xr[kx * C] + p->input_offset));
       }
     }
-    o[c] = tfmcu_dw3x3_output(sum, p->output_multiplier[c], p->output_shift[c], q);
-  }
-}
-
-/* One output pixel `o` at the border: the window rows ky0..ky1 and columns kx0..kx1 of the filter lie inside the
- * input box (none when ky0 >= ky1 or kx0 >= kx1: the bias alone, as the reference); x: the input pixel under tap
- * (ky0, kx0), or any pixel when there is none. */
-static void tfmcu_dw3x3_border(const TfmcuDepthwiseConvParams* p, TfmcuDw3x3Out q, uint32_t off2, const int8_t* x,
-                               int32_t row_stride, int32_t C, int32_t ky0, int32_t ky1, int32_t kx0, int32_t kx1,
-                               int8_t* o) {
-  const int8_t* w0 = p->filter + (ptrdiff_t)(ky0 * 3 + kx0) * C;
-  int32_t c = 0;
-  for (; c + 4 <= C; c += 4) {
-    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-    if (p->bias != NULL) {
-      a0 = p->bias[c];
-      a1 = p->bias[c + 1];
-      a2 = p->bias[c + 2];
-      a3 = p->bias[c + 3];
-    }
-    const int8_t* xr = x + c;
-    const int8_t* wr = w0 + c;
-    for (int32_t ky = ky0; ky < ky1; ++ky, xr += row_stride, wr += 3 * C) {
-      for (int32_t kx = 0; kx < kx1 - kx0; ++kx) {
-        TFMCU_DW3X3_TAP(xr + kx * C, wr + kx * C);
-      }
-    }
-    o[c] = tfmcu_dw3x3_output(a0, p->output_multiplier[c], p->output_shift[c], q);
-    o[c + 1] = tfmcu_dw3x3_output(a1, p->output_multiplier[c + 1], p->output_shift[c + 1], q);
-    o[c + 2] = tfmcu_dw3x3_output(a2, p->output_multiplier[c + 2], p->output_shift[c + 2], q);
-    o[c + 3] = tfmcu_dw3x3_output(a3, p->output_multiplier[c + 3], p->output_shift[c + 3], q);
-  }
-  for (; c < C; ++c) {
-    int32_t acc = p->bias != NULL ? p->bias[c] : 0;
-    const int8_t* xr = x + c;
-    const int8_t* wr = w0 + c;
-    for (int32_t ky = ky0; ky < ky1; ++ky, xr += row_stride, wr += 3 * C) {
-      for (int32_t kx = 0; kx < kx1 - kx0; ++kx) {
-        acc = tfmcu_wrap_add(acc, wr[kx * C] * (xr[kx * C] + p->input_offset));
-      }
-    }
-    o[c] = tfmcu_dw3x3_output(acc, p->output_multiplier[c], p->output_shift[c], q);
+    tfmcu_dw3x3_store(p, q, t, &sum, c, 1, o);
   }
 }
 
@@ -147,6 +207,8 @@ TfmcuStatus tfmcu_depthwise_conv3x3_s8(const TfmcuDepthwiseConvParams* params, c
   const TfmcuDw3x3Out q = {params->output_offset, params->act_min, params->act_max};
   const uint32_t off2 = ((uint32_t)params->input_offset & 0xFFFFu) * 0x10001u;
   const int32_t C = output->channels;
+  TfmcuDw3x3Quant table;
+  tfmcu_dw3x3_quant(params, C, params->output_offset, &table);
   for (int32_t oy = 0; oy < output->height; ++oy) {
     const int32_t iy = oy * params->stride_h - pad_top;
     const int32_t ky0 = iy < 0 ? -iy : 0;
@@ -157,15 +219,11 @@ TfmcuStatus tfmcu_depthwise_conv3x3_s8(const TfmcuDepthwiseConvParams* params, c
       const int32_t kx0 = ix < 0 ? -ix : 0;
       const int32_t kx1 = tfmcu_min_i32(3, input->width - ix);
       if (ky0 >= ky1 || kx0 >= kx1) {
-        tfmcu_dw3x3_border(params, q, off2, input->data, input->row_stride, C, 0, 0, 0, 0, o);
+        tfmcu_dw3x3_pixel(params, q, &table, off2, input->data, input->row_stride, C, 0, 0, 0, 0, o);
         continue;
       }
       const int8_t* x = input->data + (ptrdiff_t)(iy + ky0) * input->row_stride + (ptrdiff_t)(ix + kx0) * C;
-      if (ky0 == 0 && ky1 == 3 && kx0 == 0 && kx1 == 3) {
-        tfmcu_dw3x3_inner(params, q, off2, x, input->row_stride, C, o);
-      } else {
-        tfmcu_dw3x3_border(params, q, off2, x, input->row_stride, C, ky0, ky1, kx0, kx1, o);
-      }
+      tfmcu_dw3x3_pixel(params, q, &table, off2, x, input->row_stride, C, ky0, ky1, kx0, kx1, o);
     }
   }
   return kTfmcuOk;

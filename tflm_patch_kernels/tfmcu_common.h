@@ -201,6 +201,37 @@ static inline int32_t tfmcu_requantize_fast(int32_t x, int32_t multiplier, int32
   return tfmcu_shift_right_floor(high + ((int32_t)1 << (-shift - 2)), -shift - 1);
 }
 
+/* tfmcu_requantize_fast's arithmetic with a channel's constants made once, and the output offset added before the
+ * shift (a multiple of 2^right commutes with the floor shift; right <= TFMCU_SHORT_QUANT_MAX_RIGHT keeps the sum
+ * inside int32): per output a 32 x 32 -> 64-bit multiply-accumulate with a nudge made of the accumulator's sign, an
+ * add and a shift. The result is tfmcu_multiply_by_quantized_multiplier's plus the output offset. */
+typedef struct {
+  int32_t multiplier, round, right;
+} TfmcuShortQuant;
+
+#define TFMCU_SHORT_QUANT_MAX_RIGHT 22
+
+static inline int tfmcu_short_quant_ok(int32_t multiplier, int32_t shift) {
+  return tfmcu_requantize_fast_ok(multiplier, shift) && -shift - 1 <= TFMCU_SHORT_QUANT_MAX_RIGHT;
+}
+
+/* For a channel tfmcu_short_quant_ok accepts. */
+static inline TfmcuShortQuant tfmcu_short_quant(int32_t multiplier, int32_t shift, int32_t output_offset) {
+  const int32_t right = -shift - 1;
+  const TfmcuShortQuant f = {multiplier,
+                             ((int32_t)1 << (right - 1)) + (int32_t)((uint32_t)output_offset << right), right};
+  return f;
+}
+
+static inline int32_t tfmcu_requantize_short(int32_t acc, TfmcuShortQuant f) {
+  /* the nudge +-2^30 as its two words: high = the sign (0 or -1), low = 2^30 with acc's sign bit (the words convert
+   * as they are on the two's complement machines this runs on) */
+  const uint32_t high = (uint32_t)tfmcu_shift_right_floor(acc, 31);
+  const uint32_t low = ((uint32_t)acc & 0x80000000u) | 0x40000000u;
+  const int64_t nudge = (int64_t)(((uint64_t)high << 32) | low);
+  return tfmcu_shift_right_floor(tfmcu_high_word((int64_t)acc * f.multiplier + nudge) + f.round, f.right);
+}
+
 /* tfmcu_multiply_by_quantized_multiplier by the shorter path where it applies. */
 static inline int32_t tfmcu_requantize(int32_t x, int32_t multiplier, int32_t shift) {
   return tfmcu_requantize_fast_ok(multiplier, shift) ? tfmcu_requantize_fast(x, multiplier, shift)
