@@ -37,13 +37,55 @@ typedef struct {
     (w) += C;                                                                    \
   } while (0)
 
+#if TFMCU_DSP && defined(__GNUC__) && defined(__thumb2__)
+/* TFMCU_DW3X3_TAP0's nine taps of an inner pixel in Thumb-2 (the compiler spills the window's addresses): x, w the
+ * group's first tap, C bytes from one tap to the next, row_stride from one input row to the next, the filter's rows
+ * 3 C apart. 10 instructions per tap and 3 per row. */
+#define TFMCU_DW3X3_ASM_TAP(xoff, woff)                  \
+  "ldr %[xv], [%[x], " xoff "]\n\t"                     \
+  "ldr %[wv], [%[w], " woff "]\n\t"                     \
+  "sxtb16 %[t0], %[xv], ror #8\n\t"                     \
+  "sxtb16 %[t1], %[wv], ror #8\n\t"                     \
+  "smlabb %[a1], %[t0], %[t1], %[a1]\n\t"               \
+  "smlatt %[a3], %[t0], %[t1], %[a3]\n\t"               \
+  "sxtb16 %[t0], %[xv]\n\t"                             \
+  "sxtb16 %[t1], %[wv]\n\t"                             \
+  "smlabb %[a0], %[t0], %[t1], %[a0]\n\t"               \
+  "smlatt %[a2], %[t0], %[t1], %[a2]\n\t"
+
+static inline void tfmcu_dw3x3_inner_taps(const int8_t* x, const int8_t* w, int32_t C, int32_t row_stride,
+                                          int32_t* a0, int32_t* a1, int32_t* a2, int32_t* a3) {
+  int32_t r0 = *a0, r1 = *a1, r2 = *a2, r3 = *a3;
+  uint32_t xv, wv, t0, t1;
+  const int32_t C2 = 2 * C;
+  __asm__(
+      TFMCU_DW3X3_ASM_TAP("#0", "#0") TFMCU_DW3X3_ASM_TAP("%[c1]", "%[c1]") TFMCU_DW3X3_ASM_TAP("%[c2]", "%[c2]")
+      "add %[x], %[x], %[rs]\n\t"
+      "add %[w], %[w], %[c2]\n\t"
+      "add %[w], %[w], %[c1]\n\t"
+      TFMCU_DW3X3_ASM_TAP("#0", "#0") TFMCU_DW3X3_ASM_TAP("%[c1]", "%[c1]") TFMCU_DW3X3_ASM_TAP("%[c2]", "%[c2]")
+      "add %[x], %[x], %[rs]\n\t"
+      "add %[w], %[w], %[c2]\n\t"
+      "add %[w], %[w], %[c1]\n\t"
+      TFMCU_DW3X3_ASM_TAP("#0", "#0") TFMCU_DW3X3_ASM_TAP("%[c1]", "%[c1]") TFMCU_DW3X3_ASM_TAP("%[c2]", "%[c2]")
+      : [a0] "+r"(r0), [a1] "+r"(r1), [a2] "+r"(r2), [a3] "+r"(r3), [x] "+r"(x), [w] "+r"(w), [xv] "=&r"(xv),
+        [wv] "=&r"(wv), [t0] "=&r"(t0), [t1] "=&r"(t1)
+      : [c1] "r"(C), [c2] "r"(C2), [rs] "r"(row_stride)
+      : "memory");
+  *a0 = r0;
+  *a1 = r1;
+  *a2 = r2;
+  *a3 = r3;
+}
+#endif
+
 /* Channels of a pixel whose accumulators wait for their requantization (on the stack): the products keep every
  * register busy; the requantization runs afterwards with its own. */
 #define TFMCU_DW3X3_PASS 16
 
 /* The requantization of the channels: each one's short constants (tfmcu_short_quant) made once per call for up to
  * TFMCU_DW3X3_TABLE channels (on the stack), right = -1 where the short path does not apply (and beyond the table). */
-#define TFMCU_DW3X3_TABLE 128
+#define TFMCU_DW3X3_TABLE 128 /* = TFMCU_DEPTHWISE_CONV3X3_MAX_CHANNELS (cmsis_nn_backend.h) */
 
 typedef struct {
   int32_t round[TFMCU_DW3X3_TABLE];
@@ -108,7 +150,9 @@ static inline void tfmcu_dw3x3_pixel(const TfmcuDepthwiseConvParams* p, TfmcuDw3
   int32_t acc[TFMCU_DW3X3_PASS];
   int32_t c = 0;
   if (full && C <= TFMCU_DW3X3_TABLE) { /* an inner pixel: nine taps straight, the offset in the bias table */
+#if !(TFMCU_DSP && defined(__GNUC__) && defined(__thumb2__))
     const int32_t next_row = row_stride - 3 * C;
+#endif
     while (c + 4 <= C) {
       const int32_t c0 = c;
       for (; c + 4 <= C && c - c0 < TFMCU_DW3X3_PASS; c += 4) {
@@ -116,6 +160,9 @@ static inline void tfmcu_dw3x3_pixel(const TfmcuDepthwiseConvParams* p, TfmcuDw3
         int32_t a3 = t->inner_bias[c + 3];
         const int8_t* xr = x + c;
         const int8_t* wr = p->filter + c;
+#if TFMCU_DSP && defined(__GNUC__) && defined(__thumb2__)
+        tfmcu_dw3x3_inner_taps(xr, wr, C, row_stride, &a0, &a1, &a2, &a3);
+#else
         TFMCU_DW3X3_TAP0(xr, wr, C);
         TFMCU_DW3X3_TAP0(xr, wr, C);
         TFMCU_DW3X3_TAP0(xr, wr, C);
@@ -127,6 +174,7 @@ static inline void tfmcu_dw3x3_pixel(const TfmcuDepthwiseConvParams* p, TfmcuDw3
         TFMCU_DW3X3_TAP0(xr, wr, C);
         TFMCU_DW3X3_TAP0(xr, wr, C);
         TFMCU_DW3X3_TAP0(xr, wr, C);
+#endif
         int32_t* a = acc + (c - c0);
         a[0] = a0;
         a[1] = a1;

@@ -119,7 +119,7 @@ static int32_t compare_1x1(const MatShape* s) {
   for (int32_t i = 0; i < s->pixels * s->k; ++i) {
     g_in[i] = (int8_t)rnd();
   }
-  static int8_t filter[96 * 96];
+  static int8_t filter[320 * 64];
   for (int32_t i = 0; i < s->k * s->n; ++i) {
     filter[i] = (int8_t)rnd();
   }
@@ -178,6 +178,9 @@ int main(void) {
       {"cmsis_1x1_384x16x96", "tfmcu_1x1_384x16x96", 384, 16, 96},
       {"cmsis_1x1_576x48x8", "tfmcu_1x1_576x48x8", 576, 48, 8},
       {"cmsis_1x1_144x96x16", "tfmcu_1x1_144x96x16", 144, 96, 16},
+      {"cmsis_1x1_64x320x64", "tfmcu_1x1_64x320x64", 64, 320, 64},
+      {"cmsis_1x1_100x160x96", "tfmcu_1x1_100x160x96", 100, 160, 96},
+      {"cmsis_1x1_9x96x24", "tfmcu_1x1_9x96x24", 9, 96, 24},
   };
   for (uint32_t i = 0; i < sizeof(kMats) / sizeof(kMats[0]); ++i) {
     mismatches += compare_1x1(&kMats[i]);
