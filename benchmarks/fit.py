@@ -80,7 +80,7 @@ def search_record(cases=CASES) -> dict[str, Any]:
             "plans_per_front": MAX_PLANS_PER_FRONT, "plans_under_cap": MAX_PLANS_UNDER_CAP,
             # what the patch kernels run (a fit row's instructions change with them), the latency predictor's
             # calibration (the plans a cap admits change with it) and where TFLM's persistent data goes
-            "stage_abi": abi.ABI_VERSION, "conv1x1_folded_max_pixels": abi.CONV1X1_FOLDED_MAX_PIXELS,
+            "stage_abi": abi.ABI_VERSION, "conv1x1_folded_rule": abi.CONV1X1_FOLDED_RULE,
             "latency_coefficients": _coefficients_hash(cases),
             "persistent_apart": d.persistent_apart}
 

@@ -415,6 +415,37 @@ def finish(data: dict, plain: dict, runs: dict, no_fit: bool = False) -> None:
                  f"predicted {row['predicted']:>13,} {100 * row['error']:+6.2f}%")
 
 
+def _runs_model(r: dict, path: str) -> bool:
+    """Whether stored run ``r`` measured the model at ``path`` or one of the same ops (``_same_ops``)."""
+    with open(path, "rb") as f:
+        model = f.read()
+    return hashlib.sha1(model).hexdigest()[:12] == r.get("model_sha1") or _same_ops(latency.op_features(model),
+                                                                                       r["ops"])
+
+
+def refresh_features(runs: dict[tuple[str, str, str], dict], models: dict[str, str]) -> int:
+    """The features of stored runs whose variant's model is at ``models[variant]``, re-extracted by the current
+    ``latency.op_features`` (each op's measured instructions kept): the file stores one feature set per variant,
+    which must be the code's of today for every core and kernel set, not the last run's. A run takes them from the
+    model it measured, or from one of the same structure (a conversion elsewhere, or the other kernel set's model:
+    other weights or another in-place plan, the same features wherever both have them). Returns the runs
+    refreshed."""
+    done = 0
+    for r in runs.values():
+        path = models.get(r["variant"])
+        if path is None or not os.path.exists(path):
+            continue
+        with open(path, "rb") as f:
+            model = f.read()
+        ops = latency.op_features(model)
+        if hashlib.sha1(model).hexdigest()[:12] == r.get("model_sha1") or _same_ops(ops, r["ops"]):
+            for o, old in zip(ops, r["ops"]):
+                o.update({k: old[k] for k in ("insns", "folded_insns") if k in old})
+            r["ops"] = ops
+            done += 1
+    return done
+
+
 def measure(variants: list[Variant], cores: list[str], kernels: list[str], zoo_cache: str | None, out: str,
             jobs: int = 2, build: bool = True, no_fit: bool = False) -> dict:
     """Generate, build and run ``variants`` on ``cores`` x ``kernels``; the runs are added to calibration file
@@ -425,6 +456,15 @@ def measure(variants: list[Variant], cores: list[str], kernels: list[str], zoo_c
     data = latency.load_calibration(out) if os.path.exists(out) else {"runs": []}
     runs = {(r["variant"], r["core"], r["kernels"]): r for r in data.get("runs", [])}
     plain = {(r["variant"], r["core"], r["kernels"]): r for r in data.get("plain", [])}
+    models = {fw["variant"]: fw["model"] for fw in firmwares}
+    refreshed = refresh_features(runs, models)
+    if refreshed:
+        _log(f"features of {refreshed} kept runs re-extracted from their models (the current op_features)")
+    measured_now = {(fw["variant"], fw["core"], fw["kernels"]) for fw in firmwares}
+    stale = sorted(k for k, r in runs.items() if k[0] in models and k not in measured_now
+                   and r.get("model_sha1") and not _runs_model(r, models[k[0]]))
+    if stale:
+        _log(f"kept runs of another model than the variant's now (measure them again): {stale}")
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         for fw, res in zip(firmwares, pool.map(run_one, firmwares)):
             if res is None:
@@ -492,16 +532,14 @@ def section_table(result: dict[str, Any]) -> str:
             + accuracy_table([r for r in result["rows"] if r["coefficients"] == "committed"]))
 
 
-def _same_structure(new: list[dict], old: list[dict]) -> bool:
-    """Whether features ``new`` describe the ops of ``old``: as many ops, every feature both have equal (within a
-    stage's layers too: features added since are not compared)."""
-    def same(a: Any, b: Any) -> bool:
-        if isinstance(a, dict) and isinstance(b, dict):
-            return all(same(a[k], b[k]) for k in a if k in b and k not in ("insns", "folded_insns"))
-        if isinstance(a, list) and isinstance(b, list):
-            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-        return a == b
-    return same(new, old)
+def _same_ops(new: list[dict], old: list[dict]) -> bool:
+    """Whether features ``new`` describe the ops of ``old``: the same op types in the same order, and in each patch
+    stage the same layer types and geometry (what the op_features of another code version may price differently,
+    the ops themselves the same)."""
+    def key(f: dict) -> tuple:
+        return (f["type"], tuple((lf["type"], json.dumps(lf.get("geometry"), sort_keys=True))
+                                 for lf in f.get("layers", [])))
+    return len(new) == len(old) and all(key(a) == key(b) for a, b in zip(new, old))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -528,18 +566,9 @@ def main(argv: list[str] | None = None) -> int:
             d = latency.load_calibration(path)
             runs.update({(r["variant"], r["core"], r["kernels"]): r for r in d.get("runs", [])})
             plain.update({(r["variant"], r["core"], r["kernels"]): r for r in d.get("plain", [])})
-        for r in runs.values():  # the features as op_features computes them now, from the models measured
-            path = os.path.join(OUT, "models", f"{r['variant']}.tflite")
-            if os.path.exists(path):
-                with open(path, "rb") as f:
-                    model = f.read()
-                ops = latency.op_features(model)
-                # the model measured, or one of the same structure (a conversion elsewhere: other weights, the
-                # same features wherever both have them)
-                if hashlib.sha1(model).hexdigest()[:12] == r["model_sha1"] or _same_structure(ops, r["ops"]):
-                    for o, old in zip(ops, r["ops"]):
-                        o.update({k: old[k] for k in ("insns", "folded_insns") if k in old})
-                    r["ops"] = ops
+        # the features as op_features computes them now, from the models measured
+        refresh_features(runs, {r["variant"]: os.path.join(OUT, "models", f"{r['variant']}.tflite")
+                                for r in runs.values()})
         finish(data, plain, runs, a.no_fit)
         latency.save_calibration(data, a.out)
         _log(f"wrote {a.out}: {len(data['runs'])} runs")

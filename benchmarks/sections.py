@@ -40,6 +40,9 @@ that JSON by the section's function in ``SECTION_TABLES``, which the docs use to
   converted here, through ``fit --run`` on the Cortex-M4, M7 and M55 at max_latency 1.00 / 1.10 and the smallest
   against ``deploy --run`` per layer, squeeze-excite models also with squeeze-excites out of stages
   (``benchmarks.foreign``; hours on 2 cores, resumable).
+- kernels: our kernels against CMSIS-NN's on the MobileNetV2 family's shapes, on every core QEMU runs: instructions
+  (QEMU) and estimated cycles per function call, equal outputs, the differential fuzz (``benchmarks.kernels``; a
+  few minutes).
 """
 
 from __future__ import annotations
@@ -54,7 +57,8 @@ from typing import Any, Callable
 import numpy as np
 
 from benchmarks import (detection as bench_detection, fit as bench_fit, foreign as bench_foreign, halo as bench_halo,
-                        latency as bench_latency, multistage as bench_multistage, search as bench_search)
+                        kernels as bench_kernels, latency as bench_latency, multistage as bench_multistage,
+                        search as bench_search)
 from benchmarks.firmware_runs import PKG, firmware_reports, generator_record, label
 from benchmarks.results import run_record
 from tfmcu.errors import UsageError
@@ -75,7 +79,7 @@ from tfmcu.train.trainer import train
 
 SECTIONS = ("rewrite", "custom", "firmware", "tflm_firmware", "cmsis_nn", "train", "resolution", "search", "halo",
             "halo_firmware", "latency", "fit", "cores", "named_boards", "detection", "detection_recipe",
-            "multistage", "foreign")
+            "multistage", "foreign", "kernels")
 
 
 @dataclass
@@ -596,7 +600,7 @@ SECTION_TABLES: dict[str, Callable[[dict[str, Any]], str]] = {
     "halo_firmware": bench_halo.firmware_table, "latency": bench_latency.section_table, "fit": bench_fit.table,
     "cores": bench_fit.table, "named_boards": bench_fit.boards_table, "detection": bench_detection.table,
     "detection_recipe": bench_detection.recipe_table, "multistage": bench_multistage.table,
-    "foreign": bench_foreign.table}
+    "foreign": bench_foreign.table, "kernels": bench_kernels.table}
 
 
 def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
@@ -615,7 +619,8 @@ def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
         "detection": lambda o: bench_detection.detection_section(o, log),
         "detection_recipe": lambda o: bench_detection.recipe_section(o, log),
         "multistage": lambda o: bench_multistage.multistage_section(o, log),
-        "foreign": lambda o: bench_foreign.foreign_section(o, log)}
+        "foreign": lambda o: bench_foreign.foreign_section(o, log),
+        "kernels": lambda o: bench_kernels.kernels_section(o, log)}
     unknown = [s for s in o.sections if s not in sections]
     if unknown:
         raise UsageError(f"unknown bench section(s) {', '.join(unknown)}; known: {', '.join(sections)}")

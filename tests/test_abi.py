@@ -136,6 +136,7 @@ def c_side(kernels: dict[str, str], tflm: dict[str, str]) -> dict:
         "constants": constants,
         "option_keys": _option_keys(parser),
         "folded_rule": _macro(headers, "TFMCU_CONV1X1_FOLDED"),
+        "depthwise3x3_rule": _macro(headers, "TFMCU_DEPTHWISE_CONV3X3_OURS"),
     }
 
 
@@ -158,9 +159,10 @@ def mismatches(c: dict) -> list[str]:
     check("TFMCU_PATCH_STAGE_ABI_VERSION", d.get("TFMCU_PATCH_STAGE_ABI_VERSION"), abi.ABI_VERSION)
     check("TFMCU_MAX_LAYER_INPUTS", d.get("TFMCU_MAX_LAYER_INPUTS"), abi.MAX_LAYER_INPUTS)
     check("TFMCU_MAX_PARAM_ARRAYS", d.get("TFMCU_MAX_PARAM_ARRAYS"), abi.MAX_PARAM_ARRAYS)
-    check("TFMCU_CONV1X1_FOLDED_MAX_PIXELS", d.get("TFMCU_CONV1X1_FOLDED_MAX_PIXELS"),
-          abi.CONV1X1_FOLDED_MAX_PIXELS)
     check("TFMCU_CONV1X1_FOLDED(pixels, in_channels)", c["folded_rule"], abi.CONV1X1_FOLDED_RULE)
+    check("TFMCU_DEPTHWISE_CONV3X3_MAX_CHANNELS", d.get("TFMCU_DEPTHWISE_CONV3X3_MAX_CHANNELS"),
+          abi.DEPTHWISE_CONV3X3_MAX_CHANNELS)
+    check("TFMCU_DEPTHWISE_CONV3X3_OURS(p, channels)", c["depthwise3x3_rule"], abi.DEPTHWISE_CONV3X3_RULE)
     check("TFMCU_LUT_MIN_ELEMENTS", d.get("TFMCU_LUT_MIN_ELEMENTS"), abi.LUT_MIN_ELEMENTS)
     check("TFMCU_LUT_MAX_CHANNELS", d.get("TFMCU_LUT_MAX_CHANNELS"), abi.LUT_MAX_CHANNELS)
     check(f"function {abi.CONV1X1_FOLDED_SYMBOL} declared", abi.CONV1X1_FOLDED_SYMBOL in c["functions"], True)
@@ -219,8 +221,10 @@ def _edited(file: str, old: str, new: str, tflm: bool = False) -> list[str]:
     ("patch_stage_types.h", "int32_t constants;", "int32_t constants;\n  int32_t extra;", False, "struct TfmcuStageBlob"),
     ("cmsis_nn/cmsis_nn_backend.h", "void tfmcu_conv1x1_folded_s8(", "void tfmcu_conv1x1_product_s8(", False,
      "function tfmcu_conv1x1_folded_s8"),
-    ("cmsis_nn/cmsis_nn_backend.h", "3 * (in_channels)", "2 * (in_channels)", False,
+    ("cmsis_nn/cmsis_nn_backend.h", "((pixels) > 1)", "((pixels) > 2)", False,
      "TFMCU_CONV1X1_FOLDED(pixels, in_channels)"),
+    ("cmsis_nn/cmsis_nn_backend.h", "#define TFMCU_DEPTHWISE_CONV3X3_MAX_CHANNELS 128",
+     "#define TFMCU_DEPTHWISE_CONV3X3_MAX_CHANNELS 96", False, "TFMCU_DEPTHWISE_CONV3X3_MAX_CHANNELS"),
 ])
 def test_the_check_sees_a_change_of_the_c_side_alone(file, old, new, tflm, what):
     problems = _edited(file, old, new, tflm)

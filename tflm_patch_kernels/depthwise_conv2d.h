@@ -33,6 +33,17 @@ typedef struct {
 TfmcuStatus tfmcu_depthwise_conv2d_s8(const TfmcuDepthwiseConvParams* params, const TfmcuConstView* input,
                                       int32_t pad_top, int32_t pad_left, const TfmcuView* output);
 
+/* The same layer, the same bytes, for a 3x3 kernel with depth multiplier 1 and no dilation (depthwise_conv3x3.c):
+ * per output pixel (in row order) its channels four at a time (the DSP extension's packed 16-bit multiplies where
+ * the core has them, the same arithmetic in C elsewhere), the nine taps of an inner pixel without bounds checks, and
+ * the requantization of tfmcu_requantize. Reads and writes in the order of CMSIS-NN's arm_depthwise_conv_3x3_s8
+ * (each output pixel's channel group after its window's), so an in-place distance that holds for one holds for the
+ * other. Any strides, paddings, offsets and row strides; no kernel buffer. kTfmcuErrorShapeMismatch when the layer
+ * is not one tfmcu_depthwise_conv3x3_covers. */
+int tfmcu_depthwise_conv3x3_covers(const TfmcuDepthwiseConvParams* params);
+TfmcuStatus tfmcu_depthwise_conv3x3_s8(const TfmcuDepthwiseConvParams* params, const TfmcuConstView* input,
+                                       int32_t pad_top, int32_t pad_left, const TfmcuView* output);
+
 /* The uniform op interface (tfmcu_common.h, listed in op_table.c): window geometry, params check, run on
  * inputs[1]. */
 void tfmcu_depthwise_conv2d_op_window(const void* params, TfmcuWindow* window);

@@ -30,16 +30,21 @@ ABI_VERSION = 8  # TFMCU_PATCH_STAGE_ABI_VERSION (patch_stage.h)
 MAX_PASSES = 16  # TFMCU_MAX_PASSES (patch_stage_types.h)
 MAX_LAYER_INPUTS = 2  # TFMCU_MAX_LAYER_INPUTS (op_table.h)
 MAX_PARAM_ARRAYS = 4  # TFMCU_MAX_PARAM_ARRAYS (tfmcu_common.h)
-# TFMCU_CONV1X1_FOLDED(pixels, in_channels) and TFMCU_CONV1X1_FOLDED_MAX_PIXELS (cmsis_nn/cmsis_nn_backend.h): the
-# CMSIS-NN backend calls of a 1x1 convolution whose input offset the packer folded into its bias (input_offset 0)
-# that run our product without per-call filter sums; ``conv1x1_folded`` decides the same (tests/test_abi.py compares
-# the macro's text with CONV1X1_FOLDED_RULE).
-CONV1X1_FOLDED_MAX_PIXELS = 112
-CONV1X1_FOLDED_RULE = ("((pixels) > 1 && (pixels) < TFMCU_CONV1X1_FOLDED_MAX_PIXELS && 2 * (pixels) < "
-                       "3 * (in_channels))")
+# TFMCU_CONV1X1_FOLDED(pixels, in_channels) (cmsis_nn/cmsis_nn_backend.h): the CMSIS-NN backend calls of a 1x1
+# convolution whose input offset the packer folded into its bias (input_offset 0) that run our product, not
+# CMSIS-NN's (on DSP cores without Helium); ``conv1x1_folded`` decides the same (tests/test_abi.py compares the
+# macro's text with CONV1X1_FOLDED_RULE).
+CONV1X1_FOLDED_RULE = "((pixels) > 1)"
 # That product's function (cmsis_nn/conv1x1_folded.c, declared in cmsis_nn_backend.h): the latency calibration
 # counts the instructions run inside it (benchmarks/latency.py)
 CONV1X1_FOLDED_SYMBOL = "tfmcu_conv1x1_folded_s8"
+# TFMCU_DEPTHWISE_CONV3X3_MAX_CHANNELS (cmsis_nn/cmsis_nn_backend.h): on cores with the DSP extension and without
+# Helium the CMSIS-NN backend runs a depthwise layer with a 3x3 kernel, depth multiplier 1, no dilation and at most
+# this many channels through our kernel (depthwise_conv3x3.c), not CMSIS-NN's; ``depthwise3x3_ours`` decides the same
+# (the latency predictor prices those layers apart)
+DEPTHWISE_CONV3X3_MAX_CHANNELS = 128
+DEPTHWISE_CONV3X3_RULE = ("(tfmcu_depthwise_conv3x3_covers(p) && (channels) <= "
+                          "TFMCU_DEPTHWISE_CONV3X3_MAX_CHANNELS)")
 # TFMCU_LUT_MIN_ELEMENTS (tfmcu_lut.h): a call of HARD_SWISH, LOGISTIC, TANH or LEAKY_RELU over at least this many
 # elements maps them through a table of the op's 256 values built for the call (the latency predictor prices such
 # calls apart: ``LUT_OPS``)
@@ -59,10 +64,18 @@ def lut_lanes(operand: Sequence[int] | None, channels: int) -> int:
     return lanes if lanes <= LUT_MAX_CHANNELS else 0
 
 
+def depthwise3x3_ours(kernel: Sequence[int], depth_multiplier: int, dilation: Sequence[int], channels: int) -> bool:
+    """TFMCU_DEPTHWISE_CONV3X3_OURS: whether a depthwise layer the CMSIS-NN backend covers runs our 3x3 kernel (on a
+    core with the DSP extension and without Helium)."""
+    return (tuple(kernel) == (3, 3) and depth_multiplier == 1 and tuple(dilation) == (1, 1)
+            and channels <= DEPTHWISE_CONV3X3_MAX_CHANNELS)
+
+
 def conv1x1_folded(pixels: Any, in_channels: Any) -> Any:
     """TFMCU_CONV1X1_FOLDED: whether a call of ``pixels`` pixels over ``in_channels`` input channels runs the folded
     product (ints, or numpy arrays element-wise)."""
-    return (pixels > 1) & (pixels < CONV1X1_FOLDED_MAX_PIXELS) & (2 * pixels < 3 * in_channels)
+    del in_channels  # (the rule's signature: every call of two pixels or more)
+    return pixels > 1
 
 # TfmcuStatus (tfmcu_common.h): (enumerator, value, what Python says).
 STATUSES = (

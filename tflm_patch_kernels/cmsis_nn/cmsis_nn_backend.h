@@ -27,6 +27,7 @@
 
 #include "arm_nn_types.h"
 #include "conv2d.h"
+#include "depthwise_conv2d.h"
 #include "tfmcu_common.h"
 
 #ifdef __cplusplus
@@ -34,14 +35,20 @@ extern "C" {
 #endif
 
 /* A 1x1 convolution of unit stride whose input offset the packer folded into its bias runs its calls of 2 or more
- * pixels, fewer than 1.5 per input channel and fewer than this, through our product without per-call filter sums
- * (conv2d_cmsis_nn.c), larger ones through CMSIS-NN's: TFMCU_CONV1X1_FOLDED(pixels, in_channels). Per pair of
- * pixels and output channels our product runs a few instructions more than CMSIS-NN's (QEMU counts, Cortex-M7),
- * while CMSIS-NN sums every filter row once per call: the sums weigh more below about 1.5 pixels per input channel.
- * tfmcu/abi.py states the same for the latency predictor (abi.conv1x1_folded). */
-#define TFMCU_CONV1X1_FOLDED_MAX_PIXELS 112
-#define TFMCU_CONV1X1_FOLDED(pixels, in_channels) \
-  ((pixels) > 1 && (pixels) < TFMCU_CONV1X1_FOLDED_MAX_PIXELS && 2 * (pixels) < 3 * (in_channels))
+ * pixels through our product (conv1x1_folded.c), not CMSIS-NN's: it sums no filter rows per call and requantizes in
+ * passes of one channel (tfmcu_requantize_short_pixels), 0.74-0.96x CMSIS-NN's arm_nn_mat_mult_nt_t_s8 on the 1x1
+ * shapes of the MobileNetV2 family (QEMU counts, //tflm_patch_kernels/firmware:fast_kernels). TFMCU_CONV1X1_FOLDED
+ * (pixels, in_channels); tfmcu/abi.py states the same for the latency predictor (abi.conv1x1_folded). */
+#define TFMCU_CONV1X1_FOLDED(pixels, in_channels) ((pixels) > 1)
+
+/* A depthwise layer CMSIS-NN covers runs our 3x3 kernel (tfmcu_depthwise_conv3x3_s8) instead on cores with the DSP
+ * extension and without Helium when it has a 3x3 kernel, depth multiplier 1, no dilation and at most
+ * TFMCU_DEPTHWISE_CONV3X3_MAX_CHANNELS channels (its per-call channel table): 0.80-0.86x CMSIS-NN's
+ * arm_depthwise_conv_3x3_s8 on MobileNet shapes (QEMU counts, //tflm_patch_kernels/firmware:fast_kernels). Its kernel
+ * buffer stays CMSIS-NN's figure (tfmcu/plan/cmsis_nn.py), unused. */
+#define TFMCU_DEPTHWISE_CONV3X3_MAX_CHANNELS 128
+#define TFMCU_DEPTHWISE_CONV3X3_OURS(p, channels) \
+  (tfmcu_depthwise_conv3x3_covers(p) && (channels) <= TFMCU_DEPTHWISE_CONV3X3_MAX_CHANNELS)
 
 /* That product (conv1x1_folded.c; built with the DSP extension and without Helium): `rows` input pixels of `cols`
  * int8 by the `out_c` filter rows of `p` (input offset 0), requantized per output channel into `out` (rows x out_c). */

@@ -4,6 +4,7 @@
 #include "cmsis_nn/cmsis_nn_backend.h"
 
 #include "arm_nnsupportfunctions.h"
+#include "tfmcu_dsp.h"
 
 #if defined(ARM_MATH_DSP) && !defined(ARM_MATH_MVEI)
 /* The output quantization of one layer, read once (the output stores could alias the params otherwise). */
@@ -15,6 +16,24 @@ static inline int8_t tfmcu_requantize_s8(int32_t acc, int32_t multiplier, int32_
   int32_t v = arm_nn_requantize(acc, multiplier, shift) + q.offset;
   v = v < q.act_min ? q.act_min : v;
   return (int8_t)(v > q.act_max ? q.act_max : v);
+}
+
+/* Pixels of a channel pair whose accumulators wait for their requantization (on the stack: 2 x 4 bytes each). The
+ * products of a block keep every register busy; the requantization runs afterwards, one channel at a time, with its
+ * constants in registers. */
+#define TFMCU_FOLDED_CHUNK 32
+
+/* n accumulators of one channel (multiplier, shift), requantized to o, o + out_c, ... */
+__STATIC_FORCEINLINE void tfmcu_folded_store(const int32_t* acc, int32_t n, int32_t multiplier, int32_t shift,
+                                             TfmcuOutQuant q, int8_t* o, int32_t out_c) {
+  if (tfmcu_short_quant_ok(multiplier, shift)) {
+    const TfmcuShortQuant f = tfmcu_short_quant(multiplier, shift, q.offset);
+    tfmcu_requantize_short_pixels(acc, f.multiplier, f.round, f.right, n, q.act_min, q.act_max, o, out_c);
+  } else {
+    for (int32_t i = 0; i < n; ++i, o += out_c) {
+      *o = tfmcu_requantize_s8(acc[i], multiplier, shift, q);
+    }
+  }
 }
 
 /* Four input channels of two pixels (x, and `next` bytes past it) by two filter rows (w, and `next` bytes past it)
@@ -74,6 +93,7 @@ void tfmcu_conv1x1_folded_s8(const TfmcuConvParams* p, const int8_t* in, int32_t
   const int8_t* filter = p->filter;
   const int32_t* bias = p->bias;
   const int32_t n4 = (cols & 15) >> 2; /* steps of 4 input channels after those of 16 */
+  const int short_cols = cols >= 4 && cols <= 32 && (cols & 3) == 0;
   int32_t k = 0;
   for (; k + 2 <= out_c; k += 2) {
     const int8_t* w0 = filter + k * cols;
@@ -84,41 +104,80 @@ void tfmcu_conv1x1_folded_s8(const TfmcuConvParams* p, const int8_t* in, int32_t
     const int8_t* x = in;
     int8_t* o = out + k;
     int32_t r = 0;
-    for (; r + 2 <= rows; r += 2) {
-      /* two pixels x two channels: x and w step along the first pixel and channel, the second of each is `next`
-       * bytes past them; 16 input channels per step, then 4, then one */
-      const int8_t* w = w0;
-      const int32_t next = cols - 4;
-      int32_t a00 = b0, a01 = b1, a10 = b0, a11 = b1;
-      int32_t c = 0;
-      for (; c <= cols - 16; c += 16) {
-        tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
-        tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
-        tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
-        tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
-      }
-      /* then 4 at a time (at most three steps: no loop to set up) */
-      if (n4 > 0) {
-        tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
-        if (n4 > 1) {
+    while (r + 2 <= rows) {
+      int32_t acc0[TFMCU_FOLDED_CHUNK], acc1[TFMCU_FOLDED_CHUNK];
+      int32_t n = 0;
+      for (; r + 2 <= rows && n < TFMCU_FOLDED_CHUNK; r += 2, n += 2) {
+        /* two pixels x two channels: x and w step along the first pixel and channel, the second of each is `next`
+         * bytes past them; 16 input channels per step, then 4, then one */
+        const int8_t* w = w0;
+        const int32_t next = cols - 4;
+        int32_t a00 = b0, a01 = b1, a10 = b0, a11 = b1;
+        if (short_cols) { /* 4 to 32 input channels, a multiple of 4: the steps straight, no loop */
+          switch (cols >> 2) {
+            case 8:
+              tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
+              /* fall through */
+            case 7:
+              tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
+              /* fall through */
+            case 6:
+              tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
+              /* fall through */
+            case 5:
+              tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
+              /* fall through */
+            case 4:
+              tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
+              /* fall through */
+            case 3:
+              tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
+              /* fall through */
+            case 2:
+              tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
+              /* fall through */
+            default:
+              tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
+          }
+          acc0[n] = a00;
+          acc0[n + 1] = a10;
+          acc1[n] = a01;
+          acc1[n + 1] = a11;
+          x += cols; /* past the second pixel */
+          continue;
+        }
+        int32_t c = 0;
+        for (; c <= cols - 16; c += 16) {
           tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
-          if (n4 > 2) {
+          tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
+          tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
+          tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
+        }
+        /* then 4 at a time (at most three steps: no loop to set up) */
+        if (n4 > 0) {
+          tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
+          if (n4 > 1) {
             tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
+            if (n4 > 2) {
+              tfmcu_mac_2x2x4(&x, &w, next, &a00, &a01, &a10, &a11);
+            }
           }
         }
+        for (c += 4 * n4; c < cols; ++c, ++x, ++w) {
+          a00 += x[0] * w[0];
+          a01 += x[0] * w[cols];
+          a10 += x[cols] * w[0];
+          a11 += x[cols] * w[cols];
+        }
+        acc0[n] = a00;
+        acc0[n + 1] = a10;
+        acc1[n] = a01;
+        acc1[n + 1] = a11;
+        x += cols; /* past the second pixel */
       }
-      for (c += 4 * n4; c < cols; ++c, ++x, ++w) {
-        a00 += x[0] * w[0];
-        a01 += x[0] * w[cols];
-        a10 += x[cols] * w[0];
-        a11 += x[cols] * w[cols];
-      }
-      o[0] = tfmcu_requantize_s8(a00, m0, s0, q);
-      o[1] = tfmcu_requantize_s8(a01, m1, s1, q);
-      o[out_c] = tfmcu_requantize_s8(a10, m0, s0, q);
-      o[out_c + 1] = tfmcu_requantize_s8(a11, m1, s1, q);
-      o += 2 * out_c;
-      x += cols; /* past the second pixel */
+      tfmcu_folded_store(acc0, n, m0, s0, q, o, out_c);
+      tfmcu_folded_store(acc1, n, m1, s1, q, o + 1, out_c);
+      o += n * out_c;
     }
     if (r < rows) { /* the odd last pixel (x, o point at it), both channels */
       const int8_t* w = w0;

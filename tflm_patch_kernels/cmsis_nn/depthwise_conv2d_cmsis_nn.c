@@ -1,4 +1,5 @@
-/* DEPTHWISE_CONV_2D through CMSIS-NN's arm_depthwise_conv_wrapper_s8: see cmsis_nn_backend.h. */
+/* DEPTHWISE_CONV_2D through CMSIS-NN's arm_depthwise_conv_wrapper_s8, or on DSP cores without Helium our 3x3 kernel
+ * (depthwise_conv3x3.c) where it is faster: see cmsis_nn_backend.h. */
 #include "cmsis_nn/cmsis_nn_backend.h"
 
 #include "arm_nnfunctions.h"
@@ -79,6 +80,11 @@ TfmcuStatus tfmcu_depthwise_conv2d_cmsis_nn_run(const void* params, const TfmcuC
   if (!tfmcu_depthwise_conv2d_cmsis_nn_covers(p)) {
     return tfmcu_depthwise_conv2d_s8(p, &inputs[0], pad_top, pad_left, output);
   }
+#if defined(ARM_MATH_DSP) && !defined(ARM_MATH_MVEI)
+  if (TFMCU_DEPTHWISE_CONV3X3_OURS(p, output->channels)) { /* ours: faster than CMSIS-NN's here, on the views */
+    return tfmcu_depthwise_conv3x3_s8(p, &inputs[0], pad_top, pad_left, output);
+  }
+#endif
   const TfmcuDepthwiseCall call = {p, pad_left};
   return tfmcu_cmsis_window_rows(tfmcu_depthwise_conv2d_cmsis_nn_call, &call, &inputs[0], pad_top, p->kernel_h,
                                  p->stride_h, output, kernel_scratch,

@@ -75,7 +75,9 @@ MVE_FEATURES = ("mve_steps4", "mve_steps1", "mve_blocks4", "mve_blocks1", "mve_r
 FEATURES = ("macs", "vmacs", "col", "inner", "vinner", "out", "pix", "rows", "inp", "calls", "wts", "rmacs",
             "wide", "omacs", "chans", "loops", "tail") + MVE_FEATURES
 # The stage's own terms: per kind of layer the summed predicted cost of its calls, and the executor's overheads.
-STAGE_KINDS = ("conv", "dw", "other")
+# "dw_tfmcu": a depthwise layer the CMSIS-NN backend runs through our 3x3 kernel (abi.depthwise3x3_ours, DSP cores
+# without Helium), priced by CMSIS-NN's depthwise row with a coefficient of its own.
+STAGE_KINDS = ("conv", "dw", "dw_tfmcu", "other")
 # Element-wise ops of two operands: with one broadcast (a 1 x 1 x C or constant operand) they take other code paths,
 # rows of their own: "<TYPE>:broadcast", or "<TYPE>:scalar" where TFLM's innermost loop reads one value of an operand.
 BINARY = ("ADD", "SUB", "MUL")
@@ -112,9 +114,11 @@ PORTABLE_FEATURES = ("out", "pix", "rows", "calls", "lut_calls", "lut_out", "lut
 # per pair of output channels; of the pairs' iterations those past a multiple of 16 (steps of their own after the
 # 16-wide loop); the pairs' blocks where that loop runs; those blocks (their setup and requantization); an odd last
 # output channel's iterations and pixels; the input channels beyond a multiple of 4 per output; channel pairs and
-# calls. Its row ("folded" of a core's coefficients) is fitted on the product's own instruction counts.
+# calls; of the pairs' blocks those of 4-32 input channels (a multiple of 4: straight code, no loop), and the
+# requantization passes (per channel pair and call, one per 16 pairs of pixels). Its row ("folded" of a core's
+# coefficients) is fitted on the product's own instruction counts.
 FOLDED_FEATURES = ("pair_iters", "pair_steps4", "pair_wide", "odd_iters", "pair_blocks", "odd_blocks", "chan_iters",
-                   "chan_pixels", "tail", "channel_pairs", "calls")
+                   "chan_pixels", "tail", "channel_pairs", "calls", "pair_short", "chunks")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -447,7 +451,9 @@ def _stage(o: dict[str, Any]) -> dict[str, Any]:
                             "chan_iters": float((n * px).sum()) * k_odd * c4,
                             "chan_pixels": float((n * px).sum()) * k_odd,
                             "tail": float((n * px).sum()) * cout * c_rest, "channel_pairs": float(n.sum()) * kp,
-                            "calls": float(n.sum())}}
+                            "calls": float(n.sum()),
+                            "pair_short": float(pairs.sum()) * kp * (4 <= cin <= 32 and cin % 4 == 0),
+                            "chunks": float((n * -(-(px // 2) // 16)).sum()) * kp}}
         runs = bin(passes).count("1")  # a layer on tiles runs in every pass its bits name (recomputed)
         if runs > 1:
             feats = _scaled(feats, runs)
@@ -520,6 +526,14 @@ def _elementwise_row(row: str) -> bool:
     return row.split(":")[0] in ELEMENTWISE or row.endswith((":broadcast", ":scalar"))
 
 
+def _depthwise3x3_ours(lf: dict[str, Any]) -> bool:
+    """Whether a stage layer is a depthwise one the CMSIS-NN backend runs through our 3x3 kernel (on a DSP core
+    without Helium: the caller's to check)."""
+    g = lf.get("geometry")
+    return (lf["type"] == "DEPTHWISE_CONV_2D" and g is not None
+            and abi.depthwise3x3_ours(g["kernel"], g["mult"], g["dilation"], int(g["cin"]) * g["mult"]))
+
+
 def _kind(f: dict[str, Any]) -> str:
     return {"CONV_2D": "conv", "DEPTHWISE_CONV_2D": "dw", "ADD": "add", "MUL": "mul"}.get(f["type"], "other")
 
@@ -566,7 +580,7 @@ def _row_cost(coef: dict[str, Any], row: str, f: dict[str, Any]) -> float:
 def folded_cost(product: dict[str, float], coef: dict[str, Any]) -> float:
     """The folded 1x1 product's instructions for its ``product`` features (``FOLDED_FEATURES``)."""
     c = coef.get("folded", {})
-    return float(sum(c.get(k, 0.0) * product[k] for k in FOLDED_FEATURES))
+    return float(sum(c.get(k, 0.0) * product.get(k, 0.0) for k in FOLDED_FEATURES))
 
 
 def stage_terms(f: dict[str, Any], coef: dict[str, Any], kernels: str) -> dict[str, float]:
@@ -578,6 +592,7 @@ def stage_terms(f: dict[str, Any], coef: dict[str, Any], kernels: str) -> dict[s
     mve = bool(coef.get("mve"))
     folds = kernels == "cmsis_nn" and not mve and coef.get("dsp", True)
     for lf in f["layers"]:
+        kind = "dw_tfmcu" if folds and _depthwise3x3_ours(lf) else _kind(lf)
         row = path_of(lf, kernels, mve)
         if _priced_portable(lf, kernels):
             terms["cost_portable"] += portable_cost(lf, coef, kernels)
@@ -589,7 +604,7 @@ def stage_terms(f: dict[str, Any], coef: dict[str, Any], kernels: str) -> dict[s
         for part, sign in parts:
             if row == "FULLY_CONNECTED":  # the features FULLY_CONNECTED's row is fitted on (_builtin)
                 part = {**part, "inner": part["macs"], "vinner": part["macs"], "col": 0.0}
-            terms[f"cost_{_kind(lf)}"] += sign * _row_cost(coef, row, part)
+            terms[f"cost_{kind}"] += sign * _row_cost(coef, row, part)
     for t in ("calls", "rows", "patches", "cache_bytes", "stream_bytes"):
         terms[t] = float(f[t])
     return terms
@@ -751,10 +766,12 @@ def stage_overheads(core: str = "cortex-m4", kernels: str = "cmsis_nn",
     layer = {row: float(ops[row].get("out", 0.0)) for row in ops if row.split(":")[0] in ELEMENTWISE}
     in_stage = {k: {n: float(portable.get(k, {}).get(n, 0.0)) for n in ("out", "lut_out", "lut_lanes_out", "lut_calls")}
                 for k in ELEMENTWISE}
+    # a depthwise layer in a stage on a DSP core runs our 3x3 kernel (its stage coefficient against CMSIS-NN's row)
+    dw_scale = float(stage.get("cost_dw_tfmcu", 1.0)) if "cost_dw_tfmcu" in stage else 1.0
     return {"patch": float(stage.get("patches", 0.0)), "call": float(stage.get("calls", 0.0)),
             "weight_call": float(conv.get("wts", 0.0)), "conv_mac": float(conv.get("macs", 1.0)),
-            "dw_mac": float(dw.get("macs", 1.0)), "conv_element": float(conv.get("inner", 0.0)),
-            "dw_pixel": float(dw.get("pix", 0.0)), "add_element": float(ops.get("ADD", {}).get("out", 0.0)),
+            "dw_mac": dw_scale * float(dw.get("macs", 1.0)), "conv_element": float(conv.get("inner", 0.0)),
+            "dw_pixel": dw_scale * float(dw.get("pix", 0.0)), "add_element": float(ops.get("ADD", {}).get("out", 0.0)),
             "layer_element": layer, "stage_element": in_stage}
 
 
@@ -871,7 +888,7 @@ def fit(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 # the folded 1x1 product's row, on its own counts (the instructions run inside it, per stage op)
                 counted = [f for f in stages if f.get("folded_insns") and any(lf.get("folded") for lf in f["layers"])]
                 if counted:
-                    a = np.array([[sum(lf["folded"]["product"][k] for lf in f["layers"] if lf.get("folded"))
+                    a = np.array([[sum(lf["folded"]["product"].get(k, 0.0) for lf in f["layers"] if lf.get("folded"))
                                    for k in FOLDED_FEATURES] for f in counted], dtype=float)
                     used = [k for i, k in enumerate(FOLDED_FEATURES) if a[:, i].any()]
                     x = _nnls(a[:, [FOLDED_FEATURES.index(k) for k in used]],

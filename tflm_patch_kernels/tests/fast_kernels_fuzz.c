@@ -1,0 +1,157 @@
+/* Differential fuzz of the fast paths against the plain kernels they replace, on one deterministic stream of random
+ * parameters (the same cases on the host, tests/fast_kernels_test.c, and on every Cortex-M core, firmware/
+ * fast_kernels_fuzz.c, where the DSP instructions run):
+ * - tfmcu_requantize, and tfmcu_requantize_short with an output offset, against
+ *   tfmcu_multiply_by_quantized_multiplier (TFLite's double rounding): accumulators of every magnitude and sign,
+ *   multipliers at and around 2^30 and 2^31 - 1, shifts from -31 to +8;
+ * - tfmcu_depthwise_conv3x3_s8 against tfmcu_depthwise_conv2d_s8 (bit-exact with TFLite's reference kernel, tests/
+ *   test_patch_kernels.py): 1-21 channels (the groups of four and the tails), 1-10 rows and columns, strides 1-3,
+ *   border padding 0-2 on each side (windows cut by the box, and windows with no input), input and output offsets at
+ *   the ends of their ranges, activation ranges, per-channel multipliers and shifts mixing channels the fast
+ *   requantization takes with those it does not, no bias, and boxes inside larger poisoned buffers (nothing outside
+ *   the output box written). */
+#include "tflm_patch_kernels/tests/fast_kernels_fuzz.h"
+
+#include <string.h>
+
+#include "depthwise_conv2d.h"
+
+#define FUZZ_MAX_C 21
+#define FUZZ_MAX_HW 10
+#define FUZZ_BUFFER ((FUZZ_MAX_HW + 2) * ((FUZZ_MAX_HW + 2) * FUZZ_MAX_C + 8) + 64) /* output: up to 2 more rows and columns */
+#define POISON 0x5A
+
+typedef struct {
+  uint32_t s;
+} Rng;
+
+static uint32_t next_u32(Rng* r) { /* xorshift32 */
+  uint32_t x = r->s;
+  x ^= x << 13;
+  x ^= x >> 17;
+  x ^= x << 5;
+  r->s = x;
+  return x;
+}
+
+static int32_t uniform(Rng* r, int32_t lo, int32_t hi) { /* [lo, hi] */
+  return lo + (int32_t)(next_u32(r) % (uint32_t)(hi - lo + 1));
+}
+
+static int32_t pick(Rng* r, const int32_t* values, int32_t n) { return values[next_u32(r) % (uint32_t)n]; }
+
+static int32_t random_multiplier(Rng* r) {
+  static const int32_t kEdges[6] = {1 << 30, (1 << 30) + 1, INT32_MAX, INT32_MAX - 1, 0, 1518500250};
+  return next_u32(r) % 4 == 0 ? pick(r, kEdges, 6) : (int32_t)((1u << 30) + next_u32(r) % (1u << 30));
+}
+
+static int32_t random_shift(Rng* r) {
+  const uint32_t k = next_u32(r) % 8;
+  return k == 0 ? uniform(r, -31, 8) : (k == 1 ? uniform(r, -1, 0) : uniform(r, -14, -2));
+}
+
+static int32_t random_accumulator(Rng* r) {
+  static const int32_t kEdges[8] = {0, 1, -1, INT32_MIN, INT32_MAX, INT32_MIN + 1, 1 << 20, -(1 << 20)};
+  switch (next_u32(r) % 4) {
+    case 0:
+      return pick(r, kEdges, 8);
+    case 1:
+      return (int32_t)next_u32(r);
+    case 2:
+      return uniform(r, -(1 << 22), 1 << 22);
+    default:
+      return uniform(r, -4096, 4096);
+  }
+}
+
+static int32_t fuzz_requantize(Rng* r, int32_t n, TfmcuFuzzLog log) {
+  int32_t failures = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t x = random_accumulator(r), m = random_multiplier(r), s = random_shift(r);
+    const int32_t want = tfmcu_multiply_by_quantized_multiplier(x, m, s);
+    if (tfmcu_requantize(x, m, s) != want) {
+      if (failures++ == 0) {
+        log("tfmcu_requantize differs from tfmcu_multiply_by_quantized_multiplier");
+      }
+    }
+    const int32_t offset = uniform(r, -128, 127);
+    if (tfmcu_short_quant_ok(m, s) &&
+        tfmcu_requantize_short(x, tfmcu_short_quant(m, s, offset)) != tfmcu_wrap_add(want, offset)) {
+      if (failures++ == 0) {
+        log("tfmcu_requantize_short differs from tfmcu_multiply_by_quantized_multiplier + offset");
+      }
+    }
+  }
+  return failures;
+}
+
+/* One random depthwise layer through both kernels. */
+static int32_t fuzz_depthwise3x3_case(Rng* r, TfmcuFuzzLog log) {
+  static int8_t input[FUZZ_BUFFER], filter[9 * FUZZ_MAX_C];
+  static int8_t want[FUZZ_BUFFER], got[FUZZ_BUFFER];
+  static int32_t bias[FUZZ_MAX_C], multiplier[FUZZ_MAX_C], shift[FUZZ_MAX_C];
+  static const int32_t kInputOffsets[6] = {-255, 255, 128, -127, 0, 1};
+  const int32_t c = uniform(r, 1, FUZZ_MAX_C);
+  const int32_t in_h = uniform(r, 1, FUZZ_MAX_HW), in_w = uniform(r, 1, FUZZ_MAX_HW);
+  const int32_t stride_h = uniform(r, 1, 3), stride_w = uniform(r, 1, 3);
+  const int32_t pad_top = uniform(r, 0, 2), pad_left = uniform(r, 0, 2);
+  const int32_t pad_bottom = uniform(r, 0, 2), pad_right = uniform(r, 0, 2);
+  const int32_t out_h = (in_h + pad_top + pad_bottom - 3) / stride_h + 1;
+  const int32_t out_w = (in_w + pad_left + pad_right - 3) / stride_w + 1;
+  if (in_h + pad_top + pad_bottom < 3 || in_w + pad_left + pad_right < 3) {
+    return 0;
+  }
+  const int32_t in_stride = in_w * c + uniform(r, 0, 1) * uniform(r, 1, 7);
+  const int32_t out_stride = out_w * c + uniform(r, 0, 1) * uniform(r, 1, 7);
+  for (int32_t i = 0; i < in_h * in_stride; ++i) {
+    input[i] = (int8_t)next_u32(r);
+  }
+  for (int32_t i = 0; i < 9 * c; ++i) {
+    filter[i] = (int8_t)next_u32(r);
+  }
+  for (int32_t k = 0; k < c; ++k) {
+    bias[k] = next_u32(r) % 16 == 0 ? (int32_t)next_u32(r) : uniform(r, -(1 << 18), 1 << 18);
+    multiplier[k] = random_multiplier(r);
+    shift[k] = random_shift(r);
+  }
+  TfmcuDepthwiseConvParams p;
+  memset(&p, 0, sizeof(p));
+  p.filter = filter;
+  p.bias = next_u32(r) % 8 == 0 ? NULL : bias;
+  p.output_multiplier = multiplier;
+  p.output_shift = shift;
+  p.kernel_h = 3;
+  p.kernel_w = 3;
+  p.stride_h = stride_h;
+  p.stride_w = stride_w;
+  p.dilation_h = 1;
+  p.dilation_w = 1;
+  p.depth_multiplier = 1;
+  p.input_offset = next_u32(r) % 2 ? pick(r, kInputOffsets, 6) : uniform(r, -127, 128);
+  p.output_offset = uniform(r, -128, 127);
+  p.act_min = next_u32(r) % 2 ? -128 : uniform(r, -128, 0);
+  p.act_max = next_u32(r) % 2 ? 127 : uniform(r, p.act_min, 127);
+  const int32_t out_bytes = out_h * out_stride + 16;
+  memset(want, POISON, (size_t)out_bytes);
+  memset(got, POISON, (size_t)out_bytes);
+  const TfmcuConstView in = {input, in_h, in_w, c, in_stride};
+  const TfmcuView out_want = {want, out_h, out_w, c, out_stride};
+  const TfmcuView out_got = {got, out_h, out_w, c, out_stride};
+  const TfmcuStatus s_want = tfmcu_depthwise_conv2d_s8(&p, &in, pad_top, pad_left, &out_want);
+  const TfmcuStatus s_got = tfmcu_depthwise_conv3x3_s8(&p, &in, pad_top, pad_left, &out_got);
+  if (s_want != kTfmcuOk || s_got != kTfmcuOk || memcmp(want, got, (size_t)out_bytes) != 0) {
+    log("tfmcu_depthwise_conv3x3_s8 differs from tfmcu_depthwise_conv2d_s8");
+    return 1;
+  }
+  return 0;
+}
+
+int32_t tfmcu_fuzz_fast_kernels(uint32_t seed, int32_t depthwise_cases, int32_t requantize_cases,
+                                TfmcuFuzzLog log) {
+  Rng r = {seed != 0 ? seed : 1u};
+  int32_t failures = fuzz_requantize(&r, requantize_cases, log);
+  for (int32_t i = 0; i < depthwise_cases; ++i) {
+    failures += fuzz_depthwise3x3_case(&r, log);
+  }
+  return failures;
+}
