@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "tfmcu_common.h"
+
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
 #include <arm_acle.h>
 #define TFMCU_DSP 1
@@ -111,13 +113,8 @@ static inline void tfmcu_requantize_short_channels(const int32_t* acc, const int
       : "cc", "memory");
 #else
   for (int32_t k = 0; k < n; ++k) {
-    const int32_t sign = acc[k] < 0 ? -1 : 0;
-    const int64_t nudge = sign < 0 ? -((int64_t)1 << 30) : ((int64_t)1 << 30);
-    const int64_t v = (int64_t)acc[k] * multiplier[k] + nudge;
-    int32_t high = v >= 0 ? (int32_t)(v >> 32) : ~(int32_t)((~v) >> 32);
-    high += round[k];
-    high = high >= 0 ? (high >> right[k]) : ~((~high) >> right[k]);
-    out[k] = (int8_t)(high < act_min ? act_min : (high > act_max ? act_max : high));
+    const TfmcuShortQuant f = {multiplier[k], round[k], right[k]};
+    out[k] = (int8_t)tfmcu_clamp(tfmcu_requantize_short(acc[k], f), act_min, act_max);
   }
 #endif
 }
@@ -153,13 +150,9 @@ static inline void tfmcu_requantize_short_pixels(const int32_t* acc, int32_t mul
         [step] "r"(step)
       : "cc", "memory");
 #else
+  const TfmcuShortQuant f = {multiplier, round, right};
   for (int32_t k = 0; k < n; ++k, out += step) {
-    const int64_t nudge = acc[k] < 0 ? -((int64_t)1 << 30) : ((int64_t)1 << 30);
-    const int64_t v = (int64_t)acc[k] * multiplier + nudge;
-    int32_t high = v >= 0 ? (int32_t)(v >> 32) : ~(int32_t)((~v) >> 32);
-    high += round;
-    high = high >= 0 ? (high >> right) : ~((~high) >> right);
-    *out = (int8_t)(high < act_min ? act_min : (high > act_max ? act_max : high));
+    *out = (int8_t)tfmcu_clamp(tfmcu_requantize_short(acc[k], f), act_min, act_max);
   }
 #endif
 }
