@@ -37,7 +37,7 @@ typedef struct {
     (w) += C;                                                                    \
   } while (0)
 
-#if TFMCU_DSP && defined(__GNUC__) && defined(__thumb2__)
+#if TFMCU_DSP_ASM
 /* TFMCU_DW3X3_TAP0's nine taps of an inner pixel in Thumb-2 (the compiler spills the window's addresses): x, w the
  * group's first tap, C bytes from one tap to the next, row_stride from one input row to the next, the filter's rows
  * 3 C apart. 10 instructions per tap and 3 per row. */
@@ -150,7 +150,7 @@ static inline void tfmcu_dw3x3_pixel(const TfmcuDepthwiseConvParams* p, TfmcuDw3
   int32_t acc[TFMCU_DW3X3_PASS];
   int32_t c = 0;
   if (full && C <= TFMCU_DW3X3_TABLE) { /* an inner pixel: nine taps straight, the offset in the bias table */
-#if !(TFMCU_DSP && defined(__GNUC__) && defined(__thumb2__))
+#if !(TFMCU_DSP_ASM)
     const int32_t next_row = row_stride - 3 * C;
 #endif
     while (c + 4 <= C) {
@@ -160,7 +160,7 @@ static inline void tfmcu_dw3x3_pixel(const TfmcuDepthwiseConvParams* p, TfmcuDw3
         int32_t a3 = t->inner_bias[c + 3];
         const int8_t* xr = x + c;
         const int8_t* wr = p->filter + c;
-#if TFMCU_DSP && defined(__GNUC__) && defined(__thumb2__)
+#if TFMCU_DSP_ASM
         tfmcu_dw3x3_inner_taps(xr, wr, C, row_stride, &a0, &a1, &a2, &a3);
 #else
         TFMCU_DW3X3_TAP0(xr, wr, C);

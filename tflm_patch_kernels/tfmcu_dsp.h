@@ -16,6 +16,13 @@
 #else
 #define TFMCU_DSP 0
 #endif
+/* The Thumb-2 loops below (GCC and Clang's extended asm; an optimized build: unoptimized code keeps a frame pointer,
+ * and the loops need every other register). Elsewhere the same arithmetic in C. */
+#if TFMCU_DSP && defined(__GNUC__) && defined(__thumb2__) && defined(__OPTIMIZE__)
+#define TFMCU_DSP_ASM 1
+#else
+#define TFMCU_DSP_ASM 0
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,9 +40,11 @@ static inline uint32_t tfmcu_ror8(uint32_t x) { return (x >> 8) | (x << 24); }
 
 #if TFMCU_DSP
 /* bytes 0 and 2 of b, sign-extended, added to the halves of a (SXTAB16) */
-static inline uint32_t tfmcu_sxtab16(uint32_t a, uint32_t b) { return __sxtab16(a, b); }
+static inline uint32_t tfmcu_sxtab16(uint32_t a, uint32_t b) {
+  return (uint32_t)__sxtab16((int16x2_t)a, (int8x4_t)b);
+}
 /* bytes 0 and 2 of b, sign-extended (SXTB16) */
-static inline uint32_t tfmcu_sxtb16(uint32_t b) { return __sxtb16(b); }
+static inline uint32_t tfmcu_sxtb16(uint32_t b) { return (uint32_t)__sxtb16((int8x4_t)b); }
 /* the same of b rotated right by 8 bits (bytes 1 and 3): one instruction (ACLE has no rotated form, and GCC does not
  * fold the rotation into the intrinsic) */
 static inline uint32_t tfmcu_sxtab16_ror8(uint32_t a, uint32_t b) {
@@ -52,7 +61,9 @@ static inline uint32_t tfmcu_sxtb16_ror8(uint32_t b) {
 static inline int32_t tfmcu_smlabb(uint32_t a, uint32_t b, int32_t acc) { return __smlabb((int32_t)a, (int32_t)b, acc); }
 static inline int32_t tfmcu_smlatt(uint32_t a, uint32_t b, int32_t acc) { return __smlatt((int32_t)a, (int32_t)b, acc); }
 /* acc + bottom(a) * bottom(b) + top(a) * top(b) (SMLAD) */
-static inline int32_t tfmcu_smlad(uint32_t a, uint32_t b, int32_t acc) { return __smlad(a, b, acc); }
+static inline int32_t tfmcu_smlad(uint32_t a, uint32_t b, int32_t acc) {
+  return __smlad((int16x2_t)a, (int16x2_t)b, acc);
+}
 #else
 static inline int32_t tfmcu_half_lo(uint32_t x) { return (int32_t)(int16_t)(uint16_t)(x & 0xFFFFu); }
 static inline int32_t tfmcu_half_hi(uint32_t x) { return (int32_t)(int16_t)(uint16_t)(x >> 16); }
@@ -84,7 +95,7 @@ static inline int32_t tfmcu_smlad(uint32_t a, uint32_t b, int32_t acc) {
 static inline void tfmcu_requantize_short_channels(const int32_t* acc, const int32_t* multiplier, const int32_t* round,
                                                    const int8_t* right, int32_t n, int32_t act_min, int32_t act_max,
                                                    int8_t* out) {
-#if TFMCU_DSP && defined(__GNUC__) && defined(__thumb2__)
+#if TFMCU_DSP_ASM
   uint32_t a, m, lo, hi;
   __asm__ volatile(
       "1:\n\t"
@@ -124,7 +135,7 @@ static inline void tfmcu_requantize_short_channels(const int32_t* acc, const int
 static inline void tfmcu_requantize_short_pixels(const int32_t* acc, int32_t multiplier, int32_t round, int32_t right,
                                                  int32_t n, int32_t act_min, int32_t act_max, int8_t* out,
                                                  int32_t step) {
-#if TFMCU_DSP && defined(__GNUC__) && defined(__thumb2__)
+#if TFMCU_DSP_ASM
   uint32_t a, lo, hi;
   __asm__ volatile(
       "1:\n\t"
