@@ -36,7 +36,7 @@ TfmcuStatus tfmcu_depthwise_conv2d_s8(const TfmcuDepthwiseConvParams* params, co
 /* The same layer, the same bytes, for a 3x3 kernel with depth multiplier 1 and no dilation (depthwise_conv3x3.c):
  * per output pixel (in row order) its channels four at a time (the DSP extension's packed 16-bit multiplies where
  * the core has them, the same arithmetic in C elsewhere), the nine taps of an inner pixel without bounds checks, and
- * the requantization of tfmcu_requantize. Reads and writes in the order of CMSIS-NN's arm_depthwise_conv_3x3_s8
+ * the requantization of tfmcu_requantize_short. Reads and writes in the order of CMSIS-NN's arm_depthwise_conv_3x3_s8
  * (each output pixel's channel group after its window's), so an in-place distance that holds for one holds for the
  * other. Any strides, paddings, offsets and row strides; no kernel buffer. kTfmcuErrorShapeMismatch when the layer
  * is not one tfmcu_depthwise_conv3x3_covers. */

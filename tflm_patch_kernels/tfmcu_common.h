@@ -176,13 +176,13 @@ static inline int32_t tfmcu_multiply_by_quantized_multiplier(int32_t x, int32_t 
                                       right_shift);
 }
 
-/* The same value as tfmcu_multiply_by_quantized_multiplier for a channel with a right shift of 2 or more and a
- * multiplier above 2^30 (tfmcu_requantize_fast_ok: almost every channel TFLite's QuantizeMultiplier gives a conv),
- * in one 32 x 32 -> 64-bit multiply-accumulate (SMLAL on Cortex-M) and three 32-bit operations. Why it is exact:
- * with M > 2^30, SaturatingRoundingDoublingHighMul(x, M) = floor((x M + 2^30) / 2^31) (no saturation: M is
- * positive), it is negative exactly when x is, and RoundingDivideByPOT(h, e) = floor((h + 2^(e-1) - [h < 0]) /
- * 2^e); both floors merge into floor((x M + 2^30 - [x < 0] 2^31 + 2^(30+e)) / 2^(31+e)), and for e >= 2 the last
- * term only adds 2^(e-2) to the high word. tests: kernels_test.c compares both over the multiplier / shift grid. */
+/* Whether tfmcu_requantize_short gives tfmcu_multiply_by_quantized_multiplier's value for a channel (with
+ * TFMCU_SHORT_QUANT_MAX_RIGHT): a right shift of 2 or more and a multiplier above 2^30 (almost every channel
+ * TFLite's QuantizeMultiplier gives a conv). Why it is exact: with M > 2^30, SaturatingRoundingDoublingHighMul(x, M)
+ * = floor((x M + 2^30) / 2^31) (no saturation: M is positive), it is negative exactly when x is, and
+ * RoundingDivideByPOT(h, e) = floor((h + 2^(e-1) - [h < 0]) / 2^e); both floors merge into
+ * floor((x M + 2^30 - [x < 0] 2^31 + 2^(30+e)) / 2^(31+e)), and for e >= 2 the last term only adds 2^(e-2) to the
+ * high word. tests: fast_kernels_fuzz.c compares both over the multiplier / shift grid. */
 static inline int tfmcu_requantize_fast_ok(int32_t multiplier, int32_t shift) {
   return multiplier > ((int32_t)1 << 30) && shift <= -2 && shift >= -31;
 }
@@ -193,15 +193,7 @@ static inline int32_t tfmcu_high_word(int64_t v) {
   return v >= 0 ? (int32_t)(v >> 32) : ~(int32_t)((~v) >> 32);
 }
 
-/* x * multiplier * 2^shift as tfmcu_multiply_by_quantized_multiplier, for a channel tfmcu_requantize_fast_ok
- * accepts. */
-static inline int32_t tfmcu_requantize_fast(int32_t x, int32_t multiplier, int32_t shift) {
-  const int64_t nudge = x < 0 ? -((int64_t)1 << 30) : ((int64_t)1 << 30);
-  const int32_t high = tfmcu_high_word((int64_t)x * multiplier + nudge);
-  return tfmcu_shift_right_floor(high + ((int32_t)1 << (-shift - 2)), -shift - 1);
-}
-
-/* tfmcu_requantize_fast's arithmetic with a channel's constants made once, and the output offset added before the
+/* That arithmetic with a channel's constants made once, and the output offset added before the
  * shift (a multiple of 2^right commutes with the floor shift; right <= TFMCU_SHORT_QUANT_MAX_RIGHT keeps the sum
  * inside int32): per output a 32 x 32 -> 64-bit multiply-accumulate with a nudge made of the accumulator's sign, an
  * add and a shift. The result is tfmcu_multiply_by_quantized_multiplier's plus the output offset. */
@@ -230,12 +222,6 @@ static inline int32_t tfmcu_requantize_short(int32_t acc, TfmcuShortQuant f) {
   const uint32_t low = ((uint32_t)acc & 0x80000000u) | 0x40000000u;
   const int64_t nudge = (int64_t)(((uint64_t)high << 32) | low);
   return tfmcu_shift_right_floor(tfmcu_high_word((int64_t)acc * f.multiplier + nudge) + f.round, f.right);
-}
-
-/* tfmcu_multiply_by_quantized_multiplier by the shorter path where it applies. */
-static inline int32_t tfmcu_requantize(int32_t x, int32_t multiplier, int32_t shift) {
-  return tfmcu_requantize_fast_ok(multiplier, shift) ? tfmcu_requantize_fast(x, multiplier, shift)
-                                                     : tfmcu_multiply_by_quantized_multiplier(x, multiplier, shift);
 }
 
 /* a + b wrapping modulo 2^32 like the hardware adder (no undefined behaviour when params from a model file would
