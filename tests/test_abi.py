@@ -137,6 +137,7 @@ def c_side(kernels: dict[str, str], tflm: dict[str, str]) -> dict:
         "option_keys": _option_keys(parser),
         "folded_rule": _macro(headers, "TFMCU_CONV1X1_FOLDED"),
         "depthwise3x3_rule": _macro(headers, "TFMCU_DEPTHWISE_CONV3X3_OURS"),
+        "shallow_rule": _macro(headers, "TFMCU_CONV2D_SHALLOW_OURS"),
     }
 
 
@@ -163,6 +164,9 @@ def mismatches(c: dict) -> list[str]:
     check("TFMCU_DEPTHWISE_CONV3X3_MAX_CHANNELS", d.get("TFMCU_DEPTHWISE_CONV3X3_MAX_CHANNELS"),
           abi.DEPTHWISE_CONV3X3_MAX_CHANNELS)
     check("TFMCU_DEPTHWISE_CONV3X3_OURS(p, channels)", c["depthwise3x3_rule"], abi.DEPTHWISE_CONV3X3_RULE)
+    check("TFMCU_CONV2D_SHALLOW_MAX_DEPTH", d.get("TFMCU_CONV2D_SHALLOW_MAX_DEPTH"), abi.CONV2D_SHALLOW_MAX_DEPTH)
+    check("TFMCU_CONV2D_SHALLOW_MAX_OUT", d.get("TFMCU_CONV2D_SHALLOW_MAX_OUT"), abi.CONV2D_SHALLOW_MAX_OUT)
+    check("TFMCU_CONV2D_SHALLOW_OURS(p, in_channels, out_channels)", c["shallow_rule"], abi.CONV2D_SHALLOW_RULE)
     check("TFMCU_LUT_MIN_ELEMENTS", d.get("TFMCU_LUT_MIN_ELEMENTS"), abi.LUT_MIN_ELEMENTS)
     check("TFMCU_LUT_MAX_CHANNELS", d.get("TFMCU_LUT_MAX_CHANNELS"), abi.LUT_MAX_CHANNELS)
     check(f"function {abi.CONV1X1_FOLDED_SYMBOL} declared", abi.CONV1X1_FOLDED_SYMBOL in c["functions"], True)
@@ -225,6 +229,8 @@ def _edited(file: str, old: str, new: str, tflm: bool = False) -> list[str]:
      "TFMCU_CONV1X1_FOLDED(pixels, in_channels)"),
     ("cmsis_nn/cmsis_nn_backend.h", "#define TFMCU_DEPTHWISE_CONV3X3_MAX_CHANNELS 128",
      "#define TFMCU_DEPTHWISE_CONV3X3_MAX_CHANNELS 96", False, "TFMCU_DEPTHWISE_CONV3X3_MAX_CHANNELS"),
+    ("conv2d.h", "#define TFMCU_CONV2D_SHALLOW_MAX_DEPTH 32", "#define TFMCU_CONV2D_SHALLOW_MAX_DEPTH 36", False,
+     "TFMCU_CONV2D_SHALLOW_MAX_DEPTH"),
 ])
 def test_the_check_sees_a_change_of_the_c_side_alone(file, old, new, tflm, what):
     problems = _edited(file, old, new, tflm)

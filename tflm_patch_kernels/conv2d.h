@@ -36,6 +36,22 @@ typedef struct {
 TfmcuStatus tfmcu_conv2d_s8(const TfmcuConvParams* params, const TfmcuConstView* input, int32_t pad_top,
                             int32_t pad_left, const TfmcuView* output);
 
+/* The same layer, the same bytes, for a shallow window (conv2d_shallow.c): kernel_h x kernel_w x in_channels at most
+ * TFMCU_CONV2D_SHALLOW_MAX_DEPTH values (3x3 over RGB: 27), at most TFMCU_CONV2D_SHALLOW_MAX_OUT output channels,
+ * no groups or dilation, an input offset in [-127, 128]. Per pair of output pixels (in row-major order, a pair may
+ * span two rows) both windows read
+ * into int16 pairs with the offset added (taps outside the box 0), then per pair of output channels the filter's
+ * words split by SXTB16 and multiplied two at a time (the DSP extension where the core has it, the same arithmetic
+ * in C elsewhere), and the requantization of tfmcu_requantize_short. A pair's windows are read before its outputs
+ * are written, as CMSIS-NN's arm_convolve_s8 reads its two im2col columns, so an in-place distance that holds for
+ * one holds for the other. Any strides, paddings and row strides; no kernel buffer. kTfmcuErrorShapeMismatch when
+ * the layer is not one tfmcu_conv2d_shallow_covers. */
+#define TFMCU_CONV2D_SHALLOW_MAX_DEPTH 32
+#define TFMCU_CONV2D_SHALLOW_MAX_OUT 32
+int tfmcu_conv2d_shallow_covers(const TfmcuConvParams* params, int32_t in_channels, int32_t out_channels);
+TfmcuStatus tfmcu_conv2d_shallow_s8(const TfmcuConvParams* params, const TfmcuConstView* input, int32_t pad_top,
+                                    int32_t pad_left, const TfmcuView* output);
+
 /* The uniform op interface (tfmcu_common.h, listed in op_table.c): window geometry, params check, run on
  * inputs[1]. */
 void tfmcu_conv2d_op_window(const void* params, TfmcuWindow* window);

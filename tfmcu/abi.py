@@ -45,6 +45,14 @@ CONV1X1_FOLDED_SYMBOL = "tfmcu_conv1x1_folded_s8"
 DEPTHWISE_CONV3X3_MAX_CHANNELS = 128
 DEPTHWISE_CONV3X3_RULE = ("(tfmcu_depthwise_conv3x3_covers(p) && (channels) <= "
                           "TFMCU_DEPTHWISE_CONV3X3_MAX_CHANNELS)")
+# TFMCU_CONV2D_SHALLOW_MAX_DEPTH / _MAX_OUT (conv2d.h) and TFMCU_CONV2D_SHALLOW_OURS (cmsis_nn/cmsis_nn_backend.h): on
+# cores with the DSP extension and without Helium the CMSIS-NN backend runs a convolution with a kernel larger than
+# 1x1 over a window of at most this many values (kernel_h x kernel_w x in_channels) into at most this many output
+# channels, no groups or dilation, through our kernel (conv2d_shallow.c); ``conv_shallow_ours`` decides the same
+CONV2D_SHALLOW_MAX_DEPTH = 32
+CONV2D_SHALLOW_MAX_OUT = 32
+CONV2D_SHALLOW_RULE = ("((p)->kernel_h * (p)->kernel_w > 1 && tfmcu_conv2d_shallow_covers(p, in_channels, "
+                       "out_channels))")
 # TFMCU_LUT_MIN_ELEMENTS (tfmcu_lut.h): a call of HARD_SWISH, LOGISTIC, TANH or LEAKY_RELU over at least this many
 # elements maps them through a table of the op's 256 values built for the call (the latency predictor prices such
 # calls apart: ``LUT_OPS``)
@@ -69,6 +77,16 @@ def depthwise3x3_ours(kernel: Sequence[int], depth_multiplier: int, dilation: Se
     core with the DSP extension and without Helium)."""
     return (tuple(kernel) == (3, 3) and depth_multiplier == 1 and tuple(dilation) == (1, 1)
             and channels <= DEPTHWISE_CONV3X3_MAX_CHANNELS)
+
+
+def conv_shallow_ours(kernel: Sequence[int], groups: int, dilation: Sequence[int], in_channels: int,
+                      out_channels: int, input_offset: int) -> bool:
+    """TFMCU_CONV2D_SHALLOW_OURS: whether a convolution the CMSIS-NN backend covers runs our shallow-window kernel
+    (on a core with the DSP extension and without Helium)."""
+    kh, kw = (int(k) for k in kernel)
+    return (kh * kw > 1 and groups == 1 and tuple(dilation) == (1, 1)
+            and kh * kw * in_channels <= CONV2D_SHALLOW_MAX_DEPTH and out_channels <= CONV2D_SHALLOW_MAX_OUT
+            and -127 <= input_offset <= 128)
 
 
 def conv1x1_folded(pixels: Any, in_channels: Any) -> Any:

@@ -50,6 +50,13 @@ extern "C" {
 #define TFMCU_DEPTHWISE_CONV3X3_OURS(p, channels) \
   (tfmcu_depthwise_conv3x3_covers(p) && (channels) <= TFMCU_DEPTHWISE_CONV3X3_MAX_CHANNELS)
 
+/* A convolution CMSIS-NN covers runs our kernel for shallow windows (tfmcu_conv2d_shallow_s8) instead of CMSIS-NN's
+ * im2col product on cores with the DSP extension and without Helium when its kernel is larger than 1x1 (a 1x1 layer
+ * takes the folded product) and tfmcu_conv2d_shallow_covers it: the first layer of an image network (3x3 over RGB),
+ * fast_kernels' shapes in docs/results/kernels.json. Its kernel buffer stays CMSIS-NN's figure, unused. */
+#define TFMCU_CONV2D_SHALLOW_OURS(p, in_channels, out_channels) \
+  ((p)->kernel_h * (p)->kernel_w > 1 && tfmcu_conv2d_shallow_covers(p, in_channels, out_channels))
+
 /* That product (conv1x1_folded.c; built with the DSP extension and without Helium): `rows` input pixels of `cols`
  * int8 by the `out_c` filter rows of `p` (input offset 0), requantized per output channel into `out` (rows x out_c). */
 void tfmcu_conv1x1_folded_s8(const TfmcuConvParams* p, const int8_t* in, int32_t rows, int32_t cols, int32_t out_c,

@@ -111,6 +111,11 @@ TfmcuStatus tfmcu_conv2d_cmsis_nn_run(const void* params, const TfmcuConstView* 
   if (!tfmcu_conv2d_cmsis_nn_covers(p)) {
     return tfmcu_conv2d_s8(p, &inputs[0], pad_top, pad_left, output);
   }
+#if defined(ARM_MATH_DSP) && !defined(ARM_MATH_MVEI)
+  if (TFMCU_CONV2D_SHALLOW_OURS(p, inputs[0].channels, output->channels)) { /* ours: faster here, on the views */
+    return tfmcu_conv2d_shallow_s8(p, &inputs[0], pad_top, pad_left, output);
+  }
+#endif
   const TfmcuConvCall call = {p, pad_left};
   return tfmcu_cmsis_window_rows(tfmcu_conv2d_cmsis_nn_call, &call, &inputs[0], pad_top, p->kernel_h, p->stride_h,
                                  output, kernel_scratch, tfmcu_conv2d_cmsis_nn_buffer(p, &inputs[0], output));

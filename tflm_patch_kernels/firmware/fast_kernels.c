@@ -5,12 +5,14 @@
  *    tfmcu_depthwise_conv3x3_s8 on the same random layer, each in its own cost region (the QEMU plugin counts their
  *    instructions: the run's "regions"); their outputs must be equal (FNV-1a of each);
  * 3. on DSP cores without Helium, CMSIS-NN's 1x1 product (arm_nn_mat_mult_nt_t_s8) against the backend's folded
- *    product (tfmcu_conv1x1_folded_s8) on the 1x1 shapes of MobileNetV2-0.35, likewise. */
+ *    product (tfmcu_conv1x1_folded_s8) on the 1x1 shapes of MobileNetV2-0.35, and CMSIS-NN's arm_convolve_wrapper_s8
+ *    against tfmcu_conv2d_shallow_s8 on first layers (3x3 over RGB, stride 2), likewise. */
 #include <string.h>
 
 #include "arm_nnfunctions.h"
 #include "arm_nnsupportfunctions.h"
 #include "cmsis_nn/cmsis_nn_backend.h"
+#include "conv2d.h"
 #include "depthwise_conv2d.h"
 #include "tflm_patch_kernels/firmware/harness.h"
 #include "tflm_patch_kernels/tests/fast_kernels_fuzz.h"
@@ -106,7 +108,80 @@ static int32_t compare(const Shape* s) {
   return 0;
 }
 
-#if defined(ARM_MATH_DSP) && !defined(ARM_MATH_MVEI) /* (the folded product: DSP builds without Helium) */
+#if defined(ARM_MATH_DSP) && !defined(ARM_MATH_MVEI) /* (our conv and folded product: DSP builds without Helium) */
+/* The first layer of an image network (3x3 over `c` channels, stride 2, SAME): CMSIS-NN's arm_convolve_wrapper_s8
+ * against tfmcu_conv2d_shallow_s8. */
+typedef struct {
+  const char* cmsis;
+  const char* tfmcu;
+  int32_t h, w, c, k;
+} ConvShape;
+
+static int32_t compare_conv(const ConvShape* s) {
+  const int32_t out_h = (s->h + 1) / 2, out_w = (s->w + 1) / 2;
+  for (int32_t i = 0; i < s->h * s->w * s->c; ++i) {
+    g_in[i] = (int8_t)rnd();
+  }
+  static int8_t filter[64 * 27];
+  for (int32_t i = 0; i < s->k * 9 * s->c; ++i) {
+    filter[i] = (int8_t)rnd();
+  }
+  for (int32_t j = 0; j < s->k; ++j) {
+    g_bias[j] = (int32_t)(rnd() % 2000) - 1000;
+    g_mult[j] = (int32_t)((1u << 30) + rnd() % (1u << 30));
+    g_shift[j] = -(int32_t)(rnd() % 4) - 7;
+  }
+  TfmcuConvParams p;
+  memset(&p, 0, sizeof(p));
+  p.filter = filter;
+  p.bias = g_bias;
+  p.output_multiplier = g_mult;
+  p.output_shift = g_shift;
+  p.kernel_h = p.kernel_w = 3;
+  p.stride_h = p.stride_w = 2;
+  p.dilation_h = p.dilation_w = 1;
+  p.groups = 1;
+  p.input_offset = 1;
+  p.output_offset = -128;
+  p.act_min = -128;
+  p.act_max = 127;
+  const int32_t pad = s->h % 2; /* SAME, stride 2: an even size pads below only */
+  cmsis_nn_conv_params c;
+  c.input_offset = p.input_offset;
+  c.output_offset = p.output_offset;
+  c.stride.w = c.stride.h = 2;
+  c.padding.w = c.padding.h = pad;
+  c.dilation.w = c.dilation.h = 1;
+  c.activation.min = -128;
+  c.activation.max = 127;
+  cmsis_nn_per_channel_quant_params q = {g_mult, g_shift};
+  const cmsis_nn_dims in_dims = {1, s->h, s->w, s->c}, filter_dims = {s->k, 3, 3, s->c};
+  const cmsis_nn_dims bias_dims = {1, 1, 1, s->k}, out_dims = {1, out_h, out_w, s->k};
+  const int32_t need = arm_convolve_wrapper_s8_get_buffer_size(&c, &in_dims, &filter_dims, &out_dims);
+  cmsis_nn_context ctx = {g_cmsis_buffer, need};
+  if (need > (int32_t)sizeof(g_cmsis_buffer)) {
+    tfmcu_fail("CMSIS-NN buffer");
+    return 1;
+  }
+  tfmcu_region_begin(s->cmsis);
+  const arm_cmsis_nn_status st = arm_convolve_wrapper_s8(&ctx, &c, &q, &in_dims, g_in, &filter_dims, filter,
+                                                         &bias_dims, g_bias, &out_dims, g_out);
+  tfmcu_region_end();
+  const size_t out_bytes = (size_t)(out_h * out_w * s->k);
+  const uint32_t want = tfmcu_fnv1a32(g_out, out_bytes);
+  memset(g_out, 0, out_bytes);
+  const TfmcuConstView in = {g_in, s->h, s->w, s->c, s->w * s->c};
+  const TfmcuView out = {g_out, out_h, out_w, s->k, out_w * s->k};
+  tfmcu_region_begin(s->tfmcu);
+  const TfmcuStatus ts = tfmcu_conv2d_shallow_s8(&p, &in, pad, pad, &out);
+  tfmcu_region_end();
+  if (st != ARM_CMSIS_NN_SUCCESS || ts != kTfmcuOk || tfmcu_fnv1a32(g_out, out_bytes) != want) {
+    tfmcu_fail(s->tfmcu);
+    return 1;
+  }
+  return 0;
+}
+
 /* A 1x1 convolution of `pixels` pixels, k input and n output channels, input offset 0 (folded): CMSIS-NN's product
  * (arm_nn_mat_mult_nt_t_s8, what arm_convolve_1x1_s8_fast runs) against ours (tfmcu_conv1x1_folded_s8). */
 typedef struct {
@@ -184,6 +259,14 @@ int main(void) {
   };
   for (uint32_t i = 0; i < sizeof(kMats) / sizeof(kMats[0]); ++i) {
     mismatches += compare_1x1(&kMats[i]);
+  }
+  static const ConvShape kConvs[] = {
+      {"cmsis_conv_96x96x3x16", "tfmcu_conv_96x96x3x16", 96, 96, 3, 16},
+      {"cmsis_conv_48x48x3x32", "tfmcu_conv_48x48x3x32", 48, 48, 3, 32},
+      {"cmsis_conv_49x49x3x8", "tfmcu_conv_49x49x3x8", 49, 49, 3, 8},
+  };
+  for (uint32_t i = 0; i < sizeof(kConvs) / sizeof(kConvs[0]); ++i) {
+    mismatches += compare_conv(&kConvs[i]);
   }
 #endif
   tfmcu_result_int("fuzz_differences", fuzz);

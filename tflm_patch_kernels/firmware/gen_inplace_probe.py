@@ -75,6 +75,8 @@ CASES = [
     ("mul_in2", "mul", "tflm", (4, 4, 9), 9, (1, 1), (1, 1), (0, 0, 0, 0)),
     # The patch backend's run on whole tensors (a one-layer TFMCU_PATCH_STAGE op, rewrite --rest_convs=tfmcu)
     ("stage_conv3x3", "conv", "backend", (7, 5, 3), 5, (3, 3), (1, 1), (1, 1, 1, 1)),
+    # (on DSP cores these two run tfmcu_conv2d_shallow_s8, in arm_convolve_s8's order: pairs of pixels across rows)
+    ("stage_conv3x3_s2_rgb", "conv", "backend", (9, 9, 3), 8, (3, 3), (2, 2), (1, 1, 1, 1)),
     ("stage_conv1x1", "conv", "backend", (6, 6, 16), 4, (1, 1), (1, 1), (0, 0, 0, 0)),
     ("stage_conv1x1_s2", "conv", "backend", (7, 7, 4), 3, (1, 1), (2, 2), (0, 0, 0, 0)),
     ("stage_conv1x1_folded", "conv", "backend_folded", (3, 3, 16), 4, (1, 1), (1, 1), (0, 0, 0, 0)),

@@ -9,17 +9,27 @@
  *   border padding 0-2 on each side (windows cut by the box, and windows with no input), input and output offsets at
  *   the ends of their ranges, activation ranges, per-channel multipliers and shifts mixing channels the fast
  *   requantization takes with those it does not, no bias, and boxes inside larger poisoned buffers (nothing outside
- *   the output box written). */
+ *   the output box written);
+ * - tfmcu_conv2d_shallow_s8 against tfmcu_conv2d_s8 likewise: kernels 1x1 to 5x5 of 1-4 input channels (windows of
+ *   at most TFMCU_CONV2D_SHALLOW_MAX_DEPTH values), 1-17 output channels and up to TFMCU_CONV2D_SHALLOW_MAX_OUT,
+ *   paddings up to the kernel's size - 1, input offsets across [-127, 128]. */
 #include "tflm_patch_kernels/tests/fast_kernels_fuzz.h"
 
 #include <string.h>
 
+#include "conv2d.h"
 #include "depthwise_conv2d.h"
 
 #define FUZZ_MAX_C 21
 #define FUZZ_MAX_HW 10
 #define FUZZ_BUFFER ((FUZZ_MAX_HW + 2) * ((FUZZ_MAX_HW + 2) * FUZZ_MAX_C + 8) + 64) /* output: up to 2 more rows and columns */
+/* a shallow convolution's output: kernels up to 5 with paddings up to 4 give at most 4 more rows and columns */
+#define FUZZ_CONV_OUT ((FUZZ_MAX_HW + 4) * ((FUZZ_MAX_HW + 4) * TFMCU_CONV2D_SHALLOW_MAX_OUT + 8) + 64)
+#define FUZZ_OUT (FUZZ_CONV_OUT > FUZZ_BUFFER ? FUZZ_CONV_OUT : FUZZ_BUFFER)
 #define POISON 0x5A
+
+/* the cases' buffers (one set: the firmware's SRAM is small) */
+static int8_t g_input[FUZZ_BUFFER], g_want[FUZZ_OUT], g_got[FUZZ_OUT];
 
 typedef struct {
   uint32_t s;
@@ -82,8 +92,8 @@ static int32_t fuzz_requantize(Rng* r, int32_t n, TfmcuFuzzLog log) {
 
 /* One random depthwise layer through both kernels. */
 static int32_t fuzz_depthwise3x3_case(Rng* r, TfmcuFuzzLog log) {
-  static int8_t input[FUZZ_BUFFER], filter[9 * FUZZ_MAX_C];
-  static int8_t want[FUZZ_BUFFER], got[FUZZ_BUFFER];
+  static int8_t filter[9 * FUZZ_MAX_C];
+  int8_t *input = g_input, *want = g_want, *got = g_got;
   static int32_t bias[FUZZ_MAX_C], multiplier[FUZZ_MAX_C], shift[FUZZ_MAX_C];
   static const int32_t kInputOffsets[6] = {-255, 255, 128, -127, 0, 1};
   const int32_t c = uniform(r, 1, FUZZ_MAX_C);
@@ -141,12 +151,79 @@ static int32_t fuzz_depthwise3x3_case(Rng* r, TfmcuFuzzLog log) {
   return 0;
 }
 
-int32_t tfmcu_fuzz_fast_kernels(uint32_t seed, int32_t depthwise_cases, int32_t requantize_cases,
-                                TfmcuFuzzLog log) {
+/* One random shallow convolution through both kernels. */
+static int32_t fuzz_conv_shallow_case(Rng* r, TfmcuFuzzLog log) {
+  static int8_t filter[TFMCU_CONV2D_SHALLOW_MAX_OUT * TFMCU_CONV2D_SHALLOW_MAX_DEPTH];
+  int8_t *input = g_input, *want = g_want, *got = g_got;
+  static int32_t bias[TFMCU_CONV2D_SHALLOW_MAX_OUT], multiplier[TFMCU_CONV2D_SHALLOW_MAX_OUT];
+  static int32_t shift[TFMCU_CONV2D_SHALLOW_MAX_OUT];
+  static const int32_t kInputOffsets[4] = {-127, 128, 0, 1};
+  const int32_t kh = uniform(r, 1, 5), kw = uniform(r, 1, 5);
+  const int32_t c = uniform(r, 1, 4);
+  if (kh * kw * c > TFMCU_CONV2D_SHALLOW_MAX_DEPTH) {
+    return 0;
+  }
+  const int32_t k_out = next_u32(r) % 4 == 0 ? uniform(r, 1, TFMCU_CONV2D_SHALLOW_MAX_OUT) : uniform(r, 1, 17);
+  const int32_t in_h = uniform(r, 1, FUZZ_MAX_HW), in_w = uniform(r, 1, FUZZ_MAX_HW);
+  const int32_t stride_h = uniform(r, 1, 3), stride_w = uniform(r, 1, 3);
+  const int32_t pad_top = uniform(r, 0, kh - 1), pad_left = uniform(r, 0, kw - 1);
+  const int32_t pad_bottom = uniform(r, 0, kh - 1), pad_right = uniform(r, 0, kw - 1);
+  if (in_h + pad_top + pad_bottom < kh || in_w + pad_left + pad_right < kw) {
+    return 0;
+  }
+  const int32_t out_h = (in_h + pad_top + pad_bottom - kh) / stride_h + 1;
+  const int32_t out_w = (in_w + pad_left + pad_right - kw) / stride_w + 1;
+  const int32_t in_stride = in_w * c + uniform(r, 0, 1) * uniform(r, 1, 7);
+  const int32_t out_stride = out_w * k_out + uniform(r, 0, 1) * uniform(r, 1, 7);
+  for (int32_t i = 0; i < in_h * in_stride; ++i) {
+    input[i] = (int8_t)next_u32(r);
+  }
+  for (int32_t i = 0; i < k_out * kh * kw * c; ++i) {
+    filter[i] = (int8_t)next_u32(r);
+  }
+  for (int32_t k = 0; k < k_out; ++k) {
+    bias[k] = next_u32(r) % 16 == 0 ? (int32_t)next_u32(r) : uniform(r, -(1 << 18), 1 << 18);
+    multiplier[k] = random_multiplier(r);
+    shift[k] = random_shift(r);
+  }
+  TfmcuConvParams p;
+  memset(&p, 0, sizeof(p));
+  p.filter = filter;
+  p.bias = next_u32(r) % 8 == 0 ? NULL : bias;
+  p.output_multiplier = multiplier;
+  p.output_shift = shift;
+  p.kernel_h = kh;
+  p.kernel_w = kw;
+  p.stride_h = stride_h;
+  p.stride_w = stride_w;
+  p.dilation_h = 1;
+  p.dilation_w = 1;
+  p.groups = 1;
+  p.input_offset = next_u32(r) % 2 ? pick(r, kInputOffsets, 4) : uniform(r, -127, 128);
+  p.output_offset = uniform(r, -128, 127);
+  p.act_min = next_u32(r) % 2 ? -128 : uniform(r, -128, 0);
+  p.act_max = next_u32(r) % 2 ? 127 : uniform(r, p.act_min, 127);
+  const int32_t out_bytes = out_h * out_stride + 16;
+  memset(want, POISON, (size_t)out_bytes);
+  memset(got, POISON, (size_t)out_bytes);
+  const TfmcuConstView in = {input, in_h, in_w, c, in_stride};
+  const TfmcuView out_want = {want, out_h, out_w, k_out, out_stride};
+  const TfmcuView out_got = {got, out_h, out_w, k_out, out_stride};
+  const TfmcuStatus s_want = tfmcu_conv2d_s8(&p, &in, pad_top, pad_left, &out_want);
+  const TfmcuStatus s_got = tfmcu_conv2d_shallow_s8(&p, &in, pad_top, pad_left, &out_got);
+  if (s_want != kTfmcuOk || s_got != kTfmcuOk || memcmp(want, got, (size_t)out_bytes) != 0) {
+    log("tfmcu_conv2d_shallow_s8 differs from tfmcu_conv2d_s8");
+    return 1;
+  }
+  return 0;
+}
+
+int32_t tfmcu_fuzz_fast_kernels(uint32_t seed, int32_t layer_cases, int32_t requantize_cases, TfmcuFuzzLog log) {
   Rng r = {seed != 0 ? seed : 1u};
   int32_t failures = fuzz_requantize(&r, requantize_cases, log);
-  for (int32_t i = 0; i < depthwise_cases; ++i) {
+  for (int32_t i = 0; i < layer_cases; ++i) {
     failures += fuzz_depthwise3x3_case(&r, log);
+    failures += fuzz_conv_shallow_case(&r, log);
   }
   return failures;
 }

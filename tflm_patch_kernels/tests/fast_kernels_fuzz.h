@@ -10,9 +10,9 @@ extern "C" {
 
 typedef void (*TfmcuFuzzLog)(const char* what);
 
-/* Runs `requantize_cases` random requantizations and `depthwise_cases` random 3x3 depthwise layers from `seed`;
- * returns the number that differ (each kind logged once). */
-int32_t tfmcu_fuzz_fast_kernels(uint32_t seed, int32_t depthwise_cases, int32_t requantize_cases, TfmcuFuzzLog log);
+/* Runs `requantize_cases` random requantizations, then `layer_cases` random 3x3 depthwise layers and as many
+ * shallow convolutions from `seed`; returns the number that differ (each kind logged once). */
+int32_t tfmcu_fuzz_fast_kernels(uint32_t seed, int32_t layer_cases, int32_t requantize_cases, TfmcuFuzzLog log);
 
 #ifdef __cplusplus
 }  /* extern "C" */

@@ -76,8 +76,9 @@ FEATURES = ("macs", "vmacs", "col", "inner", "vinner", "out", "pix", "rows", "in
             "wide", "omacs", "chans", "loops", "tail") + MVE_FEATURES
 # The stage's own terms: per kind of layer the summed predicted cost of its calls, and the executor's overheads.
 # "dw_tfmcu": a depthwise layer the CMSIS-NN backend runs through our 3x3 kernel (abi.depthwise3x3_ours, DSP cores
-# without Helium), priced by CMSIS-NN's depthwise row with a coefficient of its own.
-STAGE_KINDS = ("conv", "dw", "dw_tfmcu", "other")
+# without Helium), priced by CMSIS-NN's depthwise row with a coefficient of its own; "conv_tfmcu" likewise a
+# convolution it runs through our shallow-window kernel (abi.conv_shallow_ours).
+STAGE_KINDS = ("conv", "conv_tfmcu", "dw", "dw_tfmcu", "other")
 # Element-wise ops of two operands: with one broadcast (a 1 x 1 x C or constant operand) they take other code paths,
 # rows of their own: "<TYPE>:broadcast", or "<TYPE>:scalar" where TFLM's innermost loop reads one value of an operand.
 BINARY = ("ADD", "SUB", "MUL")
@@ -371,7 +372,7 @@ def _stage(o: dict[str, Any]) -> dict[str, Any]:
                         "pad": [max(pad[0], pad[1]), max(pad[2], pad[3])],
                         "dilation": [int(p["dilation_h"]), int(p["dilation_w"])], "in_h": in_ts[0][0],
                         "depthwise": code == abi.OP_DEPTHWISE, "mult": int(p.get("depth_multiplier", 1) or 1),
-                        "cin": cin}
+                        "cin": cin, "cout": cout, "groups": groups, "input_offset": int(p["input_offset"])}
             # every call one output pixel of a 1x1 convolution (a classifier run as one): the CMSIS-NN backend
             # calls the vector-matrix product TFLM's FULLY_CONNECTED calls (conv2d_cmsis_nn.c)
             geometry["vector"] = (code == abi.OP_CONV and (kh, kw) == (1, 1) and max(pad) == 0 and live.any()
@@ -534,6 +535,15 @@ def _depthwise3x3_ours(lf: dict[str, Any]) -> bool:
             and abi.depthwise3x3_ours(g["kernel"], g["mult"], g["dilation"], int(g["cin"]) * g["mult"]))
 
 
+def _conv_shallow_ours(lf: dict[str, Any]) -> bool:
+    """Whether a stage layer is a convolution the CMSIS-NN backend runs through our shallow-window kernel (on a DSP
+    core without Helium: the caller's to check)."""
+    g = lf.get("geometry")
+    return (lf["type"] == "CONV_2D" and g is not None and "cout" in g
+            and abi.conv_shallow_ours(g["kernel"], g["groups"], g["dilation"], int(g["cin"]), int(g["cout"]),
+                                      int(g["input_offset"])))
+
+
 def _kind(f: dict[str, Any]) -> str:
     return {"CONV_2D": "conv", "DEPTHWISE_CONV_2D": "dw", "ADD": "add", "MUL": "mul"}.get(f["type"], "other")
 
@@ -592,7 +602,8 @@ def stage_terms(f: dict[str, Any], coef: dict[str, Any], kernels: str) -> dict[s
     mve = bool(coef.get("mve"))
     folds = kernels == "cmsis_nn" and not mve and coef.get("dsp", True)
     for lf in f["layers"]:
-        kind = "dw_tfmcu" if folds and _depthwise3x3_ours(lf) else _kind(lf)
+        kind = ("dw_tfmcu" if folds and _depthwise3x3_ours(lf) else
+                "conv_tfmcu" if folds and _conv_shallow_ours(lf) else _kind(lf))
         row = path_of(lf, kernels, mve)
         if _priced_portable(lf, kernels):
             terms["cost_portable"] += portable_cost(lf, coef, kernels)

@@ -266,6 +266,18 @@ def _as_conv(graph: ir.Graph, k: int) -> ir.Graph:
     return g
 
 
+def _pool_after(graph: ir.Graph, k: int, consumers: dict[str, list[int]]) -> int | None:
+    """The global average pool (``regions.is_global_pool``) that is the only reader of CONV_2D ``k``'s output, else
+    None: the conv's one-layer stage ends with it (the stage sums the conv's output as it computes it)."""
+    op = graph.ops[k]
+    if op.type != ir.CONV or len(op.outputs) != 1 or op.outputs[0] in graph.outputs:
+        return None
+    readers = consumers.get(op.outputs[0], [])
+    if len(readers) != 1 or not regions.is_global_pool(graph, graph.ops[readers[0]]):
+        return None
+    return readers[0]
+
+
 @dataclass
 class FlashResult:
     decided: TfliteModel  # the model, decided; written the first time ``model`` is asked for
@@ -287,10 +299,12 @@ def convs_to_flash(data: bytes | TfliteModel, where: str = "model", inplace: boo
     1x1 convolution it computes) whose per-channel multipliers and shifts are computed offline into Flash, so TFLM's
     persistent tail no longer holds them (TFLM's Prepare allocates 2 x 4 x out channels bytes per convolution, and
     per fully connected layer with per-channel weights: a 1000-class classifier's 8,000 B). An operator is replaced
-    only where that makes the tail smaller: our kernel's op data (``kernel_memory``) below TFLM's own allocations
-    for it (``tfmcu.plan.arena``, TFLM build ``build``: Cortex-M's 32-bit structs by default). Tensors, their
-    lifetimes and the memory plan are unchanged (``inplace``: the offline plan in place again, for ``kernels`` on
-    ``core``); results are bit-exact as for the stage. ``data``: bytes, or a model parsed or decided
+    where that makes the tail smaller: our kernel's op data (``kernel_memory``) below TFLM's own allocations for it
+    (``tfmcu.plan.arena``, TFLM build ``build``: Cortex-M's 32-bit structs by default). A CONV_2D whose only reader
+    is a global average pool is always replaced, the pool with it (one stage: the conv, then the pool's sums, where
+    TFLM runs its generic reference reduction). Otherwise tensors and their lifetimes are unchanged (the memory
+    plan is made again; ``inplace``: in place, for ``kernels`` on ``core``); results are bit-exact as for the
+    stage. ``data``: bytes, or a model parsed or decided
     (``tfmcu.tflite.model``); the result's model is decided, written when asked for."""
     source = as_model(data, where)
     graph = from_model(source, name=where)
@@ -304,12 +318,15 @@ def convs_to_flash(data: bytes | TfliteModel, where: str = "model", inplace: boo
     for o in original_ops:
         for t in set(int(t) for t in (o.inputs if o.inputs is not None else [])):
             uses[t] = uses.get(t, 0) + 1
+    consumers = graph.consumers()
     for k, op in enumerate(graph.ops):
         if builtin_of(op) not in FLASH_OPS:
             continue
+        pool = _pool_after(graph, k, consumers)
+        ops = [k] if pool is None else [k, pool]
         try:
             g = _as_conv(graph, k)
-            packed = pack_stage(source, g, regions.schedule(g, (1, 1), ops=[k]), name=op.name)
+            packed = pack_stage(source, g, regions.schedule(g, (1, 1), ops=ops), name=op.name)
         except (PatchKernelError, ScheduleError) as e:
             kept.append({"op": op.src_index, "name": op.name, "why": str(e)})
             continue
@@ -319,18 +336,26 @@ def convs_to_flash(data: bytes | TfliteModel, where: str = "model", inplace: boo
         record = tb.abi["TfLiteEvalTensor"][0]
         own = [int(t) for t in original_ops[op.src_index].inputs[1:] if int(t) >= 0 and uses.get(int(t)) == 1]
         ours = align_up(ours, ALIGN) + record
-        tflm = op_allocations(graph, op, tb)
-        theirs = persistent_bytes(tflm) + record * len(own)
+        theirs = sum(persistent_bytes(op_allocations(graph, graph.ops[i], tb)) for i in ops) + record * len(own)
         entry = {"op": op.src_index, "name": op.name, "builtin": builtin_of(op), "out_channels": op.out_channels,
                  "tflm_persistent_bytes": theirs, "tfmcu_persistent_bytes": ours}
-        if ours < theirs:
+        if pool is not None:
+            entry["pool"] = graph.ops[pool].src_index
+        # with the global pool after it, ours runs TFLM's reference MEAN's work as sums (tflm_patch_kernels/mean.h):
+        # replaced even where the tail does not shrink
+        if ours < theirs or pool is not None:
             replaced[op.src_index] = _stage_operator(ed, packed, [packed.tensor_tflite_index[packed.input_tensor]],
                                                      {})
+            if pool is not None:
+                replaced[graph.ops[pool].src_index] = None
             packs[op.src_index] = packed
             done.append(entry)
         else:
             kept.append({**entry, "why": "our kernel's op data would not be smaller"})
-    ed.subgraph.operators = [replaced.get(i, o) for i, o in enumerate(original_ops)]
+    ops_after = [replaced.get(i, o) for i, o in enumerate(original_ops)]
+    index = {i: n for n, i in enumerate(i for i, o in enumerate(ops_after) if o is not None)}
+    packs = {index[i]: p for i, p in packs.items()}
+    ed.subgraph.operators = [o for o in ops_after if o is not None]
     ed.drop_unused_tensors()
     planned, _, _ = with_offline_plan(ed.decided(where), inplace=inplace, kernels=kernels, stages=packs, core=core)
     return FlashResult(planned, done, kept, packs)
@@ -578,6 +603,7 @@ class CustomArenaCost:
         self._source: TfliteModel | None = None
         self._caches: dict[tuple[Any, ...], HaloCaches | None] = {}
         self._persistent: dict[int, tuple[int, bool]] | None = None
+        self._pools: set[int] | None = None
         self._built: dict[tuple[Any, ...], Built] = {}
 
     def _tail_bound(self, plan: Plan, o: CustomOptions) -> int:
@@ -586,10 +612,11 @@ class CustomArenaCost:
         as they are -- except the convolutions ``rest_convs=tfmcu`` may move to our kernel (counted 0)."""
         if self._persistent is None:
             tb = get_build(self.build)
+            pools = self._moved_pools()
             self._persistent = {}
             for k, op in enumerate(self.graph.ops):
                 self._persistent[k] = (persistent_bytes(op_allocations(self.graph, op, tb)),
-                                       builtin_of(op) in FLASH_OPS)
+                                       builtin_of(op) in FLASH_OPS or k in pools)
         stages = {k for s in plan.schedules() for k in s.stage}
         return sum(size for k, (size, movable) in self._persistent.items()
                    if k not in stages and not (movable and o.rest_convs == "tfmcu"))
@@ -605,8 +632,19 @@ class CustomArenaCost:
             return ours
         op = self.graph.ops[segment.start]
         theirs = operator_tail(op_allocations(self.graph, op, tb), 1 + const_inputs(op, set()), tb)
-        movable = builtin_of(op) in FLASH_OPS and any(self.config(v).rest_convs == "tfmcu" for v in self.variants)
-        return min(ours, theirs) if movable else theirs
+        if not any(self.config(v).rest_convs == "tfmcu" for v in self.variants):
+            return theirs
+        if segment.start in self._moved_pools():  # it joins its convolution's stage
+            return 0
+        return min(ours, theirs) if builtin_of(op) in FLASH_OPS else theirs
+
+    def _moved_pools(self) -> set[int]:
+        """The global pools ``rest_convs=tfmcu`` moves into their convolution's one-layer stage (``_pool_after``)."""
+        if self._pools is None:
+            consumers = self.graph.consumers()
+            self._pools = {p for k in range(len(self.graph.ops))
+                           if (p := _pool_after(self.graph, k, consumers)) is not None}
+        return self._pools
 
     @property
     def source(self) -> TfliteModel:
