@@ -89,39 +89,51 @@ static inline int32_t tfmcu_smlad(uint32_t a, uint32_t b, int32_t acc) {
 }
 #endif
 
+/* The clamp of the Thumb-2 loops below: to [act_min, act_max] by two compares, or, for the whole int8 range (every
+ * layer without an activation, and ReLU6 quantized over [0, 6]), one SSAT. */
+#define TFMCU_ASM_CLAMP                     \
+  "cmp %[hi], %[amin]\n\t"               \
+  "it lt\n\t"                             \
+  "movlt %[hi], %[amin]\n\t"             \
+  "cmp %[hi], %[amax]\n\t"               \
+  "it gt\n\t"                             \
+  "movgt %[hi], %[amax]\n\t"
+#define TFMCU_ASM_SSAT8 "ssat %[hi], #8, %[hi]\n\t"
+
 /* out[k] = clamp(tfmcu_requantize_short(acc[k], {multiplier[k], round[k], right[k]}), act_min, act_max) for k < n
  * (n >= 1; every channel one tfmcu_short_quant accepted, its offset in round). Per output 19 instructions on
- * Cortex-M (Thumb-2 below: the compiler spills the channel's constants), the same arithmetic in C elsewhere. */
+ * Cortex-M (Thumb-2 below: the compiler spills the channel's constants; 14 over the whole int8 range), the same
+ * arithmetic in C elsewhere. */
+#define TFMCU_ASM_REQUANTIZE_CHANNELS(clamp)                                                                     \
+  __asm__ volatile("1:\n\t"                                                                                     \
+                   "ldr %[a], [%[acc]], #4\n\t"                                                                 \
+                   "ldr %[m], [%[mul]], #4\n\t"                                                                 \
+                   "and %[lo], %[a], #0x80000000\n\t"                                                           \
+                   "orr %[lo], %[lo], #0x40000000\n\t"                                                          \
+                   "asr %[hi], %[a], #31\n\t"                                                                   \
+                   "smlal %[lo], %[hi], %[a], %[m]\n\t"                                                         \
+                   "ldr %[m], [%[rnd]], #4\n\t"                                                                 \
+                   "ldrsb %[a], [%[rgt]], #1\n\t"                                                               \
+                   "add %[hi], %[hi], %[m]\n\t"                                                                 \
+                   "asr %[hi], %[hi], %[a]\n\t" clamp                                                           \
+                   "strb %[hi], [%[out]], #1\n\t"                                                               \
+                   "subs %[n], %[n], #1\n\t"                                                                    \
+                   "bne 1b\n\t"                                                                                 \
+                   : [a] "=&r"(a), [m] "=&r"(m), [lo] "=&r"(lo), [hi] "=&r"(hi), [acc] "+r"(acc),              \
+                     [mul] "+r"(multiplier), [rnd] "+r"(round), [rgt] "+r"(right), [out] "+r"(out), [n] "+r"(n) \
+                   : [amin] "r"(act_min), [amax] "r"(act_max)                                                   \
+                   : "cc", "memory")
+
 static inline void tfmcu_requantize_short_channels(const int32_t* acc, const int32_t* multiplier, const int32_t* round,
                                                    const int8_t* right, int32_t n, int32_t act_min, int32_t act_max,
                                                    int8_t* out) {
 #if TFMCU_DSP_ASM
   uint32_t a, m, lo, hi;
-  __asm__ volatile(
-      "1:\n\t"
-      "ldr %[a], [%[acc]], #4\n\t"
-      "ldr %[m], [%[mul]], #4\n\t"
-      "and %[lo], %[a], #0x80000000\n\t"
-      "orr %[lo], %[lo], #0x40000000\n\t"
-      "asr %[hi], %[a], #31\n\t"
-      "smlal %[lo], %[hi], %[a], %[m]\n\t"
-      "ldr %[m], [%[rnd]], #4\n\t"
-      "ldrsb %[a], [%[rgt]], #1\n\t"
-      "add %[hi], %[hi], %[m]\n\t"
-      "asr %[hi], %[hi], %[a]\n\t"
-      "cmp %[hi], %[amin]\n\t"
-      "it lt\n\t"
-      "movlt %[hi], %[amin]\n\t"
-      "cmp %[hi], %[amax]\n\t"
-      "it gt\n\t"
-      "movgt %[hi], %[amax]\n\t"
-      "strb %[hi], [%[out]], #1\n\t"
-      "subs %[n], %[n], #1\n\t"
-      "bne 1b\n\t"
-      : [a] "=&r"(a), [m] "=&r"(m), [lo] "=&r"(lo), [hi] "=&r"(hi), [acc] "+r"(acc), [mul] "+r"(multiplier),
-        [rnd] "+r"(round), [rgt] "+r"(right), [out] "+r"(out), [n] "+r"(n)
-      : [amin] "r"(act_min), [amax] "r"(act_max)
-      : "cc", "memory");
+  if (act_min == -128 && act_max == 127) {
+    TFMCU_ASM_REQUANTIZE_CHANNELS(TFMCU_ASM_SSAT8);
+  } else {
+    TFMCU_ASM_REQUANTIZE_CHANNELS(TFMCU_ASM_CLAMP);
+  }
 #else
   for (int32_t k = 0; k < n; ++k) {
     const TfmcuShortQuant f = {multiplier[k], round[k], right[k]};
@@ -131,35 +143,36 @@ static inline void tfmcu_requantize_short_channels(const int32_t* acc, const int
 }
 
 /* out[k * step] = clamp(tfmcu_requantize_short(acc[k], {multiplier, round, right}), act_min, act_max) for k < n
- * (n >= 1): one channel's outputs of n pixels. Per output 16 instructions on Cortex-M (Thumb-2 below). */
+ * (n >= 1): one channel's outputs of n pixels. Per output 16 instructions on Cortex-M (Thumb-2 below; 11 over the
+ * whole int8 range). */
+#define TFMCU_ASM_REQUANTIZE_PIXELS(clamp)                                                                  \
+  __asm__ volatile("1:\n\t"                                                                                \
+                   "ldr %[a], [%[acc]], #4\n\t"                                                            \
+                   "and %[lo], %[a], #0x80000000\n\t"                                                      \
+                   "orr %[lo], %[lo], #0x40000000\n\t"                                                     \
+                   "asr %[hi], %[a], #31\n\t"                                                              \
+                   "smlal %[lo], %[hi], %[a], %[mul]\n\t"                                                  \
+                   "add %[hi], %[hi], %[rnd]\n\t"                                                          \
+                   "asr %[hi], %[hi], %[rgt]\n\t" clamp                                                    \
+                   "strb %[hi], [%[out]]\n\t"                                                              \
+                   "add %[out], %[out], %[step]\n\t"                                                       \
+                   "subs %[n], %[n], #1\n\t"                                                               \
+                   "bne 1b\n\t"                                                                            \
+                   : [a] "=&r"(a), [lo] "=&r"(lo), [hi] "=&r"(hi), [acc] "+r"(acc), [out] "+r"(out), [n] "+r"(n) \
+                   : [mul] "r"(multiplier), [rnd] "r"(round), [rgt] "r"(right), [amin] "r"(act_min),       \
+                     [amax] "r"(act_max), [step] "r"(step)                                                  \
+                   : "cc", "memory")
+
 static inline void tfmcu_requantize_short_pixels(const int32_t* acc, int32_t multiplier, int32_t round, int32_t right,
                                                  int32_t n, int32_t act_min, int32_t act_max, int8_t* out,
                                                  int32_t step) {
 #if TFMCU_DSP_ASM
   uint32_t a, lo, hi;
-  __asm__ volatile(
-      "1:\n\t"
-      "ldr %[a], [%[acc]], #4\n\t"
-      "and %[lo], %[a], #0x80000000\n\t"
-      "orr %[lo], %[lo], #0x40000000\n\t"
-      "asr %[hi], %[a], #31\n\t"
-      "smlal %[lo], %[hi], %[a], %[mul]\n\t"
-      "add %[hi], %[hi], %[rnd]\n\t"
-      "asr %[hi], %[hi], %[rgt]\n\t"
-      "cmp %[hi], %[amin]\n\t"
-      "it lt\n\t"
-      "movlt %[hi], %[amin]\n\t"
-      "cmp %[hi], %[amax]\n\t"
-      "it gt\n\t"
-      "movgt %[hi], %[amax]\n\t"
-      "strb %[hi], [%[out]]\n\t"
-      "add %[out], %[out], %[step]\n\t"
-      "subs %[n], %[n], #1\n\t"
-      "bne 1b\n\t"
-      : [a] "=&r"(a), [lo] "=&r"(lo), [hi] "=&r"(hi), [acc] "+r"(acc), [out] "+r"(out), [n] "+r"(n)
-      : [mul] "r"(multiplier), [rnd] "r"(round), [rgt] "r"(right), [amin] "r"(act_min), [amax] "r"(act_max),
-        [step] "r"(step)
-      : "cc", "memory");
+  if (act_min == -128 && act_max == 127) {
+    TFMCU_ASM_REQUANTIZE_PIXELS(TFMCU_ASM_SSAT8);
+  } else {
+    TFMCU_ASM_REQUANTIZE_PIXELS(TFMCU_ASM_CLAMP);
+  }
 #else
   const TfmcuShortQuant f = {multiplier, round, right};
   for (int32_t k = 0; k < n; ++k, out += step) {
