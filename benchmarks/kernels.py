@@ -4,11 +4,13 @@ The firmware ``//tflm_patch_kernels/firmware:fast_kernels_<core>`` (fast_kernels
 CMSIS-NN's function and ours, each in its own cost region, and checks that their outputs are equal (after the
 differential fuzz of the host test, with the core's instructions): the 3x3 depthwise convolution
 (arm_depthwise_conv_wrapper_s8 against tfmcu_depthwise_conv3x3_s8) and, on cores with the DSP extension and without
-Helium, the 1x1 product (arm_nn_mat_mult_nt_t_s8 against the backend's folded product tfmcu_conv1x1_folded_s8).
+Helium, the 1x1 product (arm_nn_mat_mult_nt_t_s8 against the backend's folded product tfmcu_conv1x1_folded_s8) and
+the first layer of an image network (arm_convolve_wrapper_s8 against tfmcu_conv2d_shallow_s8: 3x3 over RGB, stride
+2).
 Per region: the instructions QEMU's plugin counted, and the cycles ``tfmcu.firmware.cycles`` estimates from the
 executed instructions (the core's timing table: an estimate), so the ratios come from one run of each firmware.
-Which of them the backend runs is ``tfmcu.abi.depthwise3x3_ours`` / ``conv1x1_folded``: the table says where ours is
-faster.
+Which of them the backend runs is ``tfmcu.abi.depthwise3x3_ours`` / ``conv1x1_folded`` / ``conv_shallow_ours``: the
+table says where ours is faster.
 """
 
 from __future__ import annotations
@@ -66,9 +68,12 @@ def kernels_section(o: Any, log: Callable[[str], None] = print) -> dict[str, Any
                                    f"{reg['insns']} instructions")
         for ours_reg, ours_c, theirs_reg, theirs_c in zip(regions[1::2], counts[1::2], regions[0::2], counts[0::2]):
             shape = ours_reg["name"].split("_", 1)[1]
+            kind = ("1x1" if shape.startswith("1x1") else "conv 3x3, stride 2" if shape.startswith("conv_")
+                    else "depthwise 3x3")
+            shape = shape.removeprefix("conv_")
             cyc_ours = estimate_cycles(elf, ours_c, core).cycles
             cyc_theirs = estimate_cycles(elf, theirs_c, core).cycles
-            rows.append({"core": core, "shape": shape, "kernel": "1x1" if shape.startswith("1x1") else "depthwise 3x3",
+            rows.append({"core": core, "shape": shape, "kernel": kind,
                          "cmsis_nn_instructions": theirs_reg["insns"], "tfmcu_instructions": ours_reg["insns"],
                          "instructions_ratio": round(ours_reg["insns"] / theirs_reg["insns"], 4),
                          "cmsis_nn_cycles": round(cyc_theirs), "tfmcu_cycles": round(cyc_ours),
@@ -92,5 +97,6 @@ def table(data: dict[str, Any]) -> str:
     md.append("")
     md.append(f"Measured: {data['measured_by']}. Outputs equal CMSIS-NN's on every shape, and the differential fuzz "
               f"found {'no difference' if ok else 'DIFFERENCES'} on {', '.join(checks)}. Shapes: HxWxC and stride "
-              "(depthwise, SAME padding), pixels x input channels x output channels (1x1, input offset folded).")
+              "(depthwise, SAME padding), pixels x input channels x output channels (1x1, input offset folded), "
+              "HxWxC x output channels (conv 3x3, stride 2, SAME padding).")
     return "\n".join(md) + "\n"

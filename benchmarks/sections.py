@@ -43,6 +43,9 @@ that JSON by the section's function in ``SECTION_TABLES``, which the docs use to
 - kernels: our kernels against CMSIS-NN's on the MobileNetV2 family's shapes, on every core QEMU runs: instructions
   (QEMU) and estimated cycles per function call, equal outputs, the differential fuzz (``benchmarks.kernels``; a
   few minutes).
+- speed: whole models per core QEMU runs (the zoo's MobileNetV2-0.35 at 96 and 144, MLPerf Tiny VWW and ResNet-8):
+  TFLM + CMSIS-NN per layer against TFLM + tfmcu kernels per layer and fit at max_latency 1.00 / 1.05 / 1.10;
+  instructions, estimated cycles, ms, arena (``benchmarks.speed``; hours on 2 cores, resumable).
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ import numpy as np
 
 from benchmarks import (detection as bench_detection, fit as bench_fit, foreign as bench_foreign, halo as bench_halo,
                         kernels as bench_kernels, latency as bench_latency, multistage as bench_multistage,
-                        search as bench_search)
+                        search as bench_search, speed as bench_speed)
 from benchmarks.firmware_runs import PKG, firmware_reports, generator_record, label
 from benchmarks.results import run_record
 from tfmcu.errors import UsageError
@@ -79,7 +82,7 @@ from tfmcu.train.trainer import train
 
 SECTIONS = ("rewrite", "custom", "firmware", "tflm_firmware", "cmsis_nn", "train", "resolution", "search", "halo",
             "halo_firmware", "latency", "fit", "cores", "named_boards", "detection", "detection_recipe",
-            "multistage", "foreign", "kernels")
+            "multistage", "foreign", "kernels", "speed")
 
 
 @dataclass
@@ -92,6 +95,8 @@ class BenchOptions:
     fit_caps: tuple[str, ...] = ()  # section fit: only these --max_latency caps ("none": no cap; default: CAPS)
     foreign_models: tuple[str, ...] = ()  # section foreign: only these models (default: all of its MODELS)
     foreign_targets: tuple[str, ...] = ()  # section foreign: only these targets (default: all of its TARGETS)
+    speed_models: tuple[str, ...] = ()  # section speed: only these models (default: all of its MODELS)
+    speed_cores: tuple[str, ...] = ()  # section speed: only these cores (default: all of its CORES)
 
 
 # model -> (auto-mode budget as a fraction of the original's measured arena, fixed schedules)
@@ -600,7 +605,7 @@ SECTION_TABLES: dict[str, Callable[[dict[str, Any]], str]] = {
     "halo_firmware": bench_halo.firmware_table, "latency": bench_latency.section_table, "fit": bench_fit.table,
     "cores": bench_fit.table, "named_boards": bench_fit.boards_table, "detection": bench_detection.table,
     "detection_recipe": bench_detection.recipe_table, "multistage": bench_multistage.table,
-    "foreign": bench_foreign.table, "kernels": bench_kernels.table}
+    "foreign": bench_foreign.table, "kernels": bench_kernels.table, "speed": bench_speed.table}
 
 
 def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
@@ -620,7 +625,8 @@ def run(o: BenchOptions, emit: Callable[[str], None] = print) -> dict[str, Any]:
         "detection_recipe": lambda o: bench_detection.recipe_section(o, log),
         "multistage": lambda o: bench_multistage.multistage_section(o, log),
         "foreign": lambda o: bench_foreign.foreign_section(o, log),
-        "kernels": lambda o: bench_kernels.kernels_section(o, log)}
+        "kernels": lambda o: bench_kernels.kernels_section(o, log),
+        "speed": lambda o: bench_speed.speed_section(o, log)}
     unknown = [s for s in o.sections if s not in sections]
     if unknown:
         raise UsageError(f"unknown bench section(s) {', '.join(unknown)}; known: {', '.join(sections)}")

