@@ -44,9 +44,8 @@ that JSON by the section's function in ``SECTION_TABLES``, which the docs use to
   (QEMU) and estimated cycles per function call, equal outputs, the differential fuzz (``benchmarks.kernels``; a
   few minutes).
 - speed: whole models per core QEMU runs (the zoo's MobileNetV2-0.35 at 96 and 144 and 1.0 at 224, MLPerf Tiny VWW and
-  ResNet-8):
-  TFLM + CMSIS-NN per layer against TFLM + tfmcu kernels per layer and fit at max_latency 1.00 / 1.05 / 1.10;
-  instructions, estimated cycles, ms, arena (``benchmarks.speed``; hours on 2 cores, resumable).
+  ResNet-8): TFLM + CMSIS-NN per layer against TFLM + tfmcu kernels per layer and fit at max_latency 1.00 / 1.05 /
+  1.10; instructions, estimated cycles, ms, arena (``benchmarks.speed``; hours on 2 cores, resumable).
 """
 
 from __future__ import annotations
