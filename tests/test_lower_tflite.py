@@ -363,6 +363,23 @@ def test_name_blocks_and_one_block_per_op_fallback():
                       ir.Op("c2", ir.CONV, ["a"], ["b"], activation="relu")], ["x"], ["b"])
     assign_blocks(chain.ops, chain.tensors, chain.inputs, chain.outputs, parser=lambda name: (None, ""))
     assert [op.block for op in chain.ops] == [0, 1]
+    # the same chain behind a Keras Rescaling (MUL, ADD by constants: tf_keras.applications' MobileNet): its ADD
+    # ends no block, so the chain's ops are still blocks of their own (not one block after the preprocessing)
+    pre = ir.Graph("pre", {**chain.tensors, "s": ir.Tensor("s", (1, 8, 8, 3)), "x0": ir.Tensor("x0", (1, 8, 8, 3))},
+                   [ir.Op("scale", ir.MUL, ["x0"], ["s"]), ir.Op("offset", ir.ADD, ["s"], ["x"])]
+                   + list(chain.ops), ["x0"], ["b"])
+    assign_blocks(pre.ops, pre.tensors, pre.inputs, pre.outputs, parser=lambda name: (None, ""))
+    assert [op.block for op in pre.ops] == [0, 1, 2, 3]
+    # a long chain whose only linear conv is the last but one (a MobileNet's classifier as a 1x1 conv, then a
+    # reshape): one boundary, but a "block" of twelve convs is no block: every op its own
+    n = 12
+    ts = {f"t{i}": ir.Tensor(f"t{i}", (1, 8, 8, 4)) for i in range(n + 2)}
+    ts["y"] = ir.Tensor("y", (1, 256))
+    long_ops = ([ir.Op(f"c{i}", ir.CONV, [f"t{i}"], [f"t{i + 1}"], activation="relu") for i in range(n)]
+                + [ir.Op("logits", ir.CONV, [f"t{n}"], [f"t{n + 1}"]), ir.Op("flat", ir.RESHAPE, [f"t{n + 1}"], ["y"])])
+    long = ir.Graph("long", ts, long_ops, ["t0"], ["y"])
+    assign_blocks(long.ops, long.tensors, long.inputs, long.outputs, parser=lambda name: (None, ""))
+    assert [op.block for op in long.ops] == list(range(n + 2))
 
 
 def test_name_helpers():

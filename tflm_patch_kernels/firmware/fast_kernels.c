@@ -43,19 +43,37 @@ static uint32_t rnd(void) {
 
 static void log_line(const char* what) { tfmcu_fail(what); }
 
-static int32_t compare(const Shape* s) {
-  const int32_t out_h = (s->h - 1) / s->stride + 1, out_w = (s->w - 1) / s->stride + 1;
-  for (int32_t i = 0; i < s->h * s->w * s->c; ++i) {
-    g_in[i] = (int8_t)rnd();
+/* n random int8 values into v. */
+static void random_bytes(int8_t* v, int32_t n) {
+  for (int32_t i = 0; i < n; ++i) {
+    v[i] = (int8_t)rnd();
   }
-  for (int32_t i = 0; i < 9 * s->c; ++i) {
-    g_filter[i] = (int8_t)rnd();
-  }
-  for (int32_t k = 0; k < s->c; ++k) {
+}
+
+/* A random layer's channels: bias, multiplier (> 2^30) and shift (-7 to -10). */
+static void random_channels(int32_t n) {
+  for (int32_t k = 0; k < n; ++k) {
     g_bias[k] = (int32_t)(rnd() % 2000) - 1000;
     g_mult[k] = (int32_t)((1u << 30) + rnd() % (1u << 30));
     g_shift[k] = -(int32_t)(rnd() % 4) - 7;
   }
+}
+
+/* 1 (the failure `what` reported) unless both functions succeeded and ours wrote CMSIS-NN's output (FNV-1a
+ * `want`) into g_out. */
+static int32_t differ(int cmsis_ok, TfmcuStatus ours, size_t out_bytes, uint32_t want, const char* what) {
+  if (!cmsis_ok || ours != kTfmcuOk || tfmcu_fnv1a32(g_out, out_bytes) != want) {
+    tfmcu_fail(what);
+    return 1;
+  }
+  return 0;
+}
+
+static int32_t compare(const Shape* s) {
+  const int32_t out_h = (s->h - 1) / s->stride + 1, out_w = (s->w - 1) / s->stride + 1;
+  random_bytes(g_in, s->h * s->w * s->c);
+  random_bytes(g_filter, 9 * s->c);
+  random_channels(s->c);
   const int32_t pad = 1 - (s->stride == 2 && s->h % 2 == 0);  /* SAME: stride 2 on an even size pads 0 above */
   TfmcuDepthwiseConvParams p;
   memset(&p, 0, sizeof(p));
@@ -101,11 +119,7 @@ static int32_t compare(const Shape* s) {
   tfmcu_region_begin(s->tfmcu);
   const TfmcuStatus ts = tfmcu_depthwise_conv3x3_s8(&p, &in, pad, pad, &out);
   tfmcu_region_end();
-  if (st != ARM_CMSIS_NN_SUCCESS || ts != kTfmcuOk || tfmcu_fnv1a32(g_out, out_bytes) != want) {
-    tfmcu_fail(s->tfmcu);
-    return 1;
-  }
-  return 0;
+  return differ(st == ARM_CMSIS_NN_SUCCESS, ts, out_bytes, want, s->tfmcu);
 }
 
 #if defined(ARM_MATH_DSP) && !defined(ARM_MATH_MVEI) /* (our conv and folded product: DSP builds without Helium) */
@@ -119,18 +133,10 @@ typedef struct {
 
 static int32_t compare_conv(const ConvShape* s) {
   const int32_t out_h = (s->h + 1) / 2, out_w = (s->w + 1) / 2;
-  for (int32_t i = 0; i < s->h * s->w * s->c; ++i) {
-    g_in[i] = (int8_t)rnd();
-  }
+  random_bytes(g_in, s->h * s->w * s->c);
   static int8_t filter[64 * 27];
-  for (int32_t i = 0; i < s->k * 9 * s->c; ++i) {
-    filter[i] = (int8_t)rnd();
-  }
-  for (int32_t j = 0; j < s->k; ++j) {
-    g_bias[j] = (int32_t)(rnd() % 2000) - 1000;
-    g_mult[j] = (int32_t)((1u << 30) + rnd() % (1u << 30));
-    g_shift[j] = -(int32_t)(rnd() % 4) - 7;
-  }
+  random_bytes(filter, s->k * 9 * s->c);
+  random_channels(s->k);
   TfmcuConvParams p;
   memset(&p, 0, sizeof(p));
   p.filter = filter;
@@ -175,11 +181,7 @@ static int32_t compare_conv(const ConvShape* s) {
   tfmcu_region_begin(s->tfmcu);
   const TfmcuStatus ts = tfmcu_conv2d_shallow_s8(&p, &in, pad, pad, &out);
   tfmcu_region_end();
-  if (st != ARM_CMSIS_NN_SUCCESS || ts != kTfmcuOk || tfmcu_fnv1a32(g_out, out_bytes) != want) {
-    tfmcu_fail(s->tfmcu);
-    return 1;
-  }
-  return 0;
+  return differ(st == ARM_CMSIS_NN_SUCCESS, ts, out_bytes, want, s->tfmcu);
 }
 
 /* A 1x1 convolution of `pixels` pixels, k input and n output channels, input offset 0 (folded): CMSIS-NN's product
@@ -191,13 +193,9 @@ typedef struct {
 } MatShape;
 
 static int32_t compare_1x1(const MatShape* s) {
-  for (int32_t i = 0; i < s->pixels * s->k; ++i) {
-    g_in[i] = (int8_t)rnd();
-  }
+  random_bytes(g_in, s->pixels * s->k);
   static int8_t filter[320 * 64];
-  for (int32_t i = 0; i < s->k * s->n; ++i) {
-    filter[i] = (int8_t)rnd();
-  }
+  random_bytes(filter, s->k * s->n);
   for (int32_t j = 0; j < s->n; ++j) { /* (one channel in eight with a multiplier or shift the short path refuses) */
     const int odd = rnd() % 8 == 0;
     g_bias[j] = (int32_t)(rnd() % 2000) - 1000;
@@ -223,11 +221,7 @@ static int32_t compare_1x1(const MatShape* s) {
   tfmcu_region_begin(s->tfmcu);
   tfmcu_conv1x1_folded_s8(&p, g_in, s->pixels, s->k, s->n, g_out);
   tfmcu_region_end();
-  if (st != ARM_CMSIS_NN_SUCCESS || tfmcu_fnv1a32(g_out, out_bytes) != want) {
-    tfmcu_fail(s->tfmcu);
-    return 1;
-  }
-  return 0;
+  return differ(st == ARM_CMSIS_NN_SUCCESS, kTfmcuOk, out_bytes, want, s->tfmcu);
 }
 #endif
 

@@ -90,10 +90,41 @@ static int32_t fuzz_requantize(Rng* r, int32_t n, TfmcuFuzzLog log) {
   return failures;
 }
 
+/* Per channel a random bias (now and then any int32), multiplier and shift. */
+static void random_channels(Rng* r, int32_t n, int32_t* bias, int32_t* multiplier, int32_t* shift) {
+  for (int32_t k = 0; k < n; ++k) {
+    bias[k] = next_u32(r) % 16 == 0 ? (int32_t)next_u32(r) : uniform(r, -(1 << 18), 1 << 18);
+    multiplier[k] = random_multiplier(r);
+    shift[k] = random_shift(r);
+  }
+}
+
+/* A random output offset and activation range (the whole int8 range half of the time at each end). */
+static void random_output(Rng* r, int32_t* offset, int32_t* act_min, int32_t* act_max) {
+  *offset = uniform(r, -128, 127);
+  *act_min = next_u32(r) % 2 ? -128 : uniform(r, -128, 0);
+  *act_max = next_u32(r) % 2 ? 127 : uniform(r, *act_min, 127);
+}
+
+/* 1 (logged as `what`) unless both kernels succeeded with the same bytes in their poisoned output buffers. */
+static int32_t differ(TfmcuStatus s_want, TfmcuStatus s_got, int32_t out_bytes, const char* what, TfmcuFuzzLog log) {
+  if (s_want != kTfmcuOk || s_got != kTfmcuOk || memcmp(g_want, g_got, (size_t)out_bytes) != 0) {
+    log(what);
+    return 1;
+  }
+  return 0;
+}
+
+/* The output buffers poisoned over out_bytes (nothing outside the output box may be written). */
+static void poison(int32_t out_bytes) {
+  memset(g_want, POISON, (size_t)out_bytes);
+  memset(g_got, POISON, (size_t)out_bytes);
+}
+
 /* One random depthwise layer through both kernels. */
 static int32_t fuzz_depthwise3x3_case(Rng* r, TfmcuFuzzLog log) {
   static int8_t filter[9 * FUZZ_MAX_C];
-  int8_t *input = g_input, *want = g_want, *got = g_got;
+  int8_t* input = g_input;
   static int32_t bias[FUZZ_MAX_C], multiplier[FUZZ_MAX_C], shift[FUZZ_MAX_C];
   static const int32_t kInputOffsets[6] = {-255, 255, 128, -127, 0, 1};
   const int32_t c = uniform(r, 1, FUZZ_MAX_C);
@@ -114,11 +145,7 @@ static int32_t fuzz_depthwise3x3_case(Rng* r, TfmcuFuzzLog log) {
   for (int32_t i = 0; i < 9 * c; ++i) {
     filter[i] = (int8_t)next_u32(r);
   }
-  for (int32_t k = 0; k < c; ++k) {
-    bias[k] = next_u32(r) % 16 == 0 ? (int32_t)next_u32(r) : uniform(r, -(1 << 18), 1 << 18);
-    multiplier[k] = random_multiplier(r);
-    shift[k] = random_shift(r);
-  }
+  random_channels(r, c, bias, multiplier, shift);
   TfmcuDepthwiseConvParams p;
   memset(&p, 0, sizeof(p));
   p.filter = filter;
@@ -133,28 +160,21 @@ static int32_t fuzz_depthwise3x3_case(Rng* r, TfmcuFuzzLog log) {
   p.dilation_w = 1;
   p.depth_multiplier = 1;
   p.input_offset = next_u32(r) % 2 ? pick(r, kInputOffsets, 6) : uniform(r, -127, 128);
-  p.output_offset = uniform(r, -128, 127);
-  p.act_min = next_u32(r) % 2 ? -128 : uniform(r, -128, 0);
-  p.act_max = next_u32(r) % 2 ? 127 : uniform(r, p.act_min, 127);
+  random_output(r, &p.output_offset, &p.act_min, &p.act_max);
   const int32_t out_bytes = out_h * out_stride + 16;
-  memset(want, POISON, (size_t)out_bytes);
-  memset(got, POISON, (size_t)out_bytes);
+  poison(out_bytes);
   const TfmcuConstView in = {input, in_h, in_w, c, in_stride};
-  const TfmcuView out_want = {want, out_h, out_w, c, out_stride};
-  const TfmcuView out_got = {got, out_h, out_w, c, out_stride};
-  const TfmcuStatus s_want = tfmcu_depthwise_conv2d_s8(&p, &in, pad_top, pad_left, &out_want);
-  const TfmcuStatus s_got = tfmcu_depthwise_conv3x3_s8(&p, &in, pad_top, pad_left, &out_got);
-  if (s_want != kTfmcuOk || s_got != kTfmcuOk || memcmp(want, got, (size_t)out_bytes) != 0) {
-    log("tfmcu_depthwise_conv3x3_s8 differs from tfmcu_depthwise_conv2d_s8");
-    return 1;
-  }
-  return 0;
+  const TfmcuView out_want = {g_want, out_h, out_w, c, out_stride};
+  const TfmcuView out_got = {g_got, out_h, out_w, c, out_stride};
+  return differ(tfmcu_depthwise_conv2d_s8(&p, &in, pad_top, pad_left, &out_want),
+                tfmcu_depthwise_conv3x3_s8(&p, &in, pad_top, pad_left, &out_got), out_bytes,
+                "tfmcu_depthwise_conv3x3_s8 differs from tfmcu_depthwise_conv2d_s8", log);
 }
 
 /* One random shallow convolution through both kernels. */
 static int32_t fuzz_conv_shallow_case(Rng* r, TfmcuFuzzLog log) {
   static int8_t filter[TFMCU_CONV2D_SHALLOW_MAX_OUT * TFMCU_CONV2D_SHALLOW_MAX_DEPTH];
-  int8_t *input = g_input, *want = g_want, *got = g_got;
+  int8_t* input = g_input;
   static int32_t bias[TFMCU_CONV2D_SHALLOW_MAX_OUT], multiplier[TFMCU_CONV2D_SHALLOW_MAX_OUT];
   static int32_t shift[TFMCU_CONV2D_SHALLOW_MAX_OUT];
   static const int32_t kInputOffsets[4] = {-127, 128, 0, 1};
@@ -181,11 +201,7 @@ static int32_t fuzz_conv_shallow_case(Rng* r, TfmcuFuzzLog log) {
   for (int32_t i = 0; i < k_out * kh * kw * c; ++i) {
     filter[i] = (int8_t)next_u32(r);
   }
-  for (int32_t k = 0; k < k_out; ++k) {
-    bias[k] = next_u32(r) % 16 == 0 ? (int32_t)next_u32(r) : uniform(r, -(1 << 18), 1 << 18);
-    multiplier[k] = random_multiplier(r);
-    shift[k] = random_shift(r);
-  }
+  random_channels(r, k_out, bias, multiplier, shift);
   TfmcuConvParams p;
   memset(&p, 0, sizeof(p));
   p.filter = filter;
@@ -200,22 +216,15 @@ static int32_t fuzz_conv_shallow_case(Rng* r, TfmcuFuzzLog log) {
   p.dilation_w = 1;
   p.groups = 1;
   p.input_offset = next_u32(r) % 2 ? pick(r, kInputOffsets, 4) : uniform(r, -127, 128);
-  p.output_offset = uniform(r, -128, 127);
-  p.act_min = next_u32(r) % 2 ? -128 : uniform(r, -128, 0);
-  p.act_max = next_u32(r) % 2 ? 127 : uniform(r, p.act_min, 127);
+  random_output(r, &p.output_offset, &p.act_min, &p.act_max);
   const int32_t out_bytes = out_h * out_stride + 16;
-  memset(want, POISON, (size_t)out_bytes);
-  memset(got, POISON, (size_t)out_bytes);
+  poison(out_bytes);
   const TfmcuConstView in = {input, in_h, in_w, c, in_stride};
-  const TfmcuView out_want = {want, out_h, out_w, k_out, out_stride};
-  const TfmcuView out_got = {got, out_h, out_w, k_out, out_stride};
-  const TfmcuStatus s_want = tfmcu_conv2d_s8(&p, &in, pad_top, pad_left, &out_want);
-  const TfmcuStatus s_got = tfmcu_conv2d_shallow_s8(&p, &in, pad_top, pad_left, &out_got);
-  if (s_want != kTfmcuOk || s_got != kTfmcuOk || memcmp(want, got, (size_t)out_bytes) != 0) {
-    log("tfmcu_conv2d_shallow_s8 differs from tfmcu_conv2d_s8");
-    return 1;
-  }
-  return 0;
+  const TfmcuView out_want = {g_want, out_h, out_w, k_out, out_stride};
+  const TfmcuView out_got = {g_got, out_h, out_w, k_out, out_stride};
+  return differ(tfmcu_conv2d_s8(&p, &in, pad_top, pad_left, &out_want),
+                tfmcu_conv2d_shallow_s8(&p, &in, pad_top, pad_left, &out_got), out_bytes,
+                "tfmcu_conv2d_shallow_s8 differs from tfmcu_conv2d_s8", log);
 }
 
 int32_t tfmcu_fuzz_fast_kernels(uint32_t seed, int32_t layer_cases, int32_t requantize_cases, TfmcuFuzzLog log) {

@@ -130,8 +130,9 @@ def assign_blocks(ops: list[ir.Op], tensors: dict[str, ir.Tensor], inputs: list[
 
     1. From names: ``parser`` (default ``block_of_name``) applied to the layer names inside each
        op's tensor name; used when it places most conv ops and never goes backwards.
-    2. Structural: a new block begins after the first conv (the stem), after every ADD and after every CONV
-       without activation (linear bottleneck), each only where exactly one tensor is alive.
+    2. Structural: a new block begins after the first conv (the stem), after every later ADD and after every CONV
+       without activation (linear bottleneck), each only where exactly one tensor is alive (the ops before the first
+       conv, an input's preprocessing, end none); not when a block would hold more than MAX_BLOCK_CONVS convs.
     3. One block per op.
     """
     result = _blocks_from_names(ops, parser or block_of_name)
@@ -170,6 +171,8 @@ def _op_labels(op: ir.Op, parser: Callable[[str], tuple[int | None, str]]) -> tu
 
 
 _CONVS = (ir.CONV, ir.DEPTHWISE)
+# The most convolutions a structural block may hold (a squeeze-excite block has five); more: one block per op
+MAX_BLOCK_CONVS = 8
 
 
 def _blocks_from_names(ops: list[ir.Op], parser) -> list[tuple[int, str]] | None:
@@ -221,6 +224,8 @@ def _blocks_structural(ops: list[ir.Op], inputs: list[str], outputs: list[str]) 
     boundaries = []
     first_conv = next((i for i, op in enumerate(ops) if op.type in _CONVS), None)
     for i, op in enumerate(ops[:-1]):
+        if first_conv is not None and i < first_conv:
+            continue  # the input's preprocessing (a Rescaling's MUL and ADD) ends no block
         linear = op.type == ir.CONV and op.activation == "none"
         if (op.type == ir.ADD or linear) and alive_after(i) == 1:
             boundaries.append(i)
@@ -234,4 +239,9 @@ def _blocks_structural(ops: list[ir.Op], inputs: list[str], outputs: list[str]) 
                     else ("head" if b == len(boundaries) else f"block{b}")))
         if b < len(boundaries) and i == boundaries[b]:
             b += 1
+    # a "block" of many convolutions is a plain chain the rules did not cut (a MobileNet (V1) whose only linear
+    # conv is its classifier): not blocks
+    convs = [sum(1 for (blk, _), op in zip(out, ops) if blk == k and op.type in _CONVS) for k in range(b + 1)]
+    if max(convs) > MAX_BLOCK_CONVS:
+        return None
     return out
