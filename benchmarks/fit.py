@@ -283,9 +283,7 @@ def _per_layer(name: str, target: str, path: str, data: bytes, macs: int, work: 
         if measured is not None:
             base["instructions"] = measured
             base["instructions_error"] = round(pred_i / measured - 1, 4)
-            base["instructions_from"] = (f"QEMU count of the same per-layer firmware on the "
-                                         f"{get_target(LIFTED[_core(target)]).machine} board of its core "
-                                         f"({_core(target)}) with the SRAM limit lifted")
+            base["instructions_from"] = lifted_note(target)
     return base
 
 
@@ -293,22 +291,36 @@ def _per_layer(name: str, target: str, path: str, data: bytes, macs: int, work: 
 LIFTED = {c: c for c in ("cortex-m3", "cortex-m4", "cortex-m7", "cortex-m33", "cortex-m55")}
 
 
-def _lifted_invoke(name: str, path: str, target: str, work: str, log: Callable[[str], None]) -> int | None:
+def lifted_deploy(name: str, path: str, target: str, work: str, log: Callable[[str], None],
+                  profile: bool = False) -> DeployReport | None:
     """The per-layer firmware of a model that does not fit ``target``, run on its core's MPS2 board with the SRAM
-    limit lifted to the board's 4 MiB: the instructions the target would run (the same core, the same code)."""
+    limit lifted to the board's 4 MiB (``profile``: per op): what the target would run (the same core, the same
+    code). None where it does not run there either."""
     board = LIFTED.get(_core(target))
     if board is None:
         return None
     t = TARGETS[board]
     TARGETS[board] = dataclasses.replace(t, sram_bytes=4 * 1024 * 1024)
     try:
-        dep = deploy(DeployOptions(tflite=path, target=board, run=True,
+        dep = deploy(DeployOptions(tflite=path, target=board, run=True, profile=profile,
                                    out_dir=os.path.join(work, f"{name}_{target}_per_layer_lifted")), log=log)
     except Exception:  # noqa: BLE001 -- the row says it has no count
         return None
     finally:
         TARGETS[board] = t
-    return dep.run.instructions if dep.fits and dep.run is not None else None
+    return dep if dep.fits and dep.run is not None else None
+
+
+def lifted_note(target: str) -> str:
+    """What a row measured by ``lifted_deploy`` says of its instructions."""
+    core = _core(target)
+    return (f"QEMU count of the same per-layer firmware on the {get_target(LIFTED[core]).machine} board of its core "
+            f"({core}) with the SRAM limit lifted")
+
+
+def _lifted_invoke(name: str, path: str, target: str, work: str, log: Callable[[str], None]) -> int | None:
+    dep = lifted_deploy(name, path, target, work, log)
+    return None if dep is None else dep.run.instructions
 
 
 def _fitted(name: str, target: str, stream: bool, cap: float | None, what: str, path: str, base: dict[str, Any],

@@ -29,7 +29,7 @@ import os
 import time
 from typing import Any, Callable
 
-from benchmarks.fit import PER_LAYER, measured_row, search_record
+from benchmarks.fit import PER_LAYER, lifted_deploy, lifted_note, measured_row, search_record
 from tfmcu.errors import UsageError
 from tfmcu.files import write_outputs
 from tfmcu.firmware.targets import get_target
@@ -90,6 +90,13 @@ def _per_layer(name: str, core: str, path: str, data: bytes, macs: int, work: st
         return {"model": name, "target": core, "what": what, "error": str(e).splitlines()[0]}
     pred = predict_instructions(data, core, "cmsis_nn").instructions
     row = _row(name, core, what, None, dep.arena.predicted_bytes, pred, dep, macs, len(data))
+    if not dep.fits:  # it does not link for the board: its instructions and cycles on the board with more SRAM
+        lifted = lifted_deploy(name, path, core, folder, log, profile=True)
+        if lifted is not None:
+            measured = lifted.run.instructions
+            cycles, ms = _cycles(lifted)
+            row.update(instructions=measured, instructions_error=round(pred / measured - 1, 4), cycles=cycles,
+                       ms=ms, instructions_from=lifted_note(core))
     if what == OURS and name == PROFILED and dep.profile is not None:
         row["profile"] = [{"op": op.op, "type": op.type, "macs": op.macs, "instructions": op.instructions,
                            "cycles": op.cycles, "share": op.share} for op in dep.profile.ops]
@@ -201,7 +208,9 @@ def table(data: dict[str, Any]) -> str:
             md.append(f"| {r['model']} | {r['target']} | {r['what']} | {r['error']} | | | | | | | |")
             continue
         out = "-" if r["arena_used_bytes"] is None else ("yes" if r["outputs_equal_tflite"] else "NO")
-        md.append(f"| {r['model']} | {r['target']} | {r['what']} | {_n(r['instructions'])} | "
+        what = r["what"] + (" (does not fit: instructions on the core's board, more SRAM)"
+                            if r.get("instructions_from") else "")
+        md.append(f"| {r['model']} | {r['target']} | {what} | {_n(r['instructions'])} | "
                   f"{_x(r.get('instructions_ratio'))} | {_n(r.get('cycles'))} | {_x(r.get('cycles_ratio'))} | "
                   f"{'-' if r.get('ms') is None else r['ms']} | {_n(r['arena_used_bytes'])} | "
                   f"{_x(r.get('arena_ratio'))} | {out} |")
