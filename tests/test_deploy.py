@@ -555,6 +555,26 @@ def test_inplace_plan_only_with_the_kernels_it_was_planned_for(zoo_models, tmp_p
                                             kernels="cmsis_nn", num_inputs=1), log=lambda s: 0)
 
 
+def test_cmsis_nn_buffers_by_core_of_pooling_and_fully_connected():
+    """TFLM's CMSIS-NN AVERAGE_POOL_2D asks for one int32 per channel on a DSP core, none in plain C (the Cortex-M3)
+    or with Helium; its FULLY_CONNECTED into [N, K] for one int32 per output channel with Helium only (MLPerf Tiny's
+    ResNet-8: its arena on the M3 and the M55 measured 16 B apart from the M4's)."""
+    from tfmcu.plan.arena import op_allocations
+
+    t = {"x": ir.Tensor("x", (1, 8, 8, 64)), "p": ir.Tensor("p", (1, 1, 1, 64)), "f": ir.Tensor("f", (1, 64)),
+         "y": ir.Tensor("y", (1, 10))}
+    pool = ir.Op("pool", ir.AVG_POOL, ["x"], ["p"], kernel=(8, 8), stride=(8, 8), in_channels=64, out_channels=64,
+                 attrs={"tflite_op": "AVERAGE_POOL_2D"})
+    fc = ir.Op("fc", ir.FULLY_CONNECTED, ["f"], ["y"], in_channels=64, out_channels=10,
+               attrs={"tflite_op": "FULLY_CONNECTED"})
+    g = ir.Graph("g", t, [pool, fc], ["x"], ["y"])
+    assert op_allocations(g, pool, "cortex-m-cmsis-nn").scratch == [4 * 64]
+    assert op_allocations(g, pool, "cortex-m-cmsis-nn-nodsp").scratch == []
+    assert op_allocations(g, pool, "cortex-m-cmsis-nn-mve").scratch == []
+    assert op_allocations(g, fc, "cortex-m-cmsis-nn").scratch == []
+    assert op_allocations(g, fc, "cortex-m-cmsis-nn-mve").scratch == [4 * 10]
+
+
 def test_cmsis_nn_on_a_core_with_helium_is_priced_with_its_mve_buffers(zoo_models):
     """The Cortex-M55's CMSIS-NN build (``mcu_build(kernels, core)``): its MVE buffers (a 3x3 depthwise takes
     arm_depthwise_conv_s8_opt's four 124-channel blocks there, none on a DSP core; average pooling none), and fit
@@ -565,6 +585,8 @@ def test_cmsis_nn_on_a_core_with_helium_is_priced_with_its_mve_buffers(zoo_model
     assert mcu_build("cmsis_nn", "cortex-m55") == "cortex-m-cmsis-nn-mve"
     assert mcu_build("cmsis_nn", "cortex-m4") == mcu_build("cmsis_nn") == "cortex-m-cmsis-nn"
     assert mcu_build("reference", "cortex-m55") == "cortex-m"
+    # a core without the DSP extension: CMSIS-NN's plain C buffers (average pooling none)
+    assert mcu_build("cmsis_nn", "cortex-m3") == "cortex-m-cmsis-nn-nodsp"
     g = from_tflite(zoo_models("mbv2_035_96"), name="mbv2")
     dw = next(op for op in g.ops if op.type == ir.DEPTHWISE and tuple(op.kernel) == (3, 3) and op.padding[0] <= 1)
     assert op_allocations(g, dw, "cortex-m-cmsis-nn").scratch == []

@@ -164,10 +164,11 @@ class TflmBuild:
     what: str
     cmsis_nn: bool = False  # TFLM's CMSIS-NN kernels + the patch executor's CMSIS-NN backend (tfmcu.plan.cmsis_nn)
     mve: bool = False  # CMSIS-NN built for a core with Helium (its *_get_buffer_size_mve buffers)
+    dsp: bool = True  # CMSIS-NN built with the DSP extension (else its plain C code and buffers)
 
 
 def _json_build(name: str, profile: str, pointer_bytes: int, recording: bool, what: str,
-                cmsis_nn: bool = False, mve: bool = False) -> TflmBuild:
+                cmsis_nn: bool = False, mve: bool = False, dsp: bool = True) -> TflmBuild:
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "tflm_abi.json")) as f:
         table = json.load(f)
     t = table[profile]
@@ -177,7 +178,7 @@ def _json_build(name: str, profile: str, pointer_bytes: int, recording: bool, wh
     if cmsis_nn:  # the CMSIS-NN kernel variants' own OpData (the other kernels are the reference ones)
         op_data.update(table[profile + "-cmsis-nn"]["op_data"])
     return TflmBuild(name, abi, {k: (v[0], v[1]) for k, v in t["builtin_data"].items()}, op_data,
-                     pointer_bytes, recording, what, cmsis_nn, mve)
+                     pointer_bytes, recording, what, cmsis_nn, mve, dsp)
 
 
 BUILDS: dict[str, TflmBuild] = {
@@ -194,6 +195,10 @@ BUILDS: dict[str, TflmBuild] = {
     "cortex-m-cmsis-nn-mve": _json_build("cortex-m-cmsis-nn-mve", "cortex-m", 4, False,
                                          "TFLM + CMSIS-NN (pinned sources) for the Cortex-M55 (CMSIS-NN's Helium "
                                          "paths)", cmsis_nn=True, mve=True),
+    # and for a core without the DSP extension (the Cortex-M3, M0+): CMSIS-NN's plain C code, its buffers
+    "cortex-m-cmsis-nn-nodsp": _json_build("cortex-m-cmsis-nn-nodsp", "cortex-m", 4, False,
+                                           "TFLM + CMSIS-NN (pinned sources) for a core without the DSP extension "
+                                           "(CMSIS-NN's plain C paths)", cmsis_nn=True, dsp=False),
 }
 
 # Cores with Helium (MVE): CMSIS-NN runs its MVE code there (tfmcu.plan.cmsis_nn's ``mve`` buffers).
@@ -210,11 +215,13 @@ DEFAULT_KERNELS = "cmsis_nn"  # what these Arm targets run by default (deploy, f
 
 
 def mcu_build(kernels: str, core: str | None = None) -> str:
-    """The Cortex-M TFLM build (BUILDS) that links ``kernels`` (KERNEL_SETS) on ``core`` (None: a core without
-    Helium; CMSIS-NN's buffers differ on ``MVE_CORES``)."""
+    """The Cortex-M TFLM build (BUILDS) that links ``kernels`` (KERNEL_SETS) on ``core`` (None: a core with the DSP
+    extension and without Helium; CMSIS-NN's buffers differ on ``MVE_CORES`` and ``NO_DSP_CORES``)."""
     if kernels != "cmsis_nn":
         return "cortex-m"
-    return "cortex-m-cmsis-nn-mve" if core in MVE_CORES else "cortex-m-cmsis-nn"
+    if core in MVE_CORES:
+        return "cortex-m-cmsis-nn-mve"
+    return "cortex-m-cmsis-nn-nodsp" if core in NO_DSP_CORES else "cortex-m-cmsis-nn"
 
 
 def get_build(build: str | TflmBuild) -> TflmBuild:
@@ -322,11 +329,12 @@ def op_allocations(graph: ir.Graph, op: ir.Op, build: str | TflmBuild = "wheel",
         if op.attrs.get("weights_dtype") == "int4":
             alloc.scratch = [op.weights]  # unpacked int4 filter
         elif tb.cmsis_nn and in_dtype == "int8":  # CMSIS-NN's buffer, requested when not 0 (cmsis_nn/conv.cc)
-            need = _cmsis_nn_buffer(graph, op, b, tb.mve)
+            need = _cmsis_nn_buffer(graph, op, b, tb.mve, tb.dsp)
             if need > 0:
                 alloc.scratch = [need]
     elif b == "AVERAGE_POOL_2D" and tb.cmsis_nn and in_dtype == "int8":
-        need = cmsis_nn.avgpool_buffer_bytes(op.out_channels or graph.tensors[op.inputs[0]].shape[-1], tb.mve)
+        need = cmsis_nn.avgpool_buffer_bytes(op.out_channels or graph.tensors[op.inputs[0]].shape[-1], tb.mve,
+                                             tb.dsp)
         alloc.scratch = [need] if need > 0 else []
     elif b == "FULLY_CONNECTED":
         scales = op.attrs.get("weight_scales")
@@ -335,6 +343,11 @@ def op_allocations(graph: ir.Graph, op: ir.Op, build: str | TflmBuild = "wheel",
             alloc.prepare = [4 * op.out_channels, 4 * op.out_channels]
         if op.attrs.get("weights_dtype") == "int4":
             alloc.scratch = [op.weights]
+        elif tb.cmsis_nn and in_dtype == "int8" and len(graph.tensors[op.outputs[0]].shape) == 2:
+            # cmsis_nn/fully_connected.cc: CMSIS-NN's buffer for a [N, K] output, requested when not 0 (with
+            # Helium); a higher-rank output over a depth of a multiple of 4 runs as a 1x1 convolution (not modelled)
+            need = cmsis_nn.fully_connected_buffer_bytes(op.out_channels, tb.mve)
+            alloc.scratch = [need] if need > 0 else []
     elif b in ("MEAN", "SUM"):
         rank = len(graph.tensors[op.inputs[0]].shape) if op.inputs else 4
         axes = op.attrs.get("axes")
@@ -351,7 +364,8 @@ def op_allocations(graph: ir.Graph, op: ir.Op, build: str | TflmBuild = "wheel",
         # CMSIS-NN backend's kernel buffer after the patch buffers
         if isinstance(stage, dict):  # several TFMCU_PATCH_STAGE ops: each one's PackedStage by TFLite op index
             stage = stage.get(op.src_index)
-        buffer = cmsis_nn.stage_scratch_bytes(stage, tb.mve) if tb.cmsis_nn and stage is not None else None
+        buffer = (cmsis_nn.stage_scratch_bytes(stage, tb.mve, tb.dsp) if tb.cmsis_nn and stage is not None
+                  else None)
         try:
             options = stage_of_attrs(op.attrs)
             op_data, scratch = kernel_memory(options, pointer_bytes=tb.pointer_bytes)
@@ -398,9 +412,9 @@ def _detection_postprocess_scratch(graph: ir.Graph, op: ir.Op) -> list[int] | No
             4 * m * n, 4 * max(k, m) * n, 4 * min(n, m) * n]
 
 
-def _cmsis_nn_buffer(graph: ir.Graph, op: ir.Op, builtin: str, mve: bool = False) -> int:
+def _cmsis_nn_buffer(graph: ir.Graph, op: ir.Op, builtin: str, mve: bool = False, dsp: bool = True) -> int:
     """The buffer TFLM's CMSIS-NN CONV_2D / DEPTHWISE_CONV_2D requests in Prepare (tfmcu.plan.cmsis_nn; ``mve``:
-    Helium's), with TFLM's padding (the top / left of TF's SAME split)."""
+    Helium's, ``dsp`` False: plain C's), with TFLM's padding (the top / left of TF's SAME split)."""
     in_shape = graph.tensors[op.inputs[0]].shape
     out_shape = graph.tensors[op.outputs[0]].shape
     pad = (op.padding[0], op.padding[2])
@@ -410,7 +424,7 @@ def _cmsis_nn_buffer(graph: ir.Graph, op: ir.Op, builtin: str, mve: bool = False
         return cmsis_nn.conv_buffer_bytes(op.kernel[0], op.kernel[1], in_shape[-1], pad, tuple(op.dilation),
                                           **dims)
     return cmsis_nn.depthwise_buffer_bytes(op.kernel[0], op.kernel[1], in_shape[-1], op.out_channels, pad,
-                                           tuple(op.dilation), **dims)
+                                           tuple(op.dilation), dsp=dsp, **dims)
 
 
 # Operators without builtin data and without OpData (null init, parser without options): modelled, nothing to add.

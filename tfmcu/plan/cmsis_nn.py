@@ -188,19 +188,19 @@ def _conv_1xn_mve(kernel_w: int, channels: int, pad_x: int, stride_x: int, input
 def depthwise_buffer_bytes(kernel_h: int, kernel_w: int, in_channels: int, out_channels: int,
                            padding: tuple[int, int], dilation: tuple[int, int] = (1, 1), mve: bool = False,
                            stride: tuple[int, int] = (1, 1), in_hw: tuple[int, int] | None = None,
-                           out_w: int | None = None) -> int:
+                           out_w: int | None = None, dsp: bool = True) -> int:
     """``arm_depthwise_conv_wrapper_s8_get_buffer_size``. DSP: none for the 3x3 kernel with padding <= 1, an int16
     column of kernel_h x kernel_w x channels for arm_depthwise_conv_s8_opt (depth multiplier 1, dilation 1), none for
     the generic kernel. ``mve``: one input channel into several is run as a convolution (its buffer plus the
     filter); depth multiplier 1 without dilation (3x3 too) arm_depthwise_conv_s8_opt's four blocks of 124 channels
-    x kernel_h x kernel_w int8; else none."""
+    x kernel_h x kernel_w int8; else none. Without the DSP extension (``dsp`` False: plain C) none."""
     if mve:
         path = depthwise_path(kernel_h, kernel_w, in_channels, out_channels, padding, dilation, mve=True)
         if path == "conv":
             return (conv_buffer_bytes(kernel_h, kernel_w, 1, padding, dilation, True, stride, in_hw, out_w)
                     + kernel_h * kernel_w * out_channels)
         return 4 * CH_IN_BLOCK_MVE * kernel_h * kernel_w if path == "opt" else 0
-    if depthwise_path(kernel_h, kernel_w, in_channels, out_channels, padding, dilation) != "opt":
+    if not dsp or depthwise_path(kernel_h, kernel_w, in_channels, out_channels, padding, dilation) != "opt":
         return 0
     return in_channels * kernel_h * kernel_w * 2
 
@@ -208,9 +208,15 @@ def depthwise_buffer_bytes(kernel_h: int, kernel_w: int, in_channels: int, out_c
 CH_IN_BLOCK_MVE = 124  # CMSIS-NN's arm_nnsupportfunctions.h: channels arm_depthwise_conv_s8_opt (MVE) takes a block
 
 
-def avgpool_buffer_bytes(channels: int, mve: bool = False) -> int:
-    """``arm_avgpool_s8_get_buffer_size``: one int32 per channel (DSP); none (MVE)."""
-    return 0 if mve else 4 * channels
+def avgpool_buffer_bytes(channels: int, mve: bool = False, dsp: bool = True) -> int:
+    """``arm_avgpool_s8_get_buffer_size``: one int32 per channel (DSP); none (MVE, or plain C: ``dsp`` False)."""
+    return 0 if mve or not dsp else 4 * channels
+
+
+def fully_connected_buffer_bytes(out_channels: int, mve: bool = False) -> int:
+    """``arm_fully_connected_s8_get_buffer_size`` (TFLM's CMSIS-NN FULLY_CONNECTED of int8 weights into a ``[N, K]``
+    output): none (DSP, plain C); one int32 per output channel with Helium (its kernel sums)."""
+    return 4 * out_channels if mve else 0
 
 
 # ------------------------------------------------------------------------------------------ the patch stage
@@ -233,11 +239,12 @@ def _covers(layer: Any) -> bool:
     return covers(layer.type, layer.params)
 
 
-def stage_kernel_scratch_bytes(packed: Any, mve: bool = False) -> int:
+def stage_kernel_scratch_bytes(packed: Any, mve: bool = False, dsp: bool = True) -> int:
     """The kernel buffer ``tfmcu_stage_prepare`` computes with -DTFMCU_CMSIS_NN for ``packed`` (a
     ``tfmcu.kernels.pack.PackedStage``): max over the window layers (conv, depthwise, pooling) and patches of
     align4(CMSIS-NN's buffer for the tile) + the staging rows of a non-dense input box (kernel_h x box width x
-    channels, rounded up to 4). ``mve``: CMSIS-NN's Helium buffers (a Cortex-M55 build)."""
+    channels, rounded up to 4). ``mve``: CMSIS-NN's Helium buffers (a Cortex-M55 build); ``dsp`` False: its plain C
+    ones (a core without the DSP extension)."""
     most = 0
     rows, cols = packed.row_spans, packed.col_spans
     for l, layer in enumerate(packed.layers):
@@ -276,9 +283,10 @@ def stage_kernel_scratch_bytes(packed: Any, mve: bool = False) -> int:
                         need = max(need, conv_buffer_bytes(p["kernel_h"], p["kernel_w"], channels, (0, 0),
                                                            **{**box, "in_hw": (1, in_w)}))
                 elif layer.type == OP_DEPTHWISE:
-                    need = depthwise_buffer_bytes(p["kernel_h"], p["kernel_w"], channels, out_channels, pad, **box)
+                    need = depthwise_buffer_bytes(p["kernel_h"], p["kernel_w"], channels, out_channels, pad, dsp=dsp,
+                                                  **box)
                 elif layer.type == OP_AVG_POOL:
-                    need = avgpool_buffer_bytes(channels, mve)
+                    need = avgpool_buffer_bytes(channels, mve, dsp)
                 else:
                     need = 0
                 need = align4(need) + (0 if dense else align4(kernel_h * in_w * channels))
@@ -286,10 +294,10 @@ def stage_kernel_scratch_bytes(packed: Any, mve: bool = False) -> int:
     return most
 
 
-def stage_scratch_bytes(packed: Any, mve: bool = False) -> int:
+def stage_scratch_bytes(packed: Any, mve: bool = False, dsp: bool = True) -> int:
     """``TfmcuPreparedStage.scratch_bytes`` with -DTFMCU_CMSIS_NN: the patch buffers, then (if any) the kernel
-    buffer at the next 4-byte boundary (``mve``: Helium's)."""
-    kernel = stage_kernel_scratch_bytes(packed, mve)
+    buffer at the next 4-byte boundary (``mve``: Helium's; ``dsp`` False: plain C's)."""
+    kernel = stage_kernel_scratch_bytes(packed, mve, dsp)
     return align4(packed.scratch_bytes) + kernel if kernel > 0 else packed.scratch_bytes
 
 
