@@ -25,7 +25,7 @@ PAGES = {p: open(os.path.join(ROOT, p)).read() for p in docs.pages(ROOT)}
 # `python -m benchmarks.docs --publish out/bench`, `make demo` with `--publish out/demo/summary.json --name demo`,
 # then `python -m benchmarks.docs --write`). Empty it as results are published: an entry whose page no longer
 # awaits anything fails below.
-AWAITING_RESULTS: set[str] = {"docs/speed.md"}
+AWAITING_RESULTS: set[str] = set()
 
 
 def _problems() -> list[docs.Problem]:
