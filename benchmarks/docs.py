@@ -606,6 +606,19 @@ def _relative_paths(data: Any, where: str) -> Any:
     return data
 
 
+def _machine_path(data: Any) -> str | None:
+    """The first string of ``data`` that still names a folder of this machine outside the checkout (the folder the
+    checkout stands in, or /tmp), else None."""
+    if isinstance(data, dict):
+        data = list(data.values())
+    if isinstance(data, list):
+        return next((m for m in (_machine_path(v) for v in data) if m is not None), None)
+    if isinstance(data, str):
+        outside = (os.path.dirname(ROOT) + os.sep, "/tmp/")
+        return data if any(o in data for o in outside) else None
+    return None
+
+
 def publish(path: str, name: str | None = None, command: str | None = None, root: str = ROOT) -> list[str]:
     """Copies a run's JSON into ``docs/results/`` (and the plot it names, ``"plot"``, into ``docs/``): a folder's
     bench sections (``<section>.json``), or one file as ``name`` (default: its stem). A JSON without the record of its run gets one: the file's date, this host, and
@@ -620,7 +633,7 @@ def publish(path: str, name: str | None = None, command: str | None = None, root
         files = [(name or os.path.splitext(os.path.basename(path))[0], path)]
     else:
         raise UsageError(f"{path}: no such file or folder")
-    written = []
+    ready = []  # every result checked before any is written: a refused one leaves nothing half published
     for result, src in files:
         with open(src) as f:
             data = json.load(f)
@@ -633,6 +646,13 @@ def publish(path: str, name: str | None = None, command: str | None = None, root
         data = _relative_paths(data, os.path.dirname(os.path.abspath(src)))
         if isinstance(data["run"].get("command"), str):  # a machine's folders are not part of what ran
             data["run"]["command"] = re.sub(r" --(zoo_cache|out_dir)=\S+", "", data["run"]["command"])
+        machine = _machine_path(data)
+        if machine is not None:
+            raise UsageError(f"{src}: names a folder of this machine ({machine[:120]}): a published result names "
+                             f"files inside the run's folder or the checkout only")
+        ready.append((result, src, data))
+    written = []
+    for result, src, data in ready:
         out = results.path_of(result, root)
         os.makedirs(os.path.dirname(out), exist_ok=True)
         with open(out, "w") as f:

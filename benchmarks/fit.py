@@ -220,7 +220,7 @@ def _board_row(board: str, path: str, macs: int, work: str, log: Callable[[str],
         rep = fit_run(FitOptions(model=path, target=board, out_dir=os.path.join(work, board), run=True,
                                  verify_samples=4, search_seconds=None), log=log)
     except Exception as e:  # noqa: BLE001 -- a row that says why, the bench goes on
-        return {"model": BOARD_MODEL, "target": board, "core": t.core, "error": str(e).splitlines()[0]}
+        return {"model": BOARD_MODEL, "target": board, "core": t.core, "error": row_error(e, path)}
     ch, dep = rep.chosen, rep.deploy
     row = measured_row(BOARD_MODEL, board, f"fit, objective {rep.objective}", ch.describe, ch.predicted_total_bytes,
                        ch.predicted_instructions, dep, macs, dep.model_bytes)
@@ -265,6 +265,11 @@ def boards_table(result: dict[str, Any]) -> str:
     return "\n".join(md) + "\n"
 
 
+def row_error(e: Exception, path: str) -> str:
+    """A failed run's row: the error's first line, the model named by its file (not the machine's folders)."""
+    return str(e).strip().splitlines()[0].replace(path, os.path.basename(path)) if str(e).strip() else type(e).__name__
+
+
 def _per_layer(name: str, target: str, path: str, data: bytes, macs: int, work: str,
                log: Callable[[str], None]) -> dict[str, Any]:
     """The per-layer row: ``deploy --run`` with TFLM + CMSIS-NN."""
@@ -273,8 +278,7 @@ def _per_layer(name: str, target: str, path: str, data: bytes, macs: int, work: 
         dep = deploy(DeployOptions(tflite=path, target=target,
                                    out_dir=os.path.join(work, f"{name}_{target}_per_layer"), run=True), log=log)
     except Exception as e:  # noqa: BLE001 -- a row that says why, the bench goes on
-        return {"model": name, "target": target, "what": PER_LAYER,
-                "error": str(e).splitlines()[0]}
+        return {"model": name, "target": target, "what": PER_LAYER, "error": row_error(e, path)}
     pred_i = predict_instructions(data, _core(target), "cmsis_nn").instructions
     base = measured_row(name, target, PER_LAYER, None, dep.arena.predicted_bytes, pred_i, dep,
                         macs, len(data))
@@ -337,7 +341,7 @@ def _fitted(name: str, target: str, stream: bool, cap: float | None, what: str, 
                                  **options),
                      log=log)
     except Exception as e:  # noqa: BLE001 -- a row that says why, the bench goes on
-        return {"model": name, "target": target, "what": what, "error": str(e).splitlines()[0]}
+        return {"model": name, "target": target, "what": what, "error": row_error(e, path)}
     ch = rep.chosen
     row = measured_row(name, target, what, ch.describe, ch.predicted_total_bytes, ch.predicted_instructions,
                        rep.deploy, ch.macs, rep.deploy.model_bytes)

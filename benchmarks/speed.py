@@ -29,10 +29,9 @@ import os
 import time
 from typing import Any, Callable
 
-from benchmarks.fit import PER_LAYER, lifted_deploy, lifted_note, measured_row, search_record
+from benchmarks.fit import PER_LAYER, lifted_deploy, lifted_note, measured_row, row_error, search_record
 from tfmcu.errors import UsageError
 from tfmcu.files import write_outputs
-from tfmcu.firmware.targets import get_target
 from tfmcu.flows.deploy import DeployOptions, DeployReport, deploy
 from tfmcu.flows.fit import FitOptions, run as fit_run
 from tfmcu.graph.from_tflite import from_tflite
@@ -87,7 +86,7 @@ def _per_layer(name: str, core: str, path: str, data: bytes, macs: int, work: st
     try:
         dep = deploy(DeployOptions(tflite=path, target=core, out_dir=folder, run=True, profile=True), log=log)
     except Exception as e:  # noqa: BLE001 -- a row that says why, the bench goes on
-        return {"model": name, "target": core, "what": what, "error": str(e).splitlines()[0]}
+        return {"model": name, "target": core, "what": what, "error": row_error(e, path)}
     pred = predict_instructions(data, core, "cmsis_nn").instructions
     row = _row(name, core, what, None, dep.arena.predicted_bytes, pred, dep, macs, len(data))
     if not dep.fits:  # it does not link for the board: its instructions and cycles on the board with more SRAM
@@ -103,6 +102,15 @@ def _per_layer(name: str, core: str, path: str, data: bytes, macs: int, work: st
     return row
 
 
+def _ours(name: str, core: str, data: bytes, macs: int, work: str, log: Callable[[str], None]) -> dict[str, Any]:
+    """The per-layer row with our kernels: the model's convolutions moved to one-layer stages for ``core``
+    (``convs_to_flash``), then ``deploy --run --profile``."""
+    flash = convs_to_flash(data, name, kernels="cmsis_nn", build="cortex-m", core=core)
+    path = os.path.join(work, f"{name}_{core}_ours.tflite")
+    write_outputs({path: flash.model})
+    return _per_layer(name, core, path, flash.model, macs, work, OURS, log)
+
+
 def _fitted(name: str, core: str, cap: float, path: str, macs: int, work: str,
             log: Callable[[str], None]) -> dict[str, Any]:
     what = f"fit, max_latency {cap:.2f}"
@@ -112,7 +120,7 @@ def _fitted(name: str, core: str, cap: float, path: str, macs: int, work: str,
                                  objective="memory", max_latency=cap, run=True, profile=True, verify_samples=4,
                                  search_seconds=None), log=log)
     except Exception as e:  # noqa: BLE001 -- a row that says why (nothing fits within the cap is a result)
-        return {"model": name, "target": core, "what": what, "error": str(e).splitlines()[0]}
+        return {"model": name, "target": core, "what": what, "error": row_error(e, path)}
     ch = rep.chosen
     return _row(name, core, what, ch.describe, ch.predicted_total_bytes, ch.predicted_instructions, rep.deploy,
                 macs, rep.deploy.model_bytes)
@@ -167,16 +175,12 @@ def speed_section(o: Any, log: Callable[[str], None] = print) -> dict[str, Any]:
         data = load_model(name, o.zoo_cache)
         sha = hashlib.sha1(data).hexdigest()[:12]
         path = os.path.join(work, f"{name}.tflite")
+        write_outputs({path: data})
         macs = profile(from_tflite(data)).macs
         for core in cores:
-            get_target(core)  # (a known target)
-            flash = convs_to_flash(data, name, kernels="cmsis_nn", build="cortex-m", core=core)
-            ours_path = os.path.join(work, f"{name}_{core}_ours.tflite")
-            write_outputs({path: data, ours_path: flash.model})
             rows.append(measured(f"{name}|{core}|{PER_LAYER}", sha, lambda: _per_layer(
                 name, core, path, data, macs, work, PER_LAYER, log)))
-            rows.append(measured(f"{name}|{core}|{OURS}", sha, lambda: _per_layer(
-                name, core, ours_path, flash.model, macs, work, OURS, log)))
+            rows.append(measured(f"{name}|{core}|{OURS}", sha, lambda: _ours(name, core, data, macs, work, log)))
             for cap in CAPS:
                 rows.append(measured(f"{name}|{core}|fit {cap:.2f}", sha,
                                      lambda: _fitted(name, core, cap, path, macs, work, log)))

@@ -162,6 +162,15 @@ def test_publish_records_the_run(tmp_path):
     (tmp_path / "other.json").write_text("[]")
     with pytest.raises(UsageError, match="--command"):
         docs.publish(str(tmp_path / "other.json"), root=str(tmp_path))
+    # a message naming another run's folder beside the checkout (rows merged from two runs) is refused, not published
+    elsewhere = os.path.join(os.path.dirname(ROOT), "bench_out2", "foreign", "m.tflite")
+    (bench / "foreign.json").write_text(json.dumps({"section": "foreign", "run": {"date": "d"},
+                                                    "rows": [{"error": f"{elsewhere}: does not fit"}]}))
+    os.remove(results.path_of("custom", str(tmp_path)))
+    with pytest.raises(UsageError, match="names a folder of this machine"):
+        docs.publish(str(bench), root=str(tmp_path))
+    # nothing of the folder published, the sound result beside it neither
+    assert not any(os.path.exists(results.path_of(r, str(tmp_path))) for r in ("foreign", "custom"))
 
 
 def test_run_record_names_the_command():
