@@ -10,7 +10,7 @@
 typedef struct {
   int32_t offset, act_min, act_max;
   int32_t round[TFMCU_CONV2D_SHALLOW_MAX_OUT];
-  int8_t right[TFMCU_CONV2D_SHALLOW_MAX_OUT];
+  int32_t right[TFMCU_CONV2D_SHALLOW_MAX_OUT];
   int all_short;
 } TfmcuShallowQuant;
 
@@ -24,7 +24,7 @@ static void tfmcu_shallow_quant(const TfmcuConvParams* p, int32_t out_c, TfmcuSh
     if (tfmcu_short_quant_ok(m, s)) {
       const TfmcuShortQuant f = tfmcu_short_quant(m, s, p->output_offset);
       q->round[k] = f.round;
-      q->right[k] = (int8_t)f.right;
+      q->right[k] = f.right;
     } else {
       q->round[k] = 0;
       q->right[k] = -1;
@@ -165,6 +165,33 @@ static void tfmcu_shallow_column(const TfmcuConvParams* p, const TfmcuConstView*
   }
 }
 
+/* The same for a window inside the input box whose rows' whole words stay inside the box's bytes (every pixel but
+ * those of the border): src the window's top-left byte, `rows` rows of `row` bytes (`row_words` words read from each),
+ * `keep` the mask of the last word's bytes inside the window (0: the depth is a multiple of 4). */
+TFMCU_NO_MEMCPY_CALLS
+static inline void tfmcu_shallow_column_inside(const int8_t* src, int32_t row_stride, int32_t rows, int32_t row,
+                                               int32_t row_words, int32_t words, uint32_t keep, uint32_t pad4,
+                                               uint32_t off2, uint32_t* col) {
+  union {
+    uint32_t w[TFMCU_SHALLOW_WORDS + 1];
+    int8_t b[4 * TFMCU_SHALLOW_WORDS + 4];
+  } win;
+  int8_t* b = win.b;
+  for (int32_t ky = 0; ky < rows; ++ky, b += row, src += row_stride) {
+    for (int32_t i = 0; i < row_words; ++i) {
+      const uint32_t v = tfmcu_read_s8x4(src + 4 * i);
+      memcpy(b + 4 * i, &v, 4);
+    }
+  }
+  if (keep != 0) {
+    win.w[words - 1] = (win.w[words - 1] & keep) | (pad4 & ~keep);
+  }
+  for (int32_t j = 0; j < words; ++j) {
+    col[2 * j] = tfmcu_sxtab16(off2, win.w[j]);
+    col[2 * j + 1] = tfmcu_sxtab16_ror8(off2, win.w[j]);
+  }
+}
+
 int tfmcu_conv2d_shallow_covers(const TfmcuConvParams* p, int32_t in_channels, int32_t out_channels) {
   return p->groups == 1 && p->dilation_h == 1 && p->dilation_w == 1 &&
          p->kernel_h * p->kernel_w * in_channels <= TFMCU_CONV2D_SHALLOW_MAX_DEPTH &&
@@ -203,6 +230,12 @@ TfmcuStatus tfmcu_conv2d_shallow_s8(const TfmcuConvParams* params, const TfmcuCo
     bias[k] = p->bias != NULL ? p->bias[from] : 0;
   }
   uint32_t col[2 * TFMCU_SHALLOW_COL];
+  /* the window of an inner pixel: rows of `row` bytes, `row_words` words read from each; its last row's words end at
+   * most `last_word_end` bytes past the box's first (then inside the box's bytes) */
+  const int32_t C = input->channels, row = p->kernel_w * C, row_words = (row + 3) / 4;
+  const uint32_t pad4 = ((uint32_t)(-p->input_offset) & 0xFFu) * 0x01010101u;
+  const uint32_t keep = depth % 4 != 0 ? 0xFFFFFFFFu >> (8 * (4 - depth % 4)) : 0u;
+  const ptrdiff_t last_word_end = (ptrdiff_t)(input->height - 1) * input->row_stride + (ptrdiff_t)input->width * C;
   int32_t acc[2][TFMCU_CONV2D_SHALLOW_MAX_OUT + 1];
   /* the output pixels two at a time in row-major order (a pair may span two rows), as arm_convolve_s8 runs them */
   const int32_t pixels = output->height * output->width;
@@ -212,11 +245,19 @@ TfmcuStatus tfmcu_conv2d_shallow_s8(const TfmcuConvParams* params, const TfmcuCo
     const int32_t y1 = (i + 1) / output->width, x1 = (i + 1) % output->width;
     int8_t* o0 = output->data + (ptrdiff_t)y0 * output->row_stride + (ptrdiff_t)x0 * out_c;
     int8_t* o1 = output->data + (ptrdiff_t)y1 * output->row_stride + (ptrdiff_t)x1 * out_c;
-    tfmcu_shallow_column(p, input, y0 * p->stride_h - pad_top, x0 * p->stride_w - pad_left, words, off2, col);
-    if (two) {
-      tfmcu_shallow_column(p, input, y1 * p->stride_h - pad_top, x1 * p->stride_w - pad_left, words, off2,
-                           col + TFMCU_SHALLOW_COL);
-    } else { /* (the products of the second column are not stored) */
+    for (int32_t j = 0; j < 1 + two; ++j) {
+      const int32_t iy = (j ? y1 : y0) * p->stride_h - pad_top, ix = (j ? x1 : x0) * p->stride_w - pad_left;
+      uint32_t* cj = col + j * TFMCU_SHALLOW_COL;
+      if (iy >= 0 && ix >= 0 && iy + p->kernel_h <= input->height && ix + p->kernel_w <= input->width &&
+          (ptrdiff_t)(iy + p->kernel_h - 1) * input->row_stride + (ptrdiff_t)ix * C + 4 * row_words <=
+              last_word_end) {
+        tfmcu_shallow_column_inside(input->data + (ptrdiff_t)iy * input->row_stride + (ptrdiff_t)ix * C,
+                                    input->row_stride, p->kernel_h, row, row_words, words, keep, pad4, off2, cj);
+      } else {
+        tfmcu_shallow_column(p, input, iy, ix, words, off2, cj);
+      }
+    }
+    if (!two) { /* (the products of the second column are not stored) */
       memcpy(col + TFMCU_SHALLOW_COL, col, sizeof(uint32_t) * 2 * (size_t)words);
     }
     const uint32_t* w = packed.w;

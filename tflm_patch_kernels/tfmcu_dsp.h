@@ -113,7 +113,7 @@ static inline int32_t tfmcu_smlad(uint32_t a, uint32_t b, int32_t acc) {
                    "asr %[hi], %[a], #31\n\t"                                                                   \
                    "smlal %[lo], %[hi], %[a], %[m]\n\t"                                                         \
                    "ldr %[m], [%[rnd]], #4\n\t"                                                                 \
-                   "ldrsb %[a], [%[rgt]], #1\n\t"                                                               \
+                   "ldr %[a], [%[rgt]], #4\n\t"                                                                 \
                    "add %[hi], %[hi], %[m]\n\t"                                                                 \
                    "asr %[hi], %[hi], %[a]\n\t" clamp                                                           \
                    "strb %[hi], [%[out]], #1\n\t"                                                               \
@@ -125,7 +125,7 @@ static inline int32_t tfmcu_smlad(uint32_t a, uint32_t b, int32_t acc) {
                    : "cc", "memory")
 
 static inline void tfmcu_requantize_short_channels(const int32_t* acc, const int32_t* multiplier, const int32_t* round,
-                                                   const int8_t* right, int32_t n, int32_t act_min, int32_t act_max,
+                                                   const int32_t* right, int32_t n, int32_t act_min, int32_t act_max,
                                                    int8_t* out) {
 #if TFMCU_DSP_ASM
   uint32_t a, m, lo, hi;

@@ -90,12 +90,13 @@ static int32_t fuzz_requantize(Rng* r, int32_t n, TfmcuFuzzLog log) {
   return failures;
 }
 
-/* Per channel a random bias (now and then any int32), multiplier and shift. */
-static void random_channels(Rng* r, int32_t n, int32_t* bias, int32_t* multiplier, int32_t* shift) {
+/* Per channel a random bias (now and then any int32), multiplier and shift; `model_like`: every channel's as TFLite's
+ * converter gives a trained layer (a multiplier above 2^30, a right shift of 2 to 14: the kernels' short paths). */
+static void random_channels(Rng* r, int32_t n, int32_t* bias, int32_t* multiplier, int32_t* shift, int model_like) {
   for (int32_t k = 0; k < n; ++k) {
     bias[k] = next_u32(r) % 16 == 0 ? (int32_t)next_u32(r) : uniform(r, -(1 << 18), 1 << 18);
-    multiplier[k] = random_multiplier(r);
-    shift[k] = random_shift(r);
+    multiplier[k] = model_like ? (int32_t)((1u << 30) + 1u + next_u32(r) % ((1u << 30) - 1u)) : random_multiplier(r);
+    shift[k] = model_like ? uniform(r, -14, -2) : random_shift(r);
   }
 }
 
@@ -127,7 +128,8 @@ static int32_t fuzz_depthwise3x3_case(Rng* r, TfmcuFuzzLog log) {
   int8_t* input = g_input;
   static int32_t bias[FUZZ_MAX_C], multiplier[FUZZ_MAX_C], shift[FUZZ_MAX_C];
   static const int32_t kInputOffsets[6] = {-255, 255, 128, -127, 0, 1};
-  const int32_t c = uniform(r, 1, FUZZ_MAX_C);
+  const int model_like = (int)(next_u32(r) % 2); /* channels in fours, every one short: the inner pixels' path */
+  const int32_t c = model_like ? 4 * uniform(r, 1, FUZZ_MAX_C / 4) : uniform(r, 1, FUZZ_MAX_C);
   const int32_t in_h = uniform(r, 1, FUZZ_MAX_HW), in_w = uniform(r, 1, FUZZ_MAX_HW);
   const int32_t stride_h = uniform(r, 1, 3), stride_w = uniform(r, 1, 3);
   const int32_t pad_top = uniform(r, 0, 2), pad_left = uniform(r, 0, 2);
@@ -145,7 +147,7 @@ static int32_t fuzz_depthwise3x3_case(Rng* r, TfmcuFuzzLog log) {
   for (int32_t i = 0; i < 9 * c; ++i) {
     filter[i] = (int8_t)next_u32(r);
   }
-  random_channels(r, c, bias, multiplier, shift);
+  random_channels(r, c, bias, multiplier, shift, model_like);
   TfmcuDepthwiseConvParams p;
   memset(&p, 0, sizeof(p));
   p.filter = filter;
@@ -201,7 +203,7 @@ static int32_t fuzz_conv_shallow_case(Rng* r, TfmcuFuzzLog log) {
   for (int32_t i = 0; i < k_out * kh * kw * c; ++i) {
     filter[i] = (int8_t)next_u32(r);
   }
-  random_channels(r, k_out, bias, multiplier, shift);
+  random_channels(r, k_out, bias, multiplier, shift, (int)(next_u32(r) % 2));
   TfmcuConvParams p;
   memset(&p, 0, sizeof(p));
   p.filter = filter;
