@@ -12,13 +12,17 @@
  *   the output box written);
  * - tfmcu_conv2d_shallow_s8 against tfmcu_conv2d_s8 likewise: kernels 1x1 to 5x5 of 1-4 input channels (windows of
  *   at most TFMCU_CONV2D_SHALLOW_MAX_DEPTH values), 1-17 output channels and up to TFMCU_CONV2D_SHALLOW_MAX_OUT,
- *   paddings up to the kernel's size - 1, input offsets across [-127, 128]. */
+ *   paddings up to the kernel's size - 1, input offsets across [-127, 128];
+ * - tfmcu_quantize_f32_s8 (float32 to int8; on cores with an FPU and the DSP extension its Thumb-2 rows) against
+ *   TFLite's formula clamp(round(x / scale) + zero_point) computed here in double: ties, values next to them, any
+ *   float bit pattern (NaN, infinities, subnormals, values past the int32 range), scales and zero points. */
 #include "tflm_patch_kernels/tests/fast_kernels_fuzz.h"
 
 #include <string.h>
 
 #include "conv2d.h"
 #include "depthwise_conv2d.h"
+#include "quantize.h"
 
 #define FUZZ_MAX_C 21
 #define FUZZ_MAX_HW 10
@@ -229,12 +233,76 @@ static int32_t fuzz_conv_shallow_case(Rng* r, TfmcuFuzzLog log) {
                 "tfmcu_conv2d_shallow_s8 differs from tfmcu_conv2d_s8", log);
 }
 
+/* TFLite's AffineQuantize of one value: round half away from zero of the float quotient (in double here: a + 0.5 is
+ * exact for a float a), a NaN to the zero point and values past +-1024 saturated (as the kernel documents). */
+static int8_t quantize_reference(float x, float scale, int32_t zero_point) {
+  const float v = x / scale;
+  if (v != v) {
+    return (int8_t)zero_point;
+  }
+  const double d = v > 1024.0f ? 1024.0 : (v < -1024.0f ? -1024.0 : (double)v);
+  const double a = d < 0.0 ? -d : d;
+  const int32_t t = (int32_t)(a + 0.5);
+  const int32_t q = (d < 0.0 ? -t : t) + zero_point;
+  return (int8_t)(q < -128 ? -128 : (q > 127 ? 127 : q));
+}
+
+static float float_of_bits(uint32_t b) {
+  float f;
+  memcpy(&f, &b, 4);
+  return f;
+}
+
+/* One random QUANTIZE box (1-2 rows of 1-37 values, rows apart in the input) through the kernel. */
+static int32_t fuzz_quantize_case(Rng* r, TfmcuFuzzLog log) {
+  static float x[2 * 40];
+  static const float kScales[4] = {1.0f / 255.0f, 1.0f / 128.0f, 0.0078125f, 2.0f};
+  const float scale = next_u32(r) % 2 ? kScales[next_u32(r) % 4]
+                                      : float_of_bits(0x38D1B717u + next_u32(r) % 0x07000000u); /* 1e-4 .. 10 */
+  const int32_t zero_point = uniform(r, -128, 127);
+  const int32_t h = uniform(r, 1, 2), w = uniform(r, 1, 37), stride = 40;
+  for (int32_t i = 0; i < 2 * stride; ++i) {
+    const int32_t k = uniform(r, -300, 300);
+    switch (next_u32(r) % 5) {
+      case 0: /* a tie of the quotient, or as close as the float division gets */
+        x[i] = ((float)k + 0.5f) * scale;
+        break;
+      case 1: { /* a float up to two steps from it */
+        uint32_t b;
+        const float t = ((float)k + 0.5f) * scale;
+        memcpy(&b, &t, 4);
+        x[i] = float_of_bits(b + (uint32_t)uniform(r, -2, 2));
+        break;
+      }
+      case 2: /* any bit pattern: NaN, infinities, subnormals, huge values */
+        x[i] = float_of_bits(next_u32(r));
+        break;
+      default:
+        x[i] = (float)uniform(r, -40000, 40000) / 100.0f * scale;
+    }
+  }
+  const int32_t out_stride = w + uniform(r, 0, 5);
+  const int32_t out_bytes = h * out_stride + 16;
+  poison(out_bytes);
+  for (int32_t y = 0; y < h; ++y) {
+    for (int32_t i = 0; i < w; ++i) {
+      g_want[y * out_stride + i] = quantize_reference(x[y * stride + i], scale, zero_point);
+    }
+  }
+  const TfmcuQuantizeParams p = {scale, zero_point};
+  const TfmcuConstViewF32 in = {x, h, w, 1, stride};
+  const TfmcuView out = {g_got, h, w, 1, out_stride};
+  return differ(kTfmcuOk, tfmcu_quantize_f32_s8(&p, &in, &out), out_bytes,
+                "tfmcu_quantize_f32_s8 differs from TFLite's formula", log);
+}
+
 int32_t tfmcu_fuzz_fast_kernels(uint32_t seed, int32_t layer_cases, int32_t requantize_cases, TfmcuFuzzLog log) {
   Rng r = {seed != 0 ? seed : 1u};
   int32_t failures = fuzz_requantize(&r, requantize_cases, log);
   for (int32_t i = 0; i < layer_cases; ++i) {
     failures += fuzz_depthwise3x3_case(&r, log);
     failures += fuzz_conv_shallow_case(&r, log);
+    failures += fuzz_quantize_case(&r, log);
   }
   return failures;
 }

@@ -278,6 +278,14 @@ def _pool_after(graph: ir.Graph, k: int, consumers: dict[str, list[int]]) -> int
     return readers[0]
 
 
+def _float_quantize(graph: ir.Graph, k: int) -> bool:
+    """Whether operator ``k`` is a QUANTIZE of a float32 tensor to int8 (a float model's input): its one-layer stage
+    quantizes in about a third of TFLM's reference instructions (tflm_patch_kernels/quantize.h)."""
+    op = graph.ops[k]
+    return (op.type == ir.QUANTIZE and len(op.inputs) == 1 and graph.tensors[op.inputs[0]].dtype == "float32"
+            and len(op.outputs) == 1 and graph.tensors[op.outputs[0]].dtype == "int8")
+
+
 @dataclass
 class FlashResult:
     decided: TfliteModel  # the model, decided; written the first time ``model`` is asked for
@@ -302,9 +310,10 @@ def convs_to_flash(data: bytes | TfliteModel, where: str = "model", inplace: boo
     where that makes the tail smaller: our kernel's op data (``kernel_memory``) below TFLM's own allocations for it
     (``tfmcu.plan.arena``, TFLM build ``build``: Cortex-M's 32-bit structs by default). A CONV_2D whose only reader
     is a global average pool is always replaced, the pool with it (one stage: the conv, then the pool's sums, where
-    TFLM runs its generic reference reduction). Otherwise tensors and their lifetimes are unchanged (the memory
-    plan is made again; ``inplace``: in place, for ``kernels`` on ``core``); results are bit-exact as for the
-    stage. ``data``: bytes, or a model parsed or decided
+    TFLM runs its generic reference reduction); so is a QUANTIZE of a float tensor (a float model's input: our
+    kernel takes about a third of TFLM's reference instructions). Otherwise tensors and their lifetimes are unchanged
+    (the memory plan is made again; ``inplace``: in place, for ``kernels`` on ``core``); results are bit-exact as for
+    the stage. ``data``: bytes, or a model parsed or decided
     (``tfmcu.tflite.model``); the result's model is decided, written when asked for."""
     source = as_model(data, where)
     graph = from_model(source, name=where)
@@ -320,7 +329,8 @@ def convs_to_flash(data: bytes | TfliteModel, where: str = "model", inplace: boo
             uses[t] = uses.get(t, 0) + 1
     consumers = graph.consumers()
     for k, op in enumerate(graph.ops):
-        if builtin_of(op) not in FLASH_OPS:
+        quant = _float_quantize(graph, k)
+        if builtin_of(op) not in FLASH_OPS and not quant:
             continue
         pool = _pool_after(graph, k, consumers)
         ops = [k] if pool is None else [k, pool]
@@ -341,9 +351,9 @@ def convs_to_flash(data: bytes | TfliteModel, where: str = "model", inplace: boo
                  "tflm_persistent_bytes": theirs, "tfmcu_persistent_bytes": ours}
         if pool is not None:
             entry["pool"] = graph.ops[pool].src_index
-        # with the global pool after it, ours runs TFLM's reference MEAN's work as sums (tflm_patch_kernels/mean.h):
-        # replaced even where the tail does not shrink
-        if ours < theirs or pool is not None:
+        # with the global pool after it, ours runs TFLM's reference MEAN's work as sums (tflm_patch_kernels/mean.h),
+        # a float input's QUANTIZE in a third of TFLM's instructions: replaced even where the tail does not shrink
+        if ours < theirs or pool is not None or quant:
             replaced[op.src_index] = _stage_operator(ed, packed, [packed.tensor_tflite_index[packed.input_tensor]],
                                                      {})
             if pool is not None:
