@@ -372,6 +372,24 @@ def test_rest_convs_in_flash_shrink_the_tail(zoo_models, name, grid):
     assert got.arena.head_bytes == before.head_bytes and got.arena.tail_bytes < before.tail_bytes
 
 
+def test_float_input_quantize_in_flash(zoo_models):
+    """convs_to_flash moves a float model's input QUANTIZE into a one-layer stage (our kernel) with its
+    convolutions: bit-exact in TFLM, no QUANTIZE left, the arena's head unchanged."""
+    name = "tiny_float_input"
+    data = zoo_models(name)
+    inputs = random_inputs(data, 2, seed=5)
+    ref = run_tflite(data, inputs)
+    before = run_whole(data, inputs, name).arena
+    flash = custom.convs_to_flash(data, name, build="host")
+    assert [e for e in flash.replaced if e["builtin"] == "QUANTIZE"], flash.replaced
+    m = ts.load_model(flash.model)
+    assert "QUANTIZE" not in [ts.op_name(m, op) for op in m.subgraphs[0].operators]
+    got = run_whole(flash.model, inputs, name)
+    for a, b in zip(got.outputs, ref):
+        assert np.array_equal(a[0], b[0])
+    assert got.arena.head_bytes == before.head_bytes
+
+
 def test_fully_connected_in_flash_bit_exact(zoo_models):
     """MobileNetV2-0.35-144's 1000-class classifier (per-channel weights: TFLM's Prepare keeps 8,000 B of multipliers
     in the tail) runs as a one-layer TFMCU_PATCH_STAGE op, the 1x1 convolution it computes, its multipliers in
