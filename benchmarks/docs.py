@@ -153,6 +153,15 @@ def boards_table() -> str:
     return "\n".join(md) + "\n"
 
 
+def flash_table() -> str:
+    """Every board's flash commands (boards.json ``flash_with``), as ``deploy`` prints them with its files."""
+    md = ["| `--target` | commands (run in the deploy folder) |", "|---|---|"]
+    for name, b in board_entries().items():
+        cmds = [c.format(elf="firmware.elf", bin="firmware.bin", hex="firmware.hex") for c in b.get("flash_with") or []]
+        md.append(f"| `{name}` | " + "<br>".join(f"`{c}`" for c in cmds) + " |")
+    return "\n".join(md) + "\n"
+
+
 ACCOUNTINGS = ("separate", "paper", "tflm_inplace")
 
 
@@ -385,7 +394,8 @@ TABLES: dict[str, Table] = {
 OPTIONAL = {"runs": Table(tuple(SECTIONS), runs_table), "targets": Table((), targets_list),
             "headline": Table(("custom", "fit", "detection", "search", "train", "demo", "detection_recipe", "foreign"),
                               headline_table),
-            "targets:table": Table((), targets_table), "boards": Table((), boards_table)}
+            "targets:table": Table((), targets_table), "boards": Table((), boards_table),
+            "flash": Table((), flash_table)}
 # Values a page quotes that no single JSON entry holds.
 DERIVED: dict[str, dict[str, Callable[[dict[str, Any]], Any]]] = {
     "latency_calibration": {"worst_error": _worst_error},

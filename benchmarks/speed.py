@@ -9,7 +9,7 @@ profiled per op (``deploy --profile``):
 - TFLM + tfmcu kernels per layer: every CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED a one-layer TFMCU_PATCH_STAGE
   op run by the executor's CMSIS-NN backend, whose own kernels run where they are faster
   (``tfmcu.stage.custom.convs_to_flash``: what ``rewrite --rest_convs=tfmcu`` does after a stage), a convolution read
-  only by the global pool with it;
+  only by the global pool with it, a float input's QUANTIZE a stage of its own;
 - ``fit --run`` at ``CAPS`` (objective memory, fit's defaults otherwise): the smallest arena within that factor of the
   baseline's predicted instructions.
 

@@ -315,6 +315,10 @@ def test_every_board_resolves_with_its_memory():
             assert f"FLASH (rx) : ORIGIN = 0x{t.flash.base:08X}, LENGTH = {t.flash.bytes // 1024}K" in ld
             assert f"RAM (rwx)  : ORIGIN = 0x{t.ram.base:08X}, LENGTH = {t.ram.bytes // 1024}K" in ld
             assert ld.count("MEMORY") == 1 and "SECTIONS" in ld
+        # how it goes onto the board: commands naming only the files deploy writes
+        assert t.flash_with, t.name
+        for c in t.flash_with:
+            assert set(re.findall(r"\{(\w*)\}", c)) <= {"elf", "bin", "hex"}, c
     for name, core in UNSUPPORTED.items():
         with pytest.raises(UsageError, match=f"--target={name}: its core \\({core}\\) is not supported yet"):
             deploy.validate(deploy.DeployOptions("m.tflite", name))

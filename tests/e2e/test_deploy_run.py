@@ -97,16 +97,17 @@ def test_deploy_run_fits_and_equals_tflite(models, tmp_path, target, kernels, co
     assert run["stack_hwm_bytes"] < rep["stack_bytes"]
     if target == "stm32f405":  # TFLM's persistent data apart, in the CCM: where QEMU maps it (0x20020000, past the
         # chip's 128 KiB of SRAM), and in the board's own link at the CCM's address
-        _persistent_apart(rep, "CCM", (0x20020000, 0x20030000), (0x10000000, 0x10010000))
+        _persistent_apart(rep, "CCM", (0x20020000, 0x20030000), (0x10000000, 0x10010000), tmp_path / "fw")
+    _board_files(tmp_path / "fw", rep, r.stdout)
 
 
-def _persistent_apart(rep, region, in_qemu, on_board):
+def _persistent_apart(rep, region, in_qemu, on_board, folder):
     """TFLM's persistent buffer in ``region``: at an address in ``in_qemu`` (lo, hi) in the run, in ``on_board`` in
-    the board's own ELF."""
+    the board's own ELF (the folder's copy)."""
     run = rep["run"]
     assert rep["arena"]["persistent_region"] == region and run["persistent_bytes"] == rep["arena"]["persistent_bytes"]
     assert in_qemu[0] <= int(run["persistent_at"], 16) < in_qemu[1]
-    nm = subprocess.run(["arm-none-eabi-nm", os.path.join(ROOT, "bazel-bin", "external", "tfmcu_fw", "firmware.elf")],
+    nm = subprocess.run(["arm-none-eabi-nm", os.path.join(folder, "firmware.elf")],
                         capture_output=True, text=True, check=True).stdout
     at = next(int(ln.split()[0], 16) for ln in nm.splitlines() if ln.endswith("g_persistentE"))
     assert on_board[0] <= at < on_board[1]
@@ -191,6 +192,8 @@ def test_deploy_run_on_named_boards(models, tmp_path, board):
     persistent data in its AXI SRAM: at 0x24000000 in the board's link, in a region of its size at the end of QEMU's
     RAM in the link QEMU runs. The nRF52840, STM32H743 and STM32U575 boards report on the UART: their ELFs link
     their chips' UART drivers, what QEMU runs the MPS board's."""
+    from tfmcu.firmware.targets import TARGETS
+
     _need_bazel()
     uart = ["--console=uart"] if board in ("nrf52840-dk", "nucleo-h743zi", "nucleo-u575zi") else []
     r, rep = _deploy(*models["tiny"], board, str(tmp_path / "fw"), *uart)
@@ -202,15 +205,16 @@ def test_deploy_run_on_named_boards(models, tmp_path, board):
                                                                                              "alif-ensemble-e7"))
     assert (tmp_path / "fw" / "board.ld").is_file()
     if uart:
-        from tfmcu.firmware.targets import TARGETS
-
         build = open(tmp_path / "fw" / "BUILD").read()
         assert '"@//tflm_patch_kernels/firmware:harness_uart"' in build
         assert f'"@//tflm_patch_kernels/firmware:{TARGETS[board].board_elf}"' in build  # the chip's UART driver
     if board == "nucleo-h743zi":  # the arena in the DTCM; the persistent data in the AXI SRAM: at the end of QEMU's
         # RAM in the run, at 0x24000000 on the board
         assert rep["estimate"]["region"] == rep["arena"]["region"] == "DTCM"
-        _persistent_apart(rep, "AXI SRAM", (0x20380000, 0x20400000), (0x24000000, 0x24080000))
+        _persistent_apart(rep, "AXI SRAM", (0x20380000, 0x20400000), (0x24000000, 0x24080000), tmp_path / "fw")
+    _board_files(tmp_path / "fw", rep, r.stdout)
+    # QEMU ran a link of its own where the board's is not the QEMU board's: both ELFs in the folder
+    assert (tmp_path / "fw" / "firmware_qemu.elf").is_file() == TARGETS[board].qemu_link
 
 
 def test_deploy_run_on_a_core_no_qemu_board_runs(models, tmp_path):
@@ -224,6 +228,24 @@ def test_deploy_run_on_a_core_no_qemu_board_runs(models, tmp_path):
     assert rep["fits"] and run["linked"] and run["sizes"]["flash"] > rep["model_bytes"]
     assert run["invoke_insns"] == [] and run["arena_used_bytes"] is None
     assert "ORIGIN = 0x10000000, LENGTH = 2048K" in (tmp_path / "fw" / "board.ld").read_text()
+    _board_files(tmp_path / "fw", rep, r.stdout)
+
+
+def _board_files(folder, rep, stdout):
+    """The files a board takes in the deploy folder (firmware.elf, .bin, .hex, .map), the board's flash commands
+    in deploy.json with the folder's files in them, printed at the end."""
+    elf = (folder / "firmware.elf").read_bytes()
+    assert elf[:4] == b"\x7fELF"
+    sizes = subprocess.run(["arm-none-eabi-size", "-A", str(folder / "firmware.elf")], capture_output=True, text=True,
+                           check=True).stdout
+    loaded = sum(int(ln.split()[1]) for ln in sizes.splitlines() if ln.startswith((".text", ".rodata", ".data")))
+    assert (folder / "firmware.bin").stat().st_size >= loaded * 0.9
+    hex_lines = (folder / "firmware.hex").read_text().splitlines()
+    assert hex_lines[0].startswith(":") and hex_lines[-1] == ":00000001FF"  # Intel HEX, its end-of-file record
+    assert "## Sections" in (folder / "firmware.map").read_text()
+    assert rep["files"] == {"elf": "firmware.elf", "bin": "firmware.bin", "hex": "firmware.hex", "map": "firmware.map"}
+    assert rep["flash_with"] and all("{" not in c for c in rep["flash_with"])
+    assert any("firmware." in c for c in rep["flash_with"]) and rep["flash_with"][-1] in stdout
 
 
 def test_deploy_run_persistent_apart_off_is_one_arena(models, tmp_path):

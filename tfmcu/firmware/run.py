@@ -1,10 +1,10 @@
 """A firmware folder (``tfmcu.firmware.sources.folder_files``) built with Bazel and run under QEMU.
 
 ``run_firmware(out_dir, target, arena, kernels)`` builds ``@tfmcu_fw//:firmware`` from this checkout
-(``bazel build --override_repository=tfmcu_fw=OUT_DIR``) and runs it on the target's QEMU board
-(tools/qemu/run_firmware.py), which checks the output bytes against the folder's ``expect.json``. It returns what
-was measured (``FirmwareRun``, deploy.json's ``run``), whether the model fits and the verdict: "fits" when it links
-into the target's memory and
+(``bazel build --override_repository=tfmcu_fw=OUT_DIR``), copies the build's ELF into the folder with the files a
+board takes (``tfmcu.firmware.outputs``) and runs that copy on the target's QEMU board (tools/qemu/run_firmware.py),
+which checks the output bytes against the folder's ``expect.json``. It returns what was measured (``FirmwareRun``,
+deploy.json's ``run``), whether the model fits and the verdict: "fits" when it links into the target's memory and
 AllocateTensors succeeds; a link that overflows the target's RAM or Flash, or an arena TFLM finds too small, is
 "does not fit", with the figure. Anything else that goes wrong is a one-line ``DeployError``.
 """
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from tfmcu.errors import TfmcuError
+from tfmcu.firmware.outputs import ELF, QEMU_ELF, build_lock, write_board_files
 from tfmcu.firmware.sources import KERNELS_WHAT, REPO, ROOT
 from tfmcu.firmware.targets import Target
 from tfmcu.records import Record, optional, present
@@ -106,6 +107,12 @@ def firmware_elf(t: Target, out_dir: str | None = None) -> str:
     return os.path.join(ROOT, "bazel-bin", "external", REPO, f"{'firmware_qemu' if own else 'firmware'}.elf")
 
 
+def run_elf(out_dir: str) -> str:
+    """The folder's copy of the ELF QEMU ran (``run_firmware`` copies every build: ``tfmcu.firmware.outputs``)."""
+    own = os.path.join(out_dir, QEMU_ELF)
+    return own if os.path.exists(own) else os.path.join(out_dir, ELF)
+
+
 def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: str, timeout_s: int = 300,
                  log: Callable[[str], None] = print, console: str = "semihosting",
                  tflm_inputs: int = 0, segments: str | None = None) -> tuple[FirmwareRun, bool, str]:
@@ -124,7 +131,11 @@ def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: 
     cmd = ["bazel", "build", "--noshow_progress", f"--override_repository={REPO}={out}", f"@{REPO}//:firmware",
            *([f"@{REPO}//:{run_name}"] if run_name != "firmware" else []),
            "//tools/qemu:libinsn_count.so"]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    with build_lock(ROOT):  # Bazel's output is one path for every folder: this build's ELF copied before another
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        if r.returncode == 0:
+            files = write_board_files(out, os.path.join(os.path.dirname(firmware_elf(t, out)), "firmware.elf"),
+                                      firmware_elf(t, out))
     if r.returncode != 0:
         m = _OVERFLOW.search(r.stderr)
         if not m and _BUDGET in r.stderr:  # mps2.ld's ASSERT: .data + .bss + stack over the target's SRAM
@@ -142,7 +153,7 @@ def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: 
                    f"{t.sram_bytes:,} B of SRAM)" if region == "RAM" else
                    f"does not fit {t.name}: the link overflows {region} by {missing:,} bytes")
         return FirmwareRun(linked=False, overflow=Overflow(region=region, bytes=missing)), False, verdict
-    elf = firmware_elf(t, out)
+    elf = files.get("qemu_elf", files["elf"])  # the folder's copy of the link QEMU runs
     plugin = os.path.join(ROOT, "bazel-bin", "tools", "qemu", "libinsn_count.so")
     run_json = os.path.join(out, "run.json")
     if not t.machine:  # no QEMU board has the core: the link is the check

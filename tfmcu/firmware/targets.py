@@ -128,6 +128,8 @@ class Target:
     # STM32H743's DTCM before its AXI SRAM; TFLM's persistent data then goes to firmware_ram
     fast_ram: str = ""
     clock_hz: int | None = None  # the core clock the board runs at (boards.json clock_mhz): ms from cycles
+    # how the firmware goes onto the board (boards.json flash_with): commands with {elf}, {bin}, {hex}
+    flash_with: tuple[str, ...] = ()
 
     @property
     def core(self) -> str:
@@ -218,7 +220,8 @@ def _board(name: str, b: dict) -> tuple[Target | None, str]:
                console_serial=int(b.get("console_serial", 0)), own_ld=name not in BUILDS_BY_NAME,
                persistent_ram=persistent, qemu_bases=qemu_bases, fast_ram=fast,
                board_elf=(f"board_dwt_{build.key}" + (f"_{console_uart}" if console_uart else "")) if dwt else "",
-               clock_hz=int(b["clock_mhz"]) * 1_000_000 if b.get("clock_mhz") else None)
+               clock_hz=int(b["clock_mhz"]) * 1_000_000 if b.get("clock_mhz") else None,
+               flash_with=tuple(str(c) for c in b.get("flash_with") or ()))
     return t, str(b["core"])
 
 

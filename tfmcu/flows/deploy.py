@@ -68,8 +68,9 @@ import numpy as np
 
 from tfmcu.errors import UsageError
 from tfmcu.files import write_folder, write_outputs
+from tfmcu.firmware.outputs import KINDS, flash_commands
 from tfmcu.firmware.profile import OpProfile, op_profile, plot as profile_plot, table as profile_table
-from tfmcu.firmware.run import DeployError, FirmwareRun, firmware_elf, run_firmware
+from tfmcu.firmware.run import DeployError, FirmwareRun, run_elf, run_firmware
 from tfmcu.firmware.sources import (CONSOLES, EXTERNAL_MEMORY, KERNELS, check_model, detector_expectation, detector_slots_for,
                                     expectation, folder_files, printed_detections, stream_rows)
 from tfmcu.firmware.targets import TARGETS, Target, get_target
@@ -229,6 +230,10 @@ class DeployReport(Record):
     profile: OpProfile | None = optional()  # with ``run`` and ``profile``: per op of the first Invoke
     fits: bool | None = optional()  # with ``run``: the verdict's
     verdict: str | None = optional()
+    # with ``run``, once it links: the files a board takes in out_dir (tfmcu.firmware.outputs: elf, bin, hex, map)
+    # and the board's flash commands with their paths (boards.json flash_with)
+    files: dict[str, str] | None = optional()
+    flash_with: list[str] | None = optional()
 
 
 def validate(o: DeployOptions) -> Target:
@@ -502,7 +507,7 @@ def _profile(o: DeployOptions, report: "DeployReport", t: Target, segments: str,
     profile.png beside deploy.json; the segments file it was read from removed."""
     with open(o.tflite, "rb") as f:
         model = f.read()
-    elf = firmware_elf(t, os.path.abspath(o.out_dir))
+    elf = run_elf(os.path.abspath(o.out_dir))
     prof = op_profile(model, report.run, segments, elf, t, o.kernels, report.run.measured_by)
     os.remove(segments)
     title = (f"{os.path.basename(o.tflite)} on {t.name}: instructions per op, one Invoke (QEMU)"
@@ -528,10 +533,18 @@ def deploy(o: DeployOptions, log: Callable[[str], None] = print) -> DeployReport
         if report.detector is not None and fits:
             run = dataclasses.replace(run, detections=firmware_detections(o.out_dir, report.detector.detections))
         report = dataclasses.replace(report, run=run, fits=fits, verdict=verdict)
+        if run.linked:
+            out = os.path.abspath(o.out_dir)
+            files = {k: os.path.join(out, f"firmware.{k}") for k in KINDS}
+            report = dataclasses.replace(report, files={k: os.path.basename(p) for k, p in files.items()},
+                                         flash_with=flash_commands(placed, files))
         if o.profile and fits:
             report = dataclasses.replace(report, profile=_profile(o, report, placed, segments, log))
         write_outputs({os.path.join(o.out_dir, "deploy.json"): json.dumps(report.to_json(), indent=1) + "\n"})
         log(f"deploy: {verdict}")
+        if report.flash_with:
+            log(f"deploy: {', '.join(report.files.values())} in {o.out_dir}; onto the {placed.name}:\n  "
+                + "\n  ".join(report.flash_with))
     if o.tree:
         export_tree(o.out_dir, o.tree, log=log)
     return report

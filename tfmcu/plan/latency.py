@@ -759,12 +759,14 @@ def coefficients(core: str, kernels: str, calibration: str = CALIBRATION_FILE) -
 
 
 def stage_overheads(core: str = "cortex-m4", kernels: str = "cmsis_nn",
-                    calibration: str = CALIBRATION_FILE) -> dict[str, float]:
+                    calibration: str = CALIBRATION_FILE, ours: bool = True) -> dict[str, float]:
     """The calibrated instructions (estimated) a patch stage adds to its MACs, for the stage-plan search's
     per-segment estimate (``tfmcu.plan.stage_plans.stage_segments``): per patch, per kernel call, per filter element a
     1x1 convolution re-reads on each call (CMSIS-NN sums the filter rows per call), per MAC of a 1x1 and of a
     depthwise convolution, per output element of a 1x1 convolution and of an ADD, per output pixel of a depthwise
-    convolution (the bulk of a MobileNet's)."""
+    convolution (the bulk of a MobileNet's). ``ours``: the depthwise and shallow-window convolutions at the rate of
+    our kernels (what a stage and the rest's one-layer stages run on a DSP core); else TFLM + CMSIS-NN's per layer
+    (what ``--max_latency`` is a factor of)."""
     coef = _load(os.path.abspath(calibration)).get("coefficients", {}).get(f"{core}/{kernels}")
     if coef is None:
         raise UsageError(f"{os.path.basename(calibration)} has no calibration for {core} with {kernels}")
@@ -777,9 +779,12 @@ def stage_overheads(core: str = "cortex-m4", kernels: str = "cmsis_nn",
     layer = {row: float(ops[row].get("out", 0.0)) for row in ops if row.split(":")[0] in ELEMENTWISE}
     in_stage = {k: {n: float(portable.get(k, {}).get(n, 0.0)) for n in ("out", "lut_out", "lut_lanes_out", "lut_calls")}
                 for k in ELEMENTWISE}
-    # a depthwise layer in a stage on a DSP core runs our 3x3 kernel (its stage coefficient against CMSIS-NN's row)
-    dw_scale = float(stage.get("cost_dw_tfmcu", 1.0)) if "cost_dw_tfmcu" in stage else 1.0
+    # a depthwise layer in a stage on a DSP core runs our 3x3 kernel, a first layer our shallow-window kernel (their
+    # stage coefficients against CMSIS-NN's rows)
+    dw_scale = float(stage.get("cost_dw_tfmcu", 1.0)) if ours else 1.0
+    shallow_scale = float(stage.get("cost_conv_tfmcu", 1.0)) if ours else 1.0
     return {"patch": float(stage.get("patches", 0.0)), "call": float(stage.get("calls", 0.0)),
+            "shallow_scale": shallow_scale,
             "weight_call": float(conv.get("wts", 0.0)), "conv_mac": float(conv.get("macs", 1.0)),
             "dw_mac": dw_scale * float(dw.get("macs", 1.0)), "conv_element": float(conv.get("inner", 0.0)),
             "dw_pixel": dw_scale * float(dw.get("pix", 0.0)), "add_element": float(ops.get("ADD", {}).get("out", 0.0)),

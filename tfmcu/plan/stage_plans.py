@@ -18,7 +18,7 @@ import operator
 from dataclasses import replace
 from typing import Any, Callable
 
-from tfmcu.abi import LUT_MAX_CHANNELS, LUT_MIN_ELEMENTS, LUT_OPS
+from tfmcu.abi import LUT_MAX_CHANNELS, LUT_MIN_ELEMENTS, LUT_OPS, conv_shallow_ours
 from tfmcu.graph import ir
 from tfmcu.plan import regions
 from tfmcu.plan.halo import HaloOptions, halo_caches, intermediates
@@ -69,8 +69,8 @@ def plan_candidates(graph: ir.Graph, options: SearchOptions, progress: Progress 
     for image in images:
         segs = by_image[image]
         limit = None  # with a latency cap, the plans whose estimate is near it (the predictor decides)
-        if options.max_latency is not None:
-            per_layer = pareto_plans(graph, segs, options, 0, image, by="instructions")[0].instructions
+        if options.max_latency is not None:  # a factor of TFLM + CMSIS-NN per layer (not of our kernels' rate)
+            per_layer = segment_instructions(graph, list(range(len(graph.ops))), None, stage_overheads(ours=False))
             limit = options.max_latency * PLAN_ESTIMATE_SLACK * per_layer
         front = [p for p in pareto_plans(graph, segs, options, options.max_stages, image, by="instructions",
                                          max_cost=limit)
@@ -156,10 +156,13 @@ def segment_instructions(graph: ir.Graph, ops: list[int], walks: tuple[list[Any]
             total += _elementwise(graph, op, sizes, sum(sizes), costs)
         else:
             total += _elementwise(graph, op, None, out.nbytes, costs)
-        total += macs * (costs["dw_mac"] if op.type == ir.DEPTHWISE else costs["conv_mac"])
+        # (a first layer over a shallow window: our kernel's rate, costs["shallow_scale"])
+        shallow = costs.get("shallow_scale", 1.0) if op.type == ir.CONV and conv_shallow_ours(
+            op.kernel, op.groups, op.dilation, op.in_channels, op.out_channels, 0) else 1.0
+        total += macs * (costs["dw_mac"] if op.type == ir.DEPTHWISE else costs["conv_mac"] * shallow)
         channels = out.shape[-1] if out.shape else 1  # (a scalar: a reshape's shape arithmetic)
         if op.type == ir.CONV:
-            total += pixels * costs["conv_element"] * channels * op.kernel[0] * op.kernel[1]
+            total += pixels * costs["conv_element"] * channels * op.kernel[0] * op.kernel[1] * shallow
         elif op.type == ir.DEPTHWISE:
             total += pixels * costs["dw_pixel"]
         elif op.type == ir.ADD:
