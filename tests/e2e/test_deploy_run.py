@@ -257,6 +257,76 @@ def test_deploy_run_persistent_apart_off_is_one_arena(models, tmp_path):
     assert rep["run"]["arena_used_bytes"] == rep["arena"]["predicted_bytes"]
 
 
+def _opened(path: str, but: int) -> bool:
+    """Whether a process other than ``but`` has ``path`` open (Linux /proc)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == but:
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == path:
+                    return True
+            except OSError:
+                pass
+    return False
+
+
+def _validate_on_pty(elf, expect):
+    """pipelines.validate on QEMU's UART: QEMU started halted with the UART on a pseudo-terminal, let run once
+    validate holds the terminal open (QEMU drops what it writes to a terminal nobody has open). (exit, output)."""
+    import re
+    import time
+
+    q = subprocess.Popen(["qemu-system-arm", "-M", "mps2-an386", "-nographic", "-S", "-monitor", "stdio", "-serial",
+                          "pty", "-kernel", str(elf)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    try:
+        pty, end = None, time.monotonic() + 30
+        while pty is None and time.monotonic() < end:
+            m = re.search(r"char device redirected to (/dev/pts/\d+)", q.stdout.readline())
+            pty = m.group(1) if m else None
+        assert pty, "QEMU named no pseudo-terminal"
+        v = subprocess.Popen([PY, "-m", "pipelines.validate", f"--port={pty}", f"--expect={expect}", "--timeout=120"],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        while not _opened(pty, q.pid) and time.monotonic() < end + 60 and v.poll() is None:
+            time.sleep(0.1)
+        q.stdin.write("cont\n")
+        q.stdin.flush()
+        out, _ = v.communicate(timeout=180)
+        return v.returncode, out
+    finally:
+        q.kill()
+        q.wait()
+
+
+def test_validate_over_a_serial_port(models, tmp_path):
+    """pipelines.validate reads a firmware's report from a serial port (pyserial) and checks it against the deploy
+    folder's expect.json: QEMU's UART on a pseudo-terminal, the path a board's USB serial takes. Exit 0 when the
+    outputs equal TF Lite's, 1 on a planted wrong expectation, 2 on a port that cannot be opened or no expect.json
+    (one line on stderr)."""
+    _need_bazel()
+    out = tmp_path / "fw"
+    r, rep = _deploy(*models["tiny"], "cortex-m4", str(out), "--console=uart")
+    assert r.returncode == 0 and rep["fits"], r.stdout[-2000:] + r.stderr[-2000:]
+    expect = json.load(open(out / "expect.json"))
+    wrong = dict(expect, expect=dict(expect["expect"], output_fnv1a32="0x00000000"))
+    (tmp_path / "wrong.json").write_text(json.dumps(wrong))
+    rc, text = _validate_on_pty(out / "firmware.elf", out / "expect.json")
+    assert rc == 0 and "validate: passed" in text and "outputs equal TF Lite's" in text, text
+    assert f"arena {rep['arena']['predicted_bytes']:,} B used" in text
+    rc, text = _validate_on_pty(out / "firmware.elf", tmp_path / "wrong.json")
+    assert rc == 1 and "validate: FAILED" in text and "output_fnv1a32: got" in text, text
+    for port, expect_path, what in (("/dev/nonexistent-tty", out / "expect.json", "cannot open"),
+                                    ("/dev/null", tmp_path / "none.json", "no such file")):
+        bad = subprocess.run([PY, "-m", "pipelines.validate", f"--port={port}", f"--expect={expect_path}"], cwd=ROOT,
+                             capture_output=True, text=True)
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and what in bad.stderr, bad.stderr
+
+
 def test_deploy_run_per_layer_does_not_fit_stm32f405(models, tmp_path):
     _need_bazel()
     r, rep = _deploy(*models["mbv2_035_96"], "stm32f405", str(tmp_path / "fw"))

@@ -5,6 +5,7 @@ usage: run_firmware.py --elf FW.elf --machine mps2-an386 [--plugin libinsn_count
                        [--range LO:HI | --range-symbol FUNC] [--profile TOP] [--profile-out PROFILE.txt]
                        [--timeout 120] [--report OUT.json]
                        [--console semihosting|uart [--console-serial N]] [--quiet]
+       run_firmware.py --serial PORT [--baud 115200] [--expect EXPECT.json] [--timeout 120] [--report OUT.json]
 
 - Sizes: .text/.rodata/.data/.bss/.stack of the ELF (arm-none-eabi-size -A).
 - Runs `qemu-system-arm -M MACHINE -icount shift=0 -semihosting ...` with a wall-clock timeout; the
@@ -38,7 +39,12 @@ report to --report, and into $TEST_UNDECLARED_OUTPUTS_DIR when run by `bazel tes
 QEMU exited 0, a result line was found, its status is 0 and every expectation holds; else 1 (or QEMU's
 non-zero status).
 
-Standard library only: it runs with any python3 (Bazel's sh_test uses /usr/bin/python3).
+--serial PORT: no QEMU; the report of a firmware on a board (or QEMU's UART on a pseudo-terminal) read from the
+serial port PORT (pyserial) until its TFMCU_EXIT line, then checked as above (sizes and counts need the ELF and
+QEMU: none). Exit status 2 when the port cannot be opened.
+
+Standard library only for QEMU runs: it runs with any python3 (Bazel's sh_test uses /usr/bin/python3); --serial
+imports pyserial.
 """
 import argparse
 import bisect
@@ -166,6 +172,34 @@ def run_qemu(args, plugin_out):
         return None, out, cmd
 
 
+def read_serial(port, baud, timeout):
+    """The firmware's report from a serial port: lines until its TFMCU_EXIT line (harness.c) or ``timeout`` seconds.
+    Returns (its status, or None on a timeout; the text). SystemExit(2) when the port cannot be opened."""
+    import time
+
+    try:
+        import serial  # pyserial
+    except ImportError:
+        raise SystemExit("run_firmware: --serial needs pyserial (make setup installs it)") from None
+    try:
+        ser = serial.Serial(port, baudrate=baud, timeout=0.2)
+    except (serial.SerialException, OSError, ValueError) as e:
+        print("run_firmware: cannot open the serial port %s: %s" % (port, e), file=sys.stderr)
+        raise SystemExit(2) from None
+    lines, buf, end = [], b"", time.monotonic() + timeout
+    with ser:
+        while time.monotonic() < end:
+            buf += ser.read(4096)
+            *done, buf = buf.split(b"\n")
+            new = [raw.decode(errors="replace").rstrip("\r") + "\n" for raw in done]
+            lines += new
+            if any(EXIT_RE.match(ln) for ln in new):
+                break
+    out = "".join(lines) + buf.decode(errors="replace")
+    m = EXIT_RE.search(out)
+    return (int(m.group(1)) if m else None), out
+
+
 def _run_until_exit_line(cmd, timeout):
     """A UART-console run: the firmware cannot stop QEMU, so its last line says how it ended (TFMCU_EXIT <status>,
     harness.c); QEMU is stopped (SIGTERM: the plugin still writes its counts) once that line is read. Returns
@@ -208,9 +242,26 @@ def check_expect(result, expect):
     return problems
 
 
+def _qemu_run(args):
+    """QEMU's run of --elf: (its status, its output, the command, the plugin's text, the --profile functions)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        plugin_out = os.path.join(tmp, "insn_count.txt")
+        rc, output, cmd = run_qemu(args, plugin_out)
+        plugin_text = open(plugin_out).read() if os.path.exists(plugin_out) else ""
+        profile = None
+        if args.plugin and args.profile and os.path.exists(plugin_out + ".profile"):
+            with open(plugin_out + ".profile") as f:
+                profile = function_profile(args.elf, _tool("arm-none-eabi-nm", args.nm), f.read(), args.profile)
+        if args.plugin and args.profile_out and os.path.exists(plugin_out + ".profile"):
+            shutil.copyfile(plugin_out + ".profile", args.profile_out)
+    return rc, output, cmd, plugin_text, profile
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--elf", required=True)
+    ap.add_argument("--elf", help="the firmware (required but with --serial)")
+    ap.add_argument("--serial", help="read the report of a firmware on a board from this serial port (no QEMU)")
+    ap.add_argument("--baud", type=int, default=115200, help="with --serial: the port's baud rate")
     ap.add_argument("--machine", help="mps2-an386 (Cortex-M4) or mps2-an500 (Cortex-M7), ... (not with --sizes-only)")
     ap.add_argument("--sizes-only", action="store_true",
                     help="no run: the report holds the ELF's sizes (a core no QEMU board runs)")
@@ -241,7 +292,9 @@ def main(argv=None):
         with open(args.expect) as f:
             expect = json.load(f)
     want_failure = expect.get("expect_failure")
-    sizes = elf_sizes(args.elf, _tool("arm-none-eabi-size", args.size_tool))
+    if not args.elf and not args.serial:
+        ap.error("--elf is required (or --serial)")
+    sizes = elf_sizes(args.elf, _tool("arm-none-eabi-size", args.size_tool)) if args.elf else None
     if args.sizes_only:
         report = {"elf": os.path.basename(args.elf), "machine": None, "problems": [], "result": None, "sizes": sizes}
         if args.report:
@@ -249,25 +302,21 @@ def main(argv=None):
                 json.dump(report, f, indent=1, sort_keys=True)
         print("TFMCU_REPORT " + json.dumps(report, sort_keys=True))
         return 0
-    if not args.machine:
-        ap.error("--machine is required (or --sizes-only)")
-    with tempfile.TemporaryDirectory() as tmp:
-        plugin_out = os.path.join(tmp, "insn_count.txt")
-        rc, output, cmd = run_qemu(args, plugin_out)
-        plugin_text = open(plugin_out).read() if os.path.exists(plugin_out) else ""
-        profile = None
-        if args.plugin and args.profile and os.path.exists(plugin_out + ".profile"):
-            with open(plugin_out + ".profile") as f:
-                profile = function_profile(args.elf, _tool("arm-none-eabi-nm", args.nm), f.read(), args.profile)
-        if args.plugin and args.profile_out and os.path.exists(plugin_out + ".profile"):
-            shutil.copyfile(plugin_out + ".profile", args.profile_out)
+    if args.serial:
+        rc, output = read_serial(args.serial, args.baud, args.timeout)
+        cmd, plugin_text, profile = ["serial", args.serial], "", None
+        args.plugin = None
+    elif not args.machine:
+        ap.error("--machine is required (or --sizes-only, or --serial)")
+    else:
+        rc, output, cmd, plugin_text, profile = _qemu_run(args)
 
     if not args.quiet:
         sys.stdout.write(output if output.endswith("\n") or not output else output + "\n")
     if rc is None:
-        problems.append("timed out after %gs" % args.timeout)
+        problems.append("timed out after %gs" % args.timeout + (" (no TFMCU_EXIT line)" if args.serial else ""))
     elif rc != 0 and not (want_failure and rc == 1):
-        problems.append("qemu exit status %d" % rc)
+        problems.append("%s exit status %d" % ("firmware" if args.serial else "qemu", rc))
     if "Lockup" in output:
         # A fault whose exception frame cannot be pushed: usually the stack ran past its limit (mps2.ld).
         problems.append("CPU lockup (stack overflow past __stack_limit?)")
@@ -328,8 +377,9 @@ def main(argv=None):
                     problems.append("%s: got %r, want %r within %g%%" % (key, got, want, 100 * frac))
 
     report = {
-        "elf": os.path.basename(args.elf),
+        "elf": os.path.basename(args.elf) if args.elf else None,
         "machine": args.machine,
+        "serial": args.serial,
         "qemu_status": rc,
         "cost_source": "plugin" if counts is not None else "icount-timer",
         "sizes": sizes,
@@ -344,7 +394,7 @@ def main(argv=None):
     print("TFMCU_REPORT " + json.dumps(report, sort_keys=True))
     for path in filter(None, [args.report, os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR")]):
         if os.path.isdir(path):
-            path = os.path.join(path, os.path.splitext(os.path.basename(args.elf))[0] + ".report.json")
+            path = os.path.join(path, os.path.splitext(os.path.basename(args.elf or "serial"))[0] + ".report.json")
         with open(path, "w") as f:
             json.dump(report, f, indent=1, sort_keys=True)
             f.write("\n")
@@ -360,11 +410,13 @@ _HARNESS_KEYS = {"target", "sram_budget", "ram_static", "stack_size", "stack_hwm
 
 
 def _print_summary(report):
-    s, r = report["sizes"], report["result"] or {}
-    print("== %s on %s (%s)" % (report["elf"], report["machine"], r.get("target", "?")))
-    print("   flash %d (.text %d, .rodata %d, .data %d)   ram %d (.data %d, .bss %d, .stack %d) of budget %s" % (
-        s["flash"], s["text"], s["rodata"], s["data"], s["ram"], s["data"], s["bss"], s["stack"],
-        r.get("sram_budget", "?")))
+    s, r = report["sizes"] or {}, report["result"] or {}
+    print("== %s on %s (%s)" % (report["elf"] or "the firmware", report["machine"] or report.get("serial"),
+                                r.get("target", "?")))
+    if s:
+        print("   flash %d (.text %d, .rodata %d, .data %d)   ram %d (.data %d, .bss %d, .stack %d) of budget %s" % (
+            s["flash"], s["text"], s["rodata"], s["data"], s["ram"], s["data"], s["bss"], s["stack"],
+            r.get("sram_budget", "?")))
     if s.get("psram"):
         print("   psram %d (read-only data outside the code memory: the model)" % s["psram"])
     if r:
