@@ -51,6 +51,14 @@ def test_fit_run_resnet8_on_cortex_m4(tmp_path):
     assert ref.tflm_inputs == apart and ref.tflite_vs_tflm.agree and ref.tflite_vs_tflm.tie_samples == len(apart)
     want = json.loads((out / "firmware" / "expect.json").read_text())["expect"]
     assert want == expectation([o[0] for o in tflm])  # the firmware printed it (tools/qemu/run_firmware.py checks)
+    # what a person reads and what a board takes: report.md from fit.json's figures, the firmware's files and the
+    # board's commands printed last
+    report = (out / "report.md").read_text()
+    assert f"| TFLM arena in {rep.deploy.arena.region} | {m.predicted_arena_bytes:,} B | {m.arena_used_bytes:,} B |" \
+        in report
+    assert f"{m.invoke_instructions:,} measured" in report and "## Verified" in report
+    assert all((out / "firmware" / f"firmware.{k}").is_file() for k in ("elf", "bin", "hex", "map"))
+    assert r.stdout.rstrip().endswith(rep.deploy.flash_with[-1])
     said = [line for line in r.stdout.splitlines() if "meet a rounding tie" in line]
     assert len(said) == (1 if apart else 0)
     if apart:

@@ -6,7 +6,7 @@
   ``arm-none-eabi-objcopy``;
 * ``firmware.map``: the ELF's sections and its symbols by address with their sizes (``arm-none-eabi-objdump -h``,
   ``arm-none-eabi-nm``), what a linker map is read for: what lies where and how large it is;
-* the board's flash commands (boards.json ``flash_with``) with those files' paths filled in (``flash_commands``).
+* the board's flash commands (boards.json ``flash_with``) with those files' names (``flash_commands``).
 
 Bazel writes the ELF to one place for every deploy folder (``bazel-bin/external/<repo>/``); ``build_lock`` keeps one
 build-and-copy at a time, so a run reads the copy of its own build even while another deploy builds.
@@ -78,12 +78,6 @@ def write_board_files(out_dir: str, built_elf: str, qemu_elf: str | None = None)
     return files
 
 
-def flash_commands(t: Target, files: dict[str, str]) -> list[str]:
-    """The board's flash commands (boards.json ``flash_with``) with the written files' paths (relative to the
-    working folder where they lie inside it)."""
-    def rel(p: str) -> str:
-        r = os.path.relpath(p)
-        return p if r.startswith("..") else r
-    names = {k: rel(files[k]) for k in KINDS if k in files}
-    return [c.format(elf=names.get("elf", ELF), bin=names.get("bin", "firmware.bin"),
-                     hex=names.get("hex", "firmware.hex")) for c in t.flash_with]
+def flash_commands(t: Target) -> list[str]:
+    """The board's flash commands (boards.json ``flash_with``), run in the deploy folder (the files' names)."""
+    return [c.format(elf=ELF, bin="firmware.bin", hex="firmware.hex") for c in t.flash_with]

@@ -231,7 +231,7 @@ class DeployReport(Record):
     fits: bool | None = optional()  # with ``run``: the verdict's
     verdict: str | None = optional()
     # with ``run``, once it links: the files a board takes in out_dir (tfmcu.firmware.outputs: elf, bin, hex, map)
-    # and the board's flash commands with their paths (boards.json flash_with)
+    # and the board's flash commands, run in out_dir (boards.json flash_with)
     files: dict[str, str] | None = optional()
     flash_with: list[str] | None = optional()
 
@@ -534,17 +534,15 @@ def deploy(o: DeployOptions, log: Callable[[str], None] = print) -> DeployReport
             run = dataclasses.replace(run, detections=firmware_detections(o.out_dir, report.detector.detections))
         report = dataclasses.replace(report, run=run, fits=fits, verdict=verdict)
         if run.linked:
-            out = os.path.abspath(o.out_dir)
-            files = {k: os.path.join(out, f"firmware.{k}") for k in KINDS}
-            report = dataclasses.replace(report, files={k: os.path.basename(p) for k, p in files.items()},
-                                         flash_with=flash_commands(placed, files))
+            report = dataclasses.replace(report, files={k: f"firmware.{k}" for k in KINDS},
+                                         flash_with=flash_commands(placed))
         if o.profile and fits:
             report = dataclasses.replace(report, profile=_profile(o, report, placed, segments, log))
         write_outputs({os.path.join(o.out_dir, "deploy.json"): json.dumps(report.to_json(), indent=1) + "\n"})
         log(f"deploy: {verdict}")
         if report.flash_with:
-            log(f"deploy: {', '.join(report.files.values())} in {o.out_dir}; onto the {placed.name}:\n  "
-                + "\n  ".join(report.flash_with))
+            log(f"deploy: {', '.join(report.files.values())} in {o.out_dir}; onto the {placed.name}, in that "
+                f"folder:\n  " + "\n  ".join(report.flash_with))
     if o.tree:
         export_tree(o.out_dir, o.tree, log=log)
     return report

@@ -47,6 +47,7 @@ from tfmcu.firmware.tree import check_dest, export_tree
 from tfmcu.files import assembled_folder, read_bytes
 from tfmcu.flows.deploy import (STATIC_ESTIMATE, DeployOptions, DeployReport, deploy, flash_estimate,
                                  largest_prediction, validate as validate_deploy)
+from tfmcu.flows.fit_report import markdown as report_markdown
 from tfmcu.flows.verify import VerifyOptions, verify
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.graph import ir
@@ -474,6 +475,8 @@ def _finish(o: FitOptions, t: Target, data: bytes, origin: str, res: SearchResul
         f.write(json.dumps(report.to_json(), indent=1) + "\n")
     with open(os.path.join(stage, "fit.png"), "wb") as f:
         f.write(plot_candidates(report))
+    with open(os.path.join(stage, "report.md"), "w") as f:
+        f.write(report_markdown(report.to_json()))
     os.remove(original)
     return report
 
@@ -546,5 +549,8 @@ def format_summary(r: FitReport) -> str:
                      f"(predicted {'exactly' if m.arena_equal else m.predicted_arena_bytes}), instructions "
                      f"{m.invoke_instructions or 0:,} (predicted {100 * (m.instructions_error or 0):+.1f}%); "
                      f"{m.verdict}")
-    lines.append(f"wrote {r.out_dir}/: model.tflite, fit.json, fit.png, firmware/")
+    lines.append(f"wrote {r.out_dir}/: model.tflite, fit.json, fit.png, report.md, firmware/")
+    if r.deploy.flash_with:
+        lines.append(f"onto the {r.target}, in {os.path.join(r.out_dir, 'firmware')}/:\n  "
+                     + "\n  ".join(r.deploy.flash_with))
     return "\n".join(lines)
