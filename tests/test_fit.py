@@ -123,7 +123,7 @@ def test_fit_writes_a_verified_model_and_its_firmware(zoo_models, tmp_path):
     ch = rep.chosen
     assert ch.patched and ch.predicted_arena_bytes <= budget and ch.predicted_instructions > 0
     assert rep.verify.bit_exact
-    assert sorted(os.listdir(out)) == ["firmware", "fit.json", "fit.png", "model.tflite"]
+    assert sorted(os.listdir(out)) == ["firmware", "fit.json", "fit.png", "model.tflite", "report.md"]
     written = json.loads((out / "fit.json").read_text())
     assert written["chosen"] == ch.to_json()  # fit.json keeps its field names
     assert fit.FitReport.from_json(written) == rep and fit.FitReport.from_json(rep.to_json()).to_json() == written
