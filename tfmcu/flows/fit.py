@@ -58,7 +58,7 @@ from tfmcu.plan.latency import predict_instructions
 from tfmcu.plan.regions import ScheduleError
 from tfmcu.plan.search import SEARCH_SECONDS, WIDE_GRIDS, Evaluation, Progress, SearchOptions, SearchResult, search
 from tfmcu.records import Record, optional
-from tfmcu.stage.custom import CustomArenaCost, CustomOptions
+from tfmcu.stage.custom import CustomArenaCost, CustomOptions, convs_to_flash
 from tfmcu.tflite.editor import fold_static_reshapes
 from tfmcu.tflite.model import TfliteModel
 from tfmcu.tflite.schema import has_identifier
@@ -210,6 +210,9 @@ class FitReport(Record):
     deploy: DeployReport
     measured: FitMeasured | None = optional()  # with ``run``
     tree: dict[str, Any] | None = optional()  # with ``tree``: tree.json (``tfmcu.firmware.tree.export_tree``)
+    # predicted instructions of the model per layer with our kernels (every convolution a one-layer stage:
+    # convs_to_flash, what --rest_convs=tfmcu does): the second ratio a report gives (None: not predicted)
+    per_layer_tfmcu_instructions: int | None = optional()
 
 
 def validate(o: FitOptions) -> Target:
@@ -470,7 +473,8 @@ def _finish(o: FitOptions, t: Target, data: bytes, origin: str, res: SearchResul
                                  instructions=predict_instructions(chosen.result.model if patched else data, t.core,
                                                                    o.kernels).what),
         verify=None if ver is None else FitVerify(bit_exact=ver.bit_exact, samples=ver.samples),
-        deploy=dep, measured=compare(ch, dep) if o.run else None)
+        deploy=dep, measured=compare(ch, dep) if o.run else None,
+        per_layer_tfmcu_instructions=_per_layer_tfmcu(data, t, o.kernels))
     with open(os.path.join(stage, "fit.json"), "w") as f:
         f.write(json.dumps(report.to_json(), indent=1) + "\n")
     with open(os.path.join(stage, "fit.png"), "wb") as f:
@@ -479,6 +483,18 @@ def _finish(o: FitOptions, t: Target, data: bytes, origin: str, res: SearchResul
         f.write(report_markdown(report.to_json()))
     os.remove(original)
     return report
+
+
+def _per_layer_tfmcu(data: bytes, t: Target, kernels: str) -> int | None:
+    """The predicted instructions of ``data`` per layer with our kernels (``convs_to_flash``), or None where they do
+    not apply (the reference kernels) or it cannot be rewritten so."""
+    if kernels != "cmsis_nn":
+        return None
+    try:
+        flash = convs_to_flash(data, "model", kernels=kernels, build="cortex-m", core=t.core)
+    except TfmcuError:
+        return None
+    return predict_instructions(flash.model, t.core, kernels).instructions
 
 
 def compare(chosen: FitCandidate, dep: DeployReport) -> FitMeasured:
@@ -541,6 +557,9 @@ def format_summary(r: FitReport) -> str:
              f"{'chosen':>10} {c.predicted_arena_bytes:>16,} B {c.predicted_instructions or 0:>24,}"
              f"   ({b.predicted_arena_bytes / c.predicted_arena_bytes:.2f}x smaller, "
              f"{(c.predicted_instructions or 0) / max(b.predicted_instructions or 1, 1):.3f}x the instructions)"]
+    if r.per_layer_tfmcu_instructions:
+        lines.append(f"{'per layer, our kernels':>10} {'':>18} {r.per_layer_tfmcu_instructions:>24,}   (the chosen: "
+                     f"{(c.predicted_instructions or 0) / r.per_layer_tfmcu_instructions:.3f}x)")
     m = r.measured
     if m and m.arena_used_bytes is None:  # it did not build or run (deploy's verdict says why)
         lines.append(f"not measured on {r.target}: {m.verdict}")

@@ -58,7 +58,11 @@ def _time(fit: dict[str, Any], dep: dict[str, Any], run: dict[str, Any] | None) 
               "- instructions per Invoke: not measured (no --run, or no QEMU board runs the core)")
     if pred:
         md.append(f"- predicted (tfmcu.plan.latency): {pred:,}, {pred / base['predicted_instructions']:.3f}x TFLM + "
-                  f"CMSIS-NN per layer's {base['predicted_instructions']:,}")
+                  f"CMSIS-NN per layer's {base['predicted_instructions']:,} (what --max_latency is a factor of)")
+        ours = fit.get("per_layer_tfmcu_instructions")
+        if ours:
+            md.append(f"- and {pred / ours:.3f}x TFLM + tfmcu kernels per layer's {ours:,} (predicted: every "
+                      f"convolution a one-layer stage, as --rest_convs=tfmcu runs them)")
     prof = dep.get("profile")
     if not prof:
         md += ["", "Per op: `fit --run --profile`.", ""]
