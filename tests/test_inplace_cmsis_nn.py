@@ -240,7 +240,8 @@ _DSP_DISTANCES = {
     "maxpool3x3_s1": 35, "add_in1": 0, "add_in2": 0, "mul_in1": 0, "mul_in2": 0, "stage_conv3x3": 86, "stage_conv3x3_s2_rgb": 22,
     "stage_conv1x1": 142,
     "stage_conv1x1_s2": 11, "stage_conv1x1_folded": 34, "stage_conv1x1_folded_odd": 74,
-    "stage_conv1x1_folded_steps": 58, "stage_dw3x3": 0, "stage_dw5x5_opt": 144}
+    "stage_conv1x1_folded_steps": 58, "stage_conv1x1_folded_k8": 418, "stage_dw3x3": 0, "stage_dw3x3_groups": 144,
+    "stage_dw3x3_groups_s2": 0, "stage_dw5x5_opt": 144}
 
 
 def test_mve_dispatch_is_cmsis_nn_wrappers():
