@@ -36,17 +36,19 @@ extern "C" {
 
 /* A 1x1 convolution of unit stride whose input offset the packer folded into its bias runs its calls of 2 or more
  * pixels through our product (conv1x1_folded.c), not CMSIS-NN's: it sums no filter rows per call and requantizes in
- * passes of one channel (tfmcu_requantize_short_pixels): fewer instructions than CMSIS-NN's arm_nn_mat_mult_nt_t_s8
- * on every 1x1 shape of the MobileNetV2 family //tflm_patch_kernels/firmware:fast_kernels measures (the bench section
- * kernels: docs/results/kernels.json). TFMCU_CONV1X1_FOLDED
+ * passes of one channel (tfmcu_requantize_short_pixels); over 8 input channels it unpacks each chunk of pixels once
+ * and runs four SMLADs per output. Fewer instructions than CMSIS-NN's arm_nn_mat_mult_nt_t_s8 on every 1x1 shape of
+ * the MobileNetV2 family //tflm_patch_kernels/firmware:fast_kernels measures (the bench section kernels:
+ * docs/results/kernels.json). TFMCU_CONV1X1_FOLDED
  * (pixels, in_channels); tfmcu/abi.py states the same for the latency predictor (abi.conv1x1_folded). */
 #define TFMCU_CONV1X1_FOLDED(pixels, in_channels) ((pixels) > 1)
 
 /* A depthwise layer CMSIS-NN covers runs our 3x3 kernel (tfmcu_depthwise_conv3x3_s8) instead on cores with the DSP
  * extension and without Helium when it has a 3x3 kernel, depth multiplier 1, no dilation and at most
- * TFMCU_DEPTHWISE_CONV3X3_MAX_CHANNELS channels (its per-call channel table): fewer instructions than CMSIS-NN's
- * arm_depthwise_conv_3x3_s8 on MobileNet shapes but the smallest maps (docs/results/kernels.json). Its kernel buffer
- * stays CMSIS-NN's figure (tfmcu/plan/cmsis_nn.py), unused. */
+ * TFMCU_DEPTHWISE_CONV3X3_MAX_CHANNELS channels (its per-call channel table: bias with the input offset,
+ * multiplier, rounding and shift per channel, 2 KiB of stack): fewer instructions than CMSIS-NN's
+ * arm_depthwise_conv_3x3_s8 on every MobileNet shape measured (docs/results/kernels.json). Its kernel buffer stays
+ * CMSIS-NN's figure (tfmcu/plan/cmsis_nn.py), unused. */
 #define TFMCU_DEPTHWISE_CONV3X3_MAX_CHANNELS 128
 #define TFMCU_DEPTHWISE_CONV3X3_OURS(p, channels) \
   (tfmcu_depthwise_conv3x3_covers(p) && (channels) <= TFMCU_DEPTHWISE_CONV3X3_MAX_CHANNELS)

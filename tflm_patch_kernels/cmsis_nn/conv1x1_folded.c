@@ -152,7 +152,9 @@ static void tfmcu_conv1x1_folded_k8(const TfmcuConvParams* p, TfmcuOutQuant q, c
  * runs the calls TFMCU_CONV1X1_FOLDED chooses, where the sums cost more than that; the others go to CMSIS-NN (whose
  * sums then add 0). The same integer arithmetic and requantization (bit-exact), and the same order of reads and
  * writes as CMSIS-NN's DSP product (per pair of output channels every input pixel, in pairs of pixels; then an odd
- * last channel), so the in-place distances of CMSIS-NN's 1x1 path hold. */
+ * last channel), so the in-place distances of CMSIS-NN's 1x1 path hold; over 8 input channels
+ * (tfmcu_conv1x1_folded_k8) each chunk of pixels is read once before its outputs are written: those distances hold
+ * there too. */
 void tfmcu_conv1x1_folded_s8(const TfmcuConvParams* p, const int8_t* in, int32_t rows, int32_t cols, int32_t out_c,
                              int8_t* out) {
   const TfmcuOutQuant q = {p->output_offset, p->act_min, p->act_max};
