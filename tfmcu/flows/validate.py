@@ -53,8 +53,8 @@ class ValidateReport(Record):
     result: dict[str, Any] | None = optional()  # the firmware's TFMCU_RESULT
 
 
-def check(o: ValidateOptions) -> dict[str, Any]:
-    """The options checked (one-line UsageError): expect.json read."""
+def check(o: ValidateOptions) -> None:
+    """The options checked (one-line UsageError), expect.json read as a deploy folder's."""
     if o.baud <= 0:
         raise UsageError(f"--baud={o.baud}: must be positive")
     if o.timeout_s <= 0:
@@ -69,7 +69,6 @@ def check(o: ValidateOptions) -> dict[str, Any]:
     if not isinstance(doc, dict) or not isinstance(doc.get("expect"), dict):
         raise UsageError(f"--expect={o.expect}: not a deploy folder's expect.json (no \"expect\" object)")
     check_output_paths({"--json_out": o.json_out})
-    return doc
 
 
 def validate(o: ValidateOptions, log: Callable[[str], None] = print) -> ValidateReport:
