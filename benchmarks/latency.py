@@ -207,11 +207,11 @@ def build_rules(name: str, core: str, kernels: str, ops: list[str], v: Variant, 
     """One firmware (cc_binary + mcu_binary ``name``) in the folder's BUILD; ``profile``: in per-op mode."""
 
     key, _, platform, board, psram, ld = CORES[core]
-    libs = ["@//tflm_patch_kernels/tflm:firmware_runtime", "@tflite_micro//:runtime", "@tflite_micro//:platform_mcu"]
+    libs = ["@//tflm_patch_kernels/tflm:model_runtime", "@tflite_micro//:runtime", "@tflite_micro//:platform_mcu"]
     libs += sources.kernel_libraries(ops, kernels)
     if any(op.startswith("custom:") for op in ops):
         libs.append("@//tflm_patch_kernels/tflm:patch_stage_op" + ("_cmsis_nn" if kernels == "cmsis_nn" else ""))
-    copts = [f"-DTFMCU_ARENA_BYTES={v.arena_kib * 1024}"] + (["-DTFMCU_PROFILE_OPS"] if profile else [])
+    copts = ["-DTFMCU_MODEL_CONFIG_FROM_FLAGS", f"-DTFMCU_MODEL_ARENA_BYTES={v.arena_kib * 1024}"] + (["-DTFMCU_PROFILE_OPS"] if profile else [])
     if v.psram or core in MODELS_IN_PSRAM:
         copts.append("-DTFMCU_MODEL_IN_PSRAM")
     linkopts = ["-T", f"$(location {FW}:{ld})", "-Wl,--defsym=TFMCU_STACK_SIZE=16384",
@@ -219,7 +219,7 @@ def build_rules(name: str, core: str, kernels: str, ops: list[str], v: Variant, 
     return f'''
 cc_binary(
     name = "{name}_bin",
-    srcs = ["main.cc", "{v.name}_model.cc"],
+    srcs = ["main.cc", "tfmcu_model.cc", "tfmcu_model.h", "{v.name}_model.cc"],
     additional_linker_inputs = ["{FW}:{ld}"],
     copts = {json.dumps(copts)},
     linkopts = {json.dumps(linkopts)},
@@ -237,6 +237,8 @@ def generate(variants: list[Variant], cores: list[str], kernels: list[str], zoo_
     fw_dir = os.path.join(OUT, "fw")
     os.makedirs(fw_dir, exist_ok=True)
     shutil.copy(os.path.join(ROOT, "tflm_patch_kernels", "tflm", "firmware_main.cc"), os.path.join(fw_dir, "main.cc"))
+    for name in sources.LIBRARY_SOURCES:  # the model library the test firmware runs the model through
+        shutil.copy(os.path.join(ROOT, "tflm_patch_kernels", "tflm", name), os.path.join(fw_dir, name))
     rules = ['load("@//tools/bazel/arm:transition.bzl", "mcu_binary")\n']
     firmwares = []
     for v in variants:

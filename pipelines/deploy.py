@@ -4,7 +4,8 @@ r"""Deploy a .tflite (builtin ops, or custom mode with TFMCU_PATCH_STAGE) as TFL
     python -m pipelines.deploy --tflite=patched.tflite --target=stm32f405|cortex-m4|cortex-m7 --out_dir=fw/ \
         [--run] [--inputs=x.npy | --num_inputs=2 --seed=0] [--margin=0.02] [--stack_kib=6]
 
-Writes a self-contained firmware folder (model_data.cc with the model, its op resolver and test inputs; main.cc; a
+Writes a self-contained firmware folder (model/: the model library, tfmcu_model.h over TFLM with the model and its op
+resolver; main.cc + test_inputs.cc: the test firmware over it; example_frame.c for the example application; a
 Bazel BUILD + WORKSPACE; expect.json; deploy.json). --run builds it with this checkout's Bazel toolchain, runs it on
 the target's QEMU board, and prints the measured figures and a "fits / does not fit <target>" verdict. Any model
 `rewrite` writes: several TFMCU_PATCH_STAGE ops (--rest_convs=tfmcu), a streamed input (--stream_input: --inputs

@@ -20,6 +20,7 @@ from tfmcu.graph.from_tflite import from_tflite  # noqa: E402
 from tfmcu.nets import zoo  # noqa: E402
 from tfmcu.plan import regions  # noqa: E402
 from tfmcu.plan.arena import predict_arena  # noqa: E402
+from tfmcu.runtime.model_io import model_info  # noqa: E402
 from tfmcu.runtime.tflite import run_tflite  # noqa: E402
 from tfmcu.stage import custom  # noqa: E402
 from tfmcu.tflite import schema as ts  # noqa: E402
@@ -42,26 +43,49 @@ def test_folder_has_model_resolver_inputs_and_expectation(zoo_models, tmp_path):
     out = tmp_path / "fw"
     rep = deploy.prepare(deploy.DeployOptions(str(path), "cortex-m4", str(out), num_inputs=3, seed=4,
                                               kernels="reference"), log=lambda s: 0)
-    assert sorted(os.listdir(out)) == ["BUILD", "WORKSPACE", "deploy.json", "expect.json", "main.cc", "model_data.cc"]
-    src = (out / "model_data.cc").read_text()
+    assert sorted(os.listdir(out)) == ["BUILD", "WORKSPACE", "deploy.json", "example_frame.c", "expect.json",
+                                       "main.cc", "model", "test_inputs.cc"]
+    # the model library: the API and its implementation as in this checkout, the model data, the sizes
+    assert sorted(os.listdir(out / "model")) == ["model_data.cc", "tfmcu_model.cc", "tfmcu_model.h",
+                                                 "tfmcu_model_config.h"]
+    for name in ("tfmcu_model.cc", "tfmcu_model.h"):
+        assert (out / "model" / name).read_text() == open(os.path.join(sources.ROOT, "tflm_patch_kernels", "tflm",
+                                                                       name)).read()
+    src = (out / "model" / "model_data.cc").read_text()
+    assert "g_tfmcu_inputs" not in src  # the test inputs are the test firmware's (test_inputs.cc), not the library's
     # exactly the model's ops: the custom op plus the rest's builtins, nothing else
     adds = re.findall(r"r\.(Add\w+)\(", src)
     assert adds[0] == "AddCustom" and sorted(adds[1:]) == sorted(
         sources.RESOLVER_METHODS[o] for o in rep.ops if o != "TFMCU_PATCH_STAGE")
     assert f"MicroMutableOpResolver<{len(adds)}>" in src
-    assert "g_tfmcu_num_inputs = 3;" in src
+    assert "g_tfmcu_num_inputs = 3;" in (out / "test_inputs.cc").read_text()
     # the arena: the Cortex-M prediction + the margin, 16-byte aligned
     pred = predict_arena(from_tflite(model), model=model, build="cortex-m").total
     assert rep.arena.predicted_bytes == pred
     assert rep.arena.arena_bytes % 16 == 0 and pred * 1.02 <= rep.arena.arena_bytes < pred * 1.02 + 16
-    assert f"-DTFMCU_ARENA_BYTES={rep.arena.arena_bytes}" in (out / "BUILD").read_text()
+    config = (out / "model" / "tfmcu_model_config.h").read_text()
+    assert f"#define TFMCU_MODEL_ARENA_BYTES {rep.arena.arena_bytes}u" in config
+    assert "#define TFMCU_MODEL_PERSISTENT_BYTES 0u" in config and "#define TFMCU_MODEL_STREAM_ROWS 0u" in config
+    x = model_info(model).inputs[0]
+    assert f"#define TFMCU_MODEL_INPUT_BYTES {int(np.prod(x.shape))}u" in config
+    assert f"#define TFMCU_MODEL_INPUT_SCALE {x.scale!r}f" in config
+    assert f"#define TFMCU_MODEL_INPUT_ZERO_POINT {x.zero_point}" in config
+    build = (out / "BUILD").read_text()
+    assert 'name = "libtfmcu_model"' in build and 'name = "example"' in build and 'name = "model"' in build
     # deploy.json is the report, and reads back into it
     written = json.loads((out / "deploy.json").read_text())
     assert written == rep.to_json() and deploy.DeployReport.from_json(written) == rep
     # the expectation is TF Lite's (original model, same inputs)
     from tfmcu.runtime.model_io import random_inputs
     ref = [o[0] for o in run_tflite(data, random_inputs(data, 3, 4))]
-    assert json.loads((out / "expect.json").read_text())["expect"] == sources.expectation(ref)
+    expect = json.loads((out / "expect.json").read_text())
+    assert expect["expect"] == sources.expectation(ref)
+    # the example application's frame is the first input, and what it must print TF Lite's output on it
+    assert {k: v for k, v in expect["example"].items() if k != "how"} == sources.expectation(ref[:1])
+    frame = re.search(r"g_example_frame\[(\d+)\] = \{(.*?)\};", (out / "example_frame.c").read_text(), re.S)
+    values = np.array([float(v.rstrip("f")) for v in frame.group(2).replace("\n", "").split(",")], np.float32)
+    q = np.round(values / np.float32(x.scale)).astype(np.int32) + x.zero_point
+    assert int(frame.group(1)) == values.size and np.array_equal(q, random_inputs(data, 3, 4)[0][0].reshape(-1))
 
 
 def test_cmsis_nn_kernels_link_cmsis_variants_and_refuse_inplace_plans(zoo_models, tmp_path):
@@ -343,7 +367,8 @@ def test_a_board_folder_links_with_its_memory(zoo_models, tmp_path):
         assert (f":board_dwt_{TARGETS[board].key}" in build) == real and f":{TARGETS[board].board}" in build
         if stand_in:  # the model's RAM fits the DTCM (fast_ram): the arena there, the persistent data in AXI SRAM
             assert f"TFMCU_SRAM_BUDGET={128 * 1024}" in build
-            assert "-DTFMCU_PERSISTENT_BYTES=" in build and '"$(location :qemu.ld)"' in build
+            assert "TFMCU_MODEL_PERSISTENT_BYTES 0u" not in (out / "model" / "tfmcu_model_config.h").read_text()
+            assert '"$(location :qemu.ld)"' in build
             board_ld = (out / "board.ld").read_text()
             assert "RAM (rwx)  : ORIGIN = 0x20000000, LENGTH = 128K" in board_ld
             assert "PERSISTENT (rw) : ORIGIN = 0x24000000, LENGTH = 512K" in board_ld
@@ -410,7 +435,9 @@ def test_persistent_data_apart_in_the_boards_region_for_it(zoo_models, tmp_path)
     assert a.arena_bytes == -(-int(apart.head * 1.02) // 16) * 16
     assert a.persistent_bytes == -(-int(apart.tail * 1.02) // 16) * 16
     build = (out / "BUILD").read_text()
-    assert f"-DTFMCU_PERSISTENT_BYTES={a.persistent_bytes}" in build and 'name = "firmware_qemu"' in build
+    assert f"#define TFMCU_MODEL_PERSISTENT_BYTES {a.persistent_bytes}u" in (out / "model" /
+                                                                             "tfmcu_model_config.h").read_text()
+    assert 'name = "firmware_qemu"' in build
     qemu_ld = (out / "qemu.ld").read_text()
     assert re.search(r"CCM \(rw\) : ORIGIN = 0x20020000, LENGTH = 64K", qemu_ld)
     assert re.search(r"CCM \(rw\) : ORIGIN = 0x10000000, LENGTH = 64K", linker_script(t))  # the board's own
@@ -478,15 +505,18 @@ def test_streamed_model_folder_feeds_image_rows(zoo_models, tmp_path):
     out = tmp_path / "fw"
     rep = deploy.prepare(deploy.DeployOptions(str(path), "cortex-m4", str(out), num_inputs=2, seed=3,
                                               kernels="reference"), log=lambda s: 0)
-    src = (out / "model_data.cc").read_text()
+    src = (out / "model" / "model_data.cc").read_text()
     assert 'extern "C" const unsigned int g_tfmcu_stream_rows = 48u;' in src
-    assert "g_tfmcu_input_len = 6912;" in src and "g_tfmcu_num_inputs = 2;" in src  # 48 x 48 x 3 int8 images
+    inputs_src = (out / "test_inputs.cc").read_text()
+    assert "g_tfmcu_input_len = 6912;" in inputs_src and "g_tfmcu_num_inputs = 2;" in inputs_src  # 48x48x3 images
+    config = (out / "model" / "tfmcu_model_config.h").read_text()
+    assert "#define TFMCU_MODEL_STREAM_ROWS 48u" in config and "#define TFMCU_MODEL_INPUT_ROW_BYTES 144u" in config
     assert rep.streamed_input.image_rows == 48 and rep.streamed_input.rows_read == [48, 48]
     ref = [o[0] for o in run_tflite(data, random_inputs(data, 2, 3))]
     expect = json.loads((out / "expect.json").read_text())["expect"]
     assert expect == {**sources.expectation(ref), "streamed_rows_read": [48, 48]}
     assert rep.arena.host_measured_bytes > 0
-    # a model that does not stream defines no rows (firmware_runtime.cc's weak 0)
+    # a model that does not stream defines no rows (model_runtime.cc's weak 0)
     assert "g_tfmcu_stream_rows" not in sources.model_source(data, np.zeros((1, 48, 48, 3), np.int8), 10, "x")
 
 
@@ -502,7 +532,7 @@ def test_several_patch_stage_ops_register_once(zoo_models, tmp_path, kernels):
     path.write_bytes(model)
     out = tmp_path / "fw"
     rep = deploy.prepare(deploy.DeployOptions(str(path), "cortex-m7", str(out), kernels=kernels), log=lambda s: 0)
-    src = (out / "model_data.cc").read_text()
+    src = (out / "model" / "model_data.cc").read_text()
     adds = re.findall(r"r\.(Add\w+)\(", src)
     assert adds.count("AddCustom") == 1 and len(adds) == len(set(adds)) == len(rep.ops)
     assert rep.patch_stage_ops > 1 and "g_tfmcu_stream_rows" not in src

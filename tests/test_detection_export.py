@@ -204,7 +204,7 @@ def test_deploy_sources_for_a_detector(det, tmp_path):
     rep = prepare(DeployOptions(tflite=str(src), out_dir=str(out), num_inputs=3, kernels="reference"),
                   log=lambda s: None)
     assert "TFLite_Detection_PostProcess" in rep.ops
-    assert "r.AddDetectionPostprocess()" in (out / "model_data.cc").read_text()
+    assert "r.AddDetectionPostprocess()" in (out / "model" / "model_data.cc").read_text()
     build = (out / "BUILD").read_text()
     assert "@tflite_micro//:kernel_detection_postprocess" in build and f"-DTFMCU_DETECTOR_SLOTS={3 * MAX_DET}" in build
     ref = run_tflite(whole, random_inputs(whole, 3, 0))

@@ -62,8 +62,9 @@ def test_tree_builds_with_cmake_and_runs_like_the_bazel_firmware(zoo_models, tmp
                                               persistent_apart=False), log=_quiet)
     man = tree.export_tree(str(fw), str(dest), log=_quiet)
     files = _files(dest)
-    assert {"CMakeLists.txt", "arm-none-eabi.cmake", "README.txt", "tree.json", "app/main.cc", "app/model_data.cc",
-            "app/expect.json", "tfmcu/tflm_patch_kernels/firmware/stm32f405.ld",
+    assert {"CMakeLists.txt", "arm-none-eabi.cmake", "README.txt", "tree.json", "app/main.cc", "app/test_inputs.cc",
+            "app/model/model_data.cc", "app/model/tfmcu_model.h", "app/model/tfmcu_model.cc",
+            "app/model/tfmcu_model_config.h", "app/example_frame.c", "app/expect.json", "tfmcu/tflm_patch_kernels/firmware/stm32f405.ld",
             "tfmcu/tflm_patch_kernels/tflm/patch_stage_op.cc", "tflite-micro/LICENSE"} <= files
     # TFLM's kernels: exactly those of the model's ops (the libraries the Bazel firmware links) + the shared helpers
     ops = ["custom:" + o if o == "TFMCU_PATCH_STAGE" else o for o in rep.ops]
@@ -79,7 +80,9 @@ def test_tree_builds_with_cmake_and_runs_like_the_bazel_firmware(zoo_models, tmp
         with open(os.path.join(ROOT, f[len("tfmcu/"):]), "rb") as mine:
             assert (dest / f).read_bytes() == mine.read(), f
     assert man["arena_bytes"] == rep.arena.arena_bytes and man["target"] == "stm32f405"
-    assert f"-DTFMCU_ARENA_BYTES={rep.arena.arena_bytes}" in (dest / "CMakeLists.txt").read_text()
+    assert (f"#define TFMCU_MODEL_ARENA_BYTES {rep.arena.arena_bytes}u"
+            in (dest / "app" / "model" / "tfmcu_model_config.h").read_text())
+    assert "add_library(tfmcu_model INTERFACE)" in (dest / "CMakeLists.txt").read_text()
 
     build = tmp_path / "build"
     t0 = time.monotonic()
@@ -115,7 +118,7 @@ def test_cmsis_nn_tree_has_cmsis_nn_the_m7_flags_and_patched_flatbuffers(zoo_mod
     # no TFMCU_PATCH_STAGE op: of ours only the firmware's harness, startup, board and TFLM runtime glue
     assert {f for f in files if f.startswith("tfmcu/") and f.endswith((".c", ".cc"))} == {
         "tfmcu/tflm_patch_kernels/" + f for f in ("firmware/harness.c", "firmware/startup.c", "firmware/board_mps2.c",
-                                                   "tflm/firmware_runtime.cc")}
+                                                   "tflm/model_runtime.cc")}
     # CMSIS-NN: every source third_party/cmsis_nn.BUILD compiles (the archive's Source/**/*.c but float ones)
     cmsis = next(a for n, a in man["archives"].items() if n == "cmsis_nn")
     base = cmsis["url"].rsplit("/", 1)[1]
@@ -145,7 +148,9 @@ def _fake_folder(path, target="cortex-m4"):
     path.mkdir()
     (path / "BUILD").write_text(sources.build_file(TARGETS[target], 4096, 2048, ["CONV_2D"], "reference"))
     (path / "deploy.json").write_text(json.dumps({"target": target, "kernels": "reference"}))
-    for name in ("main.cc", "model_data.cc", "expect.json"):
+    for name in ("main.cc", "test_inputs.cc", "model/model_data.cc", "model/tfmcu_model.cc", "model/tfmcu_model.h",
+                 "model/tfmcu_model_config.h", "expect.json"):
+        (path / name).parent.mkdir(exist_ok=True)
         (path / name).write_text("\n")
     return path
 
@@ -181,3 +186,51 @@ def test_errors_are_one_line_and_write_nothing(tmp_path, monkeypatch):
         tree.export_tree(str(fw), str(tmp_path / "t2"), log=_quiet)
     assert "\n" not in str(e.value) and not (tmp_path / "t2").exists()
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp")]
+
+
+OUTSIDE_CMAKE = """cmake_minimum_required(VERSION 3.16)
+project(classify C CXX)
+add_subdirectory(${TFMCU_TREE} tfmcu)
+add_executable(classify main.c ${TFMCU_TREE}/app/example_frame.c)
+target_link_libraries(classify PRIVATE tfmcu_model tfmcu_board)
+set_target_properties(classify PROPERTIES SUFFIX .elf)
+"""
+
+
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m55"])
+def test_model_library_links_into_a_cmake_project_outside_the_repository(zoo_models, tmp_path, target):
+    """The model library as a user takes it: a CMake project in a temporary folder (the example application,
+    examples/classify/main.c, and its frame) adds the exported tree as a subdirectory and links its tfmcu_model and
+    tfmcu_board targets; nothing else of the tree is built (not its test firmware). Under QEMU it prints TF Lite's top
+    class and output bytes on the frame (expect.json's "example") and the predicted arena. A custom-mode model: the
+    library holds our kernels, TFLM and the model."""
+    _need("cmake", "make", "arm-none-eabi-gcc", "arm-none-eabi-g++", "qemu-system-arm")
+    data = zoo_models("tiny_per_tensor")
+    g = from_tflite(data, name="tiny")
+    s = regions.schedule(g, 2, n_blocks=zoo.ZOO["tiny_per_tensor"].patch_blocks)
+    path = tmp_path / "m.tflite"
+    path.write_bytes(custom.rewrite_custom(data, g, s, "tiny", inplace=False).model)
+    fw, dest, app = tmp_path / "fw", tmp_path / "tree", tmp_path / "app"
+    rep = deploy.prepare(deploy.DeployOptions(str(path), target, str(fw), kernels="reference"), log=_quiet)
+    tree.export_tree(str(fw), str(dest), log=_quiet)
+    app.mkdir()
+    shutil.copyfile(os.path.join(ROOT, "examples", "classify", "main.c"), app / "main.c")
+    (app / "CMakeLists.txt").write_text(OUTSIDE_CMAKE)
+    build = app / "build"
+    for cmd in (["cmake", "-S", str(app), "-B", str(build), f"-DTFMCU_TREE={dest}", "-DTFMCU_DEBUG_INFO=OFF",
+                 f"-DCMAKE_TOOLCHAIN_FILE={dest / 'arm-none-eabi.cmake'}"],
+                ["cmake", "--build", str(build), "-j2"]):
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert (build / "classify.elf").is_file() and not (build / "tfmcu" / "firmware.elf").exists()
+    report = tmp_path / "run.json"
+    q = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "qemu", "run_firmware.py"), "--elf",
+                        str(build / "classify.elf"), "--machine", TARGETS[target].machine, "--example", "--expect",
+                        str(dest / "app" / "expect.json"), "--report", str(report), "--timeout", "60"],
+                       capture_output=True, text=True)
+    assert q.returncode == 0, q.stdout[-3000:] + q.stderr[-3000:]
+    example = json.loads(report.read_text())["example"]
+    want = json.loads((fw / "expect.json").read_text())["example"]
+    assert example["top_class"] == want["top_class"] and example["output_fnv1a32"] == want["output_fnv1a32"]
+    assert example["arena_used_bytes"] == rep.arena.predicted_bytes
+    assert "top-1: class" in q.stdout and "invoke:" in q.stdout

@@ -7,6 +7,8 @@ runs them right after it (`pytest tests/e2e`), when TFLM is already built for th
   per-layer MobileNetV2-0.35-96 does not fit the STM32F405 (its link overflows the 128 KiB of SRAM), with the
   figure, and exit status 1; a model whose stage streams its input (rewrite --stream_input) on the Cortex-M4, its
   image rows fed from Flash through the input provider.
+- In every run the example application (examples/classify/main.c over the deploy folder's model library) runs on the
+  same QEMU board: its top class and output bytes equal TF Lite's on its frame; on the Pico it links.
 - The resolver table (tfmcu/firmware/sources.py) against TFLM's micro_mutable_op_resolver.h, and the ABI table
   (tfmcu/plan/tflm_abi.json) recompiled from the pinned archives (tools/gen/gen_tflm_abi.py --check).
 """
@@ -178,6 +180,7 @@ def test_deploy_run_reports_on_the_uart(models, tmp_path, board, usart):
     assert rep["fits"] and rep["run"]["outputs_equal_tflite"]
     assert rep["run"]["arena_used_bytes"] == rep["arena"]["predicted_bytes"]
     assert len(rep["run"]["invoke_insns"]) == 4 and min(rep["run"]["invoke_insns"]) > 1_000_000
+    _board_files(tmp_path / "fw", rep, r.stdout)  # the example application too, on the same UART
 
 
 @pytest.mark.parametrize("board", ["nucleo-f446re", "nrf52840-dk", "nucleo-h743zi", "nucleo-u575zi",
@@ -243,7 +246,22 @@ def _board_files(folder, rep, stdout):
     hex_lines = (folder / "firmware.hex").read_text().splitlines()
     assert hex_lines[0].startswith(":") and hex_lines[-1] == ":00000001FF"  # Intel HEX, its end-of-file record
     assert "## Sections" in (folder / "firmware.map").read_text()
-    assert rep["files"] == {"elf": "firmware.elf", "bin": "firmware.bin", "hex": "firmware.hex", "map": "firmware.map"}
+    assert rep["files"] == {"elf": "firmware.elf", "bin": "firmware.bin", "hex": "firmware.hex", "map": "firmware.map",
+                            "example": "example.elf"}
+    # the example application (examples/classify/main.c over the model library) linked, and where QEMU runs the
+    # board, run: its top class and output bytes TF Lite's on its frame (the first input); the library's archive
+    assert (folder / "example.elf").read_bytes()[:4] == b"\x7fELF"
+    archive = subprocess.run(["arm-none-eabi-nm", str(folder / "model" / "libtfmcu_model.a")], capture_output=True,
+                             text=True, check=True).stdout
+    assert " T tfmcu_model_invoke" in archive and " T tfmcu_model_init" in archive
+    expect = json.load(open(folder / "expect.json"))["example"]
+    if rep["run"]["invoke_insns"]:
+        example = rep["run"]["example"]
+        assert example["top_class"] == expect["top_class"] and example["output_fnv1a32"] == expect["output_fnv1a32"]
+        assert example["arena_used_bytes"] == rep["run"]["arena_used_bytes"] and example["ticks"] > 0
+        assert f"printed top-1 class {expect['top_class'][0]} and output bytes equal to TF Lite's" in stdout
+    else:
+        assert rep["run"].get("example") is None
     assert rep["flash_with"] and all("{" not in c for c in rep["flash_with"])
     assert any("firmware." in c for c in rep["flash_with"]) and rep["flash_with"][-1] in stdout
 

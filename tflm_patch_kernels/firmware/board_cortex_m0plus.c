@@ -21,4 +21,7 @@ void tfmcu_timer_start(void) {
 
 uint32_t tfmcu_ticks(void) { return 0x00FFFFFFu - (SYST_CVR & 0x00FFFFFFu); }
 
+/* 0: the ticks are the core's cycles (SysTick on the processor clock). */
+uint32_t tfmcu_ticks_hz(void) { return 0u; }
+
 const char *tfmcu_target_name(void) { return TFMCU_TARGET_NAME; }

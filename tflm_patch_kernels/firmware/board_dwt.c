@@ -28,4 +28,7 @@ void tfmcu_timer_start(void) {
 
 uint32_t tfmcu_ticks(void) { return DWT_CYCCNT; }
 
+/* 0: the ticks are the core's cycles, at whatever clock the application set up. */
+uint32_t tfmcu_ticks_hz(void) { return 0u; }
+
 const char *tfmcu_target_name(void) { return TFMCU_TARGET_NAME; }

@@ -20,6 +20,14 @@
 #define TFMCU_MPS2_UART0 0x40004000u
 #endif
 
+/* The timer's rate: the board's system clock (MPS2 FPGA images: 25 MHz; mps2-an505 20 MHz and mps3-an547 32 MHz,
+ * which firmware.bzl's TARGETS pass). Under QEMU with -icount shift=0 time is the instruction count (1 ns each). */
+#ifndef TFMCU_MPS2_TICKS_HZ
+#define TFMCU_MPS2_TICKS_HZ 25000000u
+#endif
+
+uint32_t tfmcu_ticks_hz(void) { return TFMCU_MPS2_TICKS_HZ; }
+
 #ifdef TFMCU_MPS2_COUNTER
 /* FPGA IO COUNTER: counts up from reset at the board's clock */
 void tfmcu_timer_start(void) {}

@@ -25,6 +25,9 @@ void tfmcu_timer_start(void) {
 
 uint32_t tfmcu_ticks(void) { return TIM2_CNT; }
 
+/* TIM2 on APB1 at the reset clock (HSI, 16 MHz; no prescaler). QEMU clocks it at 1 GHz instead. */
+uint32_t tfmcu_ticks_hz(void) { return 16000000u; }
+
 const char *tfmcu_target_name(void) { return "stm32f405"; }
 
 /* The console UART: USART1 (TX on PA9, the default; QEMU's first serial port) or, built with

@@ -72,7 +72,7 @@ TARGETS = {
         name = "cortex-m33",
         psram = 0x80000000,
         sram_budget = 256 * 1024,
-        peripherals = {"TIMER0": 0x50000000, "UART0": 0x50200000},
+        peripherals = {"TIMER0": 0x50000000, "UART0": 0x50200000, "TICKS_HZ": 20000000},
     ),
     # Armv8.1-M with Helium: QEMU's mps3-an547 boots secure from its 512 KiB ITCM (0x10000000, the secure alias: the
     # code memory); data in its 4 MiB of internal SRAM (ISRAM0/1 at 0x31000000: nothing is mapped just below, so a
@@ -85,7 +85,7 @@ TARGETS = {
         name = "cortex-m55",
         psram = 0x38000000,
         sram_budget = 512 * 1024,
-        peripherals = {"COUNTER": 0x59302018, "UART0": 0x59303000},
+        peripherals = {"COUNTER": 0x59302018, "UART0": 0x59303000, "TICKS_HZ": 32000000},
         models_in_psram = True,  # (the ITCM holds the code; a zoo model's array goes to the PSRAM)
     ),
     # Armv6-M: no QEMU board has the core with enough memory; built and linked (`bazel test //...` builds its
@@ -354,15 +354,19 @@ def tflm_model_firmware(name, model, arena_bytes, patches = None, blocks = None,
             " --reference %s" % reference if reference != "tflite" else "",
         ),
         source = (name + "_model.cc", "--out-cc"),
-        srcs = ["//tflm_patch_kernels/tflm:firmware_main.cc"],
+        srcs = [
+            "//tflm_patch_kernels/tflm:firmware_main.cc",
+            "//tflm_patch_kernels/tflm:tfmcu_model.cc",
+            "//tflm_patch_kernels/tflm:tfmcu_model.h",
+        ],
         deps = [
-            "//tflm_patch_kernels/tflm:firmware_runtime",
+            "//tflm_patch_kernels/tflm:model_runtime",
             "//tflm_patch_kernels/tflm:patch_stage_op" if tflm_kernels == "reference" else
             "//tflm_patch_kernels/tflm:patch_stage_op_cmsis_nn",
             "@tflite_micro//:runtime",
             "@tflite_micro//:platform_mcu",
         ] + kernel_libs,
-        copts = ["-DTFMCU_ARENA_BYTES=%d" % arena_bytes] + (["-DTFMCU_MODEL_IN_PSRAM"] if model_in_psram else
+        copts = ["-DTFMCU_MODEL_CONFIG_FROM_FLAGS", "-DTFMCU_MODEL_ARENA_BYTES=%d" % arena_bytes] + (["-DTFMCU_MODEL_IN_PSRAM"] if model_in_psram else
                                                             _MODEL_IN_PSRAM),
         targets = targets,
         timeout_s = timeout_s,

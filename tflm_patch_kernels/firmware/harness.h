@@ -60,6 +60,10 @@ void tfmcu_cost_end(void);
  * one tick per instruction). */
 void tfmcu_timer_start(void);
 uint32_t tfmcu_ticks(void);
+/* The rate of tfmcu_ticks() in Hz: the timer's clock at reset (MPS2 / MPS3: the board's system clock; the STM32F405:
+ * TIM2 on the 16 MHz HSI); 0 where the ticks are the core's cycles (the DWT / SysTick boards), at whatever clock the
+ * application set up. Under QEMU the ticks follow its virtual clock (-icount shift=0: 1 ns per instruction). */
+uint32_t tfmcu_ticks_hz(void);
 /* The target's name in the result line ("cortex-m4", "cortex-m7", "stm32f405"). */
 const char *tfmcu_target_name(void);
 /* With -DTFMCU_CONSOLE_UART: writes n bytes to the board's console UART (set up on first use; blocking). */

@@ -1,13 +1,13 @@
-// Whole-model firmware: a .tflite (builtin ops only, or custom mode with TFMCU_PATCH_STAGE) in TFLM's
-// MicroInterpreter on the MCU, the model in Flash, the arena in RAM (TFMCU_ARENA_BYTES, counted in the target's SRAM
-// by the link). The model's source (firmware_model.h) brings the op resolver and the inputs. For each input it runs
-// Invoke (a cost region "invoke") and prints one TFMCU_RESULT line (tools/qemu/run_firmware.py): the FNV-1a hash of
-// all output bytes, the top-1 class of each input (output 0's largest value), arena_used_bytes, and the harness's
-// .data/.bss, stack high-water mark and instruction counts. If AllocateTensors fails, the line says
-// "allocated": 0 and the failure names the arena size (TFLM's own message before it gives the missing bytes).
+// The test firmware of a whole model: the model library (tfmcu_model.h: TFLM's MicroInterpreter over the static
+// arena, the model in Flash, the arena in RAM counted in the target's SRAM by the link) run on the test inputs of
+// firmware_model.h. For each input it runs tfmcu_model_invoke (a cost region "invoke") and prints one TFMCU_RESULT
+// line (tools/qemu/run_firmware.py): the FNV-1a hash of all output bytes, the top-1 class of each input (output 0's
+// largest value), arena_used_bytes, and the harness's .data/.bss, stack high-water mark and instruction counts. If
+// AllocateTensors fails, the line says "allocated": 0 and the failure names the arena size (TFLM's own message before
+// it gives the missing bytes).
 // A model whose patch stage streams its input (g_tfmcu_stream_rows > 0) gets the image rows straight from the
-// inputs in Flash through a TfmcuInputProvider (the interpreter's external context): no image in the arena; the
-// line adds the rows each Invoke read ("streamed_rows_read") and fails if the kernel broke the provider's contract.
+// inputs in Flash through the library's row reader: no image in the arena; the line adds the rows each Invoke read
+// ("streamed_rows_read") and fails if the kernel broke the reader's contract.
 // Per-op mode (built with -DTFMCU_PROFILE_OPS, benchmarks/latency.py): the first Invoke's ops are each measured by
 // the instruction-count plugin (tools/qemu/insn_count.c) through the markers tfmcu_cost_begin / tfmcu_cost_end
 // called directly, not as harness regions (a model has more ops than TFMCU_MAX_REGIONS); the line adds
@@ -22,27 +22,17 @@
 // compiled.
 #include <string.h>
 
-#include "tensorflow/lite/micro/micro_allocator.h"
 #include "tensorflow/lite/micro/micro_interpreter.h"
 #include "tensorflow/lite/micro/micro_profiler_interface.h"
 #include "tensorflow/lite/schema/schema_generated.h"
 #include "tflm_patch_kernels/firmware/harness.h"
-#include "tflm_patch_kernels/patch_stage.h"
 #include "tflm_patch_kernels/tflm/firmware_model.h"
+#include "tfmcu_model.h"
 
-#ifndef TFMCU_ARENA_BYTES
-#error "TFMCU_ARENA_BYTES: the tensor arena's size (bytes)"
-#endif
+// TFLM's messages on the harness's console (before the result line, never inside it).
+extern "C" void tfmcu_model_log(const char* line) { tfmcu_puts(line); }
 
 namespace {
-
-alignas(16) uint8_t g_arena[TFMCU_ARENA_BYTES];
-#ifdef TFMCU_PERSISTENT_BYTES
-// TFLM's persistent data (tensor and operator records, op data) in a buffer of its own, in the section the board's
-// linker script places in a second RAM region (the STM32F405's CCM): MicroAllocator's two-buffer Create. g_arena
-// then holds only the non-persistent data (the planned tensors and scratch).
-alignas(16) uint8_t g_persistent[TFMCU_PERSISTENT_BYTES] __attribute__((section(".tfmcu_persistent")));
-#endif
 
 // Index of the largest value of an int8 / uint8 / float32 output (the class of a classifier), -1 otherwise.
 int32_t TopClass(const TfLiteTensor* t) {
@@ -139,10 +129,11 @@ void ReportDetections(uint32_t n_inputs) {
 int Report(const char* failure, int allocated, uint32_t hash, const int32_t* classes, uint32_t n_classes,
            size_t arena_used, const int32_t* streamed_rows = nullptr) {
   tfmcu_result_begin("tflm_whole_model");
-  tfmcu_result_int("arena_bytes", static_cast<int64_t>(sizeof(g_arena)));
-#ifdef TFMCU_PERSISTENT_BYTES
-  tfmcu_result_int("persistent_bytes", static_cast<int64_t>(sizeof(g_persistent)));
-  tfmcu_result_hex32("persistent_at", static_cast<uint32_t>(reinterpret_cast<uintptr_t>(g_persistent)));
+  tfmcu_result_int("arena_bytes", static_cast<int64_t>(TFMCU_MODEL_ARENA_BYTES));
+#if TFMCU_MODEL_PERSISTENT_BYTES > 0
+  tfmcu_result_int("persistent_bytes", static_cast<int64_t>(TFMCU_MODEL_PERSISTENT_BYTES));
+  tfmcu_result_hex32("persistent_at",
+                     static_cast<uint32_t>(reinterpret_cast<uintptr_t>(tfmcu_model_persistent_buffer())));
 #endif
   tfmcu_result_int("model_bytes", static_cast<int64_t>(g_tfmcu_model_len));
   tfmcu_result_int("allocated", allocated);
@@ -165,7 +156,7 @@ int Report(const char* failure, int allocated, uint32_t hash, const int32_t* cla
 
 }  // namespace
 
-// Defined by a generated model source that marks a stage (tools/gen/gen_model_whole.py); firmware_runtime.cc has
+// Defined by a generated model source that marks a stage (tools/gen/gen_model_whole.py); model_runtime.cc has
 // the weak default 0 (in another translation unit, so that it is not folded here).
 extern "C" const unsigned int g_tfmcu_stage_ops;
 extern "C" const unsigned int g_tfmcu_stream_rows;
@@ -249,61 +240,48 @@ class StageRegion : public tflite::MicroProfilerInterface {
 };
 #endif  // TFMCU_PROFILE_OPS
 
-// The streamed input: rows of one image in Flash, in the order the kernel asks for them (each row at most once).
+// The streamed input: rows of one image in Flash, handed to the library's row reader (which checks the order).
 struct FlashRows {
   const unsigned char* image = nullptr;
   size_t row_bytes = 0;
-  int32_t next = 0;
   int32_t rows_read = 0;
-  int broken = 0;
 };
 
-TfmcuStatus ReadFlashRows(void* context, int32_t row_start, int32_t row_count, void* destination) {
+int ReadFlashRows(void* context, int32_t row_start, int32_t row_count, void* destination) {
   FlashRows* src = static_cast<FlashRows*>(context);
-  if (row_start < src->next || row_count <= 0 || row_start + row_count > static_cast<int32_t>(g_tfmcu_stream_rows)) {
-    src->broken = 1;
-    return kTfmcuErrorInvalidStage;
-  }
   memcpy(destination, src->image + static_cast<size_t>(row_start) * src->row_bytes,
          static_cast<size_t>(row_count) * src->row_bytes);
-  src->next = row_start + row_count;
   src->rows_read += row_count;
-  return kTfmcuOk;
+  return 0;
 }
 
 }  // namespace
 
 int main(void) {
-  const tflite::Model* model = tflite::GetModel(g_tfmcu_model);
-  const tflite::MicroOpResolver* resolver = tfmcu_model_op_resolver();
-  if (resolver == nullptr) return Report("op registration failed", 0, 0, nullptr, 0, 0);
   StageRegion stage_region;
 #ifdef TFMCU_PROFILE_OPS
   g_profile = &stage_region;
 #endif
-#ifdef TFMCU_PERSISTENT_BYTES
-  tflite::MicroAllocator* allocator =
-      tflite::MicroAllocator::Create(g_persistent, sizeof(g_persistent), g_arena, sizeof(g_arena));
-  if (allocator == nullptr) return Report("MicroAllocator::Create failed", 0, 0, nullptr, 0, 0);
-  tflite::MicroInterpreter interpreter(model, *resolver, allocator, nullptr, &stage_region);
-#else
-  tflite::MicroInterpreter interpreter(model, *resolver, g_arena, sizeof(g_arena), nullptr, &stage_region);
-#endif
-  if (interpreter.AllocateTensors() != kTfLiteOk) {
+  const tfmcu_model_status init = tfmcu_model_init_profiled(&stage_region);
+  if (init == TFMCU_MODEL_ERROR_RESOLVER) return Report("op registration failed", 0, 0, nullptr, 0, 0);
+  if (init == TFMCU_MODEL_ERROR_ALLOCATE) {
     return Report("AllocateTensors failed: the model does not fit the TFMCU_ARENA_BYTES arena (see TFLM's message)",
                   0, 0, nullptr, 0, 0);
   }
-  TfLiteTensor* input = interpreter.input(0);
   const bool streamed = g_tfmcu_stream_rows > 0;
+  if (init != TFMCU_MODEL_OK) {
+    return Report(streamed ? "streamed input: no one-byte placeholder input, or no external context"
+                           : "the model's input is missing", 1, 0, nullptr, 0, 0);
+  }
+  tflite::MicroInterpreter* interpreter = tfmcu_model_interpreter();
+  tfmcu_model_tensor input_info;
+  int8_t* input = tfmcu_model_input(&input_info);
   FlashRows rows;
-  TfmcuInputProvider provider = {ReadFlashRows, &rows};
   int32_t streamed_rows[16];
   if (streamed) {
     rows.row_bytes = g_tfmcu_input_len / g_tfmcu_stream_rows;
-    if (input == nullptr || input->bytes != 1 || interpreter.SetMicroExternalContext(&provider) != kTfLiteOk) {
-      return Report("streamed input: no one-byte placeholder input, or no external context", 1, 0, nullptr, 0, 0);
-    }
-  } else if (input == nullptr || input->bytes != g_tfmcu_input_len) {
+    tfmcu_model_set_row_reader(ReadFlashRows, &rows);
+  } else if (input_info.bytes != g_tfmcu_input_len) {
     return Report("input size differs from the generated input", 1, 0, nullptr, 0, 0);
   }
   uint32_t hash = tfmcu_fnv1a32(nullptr, 0);
@@ -312,28 +290,28 @@ int main(void) {
   for (uint32_t k = 0; k < g_tfmcu_num_inputs; ++k) {
     if (streamed) {  // the kernel reads the image's rows from Flash
       rows.image = g_tfmcu_inputs + k * g_tfmcu_input_len;
-      rows.next = 0;
       rows.rows_read = 0;
-      input->data.int8[0] = 0;
     } else {
-      memcpy(input->data.raw, g_tfmcu_inputs + k * g_tfmcu_input_len, g_tfmcu_input_len);
+      memcpy(input, g_tfmcu_inputs + k * g_tfmcu_input_len, g_tfmcu_input_len);
     }
     stage_region.NextInvoke();
     tfmcu_region_begin("invoke");
-    const TfLiteStatus status = interpreter.Invoke();
+    const tfmcu_model_status status = tfmcu_model_invoke();
     tfmcu_region_end();
-    if (status != kTfLiteOk) return Report("Invoke failed", 1, 0, nullptr, 0, 0);
-    if (rows.broken) return Report("the kernel broke the input provider's contract", 1, 0, nullptr, 0, 0);
+    if (status == TFMCU_MODEL_ERROR_ROWS) {
+      return Report("the kernel broke the input provider's contract", 1, 0, nullptr, 0, 0);
+    }
+    if (status != TFMCU_MODEL_OK) return Report("Invoke failed", 1, 0, nullptr, 0, 0);
     if (streamed && k < n) streamed_rows[k] = rows.rows_read;
-    const TfLiteTensor* output = interpreter.output(0);
+    const TfLiteTensor* output = interpreter->output(0);
     if (output == nullptr || output->bytes != g_tfmcu_output_len) {
       return Report("output size differs from TF Lite's", 1, 0, nullptr, 0, 0);
     }
 #ifdef TFMCU_DETECTOR_SLOTS
-    const int32_t top = TakeDetections(&interpreter, k);
+    const int32_t top = TakeDetections(interpreter, k);
     if (top < -1) return Report("detector: outputs not TFLite_Detection_PostProcess's four", 1, 0, nullptr, 0, 0);
     for (size_t j = 0; j < 4; ++j) {
-      hash = tfmcu_fnv1a32_update(hash, interpreter.output(j)->data.raw, interpreter.output(j)->bytes);
+      hash = tfmcu_fnv1a32_update(hash, interpreter->output(j)->data.raw, interpreter->output(j)->bytes);
     }
     if (k < n) classes[k] = top;
 #else
@@ -344,5 +322,5 @@ int main(void) {
 #ifdef TFMCU_PROFILE_OPS
   stage_region.NextInvoke();  // ends the profile when the model ran one input only
 #endif
-  return Report(nullptr, 1, hash, classes, n, interpreter.arena_used_bytes(), streamed ? streamed_rows : nullptr);
+  return Report(nullptr, 1, hash, classes, n, tfmcu_model_arena_used_bytes(), streamed ? streamed_rows : nullptr);
 }

@@ -6,7 +6,9 @@
   ``arm-none-eabi-objcopy``;
 * ``firmware.map``: the ELF's sections and its symbols by address with their sizes (``arm-none-eabi-objdump -h``,
   ``arm-none-eabi-nm``), what a linker map is read for: what lies where and how large it is;
-* the board's flash commands (boards.json ``flash_with``) with those files' names (``flash_commands``).
+* the board's flash commands (boards.json ``flash_with``) with those files' names (``flash_commands``);
+* ``example.elf``: the example application (examples/classify/main.c over the model library), linked as the ELF
+  QEMU runs; ``model/libtfmcu_model.a``: the model library as one static archive (``write_library_archive``).
 
 Bazel writes the ELF to one place for every deploy folder (``bazel-bin/external/<repo>/``); ``build_lock`` keeps one
 build-and-copy at a time, so a run reads the copy of its own build even while another deploy builds.
@@ -27,6 +29,8 @@ from tfmcu.firmware.targets import Target
 
 ELF = "firmware.elf"
 QEMU_ELF = "firmware_qemu.elf"
+EXAMPLE_ELF = "example.elf"  # the example application (examples/classify/main.c), linked as the ELF QEMU runs
+LIBRARY_ARCHIVE = "libtfmcu_model.a"  # the model library as one static archive (the folder's :libtfmcu_model)
 KINDS = ("elf", "bin", "hex", "map")
 
 
@@ -76,6 +80,17 @@ def write_board_files(out_dir: str, built_elf: str, qemu_elf: str | None = None)
     with open(files["map"], "w") as f:
         f.write(_map_text(files["elf"]))
     return files
+
+
+def write_library_archive(built: str, library_dir: str) -> str:
+    """The model library's archive (Bazel's ``:libtfmcu_model``) copied into the library's folder without its
+    debug sections (``arm-none-eabi-strip -g``: the code is the same); returns its path."""
+    path = os.path.join(library_dir, LIBRARY_ARCHIVE)
+    if os.path.exists(path):
+        os.remove(path)
+    subprocess.run([_tool("strip"), "-g", built, "-o", path], check=True, capture_output=True)
+    os.chmod(path, 0o644)
+    return path
 
 
 def flash_commands(t: Target) -> list[str]:

@@ -14,14 +14,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from tfmcu.errors import TfmcuError
-from tfmcu.firmware.outputs import ELF, QEMU_ELF, build_lock, write_board_files
-from tfmcu.firmware.sources import KERNELS_WHAT, REPO, ROOT
+from tfmcu.firmware.outputs import (EXAMPLE_ELF, ELF, LIBRARY_ARCHIVE, QEMU_ELF, build_lock, write_board_files,
+                                    write_library_archive)
+from tfmcu.firmware.sources import KERNELS_WHAT, LIBRARY_DIR, REPO, ROOT
 from tfmcu.firmware.targets import Target
 from tfmcu.records import Record, optional, present
 
@@ -82,6 +84,9 @@ class FirmwareRun(Record):
     # a per-op firmware (deploy --profile): the first Invoke's ops as TFLM tags them, and each one's instructions
     op_tags: list[str] | None = optional()
     op_insns: list[int] | None = optional()
+    # the example application (examples/classify/main.c over the model library) on the same QEMU board: what it
+    # printed (top_class, output_fnv1a32, ticks, arena_used_bytes), equal to TF Lite's on its frame
+    example: dict[str, Any] | None = optional()
 
     @property
     def instructions(self) -> int | None:
@@ -128,14 +133,17 @@ def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: 
     # a board QEMU runs through a link or a board library of its own (targets.Target.qemu_link): both binaries, the
     # board's decides what fits
     run_name = os.path.basename(firmware_elf(t, out))[:-len(".elf")]
+    example_name = run_name.replace("firmware", "example")  # the example application, linked the same way
     cmd = ["bazel", "build", "--noshow_progress", f"--override_repository={REPO}={out}", f"@{REPO}//:firmware",
-           *([f"@{REPO}//:{run_name}"] if run_name != "firmware" else []),
-           "//tools/qemu:libinsn_count.so"]
+           *([f"@{REPO}//:{run_name}"] if run_name != "firmware" else []), f"@{REPO}//:{example_name}",
+           f"@{REPO}//:{LIBRARY_ARCHIVE[:-2]}", "//tools/qemu:libinsn_count.so"]
     with build_lock(ROOT):  # Bazel's output is one path for every folder: this build's ELF copied before another
         r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if r.returncode == 0:
-            files = write_board_files(out, os.path.join(os.path.dirname(firmware_elf(t, out)), "firmware.elf"),
-                                      firmware_elf(t, out))
+            built = os.path.dirname(firmware_elf(t, out))
+            files = write_board_files(out, os.path.join(built, "firmware.elf"), firmware_elf(t, out))
+            shutil.copyfile(os.path.join(built, f"{example_name}.elf"), os.path.join(out, EXAMPLE_ELF))
+            write_library_archive(os.path.join(built, LIBRARY_ARCHIVE), os.path.join(out, LIBRARY_DIR))
     if r.returncode != 0:
         m = _OVERFLOW.search(r.stderr)
         if not m and _BUDGET in r.stderr:  # mps2.ld's ASSERT: .data + .bss + stack over the target's SRAM
@@ -195,9 +203,29 @@ def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: 
         return FirmwareRun(**figures, tflm_missing_bytes=int(m.group(3)) if m else None), False, verdict
     if rep["problems"]:
         raise DeployError(f"firmware on {t.machine}: {'; '.join(rep['problems'])}")
+    example = None
+    with open(os.path.join(out, "expect.json")) as f:
+        has_example = "example" in json.load(f)
+    if has_example:  # the example application on the same board: its top class and output bytes = TF Lite's
+        log(f"deploy: running the example application on QEMU {t.machine} ...")
+        ex_json = os.path.join(out, "example_run.json")
+        q = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "qemu", "run_firmware.py"), "--elf",
+                            os.path.join(out, EXAMPLE_ELF), "--machine", t.machine, "--example", "--timeout",
+                            str(timeout_s), "--expect", os.path.join(out, "expect.json"), "--report", ex_json,
+                            "--quiet", "--console", console, "--console-serial", str(t.console_serial)],
+                           capture_output=True, text=True)
+        try:
+            with open(ex_json) as f:
+                ex = json.load(f)
+        except (OSError, ValueError):
+            raise DeployError(f"QEMU run of the example gave no report: {(q.stderr or q.stdout).strip()[-300:]}") \
+                from None
+        if ex["problems"]:
+            raise DeployError(f"example application on {t.machine}: {'; '.join(ex['problems'])}")
+        example = ex["example"]
     run = FirmwareRun(**figures, outputs_equal_tflite=True, streamed_rows_read=res.get("streamed_rows_read"),
                       persistent_bytes=res.get("persistent_bytes"), persistent_at=res.get("persistent_at"),
-                      op_tags=res.get("op_tags"), op_insns=res.get("op_insns"))
+                      op_tags=res.get("op_tags"), op_insns=res.get("op_insns"), example=example)
     psram = rep["sizes"].get("psram", 0)
     apart = (f" ({arena_bytes:,} B in {t.ram.name}, TFLM's persistent data in a {res['persistent_bytes']:,} B buffer in "
              f"{t.persistent_ram} at {res['persistent_at']})" if res.get("persistent_bytes") else "")

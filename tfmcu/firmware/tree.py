@@ -3,11 +3,13 @@
 
 ``export_tree(folder, dest)`` writes ``dest`` (all-or-nothing: assembled beside it, then renamed into place)::
 
-    CMakeLists.txt        one library per Bazel cc_library the firmware links, same sources, flags, defines, paths
+    CMakeLists.txt        one library per Bazel cc_library the firmware links (same sources, flags, defines, paths),
+                          the test firmware, and tfmcu_model / tfmcu_board for an application of your own
     arm-none-eabi.cmake   the toolchain file (arm-none-eabi-gcc from PATH, or -DTFMCU_TOOLCHAIN_PREFIX=...)
     README.txt            how to build and run it, where a camera frame goes
     tree.json             what was exported: the target, the libraries, the archives (url, sha256)
-    app/                  the folder's main.cc and model_data.cc (model, op resolver, test inputs), expect.json,
+    app/                  the folder's model library (model/: tfmcu_model.h, its implementation, the model and its
+                          op resolver), its test firmware (main.cc, test_inputs.cc), example_frame.c, expect.json,
                           deploy.json
     tfmcu/                ours: tflm_patch_kernels/ (the TFMCU_PATCH_STAGE kernel, the C kernels and their CMSIS-NN
                           backend when the model has the op; the harness, startup, board file and linker script)
@@ -51,13 +53,14 @@ from typing import Any, Callable
 from tfmcu.errors import TfmcuError, UsageError
 from tfmcu.files import write_folder
 from tfmcu.firmware.sources import REPO, ROOT
-from tfmcu.firmware.targets import TARGETS
+from tfmcu.firmware.targets import DERIVED_LD, TARGETS, build_linker_script
 
 MANIFEST = "tree.json"
 MAIN = ""  # the main repository in labels (@//pkg:name)
 TREE_DIRS = {MAIN: "tfmcu", REPO: "app", "tflite_micro": "tflite-micro"}  # others: third_party/<name>
 BINARY = "firmware_bin"  # the folder's cc_binary (tfmcu/firmware/sources.py build_file)
-APP_EXTRA = ("expect.json", "deploy.json")  # copied next to the folder's sources
+MODEL_LIBRARY = f"@{REPO}//:model"  # the folder's model library (tfmcu_model.h)
+APP_EXTRA = ("expect.json", "deploy.json", "example_frame.c")  # copied next to the folder's sources
 # Bazel's reproducibility flags (paths, dates): nothing a plain build needs.
 _BAZEL_ONLY_FLAGS = ("-no-canonical-prefixes", "-fno-canonical-system-headers", "-Wno-builtin-macro-redefined",
                      "-D__DATE__", "-D__TIMESTAMP__", "-D__TIME__")
@@ -729,8 +732,44 @@ set(CMAKE_C_STANDARD_LIBRARIES "{' '.join(flags['libs'])}")
                            f"{_cmake_list([f'<{h}>' for h in includes])})\n")
     objects = [f"$<TARGET_OBJECTS:{lib.cmake_name}>" for lib in compiled if lib.alwayslink]
     statics = [lib.cmake_name for lib in compiled if not lib.alwayslink]
+    model = _closure(libs, MODEL_LIBRARY)
+    in_model = [lib for lib in compiled if lib.label in model]
+    board = [lib for lib in compiled if lib.label not in model]
+    here = "${CMAKE_CURRENT_SOURCE_DIR}/"
+    model_dirs = [here + d for d in next((lib.system_dirs for lib in libs if lib.label == MODEL_LIBRARY), [])
+                  if d.startswith(TREE_DIRS[REPO] + "/")]
+    if in_model:
+        out.append(f"""
+# The model library (app/model/tfmcu_model.h) for an application of your own: from its CMakeLists.txt (the same
+# toolchain file),
+#   add_subdirectory(<this tree> tfmcu)
+#   target_link_libraries(app PRIVATE tfmcu_model tfmcu_board)
+# tfmcu_model: the model, TFLM and the kernels, with the core's compile and link flags; tfmcu_board: the startup code
+# and vector table, the console, the timer and the linker script of this target (tflm_patch_kernels/firmware/
+# harness.h), for an application that does not bring its own.
+add_library(tfmcu_model INTERFACE)
+target_include_directories(tfmcu_model INTERFACE
+{_cmake_list(model_dirs)})
+target_compile_options(tfmcu_model INTERFACE ${{TFMCU_CPU_FLAGS}})
+target_sources(tfmcu_model INTERFACE
+{_cmake_list([f"$<TARGET_OBJECTS:{lib.cmake_name}>" for lib in in_model if lib.alwayslink])})
+target_link_libraries(tfmcu_model INTERFACE -Wl,--start-group
+{_cmake_list([lib.cmake_name for lib in in_model if not lib.alwayslink]
+             + [f for f in flags["libs"] if not f.startswith(("-Wl,--start-group", "-Wl,--end-group"))])}
+    -Wl,--end-group)
+target_link_options(tfmcu_model INTERFACE ${{TFMCU_CPU_FLAGS}}
+{_cmake_list(flags["link"])})
+add_library(tfmcu_board INTERFACE)
+target_include_directories(tfmcu_board INTERFACE {here}{TREE_DIRS[MAIN]})
+target_sources(tfmcu_board INTERFACE
+{_cmake_list([f"$<TARGET_OBJECTS:{lib.cmake_name}>" for lib in board if lib.alwayslink])})
+target_link_options(tfmcu_board INTERFACE
+{_cmake_list(binary.linkopts)})
+""")
     out.append(f"""
-# The firmware ({binary.label}): the model and main.cc, the libraries above in Bazel's link order.
+# The test firmware ({binary.label}): main.cc over the model library, the libraries above in Bazel's link order
+# (not built when this tree is another project's subdirectory).
+if(CMAKE_SOURCE_DIR STREQUAL CMAKE_CURRENT_SOURCE_DIR)
 add_executable(firmware
 {_cmake_list(binary.srcs + objects)})
 """ + _cmake_flags("firmware", binary) + f"""target_link_options(firmware PRIVATE
@@ -742,8 +781,22 @@ target_link_libraries(firmware PRIVATE -Wl,--start-group
 set_target_properties(firmware PROPERTIES LINKER_LANGUAGE C SUFFIX .elf
     LINK_DEPENDS "{';'.join('${CMAKE_CURRENT_SOURCE_DIR}/' + f for f in binary.link_inputs)}")
 add_custom_command(TARGET firmware POST_BUILD COMMAND ${{CMAKE_SIZE}} -A $<TARGET_FILE:firmware> VERBATIM)
+endif()
 """)
     return "".join(out)
+
+
+def _closure(libs: list[Library], label: str) -> set[str]:
+    """``label`` and every library it depends on."""
+    by = {lib.label: lib for lib in libs}
+    seen: set[str] = set()
+    todo = [label] if label in by else []
+    while todo:
+        k = todo.pop()
+        if k not in seen:
+            seen.add(k)
+            todo += [d for d in by[k].deps if d in by]
+    return seen
 
 
 def _cmake_library(lib: Library, kind: str) -> str:
@@ -779,6 +832,10 @@ set(CMAKE_CXX_COMPILER ${TFMCU_TOOLCHAIN_PREFIX}g++)
 set(CMAKE_ASM_COMPILER ${TFMCU_TOOLCHAIN_PREFIX}gcc)
 set(CMAKE_SIZE ${TFMCU_TOOLCHAIN_PREFIX}size)
 set(CMAKE_OBJCOPY ${TFMCU_TOOLCHAIN_PREFIX}objcopy)
+# Executables link with the C driver, C++ ones too (an application over tfmcu_model is one: CMake takes the
+# libraries' C++): TFLM and the model library need no C++ library, and Debian's toolchain has no libstdc++_nano
+# for --specs=nano.specs. An application that needs libstdc++: drop this line (Arm GNU Toolchain has it).
+set(CMAKE_CXX_LINK_EXECUTABLE "<CMAKE_C_COMPILER> <FLAGS> <CMAKE_CXX_LINK_FLAGS> <LINK_FLAGS> <OBJECTS> -o <TARGET> <LINK_LIBRARIES>")
 # No test executables while CMake checks the compilers: a bare-metal link needs the startup code and linker script.
 set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)
 set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
@@ -829,8 +886,11 @@ libnewlib-arm-none-eabi + libstdc++-arm-none-eabi-dev; C++ headers are needed, t
 {run}
 
 What is where:
-  app/main.cc           MicroInterpreter, the arena (TFMCU_ARENA_BYTES), one Invoke per test input, the result line
-  app/model_data.cc     the model (a Flash array), its op resolver with exactly the model's ops, the test inputs
+  app/model/            the model library: tfmcu_model.h (the C API), tfmcu_model_config.h (the arena, the input's
+                        shape and quantization), tfmcu_model.cc (MicroInterpreter over the static arena),
+                        model_data.cc (the model in Flash, its op resolver with exactly the model's ops)
+  app/main.cc           the test firmware over the library: one invoke per test input (test_inputs.cc), the result
+                        line; app/example_frame.c: the frame of the example application (examples/classify/main.c)
   tfmcu/                ours (tflm_patch_kernels/: the TFMCU_PATCH_STAGE kernel and C kernels when the model has the
                         op; firmware/: startup.c with the vector table, harness.c (output: semihosting or the
                         board's UART), the board file, the linker script)
@@ -841,12 +901,11 @@ What is where:
 Upstream sources (Apache-2.0, see each LICENSE), taken from these pinned archives:
 {pins}
 
-Hooking a camera: app/main.cc copies each test input from Flash into the input tensor:
-    memcpy(input->data.raw, g_tfmcu_inputs + k * g_tfmcu_input_len, g_tfmcu_input_len);
-Replace that with your frame: resize/crop it to the model's input shape and quantize it to int8 with the input
-tensor's scale and zero point (input->params.scale, input->params.zero_point), written into input->data.int8; run
-interpreter.Invoke(); read interpreter.output(0) (TopClass() gives the class). The test inputs, expect.json and the
-FNV hash are only for this check; drop them from model_data.cc when you wire a camera.
+Your application: CMakeLists.txt defines tfmcu_model (the model library with the core's flags) and tfmcu_board
+(startup, console, timer, the linker script); add this tree to your CMake project with add_subdirectory and link
+both (the test firmware is then not built). Hooking a camera: quantize the frame into tfmcu_model_input() (or
+give a streamed input's rows to tfmcu_model_set_row_reader()), call tfmcu_model_invoke(), read tfmcu_model_output(0)
+-- as examples/classify/main.c does with app/example_frame.c (docs/library.md).
 
 Importing into STM32CubeIDE (or another IDE): create an empty STM32 C++ project for your part, delete its generated
 startup file and linker script or keep them and drop tfmcu/tflm_patch_kernels/firmware/startup.c and the .ld here
@@ -903,13 +962,19 @@ def export_tree(folder: str, dest: str, *, third_party: str | None = None, what:
         flags = graph.toolchain_flags(mcu["platform"])
         headers = _headers(graph, libs)
         files: dict[str, tuple[_Repo, str]] = {}
+        generated: dict[str, str] = {}  # the genrule-made linker scripts (tflm_patch_kernels/firmware/BUILD)
         for lib in libs:
             for p in lib.srcs + lib.link_inputs:
-                files[p] = _locate(graph, p)
+                name = os.path.basename(p)
+                if p == f"{TREE_DIRS[MAIN]}/tflm_patch_kernels/firmware/{name}" and name in DERIVED_LD:
+                    generated[p] = build_linker_script(name)
+                else:
+                    files[p] = _locate(graph, p)
         for p in headers:
             files[p] = _locate(graph, p)
         for name in APP_EXTRA:
-            files[f"{TREE_DIRS[REPO]}/{name}"] = (graph.repos[REPO], name)
+            if graph.repos[REPO].has(name):
+                files[f"{TREE_DIRS[REPO]}/{name}"] = (graph.repos[REPO], name)
         for name, r in graph.repos.items():
             if isinstance(r, _ArchiveRepo):
                 for lic in ("LICENSE", "LICENSE.txt", "LICENSE.md"):
@@ -928,7 +993,7 @@ def export_tree(folder: str, dest: str, *, third_party: str | None = None, what:
             "libraries": {lib.label: {"cmake": lib.cmake_name, "srcs": lib.srcs, "copts": lib.copts,
                                       "defines": _unique(lib.defines + lib.local_defines),
                                       "include_dirs": _unique(lib.quote_dirs + lib.system_dirs)} for lib in libs},
-            "files": len(files) + 4,
+            "files": len(files) + len(generated) + 4,
         }
         texts = {
             "CMakeLists.txt": cmake_lists(libs, flags, t.name, t.what),
@@ -937,7 +1002,7 @@ def export_tree(folder: str, dest: str, *, third_party: str | None = None, what:
                                  stand_in=t.qemu == "stand-in"),
             MANIFEST: json.dumps(manifest, indent=1) + "\n",
         }
-        write_folder(dest, {**{p: r.read(rel) for p, (r, rel) in files.items()}, **texts}, what)
+        write_folder(dest, {**{p: r.read(rel) for p, (r, rel) in files.items()}, **generated, **texts}, what)
     finally:
         graph.close()
     log(f"tree: wrote {dest}/ ({manifest['files']} files, {sum(len(lib.srcs) for lib in libs)} sources in "

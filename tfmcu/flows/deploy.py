@@ -8,12 +8,17 @@ the firmware feeds their rows from Flash through the kernel's ``TfmcuInputProvid
 
 The folder (``out_dir``) holds:
 
-* ``model_data.cc``: the model as a Flash array, an op resolver with exactly the model's ops (and TFMCU_PATCH_STAGE),
-  ``num_inputs`` test inputs (``--inputs`` or seeded random ones), ``g_tfmcu_stream_rows`` for a streamed input
-  (tfmcu/firmware/sources.py, which also writes the three files below);
-* ``main.cc``: MicroInterpreter, the arena (``TFMCU_ARENA_BYTES``), one Invoke per input, the result line
-  (a copy of tflm_patch_kernels/tflm/firmware_main.cc);
-* ``BUILD`` + ``WORKSPACE``: a Bazel repository that builds ``:firmware`` (the ELF) for the target with this
+* ``model/``: the model library (``tfmcu_model.h``: init, the input or a streamed input's row reader, invoke, the
+  outputs with their quantization, error codes; docs/library.md): ``model_data.cc`` (the model as a Flash array, an
+  op resolver with exactly the model's ops (and TFMCU_PATCH_STAGE), ``g_tfmcu_stream_rows`` for a streamed input),
+  ``tfmcu_model_config.h`` (the arena and the input's shape and quantization as macros) and the API's
+  implementation over TFLM (copies of tflm_patch_kernels/tflm/tfmcu_model.h, .cc); tfmcu/firmware/sources.py writes
+  them and the files below;
+* ``main.cc`` + ``test_inputs.cc``: the test firmware over the library: ``num_inputs`` test inputs (``--inputs`` or
+  seeded random ones), one Invoke each, the result line (a copy of tflm_patch_kernels/tflm/firmware_main.cc);
+  ``example_frame.c``: the first input as the frame of the example application (examples/classify/main.c);
+* ``BUILD`` + ``WORKSPACE``: a Bazel repository that builds ``:firmware`` (the ELF), ``:example`` (the example
+  application), ``:model`` and ``:libtfmcu_model`` (the library as one static archive) for the target with this
   project's toolchain, linking TFLM's runtime and only the kernels of the model's ops (``@tflite_micro//:kernel_*``,
   third_party/tflite_micro.BUILD), our kernel and harness from ``@tfmcu_ws``;
 * ``expect.json``: the expected outputs for the inputs (their hash, top classes: TF Lite's, TFLM's on this host on an
@@ -68,7 +73,7 @@ import numpy as np
 
 from tfmcu.errors import UsageError
 from tfmcu.files import write_folder, write_outputs
-from tfmcu.firmware.outputs import KINDS, flash_commands
+from tfmcu.firmware.outputs import EXAMPLE_ELF, KINDS, flash_commands
 from tfmcu.firmware.profile import OpProfile, op_profile, plot as profile_plot, table as profile_table
 from tfmcu.firmware.run import DeployError, FirmwareRun, run_elf, run_firmware
 from tfmcu.firmware.sources import (CONSOLES, EXTERNAL_MEMORY, KERNELS, check_model, detector_expectation, detector_slots_for,
@@ -353,7 +358,10 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> DeployRepor
     files = folder_files(model, ops, xs, outs[0].nbytes, comment, t, arena, stack, o.kernels, o.tflite, stream=rows,
                          external=flash.model_in == "external",
                          detector_slots=slots, console=o.console, persistent=persistent, profile=o.profile)
-    files["expect.json"] = json.dumps({"expect": want,
+    # what the example application (examples/classify/main.c, the first input as its frame) must print
+    example = {} if detector else {"example": {**expectation(outs[:1]), "how": "output 0 of the first input (the "
+                                               "example's frame): its FNV-1a hash and top class, TF Lite's"}}
+    files["expect.json"] = json.dumps({"expect": want, **example,
                                        "expect_within": {"arena_used_bytes": [pred.total, 0.01]},
                                        "reference": {"tflm_inputs": reference.tflm_inputs, "how": reference.how}},
                                       indent=1) + "\n"
@@ -534,12 +542,16 @@ def deploy(o: DeployOptions, log: Callable[[str], None] = print) -> DeployReport
             run = dataclasses.replace(run, detections=firmware_detections(o.out_dir, report.detector.detections))
         report = dataclasses.replace(report, run=run, fits=fits, verdict=verdict)
         if run.linked:
-            report = dataclasses.replace(report, files={k: f"firmware.{k}" for k in KINDS},
+            report = dataclasses.replace(report, files={**{k: f"firmware.{k}" for k in KINDS},
+                                                        "example": EXAMPLE_ELF},
                                          flash_with=flash_commands(placed))
         if o.profile and fits:
             report = dataclasses.replace(report, profile=_profile(o, report, placed, segments, log))
         write_outputs({os.path.join(o.out_dir, "deploy.json"): json.dumps(report.to_json(), indent=1) + "\n"})
         log(f"deploy: {verdict}")
+        if run.example is not None:
+            log(f"deploy: the example application ({EXAMPLE_ELF}: examples/classify/main.c over the model library "
+                f"in model/) printed top-1 class {run.example['top_class'][0]} and output bytes equal to TF Lite's")
         if report.flash_with:
             log(f"deploy: {', '.join(report.files.values())} in {o.out_dir}; onto the {placed.name}, in that "
                 f"folder:\n  " + "\n  ".join(report.flash_with))

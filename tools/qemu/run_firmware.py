@@ -60,6 +60,12 @@ RESULT_RE = re.compile(r"^TFMCU_RESULT (\{.*\})\s*$", re.M)
 PLUGIN_RE = re.compile(r"^INSN_COUNT (\{.*\})\s*$", re.M)
 # Instructions per timer tick under -icount shift=0 (one instruction per ns): the MPS2 APB timer runs at 25 MHz, QEMU
 # clocks the STM32 timers at 1 GHz.
+# What the example application (examples/classify/main.c) prints: its top class, the hash of its output bytes, the
+# invoke's timer ticks and the arena TFLM used.
+EXAMPLE_RE = {"top_class": re.compile(r"^top-1: class (\d+)", re.M),
+              "output_fnv1a32": re.compile(r"^output fnv1a32: (0x[0-9a-f]{8})", re.M),
+              "ticks": re.compile(r"^invoke: (\d+) ticks", re.M),
+              "arena_used_bytes": re.compile(r"^arena used: (\d+) B", re.M)}
 TICK_INSNS = {"mps2-an385": 40, "mps2-an386": 40, "mps2-an500": 40, "netduinoplus2": 1}
 
 
@@ -280,6 +286,9 @@ def main(argv=None):
                          "(semihosting off; the firmware's last line TFMCU_EXIT <status> ends the run)")
     ap.add_argument("--console-serial", type=int, default=0,
                     help="--console uart: which of the QEMU board's serial ports the firmware's UART is (0: the first)")
+    ap.add_argument("--example", action="store_true",
+                    help="the ELF is the example application: check its printed top class and output hash against "
+                         "--expect's \"example\" (no TFMCU_RESULT line)")
     ap.add_argument("--quiet", action="store_true", help="no firmware output echo")
     ap.add_argument("--qemu")
     ap.add_argument("--size-tool")
@@ -320,6 +329,23 @@ def main(argv=None):
     if "Lockup" in output:
         # A fault whose exception frame cannot be pushed: usually the stack ran past its limit (mps2.ld).
         problems.append("CPU lockup (stack overflow past __stack_limit?)")
+
+    if args.example:  # the example application: its printed lines, checked against expect.json's "example"
+        result = {k: (([int(m.group(1))] if k == "top_class" else m.group(1) if k == "output_fnv1a32"
+                       else int(m.group(1))) if m else None)
+                  for k, m in ((k, r.search(output)) for k, r in EXAMPLE_RE.items())}
+        problems += ["the example printed no %s line" % k for k, v in result.items() if v is None]
+        problems += check_expect(result, {k: v for k, v in expect.get("example", {}).items() if k != "how"})
+        report = {"elf": os.path.basename(args.elf) if args.elf else None, "machine": args.machine,
+                  "serial": args.serial, "qemu_status": rc, "sizes": sizes, "example": result, "problems": problems}
+        if args.report:
+            with open(args.report, "w") as f:
+                json.dump(report, f, indent=1, sort_keys=True)
+        print("TFMCU_REPORT " + json.dumps(report, sort_keys=True))
+        if problems:
+            print("FAILED: " + "; ".join(problems), file=sys.stderr)
+            return rc if rc not in (None, 0) else 1
+        return 0
 
     results = RESULT_RE.findall(output)
     result = None

@@ -71,3 +71,41 @@ once. (Not the host platform itself: from the host, that transition is a no-op a
 configuration, from an MCU configuration in a differently named one; Bazel 4's exec transition keeps such
 differences too.) The files are not on the consumer's include path: use them as sources or data.""",
 )
+
+# The archiver of the arm-none-eabi toolchain (tools/bazel/arm/cc_toolchain_config.bzl's tool_paths "ar").
+_ARM_AR = "/usr/bin/arm-none-eabi-ar"
+
+def _mcu_static_library_impl(ctx):
+    library = ctx.attr.library[0]
+    archives = []
+    for linker_input in library[CcInfo].linking_context.linker_inputs.to_list():
+        for lib in linker_input.libraries:
+            a = lib.static_library or lib.pic_static_library
+            if a != None and a not in archives:
+                archives.append(a)
+    out = ctx.actions.declare_file(ctx.label.name + ".a")
+    script = ctx.actions.declare_file(ctx.label.name + ".mri")
+    ctx.actions.write(script, "create %s\n%ssave\nend\n" % (out.path, "".join(["addlib %s\n" % a.path for a in archives])))
+    ctx.actions.run_shell(
+        inputs = archives + [script],
+        outputs = [out],
+        command = "%s -M < %s" % (_ARM_AR, script.path),
+        mnemonic = "McuStaticLibrary",
+        progress_message = "Merging %d archives into %s" % (len(archives), out.short_path),
+    )
+    return [DefaultInfo(files = depset([out]))]
+
+mcu_static_library = rule(
+    implementation = _mcu_static_library_impl,
+    attrs = {
+        "library": attr.label(mandatory = True, cfg = _platform_transition, providers = [CcInfo],
+                              doc = "a cc_library"),
+        "platform": attr.label(mandatory = True, doc = "e.g. //tools/bazel/arm:cortex_m4"),
+        "_allowlist_function_transition": attr.label(
+            default = "@bazel_tools//tools/allowlists/function_transition_allowlist",
+        ),
+    },
+    doc = """`<name>.a`: one static archive holding `library` and every library it depends on, built for `platform`
+(what a build system other than Bazel links: the deploy folder's libtfmcu_model with model/tfmcu_model.h). The
+members of `alwayslink` libraries become ordinary members: what the application references is linked.""",
+)
