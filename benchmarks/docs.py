@@ -40,6 +40,7 @@ from benchmarks import results
 from benchmarks.fit import PER_LAYER
 from benchmarks.sections import SECTION_TABLES, SECTIONS, equal_up_to_ties, inplace_line
 from tfmcu.errors import UsageError
+from tfmcu.firmware.outputs import board_file_names
 from tfmcu.firmware.targets import TARGETS, board_entries
 from tfmcu.flows.demo import summary_table
 from tfmcu.flows.profile import format_table
@@ -157,7 +158,7 @@ def flash_table() -> str:
     """Every board's flash commands (boards.json ``flash_with``), as ``deploy`` prints them with its files."""
     md = ["| `--target` | commands (run in the deploy folder) |", "|---|---|"]
     for name, b in board_entries().items():
-        cmds = [c.format(elf="firmware.elf", bin="firmware.bin", hex="firmware.hex") for c in b.get("flash_with") or []]
+        cmds = [c.format(**board_file_names()) for c in b.get("flash_with") or []]
         md.append(f"| `{name}` | " + "<br>".join(f"`{c}`" for c in cmds) + " |")
     return "\n".join(md) + "\n"
 

@@ -679,3 +679,26 @@ def test_the_largest_prediction_a_room_takes_is_allocated_within_it(margin):
         assert deploy.allocated_bytes(p, margin) <= room
         assert deploy.allocated_bytes(p, margin) % 16 == 0
         assert room - deploy.allocated_bytes(p, margin) <= 32 * (1 + margin) + 16  # and little of it left over
+
+
+def test_uf2_blocks_and_the_rp2040_boot2_checksum():
+    """The files a Raspberry Pi Pico takes: UF2 blocks (512 bytes: the magic words, the flags with the family ID
+    present, the address of each 256-byte payload, block number and count, the family) and the CRC its boot ROM
+    checks over the second stage (CRC-32/MPEG-2: its check value on "123456789" is 0x0376E6E7)."""
+    import struct
+
+    from tfmcu.firmware.outputs import boot2_crc, uf2_bytes
+
+    assert boot2_crc(b"123456789") == 0x0376E6E7 and boot2_crc(b"") == 0xFFFFFFFF
+    image = bytes(range(256)) * 2 + b"\x5a" * 10  # 3 blocks, the last one padded
+    data = uf2_bytes(image, 0x10000000, 0xE48BFF56)
+    assert len(data) == 3 * 512
+    got = b""
+    for n in range(3):
+        block = data[512 * n:512 * (n + 1)]
+        m0, m1, flags, addr, size, no, count, family = struct.unpack("<8I", block[:32])
+        assert (m0, m1, struct.unpack("<I", block[-4:])[0]) == (0x0A324655, 0x9E5D5157, 0x0AB16F30)
+        assert flags == 0x2000 and addr == 0x10000000 + 256 * n and size == 256 and (no, count) == (n, 3)
+        assert family == 0xE48BFF56
+        got += block[32:32 + size]
+    assert got[:len(image)] == image and got[len(image):] == b"\0" * (3 * 256 - len(image))

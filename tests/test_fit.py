@@ -123,14 +123,24 @@ def test_fit_writes_a_verified_model_and_its_firmware(zoo_models, tmp_path):
     ch = rep.chosen
     assert ch.patched and ch.predicted_arena_bytes <= budget and ch.predicted_instructions > 0
     assert rep.verify.bit_exact
-    assert sorted(os.listdir(out)) == ["firmware", "fit.json", "fit.png", "model.tflite", "report.md"]
+    assert sorted(os.listdir(out)) == ["firmware", "fit.json", "fit.png", "memory.png", "model.tflite", "report.md"]
     written = json.loads((out / "fit.json").read_text())
     assert written["chosen"] == ch.to_json()  # fit.json keeps its field names
     assert fit.FitReport.from_json(written) == rep and fit.FitReport.from_json(rep.to_json()).to_json() == written
     dep = json.loads((out / "firmware" / "deploy.json").read_text())
     assert dep["arena"]["predicted_bytes"] == ch.predicted_total_bytes  # the search's prediction is deploy's
     assert dep == rep.deploy.to_json() and dep["arena"]["host_measured_bytes"] is not None
-    assert (out / "fit.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "fit.png").read_bytes()[:4] == b"\x89PNG" and (out / "memory.png").read_bytes()[:4] == b"\x89PNG"
+    # the memory timeline: its peak is the planned arena (the head where TFLM's persistent data is apart, in the CCM
+    # here), one point per operator, the patch stage marked; the per-layer model's peaks at its one-arena prediction
+    arena = rep.deploy.arena
+    peak = max(p.arena_bytes for p in arena.timeline)
+    assert peak == (arena.predicted_head_bytes if arena.persistent_bytes else arena.predicted_bytes)
+    assert [p.op for p in arena.timeline] == list(range(len(arena.timeline)))
+    assert any(p.type == "custom:TFMCU_PATCH_STAGE" for p in arena.timeline)
+    assert max(p.arena_bytes for p in rep.per_layer_timeline) == rep.per_layer.predicted_total_bytes
+    report = (out / "report.md").read_text()
+    assert "## Memory over the ops" in report and f"The peak: {peak:,} B at op" in report and "**patch stage**" in report
 
 
 def test_persistent_tail_apart_counts_only_the_head(zoo_models, tmp_path):

@@ -221,8 +221,9 @@ def test_deploy_run_on_named_boards(models, tmp_path, board):
 
 
 def test_deploy_run_on_a_core_no_qemu_board_runs(models, tmp_path):
-    """The Raspberry Pi Pico (RP2040, Cortex-M0+): --run builds and links the firmware with the board's memory and
-    reports its sizes; nothing runs (no QEMU board has the core), so no figure is measured."""
+    """The Raspberry Pi Pico (RP2040, Cortex-M0+): --run builds and links the firmware (and the example application)
+    with the board's memory and reports its sizes; nothing runs (no QEMU board has the core), so no figure is
+    measured. Both ELFs as UF2 files, with the RP2040's second stage and its checksum in front."""
     _need_bazel()
     r, rep = _deploy(*models["tiny"], "rpi-pico", str(tmp_path / "fw"))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -232,6 +233,24 @@ def test_deploy_run_on_a_core_no_qemu_board_runs(models, tmp_path):
     assert run["invoke_insns"] == [] and run["arena_used_bytes"] is None
     assert "ORIGIN = 0x10000000, LENGTH = 2048K" in (tmp_path / "fw" / "board.ld").read_text()
     _board_files(tmp_path / "fw", rep, r.stdout)
+    # what the RP2040 boots: the second stage (256 bytes, its CRC the boot ROM's), then the vector table at
+    # 0x10000100 (the stack top in SRAM, the reset handler in Flash, Thumb); the UF2 holds the same image
+    import struct
+
+    from tfmcu.firmware.outputs import boot2_crc
+    for name in ("firmware", "example"):
+        uf2 = (tmp_path / "fw" / f"{name}.uf2").read_bytes()
+        blocks = [uf2[i:i + 512] for i in range(0, len(uf2), 512)]
+        image = b"".join(b[32:32 + 256] for b in blocks)
+        assert [struct.unpack("<I", b[12:16])[0] for b in blocks] == [0x10000000 + 256 * n for n in range(len(blocks))]
+        assert all(struct.unpack("<I", b[28:32])[0] == 0xE48BFF56 for b in blocks)
+        if name == "firmware":
+            raw = (tmp_path / "fw" / "firmware.bin").read_bytes()
+            assert image[:len(raw)] == raw
+        assert boot2_crc(image[:252]) == struct.unpack("<I", image[252:256])[0]
+        sp, reset = struct.unpack("<2I", image[256:264])
+        assert 0x20000000 < sp <= 0x20042000 and 0x10000100 < reset < 0x10200000 and reset & 1
+    assert rep["files"]["uf2"] == "firmware.uf2" and "cp firmware.uf2 /media/$USER/RPI-RP2/" in rep["flash_with"][0]
 
 
 def _board_files(folder, rep, stdout):
@@ -246,8 +265,9 @@ def _board_files(folder, rep, stdout):
     hex_lines = (folder / "firmware.hex").read_text().splitlines()
     assert hex_lines[0].startswith(":") and hex_lines[-1] == ":00000001FF"  # Intel HEX, its end-of-file record
     assert "## Sections" in (folder / "firmware.map").read_text()
-    assert rep["files"] == {"elf": "firmware.elf", "bin": "firmware.bin", "hex": "firmware.hex", "map": "firmware.map",
-                            "example": "example.elf"}
+    assert {k: v for k, v in rep["files"].items() if k != "uf2"} == {
+        "elf": "firmware.elf", "bin": "firmware.bin", "hex": "firmware.hex", "map": "firmware.map",
+        "example": "example.elf"}
     # the example application (examples/classify/main.c over the model library) linked, and where QEMU runs the
     # board, run: its top class and output bytes TF Lite's on its frame (the first input); the library's archive
     assert (folder / "example.elf").read_bytes()[:4] == b"\x7fELF"

@@ -20,7 +20,9 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import shutil
+import struct
 import subprocess
 import tempfile
 from typing import Iterator
@@ -61,11 +63,66 @@ def _map_text(elf: str) -> str:
             f"## Sections\n{sections.strip()}\n\n## Symbols\n{symbols}")
 
 
-def write_board_files(out_dir: str, built_elf: str, qemu_elf: str | None = None) -> dict[str, str]:
+BOOT2_BYTES = 256  # the RP2040's second-stage bootloader: 252 bytes and their CRC-32
+
+
+def boot2_crc(data: bytes) -> int:
+    """The CRC-32 the RP2040's boot ROM checks over the second stage's first 252 bytes: polynomial 0x04C11DB7,
+    initial value 0xFFFFFFFF, neither input nor output reflected, no final XOR (CRC-32/MPEG-2)."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte << 24
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x04C11DB7) & 0xFFFFFFFF if crc & 0x80000000 else (crc << 1) & 0xFFFFFFFF
+    return crc
+
+
+def seal_boot2(elf: str) -> bool:
+    """Writes the CRC into the ELF's section .boot2 (the RP2040's second stage, board_cortex_m0plus.c) so that the
+    boot ROM runs it; False when the ELF has no such section (another board)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = os.path.join(tmp, "boot2.bin")
+        subprocess.run([_tool("objcopy"), "-O", "binary", "--only-section=.boot2", elf, raw], check=True,
+                       capture_output=True)
+        data = open(raw, "rb").read() if os.path.exists(raw) else b""
+        if not data:
+            return False
+        if len(data) != BOOT2_BYTES:
+            raise ValueError(f"{elf}: section .boot2 holds {len(data)} bytes, not {BOOT2_BYTES}")
+        with open(raw, "wb") as f:
+            f.write(data[:-4] + boot2_crc(data[:-4]).to_bytes(4, "little"))
+        subprocess.run([_tool("objcopy"), f"--update-section=.boot2={raw}", elf], check=True, capture_output=True)
+    return True
+
+
+UF2_MAGIC = (0x0A324655, 0x9E5D5157, 0x0AB16F30)  # the first two words of a block, and its last
+UF2_FAMILY_PRESENT = 0x00002000
+UF2_PAYLOAD = 256
+
+
+def uf2_bytes(image: bytes, base: int, family: int) -> bytes:
+    """``image`` (loaded at ``base``) as UF2 (Microsoft's USB flashing format, as a board's boot ROM takes it over USB
+    mass storage): 512-byte blocks of 256 payload bytes each, the family ID in every block."""
+    count = -(-len(image) // UF2_PAYLOAD)
+    out = bytearray()
+    for n in range(count):
+        chunk = image[n * UF2_PAYLOAD:(n + 1) * UF2_PAYLOAD].ljust(UF2_PAYLOAD, b"\0")
+        head = struct.pack("<8I", UF2_MAGIC[0], UF2_MAGIC[1], UF2_FAMILY_PRESENT, base + n * UF2_PAYLOAD,
+                           UF2_PAYLOAD, n, count, family)
+        out += head + chunk.ljust(476, b"\0") + struct.pack("<I", UF2_MAGIC[2])
+    return bytes(out)
+
+
+def write_board_files(out_dir: str, built_elf: str, qemu_elf: str | None = None,
+                      uf2: tuple[int, int] | None = None) -> dict[str, str]:
     """Copies the board's ELF (and the link QEMU runs, when it is another) into ``out_dir`` and writes its .bin,
-    .hex and .map beside it; returns {kind: path} (kinds ``KINDS``, and "qemu_elf")."""
+    .hex and .map beside it; returns {kind: path} (kinds ``KINDS``, and "qemu_elf"). ``uf2``: (the Flash's base, the
+    UF2 family ID) of a board that boots a UF2 (the Raspberry Pi Pico): its second stage sealed (``seal_boot2``) and
+    ``firmware.uf2`` written too."""
     files = {"elf": os.path.join(out_dir, ELF)}
     shutil.copyfile(built_elf, files["elf"])
+    if uf2 is not None and not seal_boot2(files["elf"]):
+        raise ValueError(f"{built_elf}: no section .boot2 (the RP2040's second stage) to boot a UF2 from")
     own = os.path.join(out_dir, QEMU_ELF)
     if qemu_elf is not None and qemu_elf != built_elf:
         files["qemu_elf"] = own
@@ -79,7 +136,24 @@ def write_board_files(out_dir: str, built_elf: str, qemu_elf: str | None = None)
     files["map"] = f"{stem}.map"
     with open(files["map"], "w") as f:
         f.write(_map_text(files["elf"]))
+    if uf2 is not None:
+        files["uf2"] = write_uf2(files["elf"], files["bin"], *uf2)
     return files
+
+
+def write_uf2(elf: str, image: str, base: int, family: int) -> str:
+    """``<elf stem>.uf2`` from the ELF's raw image ``image`` (objcopy -O binary: from its lowest load address, which
+    must be the Flash's ``base``)."""
+    lines = subprocess.run([_tool("objdump"), "-h", elf], capture_output=True, text=True, check=True).stdout.splitlines()
+    # a section's line (index, name, size, VMA, LMA, ...) and its flags on the next line
+    lowest = min(int(ln.split()[4], 16) for ln, flags in zip(lines, lines[1:])
+                 if re.match(r"\s*\d+\s+\S+\s+[0-9a-f]{8}\s", ln) and int(ln.split()[2], 16) > 0 and "LOAD" in flags)
+    if lowest != base:
+        raise ValueError(f"{elf}: its image starts at 0x{lowest:08x}, not at the Flash's 0x{base:08x}")
+    path = elf[:-len(".elf")] + ".uf2"
+    with open(image, "rb") as f, open(path, "wb") as out:
+        out.write(uf2_bytes(f.read(), base, family))
+    return path
 
 
 def write_library_archive(built: str, library_dir: str) -> str:
@@ -93,6 +167,26 @@ def write_library_archive(built: str, library_dir: str) -> str:
     return path
 
 
+def board_file_names(t: Target | None = None) -> dict[str, str]:
+    """{kind: file name} of the files a board takes (``KINDS``, and "uf2" for a board that boots UF2 files)."""
+    names = {k: f"firmware.{k}" for k in KINDS}
+    return {**names, "uf2": "firmware.uf2"} if t is None or t.uf2_family is not None else names
+
+
 def flash_commands(t: Target) -> list[str]:
     """The board's flash commands (boards.json ``flash_with``), run in the deploy folder (the files' names)."""
-    return [c.format(elf=ELF, bin="firmware.bin", hex="firmware.hex") for c in t.flash_with]
+    return [c.format(**board_file_names()) for c in t.flash_with]
+
+
+def write_example(out_dir: str, built: str, uf2: tuple[int, int] | None = None) -> str:
+    """Copies the example application's ELF into ``out_dir`` (``EXAMPLE_ELF``); for a board that boots UF2 files
+    its second stage sealed and ``example.uf2`` beside it."""
+    path = os.path.join(out_dir, EXAMPLE_ELF)
+    shutil.copyfile(built, path)
+    if uf2 is not None:
+        seal_boot2(path)
+        with tempfile.TemporaryDirectory() as tmp:
+            image = os.path.join(tmp, "example.bin")
+            subprocess.run([_tool("objcopy"), "-O", "binary", path, image], check=True, capture_output=True)
+            write_uf2(path, image, *uf2)
+    return path

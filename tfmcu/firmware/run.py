@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from typing import Any, Callable
 
 from tfmcu.errors import TfmcuError
 from tfmcu.firmware.outputs import (EXAMPLE_ELF, ELF, LIBRARY_ARCHIVE, QEMU_ELF, build_lock, write_board_files,
-                                    write_library_archive)
+                                    write_example, write_library_archive)
 from tfmcu.firmware.sources import KERNELS_WHAT, LIBRARY_DIR, REPO, ROOT
 from tfmcu.firmware.targets import Target
 from tfmcu.records import Record, optional, present
@@ -141,8 +140,9 @@ def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: 
         r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if r.returncode == 0:
             built = os.path.dirname(firmware_elf(t, out))
-            files = write_board_files(out, os.path.join(built, "firmware.elf"), firmware_elf(t, out))
-            shutil.copyfile(os.path.join(built, f"{example_name}.elf"), os.path.join(out, EXAMPLE_ELF))
+            uf2 = (t.flash.base, t.uf2_family) if t.uf2_family is not None else None
+            files = write_board_files(out, os.path.join(built, "firmware.elf"), firmware_elf(t, out), uf2=uf2)
+            write_example(out, os.path.join(built, f"{example_name}.elf"), uf2=uf2)
             write_library_archive(os.path.join(built, LIBRARY_ARCHIVE), os.path.join(out, LIBRARY_DIR))
     if r.returncode != 0:
         m = _OVERFLOW.search(r.stderr)

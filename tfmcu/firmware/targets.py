@@ -128,8 +128,11 @@ class Target:
     # STM32H743's DTCM before its AXI SRAM; TFLM's persistent data then goes to firmware_ram
     fast_ram: str = ""
     clock_hz: int | None = None  # the core clock the board runs at (boards.json clock_mhz): ms from cycles
-    # how the firmware goes onto the board (boards.json flash_with): commands with {elf}, {bin}, {hex}
+    # how the firmware goes onto the board (boards.json flash_with): commands with {elf}, {bin}, {hex}, {uf2}
     flash_with: tuple[str, ...] = ()
+    # a board whose boot ROM takes UF2 files (boards.json uf2_family: the Raspberry Pi Pico's RP2040): deploy writes
+    # firmware.uf2 for this family ID, the second-stage bootloader sealed
+    uf2_family: int | None = None
 
     @property
     def core(self) -> str:
@@ -221,7 +224,8 @@ def _board(name: str, b: dict) -> tuple[Target | None, str]:
                persistent_ram=persistent, qemu_bases=qemu_bases, fast_ram=fast,
                board_elf=(f"board_dwt_{build.key}" + (f"_{console_uart}" if console_uart else "")) if dwt else "",
                clock_hz=int(b["clock_mhz"]) * 1_000_000 if b.get("clock_mhz") else None,
-               flash_with=tuple(str(c) for c in b.get("flash_with") or ()))
+               flash_with=tuple(str(c) for c in b.get("flash_with") or ()),
+               uf2_family=int(str(b["uf2_family"]), 16) if b.get("uf2_family") else None)
     return t, str(b["core"])
 
 

@@ -73,7 +73,7 @@ import numpy as np
 
 from tfmcu.errors import UsageError
 from tfmcu.files import write_folder, write_outputs
-from tfmcu.firmware.outputs import EXAMPLE_ELF, KINDS, flash_commands
+from tfmcu.firmware.outputs import EXAMPLE_ELF, board_file_names, flash_commands
 from tfmcu.firmware.profile import OpProfile, op_profile, plot as profile_plot, table as profile_table
 from tfmcu.firmware.run import DeployError, FirmwareRun, run_elf, run_firmware
 from tfmcu.firmware.sources import (CONSOLES, EXTERNAL_MEMORY, KERNELS, check_model, detector_expectation, detector_slots_for,
@@ -129,6 +129,16 @@ class DeployOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ArenaAtOp(Record):
+    """The memory timeline's point at one operator (predicted, tfmcu.plan.arena): the arena region's bytes in use
+    during its scope (the planned tensors and scratch alive then, TFLM's persistent data where it shares the arena)."""
+
+    op: int
+    type: str  # its TFLite builtin ("custom:TFMCU_PATCH_STAGE": a patch stage)
+    arena_bytes: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class DeployArena(Record):
     """The arena the firmware allocates: TFLM's predicted arena x (1 + margin), rounded up to 16 bytes."""
 
@@ -144,6 +154,7 @@ class DeployArena(Record):
     predicted_head_bytes: int | None = optional()
     predicted_tail_bytes: int | None = optional()
     region: str | None = optional()  # the board's SRAM region the arena is in (the firmware's RAM: RamEstimate)
+    timeline: list[ArenaAtOp] | None = optional()  # per operator, predicted (``timeline_of``)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -344,6 +355,7 @@ def prepare(o: DeployOptions, log: Callable[[str], None] = print) -> DeployRepor
         arena=DeployArena(predicted_bytes=pred.total,
                           predicted_by=f"tfmcu.plan.arena, TFLM build {build!r} (32-bit structs, MicroAllocator)",
                           margin=o.margin, arena_bytes=arena, host_measured_bytes=host_arena, region=t.ram.name,
+                          timeline=timeline_of(pred, persistent),
                           **(dict(persistent_bytes=persistent, persistent_region=t.persistent_ram,
                                   predicted_head_bytes=pred.head, predicted_tail_bytes=pred.tail)
                              if persistent else {})),
@@ -444,6 +456,13 @@ def largest_prediction(room: int, margin: float) -> int:
     return int(room / (1 + margin)) // 16 * 16 - 16
 
 
+def timeline_of(pred: ArenaPrediction, persistent: int) -> list[ArenaAtOp]:
+    """The arena region's bytes in use per operator: the head's planned bytes alive in its scope, plus the tail (TFLM's
+    persistent data, allocated first) unless it lives in a region of its own (``persistent`` > 0)."""
+    extra = 0 if persistent else pred.tail
+    return [ArenaAtOp(op=i, type=typ, arena_bytes=used + extra) for i, (typ, used) in enumerate(pred.timeline)]
+
+
 def persistent_split(model: TfliteModel, t: Target, build: str, stage: Any, margin: float,
                      apart: bool = True) -> tuple[ArenaPrediction, int]:
     """TFLM's predicted arena for ``model`` on ``t`` and the persistent buffer's bytes: on a board with a region for
@@ -542,8 +561,7 @@ def deploy(o: DeployOptions, log: Callable[[str], None] = print) -> DeployReport
             run = dataclasses.replace(run, detections=firmware_detections(o.out_dir, report.detector.detections))
         report = dataclasses.replace(report, run=run, fits=fits, verdict=verdict)
         if run.linked:
-            report = dataclasses.replace(report, files={**{k: f"firmware.{k}" for k in KINDS},
-                                                        "example": EXAMPLE_ELF},
+            report = dataclasses.replace(report, files={**board_file_names(placed), "example": EXAMPLE_ELF},
                                          flash_with=flash_commands(placed))
         if o.profile and fits:
             report = dataclasses.replace(report, profile=_profile(o, report, placed, segments, log))

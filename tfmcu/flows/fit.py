@@ -21,7 +21,8 @@ input where TFLM on this host gives another output by a rounding tie in the FULL
 TFLM's there (deploy's ``DeployReference``: fit.json's ``deploy.reference``). ``run`` returns a ``FitReport``.
 ``out_dir`` gets ``model.tflite`` (the chosen model), ``fit.json`` (the report: every candidate evaluated, the chosen
 one, the per-layer model, verify and deploy reports), ``fit.png`` (predicted arena against predicted instructions for
-every candidate) and ``firmware/``; it is assembled beside ``out_dir`` and renamed into place, so a failure leaves
+every candidate), ``memory.png`` (the arena over the ops, per layer and chosen: ``plot_timeline``), ``report.md``
+(for a person: ``tfmcu.flows.fit_report``) and ``firmware/`` (deploy's folder: the model library in ``model/``); it is assembled beside ``out_dir`` and renamed into place, so a failure leaves
 nothing behind.
 
 A model that cannot fit at any configuration is a one-line ``UsageError`` naming the smallest achievable arena and
@@ -44,15 +45,15 @@ from typing import Any, Callable
 from tfmcu.errors import TfmcuError, UsageError
 from tfmcu.firmware.targets import Target, get_target
 from tfmcu.firmware.tree import check_dest, export_tree
-from tfmcu.files import assembled_folder, read_bytes
-from tfmcu.flows.deploy import (STATIC_ESTIMATE, DeployOptions, DeployReport, deploy, flash_estimate,
-                                 largest_prediction, validate as validate_deploy)
+from tfmcu.files import assembled_folder, figure_png, read_bytes
+from tfmcu.flows.deploy import (STATIC_ESTIMATE, ArenaAtOp, DeployOptions, DeployReport, deploy, flash_estimate,
+                                 largest_prediction, timeline_of, validate as validate_deploy)
 from tfmcu.flows.fit_report import markdown as report_markdown
 from tfmcu.flows.verify import VerifyOptions, verify
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.graph import ir
 from tfmcu.graph.load import KERAS_SUFFIXES, ModelError, load_spec
-from tfmcu.plan.arena import KERNEL_SETS, mcu_build
+from tfmcu.plan.arena import KERNEL_SETS, mcu_build, predict_model_arena
 from tfmcu.plan.halo import HaloOptions
 from tfmcu.plan.latency import predict_instructions
 from tfmcu.plan.regions import ScheduleError
@@ -213,6 +214,8 @@ class FitReport(Record):
     # predicted instructions of the model per layer with our kernels (every convolution a one-layer stage:
     # convs_to_flash, what --rest_convs=tfmcu does): the second ratio a report gives (None: not predicted)
     per_layer_tfmcu_instructions: int | None = optional()
+    # the per-layer model's memory timeline, predicted, one arena (the chosen model's: deploy.arena.timeline)
+    per_layer_timeline: list[ArenaAtOp] | None = optional()
 
 
 def validate(o: FitOptions) -> Target:
@@ -474,11 +477,14 @@ def _finish(o: FitOptions, t: Target, data: bytes, origin: str, res: SearchResul
                                                                    o.kernels).what),
         verify=None if ver is None else FitVerify(bit_exact=ver.bit_exact, samples=ver.samples),
         deploy=dep, measured=compare(ch, dep) if o.run else None,
-        per_layer_tfmcu_instructions=_per_layer_tfmcu(data, t, o.kernels))
+        per_layer_tfmcu_instructions=_per_layer_tfmcu(data, t, o.kernels),
+        per_layer_timeline=timeline_of(predict_model_arena(data, build=mcu_build(o.kernels, t.core)), 0))
     with open(os.path.join(stage, "fit.json"), "w") as f:
         f.write(json.dumps(report.to_json(), indent=1) + "\n")
     with open(os.path.join(stage, "fit.png"), "wb") as f:
         f.write(plot_candidates(report))
+    with open(os.path.join(stage, "memory.png"), "wb") as f:
+        f.write(plot_timeline(report))
     with open(os.path.join(stage, "report.md"), "w") as f:
         f.write(report_markdown(report.to_json()))
     os.remove(original)
@@ -509,6 +515,39 @@ def compare(chosen: FitCandidate, dep: DeployReport) -> FitMeasured:
                        instructions_error=None if insn in (None, 0) or pi is None else round(pi / insn - 1, 4),
                        outputs_equal_tflite=run is not None and run.outputs_equal_tflite, fits=bool(dep.fits),
                        measured_by=None if run is None else run.measured_by, verdict=dep.verdict)
+
+
+def plot_timeline(report: FitReport) -> bytes:
+    """memory.png: the arena's bytes in use over the ops (predicted), the per-layer model above, the chosen one below
+    with its patch stages shaded."""
+    import matplotlib  # lazy: plotting only
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # lazy: plotting only
+
+    arena = report.deploy.arena
+    fig, axes = plt.subplots(2, 1, figsize=(8, 5.2), sharey=True)
+    rows = [(axes[0], report.per_layer_timeline or [], "per layer: one arena (TFLM's persistent data included)"),
+            (axes[1], arena.timeline or [], f"chosen: {report.chosen.describe}"[:110]
+             + (f"\n(+ {arena.persistent_bytes:,} B of TFLM's persistent data apart in {arena.persistent_region})"
+                if arena.persistent_bytes else ""))]
+    for ax, points, title in rows:
+        xs = [p.op for p in points]
+        ax.step(xs, [p.arena_bytes / 1024 for p in points], where="mid", color="C0")
+        for p in points:
+            if p.type.startswith("custom:"):
+                ax.axvspan(p.op - 0.5, p.op + 0.5, color="C1", alpha=0.3, lw=0)
+        if points:
+            peak = max(points, key=lambda p: p.arena_bytes)
+            ax.annotate(f"{peak.arena_bytes:,} B at op {peak.op} ({peak.type.replace('custom:', '')})",
+                        (peak.op, peak.arena_bytes / 1024), textcoords="offset points", xytext=(6, -12), fontsize=8)
+        ax.axhline(report.arena_budget_bytes / 1024, color="C3", ls="--", lw=1)
+        ax.set_title(title, fontsize=9)
+        ax.set_ylabel(f"arena in use (KiB)\n{arena.region or 'RAM'}", fontsize=8)
+    axes[1].set_xlabel("operator index (shaded: a TFMCU_PATCH_STAGE op); dashed: the arena budget",
+                       fontsize=8)
+    fig.suptitle(f"{report.model} on {report.target}: the arena over one Invoke (predicted, tfmcu.plan.arena)",
+                 fontsize=10)
+    return figure_png(fig)
 
 
 def plot_candidates(report: FitReport) -> bytes:
@@ -568,7 +607,12 @@ def format_summary(r: FitReport) -> str:
                      f"(predicted {'exactly' if m.arena_equal else m.predicted_arena_bytes}), instructions "
                      f"{m.invoke_instructions or 0:,} (predicted {100 * (m.instructions_error or 0):+.1f}%); "
                      f"{m.verdict}")
-    lines.append(f"wrote {r.out_dir}/: model.tflite, fit.json, fit.png, report.md, firmware/")
+    run = r.deploy.run
+    if run is not None and run.example is not None:
+        lines.append(f"the example application (firmware/example.elf, examples/classify/main.c over the model library "
+                     f"firmware/model/) printed top-1 class {run.example['top_class'][0]}, output bytes = TF Lite's")
+    lines.append(f"wrote {r.out_dir}/: model.tflite, fit.json, fit.png, memory.png, report.md, firmware/ (the model "
+                 f"library in firmware/model/: tfmcu_model.h, docs/library.md)")
     if r.deploy.flash_with:
         lines.append(f"onto the {r.target}, in {os.path.join(r.out_dir, 'firmware')}/:\n  "
                      + "\n  ".join(r.deploy.flash_with))

@@ -1,6 +1,6 @@
-"""fit's report for a person (report.md beside fit.json): what was chosen, memory per region, Flash, time per op at
-the board's clock, what was verified, and the files a board takes, in the words of a vendor's analyze / validate
-report. Every figure is fit.json's (``FitReport.to_json()``): measured ones say by what, estimated ones by which
+"""fit's report for a person (report.md beside fit.json): what was chosen, memory per region and over the ops
+(memory.png), Flash, time per op at the board's clock, what was verified, and the files a board takes, in the words
+of a vendor's analyze / validate report. Every figure is fit.json's (``FitReport.to_json()``): measured ones say by what, estimated ones by which
 model.
 """
 
@@ -34,6 +34,29 @@ def _memory(fit: dict[str, Any], dep: dict[str, Any], run: dict[str, Any] | None
                f"{base['predicted_arena_bytes'] / max(total, 1):.2f}x the chosen model's. fit.png: every candidate's "
                f"predicted arena against its predicted instructions.", ""]
     return md
+
+
+def _timeline(fit: dict[str, Any], dep: dict[str, Any]) -> list[str]:
+    points = dep["arena"].get("timeline") or []
+    base = fit.get("per_layer_timeline") or []
+    if not points:
+        return []
+    region = dep["arena"].get("region") or "RAM"
+    peak = max(points, key=lambda p: p["arena_bytes"])
+    md = ["## Memory over the ops", "",
+          f"The arena in {region} during each operator of one Invoke (predicted, tfmcu.plan.arena: the planned tensors "
+          f"and scratch alive in its scope" + ("" if dep["arena"].get("persistent_bytes") else
+                                              ", and TFLM's persistent data") + "); memory.png draws it beside the "
+          f"per-layer model's. The peak: {_b(peak['arena_bytes'])} at op {peak['op']} "
+          f"({peak['type'].replace('custom:', '')})"
+          + (f"; per layer {_b(max(p['arena_bytes'] for p in base))} at op "
+             f"{max(base, key=lambda p: p['arena_bytes'])['op']}" if base else "") + ".", "",
+          f"| op | type | arena in {region} |", "|---:|---|---:|"]
+    for p in points:
+        stage = p["type"] == "custom:TFMCU_PATCH_STAGE"
+        md.append(f"| {p['op']} | {'**patch stage**' if stage else p['type'].replace('custom:', '')} | "
+                  f"{_b(p['arena_bytes'])} |")
+    return md + [""]
 
 
 def _flash(dep: dict[str, Any], run: dict[str, Any] | None) -> list[str]:
@@ -114,5 +137,5 @@ def markdown(fit: dict[str, Any]) -> str:
     head = [f"# {fit['model']} on {fit['target']} ({fit['core']}, {fit['kernels']} kernels)", "",
             f"fit chose: **{ch['describe']}**" + ("" if ch["patched"] else " (the model as it is)") + ".",
             "", fit["message"], ""]
-    return "\n".join(head + _memory(fit, dep, run) + _flash(dep, run) + _time(fit, dep, run)
+    return "\n".join(head + _memory(fit, dep, run) + _timeline(fit, dep) + _flash(dep, run) + _time(fit, dep, run)
                      + _verified(fit, dep, run) + _files(dep))

@@ -295,6 +295,9 @@ class ArenaPrediction:
     tail: int
     total: int
     details: dict[str, Any] = field(default_factory=dict)
+    # the memory timeline: per operator (graph order), its TFLite builtin and the head's bytes in use during its
+    # scope (the highest end, in TFLM's plan, of a buffer alive then); the tail is allocated before the first
+    timeline: list[tuple[str, int]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"head": self.head, "tail": self.tail, "total": self.total, "details": self.details}
@@ -691,7 +694,9 @@ def _predict(graph: ir.Graph, model: ts.ModelT | None, count_input: bool, build:
         "tail_items": tail.items,
         "unmodelled_ops": sorted({a.builtin for a in allocs if not a.modelled}),
     }
-    return ArenaPrediction(head=head, tail=tail.used, total=head + tail.used, details=details)
+    timeline = [(builtin_of(op), max((b.offset + b.size for b in buffers if b.first <= step <= b.last), default=0))
+                for step, op in enumerate(graph.ops, start=1)]
+    return ArenaPrediction(head=head, tail=tail.used, total=head + tail.used, details=details, timeline=timeline)
 
 
 def tensor_indices(graph: ir.Graph) -> dict[str, int]:
