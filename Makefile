@@ -26,10 +26,11 @@ setup:
 # Bazel's exit code is kept; the summary always runs (it also fails on failed tests or none at all).
 # The build event file lists exactly this run's tests, so stale test.xml files of deleted tests don't count.
 test: setup
-	@rc=0; \
+	@rc=0; start=$$(date +%s); \
 	$(BAZEL) test //... --build_event_json_file=bazel-testlogs-bep.json || rc=$$?; \
 	$(PYTHON) -m pytest tests/e2e -q -p no:cacheprovider --junitxml=bazel-testlogs-e2e.xml || { [ $$rc -ne 0 ] || rc=1; }; \
-	$(PYTHON) tools/test_summary.py --bep bazel-testlogs-bep.json --junit bazel-testlogs-e2e.xml || { [ $$rc -ne 0 ] || rc=1; }; \
+	$(PYTHON) tools/test_summary.py --bep bazel-testlogs-bep.json --junit bazel-testlogs-e2e.xml \
+		--started $$start --json out/make_test.json || { [ $$rc -ne 0 ] || rc=1; }; \
 	if [ $$rc -eq 4 ]; then echo "make test: bazel found no test targets" >&2; fi; \
 	exit $$rc
 

@@ -400,6 +400,10 @@ OPTIONAL = {"runs": Table(tuple(SECTIONS), runs_table), "targets": Table((), tar
 # Values a page quotes that no single JSON entry holds.
 DERIVED: dict[str, dict[str, Callable[[dict[str, Any]], Any]]] = {
     "latency_calibration": {"worst_error": _worst_error},
+    "train": {"wall_hours": lambda d: d["rows"][0]["wall_s"] / 3600},
+    "make_test": {"wall_minutes": lambda d: d["wall_s"] / 60},
+    "multistage": {"search_minutes": lambda d: sum(m["search_seconds"] for r in d["measured"].values()
+                                                   for m in r["measured"]) / 60},
 }
 
 

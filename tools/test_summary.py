@@ -12,6 +12,8 @@ counted, cached ones included, and a test target that produced no result (it fai
 counts as failed; otherwise every bazel-testlogs/**/test.xml is read (stale ones of deleted tests too).
 
 --junit adds pytest JUnit files run outside Bazel (make test's tests/e2e); a missing one counts as a failure.
+--json also writes the counts, and with --started (make test passes its start) the run's wall time: make test writes
+out/make_test.json, which `python -m benchmarks.docs --publish out/make_test.json` publishes for docs/testing.md.
 
 Exit status: 1 if anything failed or no test ran at all, else 0.
 """
@@ -20,6 +22,7 @@ import glob
 import json
 import os
 import sys
+import time
 import urllib.parse
 import xml.etree.ElementTree as ET
 
@@ -130,6 +133,9 @@ def main():
     ap.add_argument("--bep", help="build event JSON file of the `bazel test` run")
     ap.add_argument("--testlogs", default="bazel-testlogs", help="Bazel testlogs dir (without --bep)")
     ap.add_argument("--junit", action="append", default=[], help="a pytest JUnit XML file (tests outside Bazel)")
+    ap.add_argument("--started", type=float, help="when the run began (seconds since the epoch): its wall time goes to "
+                                                  "--json")
+    ap.add_argument("--json", help="also write the counts (and with --started the wall time) here")
     args = ap.parse_args()
 
     tally = Tally()
@@ -156,6 +162,13 @@ def main():
         print("test_summary: no test ran", file=sys.stderr)
     sys.stdout.flush()
     print("tests: %d passed, %d failed, %d skipped" % (tally.passed, len(tally.failed), len(tally.skipped)))
+    if args.json:  # what `benchmarks.docs --publish out/make_test.json` takes (docs/testing.md renders it)
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump({"passed": tally.passed, "failed": len(tally.failed), "skipped": len(tally.skipped),
+                       "wall_s": None if args.started is None else round(time.time() - args.started),
+                       "cpu_count": os.cpu_count(), "command": "make test"}, f, indent=1)
+            f.write("\n")
     return 1 if tally.failed or total == 0 else 0
 
 
