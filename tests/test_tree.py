@@ -22,7 +22,7 @@ import pytest
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from tfmcu.errors import TfmcuError, UsageError  # noqa: E402
-from tfmcu.firmware import sources, tree  # noqa: E402
+from tfmcu.firmware import bazel_graph, sources, tree  # noqa: E402
 from tfmcu.firmware.targets import TARGETS  # noqa: E402
 from tfmcu.flows import deploy  # noqa: E402
 from tfmcu.graph.from_tflite import from_tflite  # noqa: E402
@@ -179,7 +179,7 @@ def test_errors_are_one_line_and_write_nothing(tmp_path, monkeypatch):
     # archives missing: one line naming the archive, and no tree
     empty = tmp_path / "empty"
     empty.mkdir()
-    monkeypatch.setattr(tree, "archive_dirs", lambda third_party=None: [str(empty)])
+    monkeypatch.setattr(bazel_graph, "archive_dirs", lambda third_party=None: [str(empty)])
     with pytest.raises(TfmcuError, match=r"@\w+: archive \w+\.tar\.gz .* not found in") as e:
         tree.check_dest(str(fw), str(tmp_path / "t2"))  # what deploy --tree checks before any work
     with pytest.raises(TfmcuError, match=r"@\w+: archive \w+\.tar\.gz .* not found in") as e:
