@@ -48,6 +48,7 @@ import numpy as np
 
 from tfmcu import abi
 from tfmcu.firmware import sources
+from tfmcu.firmware.targets import BUILDS
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.nets import zoo
 from tfmcu.plan import latency
@@ -65,17 +66,12 @@ REPO = "tfmcu_latency_fw"  # its own name: deploy builds @tfmcu_fw from other fo
 FW = "@//tflm_patch_kernels/firmware"
 
 # core -> (firmware.bzl target key, QEMU board, Bazel platform, harness board library, PSRAM origin, linker script)
-CORES = {
-    "cortex-m3": ("cortex_m3", "mps2-an385", "//tools/bazel/arm:cortex_m3", "board_cortex_m3", 0x21000000, "mps2.ld"),
-    "cortex-m4": ("cortex_m4", "mps2-an386", "//tools/bazel/arm:cortex_m4", "board_cortex_m4", 0x21000000, "mps2.ld"),
-    "cortex-m7": ("cortex_m7", "mps2-an500", "//tools/bazel/arm:cortex_m7", "board_cortex_m7", 0x60000000, "mps2.ld"),
-    "cortex-m33": ("cortex_m33", "mps2-an505", "//tools/bazel/arm:cortex_m33", "board_cortex_m33", 0x80000000,
-                   "mps2_an505.ld"),
-    "cortex-m55": ("cortex_m55", "mps3-an547", "//tools/bazel/arm:cortex_m55", "board_cortex_m55", 0x38000000,
-                   "mps3_an547.ld"),
-}
+# The cores the calibration runs on, and the firmware build of each (tfmcu.firmware.targets.BUILDS: the core's own QEMU
+# board, not a named chip's): {core: (build key, QEMU machine, platform, board library, PSRAM origin, linker script)}
+CORES = {b.core: (b.key, b.machine, b.platform, b.board, b.psram[0], b.ld)
+         for b in BUILDS.values() if b.key == b.core.replace("-", "_") and b.machine and b.psram}
 # Cores whose code memory holds only the code (the Cortex-M55's 512 KiB ITCM): every model in their PSRAM
-MODELS_IN_PSRAM = ("cortex-m55",)
+MODELS_IN_PSRAM = tuple(b.core for b in BUILDS.values() if b.models_in_psram)
 KERNELS = ("cmsis_nn", "reference")
 
 # Variants also built without the per-op mode: the mode's overhead per op (the markers' calls and the tag store in

@@ -285,8 +285,8 @@ def test_unknown_target_and_flags(monkeypatch):
 
 
 def test_targets_match_firmware_bzl():
-    """Every firmware build of targets.py is firmware.bzl's (QEMU board, platform, board library, linker script), and
-    its own board's SRAM is the budget firmware.bzl gives it."""
+    """Every firmware build of targets.py is firmware.bzl's (QEMU board, platform, board library, linker script,
+    external memory), and its own board's SRAM is the budget firmware.bzl gives it."""
     from tfmcu.firmware.targets import BUILDS, BUILDS_BY_NAME
 
     bzl = open(os.path.join(ROOT, "tflm_patch_kernels", "firmware", "firmware.bzl")).read()
@@ -296,6 +296,9 @@ def test_targets_match_firmware_bzl():
         machine = f'"{b.machine}"' if b.machine else "None"  # (a core no QEMU board runs: none)
         assert f"machine = {machine}" in block and f'platform = "{b.platform}"' in block
         assert f':{b.board}"' in block and f':{b.ld}"' in block
+        # the external memory and whether the QEMU board keeps every model there
+        assert (f"psram = 0x{b.psram[0]:08x}" if b.psram else "psram = none") in block.lower(), b.key
+        assert ("models_in_psram = True" in block) == b.models_in_psram, b.key
     for name, key in BUILDS_BY_NAME.items():
         t = TARGETS[name]
         assert (t.key, t.own_ld, t.qemu) == (key, False, "board")

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from tfmcu.errors import UsageError
-from tfmcu.firmware.targets import Target, linker_script
+from tfmcu.firmware.targets import BUILDS, Target, linker_script
 from tfmcu.plan.arena import MVE_CORES
 from tfmcu.runtime.host import host_model
 from tfmcu.runtime.model_io import ModelInfo, TFLMError, model_info
@@ -142,20 +142,10 @@ def stream_rows(model: TfliteModel | bytes) -> int:
     return 0 if image is None else int(image[0][0])
 
 
-# The boards' external memory, where a model larger than the Flash goes (firmware_model.h TFMCU_MODEL_IN_PSRAM,
-# mps2.ld's .model_psram): the MPS2 boards' 16 MiB PSRAM (QEMU's `info mtree`; firmware.bzl TARGETS psram, which
-# tests/test_deploy.py checks this against); on a real part, external (QSPI / OSPI) Flash. The STM32F405 board has
-# none.
-# The builds whose QEMU board's code memory holds only the code (the Cortex-M55's 512 KiB ITCM, firmware.bzl's
-# models_in_psram): the link QEMU runs for a stand-in board of such a build has the model in EXTERNAL_MEMORY.
-QEMU_MODEL_IN_PSRAM = ("cortex_m55",)
-EXTERNAL_MEMORY: dict[str, tuple[int, int]] = {  # target key: (origin, bytes)
-    "cortex_m3": (0x21000000, 16 * 1024 * 1024),
-    "cortex_m4": (0x21000000, 16 * 1024 * 1024),
-    "cortex_m7": (0x60000000, 16 * 1024 * 1024),
-    "cortex_m33": (0x80000000, 16 * 1024 * 1024),
-    "cortex_m55": (0x38000000, 8 * 1024 * 1024),
-}
+# The builds' external memory, where a model larger than the Flash goes, and the builds whose QEMU board keeps every
+# model there (targets.Build psram / models_in_psram): {target key: (origin, bytes)}.
+EXTERNAL_MEMORY: dict[str, tuple[int, int]] = {k: b.psram for k, b in BUILDS.items() if b.psram is not None}
+QEMU_MODEL_IN_PSRAM = tuple(k for k, b in BUILDS.items() if b.models_in_psram)
 
 
 _TFLM_BUILD = os.path.join(ROOT, "third_party", "tflite_micro.BUILD")

@@ -40,22 +40,33 @@ class Build:
     board: str  # harness board library
     ld: str  # its linker script (tflm_patch_kernels/firmware/)
     console: bool  # its board file has a console UART (--console=uart)
+    # the QEMU board's external memory, where a model larger than the Flash goes: (origin, bytes) (firmware_model.h
+    # TFMCU_MODEL_IN_PSRAM, mps2.ld's .tfmcu_psram; firmware.bzl TARGETS psram): the MPS2 boards' 16 MiB PSRAM (QEMU's
+    # `info mtree`), on a real part external QSPI / OSPI Flash; None: none
+    psram: tuple[int, int] | None = None
+    # the QEMU board's code memory holds only the code (the Cortex-M55's 512 KiB ITCM; firmware.bzl models_in_psram):
+    # every model goes to ``psram`` in the links QEMU runs
+    models_in_psram: bool = False
 
     @property
     def core(self) -> str:
         return self.platform.rsplit(":", 1)[1].replace("_", "-")
 
 
+MIB = 1024 * 1024
 BUILDS: dict[str, Build] = {
-    "cortex_m3": Build("cortex_m3", "mps2-an385", "//tools/bazel/arm:cortex_m3", "board_cortex_m3", "mps2.ld", True),
+    "cortex_m3": Build("cortex_m3", "mps2-an385", "//tools/bazel/arm:cortex_m3", "board_cortex_m3", "mps2.ld", True,
+                       psram=(0x21000000, 16 * MIB)),
     "stm32f405": Build("stm32f405", "netduinoplus2", "//tools/bazel/arm:cortex_m4", "board_stm32f405", "stm32f405.ld",
                        True),
-    "cortex_m4": Build("cortex_m4", "mps2-an386", "//tools/bazel/arm:cortex_m4", "board_cortex_m4", "mps2.ld", True),
-    "cortex_m7": Build("cortex_m7", "mps2-an500", "//tools/bazel/arm:cortex_m7", "board_cortex_m7", "mps2.ld", True),
+    "cortex_m4": Build("cortex_m4", "mps2-an386", "//tools/bazel/arm:cortex_m4", "board_cortex_m4", "mps2.ld", True,
+                       psram=(0x21000000, 16 * MIB)),
+    "cortex_m7": Build("cortex_m7", "mps2-an500", "//tools/bazel/arm:cortex_m7", "board_cortex_m7", "mps2.ld", True,
+                       psram=(0x60000000, 16 * MIB)),
     "cortex_m33": Build("cortex_m33", "mps2-an505", "//tools/bazel/arm:cortex_m33", "board_cortex_m33",
-                        "mps2_an505.ld", True),
+                        "mps2_an505.ld", True, psram=(0x80000000, 16 * MIB)),
     "cortex_m55": Build("cortex_m55", "mps3-an547", "//tools/bazel/arm:cortex_m55", "board_cortex_m55",
-                        "mps3_an547.ld", True),
+                        "mps3_an547.ld", True, psram=(0x38000000, 8 * MIB), models_in_psram=True),
     # no QEMU board has the Cortex-M0+ with enough memory: its firmware is built and linked, not run ("")
     "cortex_m0plus": Build("cortex_m0plus", "", "//tools/bazel/arm:cortex_m0plus", "board_cortex_m0plus", "mps2.ld",
                            False),
