@@ -126,7 +126,8 @@ def arenas(resolution: int, budget: int, log: Callable[[str], None]) -> dict[str
     name = f"{DET_MODEL}@{resolution}"
     model = untrained_detector_int8(load_spec(DET_MODEL, resolution=resolution), 0,
                                     max_detections=DET_OPTIONS.max_detections)
-    o = FitOptions(model=name, target=TARGET, kernels=KERNELS, objective="memory", max_latency=MAX_LATENCY, **SEARCH)
+    o = FitOptions(model=name, firmware=DeployOptions(tflite="", target=TARGET, kernels=KERNELS), objective="memory",
+                   max_latency=MAX_LATENCY, **SEARCH)
     found = price(o, model, name, budget)
     base, small = found.per_layer, found.smallest
     per_layer = base.predicted_arena_bytes  # (the search's unpatched model, the image counted)
@@ -142,7 +143,8 @@ def arenas(resolution: int, budget: int, log: Callable[[str], None]) -> dict[str
 
 def _budget(sram: int) -> int:
     """The arena budget fit leaves on a chip like the target with ``sram`` bytes of RAM."""
-    return arena_budget(FitOptions(model="", target=TARGET), dataclasses.replace(get_target(TARGET), sram_bytes=sram))
+    return arena_budget(FitOptions(model="", firmware=DeployOptions(tflite="", target=TARGET)),
+                        dataclasses.replace(get_target(TARGET), sram_bytes=sram))
 
 
 def _tflite(report: TrainReport) -> bytes:
@@ -510,8 +512,10 @@ def _measure_m4(entry: dict[str, Any], det_runs: dict[int, TrainReport], work: s
         # (the search restricted to the grid the section's search chose, where it is known: the same choice, 1/6
         # of the candidates)
         grids = {"patch_options": (entry["grid"][0],)} if entry.get("grid") else {}  # (an entry of this bench)
-        rep = fit_run(FitOptions(model=src, target=TARGET, kernels=KERNELS, objective="memory",
-                                 max_latency=MAX_LATENCY, run=True, num_inputs=1, verify_samples=4, out_dir=folder,
+        rep = fit_run(FitOptions(model=src,
+                                 firmware=DeployOptions(tflite="", target=TARGET, kernels=KERNELS, run=True,
+                                                        num_inputs=1),
+                                 objective="memory", max_latency=MAX_LATENCY, verify_samples=4, out_dir=folder,
                                  **SEARCH, **grids), log=log)
         ch = rep.chosen
         m = measured_row(name, TARGET, "patched (fit)", ch.describe, ch.predicted_arena_bytes,
@@ -540,9 +544,10 @@ def _board_run(rep: TrainReport, work: str, log: Callable[[str], None]) -> dict[
     if out is None:
         inputs = os.path.join(work, f"{BOARD}_inputs.npy")
         np.save(inputs, q[:BOARD_IMAGES])
-        r = fit_run(FitOptions(model=rep.files["tflite"], target=BOARD, kernels=KERNELS, objective="memory",
-                               max_latency=MAX_LATENCY, run=True, inputs=inputs, num_inputs=BOARD_IMAGES,
-                               out_dir=folder, **SEARCH), log=log)
+        r = fit_run(FitOptions(model=rep.files["tflite"],
+                               firmware=DeployOptions(tflite="", target=BOARD, kernels=KERNELS, run=True,
+                                                      inputs=inputs, num_inputs=BOARD_IMAGES),
+                               objective="memory", max_latency=MAX_LATENCY, out_dir=folder, **SEARCH), log=log)
         out = {"resolution": res, "chosen": r.chosen.to_json(),
                "measured": None if r.measured is None else r.measured.to_json(), "images": BOARD_IMAGES,
                "run": {} if r.deploy.run is None else r.deploy.run.to_json()}

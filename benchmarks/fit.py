@@ -82,7 +82,7 @@ def search_record(cases=CASES) -> dict[str, Any]:
             # calibration (the plans a cap admits change with it) and where TFLM's persistent data goes
             "stage_abi": abi.ABI_VERSION, "conv1x1_folded_rule": abi.CONV1X1_FOLDED_RULE,
             "latency_coefficients": _coefficients_hash(cases),
-            "persistent_apart": d.persistent_apart}
+            "persistent_apart": d.firmware.persistent_apart}
 
 
 def _coefficients_hash(cases=CASES) -> str:
@@ -217,8 +217,8 @@ def _board_row(board: str, path: str, macs: int, work: str, log: Callable[[str],
     t = get_target(board)
     log(f"boards bench: {BOARD_MODEL} on {board} ({t.core}): fit --run ...")
     try:
-        rep = fit_run(FitOptions(model=path, target=board, out_dir=os.path.join(work, board), run=True,
-                                 verify_samples=4, search_seconds=None), log=log)
+        rep = fit_run(FitOptions(model=path, firmware=DeployOptions(tflite="", target=board, run=True),
+                                 out_dir=os.path.join(work, board), verify_samples=4, search_seconds=None), log=log)
     except Exception as e:  # noqa: BLE001 -- a row that says why, the bench goes on
         return {"model": BOARD_MODEL, "target": board, "core": t.core, "error": row_error(e, path)}
     ch, dep = rep.chosen, rep.deploy
@@ -334,11 +334,10 @@ def _fitted(name: str, target: str, stream: bool, cap: float | None, what: str, 
     log(f"fit bench: {name} on {target}: {what} ...")
     folder = f"{name}_{target}_{cap or 'smallest'}" + "".join(f"_{k}-{v}" for k, v in sorted(options.items()))
     try:
-        rep = fit_run(FitOptions(model=path, target=target, out_dir=os.path.join(work, folder),
-                                 objective="memory", max_latency=cap if cap is not None else 100.0,
-                                 stream_input=stream, run=True, verify_samples=4,
-                                 search_seconds=None,  # every candidate: rows not the machine's speed
-                                 **options),
+        rep = fit_run(FitOptions(model=path, firmware=DeployOptions(tflite="", target=target, run=True),
+                                 out_dir=os.path.join(work, folder), objective="memory",
+                                 max_latency=cap if cap is not None else 100.0, stream_input=stream, verify_samples=4,
+                                 search_seconds=None, **options),
                      log=log)
     except Exception as e:  # noqa: BLE001 -- a row that says why, the bench goes on
         return {"model": name, "target": target, "what": what, "error": row_error(e, path)}

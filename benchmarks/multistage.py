@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from benchmarks.fit import measured_row, search_record as fit_search_record
 from tfmcu.files import figure_png, write_outputs
+from tfmcu.flows.deploy import DeployOptions
 from tfmcu.flows.fit import FitOptions, run as fit_run
 from tfmcu.graph.from_tflite import from_tflite
 from tfmcu.nets import zoo
@@ -80,9 +81,11 @@ def measured_points(o: Any, name: str, data: bytes, log: Callable[[str], None]) 
             log(f"[multistage] {name}, {label}: measured by an earlier run ({done})")
         else:
             log(f"[multistage] {name}, {label}: fit --max_latency={MAX_LATENCY:g} --max_stages={stages or 'any'} ...")
-            rep = fit_run(FitOptions(model=path, target=TARGET, kernels=KERNELS, objective="memory",
-                                     max_latency=MAX_LATENCY, stream_input=True, max_stages=stages, run=True,
-                                     num_inputs=1, verify_samples=4, search_seconds=None,
+            rep = fit_run(FitOptions(model=path,
+                                     firmware=DeployOptions(tflite="", target=TARGET, kernels=KERNELS, run=True,
+                                                            num_inputs=1),
+                                     objective="memory", max_latency=MAX_LATENCY, stream_input=True, max_stages=stages,
+                                     verify_samples=4, search_seconds=None,
                                      out_dir=os.path.join(work, label.split()[0] + "_stages")), log=log)
             ch = rep.chosen
             m = measured_row(name, TARGET, label, ch.describe, ch.predicted_total_bytes, ch.predicted_instructions,

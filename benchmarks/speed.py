@@ -116,9 +116,9 @@ def _fitted(name: str, core: str, cap: float, path: str, macs: int, work: str,
     what = f"fit, max_latency {cap:.2f}"
     log(f"speed bench: {name} on {core}: {what} ...")
     try:
-        rep = fit_run(FitOptions(model=path, target=core, out_dir=os.path.join(work, f"{name}_{core}_{cap}"),
-                                 objective="memory", max_latency=cap, run=True, profile=True, verify_samples=4,
-                                 search_seconds=None), log=log)
+        rep = fit_run(FitOptions(model=path, firmware=DeployOptions(tflite="", target=core, run=True, profile=True),
+                                 out_dir=os.path.join(work, f"{name}_{core}_{cap}"), objective="memory",
+                                 max_latency=cap, verify_samples=4, search_seconds=None), log=log)
     except Exception as e:  # noqa: BLE001 -- a row that says why (nothing fits within the cap is a result)
         return {"model": name, "target": core, "what": what, "error": row_error(e, path)}
     ch = rep.chosen

@@ -129,6 +129,15 @@ def define_firmware_flags() -> None:
             "docs/boards.md).")
 
 
+def firmware_options(tflite: str = "", out_dir: str = "", seed: int = 0) -> DeployOptions:
+    """deploy's options from the firmware flags (``define_firmware_flags``, ``--tree``): deploy's own, and fit's
+    ``FitOptions.firmware`` (fit sets the model, folder and seed)."""
+    return DeployOptions(tflite=tflite, target=FLAGS.target, out_dir=out_dir or DeployOptions(tflite="").out_dir,
+                         run=FLAGS.run, inputs=FLAGS.inputs, num_inputs=FLAGS.num_inputs, seed=seed,
+                         margin=FLAGS.margin, stack_kib=FLAGS.stack_kib, kernels=FLAGS.kernels, tree=FLAGS.tree,
+                         console=FLAGS.console, persistent_apart=FLAGS.persistent_apart, profile=FLAGS.profile)
+
+
 def define_max_stages_flag(default: int | None = SearchOptions().max_stages) -> None:
     _define("integer", "max_stages", default,
             "At most this many patch stages anywhere in the network (each its own TFMCU_PATCH_STAGE op, proposed by "

@@ -44,11 +44,7 @@ flags.adopt_module_key_flags(_cli)
 
 
 def main(argv: Sequence[str]) -> int:
-    rep = deploy.deploy(deploy.DeployOptions(tflite=FLAGS.tflite, target=FLAGS.target, out_dir=FLAGS.out_dir,
-                                             run=FLAGS.run, inputs=FLAGS.inputs, num_inputs=FLAGS.num_inputs,
-                                             seed=FLAGS.seed, margin=FLAGS.margin, stack_kib=FLAGS.stack_kib,
-                                             kernels=FLAGS.kernels, tree=FLAGS.tree, console=FLAGS.console,
-                                             persistent_apart=FLAGS.persistent_apart, profile=FLAGS.profile))
+    rep = deploy.deploy(_cli.firmware_options(FLAGS.tflite, FLAGS.out_dir, FLAGS.seed))
     return 1 if rep.fits is False else 0
 
 

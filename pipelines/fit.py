@@ -73,16 +73,12 @@ def main(argv: Sequence[str]) -> int:
         raise UsageError("give the model: --tflite=model.tflite (or --model=a Keras file, spec JSON or preset)")
     if FLAGS.resolution is not None or FLAGS.width is not None:
         raise UsageError("--resolution and --width are not taken by fit: give the model as it is")
-    o = fit.FitOptions(model=FLAGS.tflite or FLAGS.model, calibration_data=FLAGS.calibration_data,
-                       target=FLAGS.target, out_dir=FLAGS.out_dir, kernels=FLAGS.kernels, console=FLAGS.console,
-                       objective=FLAGS.objective,
-                       max_latency=FLAGS.max_latency, stream_input=FLAGS.stream_input, run=FLAGS.run,
-                       inputs=FLAGS.inputs, num_inputs=FLAGS.num_inputs, seed=FLAGS.seed, margin=FLAGS.margin,
-                       stack_kib=FLAGS.stack_kib, persistent_apart=FLAGS.persistent_apart, patch_options=_cli.grids(),
-                       max_mac_overhead=FLAGS.max_mac_overhead,
+    o = fit.FitOptions(model=FLAGS.tflite or FLAGS.model, firmware=_cli.firmware_options(),
+                       calibration_data=FLAGS.calibration_data, out_dir=FLAGS.out_dir, objective=FLAGS.objective,
+                       max_latency=FLAGS.max_latency, stream_input=FLAGS.stream_input, seed=FLAGS.seed,
+                       patch_options=_cli.grids(), max_mac_overhead=FLAGS.max_mac_overhead,
                        max_stages=FLAGS.max_stages, se_passes=FLAGS.se_passes, search_seconds=FLAGS.search_seconds,
-                       search_workers=FLAGS.search_workers,
-                       verify_samples=FLAGS.verify_samples, tree=FLAGS.tree, profile=FLAGS.profile)
+                       search_workers=FLAGS.search_workers, verify_samples=FLAGS.verify_samples)
     rep = fit.run(o, progress=_cli.progress)
     measured = rep.measured
     if measured is None:

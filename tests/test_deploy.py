@@ -633,8 +633,8 @@ def test_cmsis_nn_on_a_core_with_helium_is_priced_with_its_mve_buffers(zoo_model
     assert op_allocations(g, conv, "cortex-m-cmsis-nn").scratch == [2 * 2 * (-(-col // 4) * 4)]
     assert op_allocations(g, conv, "cortex-m-cmsis-nn-mve").scratch == [4 * (-(-col // 16) * 16)]
     for target, kernels in (("cortex-m55", "cmsis_nn"), ("cortex-m55", "reference"), ("cortex-m4", "cmsis_nn")):
-        o = fit.FitOptions(model="m.tflite", target=target, kernels=kernels)
-        assert {(c.inplace, c.core) for c in fit.configurations(o)} == {(True, target)}, (target, kernels)
+        o = fit.FitOptions(model="m.tflite", firmware=deploy.DeployOptions(tflite="", target=target, kernels=kernels))
+        assert {(c.inplace, c.core) for c in fit.configurations(o, target)} == {(True, target)}, (target, kernels)
     # the rewrite records the Helium read orders when it plans in place for CMSIS-NN on such a core
     from tfmcu.stage.custom import plan_record
     assert plan_record(True, "cmsis_nn", "cortex-m55") == {"memory_plan": "inplace", "memory_plan_kernels": "cmsis_nn",

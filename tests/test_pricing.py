@@ -14,6 +14,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from tfmcu.firmware.targets import get_target  # noqa: E402
 from tfmcu.flows import fit  # noqa: E402
+from tfmcu.flows.deploy import DeployOptions  # noqa: E402
 from tfmcu.graph.from_tflite import from_tflite  # noqa: E402
 from tfmcu.plan.arena import predict_model_arena  # noqa: E402
 from tfmcu.plan.latency import predict_instructions  # noqa: E402
@@ -52,8 +53,9 @@ def test_fit_prices_every_candidate_from_the_decided_model(models, name):
     data = models(name)
     graph = from_tflite(data, name=name)
     caps = CASES[name]
-    o = fit.FitOptions(model=name, target="cortex-m4", objective="memory", max_latency=1.10, stream_input=True,
-                       patch_options=caps["patch_options"], max_stages=caps["max_stages"], halo_modes=("none", "all"))
+    o = fit.FitOptions(model=name, firmware=DeployOptions(tflite="", target="cortex-m4"), objective="memory",
+                       max_latency=1.10, stream_input=True, patch_options=caps["patch_options"],
+                       max_stages=caps["max_stages"], halo_modes=("none", "all"))
     t = get_target(o.target)
     cost = fit.cost_function(o, t, data, graph, None)
     plans = candidates(graph, SearchOptions(patch_options=o.patch_options, rectangular=False,

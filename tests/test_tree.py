@@ -49,13 +49,20 @@ def _quiet(_):
     return None
 
 
-def test_tree_builds_with_cmake_and_runs_like_the_bazel_firmware(zoo_models, tmp_path):
-    _need("cmake", "make", "arm-none-eabi-gcc", "arm-none-eabi-g++", "qemu-system-arm")
+def _custom_tiny(zoo_models, tmp_path, inplace):
+    """tiny_per_tensor in custom mode (2x2 patches over its stage; the rest planned in place or not), written as
+    m.tflite in ``tmp_path``."""
     data = zoo_models("tiny_per_tensor")
     g = from_tflite(data, name="tiny")
     s = regions.schedule(g, 2, n_blocks=zoo.ZOO["tiny_per_tensor"].patch_blocks)
     path = tmp_path / "m.tflite"
-    path.write_bytes(custom.rewrite_custom(data, g, s, "tiny", inplace=True).model)
+    path.write_bytes(custom.rewrite_custom(data, g, s, "tiny", inplace=inplace).model)
+    return path
+
+
+def test_tree_builds_with_cmake_and_runs_like_the_bazel_firmware(zoo_models, tmp_path):
+    _need("cmake", "make", "arm-none-eabi-gcc", "arm-none-eabi-g++", "qemu-system-arm")
+    path = _custom_tiny(zoo_models, tmp_path, inplace=True)
     fw, dest = tmp_path / "fw", tmp_path / "tree"
     # the tree is the board's link, and QEMU's netduinoplus2 maps no CCM: TFLM's persistent data in the one arena
     rep = deploy.prepare(deploy.DeployOptions(str(path), "stm32f405", str(fw), kernels="reference",
@@ -64,7 +71,8 @@ def test_tree_builds_with_cmake_and_runs_like_the_bazel_firmware(zoo_models, tmp
     files = _files(dest)
     assert {"CMakeLists.txt", "arm-none-eabi.cmake", "README.txt", "tree.json", "app/main.cc", "app/test_inputs.cc",
             "app/model/model_data.cc", "app/model/tfmcu_model.h", "app/model/tfmcu_model.cc",
-            "app/model/tfmcu_model_config.h", "app/example_frame.c", "app/expect.json", "tfmcu/tflm_patch_kernels/firmware/stm32f405.ld",
+            "app/model/tfmcu_model_config.h", "app/example_frame.c", "app/expect.json",
+            "tfmcu/tflm_patch_kernels/firmware/stm32f405.ld",
             "tfmcu/tflm_patch_kernels/tflm/patch_stage_op.cc", "tflite-micro/LICENSE"} <= files
     # TFLM's kernels: exactly those of the model's ops (the libraries the Bazel firmware links) + the shared helpers
     ops = ["custom:" + o if o == "TFMCU_PATCH_STAGE" else o for o in rep.ops]
@@ -205,11 +213,7 @@ def test_model_library_links_into_a_cmake_project_outside_the_repository(zoo_mod
     class and output bytes on the frame (expect.json's "example") and the predicted arena. A custom-mode model: the
     library holds our kernels, TFLM and the model."""
     _need("cmake", "make", "arm-none-eabi-gcc", "arm-none-eabi-g++", "qemu-system-arm")
-    data = zoo_models("tiny_per_tensor")
-    g = from_tflite(data, name="tiny")
-    s = regions.schedule(g, 2, n_blocks=zoo.ZOO["tiny_per_tensor"].patch_blocks)
-    path = tmp_path / "m.tflite"
-    path.write_bytes(custom.rewrite_custom(data, g, s, "tiny", inplace=False).model)
+    path = _custom_tiny(zoo_models, tmp_path, inplace=False)
     fw, dest, app = tmp_path / "fw", tmp_path / "tree", tmp_path / "app"
     rep = deploy.prepare(deploy.DeployOptions(str(path), target, str(fw), kernels="reference"), log=_quiet)
     tree.export_tree(str(fw), str(dest), log=_quiet)

@@ -1,6 +1,7 @@
 /* CONV_2D int8: see conv2d.h. Plain loops over output pixels, output channels, the window and input channels,
  * accumulating in 32 bits exactly like TFLite's reference kernel. */
 #include "conv2d.h"
+#include "conv_common.h"
 
 TfmcuStatus tfmcu_conv2d_s8(const TfmcuConvParams* params, const TfmcuConstView* input, int32_t pad_top,
                             int32_t pad_left, const TfmcuView* output) {
@@ -46,13 +47,9 @@ TfmcuStatus tfmcu_conv2d_s8(const TfmcuConvParams* params, const TfmcuConstView*
             }
           }
         }
-        if (params->bias != NULL) {
-          acc = tfmcu_wrap_add(acc, params->bias[out_c]);
-        }
-        acc = tfmcu_multiply_by_quantized_multiplier(acc, params->output_multiplier[out_c],
-                                                     params->output_shift[out_c]);
-        acc = tfmcu_wrap_add(acc, params->output_offset);
-        out_pixel[out_c] = (int8_t)tfmcu_clamp(acc, params->act_min, params->act_max);
+        out_pixel[out_c] = tfmcu_conv_requantize(acc, params->bias, out_c, params->output_multiplier,
+                                                 params->output_shift, params->output_offset, params->act_min,
+                                                 params->act_max);
       }
     }
   }
@@ -68,18 +65,14 @@ void tfmcu_conv2d_op_window(const void* params, TfmcuWindow* window) {
 
 TfmcuStatus tfmcu_conv2d_op_check(const void* params, const int32_t* in_channels, int32_t out_channels) {
   const TfmcuConvParams* p = (const TfmcuConvParams*)params;
-  if (p == NULL || in_channels == NULL || p->filter == NULL || p->output_multiplier == NULL ||
-      p->output_shift == NULL) {
+  if (p == NULL || in_channels == NULL) {
     return kTfmcuErrorNullPointer;
   }
   TfmcuWindow window;
   tfmcu_conv2d_op_window(params, &window);
-  if (p->groups <= 0 || in_channels[0] % p->groups != 0 || out_channels % p->groups != 0 ||
-      !tfmcu_window_valid(&window) || p->act_min > p->act_max || !tfmcu_offset_valid(p->input_offset) ||
-      !tfmcu_offset_valid(p->output_offset)) {
-    return kTfmcuErrorInvalidStage;
-  }
-  return kTfmcuOk;
+  return tfmcu_conv_check(p->filter, p->output_multiplier, p->output_shift,
+                          p->groups > 0 && in_channels[0] % p->groups == 0 && out_channels % p->groups == 0, &window,
+                          p->act_min, p->act_max, p->input_offset, p->output_offset);
 }
 
 TfmcuStatus tfmcu_conv2d_op_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top,

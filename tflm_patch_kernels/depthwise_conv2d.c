@@ -1,4 +1,5 @@
 /* DEPTHWISE_CONV_2D int8: see depthwise_conv2d.h. */
+#include "conv_common.h"
 #include "depthwise_conv2d.h"
 
 TfmcuStatus tfmcu_depthwise_conv2d_s8(const TfmcuDepthwiseConvParams* params, const TfmcuConstView* input,
@@ -41,13 +42,9 @@ TfmcuStatus tfmcu_depthwise_conv2d_s8(const TfmcuDepthwiseConvParams* params, co
               acc = tfmcu_wrap_add(acc, filter_val * (in_val + params->input_offset));
             }
           }
-          if (params->bias != NULL) {
-            acc = tfmcu_wrap_add(acc, params->bias[out_c]);
-          }
-          acc = tfmcu_multiply_by_quantized_multiplier(acc, params->output_multiplier[out_c],
-                                                       params->output_shift[out_c]);
-          acc = tfmcu_wrap_add(acc, params->output_offset);
-          out_pixel[out_c] = (int8_t)tfmcu_clamp(acc, params->act_min, params->act_max);
+          out_pixel[out_c] = tfmcu_conv_requantize(acc, params->bias, out_c, params->output_multiplier,
+                                                   params->output_shift, params->output_offset, params->act_min,
+                                                   params->act_max);
         }
       }
     }
@@ -64,18 +61,14 @@ void tfmcu_depthwise_conv2d_op_window(const void* params, TfmcuWindow* window) {
 
 TfmcuStatus tfmcu_depthwise_conv2d_op_check(const void* params, const int32_t* in_channels, int32_t out_channels) {
   const TfmcuDepthwiseConvParams* p = (const TfmcuDepthwiseConvParams*)params;
-  if (p == NULL || in_channels == NULL || p->filter == NULL || p->output_multiplier == NULL ||
-      p->output_shift == NULL) {
+  if (p == NULL || in_channels == NULL) {
     return kTfmcuErrorNullPointer;
   }
   TfmcuWindow window;
   tfmcu_depthwise_conv2d_op_window(params, &window);
-  if (p->depth_multiplier <= 0 || (int64_t)in_channels[0] * p->depth_multiplier != out_channels ||
-      !tfmcu_window_valid(&window) || p->act_min > p->act_max || !tfmcu_offset_valid(p->input_offset) ||
-      !tfmcu_offset_valid(p->output_offset)) {
-    return kTfmcuErrorInvalidStage;
-  }
-  return kTfmcuOk;
+  return tfmcu_conv_check(p->filter, p->output_multiplier, p->output_shift,
+                          p->depth_multiplier > 0 && (int64_t)in_channels[0] * p->depth_multiplier == out_channels,
+                          &window, p->act_min, p->act_max, p->input_offset, p->output_offset);
 }
 
 TfmcuStatus tfmcu_depthwise_conv2d_op_run(const void* params, const TfmcuConstView* inputs, int32_t pad_top,

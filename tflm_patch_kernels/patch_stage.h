@@ -127,6 +127,13 @@ typedef struct {
   void* context;
 } TfmcuInputProvider;
 
+/* Whether a read_rows call keeps the contract above, for a provider that checks it (the model library's, the host
+ * runner's): at least one row, none before `next` (the end of the call before; 0 at the run's start) and none past
+ * the image's `rows`. */
+static inline int tfmcu_rows_in_contract(int32_t next, int32_t row_start, int32_t row_count, int32_t rows) {
+  return row_count > 0 && row_start >= next && row_start <= rows - row_count;
+}
+
 /* Validates `stage` once (everything tfmcu_stage_check checks) and fills `prepared`. On failure sets
  * prepared->ready = 0 (and the other fields to NULL / 0) and returns the same status, and stores the same
  * failed_layer (if not NULL), as tfmcu_stage_check; a NULL `prepared` gives kTfmcuErrorNullPointer (failed_layer

@@ -177,7 +177,7 @@ struct StreamSource {
 
 TfmcuStatus ReadStreamRows(void* context, int32_t row_start, int32_t row_count, void* destination) {
   StreamSource* src = static_cast<StreamSource*>(context);
-  if (row_start < src->next || row_count <= 0 || row_start + row_count > src->rows) {
+  if (!tfmcu_rows_in_contract(src->next, row_start, row_count, src->rows)) {
     src->broken = true;
     return kTfmcuErrorInvalidStage;
   }

@@ -46,8 +46,8 @@ Rows g_rows;
 
 TfmcuStatus ReadRows(void* context, int32_t row_start, int32_t row_count, void* destination) {
   Rows* rows = static_cast<Rows*>(context);
-  if (rows->read == nullptr || row_start < rows->next || row_count <= 0 ||
-      row_start + row_count > static_cast<int32_t>(g_tfmcu_stream_rows) ||
+  if (rows->read == nullptr ||
+      !tfmcu_rows_in_contract(rows->next, row_start, row_count, static_cast<int32_t>(g_tfmcu_stream_rows)) ||
       rows->read(rows->context, row_start, row_count, destination) != 0) {
     rows->broken = 1;
     return kTfmcuErrorInvalidStage;

@@ -144,7 +144,8 @@ def write_board_files(out_dir: str, built_elf: str, qemu_elf: str | None = None,
 def write_uf2(elf: str, image: str, base: int, family: int) -> str:
     """``<elf stem>.uf2`` from the ELF's raw image ``image`` (objcopy -O binary: from its lowest load address, which
     must be the Flash's ``base``)."""
-    lines = subprocess.run([_tool("objdump"), "-h", elf], capture_output=True, text=True, check=True).stdout.splitlines()
+    lines = subprocess.run([_tool("objdump"), "-h", elf], capture_output=True, text=True,
+                           check=True).stdout.splitlines()
     # a section's line (index, name, size, VMA, LMA, ...) and its flags on the next line
     lowest = min(int(ln.split()[4], 16) for ln, flags in zip(lines, lines[1:])
                  if re.match(r"\s*\d+\s+\S+\s+[0-9a-f]{8}\s", ln) and int(ln.split()[2], 16) > 0 and "LOAD" in flags)

@@ -347,8 +347,9 @@ def on_mcu(o: DemoOptions, model_path: str, inputs_path: str | None, path: Calla
     write_outputs({mcu_inputs: _npy(np.load(inputs_path)[:o.mcu_images])})
     per_layer = deploy(DeployOptions(tflite=model_path, target=t.name, out_dir=path(f"firmware_{t.name}_per_layer"),
                                      run=True, inputs=mcu_inputs), log=log)
-    fitted = fit_run(FitOptions(model=model_path, target=t.name, out_dir=path(f"fit_{t.name}"), run=True,
-                                inputs=mcu_inputs, verify_samples=4), log=log)
+    fitted = fit_run(FitOptions(model=model_path,
+                                firmware=DeployOptions(tflite="", target=t.name, run=True, inputs=mcu_inputs),
+                                out_dir=path(f"fit_{t.name}"), verify_samples=4), log=log)
     ch = fitted.chosen
     schedule = ch.describe if ch.patched else "per layer (it fits as it is)"
     return McuRun(target=t.name, images=o.mcu_images, schedule=schedule, per_layer=per_layer, patched=fitted.deploy,

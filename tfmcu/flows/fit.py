@@ -22,8 +22,8 @@ TFLM's there (deploy's ``DeployReference``: fit.json's ``deploy.reference``). ``
 ``out_dir`` gets ``model.tflite`` (the chosen model), ``fit.json`` (the report: every candidate evaluated, the chosen
 one, the per-layer model, verify and deploy reports), ``fit.png`` (predicted arena against predicted instructions for
 every candidate), ``memory.png`` (the arena over the ops, per layer and chosen: ``plot_timeline``), ``report.md``
-(for a person: ``tfmcu.flows.fit_report``) and ``firmware/`` (deploy's folder: the model library in ``model/``); it is assembled beside ``out_dir`` and renamed into place, so a failure leaves
-nothing behind.
+(for a person: ``tfmcu.flows.fit_report``) and ``firmware/`` (deploy's folder: the model library in ``model/``); it
+is assembled beside ``out_dir`` and renamed into place, so a failure leaves nothing behind.
 
 A model that cannot fit at any configuration is a one-line ``UsageError`` naming the smallest achievable arena and
 what it holds (or that the model's weights alone exceed the target's Flash); when it would fit with the input
@@ -39,11 +39,11 @@ import dataclasses
 import io
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from tfmcu.errors import TfmcuError, UsageError
-from tfmcu.firmware.targets import Target, get_target
+from tfmcu.firmware.targets import Target
 from tfmcu.firmware.tree import check_dest, export_tree
 from tfmcu.files import assembled_folder, figure_png, read_bytes
 from tfmcu.flows.deploy import (STATIC_ESTIMATE, ArenaAtOp, DeployOptions, DeployReport, deploy, flash_estimate,
@@ -66,28 +66,22 @@ from tfmcu.tflite.schema import has_identifier
 
 KB = 1024
 FIT_OBJECTIVES = ("latency", "memory")
-_DEPLOY = DeployOptions(tflite="")  # deploy's defaults (margin, stack) are fit's
 
 
 @dataclass(frozen=True, kw_only=True)
 class FitOptions:
-    """What ``fit`` is asked (``pipelines.fit``'s flags take their defaults from here); built by keyword."""
+    """What ``fit`` is asked (``pipelines.fit``'s flags take their defaults from here); built by keyword.
+    ``firmware``: deploy's options for the chosen model's firmware (the target, the kernels, ``run``, the inputs,
+    margin, stack, console, ...; fit sets its ``tflite``, ``out_dir`` and ``seed``)."""
 
     model: str  # .tflite (int8), Keras file, preset name or spec JSON
+    firmware: DeployOptions = field(default_factory=lambda: DeployOptions(tflite=""))
     calibration_data: str | None = None  # a Keras model's int8 calibration: class folders or a .npy (None: random)
-    target: str = _DEPLOY.target
     out_dir: str = "out/fit"
-    kernels: str = _DEPLOY.kernels
     objective: str = "latency"
     max_latency: float = 1.05  # objective "memory": instructions <= this x the per-layer model's (same kernels)
     stream_input: bool = False  # the firmware provides the image rows (camera, decoder): no image in the arena
-    run: bool = False
-    inputs: str | None = None
-    num_inputs: int = _DEPLOY.num_inputs
     seed: int = 0
-    margin: float = _DEPLOY.margin
-    stack_kib: int = _DEPLOY.stack_kib
-    persistent_apart: bool = _DEPLOY.persistent_apart
     patch_options: tuple[int, ...] = WIDE_GRIDS  # patches per side (square grids; row bands in stage plans)
     max_mac_overhead: float | None = None
     max_stages: int | None = None  # patch stages anywhere (stage plans), at most this many (None: any number)
@@ -95,12 +89,20 @@ class FitOptions:
     search_seconds: float | None = SEARCH_SECONDS  # the search's time budget (None: none)
     search_workers: int = 0  # processes pricing candidates (0: one per core)
     verify_samples: int = 20
-    timeout_s: int = _DEPLOY.timeout_s
-    console: str = _DEPLOY.console  # where the firmware reports (deploy --console)
-    profile: bool = _DEPLOY.profile  # with ``run``: the chosen firmware's per-op profile (deploy --profile)
     halo_modes: tuple[str, ...] = ()  # () : by objective (``configurations``); else these modes
     rest_convs: tuple[str, ...] = ("tflm", "tfmcu")
-    tree: str | None = None  # also the firmware as a plain CMake source tree (docs/tree.md)
+
+    @property
+    def target(self) -> str:
+        return self.firmware.target
+
+    @property
+    def kernels(self) -> str:
+        return self.firmware.kernels
+
+    def deploy_options(self, tflite: str, out_dir: str) -> DeployOptions:
+        """deploy's options for the firmware of ``tflite`` in ``out_dir``."""
+        return dataclasses.replace(self.firmware, tflite=tflite, out_dir=out_dir, seed=self.seed)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -219,7 +221,9 @@ class FitReport(Record):
 
 
 def validate(o: FitOptions) -> Target:
-    t = get_target(o.target)
+    """Checks ``o`` (a one-line ``UsageError``) and returns its target, resolved here once."""
+    f = o.firmware
+    t = validate_deploy(o.deploy_options(o.model, os.path.join(o.out_dir, "firmware")))
     if o.kernels not in KERNEL_SETS:
         raise UsageError(f"--kernels={o.kernels}: expected one of {', '.join(KERNEL_SETS)}")
     if o.objective not in FIT_OBJECTIVES:
@@ -232,20 +236,17 @@ def validate(o: FitOptions) -> Target:
     if o.calibration_data and not o.model.endswith(KERAS_SUFFIXES):
         raise UsageError(f"--calibration_data applies to a Keras model (--model={'|'.join(KERAS_SUFFIXES)}), not "
                          f"{o.model}: a .tflite is already calibrated, a spec or preset has no trained weights")
-    validate_deploy(DeployOptions(tflite=o.model, target=o.target, margin=o.margin, stack_kib=o.stack_kib,
-                                  num_inputs=o.num_inputs, kernels=o.kernels, console=o.console, run=o.run,
-                                  profile=o.profile))
-    if o.tree:
-        if os.path.abspath(o.tree).startswith(os.path.abspath(o.out_dir) + os.sep):
-            raise UsageError(f"--tree={o.tree}: must lie outside --out_dir={o.out_dir} (which fit replaces)")
-        check_dest(os.path.join(o.out_dir, "firmware"), o.tree, "--tree")
+    if f.tree:
+        if os.path.abspath(f.tree).startswith(os.path.abspath(o.out_dir) + os.sep):
+            raise UsageError(f"--tree={f.tree}: must lie outside --out_dir={o.out_dir} (which fit replaces)")
+        check_dest(os.path.join(o.out_dir, "firmware"), f.tree, "--tree")
     try:
         SearchOptions(patch_options=o.patch_options, max_mac_overhead=o.max_mac_overhead,
                       max_stages=o.max_stages, search_seconds=o.search_seconds,
                       workers=o.search_workers).validate()
         for mode in o.halo_modes:
             HaloOptions(mode=mode).validate()
-        for c in configurations(o):
+        for c in configurations(o, t.core):
             c.validate()
     except ScheduleError as e:
         raise UsageError(str(e)) from None
@@ -256,14 +257,15 @@ def arena_budget(o: FitOptions, t: Target) -> int:
     """The predicted arena a candidate may have: the target's RAM less the stack and the other static data, less
     deploy's margin (deploy allocates the prediction x (1 + margin), rounded up to 16 bytes). For a chip like ``t``
     with other RAM: ``dataclasses.replace(t, sram_bytes=...)``."""
-    return largest_prediction(t.sram_bytes - o.stack_kib * KB - STATIC_ESTIMATE, o.margin)
+    return largest_prediction(t.sram_bytes - o.firmware.stack_kib * KB - STATIC_ESTIMATE, o.firmware.margin)
 
 
 def persistent_room(o: FitOptions, t: Target) -> int | None:
     """The predicted persistent tail a candidate may keep in the board's region for it (``Target.persistent_ram``:
     deploy puts it there when the tail x (1 + margin), rounded up to 16 bytes, fits); None: no such region."""
     region = t.persistent
-    return None if region is None or not o.persistent_apart else largest_prediction(region.bytes, o.margin)
+    return (None if region is None or not o.firmware.persistent_apart else
+            largest_prediction(region.bytes, o.firmware.margin))
 
 
 def model_bytes(o: FitOptions, log: Callable[[str], None]) -> tuple[bytes, str]:
@@ -306,7 +308,7 @@ def model_bytes(o: FitOptions, log: Callable[[str], None]) -> tuple[bytes, str]:
                                                          "speed only)")
 
 
-def configurations(o: FitOptions) -> list[CustomOptions]:
+def configurations(o: FitOptions, core: str) -> list[CustomOptions]:
     """The custom-mode configurations every patched candidate is priced in. The rest is always planned in place
     for the target's kernels and core (it changes no instruction and never adds memory; CMSIS-NN's Helium code on a
     core with MVE reads in its own orders, ``tfmcu.plan.cmsis_nn.processing_order``); streaming only when allowed.
@@ -321,7 +323,6 @@ def configurations(o: FitOptions) -> list[CustomOptions]:
     else:
         modes = [HaloOptions(mode="none"), HaloOptions(mode="all"),
                  HaloOptions(mode="smallest", max_mac_overhead=round(min(o.max_latency - 1.0, 1.0), 4))]
-    core = get_target(o.target).core
     return [CustomOptions(inplace=True, kernels=o.kernels, core=core, halo=h, stream_input=o.stream_input,
                           rest_convs=r) for h in modes for r in o.rest_convs]
 
@@ -351,10 +352,11 @@ def run(o: FitOptions, log: Callable[[str], None] = print, progress: Progress | 
                          f"configuration can fit it")
     budget = arena_budget(o, t)
     log(f"fit: {where} on the {t.name} ({t.core}, {o.kernels} kernels): predicted arena budget {budget:,} B "
-        f"(RAM {t.sram_bytes:,} B - stack {o.stack_kib} KiB - {STATIC_ESTIMATE} B static, / (1 + {o.margin:g}))"
+        f"(RAM {t.sram_bytes:,} B - stack {o.firmware.stack_kib} KiB - {STATIC_ESTIMATE} B static, "
+        f"/ (1 + {o.firmware.margin:g}))"
         + (f", TFLM's persistent data apart in {t.persistent_ram} when it fits {persistent_room(o, t):,} B (its "
-           f"head alone then counts)" if persistent_room(o, t) is not None else "") + f"; objective {o.objective}" + (f" within {o.max_latency:g}x the per-layer instructions"
-                                      if o.objective == "memory" else "") + " ...")
+           f"head alone then counts)" if persistent_room(o, t) is not None else "") + f"; objective {o.objective}"
+        + (f" within {o.max_latency:g}x the per-layer instructions" if o.objective == "memory" else "") + " ...")
     res = _search(o, t, data, name, budget, progress)
     if not res.feasible:
         s = res.smallest
@@ -371,8 +373,9 @@ def run(o: FitOptions, log: Callable[[str], None] = print, progress: Progress | 
     log("fit: " + res.message)
     with assembled_folder(o.out_dir, "--out_dir") as stage:
         report = _finish(o, t, data, origin, res, chosen, stage, log, source)
-    if o.tree:
-        report = dataclasses.replace(report, tree=export_tree(os.path.join(o.out_dir, "firmware"), o.tree, log=log))
+    if o.firmware.tree:
+        report = dataclasses.replace(report, tree=export_tree(os.path.join(o.out_dir, "firmware"), o.firmware.tree,
+                                                              log=log))
     log(format_summary(report))
     return report
 
@@ -425,13 +428,14 @@ def _search(o: FitOptions, t: Target, data: bytes, name: str, budget: int,
 
 def cost_function(o: FitOptions, t: Target, data: bytes, graph: ir.Graph, budget: int | None) -> CustomArenaCost:
     """fit's cost function for the int8 model ``data`` (``graph`` lowered from it) on target ``t``: custom mode in
-    every configuration of ``configurations(o)``, the predicted TFLM arena on the target's build and the predicted
-    instructions on its core, both read from each candidate's model as the rewriter decides it (nothing written)."""
+    every configuration of ``configurations(o, t.core)``, the predicted TFLM arena on the target's build and the
+    predicted instructions on its core, both read from each candidate's model as the rewriter decides it (nothing
+    written)."""
 
     def instructions(model: bytes | TfliteModel) -> int:
         return predict_instructions(model, t.core, o.kernels).instructions
 
-    return CustomArenaCost(data, graph, o.model, configs=configurations(o), count_input=True, budget=budget,
+    return CustomArenaCost(data, graph, o.model, configs=configurations(o, t.core), count_input=True, budget=budget,
                            build=mcu_build(o.kernels, t.core), instructions=instructions,
                            persistent_room=persistent_room(o, t))
 
@@ -457,11 +461,7 @@ def _finish(o: FitOptions, t: Target, data: bytes, origin: str, res: SearchResul
             raise TfmcuError(f"{o.model}: the chosen model is not bit-exact against the original (a tfmcu bug: please "
                              f"report it); nothing written")
     try:
-        dep = deploy(DeployOptions(tflite=chosen_path, target=o.target, out_dir=os.path.join(stage, "firmware"),
-                                   run=o.run, inputs=o.inputs, num_inputs=o.num_inputs, seed=o.seed, margin=o.margin,
-                                   stack_kib=o.stack_kib, timeout_s=o.timeout_s, kernels=o.kernels,
-                                   console=o.console, persistent_apart=o.persistent_apart,
-                                   profile=o.profile), log=log)
+        dep = deploy(o.deploy_options(chosen_path, os.path.join(stage, "firmware")), log=log)
     except TfmcuError as e:  # named after the user's model, not its copy in the staging folder (removed)
         raise type(e)(str(e).replace(chosen_path, f"{o.model} as fit rewrote it" if patched else o.model)) from None
     ch = ChosenCandidate(**dataclasses.asdict(FitCandidate.of(chosen)), patched=patched)
@@ -476,7 +476,7 @@ def _finish(o: FitOptions, t: Target, data: bytes, origin: str, res: SearchResul
                                  instructions=predict_instructions(chosen.result.model if patched else data, t.core,
                                                                    o.kernels).what),
         verify=None if ver is None else FitVerify(bit_exact=ver.bit_exact, samples=ver.samples),
-        deploy=dep, measured=compare(ch, dep) if o.run else None,
+        deploy=dep, measured=compare(ch, dep) if o.firmware.run else None,
         per_layer_tfmcu_instructions=_per_layer_tfmcu(data, t, o.kernels),
         per_layer_timeline=timeline_of(predict_model_arena(data, build=mcu_build(o.kernels, t.core)), 0))
     with open(os.path.join(stage, "fit.json"), "w") as f:
