@@ -60,8 +60,10 @@ def define_model_flags(default: str | None = TrainConfig().model) -> None:
     _define("float", "width", None, "Width multiplier (presets and spec JSON only).", lower_bound=0.05)
 
 
-def define_budget_flag() -> None:
-    _define("float", "sram_kb", None, "SRAM budget in kB (1 kB = 1024 B).", lower_bound=0)
+def define_budget_flag(default: float | None = None, what: str = "") -> None:
+    """``--sram_kb``: the SRAM budget (``what``: what it limits, in a pipeline that says more)."""
+    _define("float", "sram_kb", default, "SRAM budget in kB (1 kB = 1024 B)" + (f": {what}" if what else "") + ".",
+            lower_bound=0)
 
 
 def define_schedule_flags() -> None:
@@ -265,6 +267,15 @@ def _field(config: TrainConfig, target: str) -> Any:
     for part in target.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+def define_training_flag(name: str, default: Any) -> None:
+    """One of the training flags (``_TRAINING``: its kind and meaning) with a pipeline's own ``default``: the same
+    flag wherever it is taken (``pipelines.search``'s supernet takes ``--dataset``, ``--data_dir``, ``--strategy``)."""
+    kind, _, kw, help_text = _TRAINING[name]
+    kw = dict(kw)
+    args = (kw.pop("enum_values"),) if kind == "enum" else ()
+    _define(kind, name, default, *args, f"{help_text}.", **kw)
 
 
 def define_training_flags() -> None:

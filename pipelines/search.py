@@ -12,8 +12,10 @@ int8 model in custom mode, with the least-MACs patch schedule that fits; the inp
 --nocount_input), --flash_kb and --max_mmacs, scoring each by the supernet's held-out accuracy; and, for comparison,
 the same search with per-layer execution only. Resumable (rerun the same command). Writes under --out_dir:
 best.json, best.weights.h5, best_schedule.json (and best_per_layer.*), search_report.json, pareto.png, supernet/
-and the search states. --workers=N evaluates candidates in N processes; --strategy trains the supernet distributed
-(docs/search.md: a bigger search on several machines).
+and the search states. --search_workers=N evaluates candidates in N processes; --strategy trains the supernet
+distributed (docs/search.md: a bigger search on several machines). --base is the space's base network (a preset or
+spec); the supernet's --supernet_batch_size, --supernet_lr and --supernet_steps_per_epoch are its own (train's
+--batch_size, --lr and --steps_per_epoch are the final training's).
 """
 
 from __future__ import annotations
@@ -27,17 +29,17 @@ from tfmcu.flows import search
 from tfmcu.nas.evolution import EvolutionOptions
 from tfmcu.nas.train_supernet import SupernetRecipe
 from tfmcu.runtime.capture import import_tensorflow_quietly
-from tfmcu.train.config import STRATEGIES
 
 FLAGS = flags.FLAGS
 _D = search.SearchRunOptions()  # the flags' defaults: the run's, its supernet recipe's, its evolution's, its space's
 _R, _E, _S = _D.supernet, _D.evolution, _D.space
 _cli.define_out_dir(_D.out_dir)
 _cli.define_seed_flag()
-flags.DEFINE_string("model", _D.model, "The base: a preset or spec JSON (stem, head, stage channels, strides).")
-flags.DEFINE_string("dataset", _D.dataset, "Data set (tfmcu.data names; default: the scenes task).")
-flags.DEFINE_string("data_dir", _D.data_dir, "Folder with the IDX files (scenes: those of its objects).")
-flags.DEFINE_float("sram_kb", _D.sram_kb, "SRAM limit: predicted TFLM arena of the int8 model, custom mode.")
+flags.DEFINE_string("base", _D.model, "The base the search space varies: a preset or spec JSON (stem, head, stage "
+                                     "channels, strides).")
+_cli.define_training_flag("dataset", _D.dataset)
+_cli.define_training_flag("data_dir", _D.data_dir)
+_cli.define_budget_flag(_D.sram_kb, "the predicted TFLM arena of a candidate's int8 model, custom mode")
 flags.DEFINE_float("flash_kb", _D.flash_kb, "Flash limit: the int8 .tflite with its metadata.")
 flags.DEFINE_float("max_mmacs", _D.max_mmacs, "MAC limit in millions (patch overhead included).")
 flags.DEFINE_bool("count_input", _D.count_input, "Count the input image against --sram_kb.")
@@ -53,11 +55,12 @@ flags.DEFINE_list("resolutions", [f"{v:g}" for v in _S.resolutions], "Search spa
 flags.DEFINE_integer("largest_epochs", _R.largest_epochs,
                      "Supernet: epochs of the largest network before channel sorting.", lower_bound=0)
 flags.DEFINE_integer("supernet_epochs", _R.epochs, "Supernet: epochs of sampled sub-networks.", lower_bound=0)
-flags.DEFINE_integer("batch_size", _R.batch_size, "Supernet batch size.", lower_bound=1)
-flags.DEFINE_float("lr", _R.lr, "Supernet peak learning rate (SGD, cosine).", lower_bound=0)
+flags.DEFINE_integer("supernet_batch_size", _R.batch_size, "Supernet batch size.", lower_bound=1)
+flags.DEFINE_float("supernet_lr", _R.lr, "Supernet peak learning rate (SGD, cosine).", lower_bound=0)
 flags.DEFINE_integer("random_subnets", _R.random_subnets,
                      "Random sub-networks per step besides the largest (paper: 4).", lower_bound=0)
-flags.DEFINE_integer("steps_per_epoch", _R.steps_per_epoch, "Cap the supernet steps per epoch.", lower_bound=1)
+flags.DEFINE_integer("supernet_steps_per_epoch", _R.steps_per_epoch, "Cap the supernet steps per epoch.",
+                     lower_bound=1)
 flags.DEFINE_integer("calibration_batches", _R.calibration_batches,
                      "BN re-calibration batches per sub-network (paper: 20).", lower_bound=1)
 flags.DEFINE_integer("calibration_batch_size", _R.calibration_batch_size, "BN re-calibration batch size (paper: 64).",
@@ -73,10 +76,9 @@ flags.DEFINE_integer("crossovers", _E.crossovers, "Evolution: children by crosso
 flags.DEFINE_float("mutation_rate", _E.mutation_rate, "Evolution: per-gene mutation probability (paper: 0.1).",
                    lower_bound=0, upper_bound=1)
 flags.DEFINE_integer("iterations", _E.iterations, "Evolution: iterations (paper: 30).", lower_bound=0)
-flags.DEFINE_enum("strategy", _D.strategy, list(STRATEGIES),
-                  "Supernet training: tf.distribute strategy (as pipelines/train.py; multi_worker reads TF_CONFIG).")
-flags.DEFINE_integer("workers", _D.workers, "Processes evaluating the candidates' constraints (int8 conversion, "
-                     "predicted arena); 0: in this process.", lower_bound=0)
+_cli.define_training_flag("strategy", _D.strategy)  # the supernet's training (multi_worker reads TF_CONFIG)
+flags.DEFINE_integer("search_workers", _D.workers, "Processes evaluating the candidates' constraints (int8 "
+                     "conversion, predicted arena); 0: in this process.", lower_bound=0)
 
 flags.adopt_module_key_flags(_cli)  # the shared flags this pipeline defined show in --help
 
@@ -84,18 +86,19 @@ flags.adopt_module_key_flags(_cli)  # the shared flags this pipeline defined sho
 def main(argv: Sequence[str]) -> None:
     space = search.parse_space(FLAGS.kernel_sizes, FLAGS.expands, FLAGS.depths, FLAGS.widths, FLAGS.resolutions)
     options = search.SearchRunOptions(
-        model=FLAGS.model, dataset=FLAGS.dataset, data_dir=FLAGS.data_dir, space=space, sram_kb=FLAGS.sram_kb,
+        model=FLAGS.base, dataset=FLAGS.dataset, data_dir=FLAGS.data_dir, space=space, sram_kb=FLAGS.sram_kb,
         flash_kb=FLAGS.flash_kb, max_mmacs=FLAGS.max_mmacs, count_input=FLAGS.count_input,
         patch_options=_cli.grids(), max_stages=FLAGS.max_stages,
         compare_per_layer=FLAGS.compare_per_layer,
         supernet=SupernetRecipe(largest_epochs=FLAGS.largest_epochs, epochs=FLAGS.supernet_epochs,
-                                batch_size=FLAGS.batch_size, lr=FLAGS.lr, random_subnets=FLAGS.random_subnets,
-                                steps_per_epoch=FLAGS.steps_per_epoch, calibration_batches=FLAGS.calibration_batches,
+                                batch_size=FLAGS.supernet_batch_size, lr=FLAGS.supernet_lr,
+                                random_subnets=FLAGS.random_subnets, steps_per_epoch=FLAGS.supernet_steps_per_epoch,
+                                calibration_batches=FLAGS.calibration_batches,
                                 calibration_batch_size=FLAGS.calibration_batch_size, eval_samples=FLAGS.eval_samples),
         evolution=EvolutionOptions(population=FLAGS.population, parents=FLAGS.parents, mutations=FLAGS.mutations,
                                    crossovers=FLAGS.crossovers, mutation_rate=FLAGS.mutation_rate,
                                    iterations=FLAGS.iterations, seed=FLAGS.seed),
-        seed=FLAGS.seed, out_dir=FLAGS.out_dir, strategy=FLAGS.strategy, workers=FLAGS.workers)
+        seed=FLAGS.seed, out_dir=FLAGS.out_dir, strategy=FLAGS.strategy, workers=FLAGS.search_workers)
     search.validate(options)
     import_tensorflow_quietly()
     report = search.run(options, log=_cli.log_stderr, progress=_cli.progress)

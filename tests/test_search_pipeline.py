@@ -28,11 +28,12 @@ def test_search_then_finetune_rewrite_verify(tmp_path):
     base = tmp_path / "base.json"
     base.write_text(tiny_spec().to_json())
     out = tmp_path / "search"
-    common = [f"--model={base}", f"--dataset={SCENES}", f"--data_dir={data_dir}", "--kernel_sizes=3,5",
+    common = [f"--base={base}", f"--dataset={SCENES}", f"--data_dir={data_dir}", "--kernel_sizes=3,5",
               "--expands=3,6", "--depths=1,2", "--widths=0.5,1.0", "--resolutions=32,48", "--largest_epochs=1",
-              "--supernet_epochs=1", "--batch_size=16", "--steps_per_epoch=2", "--calibration_batches=2", "--calibration_batch_size=16",
+              "--supernet_epochs=1", "--supernet_batch_size=16", "--supernet_steps_per_epoch=2",
+              "--calibration_batches=2", "--calibration_batch_size=16",
               "--population=2", "--parents=1", "--mutations=1", "--crossovers=0", "--iterations=1",
-              "--sram_kb=64", "--flash_kb=256", "--grids=1,2", "--workers=1", f"--out_dir={out}"]
+              "--sram_kb=64", "--flash_kb=256", "--grids=1,2", "--search_workers=1", f"--out_dir={out}"]
     r = run("pipelines.search", *common)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "joint: held-out accuracy" in r.stdout
@@ -85,9 +86,10 @@ def test_multi_worker_search(tmp_path):
     base = tmp_path / "base.json"
     base.write_text(tiny_spec().to_json())
     out = tmp_path / "search"
-    args = [f"--model={base}", f"--dataset={SCENES}", f"--data_dir={data_dir}", "--kernel_sizes=3,5", "--expands=3",
+    args = [f"--base={base}", f"--dataset={SCENES}", f"--data_dir={data_dir}", "--kernel_sizes=3,5", "--expands=3",
             "--depths=1", "--widths=1.0", "--resolutions=32", "--largest_epochs=1", "--supernet_epochs=1",
-            "--batch_size=16", "--steps_per_epoch=2", "--calibration_batches=1", "--calibration_batch_size=16",
+            "--supernet_batch_size=16", "--supernet_steps_per_epoch=2", "--calibration_batches=1",
+            "--calibration_batch_size=16",
             "--population=2", "--parents=1", "--mutations=0", "--crossovers=0", "--iterations=0",
             "--nocompare_per_layer", "--sram_kb=64", f"--out_dir={out}"]
     cluster = [f"localhost:{p}" for p in free_ports(2)]
@@ -112,7 +114,7 @@ def test_multi_worker_search(tmp_path):
 
 def test_bad_flags_are_one_line(tmp_path):
     for args, message in ((["--sram_kb=0"], "--sram_kb"), (["--kernel_sizes=3,x"], "--kernel_sizes"),
-                          (["--population=1"], "population"), (["--workers=-1"], "--workers"),
+                          (["--population=1"], "population"), (["--search_workers=-1"], "--search_workers"),
                           (["--strategy=multi_worker"], "TF_CONFIG"), (["--grids=1,x"], "--grids=1,x")):
         r = run("pipelines.search", *args, f"--out_dir={tmp_path / 'o'}")
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]

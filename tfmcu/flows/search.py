@@ -95,7 +95,7 @@ def validate(o: SearchRunOptions) -> None:
     if not o.patch_options or min(o.patch_options) < 1:
         raise UsageError("--grids: integers >= 1")
     if o.workers < 0:
-        raise UsageError(f"--workers={o.workers}: must be >= 0")
+        raise UsageError(f"--search_workers={o.workers}: must be >= 0")
     if o.max_stages < 1:
         raise UsageError(f"--max_stages={o.max_stages}: expected an integer >= 1 (1: one patch stage)")
     check_output_paths({"--out_dir": os.path.join(o.out_dir, "best.json")})
