@@ -17,7 +17,7 @@ core and kernel set asked for:
    one firmware per (variant, core, kernels): ``tflm_patch_kernels/tflm/firmware_main.cc`` compiled with
    ``-DTFMCU_PROFILE_OPS``;
 2. ``bazel build`` builds them all; each runs on its QEMU board with the instruction-count plugin
-   (``tools/qemu/insn_count.c``): the plugin's regions are the Invoke and, nested in it, each of its ops; a firmware
+   (``tools/qemu/insn_count.c``), through ``tools/qemu/run_firmware.py`` (the runner deploy uses): the plugin's regions are the Invoke and, nested in it, each of its ops; a firmware
    with a TFMCU_PATCH_STAGE op also counts every instruction address (the plugin's profile), summed over each of
    the portable element-wise kernels' functions (``portable_insns``: ``tfmcu.plan.latency.PORTABLE``);
 3. the per-op counts, each op's features (``tfmcu.plan.latency.op_features``) and the Invoke's count go into the
@@ -65,7 +65,6 @@ CALIBRATION = os.path.join(ROOT, "tfmcu", "plan", "latency_calibration.json")
 REPO = "tfmcu_latency_fw"  # its own name: deploy builds @tfmcu_fw from other folders meanwhile
 FW = "@//tflm_patch_kernels/firmware"
 
-# core -> (firmware.bzl target key, QEMU board, Bazel platform, harness board library, PSRAM origin, linker script)
 # The cores the calibration runs on, and the firmware build of each (tfmcu.firmware.targets.BUILDS: the core's own QEMU
 # board, not a named chip's): {core: (build key, QEMU machine, platform, board library, PSRAM origin, linker script)}
 CORES = {b.core: (b.key, b.machine, b.platform, b.board, b.psram[0], b.ld)
@@ -290,59 +289,50 @@ def bazel_build(firmwares: list[dict]) -> None:
             shutil.copyfile(src, _elf(fw))
 
 
-_PLUGIN_RE = re.compile(r"^INSN_COUNT (\{.*\})\s*$", re.M)
-_RESULT_RE = re.compile(r"^TFMCU_RESULT (\{.*\})\s*$", re.M)
-
-
 def _elf(fw: dict) -> str:
     return os.path.join(OUT, "elf", fw["name"] + ".elf")
 
 
 def run_one(fw: dict, timeout: int = 3000) -> dict | None:
-    """Runs one firmware under QEMU with the plugin: its Invoke and per-op counts (None if it failed)."""
+    """Runs one firmware under QEMU with the plugin (tools/qemu/run_firmware.py, the runner deploy uses): its Invoke
+    and per-op counts (None if it failed)."""
     elf = _elf(fw)
     if not os.path.exists(elf):
         return None
-    machine = CORES[fw["core"]][1]
     nm = subprocess.run(["arm-none-eabi-nm", "-S", elf], check=True, capture_output=True, text=True).stdout
     syms = {p[-1]: int(p[0], 16) for p in (ln.split() for ln in nm.splitlines()) if len(p) in (3, 4)}
     sizes = {p[3]: int(p[1], 16) for p in (ln.split() for ln in nm.splitlines()) if len(p) == 4}
-    plugin = os.path.join(ROOT, "bazel-bin", "tools", "qemu", "libinsn_count.so")
-    out = os.path.join(OUT, "runs", fw["name"] + ".insn")
+    out = os.path.join(OUT, "runs", fw["name"])
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    opts = f"begin=0x{syms['tfmcu_cost_begin']:x},end=0x{syms['tfmcu_cost_end']:x},out={out}"
+    cmd = [sys.executable, os.path.join(ROOT, "tools", "qemu", "run_firmware.py"), "--elf", elf, "--machine",
+           CORES[fw["core"]][1], "--plugin", os.path.join(ROOT, "bazel-bin", "tools", "qemu", "libinsn_count.so"),
+           "--timeout", str(timeout), "--report", f"{out}.json", "--quiet"]
     if FOLDED_SYMBOL in sizes:  # the folded 1x1 product's own count per op (its row: tfmcu.plan.latency.fit)
-        lo = syms[FOLDED_SYMBOL] & ~1
-        opts += f",range=0x{lo:x}:0x{lo + sizes[FOLDED_SYMBOL]:x}"
+        cmd += ["--range-symbol", FOLDED_SYMBOL]
     if fw.get("stage"):  # every instruction address's count: the portable kernels' own counts over the run
-        opts += f",profile={out}.profile"
-    cmd = ["qemu-system-arm", "-M", machine, "-nographic", "-monitor", "none", "-serial", "none",
-           "-semihosting-config", "enable=on,target=native", "-icount", "shift=0",
-           "-plugin", f"{plugin},{opts}", "-kernel", elf]
+        cmd += ["--profile-out", f"{out}.profile"]
     t0 = time.time()
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
-    text = p.stdout.decode(errors="replace")
-    m, r = _RESULT_RE.search(text), None
+    p = subprocess.run(cmd, capture_output=True, text=True)
     try:
-        counts = json.loads(_PLUGIN_RE.search(open(out).read()).group(1))
-        r = json.loads(m.group(1)) if m else None
-    except (OSError, AttributeError, ValueError):
-        counts = None
-    if p.returncode != 0 or r is None or counts is None or r.get("status") != 0:
-        _log(f"{fw['name']}: failed (qemu {p.returncode}): {text[-400:]}")
+        with open(f"{out}.json") as f:
+            rep = json.load(f)
+    except (OSError, ValueError):
+        rep = None
+    r = (rep or {}).get("result")
+    if p.returncode != 0 or r is None or rep["problems"]:
+        _log(f"{fw['name']}: failed: {(rep or {}).get('problems') or (p.stderr or p.stdout)[-400:]}")
         return None
-    regions = [c["insns"] for c in counts["regions"]]
+    invoke = r["regions"][0]["insns"]
     if not fw["profile"]:
-        _log(f"{fw['name']}: invoke {regions[0]:,} insns (without the per-op mode)")
-        return {"invoke": regions[0]}
+        _log(f"{fw['name']}: invoke {invoke:,} insns (without the per-op mode)")
+        return {"invoke": invoke}
     n_ops = r["profiled_ops"]
-    if len(regions) != 1 + n_ops:
-        _log(f"{fw['name']}: {len(regions)} plugin regions for {n_ops} ops")
+    if len(r.get("op_insns") or []) != n_ops:
+        _log(f"{fw['name']}: {len(r.get('op_insns') or [])} plugin regions for {n_ops} ops")
         return None
-    _log(f"{fw['name']}: invoke {regions[0]:,} insns, {n_ops} ops ({time.time() - t0:.0f} s)")
-    return {"invoke_profiled": regions[0], "op_insns": regions[1:], "op_tags": r["op_tags"],
-            "op_folded": ([c.get("range_insns", 0) for c in counts["regions"][1:]] if FOLDED_SYMBOL in sizes
-                          else None),
+    _log(f"{fw['name']}: invoke {invoke:,} insns, {n_ops} ops ({time.time() - t0:.0f} s)")
+    return {"invoke_profiled": invoke, "op_insns": r["op_insns"], "op_tags": r["op_tags"],
+            "op_folded": r.get("op_range_insns") if FOLDED_SYMBOL in sizes else None,
             "portable": portable_counts(f"{out}.profile", syms, sizes) if fw.get("stage") else None}
 
 

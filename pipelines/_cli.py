@@ -33,7 +33,7 @@ from absl import app, flags  # noqa: E402
 from tfmcu.errors import TfmcuError, UsageError  # noqa: E402
 from tfmcu.flows.common import ScheduleRequest, parse_grids  # noqa: E402
 from tfmcu.firmware.sources import CONSOLES  # noqa: E402
-from tfmcu.firmware.targets import TARGETS, UNSUPPORTED  # noqa: E402
+from tfmcu.firmware.targets import BOARDS_ERROR, TARGETS, UNSUPPORTED  # noqa: E402
 from tfmcu.flows.demo import demo_training  # noqa: E402
 from tfmcu.flows.deploy import DeployOptions  # noqa: E402
 from tfmcu.plan.arena import DEFAULT_KERNELS, KERNEL_SETS  # noqa: E402
@@ -380,6 +380,8 @@ def run(main: Callable[[Sequence[str]], int | None]) -> None:
         prog = (main.__module__ or "tfmcu").rsplit(".", 1)[-1]
 
     def parse(argv: list[str]) -> list[str]:
+        if BOARDS_ERROR:  # the user's own boards file ($TFMCU_BOARDS) is not what --target can take
+            fail(prog, BOARDS_ERROR)
         try:
             rest = FLAGS(argv)
         except flags.Error as e:

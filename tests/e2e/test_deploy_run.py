@@ -430,3 +430,39 @@ def test_abi_table_is_current():
     r = subprocess.run([PY, os.path.join(ROOT, "tools", "gen", "gen_tflm_abi.py"), "--check",
                         "--third-party", THIRD_PARTY], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_a_board_added_in_a_boards_file_of_ones_own(models, tmp_path):
+    """Adding a board is one entry in a boards file ($TFMCU_BOARDS, boards.json's format, beside the user's project;
+    nothing in the checkout changes): deploy --run links the firmware with the board's memory (board.ld), runs it
+    under the QEMU board of its build, and prints the board's own flash command; its outputs equal TF Lite's and its
+    arena the prediction. A broken file is one line and exit status 2."""
+    _need_bazel()
+    boards = tmp_path / "my_boards.json"
+    boards.write_text(json.dumps({"boards": {"my-m4-board": {
+        "what": "My board: a Cortex-M4F part with 1 MiB of Flash and 192 KiB of SRAM", "core": "cortex-m4",
+        "clock_mhz": 120, "flash": {"name": "Flash", "base": "0x00000000", "size_kib": 1024},
+        "sram": [{"name": "SRAM", "base": "0x20000000", "size_kib": 192, "what": "SRAM1 + SRAM2"}],
+        "firmware_ram": "SRAM", "runs_on": "cortex_m4", "qemu": "board", "console": "CMSDK APB UART 0",
+        "flash_with": ["pyocd flash -t my_part {hex}   # my board's probe"]}}}))
+    env = dict(os.environ, TFMCU_BOARDS=str(boards))
+    tflite, inputs = models["tiny"]
+    out = tmp_path / "fw"
+    r = subprocess.run([PY, "-m", "pipelines.deploy", f"--tflite={tflite}", f"--inputs={inputs}",
+                        "--target=my-m4-board", f"--out_dir={out}", "--run"], cwd=ROOT, capture_output=True,
+                       text=True, env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    rep = json.load(open(out / "deploy.json"))
+    assert rep["target"] == "my-m4-board" and rep["fits"] and rep["run"]["outputs_equal_tflite"]
+    assert rep["run"]["arena_used_bytes"] == rep["arena"]["predicted_bytes"]
+    assert "RAM (rwx)  : ORIGIN = 0x20000000, LENGTH = 192K" in (out / "board.ld").read_text()
+    assert rep["flash_with"] == ["pyocd flash -t my_part firmware.hex   # my board's probe"]
+    assert r.stdout.rstrip().endswith(rep["flash_with"][-1])
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"boards": {"b": {"what": "no core"}}}')
+    r = subprocess.run([PY, "-m", "pipelines.deploy", f"--tflite={tflite}", "--target=b",
+                        f"--out_dir={tmp_path / 'x'}"], cwd=ROOT, capture_output=True, text=True,
+                       env=dict(os.environ, TFMCU_BOARDS=str(broken)))
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "broken.json: board b: a board needs" in lines[0], r.stderr
+    assert not (tmp_path / "x").exists()

@@ -189,9 +189,13 @@ def _kib(entry: dict, where: str) -> Region:
         raise ValueError(f"{where}: a region needs name, base (hex) and size_kib ({type(e).__name__}: {e})") from None
 
 
-def _board(name: str, b: dict) -> tuple[Target | None, str]:
-    """The Target of board ``name`` (None when tfmcu does not build for its core yet) and its core."""
-    where = f"{BOARDS_FILE}: board {name}"
+def _board(name: str, b: dict, source: str = BOARDS_FILE) -> tuple[Target | None, str]:
+    """The Target of board ``name`` (None when tfmcu does not build for its core yet) and its core; ``source``: the
+    file it comes from (for messages)."""
+    where = f"{source}: board {name}"
+    if not isinstance(b, dict) or not all(k in b for k in ("what", "core", "flash", "sram", "runs_on", "qemu")):
+        raise ValueError(f"{where}: a board needs what, core, flash, sram, firmware_ram, runs_on and qemu "
+                         f"(docs/boards.md#add-a-board)")
     regions = tuple(_kib(r, where) for r in b.get("sram") or [])
     flash = _kib(b["flash"], where)
     if not regions or b.get("firmware_ram") not in [r.name for r in regions]:
@@ -258,22 +262,49 @@ def board_entries() -> dict[str, dict]:
         return json.load(f)["boards"]
 
 
-def _load() -> tuple[dict[str, Target], dict[str, str]]:
+# A boards file of the user's own (boards.json's format): its boards are added to tfmcu's (a name of tfmcu's replaced),
+# so that a board is one entry in a file beside the user's project, with no change to this checkout.
+BOARDS_ENV = "TFMCU_BOARDS"
+
+
+def _load() -> tuple[dict[str, Target], dict[str, str], str]:
+    """The boards (name -> Target), those whose core tfmcu does not build for yet (name -> core), and what is wrong
+    with the file ``$TFMCU_BOARDS`` names ("": nothing; ``get_target`` says it in one line)."""
+    entries = [(name, b, BOARDS_FILE) for name, b in board_entries().items()]
+    error = ""
+    path = os.environ.get(BOARDS_ENV)
+    if path:
+        try:
+            with open(path) as f:
+                extra = json.load(f)["boards"]
+            if not isinstance(extra, dict):
+                raise TypeError("'boards' must map board names to boards")
+            entries = [e for e in entries if e[0] not in extra] + [(n, b, path) for n, b in extra.items()]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            error = f"${BOARDS_ENV}={path}: {type(e).__name__}: {e} (a JSON file {{\"boards\": {{name: board}}}})"
     targets, unsupported = {}, {}
-    for name, b in board_entries().items():
-        t, core = _board(name, b)
+    for name, b, source in entries:
+        try:
+            t, core = _board(name, b, source)
+        except (KeyError, TypeError, ValueError) as e:
+            if source == BOARDS_FILE:
+                raise
+            error = error or (str(e) if isinstance(e, ValueError) else f"{source}: board {name}: missing {e}")
+            continue
         if t is None:
             unsupported[name] = core
         else:
             targets[name] = t
-    return targets, unsupported
+    return targets, unsupported, error
 
 
-TARGETS, UNSUPPORTED = _load()  # the boards tfmcu builds for (name -> Target), and those whose core it does not
-# build for yet (name -> core)
+TARGETS, UNSUPPORTED, BOARDS_ERROR = _load()  # the boards tfmcu builds for (name -> Target), those whose core it
+# does not build for yet (name -> core), and what is wrong with $TFMCU_BOARDS' file
 
 
 def get_target(name: str) -> Target:
+    if BOARDS_ERROR:
+        raise UsageError(BOARDS_ERROR)
     t = TARGETS.get(name)
     if t is None:
         if name in UNSUPPORTED:

@@ -381,6 +381,8 @@ def main(argv=None):
             if n_ops and regions and len(counts["regions"]) >= 1 + n_ops:  # per-op mode: the ops inside region 0
                 ops = counts["regions"][1:1 + n_ops]
                 result["op_insns"] = [c["insns"] for c in ops]
+                if args.range:  # each op's instructions in the --range too
+                    result["op_range_insns"] = [c.get("range_insns", 0) for c in ops]
                 counts = dict(counts, regions=counts["regions"][:1] + counts["regions"][1 + n_ops:])
             if len(counts["regions"]) != len(regions):
                 problems.append("plugin counted %d regions, firmware named %d" % (len(counts["regions"]), len(regions)))
