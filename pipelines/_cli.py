@@ -38,7 +38,7 @@ from tfmcu.flows.demo import demo_training  # noqa: E402
 from tfmcu.flows.deploy import DeployOptions  # noqa: E402
 from tfmcu.plan.arena import DEFAULT_KERNELS, KERNEL_SETS  # noqa: E402
 from tfmcu.plan.plans import MAC_METRICS, OBJECTIVES, SEARCH_SECONDS, UNITS, SearchOptions  # noqa: E402
-from tfmcu.stage.custom import CustomOptions  # noqa: E402
+from tfmcu.stage.cost import CustomOptions  # noqa: E402
 from tfmcu.train.config import OPTIMIZERS, STRATEGIES, TASKS, TrainConfig, default_config  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -58,6 +58,16 @@ def define_model_flags(default: str | None = TrainConfig().model) -> None:
                                         "mcunet-demo), spec JSON file, .tflite or Keras file.")
     _define("integer", "resolution", None, "Input resolution (presets and spec JSON only).", lower_bound=16)
     _define("float", "width", None, "Width multiplier (presets and spec JSON only).", lower_bound=0.05)
+
+
+def define_search_workers_flag(default: int) -> None:
+    _define("integer", "search_workers", default, "Processes pricing the search's candidates (their int8 models, "
+                                                  "predicted arenas and instructions); 0: one per core for fit, in "
+                                                  "this process for search.", lower_bound=0)
+
+
+def define_count_input_flag(default: bool) -> None:
+    _define("bool", "count_input", default, "Count the input image against --sram_kb.")
 
 
 def define_budget_flag(default: float | None = None, what: str = "") -> None:
@@ -80,7 +90,7 @@ def define_schedule_flags() -> None:
     define_grids_flag(d.patch_options, "Auto mode: patches per side to try (PxQ grids, 1: none).")
     _define("enum", "stage_unit", d.unit, list(UNITS), "Auto mode: patch stages by blocks or by operators.")
     _define("enum", "mac_metric", d.mac_metric, list(MAC_METRICS), "Auto mode: which MAC count to minimise.")
-    _define("bool", "count_input", d.count_input, "Count the input image against --sram_kb.")
+    define_count_input_flag(d.count_input)
     define_search_seconds_flag(SEARCH_SECONDS)
 
 

@@ -54,8 +54,7 @@ flags.DEFINE_boolean("se_passes", _D.se_passes,
                      "its statistic, then again (the recompute is priced); --nose_passes: stages end at them.")
 _cli.define_max_mac_overhead_flag(_D.max_mac_overhead)
 _cli.define_search_seconds_flag(_D.search_seconds)
-flags.DEFINE_integer("search_workers", _D.search_workers, "Processes pricing the search's candidates (0: one per "
-                                                          "core).", lower_bound=0)
+_cli.define_search_workers_flag(_D.search_workers)
 flags.DEFINE_string("calibration_data", _D.calibration_data,
                     "--model=a Keras file: the int8 conversion's calibration inputs, a folder <root>/<class>/*.png|jpg "
                     "(resized and normalised as train does) or a .npy array [N, H, W, C] of float model inputs; "

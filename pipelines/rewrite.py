@@ -29,7 +29,7 @@ from pipelines import _cli
 from tfmcu.firmware.targets import TARGETS
 from tfmcu.flows import rewrite
 from tfmcu.plan.halo import DEFAULT_MAX_MAC_OVERHEAD, HALO_MODES, HaloOptions
-from tfmcu.stage.custom import REST_CONVS, CustomOptions
+from tfmcu.stage.cost import REST_CONVS, CustomOptions
 
 FLAGS = flags.FLAGS
 _DEFAULTS, _CUSTOM = rewrite.RewriteOptions(tflite="", out=""), CustomOptions()  # the flags' defaults

@@ -42,7 +42,7 @@ _cli.define_training_flag("data_dir", _D.data_dir)
 _cli.define_budget_flag(_D.sram_kb, "the predicted TFLM arena of a candidate's int8 model, custom mode")
 flags.DEFINE_float("flash_kb", _D.flash_kb, "Flash limit: the int8 .tflite with its metadata.")
 flags.DEFINE_float("max_mmacs", _D.max_mmacs, "MAC limit in millions (patch overhead included).")
-flags.DEFINE_bool("count_input", _D.count_input, "Count the input image against --sram_kb.")
+_cli.define_count_input_flag(_D.count_input)
 _cli.define_grids_flag(_D.patch_options, "Patches per side the schedules may use (PxQ grids, 1: none).")
 _cli.define_max_stages_flag()
 flags.DEFINE_bool("compare_per_layer", _D.compare_per_layer,
@@ -77,8 +77,7 @@ flags.DEFINE_float("mutation_rate", _E.mutation_rate, "Evolution: per-gene mutat
                    lower_bound=0, upper_bound=1)
 flags.DEFINE_integer("iterations", _E.iterations, "Evolution: iterations (paper: 30).", lower_bound=0)
 _cli.define_training_flag("strategy", _D.strategy)  # the supernet's training (multi_worker reads TF_CONFIG)
-flags.DEFINE_integer("search_workers", _D.workers, "Processes evaluating the candidates' constraints (int8 "
-                     "conversion, predicted arena); 0: in this process.", lower_bound=0)
+_cli.define_search_workers_flag(_D.workers)
 
 flags.adopt_module_key_flags(_cli)  # the shared flags this pipeline defined show in --help
 

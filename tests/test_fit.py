@@ -24,7 +24,7 @@ from tfmcu.nets.spec import BlockSpec, HeadSpec, NetSpec, StageSpec, StemSpec  #
 from tfmcu.plan.halo import HaloOptions  # noqa: E402
 from tfmcu.plan.regions import ScheduleError  # noqa: E402
 from tfmcu.plan.search import WIDE_GRIDS, SearchOptions, candidates, search  # noqa: E402
-from tfmcu.stage.custom import CustomArenaCost, CustomOptions  # noqa: E402
+from tfmcu.stage.cost import CustomArenaCost, CustomOptions  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = [CustomOptions(inplace=True, kernels="reference", halo=HaloOptions(mode=h), rest_convs=r)

@@ -82,7 +82,7 @@ def test_the_search_prices_stage_plans_in_tflm(zoo_models):
     place, its convolutions in Flash), predicts its arena on the host build, and that model runs bit-exact in TFLM
     with arena_used_bytes = the prediction; the lower bound is below the cost."""
     from tfmcu.plan.search import SearchOptions, candidates
-    from tfmcu.stage.custom import CustomArenaCost, CustomOptions
+    from tfmcu.stage.cost import CustomArenaCost, CustomOptions
 
     data = zoo_models(NAME)
     g = from_tflite(data, name=NAME)

@@ -5,7 +5,7 @@ estimate), less deploy's arena margin; the kernels are the target build's (``--k
 One joint schedule search (``tfmcu.plan.search``) prices every candidate -- patch grid x stage x configuration
 (halo caches none / all / smallest / auto, the rest's convolutions by TFLM or by our kernels with their multipliers
 in Flash), the rest planned in place for those kernels, the input streamed when the user says the firmware provides
-rows -- by its predicted TFLM arena on the target's build (``tfmcu.stage.custom.CustomArenaCost``,
+rows -- by its predicted TFLM arena on the target's build (``tfmcu.stage.cost.CustomArenaCost``,
 ``tfmcu.plan.arena``) and its predicted instructions per Invoke on the target's core (``tfmcu.plan.latency``), both
 read from the candidate's model as the rewriter decides it, before any byte of it is written (``cost_function``):
 only the chosen model is written.
@@ -59,7 +59,8 @@ from tfmcu.plan.latency import predict_instructions
 from tfmcu.plan.regions import ScheduleError
 from tfmcu.plan.search import SEARCH_SECONDS, WIDE_GRIDS, Evaluation, Progress, SearchOptions, SearchResult, search
 from tfmcu.records import Record, optional
-from tfmcu.stage.custom import CustomArenaCost, CustomOptions, convs_to_flash
+from tfmcu.stage.cost import CustomArenaCost, CustomOptions
+from tfmcu.stage.custom import convs_to_flash
 from tfmcu.tflite.editor import fold_static_reshapes
 from tfmcu.tflite.model import TfliteModel
 from tfmcu.tflite.schema import has_identifier

@@ -14,7 +14,7 @@ than the original's falls back to the unpatched model, and an output whose measu
 an error. The wheel's interpreter runs in a child process (``isolate=True``; the host build is one already), the
 original first: a model that makes TFLM abort is a one-line ``TFLMError`` before any search, never a crash. The
 model and the JSON report (``RewriteReport``, which ``run`` returns) are written all-or-nothing. ``RewriteOptions`` holds the options (custom mode's in
-``tfmcu.stage.custom.CustomOptions``, the halo caches' in ``tfmcu.plan.halo.HaloOptions``).
+``tfmcu.stage.cost.CustomOptions``, the halo caches' in ``tfmcu.plan.halo.HaloOptions``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ from tfmcu.runtime.model_io import random_inputs
 from tfmcu.runtime.tflm import measure_arena
 from tfmcu.runtime.tflm_host import MEASURED_BY, run_whole
 from tfmcu.stage.builtin import BORDERS, BuiltinArenaCost
-from tfmcu.stage.custom import PATCH_STAGE_OP, CustomArenaCost, CustomOptions, memory_report
+from tfmcu.stage.cost import CustomArenaCost, CustomOptions
+from tfmcu.stage.custom import PATCH_STAGE_OP, memory_report
 from tfmcu.tflite.editor import fold_static_reshapes
 from tfmcu.tflite.schema import has_identifier
 

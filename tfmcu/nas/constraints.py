@@ -44,7 +44,7 @@ from tfmcu.nas.evolution import Feasibility, Genome
 from tfmcu.nets.spec import NetSpec, SearchSpace
 from tfmcu.plan.profiler import profile
 from tfmcu.plan.search import SearchOptions, candidates, search
-from tfmcu.stage.custom import CustomArenaCost
+from tfmcu.stage.cost import CustomArenaCost
 
 KB = 1024
 

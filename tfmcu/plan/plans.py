@@ -102,7 +102,7 @@ class Segment:
     """Ops ``[start, stop)`` of a plan: one op run per layer (``grid`` None), or a patch stage on ``grid``.
 
     ``halo``: the stage's halo caches as the plan fixed them (``RECOMPUTE``, ``HALO_ALL``: the stage-plan search
-    prices each), None: the configuration's to choose (``tfmcu.stage.custom.CustomOptions.halo``); ``pooled``: the
+    prices each), None: the configuration's to choose (``tfmcu.stage.cost.CustomOptions.halo``); ``pooled``: the
     stage ends in the global average pool after it (its output summed patch by patch into an int32 accumulator, never
     held whole); ``n_blocks`` / ``n_ops``: a stage named as the first n blocks or k ops. ``peak``: analytic bytes
     while the segment runs (the image as its plan counts it); ``instructions``: the stage-plan search's estimate

@@ -11,7 +11,7 @@
   ``Evaluation``; ``lower_bound`` is a cheap floor under that cost, used to skip candidates that cannot win.
   ``AnalyticCost`` (here) is the analytic peak (``tfmcu.plan.regions``); ``tfmcu.stage.builtin.BuiltinArenaCost``
   the predicted TFLM arena of the builtin rewrite (one variant per border treatment);
-  ``tfmcu.stage.custom.CustomArenaCost`` the predicted TFLM arena of custom mode (with the TFMCU_PATCH_STAGE
+  ``tfmcu.stage.cost.CustomArenaCost`` the predicted TFLM arena of custom mode (with the TFMCU_PATCH_STAGE
   kernel's op data and scratch). Every cost function counts the input image or not (``count_input``).
 * ``search(graph, cost, budget, options)`` -> ``SearchResult``, for three objectives:
   - ``"macs"``: the least-MACs candidate whose cost fits ``budget`` (candidates are evaluated in order of MACs, so
@@ -40,7 +40,7 @@
   chosen and the smallest evaluation are built again here for their ``result``.
 * Variants: a cost function evaluates every patched plan in each of its ``variants``, small typed values
   (``Variant``: builtin mode's border treatments, ``tfmcu.stage.builtin.Border``; custom mode's configurations,
-  ``tfmcu.stage.custom.CustomOptions``: halo caches, the rest's convolutions in Flash, ...). A variant's ``label``
+  ``tfmcu.stage.cost.CustomOptions``: halo caches, the rest's convolutions in Flash, ...). A variant's ``label``
   names it in JSON reports, its ``phrase`` follows a plan's description.
 
 ``Plan``, ``SearchOptions`` and ``Progress`` (defined in ``tfmcu.plan.plans``) are the search's vocabulary, imported
