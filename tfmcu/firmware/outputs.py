@@ -137,13 +137,13 @@ def write_board_files(out_dir: str, built_elf: str, qemu_elf: str | None = None,
     with open(files["map"], "w") as f:
         f.write(_map_text(files["elf"]))
     if uf2 is not None:
-        files["uf2"] = write_uf2(files["elf"], files["bin"], *uf2)
+        files["uf2"] = write_uf2(files["elf"], *uf2)
     return files
 
 
-def write_uf2(elf: str, image: str, base: int, family: int) -> str:
-    """``<elf stem>.uf2`` from the ELF's raw image ``image`` (objcopy -O binary: from its lowest load address, which
-    must be the Flash's ``base``)."""
+def write_uf2(elf: str, base: int, family: int) -> str:
+    """``<elf stem>.uf2``: the ELF's raw image (objcopy -O binary: from its lowest load address, which must be the
+    Flash's ``base``) as UF2 blocks of ``family``."""
     lines = subprocess.run([_tool("objdump"), "-h", elf], capture_output=True, text=True,
                            check=True).stdout.splitlines()
     # a section's line (index, name, size, VMA, LMA, ...) and its flags on the next line
@@ -152,8 +152,11 @@ def write_uf2(elf: str, image: str, base: int, family: int) -> str:
     if lowest != base:
         raise ValueError(f"{elf}: its image starts at 0x{lowest:08x}, not at the Flash's 0x{base:08x}")
     path = elf[:-len(".elf")] + ".uf2"
-    with open(image, "rb") as f, open(path, "wb") as out:
-        out.write(uf2_bytes(f.read(), base, family))
+    with tempfile.TemporaryDirectory() as tmp:
+        image = os.path.join(tmp, "image.bin")
+        subprocess.run([_tool("objcopy"), "-O", "binary", elf, image], check=True, capture_output=True)
+        with open(image, "rb") as f, open(path, "wb") as out:
+            out.write(uf2_bytes(f.read(), base, family))
     return path
 
 
@@ -186,8 +189,5 @@ def write_example(out_dir: str, built: str, uf2: tuple[int, int] | None = None) 
     shutil.copyfile(built, path)
     if uf2 is not None:
         seal_boot2(path)
-        with tempfile.TemporaryDirectory() as tmp:
-            image = os.path.join(tmp, "example.bin")
-            subprocess.run([_tool("objcopy"), "-O", "binary", path, image], check=True, capture_output=True)
-            write_uf2(path, image, *uf2)
+        write_uf2(path, *uf2)
     return path

@@ -57,6 +57,17 @@ def _allocated(r: "FirmwareRun") -> bool:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ExampleRun(Record):
+    """What the example application (examples/classify/main.c over the model library) printed on the board: its top
+    class, the FNV-1a hash of output 0, the ticks of the board's timer for the invoke and the arena TFLM used."""
+
+    top_class: list[int]
+    output_fnv1a32: str
+    ticks: int
+    arena_used_bytes: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class FirmwareRun(Record):
     """What a firmware's build and run measured (deploy.json's ``run``). Not linked: only ``overflow``; linked: the
     QEMU run's figures; ``outputs_equal_tflite`` once TFLM allocated the arena and the outputs were checked: they
@@ -83,9 +94,8 @@ class FirmwareRun(Record):
     # a per-op firmware (deploy --profile): the first Invoke's ops as TFLM tags them, and each one's instructions
     op_tags: list[str] | None = optional()
     op_insns: list[int] | None = optional()
-    # the example application (examples/classify/main.c over the model library) on the same QEMU board: what it
-    # printed (top_class, output_fnv1a32, ticks, arena_used_bytes), equal to TF Lite's on its frame
-    example: dict[str, Any] | None = optional()
+    # the example application on the same QEMU board: what it printed, equal to TF Lite's on its frame
+    example: ExampleRun | None = optional()
 
     @property
     def instructions(self) -> int | None:
@@ -222,7 +232,7 @@ def run_firmware(out_dir: str, t: Target, arena: tuple[int, int, int], kernels: 
                 from None
         if ex["problems"]:
             raise DeployError(f"example application on {t.machine}: {'; '.join(ex['problems'])}")
-        example = ex["example"]
+        example = ExampleRun(**ex["example"])
     run = FirmwareRun(**figures, outputs_equal_tflite=True, streamed_rows_read=res.get("streamed_rows_read"),
                       persistent_bytes=res.get("persistent_bytes"), persistent_at=res.get("persistent_at"),
                       op_tags=res.get("op_tags"), op_insns=res.get("op_insns"), example=example)

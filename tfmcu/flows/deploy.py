@@ -569,7 +569,7 @@ def deploy(o: DeployOptions, log: Callable[[str], None] = print) -> DeployReport
         log(f"deploy: {verdict}")
         if run.example is not None:
             log(f"deploy: the example application ({EXAMPLE_ELF}: examples/classify/main.c over the model library "
-                f"in model/) printed top-1 class {run.example['top_class'][0]} and output bytes equal to TF Lite's")
+                f"in model/) printed top-1 class {run.example.top_class[0]} and output bytes equal to TF Lite's")
         if report.flash_with:
             log(f"deploy: {', '.join(report.files.values())} in {o.out_dir}; onto the {placed.name}, in that "
                 f"folder:\n  " + "\n  ".join(report.flash_with))

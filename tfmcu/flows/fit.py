@@ -611,7 +611,7 @@ def format_summary(r: FitReport) -> str:
     run = r.deploy.run
     if run is not None and run.example is not None:
         lines.append(f"the example application (firmware/example.elf, examples/classify/main.c over the model library "
-                     f"firmware/model/) printed top-1 class {run.example['top_class'][0]}, output bytes = TF Lite's")
+                     f"firmware/model/) printed top-1 class {run.example.top_class[0]}, output bytes = TF Lite's")
     lines.append(f"wrote {r.out_dir}/: model.tflite, fit.json, fit.png, memory.png, report.md, firmware/ (the model "
                  f"library in firmware/model/: tfmcu_model.h, docs/library.md)")
     if r.deploy.flash_with:
